@@ -1,0 +1,1 @@
+//! Shared helpers for skiff's benches and allocation audit.

@@ -1,0 +1,1 @@
+//! moq-lite-05 messages (PROTOCOL.md §3).
