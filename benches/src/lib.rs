@@ -1,1 +1,7 @@
 //! Shared helpers for skiff's benches and allocation audit.
+//!
+//! [`counting::Counting`] is a global allocator wrapper that counts the heap
+//! allocations made by the current thread, so a test or bench can prove that
+//! an operation makes none.
+
+pub mod counting;

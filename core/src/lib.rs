@@ -22,13 +22,16 @@
 mod fmt;
 
 #[cfg(feature = "alloc")]
+#[allow(unused_extern_crates)]
 extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod conn;
 pub mod model;
 pub mod pacing;
 pub mod pool;
+pub mod session;
 pub mod subscribers;
 pub mod time;
 pub mod window;

@@ -127,7 +127,7 @@ impl Duration {
 
 impl fmt::Debug for Duration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.micros % 1_000 == 0 {
+        if self.micros.is_multiple_of(1_000) {
             write!(f, "{}ms", self.micros / 1_000)
         } else {
             write!(f, "{}us", self.micros)

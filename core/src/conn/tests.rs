@@ -1,0 +1,1 @@
+//! Connection tests: a client and a server wired back to back in memory.
