@@ -25,15 +25,15 @@ pub const AHEAD: u64 = 16 * 1024 * 1024;
 /// until the credit grows (re-poll it then; reading alone cannot help).
 pub const fn window(stream_credit: Option<u64>, connection_credit: Option<u64>) -> u64 {
     let mut w = AHEAD;
-    if let Some(s) = stream_credit {
-        if s < w {
-            w = s;
-        }
+    if let Some(s) = stream_credit
+        && s < w
+    {
+        w = s;
     }
-    if let Some(c) = connection_credit {
-        if c < w {
-            w = c;
-        }
+    if let Some(c) = connection_credit
+        && c < w
+    {
+        w = c;
     }
     w
 }
@@ -68,7 +68,8 @@ impl Pacer {
 
     /// How many more bytes the writer may write now.
     pub const fn allowance(&self, written: u64, furthest_read: u64) -> u64 {
-        self.window.saturating_sub(Self::ahead(written, furthest_read))
+        self.window
+            .saturating_sub(Self::ahead(written, furthest_read))
     }
 
     /// True while the writer is less than the window ahead.
@@ -143,14 +144,14 @@ mod tests {
 
         let payload = [0x5au8; 40];
         let mut sent = 0; // payload bytes written
-        let mut frame_pos = 0; // position inside the current 40-byte frame
         let mut pendings = 0;
         let mut max_ahead = 0;
         while sent < TOTAL {
             match p.poll_paced(&mut cx, WINDOW) {
                 Poll::Ready(()) => {
                     let allow = p.allowance(WINDOW) as usize;
-                    if frame_pos == 0 {
+                    let left = p.frame_remaining();
+                    if left == 0 {
                         if allow < crate::model::frame::MAX_HEADER_LEN {
                             // Not even room for a header: let the reader move.
                             let _ = c.read(&mut [0u8; 7]).unwrap();
@@ -158,9 +159,7 @@ mod tests {
                         }
                         p.begin_frame(sent as u64, payload.len()).unwrap();
                     } else {
-                        let n = allow.min(payload.len() - frame_pos);
-                        let n = p.write_payload(&payload[frame_pos..frame_pos + n]).unwrap();
-                        frame_pos = (frame_pos + n) % payload.len();
+                        let n = p.write_payload(&payload[..allow.min(left)]).unwrap();
                         sent += n;
                     }
                 }
@@ -168,7 +167,9 @@ mod tests {
                     pendings += 1;
                     let before = counter.0.load(Ordering::Relaxed);
                     // A slow reader: 7 bytes at a time.
-                    let Next::Ready(n) = c.read(&mut [0u8; 7]).unwrap() else { panic!() };
+                    let Next::Ready(n) = c.read(&mut [0u8; 7]).unwrap() else {
+                        panic!()
+                    };
                     assert!(n > 0);
                     // Advancing brought the writer back within its window: woken once.
                     assert_eq!(counter.0.load(Ordering::Relaxed), before + 1);

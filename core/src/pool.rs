@@ -291,7 +291,9 @@ impl<'s> Pool<'s> {
         if n > self.high_water.get() {
             self.high_water.set(n);
         }
-        Ok(BlockMut { block: Block { pool: self, idx } })
+        Ok(BlockMut {
+            block: Block { pool: self, idx },
+        })
     }
 
     /// Checks that `blocks` allocations in a row will succeed, so a caller can
@@ -383,7 +385,11 @@ impl<'s> Pool<'s> {
         let m = &self.meta[idx as usize];
         // Like `Rc`, a count that would wrap is a bug (4 billion leaked handles);
         // wrapping would free a block still in use, so stop instead.
-        let refs = m.refs.get().checked_add(1).expect("block reference count overflow");
+        let refs = m
+            .refs
+            .get()
+            .checked_add(1)
+            .expect("block reference count overflow");
         m.refs.set(refs);
     }
 
@@ -472,7 +478,10 @@ impl<'p> Block<'p> {
             return None;
         }
         self.pool.acquire(next);
-        Some(Block { pool: self.pool, idx: next })
+        Some(Block {
+            pool: self.pool,
+            idx: next,
+        })
     }
 
     /// True if the block has a successor.
@@ -488,7 +497,11 @@ impl<'p> Block<'p> {
             return None;
         }
         // Both fit u32: end <= len <= block_size <= u32::MAX.
-        Some(Slice { block: self, start: start as u32, end: end as u32 })
+        Some(Slice {
+            block: self,
+            start: start as u32,
+            end: end as u32,
+        })
     }
 
     /// The block's index in its pool (diagnostics; stable while the block is allocated).
@@ -516,7 +529,10 @@ impl<'p> Block<'p> {
 impl Clone for Block<'_> {
     fn clone(&self) -> Self {
         self.pool.acquire(self.idx);
-        Block { pool: self.pool, idx: self.idx }
+        Block {
+            pool: self.pool,
+            idx: self.idx,
+        }
     }
 }
 
@@ -673,7 +689,10 @@ impl<'p> Slice<'p> {
     /// The bytes.
     pub fn as_bytes(&self) -> &[u8] {
         // In range by construction (`Block::slice`), and committed bytes never shrink.
-        self.block.data().get(self.start as usize..self.end as usize).unwrap_or(&[])
+        self.block
+            .data()
+            .get(self.start as usize..self.end as usize)
+            .unwrap_or(&[])
     }
 
     /// The block the bytes live in.
@@ -721,7 +740,10 @@ mod tests {
         let c = pool.alloc().unwrap();
         assert_eq!(pool.alloc().unwrap_err(), PoolError::Exhausted);
         assert_eq!(pool.exhausted_count(), 1);
-        assert_eq!((pool.in_use(), pool.available(), pool.high_water()), (3, 0, 3));
+        assert_eq!(
+            (pool.in_use(), pool.available(), pool.high_water()),
+            (3, 0, 3)
+        );
         let bi = b.as_block().index();
         let bg = b.as_block().generation();
         drop(b);
@@ -779,12 +801,17 @@ mod tests {
         assert_eq!(w.append(b"abcdef"), 3);
         assert_eq!(w.data(), b"abc");
         drop(w);
-        drop(pool);
 
         let mut none: [BlockMeta; 0] = [];
-        assert_eq!(Pool::from_parts(&mut bytes, &mut none).unwrap_err(), PoolError::InvalidLayout);
+        assert_eq!(
+            Pool::from_parts(&mut bytes, &mut none).unwrap_err(),
+            PoolError::InvalidLayout
+        );
         let mut tiny = [0u8; 2];
-        assert_eq!(Pool::from_parts(&mut tiny, &mut meta).unwrap_err(), PoolError::InvalidLayout);
+        assert_eq!(
+            Pool::from_parts(&mut tiny, &mut meta).unwrap_err(),
+            PoolError::InvalidLayout
+        );
     }
 
     // --- writing while reading --------------------------------------------

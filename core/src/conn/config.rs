@@ -37,7 +37,8 @@ pub struct Config {
     pub max_record_size: u64,
     /// `application_protocols` we offer, most preferred first (default `["moq-lite-05"]`).
     pub protocols: &'static [&'static str],
-    /// How long to wait for the peer's parameters before closing (default 10 s, as moq-dev).
+    /// How long to wait for the peer's parameters before closing (default 10 s, as moq-dev);
+    /// [`Duration::ZERO`] waits forever.
     pub handshake_timeout: Duration,
     /// Send a QX_PING after a third of the idle timeout without sending anything (default on).
     pub keep_alive: bool,
@@ -182,19 +183,36 @@ mod tests {
     fn stream_counts_fit_the_table() {
         let c = Config::default();
         assert_eq!(c.validate(32), Ok((8, 8)));
-        let c = Config { max_streams_bidi: Some(20), max_streams_uni: Some(13), ..Config::new() };
+        let c = Config {
+            max_streams_bidi: Some(20),
+            max_streams_uni: Some(13),
+            ..Config::new()
+        };
         assert_eq!(c.validate(32), Err(ConfigError::StreamsOverCapacity));
-        let c = Config { max_streams_bidi: Some(u64::MAX), max_streams_uni: Some(1), ..Config::new() };
+        let c = Config {
+            max_streams_bidi: Some(u64::MAX),
+            max_streams_uni: Some(1),
+            ..Config::new()
+        };
         assert_eq!(c.validate(32), Err(ConfigError::StreamsOverCapacity));
     }
 
     #[test]
     fn rejects_unusable_values() {
-        let c = Config { max_record_size: 1000, ..Config::new() };
+        let c = Config {
+            max_record_size: 1000,
+            ..Config::new()
+        };
         assert_eq!(c.validate(8), Err(ConfigError::RecordSizeTooSmall));
-        let c = Config { protocols: &[], ..Config::new() };
+        let c = Config {
+            protocols: &[],
+            ..Config::new()
+        };
         assert_eq!(c.validate(8), Err(ConfigError::NoProtocols));
-        let c = Config { protocols: &["moq lite"], ..Config::new() };
+        let c = Config {
+            protocols: &["moq lite"],
+            ..Config::new()
+        };
         assert_eq!(c.validate(8), Err(ConfigError::InvalidProtocol));
     }
 }

@@ -9,7 +9,11 @@ use crate::wire::qmux::{StreamId, TransportError};
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Event<'a> {
     /// The peer's transport parameters arrived and an application protocol was agreed
-    /// (PROTOCOL.md §1.1, §1.5); streams may now be opened and written.
+    /// (PROTOCOL.md §1.1, §1.5); streams may now be opened, and written as soon as
+    /// `poll_transmit` has sent our own parameters (normally long before).
+    ///
+    /// Frames the peer sent before its parameters (qmux-01 allows them within our
+    /// windows) are reported before this event.
     Established {
         /// The negotiated protocol, one of our [`Config::protocols`](super::Config::protocols).
         protocol: &'static str,

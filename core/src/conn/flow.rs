@@ -104,7 +104,12 @@ pub struct RecvWindow {
 impl RecvWindow {
     /// A window of `max` units, nothing received.
     pub const fn new(max: u64) -> Self {
-        RecvWindow { max, received: 0, released: 0, pending: 0 }
+        RecvWindow {
+            max,
+            received: 0,
+            released: 0,
+            pending: 0,
+        }
     }
 
     /// The limit granted so far (absolute).

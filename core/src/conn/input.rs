@@ -3,13 +3,13 @@
 use super::streams::{RecvState, SendState, Stream};
 use super::timer::effective_idle;
 use super::{
-    CloseCause, CloseFrame, Closed, Connection, Event, Input, Peer, State, VERSION_NEGOTIATION_FAILED, negotiate,
-    send_limit, slot, utf8_prefix,
+    CloseCause, CloseFrame, Closed, Connection, Event, Input, Peer, State,
+    VERSION_NEGOTIATION_FAILED, negotiate, send_limit, slot, utf8_prefix,
 };
 use crate::time::Instant;
 use crate::wire::qmux::{
-    ApplicationClose, ConnectionClose, Frame, Record, ResetStream, StopSending, Stream as StreamFrame, StreamId,
-    TransportError, TransportParams,
+    ApplicationClose, ConnectionClose, Frame, Record, ResetStream, StopSending,
+    Stream as StreamFrame, StreamId, TransportError, TransportParams,
 };
 use crate::wire::{DecodeError, Reader};
 
@@ -72,23 +72,40 @@ impl<const N: usize> Connection<N> {
                     pos += r.position();
                     self.record_left -= r.position();
                     if let Some(event) = event {
-                        return Input { consumed: pos, event: Some(event) };
+                        return Input {
+                            consumed: pos,
+                            event: Some(event),
+                        };
                     }
                 }
-                Ok(Step::Again(event)) => return Input { consumed: pos, event: Some(event) },
+                Ok(Step::Again(event)) => {
+                    return Input {
+                        consumed: pos,
+                        event: Some(event),
+                    };
+                }
                 Err(e) => return self.fail(input, e),
             }
         }
         if self.state != State::Open {
             // Closed: whatever follows is meaningless.
-            return Input { consumed: input.len(), event: None };
+            return Input {
+                consumed: input.len(),
+                event: None,
+            };
         }
-        Input { consumed: pos, event: None }
+        Input {
+            consumed: pos,
+            event: None,
+        }
     }
 
     /// Closes on a violation and reports it, consuming all input.
     fn fail<'a>(&mut self, input: &'a [u8], e: TransportError) -> Input<'a> {
-        Input { consumed: input.len(), event: Some(self.violation(e)) }
+        Input {
+            consumed: input.len(),
+            event: Some(self.violation(e)),
+        }
     }
 
     /// Dispatches one decoded frame.
@@ -105,26 +122,36 @@ impl<const N: usize> Connection<N> {
             Frame::StopSending(s) => self.on_stop(s),
             // PROTOCOL.md §2.3: a decreasing MAX_* closes the session, as moq-dev does.
             Frame::MaxData(max) => {
-                self.conn_send.raise(max).map_err(|_| TransportError::FlowControl)?;
+                self.conn_send
+                    .raise(max)
+                    .map_err(|_| TransportError::FlowControl)?;
                 Ok(Step::Done(None))
             }
             Frame::MaxStreamData { id, max } => {
                 // For a stream we do not know (retired or never ours to send on) it is ignored.
                 if let Some(send) = self.streams.get_mut(id).and_then(|s| s.send.as_mut()) {
-                    send.credit.raise(max).map_err(|_| TransportError::FlowControl)?;
+                    send.credit
+                        .raise(max)
+                        .map_err(|_| TransportError::FlowControl)?;
                 }
                 Ok(Step::Done(None))
             }
             Frame::MaxStreams { dir, max } => {
-                self.local[slot(dir)].raise(max).map_err(|_| TransportError::FlowControl)?;
+                self.local[slot(dir)]
+                    .raise(max)
+                    .map_err(|_| TransportError::FlowControl)?;
                 Ok(Step::Done(None))
             }
             Frame::PingRequest(seq) => {
                 self.queue_pong(seq);
                 Ok(Step::Done(None))
             }
-            Frame::ConnectionClose(ConnectionClose { code, reason, .. }) => Ok(self.on_close(false, code, reason)),
-            Frame::ApplicationClose(ApplicationClose { code, reason }) => Ok(self.on_close(true, code, reason)),
+            Frame::ConnectionClose(ConnectionClose { code, reason, .. }) => {
+                Ok(self.on_close(false, code, reason))
+            }
+            Frame::ApplicationClose(ApplicationClose { code, reason }) => {
+                Ok(self.on_close(true, code, reason))
+            }
             Frame::Datagram(d) => {
                 // PROTOCOL.md §2.7: only if we advertised a size, and the whole frame within it.
                 if self.config.max_datagram_frame_size == 0 {
@@ -163,7 +190,10 @@ impl<const N: usize> Connection<N> {
                 send.credit.raise_at_least(send_limit(side, peer, s.id));
             }
         }
-        self.timers.on_established(now, effective_idle(self.config.max_idle_timeout.as_millis(), p.max_idle_timeout));
+        self.timers.on_established(
+            now,
+            effective_idle(self.config.max_idle_timeout.as_millis(), p.max_idle_timeout),
+        );
 
         match negotiate(self.side, self.config.protocols, p.application_protocols) {
             Some(protocol) => {
@@ -176,7 +206,9 @@ impl<const N: usize> Connection<N> {
                 // cleanly with moq-lite's VERSION_NEGOTIATION_FAILED (§3.15).
                 const REASON: &str = "no common application protocol";
                 debug!("qmux: {}", REASON);
-                self.state = State::Closed { pending: Some(CloseFrame::new(true, VERSION_NEGOTIATION_FAILED, REASON)) };
+                self.state = State::Closed {
+                    pending: Some(CloseFrame::new(true, VERSION_NEGOTIATION_FAILED, REASON)),
+                };
                 Ok(Step::Done(Some(Event::Closed(Closed {
                     code: VERSION_NEGOTIATION_FAILED,
                     reason: REASON,
@@ -191,7 +223,12 @@ impl<const N: usize> Connection<N> {
     fn on_close<'a>(&mut self, application: bool, code: u64, reason: &'a [u8]) -> Step<'a> {
         debug!("qmux: peer closed with code {}", code);
         self.state = State::Closed { pending: None };
-        Step::Done(Some(Event::Closed(Closed { code, reason: utf8_prefix(reason), application, cause: CloseCause::Peer })))
+        Step::Done(Some(Event::Closed(Closed {
+            code,
+            reason: utf8_prefix(reason),
+            application,
+            cause: CloseCause::Peer,
+        })))
     }
 
     /// A STREAM frame.
@@ -213,7 +250,9 @@ impl<const N: usize> Connection<N> {
                 // Data still in flight when our STOP_SENDING left: charge it to the
                 // stream (still bounded by its window) and the connection, and give
                 // the connection credit straight back.
-                recv.window.receive(len).map_err(|_| TransportError::FlowControl)?;
+                recv.window
+                    .receive(len)
+                    .map_err(|_| TransportError::FlowControl)?;
                 self.discard(len)?;
                 return Ok(Step::Done(None));
             }
@@ -226,8 +265,12 @@ impl<const N: usize> Connection<N> {
         }
         // PROTOCOL.md §2.4: charge on arrival; over a stream or connection limit is fatal.
         let offset = recv.window.received();
-        recv.window.receive(len).map_err(|_| TransportError::FlowControl)?;
-        self.conn_recv.receive(len).map_err(|_| TransportError::FlowControl)?;
+        recv.window
+            .receive(len)
+            .map_err(|_| TransportError::FlowControl)?;
+        self.conn_recv
+            .receive(len)
+            .map_err(|_| TransportError::FlowControl)?;
         if s.fin {
             recv.state = RecvState::Finished;
             // No credit is useful once the peer has finished.
@@ -239,7 +282,12 @@ impl<const N: usize> Connection<N> {
         if s.fin {
             self.sweep();
         }
-        Ok(Step::Done(Some(Event::StreamData { id: s.id, offset, data: s.data, fin: s.fin })))
+        Ok(Step::Done(Some(Event::StreamData {
+            id: s.id,
+            offset,
+            data: s.data,
+            fin: s.fin,
+        })))
     }
 
     /// A STREAM or RESET_STREAM naming a stream that is not in the table.
@@ -271,18 +319,25 @@ impl<const N: usize> Connection<N> {
             return Err(TransportError::StreamLimit);
         }
         let index = window.received();
-        let id = StreamId::new(target.initiator(), dir, index).ok_or(TransportError::StreamLimit)?;
-        window.receive_up_to(index + 1).map_err(|_| TransportError::StreamLimit)?;
+        let id =
+            StreamId::new(target.initiator(), dir, index).ok_or(TransportError::StreamLimit)?;
+        window
+            .receive_up_to(index + 1)
+            .map_err(|_| TransportError::StreamLimit)?;
         let stream = Stream::new(id, self.side, self.send_max(id), self.recv_max(id));
         // Cannot happen while our grants fit the table (see `reserved_for_peer`).
-        self.streams.insert(stream).map_err(|_| TransportError::StreamLimit)?;
+        self.streams
+            .insert(stream)
+            .map_err(|_| TransportError::StreamLimit)?;
         trace!("qmux: peer opened stream {}", id.value());
         Ok(Step::Again(Event::StreamOpened { id }))
     }
 
     /// Charges bytes nobody will read to the connection window and releases them at once.
     fn discard(&mut self, len: u64) -> Result<(), TransportError> {
-        self.conn_recv.receive(len).map_err(|_| TransportError::FlowControl)?;
+        self.conn_recv
+            .receive(len)
+            .map_err(|_| TransportError::FlowControl)?;
         if self.conn_recv.release(len).is_some() {
             self.max_data_pending = true;
         }
@@ -312,7 +367,9 @@ impl<const N: usize> Connection<N> {
         let received = recv.window.received();
         let final_size = r.final_size.max(received);
         let gap = final_size - received;
-        recv.window.receive(gap).map_err(|_| TransportError::FlowControl)?;
+        recv.window
+            .receive(gap)
+            .map_err(|_| TransportError::FlowControl)?;
         // Everything the application has not released, and the gap never sent, is
         // released now: nobody will read it (moq-dev credits the gap immediately).
         let unreleased = recv.window.unreleased();
@@ -320,7 +377,9 @@ impl<const N: usize> Connection<N> {
         recv.state = RecvState::Reset;
         recv.update_pending = false;
         recv.stop_pending = None;
-        self.conn_recv.receive(gap).map_err(|_| TransportError::FlowControl)?;
+        self.conn_recv
+            .receive(gap)
+            .map_err(|_| TransportError::FlowControl)?;
         if self.conn_recv.release(unreleased).is_some() {
             self.max_data_pending = true;
         }
@@ -328,7 +387,11 @@ impl<const N: usize> Connection<N> {
         if !report {
             return Ok(Step::Done(None));
         }
-        Ok(Step::Done(Some(Event::StreamReset { id: r.id, code: r.code, final_size })))
+        Ok(Step::Done(Some(Event::StreamReset {
+            id: r.id,
+            code: r.code,
+            final_size,
+        })))
     }
 
     /// A STOP_SENDING frame (PROTOCOL.md §2.2).
@@ -344,7 +407,10 @@ impl<const N: usize> Connection<N> {
                     return Ok(Step::Done(None));
                 }
                 send.stop_seen = true;
-                Ok(Step::Done(Some(Event::StopSending { id: s.id, code: s.code })))
+                Ok(Step::Done(Some(Event::StopSending {
+                    id: s.id,
+                    code: s.code,
+                })))
             }
             None => {
                 // One of ours never opened cannot be named; anything else is a retired

@@ -121,7 +121,11 @@ impl CloseFrame {
                 break;
             }
         }
-        CloseFrame { application, code, reason: r }
+        CloseFrame {
+            application,
+            code,
+            reason: r,
+        }
     }
 }
 
@@ -146,17 +150,26 @@ const fn slot(dir: Dir) -> usize {
 fn utf8_prefix(b: &[u8]) -> &str {
     match core::str::from_utf8(b) {
         Ok(s) => s,
-        Err(e) => b.get(..e.valid_up_to()).and_then(|v| core::str::from_utf8(v).ok()).unwrap_or(""),
+        Err(e) => b
+            .get(..e.valid_up_to())
+            .and_then(|v| core::str::from_utf8(v).ok())
+            .unwrap_or(""),
     }
 }
 
 /// PROTOCOL.md §1.5: walk the server's list, pick the first name the client also offers.
 /// The result is always one of *our* names, so it outlives the input.
-fn negotiate(side: Side, ours: &'static [&'static str], theirs: Option<Protocols<'_>>) -> Option<&'static str> {
+fn negotiate(
+    side: Side,
+    ours: &'static [&'static str],
+    theirs: Option<Protocols<'_>>,
+) -> Option<&'static str> {
     let theirs = theirs?;
     match side {
         Side::Server => ours.iter().copied().find(|p| theirs.contains(p)),
-        Side::Client => theirs.iter().find_map(|t| ours.iter().copied().find(|o| *o == t)),
+        Side::Client => theirs
+            .iter()
+            .find_map(|t| ours.iter().copied().find(|o| *o == t)),
     }
 }
 
@@ -304,7 +317,9 @@ impl<const N: usize> Connection<N> {
             match self.timers.expired(now, self.ping_pending)? {
                 Timer::Handshake => {
                     debug!("qmux: handshake timeout");
-                    self.state = State::Closed { pending: Some(CloseFrame::new(false, 0, "handshake timeout")) };
+                    self.state = State::Closed {
+                        pending: Some(CloseFrame::new(false, 0, "handshake timeout")),
+                    };
                     return Some(Event::Closed(Closed {
                         code: 0,
                         reason: "handshake timeout",
@@ -347,7 +362,9 @@ impl<const N: usize> Connection<N> {
     pub fn close(&mut self, code: u64, reason: &str) {
         if self.state == State::Open {
             debug!("qmux: closing with code {}", code);
-            self.state = State::Closed { pending: Some(CloseFrame::new(true, code, reason)) };
+            self.state = State::Closed {
+                pending: Some(CloseFrame::new(true, code, reason)),
+            };
         }
     }
 
@@ -355,8 +372,15 @@ impl<const N: usize> Connection<N> {
     /// with code 1002 (PROTOCOL.md §2.4, §2.6) and report it.
     fn violation(&mut self, e: TransportError) -> Event<'static> {
         debug!("qmux: peer violation: {}", e);
-        self.state = State::Closed { pending: Some(CloseFrame::new(false, e.code(), e.reason())) };
-        Event::Closed(Closed { code: e.code(), reason: e.reason(), application: false, cause: CloseCause::Violation(e) })
+        self.state = State::Closed {
+            pending: Some(CloseFrame::new(false, e.code(), e.reason())),
+        };
+        Event::Closed(Closed {
+            code: e.code(),
+            reason: e.reason(),
+            application: false,
+            cause: CloseCause::Violation(e),
+        })
     }
 
     /// Retires finished streams; peer streams retired return stream-count credit.

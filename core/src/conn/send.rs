@@ -15,7 +15,9 @@ use crate::wire::varint;
 
 /// Appends one one-frame record to `out` at `*pos`; false (nothing written) if it does not fit.
 fn put(out: &mut [u8], pos: &mut usize, frame: &Frame<'_>, max_record_size: u64) -> bool {
-    let Some(buf) = out.get_mut(*pos..) else { return false };
+    let Some(buf) = out.get_mut(*pos..) else {
+        return false;
+    };
     match encode_record(frame, max_record_size, buf) {
         Ok(n) => {
             *pos += n;
@@ -30,9 +32,16 @@ impl CloseFrame {
     fn frame(&self) -> Frame<'_> {
         let reason = self.reason.as_bytes();
         if self.application {
-            Frame::ApplicationClose(ApplicationClose { code: self.code, reason })
+            Frame::ApplicationClose(ApplicationClose {
+                code: self.code,
+                reason,
+            })
         } else {
-            Frame::ConnectionClose(ConnectionClose { code: self.code, frame_type: 0, reason })
+            Frame::ConnectionClose(ConnectionClose {
+                code: self.code,
+                frame_type: 0,
+                reason,
+            })
         }
     }
 }
@@ -52,6 +61,9 @@ impl<const N: usize> Connection<N> {
     /// Each frame gets its own record, as moq-dev sends them; a record that does
     /// not fit in what is left of `out` stays pending. Call it until it returns 0
     /// before adding stream records, so control frames keep priority (PROTOCOL.md §2.8).
+    ///
+    /// `out` must hold at least our parameters record (86 bytes with the default
+    /// protocol list; a few hundred bytes cover any list and every other frame).
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> usize {
         let record = self.peer_record_size();
@@ -86,7 +98,11 @@ impl<const N: usize> Connection<N> {
                     && let Some(code) = send.reset_pending
                 {
                     // PROTOCOL.md §2.2: Final Size = bytes we actually wrote.
-                    let f = Frame::ResetStream(ResetStream { id: s.id, code, final_size: send.credit.used() });
+                    let f = Frame::ResetStream(ResetStream {
+                        id: s.id,
+                        code,
+                        final_size: send.credit.used(),
+                    });
                     if !put(out, &mut pos, &f, record) {
                         full = true;
                         break;
@@ -122,7 +138,10 @@ impl<const N: usize> Connection<N> {
             }
             for dir in [Dir::Bidi, Dir::Uni] {
                 if self.max_streams_pending[slot(dir)] {
-                    let f = Frame::MaxStreams { dir, max: self.remote[slot(dir)].max() };
+                    let f = Frame::MaxStreams {
+                        dir,
+                        max: self.remote[slot(dir)].max(),
+                    };
                     if !put(out, &mut pos, &f, record) {
                         break 'fill;
                     }
@@ -133,7 +152,10 @@ impl<const N: usize> Connection<N> {
                 if let Some(recv) = s.recv.as_mut()
                     && recv.update_pending
                 {
-                    let f = Frame::MaxStreamData { id: s.id, max: recv.window.max() };
+                    let f = Frame::MaxStreamData {
+                        id: s.id,
+                        max: recv.window.max(),
+                    };
                     if !put(out, &mut pos, &f, record) {
                         break 'fill;
                     }
@@ -189,7 +211,9 @@ impl<const N: usize> Connection<N> {
         }
         let id = StreamId::new(self.side, dir, credit.used()).ok_or(OpenError::Limit)?;
         let stream = Stream::new(id, self.side, self.send_max(id), self.recv_max(id));
-        self.streams.insert(stream).map_err(|_| OpenError::TableFull)?;
+        self.streams
+            .insert(stream)
+            .map_err(|_| OpenError::TableFull)?;
         self.local[slot(dir)].claim(1);
         trace!("qmux: opened stream {}", id.value());
         Ok(id)
@@ -203,7 +227,9 @@ impl<const N: usize> Connection<N> {
             return 0;
         }
         match self.streams.get(id).and_then(|s| s.send) {
-            Some(send) if send.state == SendState::Open => send.credit.available().min(self.conn_send.available()),
+            Some(send) if send.state == SendState::Open => {
+                send.credit.available().min(self.conn_send.available())
+            }
             _ => 0,
         }
     }
@@ -256,7 +282,8 @@ impl<const N: usize> Connection<N> {
             .min(max_stream_payload(record, id, offset));
         // Shrink until the whole record fits `out`; each step removes at least the overrun.
         loop {
-            let frame = 1 + varint::len(id.value()) + varint::len(offset) + varint::len(n as u64) + n;
+            let frame =
+                1 + varint::len(id.value()) + varint::len(offset) + varint::len(n as u64) + n;
             let total = varint::len(frame as u64) + frame;
             if total <= out.len() {
                 break;
@@ -267,11 +294,20 @@ impl<const N: usize> Connection<N> {
             n = n.saturating_sub(total - out.len());
         }
         if n == 0 && !data.is_empty() {
-            return Err(if credit == 0 { WriteError::Blocked } else { WriteError::BufferTooSmall });
+            return Err(if credit == 0 {
+                WriteError::Blocked
+            } else {
+                WriteError::BufferTooSmall
+            });
         }
         let fin = fin && n == data.len();
         let payload = data.get(..n).ok_or(WriteError::BufferTooSmall)?;
-        let frame = Frame::Stream(StreamFrame { id, offset, data: payload, fin });
+        let frame = Frame::Stream(StreamFrame {
+            id,
+            offset,
+            data: payload,
+            fin,
+        });
         let written = encode_record(&frame, record, out).map_err(|_| WriteError::BufferTooSmall)?;
         send.credit.claim(n as u64);
         self.conn_send.claim(n as u64);
@@ -280,7 +316,10 @@ impl<const N: usize> Connection<N> {
             self.sweep();
         }
         self.timers.on_send(now);
-        Ok(Written { data: n, out: written })
+        Ok(Written {
+            data: n,
+            out: written,
+        })
     }
 
     /// Gives back credit for `n` bytes of stream `id` the application has finished with.
@@ -315,7 +354,8 @@ impl<const N: usize> Connection<N> {
     /// code; `poll_transmit` writes the RESET_STREAM (PROTOCOL.md §2.2).
     ///
     /// Resetting a stream we already finished or reset does nothing (moq-dev never
-    /// sends both FIN and RESET on one stream).
+    /// sends both FIN and RESET on one stream). The Final Size counts every byte
+    /// `write_stream` framed, so send those records before the reset.
     ///
     /// # Errors
     /// [`StreamError::UnknownStream`]; [`StreamError::WrongDirection`] for a
@@ -386,7 +426,12 @@ impl<const N: usize> Connection<N> {
     /// [`max_datagram_payload`](Self::max_datagram_payload);
     /// [`DatagramError::BufferTooSmall`]; [`DatagramError::NotReady`] before
     /// establishment; [`DatagramError::Closed`].
-    pub fn send_datagram(&mut self, now: Instant, data: &[u8], out: &mut [u8]) -> Result<usize, DatagramError> {
+    pub fn send_datagram(
+        &mut self,
+        now: Instant,
+        data: &[u8],
+        out: &mut [u8],
+    ) -> Result<usize, DatagramError> {
         if self.state != State::Open {
             return Err(DatagramError::Closed);
         }
@@ -400,8 +445,12 @@ impl<const N: usize> Connection<N> {
         if data.len() > max {
             return Err(DatagramError::TooLarge);
         }
-        let n = encode_record(&Frame::Datagram(Datagram::new(data)), self.peer_record_size(), out)
-            .map_err(|_| DatagramError::BufferTooSmall)?;
+        let n = encode_record(
+            &Frame::Datagram(Datagram::new(data)),
+            self.peer_record_size(),
+            out,
+        )
+        .map_err(|_| DatagramError::BufferTooSmall)?;
         self.timers.on_send(now);
         Ok(n)
     }

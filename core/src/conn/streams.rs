@@ -40,7 +40,12 @@ pub(crate) struct SendHalf {
 impl SendHalf {
     /// An open half with `max` bytes of credit.
     pub const fn new(max: u64) -> Self {
-        SendHalf { credit: SendCredit::new(max), state: SendState::Open, reset_pending: None, stop_seen: false }
+        SendHalf {
+            credit: SendCredit::new(max),
+            state: SendState::Open,
+            reset_pending: None,
+            stop_seen: false,
+        }
     }
 
     /// True once nothing more will be sent on this half.
@@ -80,7 +85,12 @@ pub(crate) struct RecvHalf {
 impl RecvHalf {
     /// An open half with a window of `max` bytes.
     pub const fn new(max: u64) -> Self {
-        RecvHalf { window: RecvWindow::new(max), state: RecvState::Open, stop_pending: None, update_pending: false }
+        RecvHalf {
+            window: RecvWindow::new(max),
+            state: RecvState::Open,
+            stop_pending: None,
+            update_pending: false,
+        }
     }
 
     /// True once the peer will send nothing more that the application needs, and
@@ -142,7 +152,9 @@ pub(crate) struct StreamTable<const N: usize> {
 impl<const N: usize> StreamTable<N> {
     /// An empty table.
     pub const fn new() -> Self {
-        StreamTable { streams: Vec::new() }
+        StreamTable {
+            streams: Vec::new(),
+        }
     }
 
     /// Live streams.
@@ -258,7 +270,11 @@ mod tests {
     fn full_table_gives_the_stream_back() {
         let local = Side::Client;
         let mut t = StreamTable::<1>::new();
-        t.insert(Stream::new(id(Side::Client, Dir::Uni, 0), local, 1, 1)).unwrap();
-        assert!(t.insert(Stream::new(id(Side::Client, Dir::Uni, 1), local, 1, 1)).is_err());
+        t.insert(Stream::new(id(Side::Client, Dir::Uni, 0), local, 1, 1))
+            .unwrap();
+        assert!(
+            t.insert(Stream::new(id(Side::Client, Dir::Uni, 1), local, 1, 1))
+                .is_err()
+        );
     }
 }

@@ -136,8 +136,16 @@ mod tests {
         t.on_established(ms(100), Some(Duration::from_secs(30)));
         assert_eq!(t.deadline(Timer::Handshake, false), None);
         assert_eq!(t.deadline(Timer::Idle, false), Some(ms(30_100)));
-        assert_eq!(t.next(false), Some(ms(10_000)), "keep-alive counts from the last send at 0");
-        assert_eq!(t.next(true), Some(ms(30_100)), "a pending ping disarms the keep-alive");
+        assert_eq!(
+            t.next(false),
+            Some(ms(10_000)),
+            "keep-alive counts from the last send at 0"
+        );
+        assert_eq!(
+            t.next(true),
+            Some(ms(30_100)),
+            "a pending ping disarms the keep-alive"
+        );
         t.on_send(ms(5_000));
         assert_eq!(t.next(false), Some(ms(15_000)));
         assert_eq!(t.expired(ms(15_000), false), Some(Timer::KeepAlive));

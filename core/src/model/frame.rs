@@ -107,7 +107,9 @@ impl Header {
         let mut c = r.clone();
         let delta = varint::zigzag_decode(c.varint()?);
         let len = c.length(max_payload)?;
-        let timestamp = prev.checked_add_signed(delta).ok_or(DecodeError::InvalidValue)?;
+        let timestamp = prev
+            .checked_add_signed(delta)
+            .ok_or(DecodeError::InvalidValue)?;
         *r = c;
         Ok(Header { timestamp, len })
     }
@@ -166,7 +168,10 @@ impl<'a> Frame<'a> {
         let h = Header::decode(&mut c, prev, max_payload)?;
         let payload = c.bytes(h.len)?;
         *r = c;
-        Ok(Frame { timestamp: h.timestamp, payload })
+        Ok(Frame {
+            timestamp: h.timestamp,
+            payload,
+        })
     }
 }
 
@@ -263,13 +268,19 @@ mod tests {
         assert_eq!(r.position(), 0);
         let mut r = Reader::new(V12);
         assert_eq!(Frame::decode(&mut r, 0, 4), Err(DecodeError::TooLarge));
-        assert_eq!(Header::decode(&mut Reader::new(&V12[..3]), 0, 5), Ok(Header::new(1000, 5)));
+        assert_eq!(
+            Header::decode(&mut Reader::new(&V12[..3]), 0, 5),
+            Ok(Header::new(1000, 5))
+        );
     }
 
     #[test]
     fn timestamps_out_of_range() {
         // delta -1 from 0 would be negative.
-        assert_eq!(Header::decode(&mut Reader::new(&[0x01, 0x00]), 0, 0), Err(DecodeError::InvalidValue));
+        assert_eq!(
+            Header::decode(&mut Reader::new(&[0x01, 0x00]), 0, 0),
+            Err(DecodeError::InvalidValue)
+        );
         // +1 past u64::MAX.
         assert_eq!(
             Header::decode(&mut Reader::new(&[0x02, 0x00]), u64::MAX, 0),
@@ -277,28 +288,49 @@ mod tests {
         );
         let mut buf = [0u8; MAX_HEADER_LEN];
         let mut w = Writer::new(&mut buf);
-        assert_eq!(Header::new(1 << 61, 0).encode(0, &mut w), Err(EncodeError::ValueTooLarge));
-        assert_eq!(Header::new(0, 0).encode((1 << 61) + 1, &mut w), Err(EncodeError::ValueTooLarge));
+        assert_eq!(
+            Header::new(1 << 61, 0).encode(0, &mut w),
+            Err(EncodeError::ValueTooLarge)
+        );
+        assert_eq!(
+            Header::new(0, 0).encode((1 << 61) + 1, &mut w),
+            Err(EncodeError::ValueTooLarge)
+        );
         assert_eq!(w.position(), 0);
         // The extremes that do fit.
         assert_eq!(Header::new((1 << 61) - 1, 0).delta(0), Ok((1 << 61) - 1));
         assert_eq!(Header::new(0, 0).delta(1 << 61), Ok(-(1 << 61)));
-        assert_eq!(Header::new(0, 0).encoded_len(1 << 61), Ok(MAX_HEADER_LEN - 7));
+        assert_eq!(
+            Header::new(0, 0).encoded_len(1 << 61),
+            Ok(MAX_HEADER_LEN - 7)
+        );
     }
 
     #[test]
     fn encode_needs_room_for_everything() {
         let mut buf = [0u8; 7];
         let mut w = Writer::new(&mut buf);
-        assert_eq!(Frame::new(1000, b"hello").encode(0, &mut w), Err(EncodeError::BufferTooSmall));
+        assert_eq!(
+            Frame::new(1000, b"hello").encode(0, &mut w),
+            Err(EncodeError::BufferTooSmall)
+        );
         assert_eq!(w.position(), 0);
         let mut small = [0u8; 1];
         let mut w = Writer::new(&mut small);
-        assert_eq!(Header::new(1000, 0).encode(0, &mut w), Err(EncodeError::BufferTooSmall));
+        assert_eq!(
+            Header::new(1000, 0).encode(0, &mut w),
+            Err(EncodeError::BufferTooSmall)
+        );
         assert_eq!(w.position(), 0);
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: if cfg!(miri) { 8 } else { 256 },
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
         #[test]
         fn round_trip(frames in proptest::collection::vec(
             (0u64..(1 << 40), proptest::collection::vec(any::<u8>(), 0..40)), 0..12)

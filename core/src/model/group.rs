@@ -265,7 +265,11 @@ impl<'p> State<'p> {
             return None;
         }
         self.has_producer.set(true);
-        Some(Producer { state: self, generation: self.generation.get(), frame_left: 0 })
+        Some(Producer {
+            state: self,
+            generation: self.generation.get(),
+            frame_left: 0,
+        })
     }
 
     /// A new consumer reading the group from its first byte.
@@ -394,7 +398,9 @@ impl<'p> State<'p> {
         }
         let blocks = (n - spare).div_ceil(self.pool.block_size() as u64);
         let blocks = usize::try_from(blocks).unwrap_or(usize::MAX);
-        self.pool.try_reserve(blocks).map_err(|_| WriteError::PoolExhausted)
+        self.pool
+            .try_reserve(blocks)
+            .map_err(|_| WriteError::PoolExhausted)
     }
 
     /// Appends as much of `data` as the pool allows, growing the chain; returns the count.
@@ -498,7 +504,11 @@ impl<'a, 'p> Producer<'a, 'p> {
     }
 
     /// Encodes the FRAME header for `timestamp`/`len` after the previous frame.
-    fn header(&self, timestamp: u64, len: usize) -> Result<([u8; MAX_HEADER_LEN], usize), WriteError> {
+    fn header(
+        &self,
+        timestamp: u64,
+        len: usize,
+    ) -> Result<([u8; MAX_HEADER_LEN], usize), WriteError> {
         let mut buf = [0u8; MAX_HEADER_LEN];
         let mut w = Writer::new(&mut buf);
         // PROTOCOL.md §3.9: the delta is from the previous frame of this group (first: from 0).
@@ -615,7 +625,7 @@ impl<'a, 'p> Producer<'a, 'p> {
     /// Also ready once the group is no longer open or the slot was reused, so
     /// the caller's next write reports why. A `window` of 0 never becomes
     /// ready by reading alone: poll again when the window changes.
-    #[must_use]
+    #[must_use = "Pending means: do not write until woken"]
     pub fn poll_paced(&self, cx: &mut Context<'_>, window: u64) -> Poll<()> {
         if self.check().is_err() || self.state.allowance(window) > 0 {
             return Poll::Ready(());
@@ -889,7 +899,11 @@ impl<'a, 'p> Consumer<'a, 'p> {
     fn copy_out(&mut self, out: &mut [u8], payload: bool) -> Result<Next<usize>, ReadError> {
         let mut n = 0;
         while n < out.len() {
-            let next = if payload { self.payload_chunk()? } else { self.chunk()? };
+            let next = if payload {
+                self.payload_chunk()?
+            } else {
+                self.chunk()?
+            };
             let k = match next {
                 Next::Ready(c) => {
                     let k = c.len().min(out.len() - n);
@@ -1044,7 +1058,11 @@ mod tests {
         let mut c = group.consumer();
         assert_eq!(
             frames(&mut c),
-            vec![(1 << 40, b"ab".to_vec()), (5, Vec::new()), (7, b"c".to_vec())]
+            vec![
+                (1 << 40, b"ab".to_vec()),
+                (5, Vec::new()),
+                (7, b"c".to_vec())
+            ]
         );
         assert_eq!(c.read_frame_header(), Ok(Next::Pending));
         p.finish().unwrap();
@@ -1093,6 +1111,7 @@ mod tests {
         assert_eq!(c.chunk(), Ok(Next::Finished));
         assert_eq!(p.write_frame(4, b"y"), Err(WriteError::Finished));
         assert!(!group.abort(1), "a finished group cannot be aborted");
+        drop((c, p));
 
         group.reset(10);
         let mut p = group.producer().unwrap();
@@ -1151,13 +1170,16 @@ mod tests {
         let mut old_p = group.producer().unwrap();
         old_p.write_frame(0, b"abcdef").unwrap();
         let mut old_c = group.consumer();
-        let Next::Ready(chunk) = old_c.chunk().unwrap() else { panic!() };
+        let Next::Ready(chunk) = old_c.chunk().unwrap() else {
+            panic!()
+        };
         assert_eq!(chunk, &[0x00, 0x06, b'a', b'b']);
 
         group.reset(2);
-        assert_eq!(pool.in_use(), 1, "the old consumer still holds its block");
+        // The old consumer still holds its block, and through the link the next one.
+        assert_eq!(pool.in_use(), 2);
         assert_eq!(old_c.chunk(), Err(ReadError::Evicted));
-        assert_eq!(pool.in_use(), 0, "a stale consumer drops its block");
+        assert_eq!(pool.in_use(), 0, "a stale consumer drops its blocks");
         assert_eq!(old_p.write_frame(1, b"x"), Err(WriteError::Evicted));
         assert_eq!(old_c.read_frame_header(), Err(ReadError::Evicted));
 
@@ -1206,7 +1228,10 @@ mod tests {
         assert_eq!(pool.in_use(), 3);
         assert_eq!(p.write_frame(0, b""), Err(WriteError::PoolExhausted));
         let mut c = group.consumer();
-        assert_eq!(frames(&mut c), vec![(0, b"12345".to_vec()), (0, b"abc".to_vec())]);
+        assert_eq!(
+            frames(&mut c),
+            vec![(0, b"12345".to_vec()), (0, b"abc".to_vec())]
+        );
     }
 
     #[test]
@@ -1216,7 +1241,10 @@ mod tests {
         let group = State::new(&pool, 10);
         group.reset(0);
         let mut p = group.producer().unwrap();
-        assert_eq!(p.write_frame(0, b"123456789"), Err(WriteError::GroupTooLarge));
+        assert_eq!(
+            p.write_frame(0, b"123456789"),
+            Err(WriteError::GroupTooLarge)
+        );
         assert_eq!(p.begin_frame(0, 9), Err(WriteError::GroupTooLarge));
         p.write_frame(0, b"12345678").unwrap(); // exactly 10
         assert_eq!(p.write_frame(0, b""), Err(WriteError::GroupTooLarge));
@@ -1294,7 +1322,9 @@ mod tests {
         p.finish().unwrap();
         let mut c = group.consumer();
         assert_eq!(c.read_frame_header(), Ok(Next::Ready(Header::new(10, 14))));
-        let Next::Ready(first) = c.payload_chunk().unwrap() else { panic!() };
+        let Next::Ready(first) = c.payload_chunk().unwrap() else {
+            panic!()
+        };
         assert_eq!(first, b"s"); // the rest of the first block
         c.advance(1);
         assert_eq!(c.read_frame_header(), Ok(Next::Ready(Header::new(20, 4))));
@@ -1322,7 +1352,7 @@ mod tests {
 
     #[test]
     fn chunk_slices_outlive_the_borrow() {
-        let mut storage = PoolStorage::<4, 4>::new();
+        let mut storage = PoolStorage::<8, 4>::new();
         let pool = Pool::new(&mut storage);
         let group = State::new(&pool, 1024);
         group.reset(0);
