@@ -5,5 +5,6 @@
 pub mod broadcast;
 pub mod frame;
 pub mod group;
+pub mod origin;
 pub mod path;
 pub mod track;

@@ -1,0 +1,712 @@
+//! Relay configuration: command-line flags, the optional TOML file, and the
+//! validated [`RelayConfig`] built from both (flags override the file).
+//!
+//! The file uses the flags' long names as keys (`max-connections = 100`);
+//! the snake_case spelling (`max_connections`) is accepted too. Unknown keys
+//! are an error, so a typo never silently falls back to a default.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use serde::Deserialize;
+
+use crate::driver::DriverKind;
+
+/// Default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:4443";
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+/// Why a configuration could not be loaded or validated.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The configuration file could not be read from disk.
+    #[error("cannot read config file {}: {source}", path.display())]
+    ReadFile {
+        /// The file named by `--config`.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The configuration file is not TOML, or holds an unknown key or a value
+    /// of the wrong type.
+    #[error("invalid config file {}: {message}", path.display())]
+    ParseFile {
+        /// The file named by `--config`.
+        path: PathBuf,
+        /// The parser's explanation, with line and column.
+        message: String,
+    },
+    /// A value is well-formed but not allowed (out of range, inconsistent).
+    #[error("invalid value for `{key}`: {reason}")]
+    Invalid {
+        /// The flag / file key the value belongs to.
+        key: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+}
+
+fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key, reason: reason.into() }
+}
+
+// ---------------------------------------------------------------------------
+// Value types shared by flags and file
+// ---------------------------------------------------------------------------
+
+/// A byte count written as a plain integer or with a unit suffix
+/// (`64KiB`, `16MiB`, `1GiB`, `500kB`, `2MB`; case-insensitive, `K`/`M`/`G` are binary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
+
+/// Why a textual value could not be parsed (used by the flag and file parsers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseValueError(pub(crate) String);
+
+impl fmt::Display for ParseValueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ParseValueError {}
+
+fn split_number(s: &str) -> Result<(u64, &str), ParseValueError> {
+    let s = s.trim();
+    let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(end);
+    if digits.is_empty() {
+        return Err(ParseValueError(format!("`{s}` does not start with a number")));
+    }
+    let n = digits
+        .parse::<u64>()
+        .map_err(|_| ParseValueError(format!("`{digits}` is too large")))?;
+    Ok((n, unit.trim()))
+}
+
+impl FromStr for ByteSize {
+    type Err = ParseValueError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (n, unit) = split_number(s)?;
+        let mult: u64 = match unit.to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" | "kib" => 1 << 10,
+            "m" | "mib" => 1 << 20,
+            "g" | "gib" => 1 << 30,
+            "kb" => 1_000,
+            "mb" => 1_000_000,
+            "gb" => 1_000_000_000,
+            other => {
+                return Err(ParseValueError(format!(
+                    "unknown size unit `{other}` (use B, KiB, MiB, GiB, kB, MB or GB)"
+                )));
+            }
+        };
+        n.checked_mul(mult)
+            .map(ByteSize)
+            .ok_or_else(|| ParseValueError(format!("`{s}` does not fit in 64 bits")))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} bytes", self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(ByteSize(n)),
+            Raw::Text(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// A duration written as `500ms`, `5s`, `2m`, or a plain number of seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationArg(pub Duration);
+
+impl FromStr for DurationArg {
+    type Err = ParseValueError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (n, unit) = split_number(s)?;
+        let d = match unit {
+            "ms" => Duration::from_millis(n),
+            "" | "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            other => {
+                return Err(ParseValueError(format!("unknown time unit `{other}` (use ms, s or m)")));
+            }
+        };
+        Ok(DurationArg(d))
+    }
+}
+
+impl<'de> Deserialize<'de> for DurationArg {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(DurationArg(Duration::from_secs(n))),
+            Raw::Text(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// The upstream relay this one forwards announcements and subscriptions to,
+/// written `tcp://HOST:PORT/PATH` (PATH may be empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    /// Host name or IP address (IPv6 without brackets).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Broadcast path prefix sent in SETUP, without the leading `/`.
+    pub path: String,
+}
+
+impl FromStr for Upstream {
+    type Err = ParseValueError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let rest = s.strip_prefix("tcp://").ok_or_else(|| {
+            ParseValueError(format!("`{s}` must start with tcp:// (the relay speaks QMux over plain TCP)"))
+        })?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            let (host, after) = v6
+                .split_once(']')
+                .ok_or_else(|| ParseValueError(format!("`{authority}` has an unclosed `[`")))?;
+            let port = after
+                .strip_prefix(':')
+                .ok_or_else(|| ParseValueError(format!("`{authority}` has no :PORT")))?;
+            (host, port)
+        } else {
+            authority
+                .rsplit_once(':')
+                .ok_or_else(|| ParseValueError(format!("`{authority}` has no :PORT")))?
+        };
+        if host.is_empty() {
+            return Err(ParseValueError(format!("`{s}` has an empty host")));
+        }
+        let port: u16 = port
+            .parse()
+            .map_err(|_| ParseValueError(format!("`{port}` is not a TCP port")))?;
+        if port == 0 {
+            return Err(ParseValueError("upstream port 0 is not connectable".into()));
+        }
+        Ok(Upstream { host: host.to_owned(), port, path: path.to_owned() })
+    }
+}
+
+impl fmt::Display for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "tcp://[{}]:{}/{}", self.host, self.port, self.path)
+        } else {
+            write!(f, "tcp://{}:{}/{}", self.host, self.port, self.path)
+        }
+    }
+}
+
+/// A log verbosity: `off`, `error`, `warn`, `info`, `debug` or `trace`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogLevel(pub tracing::level_filters::LevelFilter);
+
+impl FromStr for LogLevel {
+    type Err = ParseValueError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse::<tracing::level_filters::LevelFilter>().map(LogLevel).map_err(|_| {
+            ParseValueError(format!("unknown log level `{s}` (use off, error, warn, info, debug or trace)"))
+        })
+    }
+}
+
+/// Deserializes any `FromStr` value from a TOML string.
+fn from_text<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: FromStr,
+    T::Err: fmt::Display,
+{
+    let s = String::deserialize(d)?;
+    s.parse().map(Some).map_err(serde::de::Error::custom)
+}
+
+// ---------------------------------------------------------------------------
+// Command line
+// ---------------------------------------------------------------------------
+
+/// The `skiff-relay` command line.
+#[derive(Debug, Parser)]
+#[command(name = "skiff-relay", version, about = "Thread-per-core io_uring moq-lite relay (QMux over TCP).")]
+pub struct Cli {
+    /// What to run; `serve` when omitted.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Settings shared by every subcommand.
+    #[command(flatten)]
+    pub flags: Flags,
+}
+
+/// A `skiff-relay` subcommand.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Run the moq-lite relay (needs the session handler; see the crate docs).
+    Serve,
+    /// Run the same server with a byte-echo handler: the runtime, limits,
+    /// signals and metrics without the protocol. Not a relay.
+    Echo,
+    /// Run the echo server plus a loopback TCP load for a few seconds and
+    /// print throughput and metrics.
+    Demo(DemoArgs),
+}
+
+/// Settings of the `demo` subcommand.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct DemoArgs {
+    /// Loopback clients, each on its own OS thread.
+    #[arg(long, default_value_t = 8)]
+    pub clients: usize,
+    /// How long the load runs.
+    #[arg(long, default_value = "3s")]
+    pub duration: DurationArg,
+    /// Bytes each client writes per round trip.
+    #[arg(long, default_value = "16KiB")]
+    pub message_bytes: ByteSize,
+}
+
+/// Relay settings given as flags; each may also come from the file.
+#[derive(Debug, Clone, Default, Args)]
+pub struct Flags {
+    /// TOML file with the same keys as these flags; flags override it.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+    /// Address to accept QMux/TCP connections on [default: 127.0.0.1:4443].
+    #[arg(long, value_name = "ADDR", global = true)]
+    pub listen: Option<SocketAddr>,
+    /// Worker threads, one io runtime and listener each [default: all cores].
+    #[arg(long, value_name = "N", global = true)]
+    pub threads: Option<usize>,
+    /// Upstream relay, `tcp://HOST:PORT/PATH`.
+    #[arg(long, value_name = "URL", global = true)]
+    pub upstream: Option<Upstream>,
+    /// Bytes of group cache per worker thread [default: 256MiB].
+    #[arg(long, value_name = "BYTES", global = true)]
+    pub cache_bytes: Option<ByteSize>,
+    /// Open connections allowed per worker thread; more are accepted and
+    /// closed at once [default: 10000].
+    #[arg(long, value_name = "N", global = true)]
+    pub max_connections: Option<u32>,
+    /// Concurrent streams per connection [default: 1000].
+    #[arg(long, value_name = "N", global = true)]
+    pub max_streams: Option<u32>,
+    /// Subscriptions per session [default: 1024].
+    #[arg(long, value_name = "N", global = true)]
+    pub max_subscriptions: Option<u32>,
+    /// Largest frame accepted [default: 4MiB].
+    #[arg(long, value_name = "BYTES", global = true)]
+    pub max_frame_bytes: Option<ByteSize>,
+    /// Largest group accepted [default: 16MiB].
+    #[arg(long, value_name = "BYTES", global = true)]
+    pub max_group_bytes: Option<ByteSize>,
+    /// Serve Prometheus metrics over HTTP on this address.
+    #[arg(long, value_name = "ADDR", global = true)]
+    pub metrics: Option<SocketAddr>,
+    /// Log level: off, error, warn, info, debug, trace [default: info].
+    #[arg(long, value_name = "LEVEL", global = true)]
+    pub log: Option<LogLevel>,
+    /// I/O driver: auto, io-uring or legacy (epoll) [default: auto].
+    #[arg(long, value_name = "DRIVER", global = true)]
+    pub driver: Option<DriverKind>,
+    /// How long open connections may take to finish after SIGINT/SIGTERM [default: 5s].
+    #[arg(long, value_name = "DURATION", global = true)]
+    pub drain_timeout: Option<DurationArg>,
+}
+
+// ---------------------------------------------------------------------------
+// File
+// ---------------------------------------------------------------------------
+
+/// The TOML configuration file; every key is optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileConfig {
+    /// See [`Flags::listen`].
+    #[serde(default, deserialize_with = "from_text")]
+    pub listen: Option<SocketAddr>,
+    /// See [`Flags::threads`].
+    pub threads: Option<usize>,
+    /// See [`Flags::upstream`].
+    #[serde(default, deserialize_with = "from_text")]
+    pub upstream: Option<Upstream>,
+    /// See [`Flags::cache_bytes`].
+    #[serde(alias = "cache_bytes")]
+    pub cache_bytes: Option<ByteSize>,
+    /// See [`Flags::max_connections`].
+    #[serde(alias = "max_connections")]
+    pub max_connections: Option<u32>,
+    /// See [`Flags::max_streams`].
+    #[serde(alias = "max_streams")]
+    pub max_streams: Option<u32>,
+    /// See [`Flags::max_subscriptions`].
+    #[serde(alias = "max_subscriptions")]
+    pub max_subscriptions: Option<u32>,
+    /// See [`Flags::max_frame_bytes`].
+    #[serde(alias = "max_frame_bytes")]
+    pub max_frame_bytes: Option<ByteSize>,
+    /// See [`Flags::max_group_bytes`].
+    #[serde(alias = "max_group_bytes")]
+    pub max_group_bytes: Option<ByteSize>,
+    /// See [`Flags::metrics`].
+    #[serde(default, deserialize_with = "from_text")]
+    pub metrics: Option<SocketAddr>,
+    /// See [`Flags::log`].
+    #[serde(default, deserialize_with = "from_text")]
+    pub log: Option<LogLevel>,
+    /// See [`Flags::driver`].
+    #[serde(default, deserialize_with = "from_text")]
+    pub driver: Option<DriverKind>,
+    /// See [`Flags::drain_timeout`].
+    #[serde(alias = "drain_timeout")]
+    pub drain_timeout: Option<DurationArg>,
+}
+
+impl FileConfig {
+    /// Parses the text of a configuration file; `path` only labels errors.
+    ///
+    /// # Errors
+    /// [`ConfigError::ParseFile`] for bad TOML, unknown keys or wrong types.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::ParseFile {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })
+    }
+
+    /// Reads and parses a configuration file.
+    ///
+    /// # Errors
+    /// [`ConfigError::ReadFile`] if it cannot be read, else as [`FileConfig::parse`].
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::ReadFile { path: path.to_owned(), source })?;
+        Self::parse(&text, path)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Validated configuration
+// ---------------------------------------------------------------------------
+
+/// Per-connection and per-session limits handed to every connection handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Open connections per worker thread.
+    pub max_connections: u32,
+    /// Concurrent streams per connection.
+    pub max_streams: u32,
+    /// Subscriptions per session.
+    pub max_subscriptions: u32,
+    /// Largest frame, bytes.
+    pub max_frame_bytes: u64,
+    /// Largest group, bytes.
+    pub max_group_bytes: u64,
+}
+
+/// The validated relay configuration: defaults, then the file, then flags.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelayConfig {
+    /// Address every worker's SO_REUSEPORT listener binds.
+    pub listen: SocketAddr,
+    /// Number of worker threads (each with its own runtime and listener).
+    pub threads: NonZeroUsize,
+    /// Upstream relay, if any.
+    pub upstream: Option<Upstream>,
+    /// Group cache budget per worker thread, bytes.
+    pub cache_bytes: u64,
+    /// Connection, stream, subscription and size limits.
+    pub limits: Limits,
+    /// Where to serve Prometheus metrics, if anywhere.
+    pub metrics: Option<SocketAddr>,
+    /// Log verbosity.
+    pub log: LogLevel,
+    /// Which I/O driver the workers use.
+    pub driver: DriverKind,
+    /// How long connections may take to finish after a stop signal.
+    pub drain_timeout: Duration,
+}
+
+/// Most worker threads accepted (a sanity bound, far above any core count here).
+pub const MAX_THREADS: usize = 1024;
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        let threads = std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN);
+        RelayConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 4443)),
+            threads,
+            upstream: None,
+            cache_bytes: 256 << 20,
+            limits: Limits {
+                max_connections: 10_000,
+                max_streams: 1_000,
+                max_subscriptions: 1_024,
+                max_frame_bytes: 4 << 20,
+                max_group_bytes: 16 << 20,
+            },
+            metrics: None,
+            log: LogLevel(tracing::level_filters::LevelFilter::INFO),
+            driver: DriverKind::Auto,
+            drain_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RelayConfig {
+    /// Builds the configuration from flags, reading `--config` if given.
+    ///
+    /// # Errors
+    /// Any [`ConfigError`]: unreadable or invalid file, or a value out of range.
+    pub fn load(flags: &Flags) -> Result<Self, ConfigError> {
+        let file = match &flags.config {
+            Some(path) => FileConfig::load(path)?,
+            None => FileConfig::default(),
+        };
+        Self::merge(&file, flags)
+    }
+
+    /// Applies `file` over the defaults, then `flags` over that, and validates.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for a value out of range or inconsistent limits.
+    pub fn merge(file: &FileConfig, flags: &Flags) -> Result<Self, ConfigError> {
+        let d = RelayConfig::default();
+        let threads = flags.threads.or(file.threads).unwrap_or(d.threads.get());
+        let threads = NonZeroUsize::new(threads).ok_or_else(|| invalid("threads", "must be at least 1"))?;
+        if threads.get() > MAX_THREADS {
+            return Err(invalid("threads", format!("{threads} is more than {MAX_THREADS}")));
+        }
+        let limits = Limits {
+            max_connections: flags
+                .max_connections
+                .or(file.max_connections)
+                .unwrap_or(d.limits.max_connections),
+            max_streams: flags.max_streams.or(file.max_streams).unwrap_or(d.limits.max_streams),
+            max_subscriptions: flags
+                .max_subscriptions
+                .or(file.max_subscriptions)
+                .unwrap_or(d.limits.max_subscriptions),
+            max_frame_bytes: flags
+                .max_frame_bytes
+                .or(file.max_frame_bytes)
+                .map_or(d.limits.max_frame_bytes, |b| b.0),
+            max_group_bytes: flags
+                .max_group_bytes
+                .or(file.max_group_bytes)
+                .map_or(d.limits.max_group_bytes, |b| b.0),
+        };
+        if limits.max_connections == 0 {
+            return Err(invalid("max-connections", "must be at least 1"));
+        }
+        if limits.max_streams == 0 {
+            return Err(invalid("max-streams", "must be at least 1"));
+        }
+        if limits.max_subscriptions == 0 {
+            return Err(invalid("max-subscriptions", "must be at least 1"));
+        }
+        if limits.max_frame_bytes == 0 {
+            return Err(invalid("max-frame-bytes", "must be at least 1"));
+        }
+        if limits.max_frame_bytes > limits.max_group_bytes {
+            return Err(invalid(
+                "max-frame-bytes",
+                format!(
+                    "{} is larger than max-group-bytes ({})",
+                    limits.max_frame_bytes, limits.max_group_bytes
+                ),
+            ));
+        }
+        let cfg = RelayConfig {
+            listen: flags.listen.or(file.listen).unwrap_or(d.listen),
+            threads,
+            upstream: flags.upstream.clone().or_else(|| file.upstream.clone()),
+            cache_bytes: flags.cache_bytes.or(file.cache_bytes).map_or(d.cache_bytes, |b| b.0),
+            limits,
+            metrics: flags.metrics.or(file.metrics),
+            log: flags.log.or(file.log).unwrap_or(d.log),
+            driver: flags.driver.or(file.driver).unwrap_or(d.driver),
+            drain_timeout: flags.drain_timeout.or(file.drain_timeout).map_or(d.drain_timeout, |t| t.0),
+        };
+        if cfg.metrics.is_some() && cfg.metrics == Some(cfg.listen) && cfg.listen.port() != 0 {
+            return Err(invalid("metrics", "must differ from the listen address"));
+        }
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(args: &[&str]) -> Flags {
+        let mut v = vec!["skiff-relay"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v).expect("flags parse").flags
+    }
+
+    // --- value parsers ---
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!("65536".parse::<ByteSize>(), Ok(ByteSize(65536)));
+        assert_eq!("64KiB".parse::<ByteSize>(), Ok(ByteSize(64 << 10)));
+        assert_eq!("16 MiB".parse::<ByteSize>(), Ok(ByteSize(16 << 20)));
+        assert_eq!("1g".parse::<ByteSize>(), Ok(ByteSize(1 << 30)));
+        assert_eq!("2MB".parse::<ByteSize>(), Ok(ByteSize(2_000_000)));
+        assert!("MiB".parse::<ByteSize>().is_err());
+        assert!("12 parsecs".parse::<ByteSize>().is_err());
+        assert!("99999999999999999999".parse::<ByteSize>().is_err());
+        assert!("17179869184GiB".parse::<ByteSize>().is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!("250ms".parse::<DurationArg>(), Ok(DurationArg(Duration::from_millis(250))));
+        assert_eq!("7".parse::<DurationArg>(), Ok(DurationArg(Duration::from_secs(7))));
+        assert_eq!("2m".parse::<DurationArg>(), Ok(DurationArg(Duration::from_secs(120))));
+        assert!("2h".parse::<DurationArg>().is_err());
+        assert!("-1s".parse::<DurationArg>().is_err());
+    }
+
+    #[test]
+    fn upstream_urls() {
+        let u: Upstream = "tcp://relay.example:4443/room/a".parse().unwrap();
+        assert_eq!(u, Upstream { host: "relay.example".into(), port: 4443, path: "room/a".into() });
+        let u: Upstream = "tcp://[::1]:9000".parse().unwrap();
+        assert_eq!((u.host.as_str(), u.port, u.path.as_str()), ("::1", 9000, ""));
+        assert_eq!(u.to_string(), "tcp://[::1]:9000/");
+        assert!("https://x:1/".parse::<Upstream>().is_err());
+        assert!("tcp://x/".parse::<Upstream>().is_err());
+        assert!("tcp://:1/".parse::<Upstream>().is_err());
+        assert!("tcp://x:0/".parse::<Upstream>().is_err());
+        assert!("tcp://x:70000/".parse::<Upstream>().is_err());
+        assert!("tcp://[::1/".parse::<Upstream>().is_err());
+    }
+
+    // --- merging ---
+
+    #[test]
+    fn defaults_without_file_or_flags() {
+        let cfg = RelayConfig::merge(&FileConfig::default(), &Flags::default()).unwrap();
+        assert_eq!(cfg.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(cfg, RelayConfig::default());
+    }
+
+    #[test]
+    fn flags_override_file() {
+        let file = FileConfig::parse(
+            "listen = \"0.0.0.0:9000\"\nthreads = 3\nmax-connections = 7\ncache_bytes = \"1MiB\"\n\
+             max-frame-bytes = 1000\nlog = \"debug\"\ndriver = \"legacy\"\ndrain-timeout = \"250ms\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        let cfg = RelayConfig::merge(&file, &flags(&["--threads", "1", "--log", "warn"])).unwrap();
+        assert_eq!(cfg.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(cfg.threads.get(), 1);
+        assert_eq!(cfg.limits.max_connections, 7);
+        assert_eq!(cfg.limits.max_frame_bytes, 1000);
+        assert_eq!(cfg.cache_bytes, 1 << 20);
+        assert_eq!(cfg.log.0, tracing::level_filters::LevelFilter::WARN);
+        assert_eq!(cfg.driver, DriverKind::Legacy);
+        assert_eq!(cfg.drain_timeout, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn file_rejects_unknown_keys_and_bad_values() {
+        let p = Path::new("bad.toml");
+        for text in [
+            "lisen = \"127.0.0.1:1\"",
+            "listen = \"not an address\"",
+            "threads = \"two\"",
+            "max-connections = -1",
+            "cache-bytes = \"3 lightyears\"",
+            "upstream = \"http://a:1/\"",
+            "log = \"loud\"",
+            "[section]\nx = 1",
+            "threads = ",
+        ] {
+            let err = FileConfig::parse(text, p).unwrap_err();
+            assert!(matches!(err, ConfigError::ParseFile { .. }), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn inconsistent_limits_are_rejected() {
+        let err = RelayConfig::merge(
+            &FileConfig::default(),
+            &flags(&["--max-frame-bytes", "2MiB", "--max-group-bytes", "1MiB"]),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("max-frame-bytes"), "{err}");
+        for args in [["--threads", "0"], ["--max-connections", "0"], ["--threads", "5000"]] {
+            assert!(RelayConfig::merge(&FileConfig::default(), &flags(&args)).is_err());
+        }
+    }
+
+    #[test]
+    fn bad_flags_are_parse_errors() {
+        for args in [
+            vec!["skiff-relay", "--listen", "nowhere"],
+            vec!["skiff-relay", "--threads", "-2"],
+            vec!["skiff-relay", "--cache-bytes", "lots"],
+            vec!["skiff-relay", "--bogus"],
+            vec!["skiff-relay", "frobnicate"],
+        ] {
+            assert!(Cli::try_parse_from(&args).is_err(), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn subcommands_and_global_flags() {
+        let cli = Cli::try_parse_from(["skiff-relay", "echo", "--threads", "2"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Echo)));
+        assert_eq!(cli.flags.threads, Some(2));
+        let cli = Cli::try_parse_from(["skiff-relay", "--listen", "127.0.0.1:0"]).unwrap();
+        assert!(cli.command.is_none());
+        let cli = Cli::try_parse_from(["skiff-relay", "demo", "--clients", "3", "--duration", "1s"]).unwrap();
+        match cli.command {
+            Some(Command::Demo(d)) => {
+                assert_eq!(d.clients, 3);
+                assert_eq!(d.duration.0, Duration::from_secs(1));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! An accepted connection as a handler sees it: the socket split into a
+//! [`Reader`] and a [`Writer`], each with one reusable owned buffer.
+//!
+//! Buffers move the io_uring way: a read hands the whole `Vec` to the kernel
+//! and gets it back with the completion (monoio's `AsyncReadRent`); a write
+//! does the same with the staged bytes. The `Vec`s come from a per-thread
+//! [`BufPool`] and go back to it when the halves drop, so after warm-up
+//! neither a read, a write nor a new connection allocates.
+
+use std::cell::RefCell;
+use std::future::{Future, poll_fn};
+use std::io;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::rc::Rc;
+use std::task::Poll;
+
+use monoio::io::{
+    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, OwnedReadHalf,
+    OwnedWriteHalf, Splitable,
+};
+use monoio::net::TcpStream;
+
+use crate::config::{Limits, RelayConfig};
+use crate::shutdown::{LocalEvent, Shutdown};
+use crate::worker::WorkerShared;
+
+/// Capacity of each connection's read buffer (one kernel read at most).
+pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Initial capacity of each connection's write buffer.
+pub const WRITE_BUFFER_BYTES: usize = 64 * 1024;
+/// A write buffer that grew past this is freed rather than pooled.
+const MAX_POOLED_CAPACITY: usize = 4 * WRITE_BUFFER_BYTES;
+/// Most buffers a thread keeps for reuse (bounds idle memory after a burst).
+pub const MAX_POOLED_BUFFERS: usize = 512;
+
+/// ECANCELED, what monoio returns for a cancelled operation.
+const ECANCELED: i32 = 125;
+
+// ---------------------------------------------------------------------------
+// Buffer pool
+// ---------------------------------------------------------------------------
+
+/// A per-thread free list of byte buffers (no locking, `!Send`).
+#[derive(Debug, Default)]
+pub struct BufPool {
+    free: RefCell<Vec<Vec<u8>>>,
+}
+
+impl BufPool {
+    /// An empty pool.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty buffer with at least `cap` bytes of capacity, reused if one is free.
+    pub fn take(&self, cap: usize) -> Vec<u8> {
+        let reused = self.free.borrow_mut().pop();
+        match reused {
+            Some(mut b) => {
+                b.clear();
+                b.reserve(cap);
+                b
+            }
+            None => Vec::with_capacity(cap),
+        }
+    }
+
+    /// Returns a buffer for reuse; dropped instead if the pool is full or it grew large.
+    pub fn give(&self, buf: Vec<u8>) {
+        let mut free = self.free.borrow_mut();
+        if buf.capacity() <= MAX_POOLED_CAPACITY && free.len() < MAX_POOLED_BUFFERS {
+            free.push(buf);
+        }
+    }
+
+    /// Buffers currently free.
+    pub fn len(&self) -> usize {
+        self.free.borrow().len()
+    }
+
+    /// Whether no buffer is free.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Connection
+// ---------------------------------------------------------------------------
+
+/// One accepted TCP connection, owned by the handler that serves it.
+///
+/// Use [`Connection::parts`] to read and write at once (e.g. echo), or
+/// [`Connection::into_split`] to move the halves into separate tasks (a
+/// session driver: one task reading into the state machine, one writing
+/// what it transmits).
+pub struct Connection {
+    reader: Reader,
+    writer: Writer,
+    peer: SocketAddr,
+    id: u64,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("id", &self.id)
+            .field("peer", &self.peer)
+            .field("worker", &self.reader.shared.index)
+            .finish()
+    }
+}
+
+impl Connection {
+    pub(crate) fn new(stream: TcpStream, peer: SocketAddr, id: u64, shared: Rc<WorkerShared>) -> Self {
+        // Latency matters more than segment count for a relay.
+        let _ = stream.set_nodelay(true);
+        let (r, w) = stream.into_split();
+        let reader = Reader { half: r, buf: shared.pool.take(READ_BUFFER_BYTES), shared: shared.clone() };
+        let writer = Writer { half: w, buf: shared.pool.take(WRITE_BUFFER_BYTES), shared };
+        Connection { reader, writer, peer, id }
+    }
+
+    /// A number unique among this worker's connections.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Index of the worker thread serving this connection.
+    pub fn worker(&self) -> usize {
+        self.reader.shared.index
+    }
+
+    /// The relay configuration.
+    pub fn config(&self) -> &RelayConfig {
+        &self.reader.shared.config
+    }
+
+    /// The limits the handler must enforce on this connection.
+    pub fn limits(&self) -> &Limits {
+        &self.reader.shared.config.limits
+    }
+
+    /// The server's drain signal, as seen from this thread.
+    pub fn shutdown(&self) -> Shutdown {
+        Shutdown::new(self.reader.shared.shutdown.clone())
+    }
+
+    /// Both halves, borrowed, for handlers that read and write in one task.
+    pub fn parts(&mut self) -> (&mut Reader, &mut Writer) {
+        (&mut self.reader, &mut self.writer)
+    }
+
+    /// Both halves, owned, for handlers that read and write in separate tasks.
+    pub fn into_split(self) -> (Reader, Writer) {
+        (self.reader, self.writer)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Reader
+// ---------------------------------------------------------------------------
+
+/// The receiving half of a [`Connection`] with its reusable read buffer.
+pub struct Reader {
+    half: OwnedReadHalf<TcpStream>,
+    buf: Vec<u8>,
+    shared: Rc<WorkerShared>,
+}
+
+impl Reader {
+    /// Reads what the peer sent next (at most [`READ_BUFFER_BYTES`]).
+    /// An empty slice means the peer closed its sending side.
+    ///
+    /// # Errors
+    /// Whatever the socket reports (reset, timeout...).
+    pub async fn read(&mut self) -> io::Result<&[u8]> {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let (res, buf) = self.half.read(buf).await;
+        self.buf = buf;
+        let n = res?;
+        self.shared.counters().add_bytes_in(n);
+        Ok(self.buf.get(..n).unwrap_or(&[]))
+    }
+
+    /// Like [`Reader::read`], but gives up when the server starts draining:
+    /// `Ok(None)` then. The in-flight read is cancelled, not abandoned, so
+    /// the buffer comes back and no received byte is lost (bytes that won
+    /// the race are returned; the next call returns `None`).
+    ///
+    /// # Errors
+    /// Whatever the socket reports.
+    pub async fn read_or_drain(&mut self) -> io::Result<Option<&[u8]>> {
+        let stop = self.shared.shutdown.clone();
+        let n = {
+            let mut buf = std::mem::take(&mut self.buf);
+            buf.clear();
+            let (res, buf) = cancel_on(&stop, |h| self.half.cancelable_read(buf, h)).await;
+            self.buf = buf;
+            match res {
+                Ok(n) => n,
+                Err(e) if e.raw_os_error() == Some(ECANCELED) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        };
+        self.shared.counters().add_bytes_in(n);
+        Ok(Some(self.buf.get(..n).unwrap_or(&[])))
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.shared.pool.give(std::mem::take(&mut self.buf));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Writer
+// ---------------------------------------------------------------------------
+
+/// The sending half of a [`Connection`] with its reusable write buffer.
+pub struct Writer {
+    half: OwnedWriteHalf<TcpStream>,
+    buf: Vec<u8>,
+    shared: Rc<WorkerShared>,
+}
+
+impl Writer {
+    /// The staging buffer: append bytes here, then [`Writer::flush`]. A
+    /// sans-IO session's `poll_transmit` writes straight into it.
+    pub fn buffer(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+
+    /// Writes every staged byte, then empties the buffer (keeping its allocation).
+    ///
+    /// # Errors
+    /// Whatever the socket reports; the staged bytes are dropped then.
+    pub async fn flush(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let buf = std::mem::take(&mut self.buf);
+        let (res, mut buf) = self.half.write_all(buf).await;
+        let sent = match &res {
+            Ok(n) => *n,
+            Err(_) => 0,
+        };
+        buf.clear();
+        self.buf = buf;
+        self.shared.counters().add_bytes_out(sent);
+        res.map(|_| ())
+    }
+
+    /// Stages `data` and flushes.
+    ///
+    /// # Errors
+    /// As [`Writer::flush`].
+    pub async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        self.buf.extend_from_slice(data);
+        self.flush().await
+    }
+
+    /// Flushes, then shuts the sending direction (the peer reads EOF).
+    ///
+    /// # Errors
+    /// As [`Writer::flush`], or the shutdown call's error.
+    pub async fn close(&mut self) -> io::Result<()> {
+        self.flush().await?;
+        self.half.shutdown().await
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.shared.pool.give(std::mem::take(&mut self.buf));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Cancellation helper
+// ---------------------------------------------------------------------------
+
+/// Runs the cancelable operation built by `op` and cancels it (through
+/// monoio's [`Canceller`]) once `stop` fires, then still waits for the
+/// operation to complete so owned buffers come back from the kernel.
+pub(crate) async fn cancel_on<F, T>(stop: &LocalEvent, op: impl FnOnce(monoio::io::CancelHandle) -> F) -> T
+where
+    F: Future<Output = T>,
+{
+    let canceller = Canceller::new();
+    let mut fut = pin!(op(canceller.handle()));
+    let mut stop_wait = pin!(stop.wait());
+    let mut canceller = Some(canceller);
+    poll_fn(|cx| {
+        if canceller.is_some() && (stop.is_fired() || stop_wait.as_mut().poll(cx).is_ready()) {
+            if let Some(c) = canceller.take() {
+                drop(c.cancel());
+            }
+        }
+        fut.as_mut().poll(cx)
+    })
+    .await
+}
+
+/// Whether an I/O error is monoio's "operation cancelled".
+pub(crate) fn is_cancelled(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(ECANCELED)
+}
+
+/// Polls two futures; returns the first to finish, dropping the other.
+pub(crate) async fn race<A: Future, B: Future>(a: A, b: B) -> Result<A::Output, B::Output> {
+    let mut a = pin!(a);
+    let mut b = pin!(b);
+    poll_fn(|cx| {
+        if let Poll::Ready(x) = a.as_mut().poll(cx) {
+            return Poll::Ready(Ok(x));
+        }
+        if let Poll::Ready(y) = b.as_mut().poll(cx) {
+            return Poll::Ready(Err(y));
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_reuses_and_bounds() {
+        let pool = BufPool::new();
+        let a = pool.take(1024);
+        let ptr = a.as_ptr();
+        pool.give(a);
+        assert_eq!(pool.len(), 1);
+        let b = pool.take(512);
+        assert_eq!(b.as_ptr(), ptr);
+        assert!(b.is_empty());
+        pool.give(Vec::with_capacity(MAX_POOLED_CAPACITY + 1));
+        assert!(pool.is_empty());
+        for _ in 0..MAX_POOLED_BUFFERS + 5 {
+            pool.give(Vec::with_capacity(8));
+        }
+        assert_eq!(pool.len(), MAX_POOLED_BUFFERS);
+    }
+}

@@ -1,0 +1,72 @@
+//! The seam where a protocol plugs into the server: [`ConnectionHandler`].
+//!
+//! Each worker thread builds its own handler (so it may hold `Rc`/`RefCell`
+//! per-thread state such as the relay's group cache and subscriber tables)
+//! and calls [`ConnectionHandler::serve`] once per accepted connection, in a
+//! task of its own on that thread.
+
+use std::future::Future;
+use std::io;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::config::RelayConfig;
+use crate::conn::Connection;
+use crate::driver::ActiveDriver;
+use crate::shutdown::Shutdown;
+
+/// What a worker thread knows when it builds its handler.
+#[derive(Debug, Clone)]
+pub struct WorkerInfo {
+    /// Worker index, `0..threads`.
+    pub index: usize,
+    /// The driver this worker's runtime runs on.
+    pub driver: ActiveDriver,
+    /// The relay configuration.
+    pub config: Arc<RelayConfig>,
+    /// The drain signal of this thread (fires for every handler at once).
+    pub shutdown: Shutdown,
+}
+
+/// Serves connections accepted on one worker thread.
+///
+/// Contract:
+/// - `serve` runs in its own task on the accepting thread; the returned
+///   future completing means the connection is finished (its socket closes
+///   when the [`Connection`] halves drop).
+/// - Once [`Connection::shutdown`] fires the handler should wind down (a
+///   moq-lite session sends GOAWAY and waits for the peer); after the drain
+///   timeout the server drops the future, closing the socket.
+/// - Enforce [`Connection::limits`] (streams, subscriptions, frame and group
+///   sizes); the server only enforces the connection count.
+pub trait ConnectionHandler: 'static {
+    /// Why a connection ended abnormally (logged at debug level by the server).
+    type Error: std::fmt::Display;
+
+    /// Serves one connection until it ends.
+    fn serve(self: Rc<Self>, conn: Connection) -> impl Future<Output = Result<(), Self::Error>> + 'static;
+}
+
+/// Writes back every byte it reads; stops at EOF or when the server drains.
+/// For testing the runtime, limits, signals and metrics. Not a relay.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EchoHandler;
+
+impl ConnectionHandler for EchoHandler {
+    type Error = io::Error;
+
+    #[allow(clippy::manual_async_fn)]
+    fn serve(self: Rc<Self>, mut conn: Connection) -> impl Future<Output = io::Result<()>> + 'static {
+        async move {
+            let (reader, writer) = conn.parts();
+            loop {
+                match reader.read_or_drain().await? {
+                    None => break,
+                    Some(data) if data.is_empty() => break,
+                    Some(data) => writer.write_all(data).await?,
+                }
+            }
+            writer.close().await
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! Relay counters and the Prometheus text endpoint.
+//!
+//! Each worker thread owns one cache-line-aligned [`ThreadCounters`] and
+//! updates it with relaxed atomics (no cross-core traffic on the hot path);
+//! a scrape sums them. [`MetricsServer`] answers any HTTP/1.1 GET with the
+//! Prometheus text exposition, from its own OS thread.
+
+use std::fmt::Write as _;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::driver::ActiveDriver;
+
+/// Counters of one worker thread, on their own cache line.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct ThreadCounters {
+    accepted: AtomicU64,
+    open: AtomicU64,
+    refused: AtomicU64,
+    accept_errors: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    /// 0 = not started, 1 = io_uring, 2 = legacy.
+    driver: AtomicU8,
+    draining: AtomicBool,
+}
+
+impl ThreadCounters {
+    /// Counts a connection handed to the handler (and now open).
+    pub fn connection_opened(&self) {
+        self.accepted.fetch_add(1, Ordering::Relaxed);
+        self.open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a handled connection that ended.
+    pub fn connection_closed(&self) {
+        self.open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection closed at once because the thread was at its limit
+    /// (or draining).
+    pub fn connection_refused(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a failed `accept`.
+    pub fn accept_error(&self) {
+        self.accept_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts bytes read from peers.
+    pub fn add_bytes_in(&self, n: usize) {
+        self.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Counts bytes written to peers.
+    pub fn add_bytes_out(&self, n: usize) {
+        self.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Records which driver the thread's runtime uses.
+    pub fn set_driver(&self, d: ActiveDriver) {
+        let v = match d {
+            ActiveDriver::IoUring => 1,
+            ActiveDriver::Legacy => 2,
+        };
+        self.driver.store(v, Ordering::Relaxed);
+    }
+
+    /// Records that the thread stopped accepting and is draining.
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// The driver recorded by [`ThreadCounters::set_driver`], if the thread started.
+    pub fn driver(&self) -> Option<ActiveDriver> {
+        match self.driver.load(Ordering::Relaxed) {
+            1 => Some(ActiveDriver::IoUring),
+            2 => Some(ActiveDriver::Legacy),
+            _ => None,
+        }
+    }
+
+    /// A consistent-enough copy of the counters (each read is relaxed).
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            accepted: self.accepted.load(Ordering::Relaxed),
+            open: self.open.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            accept_errors: self.accept_errors.load(Ordering::Relaxed),
+            bytes_in: self.bytes_in.load(Ordering::Relaxed),
+            bytes_out: self.bytes_out.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Plain values of the counters, per thread or summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Connections accepted and handed to the handler.
+    pub accepted: u64,
+    /// Connections currently open.
+    pub open: u64,
+    /// Connections closed at once (over the limit or draining).
+    pub refused: u64,
+    /// Failed accepts.
+    pub accept_errors: u64,
+    /// Bytes read from peers.
+    pub bytes_in: u64,
+    /// Bytes written to peers.
+    pub bytes_out: u64,
+}
+
+impl core::ops::AddAssign for Snapshot {
+    fn add_assign(&mut self, o: Snapshot) {
+        self.accepted += o.accepted;
+        self.open += o.open;
+        self.refused += o.refused;
+        self.accept_errors += o.accept_errors;
+        self.bytes_in += o.bytes_in;
+        self.bytes_out += o.bytes_out;
+    }
+}
+
+/// All worker threads' counters.
+#[derive(Debug)]
+pub struct Metrics {
+    threads: Box<[ThreadCounters]>,
+}
+
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    get: fn(&Snapshot) -> u64,
+}
+
+const FAMILIES: &[Family] = &[
+    Family {
+        name: "connections_accepted_total",
+        kind: "counter",
+        help: "Connections accepted and handed to the connection handler.",
+        get: |s| s.accepted,
+    },
+    Family { name: "connections_open", kind: "gauge", help: "Connections currently open.", get: |s| s.open },
+    Family {
+        name: "connections_refused_total",
+        kind: "counter",
+        help: "Connections accepted and closed at once: over max-connections or draining.",
+        get: |s| s.refused,
+    },
+    Family { name: "accept_errors_total", kind: "counter", help: "Failed accept calls.", get: |s| s.accept_errors },
+    Family { name: "received_bytes_total", kind: "counter", help: "Bytes read from peers.", get: |s| s.bytes_in },
+    Family { name: "sent_bytes_total", kind: "counter", help: "Bytes written to peers.", get: |s| s.bytes_out },
+];
+
+impl Metrics {
+    /// Counters for `threads` workers, all zero.
+    pub fn new(threads: usize) -> Self {
+        Metrics { threads: (0..threads).map(|_| ThreadCounters::default()).collect() }
+    }
+
+    /// Number of worker threads counted.
+    pub fn threads(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// The counters of worker `i`.
+    ///
+    /// # Panics
+    /// If `i >= self.threads()` (worker indices come from the server, not the network).
+    pub fn thread(&self, i: usize) -> &ThreadCounters {
+        &self.threads[i]
+    }
+
+    /// Every thread's counters summed.
+    pub fn total(&self) -> Snapshot {
+        let mut sum = Snapshot::default();
+        for t in self.threads.iter() {
+            sum += t.snapshot();
+        }
+        sum
+    }
+
+    /// The Prometheus text exposition (format 0.0.4) of all counters:
+    /// `skiff_relay_*` totals and `skiff_relay_thread_*{thread="i"}` per thread.
+    pub fn render(&self) -> String {
+        let snaps: Vec<Snapshot> = self.threads.iter().map(ThreadCounters::snapshot).collect();
+        let mut total = Snapshot::default();
+        for s in &snaps {
+            total += *s;
+        }
+        let mut out = String::with_capacity(4096);
+        // Writing to a String cannot fail.
+        let _ = writeln!(out, "# HELP skiff_relay_worker_threads Worker threads, each with its own runtime.");
+        let _ = writeln!(out, "# TYPE skiff_relay_worker_threads gauge");
+        let _ = writeln!(out, "skiff_relay_worker_threads {}", self.threads.len());
+        for f in FAMILIES {
+            let _ = writeln!(out, "# HELP skiff_relay_{} {}", f.name, f.help);
+            let _ = writeln!(out, "# TYPE skiff_relay_{} {}", f.name, f.kind);
+            let _ = writeln!(out, "skiff_relay_{} {}", f.name, (f.get)(&total));
+        }
+        for f in FAMILIES {
+            let _ = writeln!(out, "# HELP skiff_relay_thread_{} {} Per worker thread.", f.name, f.help);
+            let _ = writeln!(out, "# TYPE skiff_relay_thread_{} {}", f.name, f.kind);
+            for (i, s) in snaps.iter().enumerate() {
+                let _ = writeln!(out, "skiff_relay_thread_{}{{thread=\"{i}\"}} {}", f.name, (f.get)(s));
+            }
+        }
+        let _ = writeln!(out, "# HELP skiff_relay_thread_io_uring 1 if the worker runs on io_uring, 0 if on epoll.");
+        let _ = writeln!(out, "# TYPE skiff_relay_thread_io_uring gauge");
+        for (i, t) in self.threads.iter().enumerate() {
+            if let Some(d) = t.driver() {
+                let _ = writeln!(out, "skiff_relay_thread_io_uring{{thread=\"{i}\"}} {}", u8::from(d == ActiveDriver::IoUring));
+            }
+        }
+        let _ = writeln!(out, "# HELP skiff_relay_thread_draining 1 once the worker stopped accepting.");
+        let _ = writeln!(out, "# TYPE skiff_relay_thread_draining gauge");
+        for (i, t) in self.threads.iter().enumerate() {
+            let _ = writeln!(out, "skiff_relay_thread_draining{{thread=\"{i}\"}} {}", u8::from(t.draining.load(Ordering::Relaxed)));
+        }
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------
+// HTTP endpoint
+// ---------------------------------------------------------------------------
+
+/// Longest request head read before answering 431.
+const MAX_REQUEST_HEAD: usize = 8 * 1024;
+/// Read and write timeout per scrape connection.
+const IO_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A tiny blocking HTTP/1.1 server answering every GET or HEAD, whatever the
+/// path, with [`Metrics::render`]. Stops when dropped.
+#[derive(Debug)]
+pub struct MetricsServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Binds `addr` and serves `metrics` from a new thread, one request per
+    /// connection, connections one at a time (each bounded by a 2 s timeout).
+    ///
+    /// # Errors
+    /// The address cannot be bound or the thread cannot be spawned.
+    pub fn start(addr: SocketAddr, metrics: Arc<Metrics>) -> io::Result<Self> {
+        let listener = TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new().name("skiff-metrics".into()).spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::Acquire) {
+                    break;
+                }
+                match conn {
+                    Ok(s) => {
+                        if let Err(e) = serve_one(s, &metrics) {
+                            tracing::debug!(error = %e, "metrics request failed");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "metrics accept failed");
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
+        })?;
+        Ok(MetricsServer { addr, stop, thread: Some(thread) })
+    }
+
+    /// The address actually bound (resolves port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // Wake the blocking accept; failure means it is already gone.
+        let _ = TcpStream::connect_timeout(&self.addr, IO_TIMEOUT);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve_one(mut s: TcpStream, metrics: &Metrics) -> io::Result<()> {
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    s.set_write_timeout(Some(IO_TIMEOUT))?;
+    let mut head = [0u8; MAX_REQUEST_HEAD];
+    let mut len = 0;
+    let complete = loop {
+        let Some(free) = head.get_mut(len..) else { break false };
+        if free.is_empty() {
+            break false;
+        }
+        let n = s.read(free)?;
+        if n == 0 {
+            // Peer closed before finishing the head (e.g. our own wake-up connect).
+            return Ok(());
+        }
+        len += n;
+        if head[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+            break true;
+        }
+    };
+    if !complete {
+        return respond(&mut s, "431 Request Header Fields Too Large", "text/plain", b"request head too large\n", true);
+    }
+    let line_end = head[..len].iter().position(|&b| b == b'\r').unwrap_or(len);
+    let line = std::str::from_utf8(&head[..line_end]).unwrap_or("");
+    let method = line.split(' ').next().unwrap_or("");
+    match method {
+        "GET" | "HEAD" => {
+            let body = metrics.render();
+            respond(&mut s, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body.as_bytes(), method == "GET")
+        }
+        _ => respond(&mut s, "405 Method Not Allowed", "text/plain", b"use GET\n", true),
+    }
+}
+
+fn respond(s: &mut TcpStream, status: &str, ctype: &str, body: &[u8], with_body: bool) -> io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes())?;
+    if with_body {
+        s.write_all(body)?;
+    }
+    s.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_sums_threads_and_labels_each() {
+        let m = Metrics::new(2);
+        m.thread(0).connection_opened();
+        m.thread(1).connection_opened();
+        m.thread(1).connection_opened();
+        m.thread(1).connection_closed();
+        m.thread(0).connection_refused();
+        m.thread(0).add_bytes_in(10);
+        m.thread(1).add_bytes_out(7);
+        m.thread(1).set_driver(ActiveDriver::Legacy);
+        let text = m.render();
+        for want in [
+            "skiff_relay_worker_threads 2\n",
+            "skiff_relay_connections_accepted_total 3\n",
+            "skiff_relay_connections_open 2\n",
+            "skiff_relay_connections_refused_total 1\n",
+            "skiff_relay_received_bytes_total 10\n",
+            "skiff_relay_sent_bytes_total 7\n",
+            "skiff_relay_thread_connections_accepted_total{thread=\"1\"} 2\n",
+            "skiff_relay_thread_io_uring{thread=\"1\"} 0\n",
+            "# TYPE skiff_relay_connections_open gauge\n",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+        assert!(!text.contains("skiff_relay_thread_io_uring{thread=\"0\"}"));
+        assert_eq!(m.total().accepted, 3);
+    }
+
+    #[test]
+    fn counters_are_cache_line_aligned() {
+        assert_eq!(core::mem::align_of::<ThreadCounters>(), 64);
+    }
+}

@@ -1,0 +1,245 @@
+//! One worker thread: its own monoio runtime and SO_REUSEPORT listener, an
+//! accept loop that enforces the per-thread connection limit, one task per
+//! connection running the [`ConnectionHandler`], and the drain on stop.
+
+use std::cell::Cell;
+use std::io;
+use std::net::TcpListener as StdTcpListener;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+use monoio::net::TcpListener;
+
+use crate::config::RelayConfig;
+use crate::conn::{BufPool, Connection, cancel_on, is_cancelled, race};
+use crate::driver::{self, ActiveDriver};
+use crate::handler::{ConnectionHandler, WorkerInfo};
+use crate::metrics::{Metrics, ThreadCounters};
+use crate::shutdown::{LocalEvent, Shutdown, StopReceiver};
+
+/// Pause after an accept error such as EMFILE, so the loop does not spin.
+const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(20);
+/// Time given to cancelled operations and closes to complete after a forced stop.
+const FORCED_CLOSE_GRACE: Duration = Duration::from_millis(20);
+
+/// State shared by the tasks of one worker thread (never leaves it).
+pub(crate) struct WorkerShared {
+    pub(crate) index: usize,
+    pub(crate) config: Arc<RelayConfig>,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Fires when the server stops accepting: handlers drain.
+    pub(crate) shutdown: LocalEvent,
+    /// Fires when the drain timeout ran out: remaining handlers are dropped.
+    pub(crate) force: LocalEvent,
+    /// Notified whenever a connection ends while draining.
+    pub(crate) closed: LocalEvent,
+    pub(crate) open: Cell<u32>,
+    pub(crate) next_id: Cell<u64>,
+    pub(crate) pool: BufPool,
+}
+
+impl WorkerShared {
+    pub(crate) fn counters(&self) -> &ThreadCounters {
+        self.metrics.thread(self.index)
+    }
+}
+
+/// Counts a connection open for as long as its task lives.
+struct OpenGuard(Rc<WorkerShared>);
+
+impl OpenGuard {
+    fn new(shared: Rc<WorkerShared>) -> Self {
+        shared.open.set(shared.open.get().saturating_add(1));
+        shared.counters().connection_opened();
+        OpenGuard(shared)
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        let s = &self.0;
+        s.open.set(s.open.get().saturating_sub(1));
+        s.counters().connection_closed();
+        if s.shutdown.is_fired() {
+            s.closed.notify();
+        }
+    }
+}
+
+/// Everything a worker thread is started with.
+pub(crate) struct WorkerSetup<F> {
+    pub(crate) index: usize,
+    pub(crate) listener: StdTcpListener,
+    pub(crate) stop: StopReceiver,
+    pub(crate) config: Arc<RelayConfig>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) make_handler: Arc<F>,
+    /// Reports `(index, Ok(driver))` once accepting, or the start error;
+    /// taken (and dropped) by the first report.
+    pub(crate) ready: Option<ReadySender>,
+}
+
+/// Where a worker reports that it accepts (or why it could not start).
+pub(crate) type ReadySender = Sender<(usize, io::Result<ActiveDriver>)>;
+
+/// Sends the one start report, if not sent yet; the sender is dropped after,
+/// so the server notices a worker that died before reporting.
+fn report(ready: &Cell<Option<ReadySender>>, index: usize, r: io::Result<ActiveDriver>) {
+    if let Some(tx) = ready.take() {
+        let _ = tx.send((index, r));
+    }
+}
+
+/// What a worker did, reported when its thread ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerExit {
+    /// Worker index.
+    pub index: usize,
+    /// Connections still open when the drain timeout ran out (0 = clean drain).
+    pub forced: u32,
+}
+
+/// Runs a worker on the calling thread until it is stopped and drained.
+pub(crate) fn run<F, H>(mut setup: WorkerSetup<F>) -> io::Result<WorkerExit>
+where
+    F: Fn(&WorkerInfo) -> H + Send + Sync + 'static,
+    H: ConnectionHandler,
+{
+    let index = setup.index;
+    let ready = Rc::new(Cell::new(setup.ready.take()));
+    let kind = setup.config.driver;
+    let ready2 = ready.clone();
+    let res = driver::block_on(kind, move |active| serve(setup, active, ready2));
+    match res {
+        Ok(r) => r,
+        Err(e) => {
+            // The runtime itself could not be built: `serve` never ran.
+            report(&ready, index, Err(io::Error::new(e.kind(), e.to_string())));
+            Err(e)
+        }
+    }
+}
+
+async fn serve<F, H>(
+    setup: WorkerSetup<F>,
+    active: ActiveDriver,
+    ready: Rc<Cell<Option<ReadySender>>>,
+) -> io::Result<WorkerExit>
+where
+    F: Fn(&WorkerInfo) -> H + Send + Sync + 'static,
+    H: ConnectionHandler,
+{
+    let WorkerSetup { index, listener, stop, config, metrics, make_handler, ready: _ } = setup;
+    metrics.thread(index).set_driver(active);
+    tracing::info!(worker = index, driver = active.name(), "worker runtime started on the {active} driver");
+
+    // epoll needs a non-blocking listener; io_uring a blocking one (it honours O_NONBLOCK).
+    let listener = match listener
+        .set_nonblocking(active == ActiveDriver::Legacy)
+        .and_then(|()| TcpListener::from_std(listener))
+    {
+        Ok(l) => l,
+        Err(e) => {
+            report(&ready, index, Err(io::Error::new(e.kind(), e.to_string())));
+            return Err(e);
+        }
+    };
+
+    let shared = Rc::new(WorkerShared {
+        index,
+        config: config.clone(),
+        metrics,
+        shutdown: LocalEvent::new(),
+        force: LocalEvent::new(),
+        closed: LocalEvent::new(),
+        open: Cell::new(0),
+        next_id: Cell::new(0),
+        pool: BufPool::new(),
+    });
+    let info = WorkerInfo { index, driver: active, config: config.clone(), shutdown: Shutdown::new(shared.shutdown.clone()) };
+    let handler = Rc::new(make_handler(&info));
+
+    // The stop pipe: EOF means stop accepting and drain.
+    let stop_event = shared.shutdown.clone();
+    monoio::spawn(async move {
+        if let Err(e) = stop.stopped().await {
+            tracing::error!(worker = index, error = %e, "stop pipe failed; stopping");
+        }
+        stop_event.fire();
+    });
+
+    report(&ready, index, Ok(active));
+    drop(ready);
+    accept_loop(&listener, &shared, &handler).await;
+    drop(listener);
+    shared.counters().set_draining();
+
+    // Drain: wait for handlers to finish, up to the drain timeout.
+    let open = shared.open.get();
+    let drained = if open == 0 {
+        true
+    } else {
+        tracing::info!(worker = index, open, "draining connections (up to {:?})", config.drain_timeout);
+        let wait_idle = async {
+            while shared.open.get() > 0 {
+                shared.closed.wait().await;
+            }
+        };
+        monoio::time::timeout(config.drain_timeout, wait_idle).await.is_ok()
+    };
+    let forced = shared.open.get();
+    if !drained {
+        tracing::warn!(worker = index, open = forced, "drain timeout; closing remaining connections");
+        shared.force.fire();
+        // Dropped handler futures cancel their I/O and close their sockets;
+        // give those completions a moment to be processed.
+        monoio::time::sleep(FORCED_CLOSE_GRACE).await;
+    }
+    tracing::info!(worker = index, "worker stopped");
+    Ok(WorkerExit { index, forced })
+}
+
+async fn accept_loop<H: ConnectionHandler>(listener: &TcpListener, shared: &Rc<WorkerShared>, handler: &Rc<H>) {
+    let index = shared.index;
+    let limit = shared.config.limits.max_connections;
+    loop {
+        if shared.shutdown.is_fired() {
+            return;
+        }
+        let accepted = cancel_on(&shared.shutdown, |h| listener.cancelable_accept(h)).await;
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) if is_cancelled(&e) => return,
+            Err(e) => {
+                shared.counters().accept_error();
+                tracing::warn!(worker = index, error = %e, "accept failed");
+                monoio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
+                continue;
+            }
+        };
+        if shared.shutdown.is_fired() || shared.open.get() >= limit {
+            // Over the limit (or the accept raced the stop): close at once.
+            shared.counters().connection_refused();
+            tracing::debug!(worker = index, %peer, open = shared.open.get(), "connection refused");
+            drop(stream);
+            continue;
+        }
+        let id = shared.next_id.get();
+        shared.next_id.set(id.wrapping_add(1));
+        let guard = OpenGuard::new(shared.clone());
+        let conn = Connection::new(stream, peer, id, shared.clone());
+        let handler = handler.clone();
+        let force = shared.force.clone();
+        tracing::debug!(worker = index, conn = id, %peer, "connection accepted");
+        monoio::spawn(async move {
+            let _guard = guard;
+            match race(handler.serve(conn), force.wait()).await {
+                Ok(Ok(())) => tracing::debug!(worker = index, conn = id, "connection finished"),
+                Ok(Err(e)) => tracing::debug!(worker = index, conn = id, error = %e, "connection ended with an error"),
+                Err(()) => tracing::debug!(worker = index, conn = id, "connection closed by the drain timeout"),
+            }
+        });
+    }
+}
