@@ -2,6 +2,8 @@
 //!
 //! [`counting::Counting`] is a global allocator wrapper that counts the heap
 //! allocations made by the current thread, so a test or bench can prove that
-//! an operation makes none.
+//! an operation makes none. [`fixture`] builds a node's media state (pool,
+//! track, audience) once, the way a relay sizes its tables at start-up.
 
 pub mod counting;
+pub mod fixture;

@@ -13,7 +13,9 @@ pub struct Clock {
 impl Clock {
     /// A clock that reads zero now.
     pub fn new() -> Self {
-        Clock { epoch: StdInstant::now() }
+        Clock {
+            epoch: StdInstant::now(),
+        }
     }
 
     /// The current time as a core instant.

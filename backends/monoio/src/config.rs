@@ -56,7 +56,10 @@ pub enum ConfigError {
 }
 
 fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { key, reason: reason.into() }
+    ConfigError::Invalid {
+        key,
+        reason: reason.into(),
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -85,7 +88,9 @@ fn split_number(s: &str) -> Result<(u64, &str), ParseValueError> {
     let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(end);
     if digits.is_empty() {
-        return Err(ParseValueError(format!("`{s}` does not start with a number")));
+        return Err(ParseValueError(format!(
+            "`{s}` does not start with a number"
+        )));
     }
     let n = digits
         .parse::<u64>()
@@ -153,7 +158,9 @@ impl FromStr for DurationArg {
             "" | "s" => Duration::from_secs(n),
             "m" => Duration::from_secs(n.saturating_mul(60)),
             other => {
-                return Err(ParseValueError(format!("unknown time unit `{other}` (use ms, s or m)")));
+                return Err(ParseValueError(format!(
+                    "unknown time unit `{other}` (use ms, s or m)"
+                )));
             }
         };
         Ok(DurationArg(d))
@@ -192,7 +199,9 @@ impl FromStr for Upstream {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let rest = s.strip_prefix("tcp://").ok_or_else(|| {
-            ParseValueError(format!("`{s}` must start with tcp:// (the relay speaks QMux over plain TCP)"))
+            ParseValueError(format!(
+                "`{s}` must start with tcp:// (the relay speaks QMux over plain TCP)"
+            ))
         })?;
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i + 1..]),
@@ -220,7 +229,11 @@ impl FromStr for Upstream {
         if port == 0 {
             return Err(ParseValueError("upstream port 0 is not connectable".into()));
         }
-        Ok(Upstream { host: host.to_owned(), port, path: path.to_owned() })
+        Ok(Upstream {
+            host: host.to_owned(),
+            port,
+            path: path.to_owned(),
+        })
     }
 }
 
@@ -242,9 +255,13 @@ impl FromStr for LogLevel {
     type Err = ParseValueError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        s.parse::<tracing::level_filters::LevelFilter>().map(LogLevel).map_err(|_| {
-            ParseValueError(format!("unknown log level `{s}` (use off, error, warn, info, debug or trace)"))
-        })
+        s.parse::<tracing::level_filters::LevelFilter>()
+            .map(LogLevel)
+            .map_err(|_| {
+                ParseValueError(format!(
+                    "unknown log level `{s}` (use off, error, warn, info, debug or trace)"
+                ))
+            })
     }
 }
 
@@ -265,7 +282,11 @@ where
 
 /// The `skiff-relay` command line.
 #[derive(Debug, Parser)]
-#[command(name = "skiff-relay", version, about = "Thread-per-core io_uring moq-lite relay (QMux over TCP).")]
+#[command(
+    name = "skiff-relay",
+    version,
+    about = "Thread-per-core io_uring moq-lite relay (QMux over TCP)."
+)]
 pub struct Cli {
     /// What to run; `serve` when omitted.
     #[command(subcommand)]
@@ -415,8 +436,10 @@ impl FileConfig {
     /// # Errors
     /// [`ConfigError::ReadFile`] if it cannot be read, else as [`FileConfig::parse`].
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::ReadFile { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
+            path: path.to_owned(),
+            source,
+        })?;
         Self::parse(&text, path)
     }
 }
@@ -509,16 +532,23 @@ impl RelayConfig {
     pub fn merge(file: &FileConfig, flags: &Flags) -> Result<Self, ConfigError> {
         let d = RelayConfig::default();
         let threads = flags.threads.or(file.threads).unwrap_or(d.threads.get());
-        let threads = NonZeroUsize::new(threads).ok_or_else(|| invalid("threads", "must be at least 1"))?;
+        let threads =
+            NonZeroUsize::new(threads).ok_or_else(|| invalid("threads", "must be at least 1"))?;
         if threads.get() > MAX_THREADS {
-            return Err(invalid("threads", format!("{threads} is more than {MAX_THREADS}")));
+            return Err(invalid(
+                "threads",
+                format!("{threads} is more than {MAX_THREADS}"),
+            ));
         }
         let limits = Limits {
             max_connections: flags
                 .max_connections
                 .or(file.max_connections)
                 .unwrap_or(d.limits.max_connections),
-            max_streams: flags.max_streams.or(file.max_streams).unwrap_or(d.limits.max_streams),
+            max_streams: flags
+                .max_streams
+                .or(file.max_streams)
+                .unwrap_or(d.limits.max_streams),
             max_subscriptions: flags
                 .max_subscriptions
                 .or(file.max_subscriptions)
@@ -557,12 +587,18 @@ impl RelayConfig {
             listen: flags.listen.or(file.listen).unwrap_or(d.listen),
             threads,
             upstream: flags.upstream.clone().or_else(|| file.upstream.clone()),
-            cache_bytes: flags.cache_bytes.or(file.cache_bytes).map_or(d.cache_bytes, |b| b.0),
+            cache_bytes: flags
+                .cache_bytes
+                .or(file.cache_bytes)
+                .map_or(d.cache_bytes, |b| b.0),
             limits,
             metrics: flags.metrics.or(file.metrics),
             log: flags.log.or(file.log).unwrap_or(d.log),
             driver: flags.driver.or(file.driver).unwrap_or(d.driver),
-            drain_timeout: flags.drain_timeout.or(file.drain_timeout).map_or(d.drain_timeout, |t| t.0),
+            drain_timeout: flags
+                .drain_timeout
+                .or(file.drain_timeout)
+                .map_or(d.drain_timeout, |t| t.0),
         };
         if cfg.metrics.is_some() && cfg.metrics == Some(cfg.listen) && cfg.listen.port() != 0 {
             return Err(invalid("metrics", "must differ from the listen address"));
@@ -598,9 +634,18 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!("250ms".parse::<DurationArg>(), Ok(DurationArg(Duration::from_millis(250))));
-        assert_eq!("7".parse::<DurationArg>(), Ok(DurationArg(Duration::from_secs(7))));
-        assert_eq!("2m".parse::<DurationArg>(), Ok(DurationArg(Duration::from_secs(120))));
+        assert_eq!(
+            "250ms".parse::<DurationArg>(),
+            Ok(DurationArg(Duration::from_millis(250)))
+        );
+        assert_eq!(
+            "7".parse::<DurationArg>(),
+            Ok(DurationArg(Duration::from_secs(7)))
+        );
+        assert_eq!(
+            "2m".parse::<DurationArg>(),
+            Ok(DurationArg(Duration::from_secs(120)))
+        );
         assert!("2h".parse::<DurationArg>().is_err());
         assert!("-1s".parse::<DurationArg>().is_err());
     }
@@ -608,9 +653,19 @@ mod tests {
     #[test]
     fn upstream_urls() {
         let u: Upstream = "tcp://relay.example:4443/room/a".parse().unwrap();
-        assert_eq!(u, Upstream { host: "relay.example".into(), port: 4443, path: "room/a".into() });
+        assert_eq!(
+            u,
+            Upstream {
+                host: "relay.example".into(),
+                port: 4443,
+                path: "room/a".into()
+            }
+        );
         let u: Upstream = "tcp://[::1]:9000".parse().unwrap();
-        assert_eq!((u.host.as_str(), u.port, u.path.as_str()), ("::1", 9000, ""));
+        assert_eq!(
+            (u.host.as_str(), u.port, u.path.as_str()),
+            ("::1", 9000, "")
+        );
         assert_eq!(u.to_string(), "tcp://[::1]:9000/");
         assert!("https://x:1/".parse::<Upstream>().is_err());
         assert!("tcp://x/".parse::<Upstream>().is_err());
@@ -663,7 +718,10 @@ mod tests {
             "threads = ",
         ] {
             let err = FileConfig::parse(text, p).unwrap_err();
-            assert!(matches!(err, ConfigError::ParseFile { .. }), "{text}: {err}");
+            assert!(
+                matches!(err, ConfigError::ParseFile { .. }),
+                "{text}: {err}"
+            );
         }
     }
 
@@ -675,7 +733,11 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("max-frame-bytes"), "{err}");
-        for args in [["--threads", "0"], ["--max-connections", "0"], ["--threads", "5000"]] {
+        for args in [
+            ["--threads", "0"],
+            ["--max-connections", "0"],
+            ["--threads", "5000"],
+        ] {
             assert!(RelayConfig::merge(&FileConfig::default(), &flags(&args)).is_err());
         }
     }
@@ -700,7 +762,9 @@ mod tests {
         assert_eq!(cli.flags.threads, Some(2));
         let cli = Cli::try_parse_from(["skiff-relay", "--listen", "127.0.0.1:0"]).unwrap();
         assert!(cli.command.is_none());
-        let cli = Cli::try_parse_from(["skiff-relay", "demo", "--clients", "3", "--duration", "1s"]).unwrap();
+        let cli =
+            Cli::try_parse_from(["skiff-relay", "demo", "--clients", "3", "--duration", "1s"])
+                .unwrap();
         match cli.command {
             Some(Command::Demo(d)) => {
                 assert_eq!(d.clients, 3);

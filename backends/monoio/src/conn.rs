@@ -16,8 +16,8 @@ use std::rc::Rc;
 use std::task::Poll;
 
 use monoio::io::{
-    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, OwnedReadHalf,
-    OwnedWriteHalf, Splitable,
+    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller,
+    OwnedReadHalf, OwnedWriteHalf, Splitable,
 };
 use monoio::net::TcpStream;
 
@@ -113,13 +113,31 @@ impl std::fmt::Debug for Connection {
 }
 
 impl Connection {
-    pub(crate) fn new(stream: TcpStream, peer: SocketAddr, id: u64, shared: Rc<WorkerShared>) -> Self {
+    pub(crate) fn new(
+        stream: TcpStream,
+        peer: SocketAddr,
+        id: u64,
+        shared: Rc<WorkerShared>,
+    ) -> Self {
         // Latency matters more than segment count for a relay.
         let _ = stream.set_nodelay(true);
         let (r, w) = stream.into_split();
-        let reader = Reader { half: r, buf: shared.pool.take(READ_BUFFER_BYTES), shared: shared.clone() };
-        let writer = Writer { half: w, buf: shared.pool.take(WRITE_BUFFER_BYTES), shared };
-        Connection { reader, writer, peer, id }
+        let reader = Reader {
+            half: r,
+            buf: shared.pool.take(READ_BUFFER_BYTES),
+            shared: shared.clone(),
+        };
+        let writer = Writer {
+            half: w,
+            buf: shared.pool.take(WRITE_BUFFER_BYTES),
+            shared,
+        };
+        Connection {
+            reader,
+            writer,
+            peer,
+            id,
+        }
     }
 
     /// A number unique among this worker's connections.
@@ -291,7 +309,10 @@ impl Drop for Writer {
 /// Runs the cancelable operation built by `op` and cancels it (through
 /// monoio's [`Canceller`]) once `stop` fires, then still waits for the
 /// operation to complete so owned buffers come back from the kernel.
-pub(crate) async fn cancel_on<F, T>(stop: &LocalEvent, op: impl FnOnce(monoio::io::CancelHandle) -> F) -> T
+pub(crate) async fn cancel_on<F, T>(
+    stop: &LocalEvent,
+    op: impl FnOnce(monoio::io::CancelHandle) -> F,
+) -> T
 where
     F: Future<Output = T>,
 {
@@ -300,10 +321,11 @@ where
     let mut stop_wait = pin!(stop.wait());
     let mut canceller = Some(canceller);
     poll_fn(|cx| {
-        if canceller.is_some() && (stop.is_fired() || stop_wait.as_mut().poll(cx).is_ready()) {
-            if let Some(c) = canceller.take() {
-                drop(c.cancel());
-            }
+        if canceller.is_some()
+            && (stop.is_fired() || stop_wait.as_mut().poll(cx).is_ready())
+            && let Some(c) = canceller.take()
+        {
+            drop(c.cancel());
         }
         fut.as_mut().poll(cx)
     })

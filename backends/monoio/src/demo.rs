@@ -48,7 +48,13 @@ impl DemoReport {
 
 impl std::fmt::Display for DemoReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "demo: echo server on {} ({} workers: {})", self.addr, self.drivers.len(), self.drivers.join(", "))?;
+        writeln!(
+            f,
+            "demo: echo server on {} ({} workers: {})",
+            self.addr,
+            self.drivers.len(),
+            self.drivers.join(", ")
+        )?;
         writeln!(
             f,
             "demo: {} clients, {:.2} s, {} round trips, {:.1} MB/s echoed and verified",
@@ -75,14 +81,24 @@ impl std::fmt::Display for DemoReport {
 ///
 /// # Errors
 /// The server could not start or stop cleanly.
-pub fn run(config: RelayConfig, args: DemoArgs, stop_early: Arc<AtomicBool>) -> Result<DemoReport, RelayError> {
+pub fn run(
+    config: RelayConfig,
+    args: DemoArgs,
+    stop_early: Arc<AtomicBool>,
+) -> Result<DemoReport, RelayError> {
     let server = server::start(config, |_| EchoHandler)?;
     run_against(server, args, stop_early)
 }
 
-fn run_against(server: ServerHandle, args: DemoArgs, stop_early: Arc<AtomicBool>) -> Result<DemoReport, RelayError> {
+fn run_against(
+    server: ServerHandle,
+    args: DemoArgs,
+    stop_early: Arc<AtomicBool>,
+) -> Result<DemoReport, RelayError> {
     let addr = server.local_addr();
-    let msg_len = usize::try_from(args.message_bytes.0).unwrap_or(usize::MAX).clamp(1, 16 << 20);
+    let msg_len = usize::try_from(args.message_bytes.0)
+        .unwrap_or(usize::MAX)
+        .clamp(1, 16 << 20);
     let deadline = Instant::now() + args.duration.0;
     let started = Instant::now();
     let clients: Vec<_> = (0..args.clients.max(1))
@@ -122,7 +138,13 @@ fn run_against(server: ServerHandle, args: DemoArgs, stop_early: Arc<AtomicBool>
 }
 
 /// One client: returns (round trips, bytes verified).
-fn client(addr: SocketAddr, seed: usize, len: usize, deadline: Instant, stop: &AtomicBool) -> io::Result<(u64, u64)> {
+fn client(
+    addr: SocketAddr,
+    seed: usize,
+    len: usize,
+    deadline: Instant,
+    stop: &AtomicBool,
+) -> io::Result<(u64, u64)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
@@ -132,12 +154,18 @@ fn client(addr: SocketAddr, seed: usize, len: usize, deadline: Instant, stop: &A
     let (mut trips, mut bytes) = (0u64, 0u64);
     while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
         for (j, b) in out.iter_mut().enumerate() {
-            *b = (j as u64).wrapping_mul(31).wrapping_add(trips).wrapping_add(seed as u64) as u8;
+            *b = (j as u64)
+                .wrapping_mul(31)
+                .wrapping_add(trips)
+                .wrapping_add(seed as u64) as u8;
         }
         s.write_all(&out)?;
         s.read_exact(&mut back)?;
         if back != out {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "echo differs from what was sent"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "echo differs from what was sent",
+            ));
         }
         trips += 1;
         bytes += len as u64;

@@ -33,7 +33,9 @@ impl FromStr for DriverKind {
             "auto" => Ok(DriverKind::Auto),
             "io-uring" | "io_uring" | "iouring" | "uring" => Ok(DriverKind::IoUring),
             "legacy" | "epoll" => Ok(DriverKind::Legacy),
-            _ => Err(ParseValueError(format!("unknown driver `{s}` (use auto, io-uring or legacy)"))),
+            _ => Err(ParseValueError(format!(
+                "unknown driver `{s}` (use auto, io-uring or legacy)"
+            ))),
         }
     }
 }
@@ -113,7 +115,9 @@ where
     match uring {
         Some(mut rt) => Ok(rt.block_on(make(ActiveDriver::IoUring))),
         None => {
-            let mut rt = RuntimeBuilder::<LegacyDriver>::new().enable_timer().build()?;
+            let mut rt = RuntimeBuilder::<LegacyDriver>::new()
+                .enable_timer()
+                .build()?;
             Ok(rt.block_on(make(ActiveDriver::Legacy)))
         }
     }
@@ -134,14 +138,21 @@ mod tests {
 
     #[test]
     fn legacy_runtime_reports_itself() {
-        let got = block_on(DriverKind::Legacy, |d| async move { (d, monoio::utils::is_legacy()) }).unwrap();
+        let got = block_on(DriverKind::Legacy, |d| async move {
+            (d, monoio::utils::is_legacy())
+        })
+        .unwrap();
         assert_eq!(got, (ActiveDriver::Legacy, true));
     }
 
     #[test]
     fn auto_picks_io_uring_when_available() {
         let got = block_on(DriverKind::Auto, |d| async move { d }).unwrap();
-        let want = if io_uring_available() { ActiveDriver::IoUring } else { ActiveDriver::Legacy };
+        let want = if io_uring_available() {
+            ActiveDriver::IoUring
+        } else {
+            ActiveDriver::Legacy
+        };
         assert_eq!(got, want);
     }
 }

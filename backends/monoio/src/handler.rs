@@ -44,7 +44,10 @@ pub trait ConnectionHandler: 'static {
     type Error: std::fmt::Display;
 
     /// Serves one connection until it ends.
-    fn serve(self: Rc<Self>, conn: Connection) -> impl Future<Output = Result<(), Self::Error>> + 'static;
+    fn serve(
+        self: Rc<Self>,
+        conn: Connection,
+    ) -> impl Future<Output = Result<(), Self::Error>> + 'static;
 }
 
 /// Writes back every byte it reads; stops at EOF or when the server drains.
@@ -56,13 +59,16 @@ impl ConnectionHandler for EchoHandler {
     type Error = io::Error;
 
     #[allow(clippy::manual_async_fn)]
-    fn serve(self: Rc<Self>, mut conn: Connection) -> impl Future<Output = io::Result<()>> + 'static {
+    fn serve(
+        self: Rc<Self>,
+        mut conn: Connection,
+    ) -> impl Future<Output = io::Result<()>> + 'static {
         async move {
             let (reader, writer) = conn.parts();
             loop {
                 match reader.read_or_drain().await? {
                     None => break,
-                    Some(data) if data.is_empty() => break,
+                    Some([]) => break,
                     Some(data) => writer.write_all(data).await?,
                 }
             }

@@ -147,22 +147,44 @@ const FAMILIES: &[Family] = &[
         help: "Connections accepted and handed to the connection handler.",
         get: |s| s.accepted,
     },
-    Family { name: "connections_open", kind: "gauge", help: "Connections currently open.", get: |s| s.open },
+    Family {
+        name: "connections_open",
+        kind: "gauge",
+        help: "Connections currently open.",
+        get: |s| s.open,
+    },
     Family {
         name: "connections_refused_total",
         kind: "counter",
         help: "Connections accepted and closed at once: over max-connections or draining.",
         get: |s| s.refused,
     },
-    Family { name: "accept_errors_total", kind: "counter", help: "Failed accept calls.", get: |s| s.accept_errors },
-    Family { name: "received_bytes_total", kind: "counter", help: "Bytes read from peers.", get: |s| s.bytes_in },
-    Family { name: "sent_bytes_total", kind: "counter", help: "Bytes written to peers.", get: |s| s.bytes_out },
+    Family {
+        name: "accept_errors_total",
+        kind: "counter",
+        help: "Failed accept calls.",
+        get: |s| s.accept_errors,
+    },
+    Family {
+        name: "received_bytes_total",
+        kind: "counter",
+        help: "Bytes read from peers.",
+        get: |s| s.bytes_in,
+    },
+    Family {
+        name: "sent_bytes_total",
+        kind: "counter",
+        help: "Bytes written to peers.",
+        get: |s| s.bytes_out,
+    },
 ];
 
 impl Metrics {
     /// Counters for `threads` workers, all zero.
     pub fn new(threads: usize) -> Self {
-        Metrics { threads: (0..threads).map(|_| ThreadCounters::default()).collect() }
+        Metrics {
+            threads: (0..threads).map(|_| ThreadCounters::default()).collect(),
+        }
     }
 
     /// Number of worker threads counted.
@@ -197,7 +219,10 @@ impl Metrics {
         }
         let mut out = String::with_capacity(4096);
         // Writing to a String cannot fail.
-        let _ = writeln!(out, "# HELP skiff_relay_worker_threads Worker threads, each with its own runtime.");
+        let _ = writeln!(
+            out,
+            "# HELP skiff_relay_worker_threads Worker threads, each with its own runtime."
+        );
         let _ = writeln!(out, "# TYPE skiff_relay_worker_threads gauge");
         let _ = writeln!(out, "skiff_relay_worker_threads {}", self.threads.len());
         for f in FAMILIES {
@@ -206,23 +231,46 @@ impl Metrics {
             let _ = writeln!(out, "skiff_relay_{} {}", f.name, (f.get)(&total));
         }
         for f in FAMILIES {
-            let _ = writeln!(out, "# HELP skiff_relay_thread_{} {} Per worker thread.", f.name, f.help);
+            let _ = writeln!(
+                out,
+                "# HELP skiff_relay_thread_{} {} Per worker thread.",
+                f.name, f.help
+            );
             let _ = writeln!(out, "# TYPE skiff_relay_thread_{} {}", f.name, f.kind);
             for (i, s) in snaps.iter().enumerate() {
-                let _ = writeln!(out, "skiff_relay_thread_{}{{thread=\"{i}\"}} {}", f.name, (f.get)(s));
+                let _ = writeln!(
+                    out,
+                    "skiff_relay_thread_{}{{thread=\"{i}\"}} {}",
+                    f.name,
+                    (f.get)(s)
+                );
             }
         }
-        let _ = writeln!(out, "# HELP skiff_relay_thread_io_uring 1 if the worker runs on io_uring, 0 if on epoll.");
+        let _ = writeln!(
+            out,
+            "# HELP skiff_relay_thread_io_uring 1 if the worker runs on io_uring, 0 if on epoll."
+        );
         let _ = writeln!(out, "# TYPE skiff_relay_thread_io_uring gauge");
         for (i, t) in self.threads.iter().enumerate() {
             if let Some(d) = t.driver() {
-                let _ = writeln!(out, "skiff_relay_thread_io_uring{{thread=\"{i}\"}} {}", u8::from(d == ActiveDriver::IoUring));
+                let _ = writeln!(
+                    out,
+                    "skiff_relay_thread_io_uring{{thread=\"{i}\"}} {}",
+                    u8::from(d == ActiveDriver::IoUring)
+                );
             }
         }
-        let _ = writeln!(out, "# HELP skiff_relay_thread_draining 1 once the worker stopped accepting.");
+        let _ = writeln!(
+            out,
+            "# HELP skiff_relay_thread_draining 1 once the worker stopped accepting."
+        );
         let _ = writeln!(out, "# TYPE skiff_relay_thread_draining gauge");
         for (i, t) in self.threads.iter().enumerate() {
-            let _ = writeln!(out, "skiff_relay_thread_draining{{thread=\"{i}\"}} {}", u8::from(t.draining.load(Ordering::Relaxed)));
+            let _ = writeln!(
+                out,
+                "skiff_relay_thread_draining{{thread=\"{i}\"}} {}",
+                u8::from(t.draining.load(Ordering::Relaxed))
+            );
         }
         out
     }
@@ -257,25 +305,31 @@ impl MetricsServer {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
-        let thread = std::thread::Builder::new().name("skiff-metrics".into()).spawn(move || {
-            for conn in listener.incoming() {
-                if stop2.load(Ordering::Acquire) {
-                    break;
-                }
-                match conn {
-                    Ok(s) => {
-                        if let Err(e) = serve_one(s, &metrics) {
-                            tracing::debug!(error = %e, "metrics request failed");
+        let thread = std::thread::Builder::new()
+            .name("skiff-metrics".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    if stop2.load(Ordering::Acquire) {
+                        break;
+                    }
+                    match conn {
+                        Ok(s) => {
+                            if let Err(e) = serve_one(s, &metrics) {
+                                tracing::debug!(error = %e, "metrics request failed");
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "metrics accept failed");
+                            std::thread::sleep(Duration::from_millis(50));
                         }
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "metrics accept failed");
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
                 }
-            }
-        })?;
-        Ok(MetricsServer { addr, stop, thread: Some(thread) })
+            })?;
+        Ok(MetricsServer {
+            addr,
+            stop,
+            thread: Some(thread),
+        })
     }
 
     /// The address actually bound (resolves port 0).
@@ -301,7 +355,9 @@ fn serve_one(mut s: TcpStream, metrics: &Metrics) -> io::Result<()> {
     let mut head = [0u8; MAX_REQUEST_HEAD];
     let mut len = 0;
     let complete = loop {
-        let Some(free) = head.get_mut(len..) else { break false };
+        let Some(free) = head.get_mut(len..) else {
+            break false;
+        };
         if free.is_empty() {
             break false;
         }
@@ -316,7 +372,13 @@ fn serve_one(mut s: TcpStream, metrics: &Metrics) -> io::Result<()> {
         }
     };
     if !complete {
-        return respond(&mut s, "431 Request Header Fields Too Large", "text/plain", b"request head too large\n", true);
+        return respond(
+            &mut s,
+            "431 Request Header Fields Too Large",
+            "text/plain",
+            b"request head too large\n",
+            true,
+        );
     }
     let line_end = head[..len].iter().position(|&b| b == b'\r').unwrap_or(len);
     let line = std::str::from_utf8(&head[..line_end]).unwrap_or("");
@@ -324,13 +386,31 @@ fn serve_one(mut s: TcpStream, metrics: &Metrics) -> io::Result<()> {
     match method {
         "GET" | "HEAD" => {
             let body = metrics.render();
-            respond(&mut s, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body.as_bytes(), method == "GET")
+            respond(
+                &mut s,
+                "200 OK",
+                "text/plain; version=0.0.4; charset=utf-8",
+                body.as_bytes(),
+                method == "GET",
+            )
         }
-        _ => respond(&mut s, "405 Method Not Allowed", "text/plain", b"use GET\n", true),
+        _ => respond(
+            &mut s,
+            "405 Method Not Allowed",
+            "text/plain",
+            b"use GET\n",
+            true,
+        ),
     }
 }
 
-fn respond(s: &mut TcpStream, status: &str, ctype: &str, body: &[u8], with_body: bool) -> io::Result<()> {
+fn respond(
+    s: &mut TcpStream,
+    status: &str,
+    ctype: &str,
+    body: &[u8],
+    with_body: bool,
+) -> io::Result<()> {
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()

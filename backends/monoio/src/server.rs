@@ -79,7 +79,10 @@ where
     H: ConnectionHandler,
 {
     let threads = config.threads.get();
-    let listen_err = |source| RelayError::Listen { addr: config.listen, source };
+    let listen_err = |source| RelayError::Listen {
+        addr: config.listen,
+        source,
+    };
 
     // Bind the first socket to learn the real address (port 0), then the rest on it.
     let first = bind_reuseport(config.listen).map_err(listen_err)?;
@@ -92,7 +95,8 @@ where
     let metrics = Arc::new(Metrics::new(threads));
     let metrics_server = match config.metrics {
         Some(addr) => Some(
-            MetricsServer::start(addr, metrics.clone()).map_err(|source| RelayError::Metrics { addr, source })?,
+            MetricsServer::start(addr, metrics.clone())
+                .map_err(|source| RelayError::Metrics { addr, source })?,
         ),
         None => None,
     };
@@ -155,7 +159,14 @@ where
         return Err(e);
     }
     tracing::info!(addr = %local_addr, threads, "listening on {local_addr}");
-    Ok(ServerHandle { local_addr, drivers, metrics, metrics_server, trigger, workers })
+    Ok(ServerHandle {
+        local_addr,
+        drivers,
+        metrics,
+        metrics_server,
+        trigger,
+        workers,
+    })
 }
 
 fn join_all(workers: Vec<JoinHandle<io::Result<WorkerExit>>>) {

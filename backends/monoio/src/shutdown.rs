@@ -42,7 +42,9 @@ pub struct LocalEvent {
 
 impl std::fmt::Debug for LocalEvent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalEvent").field("fired", &self.state.fired.get()).finish()
+        f.debug_struct("LocalEvent")
+            .field("fired", &self.state.fired.get())
+            .finish()
     }
 }
 
@@ -82,7 +84,11 @@ impl LocalEvent {
 
     /// Completes when the event fires, or on the next [`LocalEvent::notify`].
     pub fn wait(&self) -> Wait<'_> {
-        Wait { event: self, generation: self.state.generation.get(), slot: None }
+        Wait {
+            event: self,
+            generation: self.state.generation.get(),
+            slot: None,
+        }
     }
 }
 
@@ -208,7 +214,12 @@ impl StopTrigger {
             ends.push(a);
             receivers.push(StopReceiver { end: b });
         }
-        Ok((StopTrigger { ends: Mutex::new(ends) }, receivers))
+        Ok((
+            StopTrigger {
+                ends: Mutex::new(ends),
+            },
+            receivers,
+        ))
     }
 
     /// Tells every worker to stop accepting and drain. Idempotent.
@@ -302,7 +313,9 @@ mod tests {
             let (trigger, receivers) = StopTrigger::new(2).unwrap();
             let threads: Vec<_> = receivers
                 .into_iter()
-                .map(|r| std::thread::spawn(move || driver::block_on(kind, |_| r.stopped()).unwrap()))
+                .map(|r| {
+                    std::thread::spawn(move || driver::block_on(kind, |_| r.stopped()).unwrap())
+                })
                 .collect();
             trigger.stop();
             trigger.stop();

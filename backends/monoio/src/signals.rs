@@ -38,7 +38,9 @@ impl SignalWatcher {
     /// # Errors
     /// The handlers or their pipe cannot be set up.
     pub fn install() -> io::Result<Self> {
-        Ok(SignalWatcher { signals: Signals::new([SIGINT, SIGTERM])? })
+        Ok(SignalWatcher {
+            signals: Signals::new([SIGINT, SIGTERM])?,
+        })
     }
 
     /// Starts the thread: the first signal calls `trigger.stop()`, a second
@@ -58,20 +60,29 @@ impl SignalWatcher {
     pub fn on_signal(self, on_first: impl FnOnce() + Send + 'static) -> io::Result<SignalThread> {
         let mut signals = self.signals;
         let handle = signals.handle();
-        let thread = std::thread::Builder::new().name("skiff-signals".into()).spawn(move || {
-            let mut on_first = Some(on_first);
-            for sig in signals.forever() {
-                let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
-                if let Some(f) = on_first.take() {
-                    tracing::info!("{name} received: no longer accepting, draining connections");
-                    f();
-                } else {
-                    tracing::warn!("second signal ({name}): exiting without finishing the drain");
-                    std::process::exit(FORCED_EXIT_CODE);
+        let thread = std::thread::Builder::new()
+            .name("skiff-signals".into())
+            .spawn(move || {
+                let mut on_first = Some(on_first);
+                for sig in signals.forever() {
+                    let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+                    if let Some(f) = on_first.take() {
+                        tracing::info!(
+                            "{name} received: no longer accepting, draining connections"
+                        );
+                        f();
+                    } else {
+                        tracing::warn!(
+                            "second signal ({name}): exiting without finishing the drain"
+                        );
+                        std::process::exit(FORCED_EXIT_CODE);
+                    }
                 }
-            }
-        })?;
-        Ok(SignalThread { handle, thread: Some(thread) })
+            })?;
+        Ok(SignalThread {
+            handle,
+            thread: Some(thread),
+        })
     }
 }
 

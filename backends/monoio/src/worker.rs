@@ -131,9 +131,21 @@ where
     F: Fn(&WorkerInfo) -> H + Send + Sync + 'static,
     H: ConnectionHandler,
 {
-    let WorkerSetup { index, listener, stop, config, metrics, make_handler, ready: _ } = setup;
+    let WorkerSetup {
+        index,
+        listener,
+        stop,
+        config,
+        metrics,
+        make_handler,
+        ready: _,
+    } = setup;
     metrics.thread(index).set_driver(active);
-    tracing::info!(worker = index, driver = active.name(), "worker runtime started on the {active} driver");
+    tracing::info!(
+        worker = index,
+        driver = active.name(),
+        "worker runtime started on the {active} driver"
+    );
 
     // epoll needs a non-blocking listener; io_uring a blocking one (it honours O_NONBLOCK).
     let listener = match listener
@@ -158,7 +170,12 @@ where
         next_id: Cell::new(0),
         pool: BufPool::new(),
     });
-    let info = WorkerInfo { index, driver: active, config: config.clone(), shutdown: Shutdown::new(shared.shutdown.clone()) };
+    let info = WorkerInfo {
+        index,
+        driver: active,
+        config: config.clone(),
+        shutdown: Shutdown::new(shared.shutdown.clone()),
+    };
     let handler = Rc::new(make_handler(&info));
 
     // The stop pipe: EOF means stop accepting and drain.
@@ -181,17 +198,28 @@ where
     let drained = if open == 0 {
         true
     } else {
-        tracing::info!(worker = index, open, "draining connections (up to {:?})", config.drain_timeout);
+        tracing::info!(
+            worker = index,
+            open,
+            "draining connections (up to {:?})",
+            config.drain_timeout
+        );
         let wait_idle = async {
             while shared.open.get() > 0 {
                 shared.closed.wait().await;
             }
         };
-        monoio::time::timeout(config.drain_timeout, wait_idle).await.is_ok()
+        monoio::time::timeout(config.drain_timeout, wait_idle)
+            .await
+            .is_ok()
     };
     let forced = shared.open.get();
     if !drained {
-        tracing::warn!(worker = index, open = forced, "drain timeout; closing remaining connections");
+        tracing::warn!(
+            worker = index,
+            open = forced,
+            "drain timeout; closing remaining connections"
+        );
         shared.force.fire();
         // Dropped handler futures cancel their I/O and close their sockets;
         // give those completions a moment to be processed.
@@ -201,7 +229,11 @@ where
     Ok(WorkerExit { index, forced })
 }
 
-async fn accept_loop<H: ConnectionHandler>(listener: &TcpListener, shared: &Rc<WorkerShared>, handler: &Rc<H>) {
+async fn accept_loop<H: ConnectionHandler>(
+    listener: &TcpListener,
+    shared: &Rc<WorkerShared>,
+    handler: &Rc<H>,
+) {
     let index = shared.index;
     let limit = shared.config.limits.max_connections;
     loop {
@@ -237,8 +269,14 @@ async fn accept_loop<H: ConnectionHandler>(listener: &TcpListener, shared: &Rc<W
             let _guard = guard;
             match race(handler.serve(conn), force.wait()).await {
                 Ok(Ok(())) => tracing::debug!(worker = index, conn = id, "connection finished"),
-                Ok(Err(e)) => tracing::debug!(worker = index, conn = id, error = %e, "connection ended with an error"),
-                Err(()) => tracing::debug!(worker = index, conn = id, "connection closed by the drain timeout"),
+                Ok(Err(e)) => {
+                    tracing::debug!(worker = index, conn = id, error = %e, "connection ended with an error")
+                }
+                Err(()) => tracing::debug!(
+                    worker = index,
+                    conn = id,
+                    "connection closed by the drain timeout"
+                ),
             }
         });
     }

@@ -22,7 +22,11 @@ fn relay() -> Command {
 
 /// Runs to completion with a time bound (kills the process if exceeded).
 fn run_bounded(cmd: &mut Command, secs: u64) -> Output {
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn skiff-relay");
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn skiff-relay");
     let id = child.id();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -68,7 +72,13 @@ fn bad_flags_exit_2_with_a_message() {
         &["--log", "loud"],
         &["--no-such-flag"],
         &["--threads", "0", "echo"],
-        &["--max-frame-bytes", "2MiB", "--max-group-bytes", "1MiB", "echo"],
+        &[
+            "--max-frame-bytes",
+            "2MiB",
+            "--max-group-bytes",
+            "1MiB",
+            "echo",
+        ],
     ] {
         let out = run_bounded(relay().args(args), 20);
         let err = stderr(&out);
@@ -81,7 +91,11 @@ fn bad_flags_exit_2_with_a_message() {
 #[test]
 fn bad_config_files_exit_2_with_a_message() {
     let cases = [
-        ("unknown.toml", "listen = \"127.0.0.1:0\"\nmax-conections = 5\n", "max-conections"),
+        (
+            "unknown.toml",
+            "listen = \"127.0.0.1:0\"\nmax-conections = 5\n",
+            "max-conections",
+        ),
         ("type.toml", "threads = \"two\"\n", "invalid config file"),
         ("syntax.toml", "threads = \n", "invalid config file"),
         ("value.toml", "threads = 0\n", "threads"),
@@ -103,7 +117,11 @@ fn bad_config_files_exit_2_with_a_message() {
 fn serve_refuses_until_the_session_lands() {
     let out = run_bounded(relay().args(["--listen", "127.0.0.1:0"]), 20);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("session handler is not wired"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("session handler is not wired"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -111,10 +129,21 @@ fn help_and_version_exit_0() {
     let out = run_bounded(relay().arg("--help"), 20);
     assert_eq!(out.status.code(), Some(0));
     let help = String::from_utf8_lossy(&out.stdout);
-    for flag in ["--listen", "--threads", "--upstream", "--cache-bytes", "--max-connections", "--metrics", "--config"] {
+    for flag in [
+        "--listen",
+        "--threads",
+        "--upstream",
+        "--cache-bytes",
+        "--max-connections",
+        "--metrics",
+        "--config",
+    ] {
         assert!(help.contains(flag), "help lacks {flag}");
     }
-    assert_eq!(run_bounded(relay().arg("--version"), 20).status.code(), Some(0));
+    assert_eq!(
+        run_bounded(relay().arg("--version"), 20).status.code(),
+        Some(0)
+    );
 }
 
 // --- running process ---
@@ -127,7 +156,9 @@ struct Running {
 impl Running {
     fn start(args: &[&str], config: Option<&PathBuf>) -> Self {
         let mut cmd = relay();
-        cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        cmd.args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
         if let Some(p) = config {
             cmd.arg("--config").arg(p);
         }
@@ -145,8 +176,14 @@ impl Running {
     }
 
     fn addr_line(&self, prefix: &str) -> SocketAddr {
-        let l = self.lines.recv_timeout(Duration::from_secs(20)).expect("startup line");
-        l.strip_prefix(prefix).unwrap_or_else(|| panic!("expected `{prefix}…`, got `{l}`")).parse().unwrap()
+        let l = self
+            .lines
+            .recv_timeout(Duration::from_secs(20))
+            .expect("startup line");
+        l.strip_prefix(prefix)
+            .unwrap_or_else(|| panic!("expected `{prefix}…`, got `{l}`"))
+            .parse()
+            .unwrap()
     }
 
     /// Waits for exit; kills and fails after `limit`.
@@ -175,13 +212,20 @@ impl Drop for Running {
 #[test]
 fn sigterm_drains_and_exits_0_with_flags_over_file() {
     for kind in drivers() {
-        let driver = if kind == DriverKind::IoUring { "io-uring" } else { "legacy" };
+        let driver = if kind == DriverKind::IoUring {
+            "io-uring"
+        } else {
+            "legacy"
+        };
         // The file's listen address is not ours (bind would fail): the flag must win.
         let file = temp_file(
             &format!("run-{driver}.toml"),
             "listen = \"192.0.2.1:9\"\nthreads = 2\nmetrics = \"127.0.0.1:0\"\ndrain-timeout = \"3s\"\nlog = \"warn\"\n",
         );
-        let mut r = Running::start(&["echo", "--listen", "127.0.0.1:0", "--driver", driver], Some(&file));
+        let mut r = Running::start(
+            &["echo", "--listen", "127.0.0.1:0", "--driver", driver],
+            Some(&file),
+        );
         let addr = r.addr_line("listening on ");
         assert!(addr.ip().is_loopback());
         let maddr = r.addr_line("metrics on ");
@@ -189,22 +233,46 @@ fn sigterm_drains_and_exits_0_with_flags_over_file() {
         let mut c = connect(addr);
         echo_once(&mut c, b"before the signal");
         let (_, body) = http_get(maddr, "/");
-        assert_eq!(sample(&body, "skiff_relay_worker_threads"), Some(2), "threads from the file");
+        assert_eq!(
+            sample(&body, "skiff_relay_worker_threads"),
+            Some(2),
+            "threads from the file"
+        );
         assert_eq!(sample(&body, "skiff_relay_connections_open"), Some(1));
         let uring = u64::from(kind == DriverKind::IoUring);
-        assert_eq!(sample(&body, "skiff_relay_thread_io_uring{thread=\"0\"}"), Some(uring));
+        assert_eq!(
+            sample(&body, "skiff_relay_thread_io_uring{thread=\"0\"}"),
+            Some(uring)
+        );
 
         signal(r.child.id(), libc::SIGTERM);
         let (code, took) = r.wait_exit(Duration::from_secs(3 + 5));
         assert_eq!(code, 0, "{driver}: exit code");
-        assert!(took < Duration::from_secs(3 + 2), "{driver}: exit took {took:?}");
-        assert!(closed_by_peer(&mut c), "{driver}: open connection closed on drain");
+        assert!(
+            took < Duration::from_secs(3 + 2),
+            "{driver}: exit took {took:?}"
+        );
+        assert!(
+            closed_by_peer(&mut c),
+            "{driver}: open connection closed on drain"
+        );
     }
 }
 
 #[test]
 fn sigint_before_any_connection_exits_0() {
-    let mut r = Running::start(&["echo", "--listen", "127.0.0.1:0", "--threads", "1", "--log", "off"], None);
+    let mut r = Running::start(
+        &[
+            "echo",
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+            "--log",
+            "off",
+        ],
+        None,
+    );
     let _ = r.addr_line("listening on ");
     signal(r.child.id(), libc::SIGINT);
     let (code, _) = r.wait_exit(Duration::from_secs(10));
@@ -214,7 +282,17 @@ fn sigint_before_any_connection_exits_0() {
 #[test]
 fn demo_runs_load_and_exits_0() {
     let out = run_bounded(
-        relay().args(["demo", "--threads", "2", "--clients", "4", "--duration", "500ms", "--log", "warn"]),
+        relay().args([
+            "demo",
+            "--threads",
+            "2",
+            "--clients",
+            "4",
+            "--duration",
+            "500ms",
+            "--log",
+            "warn",
+        ]),
         60,
     );
     let text = String::from_utf8_lossy(&out.stdout);

@@ -19,7 +19,8 @@
 //!   [`Ref::reopen`]`(info)` (reuse the slot for another track).
 //! * [`Producer`]: [`Producer::create_group`]`(seq)` (any order),
 //!   [`Producer::append_group`] (latest + 1), [`Producer::finish`],
-//!   [`Producer::abort`]`(code)`. Errors: [`CreateError`].
+//!   [`Producer::abort`]`(code)`; at most one per track ([`ProducerTaken`]),
+//!   dropping it unfinished aborts the track. Errors: [`CreateError`].
 //! * [`GroupProducer`]: writes one group ([`GroupProducer::write_frame`],
 //!   [`GroupProducer::begin_frame`] + [`GroupProducer::write_payload`],
 //!   [`GroupProducer::finish`], [`GroupProducer::abort`]) and keeps the track's
@@ -866,7 +867,7 @@ impl<'t, 'p> Ref<'t, 'p> {
 
     /// Ends the track: no group will be created any more (SUBSCRIBE_END is the
     /// latest group + 1). Returns false if it was not open.
-    pub fn finish(&self) -> bool {
+    fn finish(&self) -> bool {
         if self.core.status.get() != Status::Open {
             return false;
         }
@@ -877,7 +878,7 @@ impl<'t, 'p> Ref<'t, 'p> {
 
     /// Abandons the track with stream error `code`, aborting its open groups.
     /// Returns false if it was already aborted.
-    pub fn abort(&self, code: u64) -> bool {
+    fn abort(&self, code: u64) -> bool {
         if let Status::Aborted(_) = self.core.status.get() {
             return false;
         }
@@ -1021,22 +1022,30 @@ impl<'t, 'p> Ref<'t, 'p> {
     }
 
     /// Evicts the oldest non-latest groups holding bytes until `extra` more
-    /// bytes fit the budget (or nothing is left to evict).
-    fn make_room(&self, extra: u64) -> bool {
+    /// bytes for the group in `writing` fit the budget (or nothing is left to
+    /// evict). The group being written is a candidate like any other: if it is
+    /// the oldest, it goes, and its write fails with `Evicted`.
+    fn make_room(&self, extra: u64, writing: Option<&Slot<'p>>) -> bool {
         let budget = self.core.budget.get();
         if budget == u64::MAX {
             return false;
         }
         let latest = self.core.latest.get();
         let mut held = self.held_bytes();
+        let mut extra = extra;
         let mut any = false;
         while held.saturating_add(extra) > budget {
-            let Some(i) =
-                self.oldest_where(|s| Some(s.group.sequence()) != latest && s.bytes() > 0)
-            else {
+            let Some(i) = self.oldest_where(|s| {
+                Some(s.group.sequence()) != latest
+                    && (s.bytes() > 0 || writing.is_some_and(|w| core::ptr::eq(w, s)))
+            }) else {
                 break;
             };
-            held -= self.slot(i).bytes();
+            let victim = self.slot(i);
+            if writing.is_some_and(|w| core::ptr::eq(w, victim)) {
+                extra = 0;
+            }
+            held -= victim.bytes();
             self.evict(i);
             any = true;
         }
@@ -1082,7 +1091,7 @@ impl<'t, 'p> Ref<'t, 'p> {
         if is_latest {
             c.latest.set(Some(seq));
         }
-        self.make_room(0);
+        self.make_room(0, None);
         self.changed();
         trace!("group {} created", seq);
         let inner = slot.group.producer().ok_or(CreateError::Stale)?;
@@ -1171,13 +1180,16 @@ impl<'t, 'p> Producer<'t, 'p> {
         self.create_group(seq)
     }
 
-    /// Ends the track (see [`Ref::finish`]); false if it was not open or this producer is stale.
+    /// Ends the track: no group will be created any more (SUBSCRIBE_END is the
+    /// latest group + 1); groups still open can be completed. False if it was
+    /// not open or this producer is stale.
     pub fn finish(&mut self) -> bool {
         self.is_current() && self.track.finish()
     }
 
-    /// Abandons the track with `code` (see [`Ref::abort`]); false if already
-    /// aborted or this producer is stale.
+    /// Abandons the track with stream error `code`, aborting its open groups;
+    /// readers get [`ReadError::Aborted`]. False if already aborted or this
+    /// producer is stale.
     pub fn abort(&mut self, code: u64) -> bool {
         self.is_current() && self.track.abort(code)
     }
@@ -1245,7 +1257,7 @@ impl<'t, 'p> GroupProducer<'t, 'p> {
     }
 
     fn before_write(&self, n: u64) {
-        if self.is_current() && self.track.make_room(self.growth(n)) {
+        if self.is_current() && self.track.make_room(self.growth(n), Some(self.slot)) {
             self.track.changed();
         }
     }
@@ -1475,6 +1487,7 @@ mod tests {
     use super::*;
     use crate::pool::PoolStorage;
     use crate::window::{End, GroupRange, Request};
+    use proptest::prelude::*;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::Wake;
@@ -1784,7 +1797,16 @@ mod tests {
         assert_eq!(held(t), [2]);
         assert_eq!(t.held_bytes(), 80);
         g.finish().unwrap();
-        // An older group being written is itself the oldest: it is the one evicted.
+        // A late older group is a candidate too, even while empty: with the
+        // latest group alone over the budget, it cannot take a byte.
+        let mut late = p.create_group(1).unwrap();
+        assert_eq!(
+            late.write_frame(1, &[1; 10]),
+            Err(group::WriteError::Evicted)
+        );
+        assert_eq!(held(t), [2]);
+        // With room for two more blocks it is written, until it outgrows them.
+        t.set_budget(112);
         let mut late = p.create_group(1).unwrap();
         late.write_frame(1, &[1; 10]).unwrap();
         assert_eq!(held(t), [1, 2]);
@@ -2035,5 +2057,143 @@ mod tests {
             ReadError::Aborted(0x36)
         );
         assert_eq!(p.append_group().unwrap_err(), CreateError::Aborted(0x36));
+    }
+
+    // --- property: random interleavings ----------------------------------------------------
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Create(u64),
+        Append,
+        Write(usize, usize),
+        Finish(usize),
+        Drop(usize),
+        Read(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0u64..24).prop_map(Op::Create),
+            2 => Just(Op::Append),
+            5 => (any::<usize>(), 0usize..40).prop_map(|(i, n)| Op::Write(i, n)),
+            1 => any::<usize>().prop_map(Op::Finish),
+            1 => any::<usize>().prop_map(Op::Drop),
+            4 => any::<usize>().prop_map(Op::Read),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: if cfg!(miri) { 4 } else { 128 },
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn random_interleavings(
+            ops in proptest::collection::vec(op(), 0..if cfg!(miri) { 30 } else { 120 }),
+            budget in prop_oneof![Just(u64::MAX), 48u64..400],
+            max_age_ms in prop_oneof![Just(5000u64), 0u64..60],
+        ) {
+            const G: usize = 4;
+            let mut storage = PoolStorage::<48, 16>::new();
+            let pool = Pool::new(&mut storage);
+            {
+                let limits = Limits { group_bytes: 200, cache_bytes: budget };
+                let track = State::<G>::with_limits(
+                    &pool,
+                    info("v").with_max_age(Duration::from_millis(max_age_ms)),
+                    limits,
+                );
+                let t = track.handle();
+                let p = track.producer().unwrap();
+                let mut writers: Vec<GroupProducer<'_, '_>> = Vec::new();
+                let mut readers: Vec<Consumer<'_, '_>> =
+                    (0..3).map(|i| t.consumer(Start::Group(i * 4))).collect();
+                let mut last_given: Vec<Option<u64>> = std::vec![None; readers.len()];
+                let mut max_created: Option<u64> = None;
+                for op in ops {
+                    let before: Vec<u64> = t.sequences().collect();
+                    match op {
+                        Op::Create(_) | Op::Append => {
+                            let r = match op {
+                                Op::Create(seq) => p.create_group(seq).map(|g| (seq, g)),
+                                _ => p.append_group().map(|g| (g.sequence(), g)),
+                            };
+                            match r {
+                                Ok((seq, g)) => {
+                                    prop_assert!(!before.contains(&seq));
+                                    if max_created.is_none_or(|m| seq > m) {
+                                        max_created = Some(seq);
+                                    }
+                                    writers.push(g);
+                                }
+                                Err(CreateError::Duplicate) => {
+                                    let Op::Create(seq) = op else { unreachable!() };
+                                    prop_assert!(before.contains(&seq));
+                                }
+                                Err(CreateError::TooOld) => {
+                                    prop_assert!(t.latest().is_some());
+                                }
+                                Err(e) => prop_assert!(false, "unexpected {:?}", e),
+                            }
+                        }
+                        Op::Write(i, n) if !writers.is_empty() => {
+                            let k = i % writers.len();
+                            let w = &mut writers[k];
+                            let ts = w.sequence() * 10 + w.state().frames_written();
+                            let _ = w.write_frame(ts, &[7u8; 40][..n]);
+                        }
+                        Op::Finish(i) if !writers.is_empty() => {
+                            let k = i % writers.len();
+                            let _ = writers[k].finish();
+                        }
+                        Op::Drop(i) if !writers.is_empty() => {
+                            let k = i % writers.len();
+                            drop(writers.swap_remove(k));
+                        }
+                        Op::Read(i) => {
+                            let k = i % readers.len();
+                            match readers[k].next_group().unwrap() {
+                                Next::Ready(g) => {
+                                    prop_assert!(last_given[k].is_none_or(|l| g.sequence() > l));
+                                    last_given[k] = Some(g.sequence());
+                                }
+                                Next::Lagged(n) => {
+                                    prop_assert!(n > 0);
+                                    prop_assert_eq!(Some(readers[k].position()), t.latest());
+                                }
+                                Next::Pending => {}
+                                Next::Finished => prop_assert!(false, "never finished"),
+                            }
+                        }
+                        _ => {}
+                    }
+                    // Invariants after every step.
+                    prop_assert_eq!(t.latest(), max_created);
+                    let mut held: Vec<u64> = t.sequences().collect();
+                    held.sort_unstable();
+                    prop_assert!(held.len() <= G);
+                    if let Some(l) = t.latest() {
+                        prop_assert_eq!(held.last(), Some(&l), "the latest group is kept");
+                    }
+                    let over_budget_evictable = held
+                        .iter()
+                        .filter(|&&s| Some(s) != t.latest())
+                        .any(|&s| t.find(s).is_some_and(|i| t.slot(i).bytes() > 0));
+                    prop_assert!(t.held_bytes() <= budget || !over_budget_evictable);
+                    let times: Vec<Instant> = held
+                        .iter()
+                        .filter(|&&s| Some(s) != t.latest())
+                        .map(|&s| t.superseded_at(s).unwrap())
+                        .collect();
+                    prop_assert!(times.windows(2).all(|w| w[0] <= w[1]), "monotonic: {:?}", times);
+                }
+                drop(writers);
+                drop(readers);
+                drop(p);
+            }
+            prop_assert_eq!(pool.in_use(), 0);
+        }
     }
 }

@@ -53,7 +53,9 @@ fn run(cli: Cli) -> Result<(), RelayError> {
             tracing::warn!("echo mode: connections get their bytes back; this is not a relay");
             let handle = server::start(config, |_| EchoHandler)?;
             announce(&handle);
-            let _signal_thread = signals.stop_on_signal(handle.stop_trigger()).map_err(RelayError::Spawn)?;
+            let _signal_thread = signals
+                .stop_on_signal(handle.stop_trigger())
+                .map_err(RelayError::Spawn)?;
             let report = handle.wait()?;
             if report.forced() > 0 {
                 tracing::warn!(forced = report.forced(), "drain timeout closed connections");
@@ -68,15 +70,19 @@ fn run(cli: Cli) -> Result<(), RelayError> {
             }
             let stop = Arc::new(AtomicBool::new(false));
             let stop2 = stop.clone();
-            let _signal_thread =
-                signals.on_signal(move || stop2.store(true, Ordering::Relaxed)).map_err(RelayError::Spawn)?;
+            let _signal_thread = signals
+                .on_signal(move || stop2.store(true, Ordering::Relaxed))
+                .map_err(RelayError::Spawn)?;
             let report = demo::run(config, args, stop)?;
             print!("{report}");
             let _ = std::io::stdout().flush();
             if report.failures.is_empty() {
                 Ok(())
             } else {
-                Err(RelayError::DemoFailed { failed: report.failures.len(), clients: report.clients })
+                Err(RelayError::DemoFailed {
+                    failed: report.failures.len(),
+                    clients: report.clients,
+                })
             }
         }
     }

@@ -27,12 +27,13 @@ pub fn drivers() -> Vec<DriverKind> {
 
 /// A loopback config on a free port.
 pub fn config(threads: usize, driver: DriverKind) -> RelayConfig {
-    let mut c = RelayConfig::default();
-    c.listen = "127.0.0.1:0".parse().unwrap();
-    c.threads = NonZeroUsize::new(threads).unwrap();
-    c.driver = driver;
-    c.drain_timeout = Duration::from_secs(2);
-    c
+    RelayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        threads: NonZeroUsize::new(threads).unwrap(),
+        driver,
+        drain_timeout: Duration::from_secs(2),
+        ..RelayConfig::default()
+    }
 }
 
 /// Runs `f` on a thread and fails the test if it takes longer than `secs`.
@@ -51,6 +52,19 @@ pub fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'stat
             Ok(()) => unreachable!("sender dropped without a panic"),
         },
         Err(mpsc::RecvTimeoutError::Timeout) => panic!("test did not finish within {secs} s"),
+    }
+}
+
+/// Waits until `cond` holds (server counters are updated just after the
+/// I/O a client observes), failing the test after [`IO_TIMEOUT`].
+pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + IO_TIMEOUT;
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
@@ -78,7 +92,9 @@ pub fn closed_by_peer(s: &mut TcpStream) -> bool {
         Ok(_) => false,
         Err(e) => matches!(
             e.kind(),
-            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::BrokenPipe
+            std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::BrokenPipe
         ),
     }
 }
@@ -86,7 +102,11 @@ pub fn closed_by_peer(s: &mut TcpStream) -> bool {
 /// GETs `path` from an HTTP server with a raw TCP client; returns (status line, body).
 pub fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
     let mut s = connect(addr);
-    write!(s, "GET {path} HTTP/1.1\r\nHost: test\r\nAccept: */*\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: test\r\nAccept: */*\r\n\r\n"
+    )
+    .unwrap();
     let mut resp = String::new();
     s.read_to_string(&mut resp).expect("read response");
     let (head, body) = resp.split_once("\r\n\r\n").expect("response has a head");
@@ -105,6 +125,9 @@ pub fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
 pub fn sample(text: &str, series: &str) -> Option<u64> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
         .and_then(|v| v.trim().parse().ok())
 }
