@@ -125,6 +125,7 @@ impl Connection {
         let reader = Reader {
             half: r,
             buf: shared.pool.take(READ_BUFFER_BYTES),
+            canceller: Canceller::new(),
             shared: shared.clone(),
         };
         let writer = Writer {
@@ -189,6 +190,7 @@ impl Connection {
 pub struct Reader {
     half: OwnedReadHalf<TcpStream>,
     buf: Vec<u8>,
+    canceller: Canceller,
     shared: Rc<WorkerShared>,
 }
 
@@ -220,7 +222,9 @@ impl Reader {
         let n = {
             let mut buf = std::mem::take(&mut self.buf);
             buf.clear();
-            let (res, buf) = cancel_on(&stop, |h| self.half.cancelable_read(buf, h)).await;
+            let half = &mut self.half;
+            let (res, buf) =
+                cancel_on(&stop, &mut self.canceller, |h| half.cancelable_read(buf, h)).await;
             self.buf = buf;
             match res {
                 Ok(n) => n,
@@ -307,25 +311,27 @@ impl Drop for Writer {
 // ---------------------------------------------------------------------------
 
 /// Runs the cancelable operation built by `op` and cancels it (through
-/// monoio's [`Canceller`]) once `stop` fires, then still waits for the
-/// operation to complete so owned buffers come back from the kernel.
+/// `canceller`) once `stop` fires, then still waits for the operation to
+/// complete so owned buffers come back from the kernel.
+///
+/// Reusing one [`Canceller`] per loop keeps this allocation-free after the
+/// first call (a fresh one allocates its shared state).
 pub(crate) async fn cancel_on<F, T>(
     stop: &LocalEvent,
+    canceller: &mut Canceller,
     op: impl FnOnce(monoio::io::CancelHandle) -> F,
 ) -> T
 where
     F: Future<Output = T>,
 {
-    let canceller = Canceller::new();
     let mut fut = pin!(op(canceller.handle()));
     let mut stop_wait = pin!(stop.wait());
-    let mut canceller = Some(canceller);
+    let mut armed = true;
     poll_fn(|cx| {
-        if canceller.is_some()
-            && (stop.is_fired() || stop_wait.as_mut().poll(cx).is_ready())
-            && let Some(c) = canceller.take()
-        {
-            drop(c.cancel());
+        if armed && (stop.is_fired() || stop_wait.as_mut().poll(cx).is_ready()) {
+            armed = false;
+            // `cancel` hands back a fresh canceller for any later operation.
+            *canceller = std::mem::take(canceller).cancel();
         }
         fut.as_mut().poll(cx)
     })
@@ -338,15 +344,19 @@ pub(crate) fn is_cancelled(e: &io::Error) -> bool {
 }
 
 /// Polls two futures; returns the first to finish, dropping the other.
+///
+/// `b` is polled first on every wake-up, so a `b` that registers a waker
+/// (such as [`LocalEvent::wait`]) does so on the very first poll, before `a`
+/// runs; it then never allocates later, in the middle of `a`'s steady state.
 pub(crate) async fn race<A: Future, B: Future>(a: A, b: B) -> Result<A::Output, B::Output> {
     let mut a = pin!(a);
     let mut b = pin!(b);
     poll_fn(|cx| {
-        if let Poll::Ready(x) = a.as_mut().poll(cx) {
-            return Poll::Ready(Ok(x));
-        }
         if let Poll::Ready(y) = b.as_mut().poll(cx) {
             return Poll::Ready(Err(y));
+        }
+        if let Poll::Ready(x) = a.as_mut().poll(cx) {
+            return Poll::Ready(Ok(x));
         }
         Poll::Pending
     })

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
+use monoio::io::Canceller;
 use monoio::net::TcpListener;
 
 use crate::config::RelayConfig;
@@ -236,11 +237,15 @@ async fn accept_loop<H: ConnectionHandler>(
 ) {
     let index = shared.index;
     let limit = shared.config.limits.max_connections;
+    let mut canceller = Canceller::new();
     loop {
         if shared.shutdown.is_fired() {
             return;
         }
-        let accepted = cancel_on(&shared.shutdown, |h| listener.cancelable_accept(h)).await;
+        let accepted = cancel_on(&shared.shutdown, &mut canceller, |h| {
+            listener.cancelable_accept(h)
+        })
+        .await;
         let (stream, peer) = match accepted {
             Ok(x) => x,
             Err(e) if is_cancelled(&e) => return,

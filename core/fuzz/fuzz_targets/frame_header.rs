@@ -19,7 +19,9 @@ fuzz_target!(|data: &[u8]| {
         assert!(h.len <= max_payload);
         assert!(r.position() <= MAX_HEADER_LEN);
         let mut out = [0u8; MAX_HEADER_LEN];
-        let n = h.encode(prev, &mut Writer::new(&mut out)).expect("re-encode header");
+        let n = h
+            .encode(prev, &mut Writer::new(&mut out))
+            .expect("re-encode header");
         assert_eq!(Ok(n), h.encoded_len(prev));
         assert_eq!(
             Header::decode(&mut Reader::new(&out[..n]), prev, max_payload),

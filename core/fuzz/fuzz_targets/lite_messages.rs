@@ -61,7 +61,7 @@ macro_rules! message {
 /// of milliseconds), so `decode(encode(decode(x)))` differs from `decode(x)` by
 /// 615 µs. While `true`, max-age fields are compared in whole milliseconds.
 /// Reproducer: core/tests/corpus/known_trackinfo_max_age_saturates.bin.
-const TOLERATE_DUR_SATURATION: bool = true;
+const TOLERATE_DUR_SATURATION: bool = false;
 
 /// The value as compared after a round trip.
 trait Norm: Sized {

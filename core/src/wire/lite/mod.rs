@@ -267,9 +267,13 @@ fn write_opt(w: &mut Writer<'_>, v: Option<u64>) -> Result<(), EncodeError> {
     w.varint(opt_value(v)?)
 }
 
-/// Reads a `Dur(i)` (whole milliseconds); values beyond [`Duration::MAX`] saturate to it.
+/// Reads a `Dur(i)` (whole milliseconds).
+///
+/// A value too large for [`Duration`] saturates to the largest whole number of
+/// milliseconds it holds, so decoding what we encode gives the same value back.
 fn read_dur(r: &mut Reader<'_>) -> Result<Duration, DecodeError> {
-    Ok(Duration::from_millis(r.varint()?))
+    const MAX_MILLIS: u64 = u64::MAX / 1_000;
+    Ok(Duration::from_millis(r.varint()?.min(MAX_MILLIS)))
 }
 
 /// The size of a `Dur(i)`; sub-millisecond parts are truncated, and every
