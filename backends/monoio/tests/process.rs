@@ -48,12 +48,26 @@ fn signal(pid: u32, sig: i32) {
     assert_eq!(rc, 0, "kill failed");
 }
 
-fn temp_file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("skiff-relay-test-{}", std::process::id()));
+/// Writes `name` into this test process's scratch folder, removed when
+/// the returned guard drops.
+fn temp_file(name: &str, text: &str) -> TempFile {
+    // One folder per file, so concurrent tests never remove each other's.
+    let dir = std::env::temp_dir().join(format!("skiff-relay-test-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
-    p
+    TempFile(p)
+}
+
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
 }
 
 fn stderr(o: &Output) -> String {
@@ -102,7 +116,7 @@ fn bad_config_files_exit_2_with_a_message() {
     ];
     for (name, text, want) in cases {
         let path = temp_file(name, text);
-        let out = run_bounded(relay().arg("echo").arg("--config").arg(&path), 20);
+        let out = run_bounded(relay().arg("echo").arg("--config").arg(&path.0), 20);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{name}: {err}");
         assert!(err.contains(want), "{name}: {err}");
@@ -224,7 +238,7 @@ fn sigterm_drains_and_exits_0_with_flags_over_file() {
         );
         let mut r = Running::start(
             &["echo", "--listen", "127.0.0.1:0", "--driver", driver],
-            Some(&file),
+            Some(&file.0),
         );
         let addr = r.addr_line("listening on ");
         assert!(addr.ip().is_loopback());

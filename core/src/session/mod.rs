@@ -1,1 +1,724 @@
-//! The moq-lite session; being written.
+//! The sans-IO moq-lite-05 session over a QMux [`Connection`] (PROTOCOL.md §3, §4).
+//!
+//! A [`Session`] speaks moq-lite on top of the connection: it sends and reads
+//! SETUP, serves the peer's requests from local media (publisher side: the
+//! broadcasts of an [`origin`] and their
+//! [`track`]s), makes requests of its own (subscriber
+//! side: announcements, and subscriptions that fill a local track),
+//! and moves group bytes between pooled [`group`](crate::model::group)s and
+//! group streams. Like the connection it performs no I/O, reads no clock and
+//! allocates nothing: every table is fixed-capacity and lives in a
+//! caller-provided [`Storage`].
+//!
+//! # Driving it
+//!
+//! In the spirit of quinn-proto, four calls move bytes and time, and one
+//! reports what happened:
+//!
+//! * [`Session::handle_input`] with every byte received from the TCP socket that
+//!   has not been consumed yet, oldest first. It returns how many bytes were
+//!   used; keep the rest (a partial record, or data the session could not take
+//!   yet) at the front of the buffer for the next call.
+//! * [`Session::poll_transmit`] after every other call, until it returns 0:
+//!   it writes QMux records into the caller's buffer, to be sent in order.
+//! * [`Session::poll_timeout`] / [`Session::handle_timeout`]: sleep until that
+//!   instant (or readable input), then call `handle_timeout`.
+//! * [`Session::poll_event`] after every `handle_input` / `handle_timeout`,
+//!   until it returns `None`.
+//!
+//! Local media changes (a publisher wrote a frame, a reader consumed one) are
+//! noticed by polling: call [`Session::poll_transmit`] after them too.
+//!
+//! # Backpressure
+//!
+//! The session never buffers group bytes outside the pool. When the pool has
+//! no free block for a received group, or the event queue is full, or a control
+//! message waits in its buffer for [`Session::poll_event`], `handle_input`
+//! stops and returns fewer bytes consumed than it was given: the unconsumed
+//! bytes must be presented again (first) in the next call, after local readers
+//! consumed data or events were polled. This backpressures the socket.
+//!
+//! # Pacing
+//!
+//! On the subscriber side, credit for a received group stream is released to
+//! the peer only as local readers of the group advance (its furthest-read
+//! position), so a parked reader holds the peer at one stream-credit window
+//! of that group. On the publisher side a group stream sends only within its
+//! QMux credit and advances the group's furthest-read position as it sends, so
+//! the local producer, pacing itself with [`Session::pacing_window`], stays at
+//! most one window ahead of what the peer accepted (see [`crate::pacing`]).
+//!
+//! # Limits
+//!
+//! Every table has a fixed capacity; a request that finds its table full is
+//! refused on the wire (the stream is reset and stopped with INTERNAL 0x0 for
+//! control streams; a group stream is stopped with EVICTED 0x35), never grown.
+
+mod config;
+mod control;
+mod error;
+mod event;
+mod publisher;
+mod subscriber;
+
+#[cfg(test)]
+mod harness;
+#[cfg(test)]
+mod tests;
+
+pub use config::{Config, DefaultStorage, MIN_BUF, Storage};
+pub use error::{ConfigError, Error};
+pub use event::{AnnounceId, Event, SubscriptionId};
+
+use heapless::{Deque, String};
+
+use crate::conn::{self, CloseCause, Connection};
+use crate::model::path::PathBuf;
+use crate::model::{origin, track};
+use crate::time::{Duration, Instant};
+use crate::wire::lite::{Role, SessionCode};
+use crate::wire::qmux::{Side, StreamId};
+use control::Control;
+use event::Queued;
+use publisher::{GroupOut, Served};
+use subscriber::{GroupIn, Subscription};
+
+/// Events queued until [`Session::poll_event`]; input stops while it is nearly full.
+const EVENTS: usize = 32;
+
+/// Free event slots required before another input event or control message is processed.
+const EVENT_MARGIN: usize = 4;
+
+/// Longest broadcast path the session joins or normalizes for its own use
+/// (announced paths in events, paths of requests it serves).
+pub const MAX_PATH: usize = 256;
+
+/// Stream data the session could not take yet: the front of the next input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stall {
+    id: StreamId,
+    len: usize,
+    fin: bool,
+}
+
+/// What we learned from the peer's SETUP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Peer {
+    hop: u64,
+    role: Role,
+}
+
+/// A moq-lite-05 session over one QMux connection with room for `N` live streams.
+///
+/// `'s` borrows the [`Storage`]; `'a` is how long the local media (origin,
+/// broadcasts, tracks) and the client path outlive the session; `'p` is the
+/// lifetime of the block pool behind the groups. See the
+/// [module documentation](self) for how to drive it.
+pub struct Session<'s, 'a, 'p, const N: usize> {
+    conn: Connection<N>,
+    side: Side,
+    hop: u64,
+    path: Option<&'a str>,
+    role: Role,
+    setup_timeout: Duration,
+    origin: Option<origin::Ref<'a, 'p>>,
+
+    control: &'s mut [Control],
+    rx: &'s mut [u8],
+    tx: &'s mut [u8],
+    buf: usize,
+    served: &'s mut [Option<Served<'a, 'p>>],
+    subs: &'s mut [Option<Subscription<'a, 'p>>],
+    out: &'s mut [Option<GroupOut<'a, 'p>>],
+    inc: &'s mut [Option<GroupIn<'a, 'p>>],
+
+    events: Deque<Queued, EVENTS>,
+    /// A control slot whose held message the last `poll_event` returned.
+    surfaced: Option<usize>,
+    stall: Option<Stall>,
+    /// Joined or normalized paths handed out in events.
+    scratch: PathBuf<MAX_PATH>,
+    close_reason: String<{ conn::MAX_REASON_LEN }>,
+
+    established: Option<Instant>,
+    setup_sent: bool,
+    peer: Option<Peer>,
+    setup_seen: bool,
+    goaway_sent: bool,
+    goaway_received: bool,
+    closed: bool,
+    next_subscribe: u64,
+    next_announce: u64,
+}
+
+impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+    /// A new session on one end of a just-connected TCP stream, created at `now`.
+    ///
+    /// `origin` holds the local broadcasts served to the peer (`None` for a pure
+    /// subscriber: every request is then UNROUTABLE). Call [`poll_transmit`](Self::poll_transmit) next: it
+    /// writes the connection's parameters.
+    ///
+    /// # Errors
+    /// [`ConfigError`] if the QMux configuration does not fit `N`, the control
+    /// buffers are smaller than [`MIN_BUF`] or cannot hold our SETUP, or the
+    /// storage has no control slot.
+    pub fn new<
+        const CONTROL: usize,
+        const BUF: usize,
+        const SERVE: usize,
+        const SUBS: usize,
+        const OUT: usize,
+        const IN: usize,
+    >(
+        side: Side,
+        config: Config<'a>,
+        now: Instant,
+        storage: &'s mut Storage<'a, 'p, CONTROL, BUF, SERVE, SUBS, OUT, IN>,
+        origin: Option<origin::Ref<'a, 'p>>,
+    ) -> Result<Self, ConfigError> {
+        if CONTROL == 0 {
+            return Err(ConfigError::NoControl);
+        }
+        if BUF < MIN_BUF {
+            return Err(ConfigError::BufferTooSmall);
+        }
+        let conn = Connection::new(side, config.conn, now)?;
+        let Storage {
+            control,
+            rx,
+            tx,
+            served,
+            subs,
+            out,
+            inc,
+        } = storage;
+        let session = Session {
+            conn,
+            side,
+            hop: config.hop,
+            path: match side {
+                Side::Client => config.path.filter(|p| !p.is_empty()),
+                Side::Server => None,
+            },
+            role: match side {
+                Side::Client => config.role,
+                Side::Server => Role::Both,
+            },
+            setup_timeout: config.setup_timeout,
+            origin,
+            control: control.as_mut_slice(),
+            rx: rx.as_flattened_mut(),
+            tx: tx.as_flattened_mut(),
+            buf: BUF,
+            served: served.as_mut_slice(),
+            subs: subs.as_mut_slice(),
+            out: out.as_mut_slice(),
+            inc: inc.as_mut_slice(),
+            events: Deque::new(),
+            surfaced: None,
+            stall: None,
+            scratch: PathBuf::new(),
+            close_reason: String::new(),
+            established: None,
+            setup_sent: false,
+            peer: None,
+            setup_seen: false,
+            goaway_sent: false,
+            goaway_received: false,
+            closed: false,
+            next_subscribe: 0,
+            next_announce: 0,
+        };
+        if session.setup_len().is_none_or(|n| n > BUF) {
+            return Err(ConfigError::SetupTooLarge);
+        }
+        // Storage may come from an earlier session: start from empty tables.
+        session.control.fill(Control::FREE);
+        session.served.iter_mut().for_each(|s| *s = None);
+        session.subs.iter_mut().for_each(|s| *s = None);
+        session.out.iter_mut().for_each(|s| *s = None);
+        session.inc.iter_mut().for_each(|s| *s = None);
+        Ok(session)
+    }
+
+    /// Which end of the TCP connection we are.
+    pub fn side(&self) -> Side {
+        self.side
+    }
+
+    /// The QMux connection underneath (read-only: its state, credit, negotiated protocol).
+    pub fn connection(&self) -> &Connection<N> {
+        &self.conn
+    }
+
+    /// True once the QMux connection is established: requests may be made.
+    pub fn is_established(&self) -> bool {
+        self.conn.is_established() && !self.closed
+    }
+
+    /// True once the peer's SETUP arrived (PROTOCOL.md §3.4).
+    pub fn is_setup(&self) -> bool {
+        self.peer.is_some()
+    }
+
+    /// The peer's Hop ID from its SETUP (0 until it arrives, or if it sent none).
+    pub fn peer_hop(&self) -> u64 {
+        self.peer.map_or(0, |p| p.hop)
+    }
+
+    /// The role the peer declared in its SETUP ([`Role::Both`] until it arrives).
+    pub fn peer_role(&self) -> Role {
+        self.peer.map_or(Role::Both, |p| p.role)
+    }
+
+    /// True once the peer sent GOAWAY: new requests are refused with [`Error::GoingAway`].
+    pub fn is_going_away(&self) -> bool {
+        self.goaway_received
+    }
+
+    /// True once the session is over (either side closed it, or a timer ran out).
+    pub fn is_closed(&self) -> bool {
+        self.closed || self.conn.is_closed()
+    }
+
+    /// True once closed and the close frame was written: the caller may shut the
+    /// TCP connection down and drop the session.
+    pub fn is_drained(&self) -> bool {
+        self.conn.is_drained()
+    }
+
+    /// True while received bytes wait at the front of the input because the
+    /// session could not take them (pool exhausted, events or a held message
+    /// not polled); see the module documentation on backpressure.
+    pub fn is_stalled(&self) -> bool {
+        self.stall.is_some()
+    }
+
+    /// Subscriptions the peer holds on our tracks.
+    pub fn served_count(&self) -> usize {
+        self.served.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// Group streams we are sending right now.
+    pub fn sending_groups(&self) -> usize {
+        self.out.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// Group streams we are receiving right now.
+    pub fn receiving_groups(&self) -> usize {
+        self.inc.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// The pacing window for the local producer of `group`: how far it may run
+    /// ahead of the group's furthest reader (see [`crate::pacing::window`]), or
+    /// `None` if no group stream of this session is reading that group.
+    ///
+    /// It is the largest send credit (stream and connection) among our group
+    /// streams reading the group; 0 while the peer grants none, so a producer
+    /// pacing itself with it ([`group::Producer::is_paced`](crate::model::group::Producer::is_paced))
+    /// never holds more unsent bytes than the peer will accept.
+    pub fn pacing_window(&self, group: &track::GroupProducer<'_, 'p>) -> Option<u64> {
+        let track = group.track();
+        let seq = group.sequence();
+        self.out
+            .iter()
+            .flatten()
+            .filter(|o| o.seq == seq)
+            .filter(|o| {
+                self.served
+                    .get(o.served)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|s| s.source.same_track(&track))
+            })
+            .map(|o| {
+                let credit = self.conn.send_credit(o.id);
+                crate::pacing::window(Some(credit), None)
+            })
+            .max()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must next be called, if ever.
+    ///
+    /// Ask again after every other call: the answer changes.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.is_closed() {
+            return None;
+        }
+        let setup = match (self.established, self.peer) {
+            (Some(at), None) if self.setup_timeout > Duration::ZERO => {
+                Some(at.saturating_add(self.setup_timeout))
+            }
+            _ => None,
+        };
+        match (self.conn.poll_timeout(), setup) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Runs the timers due at `now`; call it when [`poll_timeout`](Self::poll_timeout)'s
+    /// instant is reached (earlier or repeated calls are harmless), then drain
+    /// [`poll_event`](Self::poll_event) and [`poll_transmit`](Self::poll_transmit).
+    ///
+    /// The connection's handshake and idle timeouts end the session
+    /// ([`Event::Closed`]); the SETUP timeout closes it with
+    /// CONTROL_MESSAGE_TIMEOUT (0x11).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.release_surfaced();
+        if self.is_closed() {
+            return;
+        }
+        if let Some(conn::Event::Closed(c)) = self.conn.handle_timeout(now) {
+            self.on_closed(c);
+            return;
+        }
+        if let (Some(at), None) = (self.established, self.peer)
+            && self.setup_timeout > Duration::ZERO
+            && now >= at.saturating_add(self.setup_timeout)
+        {
+            self.fail(SessionCode::ControlMessageTimeout, "setup timeout");
+            return;
+        }
+        self.drive();
+    }
+
+    /// Processes received bytes: QMux records, then the moq-lite messages and
+    /// group data they carry. Returns how many bytes at the front of `input`
+    /// were used.
+    ///
+    /// `input` is everything received and not yet consumed, oldest first; keep
+    /// the unconsumed rest at the front of the buffer for the next call. It
+    /// must be able to hold one whole QMux record (the connection's
+    /// `max_record_size`, 16382 by default, plus 8). The call stops early when
+    /// the session cannot take more (see the module documentation on
+    /// backpressure); then call [`poll_event`](Self::poll_event) and, once local
+    /// readers have consumed data, call again with the same bytes.
+    ///
+    /// Afterwards drain [`poll_event`](Self::poll_event) and
+    /// [`poll_transmit`](Self::poll_transmit).
+    ///
+    /// # Errors
+    /// [`Error::Closed`] once the session is over (the input is meaningless then).
+    pub fn handle_input(&mut self, now: Instant, input: &[u8]) -> Result<usize, Error> {
+        self.release_surfaced();
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
+        self.resume();
+        let mut pos = 0;
+        if let Some(st) = self.stall {
+            // The caller hands the stalled bytes back first.
+            let Some(data) = input.get(..st.len) else {
+                return Ok(0);
+            };
+            let used = self.on_stream_data(now, st.id, u64::MAX, data, st.fin);
+            if used < st.len {
+                self.stall = Some(Stall {
+                    len: st.len - used,
+                    ..st
+                });
+                self.drive();
+                return Ok(used);
+            }
+            self.stall = None;
+            pos = st.len;
+        }
+        while !self.is_closed() && self.has_event_room() {
+            let rest = input.get(pos..).unwrap_or(&[]);
+            let step = self.conn.handle_input(now, rest);
+            let Some(event) = step.event else {
+                pos += step.consumed;
+                break;
+            };
+            match event {
+                conn::Event::StreamData {
+                    id,
+                    offset,
+                    data,
+                    fin,
+                } => {
+                    let used = self.on_stream_data(now, id, offset, data, fin);
+                    if used < data.len() {
+                        // STREAM data always ends its frame, so the unused tail is the
+                        // last thing the connection consumed: hand it back.
+                        let start = (data.as_ptr() as usize).wrapping_sub(rest.as_ptr() as usize);
+                        if start.checked_add(data.len()) == Some(step.consumed) {
+                            self.stall = Some(Stall {
+                                id,
+                                len: data.len() - used,
+                                fin,
+                            });
+                            pos += start + used;
+                            break;
+                        }
+                        self.fail(SessionCode::Internal, "cannot stall input");
+                        return Ok(input.len());
+                    }
+                    pos += step.consumed;
+                }
+                other => {
+                    pos += step.consumed;
+                    self.on_conn_event(now, other);
+                }
+            }
+        }
+        self.drive();
+        Ok(pos.min(input.len()))
+    }
+
+    /// Writes QMux records into `out` and returns how many bytes it wrote (0 when
+    /// there is nothing to send or no room).
+    ///
+    /// Order (PROTOCOL.md §2.8, §4.6): connection control frames first (our
+    /// parameters, resets, credit, pings, the close), then control-stream
+    /// messages, then group-stream data ranked by subscriber priority (higher
+    /// first), then subscription age (older Subscribe ID first), then group
+    /// sequence (newest first). Call it after every other call, and after local
+    /// media changed, until it returns 0; send the bytes in order.
+    ///
+    /// `out` should hold at least one full record (16390 bytes); a smaller
+    /// buffer works but cuts records short.
+    #[must_use]
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> usize {
+        self.release_surfaced();
+        let mut pos = 0;
+        // Rounds: writing can free slots and finish streams, which lets `drive`
+        // queue more (a FIN after the last group, the next group stream). Stop
+        // when a round writes nothing.
+        loop {
+            self.drive();
+            let start = pos;
+            pos += self
+                .conn
+                .poll_transmit(now, out.get_mut(pos..).unwrap_or(&mut []));
+            if self.conn.is_closed() || !self.conn.is_established() {
+                return pos;
+            }
+            pos += self.flush_control(now, out.get_mut(pos..).unwrap_or(&mut []));
+            pos += self.flush_groups(now, out.get_mut(pos..).unwrap_or(&mut []));
+            if pos == start {
+                return pos;
+            }
+        }
+    }
+
+    /// The next event, if any. Call it after every `handle_input` and
+    /// `handle_timeout` until it returns `None`.
+    ///
+    /// Events carrying text borrow the session; the message they came from is
+    /// released at the next call on the session.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<Event<'_>> {
+        self.release_surfaced();
+        // A close is reported after everything that arrived before it.
+        let closing = matches!(self.events.front(), Some(Queued::Closed { .. }));
+        if !closing && let Some(q) = self.events.pop_front() {
+            return Some(self.queued_event(q));
+        }
+        if let Some(slot) = self.next_held() {
+            self.surfaced = Some(slot);
+            return self.held_event(slot);
+        }
+        let q = self.events.pop_front()?;
+        Some(self.queued_event(q))
+    }
+
+    /// Closes the session with a moq-lite session code and a reason
+    /// (PROTOCOL.md §3.13, §3.15): [`SessionCode::NoError`] for a normal end.
+    ///
+    /// `poll_transmit` then writes the close and nothing else; subscriptions are
+    /// closed locally. No [`Event::Closed`] is reported for it. A second call
+    /// does nothing.
+    pub fn close(&mut self, code: SessionCode, reason: &str) {
+        self.release_surfaced();
+        if self.is_closed() {
+            return;
+        }
+        self.conn.close(code.to_code(), reason);
+        self.closed = true;
+        self.teardown();
+    }
+
+    // ---- internals shared by the submodules ----
+
+    /// Room for the events one more input event or message may queue.
+    fn has_event_room(&self) -> bool {
+        self.events.len() + EVENT_MARGIN <= EVENTS
+    }
+
+    /// Queues an event (the margin checks keep room; a full queue drops it with a log).
+    fn queue(&mut self, q: Queued) {
+        if self.events.push_back(q).is_err() {
+            warn!("session: event queue full, event dropped");
+        }
+    }
+
+    /// Ends the session because of a rule the peer broke or a local limit: close
+    /// with `code` and report [`Event::Closed`].
+    fn fail(&mut self, code: SessionCode, reason: &'static str) {
+        if self.is_closed() {
+            return;
+        }
+        debug!("session: closing with code {}: {}", code.to_code(), reason);
+        self.conn.close(code.to_code(), reason);
+        self.closed = true;
+        self.set_reason(reason);
+        // Make room: the close must be reported.
+        while self.events.is_full() {
+            self.events.pop_back();
+        }
+        self.queue(Queued::Closed {
+            code: code.to_code(),
+            application: true,
+            local: true,
+        });
+        self.teardown();
+    }
+
+    fn set_reason(&mut self, reason: &str) {
+        self.close_reason.clear();
+        for c in reason.chars() {
+            if self.close_reason.push(c).is_err() {
+                break;
+            }
+        }
+    }
+
+    /// The connection ended (peer close, violation, timeout).
+    fn on_closed(&mut self, c: conn::Closed<'_>) {
+        let local = !matches!(c.cause, CloseCause::Peer);
+        self.set_reason(c.reason);
+        self.closed = true;
+        while self.events.is_full() {
+            self.events.pop_back();
+        }
+        self.queue(Queued::Closed {
+            code: c.code,
+            application: c.application,
+            local,
+        });
+        self.teardown();
+    }
+
+    /// Dispatches a connection event other than stream data.
+    fn on_conn_event(&mut self, now: Instant, event: conn::Event<'_>) {
+        match event {
+            conn::Event::Established { protocol } => {
+                self.established = Some(now);
+                self.queue(Queued::Connected(protocol));
+                self.send_setup();
+            }
+            conn::Event::StreamOpened { .. } => {
+                // Slots are taken when the stream's first byte arrives.
+            }
+            conn::Event::StreamData { .. } => {}
+            conn::Event::StreamReset { id, code, .. } => self.on_stream_reset(id, code),
+            conn::Event::StopSending { id, code } => self.on_stop_sending(id, code),
+            conn::Event::Datagram(_) => {
+                // We advertise no datagram support (PROTOCOL.md §3.14); the connection
+                // refuses them, so this does not happen.
+            }
+            conn::Event::Closed(c) => self.on_closed(c),
+        }
+    }
+
+    /// Routes stream data to the control slot or group stream it belongs to and
+    /// returns how many bytes were taken.
+    fn on_stream_data(
+        &mut self,
+        now: Instant,
+        id: StreamId,
+        offset: u64,
+        data: &[u8],
+        fin: bool,
+    ) -> usize {
+        if let Some(slot) = self.control_slot(id) {
+            return self.control_data(now, slot, data, fin);
+        }
+        if let Some(i) = self.group_in(id) {
+            return self.group_data(now, i, data, fin);
+        }
+        if offset == 0 && !id.is_local(self.side) {
+            return self.new_peer_stream(now, id, data, fin);
+        }
+        // A stream we already gave up on: drop the bytes, give the credit back.
+        self.conn.release(id, data.len() as u64);
+        data.len()
+    }
+
+    /// Processes whatever waits in control buffers (after events were polled).
+    fn resume(&mut self) {
+        for slot in 0..self.control.len() {
+            if !self.has_event_room() || self.is_closed() {
+                return;
+            }
+            if self.control[slot].needs_processing() {
+                self.process_rx(slot);
+            }
+        }
+    }
+
+    /// Advances every state machine that depends on local media or credit:
+    /// opening queued streams, serving announcements and subscriptions,
+    /// releasing credit for consumed group bytes, freeing finished slots.
+    fn drive(&mut self) {
+        if self.is_closed() || !self.conn.is_established() {
+            return;
+        }
+        self.resume();
+        self.open_pending();
+        self.serve_announces();
+        self.serve_subscriptions();
+        self.release_credit();
+        self.sweep_control();
+    }
+
+    /// Drops everything after the session ended: producers abort, sinks close,
+    /// consumers let go.
+    fn teardown(&mut self) {
+        let code = crate::wire::lite::StreamCode::SessionClosed.to_code();
+        for s in self.inc.iter_mut() {
+            if let Some(g) = s.take()
+                && let Some(mut p) = g.producer
+            {
+                p.abort(code);
+            }
+        }
+        for s in self.subs.iter_mut() {
+            if let Some(mut sub) = s.take() {
+                sub.producer.abort(code);
+            }
+        }
+        for s in self.out.iter_mut() {
+            *s = None;
+        }
+        for s in self.served.iter_mut() {
+            *s = None;
+        }
+        self.stall = None;
+    }
+}
+
+impl<const N: usize> Drop for Session<'_, '_, '_, N> {
+    /// Lets go of local media: the tracks of our subscriptions are aborted with
+    /// SESSION_CLOSED (0x3) and every group reader and writer is dropped, so
+    /// the storage can be reused. Nothing is sent: close first for a clean end.
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
+impl<const N: usize> core::fmt::Debug for Session<'_, '_, '_, N> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Session")
+            .field("side", &self.side)
+            .field("established", &self.conn.is_established())
+            .field("setup", &self.peer.is_some())
+            .field("closed", &self.is_closed())
+            .field("served", &self.served_count())
+            .field("out", &self.sending_groups())
+            .field("in", &self.receiving_groups())
+            .finish_non_exhaustive()
+    }
+}

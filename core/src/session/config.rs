@@ -1,0 +1,135 @@
+//! What a session advertises and where its tables live: [`Config`] and [`Storage`].
+
+use crate::conn;
+use crate::time::Duration;
+use crate::wire::lite::Role;
+
+use super::control::Control;
+use super::publisher::{GroupOut, Served};
+use super::subscriber::{GroupIn, Subscription};
+
+/// The smallest control buffer [`Storage`] may have: room for a SETUP with a
+/// Hop and a short path, and for the small fixed-size messages.
+pub const MIN_BUF: usize = 64;
+
+/// Settings of one [`Session`](super::Session).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config<'c> {
+    /// The QMux connection's settings (transport parameters, timers, protocol list).
+    pub conn: conn::Config,
+    /// Our Hop ID, sent in SETUP, ANNOUNCE_OK and as ANNOUNCE_REQUEST's Exclude
+    /// Hop; 0 = none (PROTOCOL.md §4.3: give a publisher a stable non-zero one).
+    pub hop: u64,
+    /// Client only: the SETUP Path parameter, the URL's path and query as dialed
+    /// (`/room`, `/room?jwt=...`); `None` or empty sends none (PROTOCOL.md §3.5).
+    pub path: Option<&'c str>,
+    /// Client only: the SETUP Role parameter; [`Role::Both`] sends none. A
+    /// publishing client must not say [`Role::Subscriber`] (PROTOCOL.md §4.1).
+    pub role: Role,
+    /// How long to wait for the peer's SETUP after the connection is
+    /// established before closing with CONTROL_MESSAGE_TIMEOUT (0x11);
+    /// [`Duration::ZERO`] waits forever. Default 10 s, as moq-dev.
+    pub setup_timeout: Duration,
+}
+
+impl Config<'static> {
+    /// The default configuration: moq-dev's `tcp://` QMux values, no Hop ID, no path, both roles.
+    pub const fn new() -> Self {
+        Config {
+            conn: conn::Config::new(),
+            hop: 0,
+            path: None,
+            role: Role::Both,
+            setup_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Default for Config<'static> {
+    fn default() -> Self {
+        Config::new()
+    }
+}
+
+/// The fixed-capacity tables of one [`Session`](super::Session), provided by the caller.
+///
+/// * `CONTROL`: control-stream slots: our SETUP and the peer's, each announce,
+///   track, subscribe and goaway stream either side opened. A subscription we
+///   make takes two while its TRACK request is open, one afterwards.
+/// * `BUF`: bytes of each control stream's receive buffer and of its send
+///   buffer (two per slot). A control message longer than this is refused
+///   (the stream is reset, or the session closed for a SETUP/GOAWAY), never
+///   buffered elsewhere. At least [`MIN_BUF`].
+/// * `SERVE`: subscriptions the peer holds on our tracks (publisher side).
+/// * `SUBS`: subscriptions we hold on the peer's tracks (subscriber side);
+///   finished ones linger until their slot is needed.
+/// * `OUT`: group streams we send at once (publisher side).
+/// * `IN`: group streams we receive at once (subscriber side); keep it at least
+///   the connection's `max_streams_uni` so a compliant peer never finds it full.
+///
+/// A full table is never grown: the request is refused on the wire with a
+/// stream reset (see the module documentation of [`session`](super)).
+///
+/// `new` is `const`, so on firmware the storage can sit in a `static`.
+pub struct Storage<
+    'a,
+    'p,
+    const CONTROL: usize,
+    const BUF: usize,
+    const SERVE: usize,
+    const SUBS: usize,
+    const OUT: usize,
+    const IN: usize,
+> {
+    pub(super) control: [Control; CONTROL],
+    pub(super) rx: [[u8; BUF]; CONTROL],
+    pub(super) tx: [[u8; BUF]; CONTROL],
+    pub(super) served: [Option<Served<'a, 'p>>; SERVE],
+    pub(super) subs: [Option<Subscription<'a, 'p>>; SUBS],
+    pub(super) out: [Option<GroupOut<'a, 'p>>; OUT],
+    pub(super) inc: [Option<GroupIn<'a, 'p>>; IN],
+}
+
+impl<
+    'a,
+    'p,
+    const CONTROL: usize,
+    const BUF: usize,
+    const SERVE: usize,
+    const SUBS: usize,
+    const OUT: usize,
+    const IN: usize,
+> Storage<'a, 'p, CONTROL, BUF, SERVE, SUBS, OUT, IN>
+{
+    /// Empty tables.
+    pub const fn new() -> Self {
+        Storage {
+            control: [Control::FREE; CONTROL],
+            rx: [[0; BUF]; CONTROL],
+            tx: [[0; BUF]; CONTROL],
+            served: [const { None }; SERVE],
+            subs: [const { None }; SUBS],
+            out: [const { None }; OUT],
+            inc: [const { None }; IN],
+        }
+    }
+}
+
+impl<
+    const CONTROL: usize,
+    const BUF: usize,
+    const SERVE: usize,
+    const SUBS: usize,
+    const OUT: usize,
+    const IN: usize,
+> Default for Storage<'_, '_, CONTROL, BUF, SERVE, SUBS, OUT, IN>
+{
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A storage size that suits a small node: 24 control streams of 512-byte
+/// buffers, 8 subscriptions each way, 8 group streams each way (about 26 KiB
+/// of buffers).
+pub type DefaultStorage<'a, 'p> = Storage<'a, 'p, 24, 512, 8, 8, 8, 8>;

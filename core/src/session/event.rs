@@ -1,0 +1,148 @@
+//! What the session tells the application: [`Event`]s and the ids they carry.
+
+use crate::wire::lite::{Hops, Role, TrackInfo};
+
+/// Our handle on an announce request we made ([`Session::announce_request`](super::Session::announce_request)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct AnnounceId(pub u64);
+
+/// Our handle on a subscription we made ([`Session::subscribe`](super::Session::subscribe)):
+/// the Subscribe ID on the wire (PROTOCOL.md §3.8: 0, 1, 2, ..., never reused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct SubscriptionId(pub u64);
+
+/// Something the application must learn about, from [`Session::poll_event`](super::Session::poll_event).
+///
+/// Events with borrowed text borrow the session until the next call on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// The QMux connection is up (PROTOCOL.md §1.5): requests may be made now.
+    Connected {
+        /// The negotiated application protocol (`moq-lite-05`).
+        protocol: &'static str,
+    },
+    /// The peer's SETUP arrived (PROTOCOL.md §3.5); its requests are served from now on.
+    Setup {
+        /// The peer's Hop ID (0 = none).
+        hop: u64,
+        /// The role the peer declared (clients only; [`Role::Both`] when absent).
+        role: Role,
+        /// The client's Path parameter (path and query), if any: what a server
+        /// authorizes and roots the session at (PROTOCOL.md §4.1).
+        path: Option<&'a str>,
+    },
+    /// A broadcast became available through one of our announce requests
+    /// (PROTOCOL.md §3.6); also reported again when its route changed (restart).
+    Announced {
+        /// The request it answers.
+        request: AnnounceId,
+        /// The full broadcast path (the request's prefix joined with the suffix).
+        path: &'a str,
+        /// The hops before the responding publisher, origin first.
+        hops: Hops<'a>,
+        /// The responding publisher's Hop ID from ANNOUNCE_OK (append it to `hops`
+        /// for the full route; PROTOCOL.md §4.3).
+        publisher: u64,
+    },
+    /// A broadcast announced through one of our requests is gone.
+    Unannounced {
+        /// The request it answers.
+        request: AnnounceId,
+        /// The full broadcast path.
+        path: &'a str,
+    },
+    /// An announce request ended: treat every broadcast it announced as gone
+    /// through it (PROTOCOL.md §3.6).
+    AnnounceEnded {
+        /// The request.
+        request: AnnounceId,
+        /// `None` if the publisher finished the stream, else the reset code.
+        code: Option<u64>,
+    },
+    /// TRACK_INFO arrived for a subscription (PROTOCOL.md §3.7); the SUBSCRIBE follows.
+    TrackInfo {
+        /// The subscription.
+        subscription: SubscriptionId,
+        /// The track's properties (timescale of frame timestamps, ...).
+        info: TrackInfo,
+    },
+    /// SUBSCRIBE_START: the first group that will be delivered (PROTOCOL.md §3.8).
+    Started {
+        /// The subscription.
+        subscription: SubscriptionId,
+        /// Its absolute sequence.
+        group: u64,
+    },
+    /// A group stream arrived and its group was created in the subscription's
+    /// sink; its frames fill in as bytes arrive.
+    Group {
+        /// The subscription.
+        subscription: SubscriptionId,
+        /// The group's sequence.
+        sequence: u64,
+    },
+    /// SUBSCRIBE_DROP: groups `start..=end` will not be delivered.
+    Dropped {
+        /// The subscription.
+        subscription: SubscriptionId,
+        /// First group dropped.
+        start: u64,
+        /// Last group dropped (inclusive).
+        end: u64,
+        /// Stream error code (0 = simply unavailable).
+        code: u64,
+    },
+    /// SUBSCRIBE_END: no group at or after `end` will be delivered (exclusive, PROTOCOL.md §3.8).
+    Ended {
+        /// The subscription.
+        subscription: SubscriptionId,
+        /// The first sequence that will never be delivered.
+        end: u64,
+    },
+    /// A subscription is over.
+    SubscriptionClosed {
+        /// The subscription.
+        subscription: SubscriptionId,
+        /// `None` after the publisher finished it, else the reset code (e.g.
+        /// NOT_FOUND 0x33, UNROUTABLE 0x36).
+        code: Option<u64>,
+    },
+    /// The peer sent GOAWAY (PROTOCOL.md §3.12): make no new requests and close when done.
+    Goaway {
+        /// Where to reconnect ("" = the same place).
+        uri: &'a str,
+    },
+    /// The session is over; nothing more is received. Not reported for a close
+    /// the application asked for with [`Session::close`](super::Session::close).
+    Closed {
+        /// The close code: a moq-lite session code for an application close
+        /// (PROTOCOL.md §3.15), a QMux code for a transport close.
+        code: u64,
+        /// The reason, as sent or received.
+        reason: &'a str,
+        /// True for an application close (`0x1d`), false for a transport close or a timeout.
+        application: bool,
+        /// True if we closed (the peer broke a rule or a timer ran out), false if the peer did.
+        local: bool,
+    },
+}
+
+/// An event without borrowed data, queued until [`Session::poll_event`](super::Session::poll_event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Queued {
+    Connected(&'static str),
+    AnnounceEnded(AnnounceId, Option<u64>),
+    TrackInfo(SubscriptionId, TrackInfo),
+    Started(SubscriptionId, u64),
+    Group(SubscriptionId, u64),
+    Dropped(SubscriptionId, u64, u64, u64),
+    Ended(SubscriptionId, u64),
+    SubscriptionClosed(SubscriptionId, Option<u64>),
+    Closed {
+        code: u64,
+        application: bool,
+        local: bool,
+    },
+}

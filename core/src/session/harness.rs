@@ -1,0 +1,636 @@
+//! A simulated pair of endpoints wired in memory (tests only; STYLE.md item 18).
+//!
+//! Two [`Endpoint`]s (a [`Node`] wraps a [`Session`], a [`Raw`] is a bare QMux
+//! connection a test scripts byte by byte) exchange records over two
+//! [`Link`]s with a latency. Time is simulated: when nothing moves, the clock
+//! jumps to the next delivery or the next `poll_timeout`. Each link can hand
+//! its bytes to the receiver whole, in random pieces (seeded [`Rng`]), or
+//! split once at a given offset of the byte stream, so a test can try every
+//! split point of a short session. Every byte sent is logged per direction,
+//! and [`Tap`] turns a log back into per-stream byte strings for checks
+//! against PROTOCOL.md §6.
+
+extern crate std;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::string::{String, ToString};
+use std::vec;
+use std::vec::Vec;
+
+use super::{AnnounceId, Event, Session, SubscriptionId};
+use crate::conn::{self, Connection};
+use crate::time::{Duration, Instant};
+use crate::wire::Reader;
+use crate::wire::lite::{Role, TrackInfo};
+use crate::wire::qmux::{Dir, Frame, Record, StreamId};
+
+/// A tiny seeded xorshift64 generator.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from `seed` (0 is mapped to a fixed non-zero state).
+    pub fn new(seed: u64) -> Self {
+        Rng(if seed == 0 {
+            0x9e37_79b9_7f4a_7c15
+        } else {
+            seed
+        })
+    }
+
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// A number in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// An event with its text copied out, for assertions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ev {
+    Connected,
+    Setup {
+        hop: u64,
+        role: Role,
+        path: Option<String>,
+    },
+    Announced {
+        request: AnnounceId,
+        path: String,
+        hops: Vec<u64>,
+        publisher: u64,
+    },
+    Unannounced {
+        request: AnnounceId,
+        path: String,
+    },
+    AnnounceEnded {
+        request: AnnounceId,
+        code: Option<u64>,
+    },
+    TrackInfo {
+        subscription: SubscriptionId,
+        info: TrackInfo,
+    },
+    Started {
+        subscription: SubscriptionId,
+        group: u64,
+    },
+    Group {
+        subscription: SubscriptionId,
+        sequence: u64,
+    },
+    Dropped {
+        subscription: SubscriptionId,
+        start: u64,
+        end: u64,
+        code: u64,
+    },
+    Ended {
+        subscription: SubscriptionId,
+        end: u64,
+    },
+    SubscriptionClosed {
+        subscription: SubscriptionId,
+        code: Option<u64>,
+    },
+    Goaway {
+        uri: String,
+    },
+    Closed {
+        code: u64,
+        reason: String,
+        application: bool,
+        local: bool,
+    },
+}
+
+impl From<Event<'_>> for Ev {
+    fn from(e: Event<'_>) -> Self {
+        match e {
+            Event::Connected { .. } => Ev::Connected,
+            Event::Setup { hop, role, path } => Ev::Setup {
+                hop,
+                role,
+                path: path.map(ToString::to_string),
+            },
+            Event::Announced {
+                request,
+                path,
+                hops,
+                publisher,
+            } => Ev::Announced {
+                request,
+                path: path.to_string(),
+                hops: hops.iter().collect(),
+                publisher,
+            },
+            Event::Unannounced { request, path } => Ev::Unannounced {
+                request,
+                path: path.to_string(),
+            },
+            Event::AnnounceEnded { request, code } => Ev::AnnounceEnded { request, code },
+            Event::TrackInfo { subscription, info } => Ev::TrackInfo { subscription, info },
+            Event::Started {
+                subscription,
+                group,
+            } => Ev::Started {
+                subscription,
+                group,
+            },
+            Event::Group {
+                subscription,
+                sequence,
+            } => Ev::Group {
+                subscription,
+                sequence,
+            },
+            Event::Dropped {
+                subscription,
+                start,
+                end,
+                code,
+            } => Ev::Dropped {
+                subscription,
+                start,
+                end,
+                code,
+            },
+            Event::Ended { subscription, end } => Ev::Ended { subscription, end },
+            Event::SubscriptionClosed { subscription, code } => {
+                Ev::SubscriptionClosed { subscription, code }
+            }
+            Event::Goaway { uri } => Ev::Goaway {
+                uri: uri.to_string(),
+            },
+            Event::Closed {
+                code,
+                reason,
+                application,
+                local,
+            } => Ev::Closed {
+                code,
+                reason: reason.to_string(),
+                application,
+                local,
+            },
+        }
+    }
+}
+
+/// One end of the simulated wire.
+pub trait Endpoint {
+    /// Writes records to send; 0 when there is nothing.
+    fn transmit(&mut self, now: Instant, out: &mut [u8]) -> usize;
+    /// Takes received bytes; `None` once the endpoint is closed.
+    fn input(&mut self, now: Instant, data: &[u8]) -> Option<usize>;
+    /// When `on_timeout` is due.
+    fn timeout(&self) -> Option<Instant>;
+    /// Runs due timers.
+    fn on_timeout(&mut self, now: Instant);
+}
+
+/// A session and the events it reported so far.
+pub struct Node<'s, 'a, 'p> {
+    pub session: Session<'s, 'a, 'p, 32>,
+    pub events: Vec<Ev>,
+    /// Poll events after every call (a test may turn it off to let them pile up).
+    pub auto_drain: bool,
+}
+
+impl<'s, 'a, 'p> Node<'s, 'a, 'p> {
+    pub fn new(session: Session<'s, 'a, 'p, 32>) -> Self {
+        Node {
+            session,
+            events: Vec::new(),
+            auto_drain: true,
+        }
+    }
+
+    /// Moves every pending event into `events`.
+    pub fn drain(&mut self) {
+        while let Some(e) = self.session.poll_event() {
+            self.events.push(e.into());
+        }
+    }
+
+    /// Whether an event matching `f` was reported.
+    pub fn saw(&self, f: impl Fn(&Ev) -> bool) -> bool {
+        self.events.iter().any(f)
+    }
+
+    /// The close event, if any.
+    pub fn closed(&self) -> Option<&Ev> {
+        self.events.iter().find(|e| matches!(e, Ev::Closed { .. }))
+    }
+}
+
+impl Endpoint for Node<'_, '_, '_> {
+    fn transmit(&mut self, now: Instant, out: &mut [u8]) -> usize {
+        let n = self.session.poll_transmit(now, out);
+        if self.auto_drain {
+            self.drain();
+        }
+        n
+    }
+
+    fn input(&mut self, now: Instant, data: &[u8]) -> Option<usize> {
+        let r = self.session.handle_input(now, data).ok();
+        if self.auto_drain {
+            self.drain();
+        }
+        r
+    }
+
+    fn timeout(&self) -> Option<Instant> {
+        self.session.poll_timeout()
+    }
+
+    fn on_timeout(&mut self, now: Instant) {
+        self.session.handle_timeout(now);
+        if self.auto_drain {
+            self.drain();
+        }
+    }
+}
+
+/// A bare QMux connection whose moq-lite bytes a test writes by hand.
+pub struct Raw {
+    pub conn: Connection<32>,
+    /// Bytes received per stream, and whether FIN arrived.
+    pub streams: BTreeMap<u64, (Vec<u8>, bool)>,
+    pub resets: Vec<(u64, u64)>,
+    pub stops: Vec<(u64, u64)>,
+    pub closed: Option<(u64, String)>,
+    pub established: bool,
+    /// Stream writes waiting for `transmit`: (stream, bytes, fin).
+    pending: VecDeque<(StreamId, Vec<u8>, bool)>,
+}
+
+impl Raw {
+    pub fn new(side: crate::wire::qmux::Side, config: conn::Config) -> Self {
+        Raw {
+            conn: Connection::new(side, config, Instant::ZERO).expect("raw config"),
+            streams: BTreeMap::new(),
+            resets: Vec::new(),
+            stops: Vec::new(),
+            closed: None,
+            established: false,
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// Opens a stream and queues `bytes` on it.
+    pub fn open(&mut self, dir: Dir, bytes: &[u8], fin: bool) -> StreamId {
+        let id = self.conn.open_stream(dir).expect("raw open");
+        self.pending.push_back((id, bytes.to_vec(), fin));
+        id
+    }
+
+    /// Queues more bytes on an open stream.
+    pub fn write(&mut self, id: StreamId, bytes: &[u8], fin: bool) {
+        self.pending.push_back((id, bytes.to_vec(), fin));
+    }
+
+    /// What arrived on stream `id`.
+    pub fn received(&self, id: u64) -> &[u8] {
+        self.streams.get(&id).map_or(&[], |(d, _)| d.as_slice())
+    }
+}
+
+impl Endpoint for Raw {
+    fn transmit(&mut self, now: Instant, out: &mut [u8]) -> usize {
+        let mut pos = self.conn.poll_transmit(now, out);
+        if !self.conn.is_established() {
+            return pos;
+        }
+        while let Some((id, data, fin)) = self.pending.pop_front() {
+            match self.conn.write_stream(now, id, &data, fin, &mut out[pos..]) {
+                Ok(w) => {
+                    pos += w.out;
+                    if w.data < data.len() {
+                        self.pending.push_front((id, data[w.data..].to_vec(), fin));
+                        break;
+                    }
+                }
+                Err(_) => {
+                    self.pending.push_front((id, data, fin));
+                    break;
+                }
+            }
+        }
+        pos + self.conn.poll_transmit(now, &mut out[pos..])
+    }
+
+    fn input(&mut self, now: Instant, data: &[u8]) -> Option<usize> {
+        if self.conn.is_closed() {
+            return None;
+        }
+        let mut pos = 0;
+        loop {
+            let step = self.conn.handle_input(now, &data[pos..]);
+            pos += step.consumed;
+            match step.event {
+                None => break,
+                Some(conn::Event::Established { .. }) => self.established = true,
+                Some(conn::Event::StreamData { id, data, fin, .. }) => {
+                    let e = self.streams.entry(id.value()).or_default();
+                    e.0.extend_from_slice(data);
+                    e.1 |= fin;
+                    self.conn.release(id, data.len() as u64);
+                }
+                Some(conn::Event::StreamReset { id, code, .. }) => {
+                    self.resets.push((id.value(), code))
+                }
+                Some(conn::Event::StopSending { id, code }) => self.stops.push((id.value(), code)),
+                Some(conn::Event::Closed(c)) => {
+                    self.closed = Some((c.code, c.reason.to_string()));
+                    return Some(data.len());
+                }
+                Some(_) => {}
+            }
+        }
+        Some(pos)
+    }
+
+    fn timeout(&self) -> Option<Instant> {
+        self.conn.poll_timeout()
+    }
+
+    fn on_timeout(&mut self, now: Instant) {
+        let _ = self.conn.handle_timeout(now);
+    }
+}
+
+/// How a link hands its bytes to the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chunking {
+    /// Everything that arrived, in one call.
+    Whole,
+    /// Random prefixes of what arrived.
+    Random,
+    /// The first call that reaches it sees the stream cut at this offset; then whole.
+    SplitAt(usize),
+}
+
+/// One direction of the wire.
+pub struct Link {
+    pub latency: Duration,
+    pub chunking: Chunking,
+    /// Every byte sent, in order.
+    pub log: Vec<u8>,
+    queue: VecDeque<(Instant, Vec<u8>)>,
+    inbox: Vec<u8>,
+    consumed: usize,
+}
+
+impl Link {
+    pub fn new() -> Self {
+        Link {
+            latency: Duration::ZERO,
+            chunking: Chunking::Whole,
+            log: Vec::new(),
+            queue: VecDeque::new(),
+            inbox: Vec::new(),
+            consumed: 0,
+        }
+    }
+
+    fn send(&mut self, now: Instant, bytes: &[u8]) {
+        self.log.extend_from_slice(bytes);
+        self.queue
+            .push_back((now.saturating_add(self.latency), bytes.to_vec()));
+    }
+
+    fn deliver(&mut self, now: Instant) {
+        while let Some((at, _)) = self.queue.front() {
+            if *at > now {
+                break;
+            }
+            if let Some((_, bytes)) = self.queue.pop_front() {
+                self.inbox.extend_from_slice(&bytes);
+            }
+        }
+    }
+
+    fn next_delivery(&self) -> Option<Instant> {
+        self.queue.front().map(|(at, _)| *at)
+    }
+
+    /// Bytes received but not consumed by the endpoint.
+    pub fn unconsumed(&self) -> usize {
+        self.inbox.len()
+    }
+
+    fn feed(&mut self, ep: &mut impl Endpoint, now: Instant, rng: &mut Rng) -> bool {
+        let mut progress = false;
+        let mut full = false;
+        while !self.inbox.is_empty() {
+            let len = self.inbox.len();
+            let take = match self.chunking {
+                _ if full => len,
+                Chunking::Whole => len,
+                Chunking::Random => 1 + rng.below(len),
+                Chunking::SplitAt(k) => {
+                    if self.consumed + len >= k {
+                        // The split point has arrived: cut there once, then go whole.
+                        self.chunking = Chunking::Whole;
+                        (k - self.consumed.min(k)).max(1).min(len)
+                    } else {
+                        len
+                    }
+                }
+            };
+            let Some(n) = ep.input(now, &self.inbox[..take]) else {
+                self.inbox.clear();
+                return true;
+            };
+            self.inbox.drain(..n);
+            self.consumed += n;
+            if n > 0 {
+                progress = true;
+                full = false;
+            } else if take == len || full {
+                break;
+            } else {
+                full = true;
+            }
+        }
+        progress
+    }
+}
+
+/// Two endpoints, `a` (normally the client) and `b`, and the links between them.
+pub struct Pair<A: Endpoint, B: Endpoint> {
+    pub now: Instant,
+    pub a: A,
+    pub b: B,
+    /// `a` → `b`.
+    pub ab: Link,
+    /// `b` → `a`.
+    pub ba: Link,
+    pub rng: Rng,
+    buf: Vec<u8>,
+}
+
+impl<A: Endpoint, B: Endpoint> Pair<A, B> {
+    pub fn new(a: A, b: B) -> Self {
+        Pair {
+            now: Instant::ZERO,
+            a,
+            b,
+            ab: Link::new(),
+            ba: Link::new(),
+            rng: Rng::new(1),
+            buf: vec![0u8; 20_000],
+        }
+    }
+
+    /// One round: transmit, deliver, feed, timers. True if anything moved.
+    pub fn step(&mut self) -> bool {
+        let now = self.now;
+        let mut progress = false;
+        loop {
+            let n = self.a.transmit(now, &mut self.buf);
+            if n == 0 {
+                break;
+            }
+            self.ab.send(now, &self.buf[..n]);
+            progress = true;
+        }
+        loop {
+            let n = self.b.transmit(now, &mut self.buf);
+            if n == 0 {
+                break;
+            }
+            self.ba.send(now, &self.buf[..n]);
+            progress = true;
+        }
+        self.ab.deliver(now);
+        self.ba.deliver(now);
+        progress |= self.ab.feed(&mut self.b, now, &mut self.rng);
+        progress |= self.ba.feed(&mut self.a, now, &mut self.rng);
+        if self.a.timeout().is_some_and(|t| t <= now) {
+            self.a.on_timeout(now);
+            progress = true;
+        }
+        if self.b.timeout().is_some_and(|t| t <= now) {
+            self.b.on_timeout(now);
+            progress = true;
+        }
+        progress
+    }
+
+    /// When something is next due: a delivery or a timer.
+    pub fn next_time(&self) -> Option<Instant> {
+        [
+            self.ab.next_delivery(),
+            self.ba.next_delivery(),
+            self.a.timeout(),
+            self.b.timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Steps (jumping the clock when idle) until `until` holds; false if it
+    /// did not within `max` steps or the pair went quiet for good.
+    pub fn run(&mut self, max: usize, mut until: impl FnMut(&mut Self) -> bool) -> bool {
+        for _ in 0..max {
+            if until(self) {
+                return true;
+            }
+            if !self.step() {
+                match self.next_time() {
+                    Some(t) => self.now = self.now.max(t),
+                    None => return until(self),
+                }
+            }
+        }
+        until(self)
+    }
+
+    /// Steps until nothing moves without advancing the clock past `horizon`.
+    pub fn settle(&mut self, horizon: Duration) {
+        let end = self.now.saturating_add(horizon);
+        for _ in 0..100_000 {
+            if self.step() {
+                continue;
+            }
+            match self.next_time() {
+                Some(t) if t <= end => self.now = self.now.max(t),
+                _ => return,
+            }
+        }
+    }
+}
+
+/// The moq-lite byte strings of a logged direction, per stream.
+#[derive(Debug, Default)]
+pub struct Tap {
+    /// Stream data in order of arrival, and whether FIN was seen.
+    pub streams: BTreeMap<u64, (Vec<u8>, bool)>,
+    /// Streams in the order their first byte was sent.
+    pub order: Vec<u64>,
+    pub resets: Vec<(u64, u64)>,
+    pub stops: Vec<(u64, u64)>,
+    pub close: Option<(bool, u64)>,
+}
+
+impl Tap {
+    /// Decodes a link log into streams.
+    pub fn new(log: &[u8]) -> Self {
+        let mut tap = Tap::default();
+        let mut rest = log;
+        while !rest.is_empty() {
+            let record = Record::decode(rest, u64::MAX).expect("whole records");
+            let mut r = Reader::new(record.body);
+            while !r.is_empty() {
+                match Frame::decode(&mut r).expect("valid frame") {
+                    Frame::Stream(s) => {
+                        let e = tap.streams.entry(s.id.value()).or_insert_with(|| {
+                            tap.order.push(s.id.value());
+                            (Vec::new(), false)
+                        });
+                        e.0.extend_from_slice(s.data);
+                        e.1 |= s.fin;
+                    }
+                    Frame::ResetStream(x) => tap.resets.push((x.id.value(), x.code)),
+                    Frame::StopSending(x) => tap.stops.push((x.id.value(), x.code)),
+                    Frame::ApplicationClose(c) => tap.close = Some((true, c.code)),
+                    Frame::ConnectionClose(c) => tap.close = Some((false, c.code)),
+                    _ => {}
+                }
+            }
+            rest = &rest[record.len..];
+        }
+        tap
+    }
+
+    /// The bytes of stream `id`.
+    pub fn stream(&self, id: u64) -> &[u8] {
+        self.streams.get(&id).map_or(&[], |(d, _)| d.as_slice())
+    }
+
+    /// Whether stream `id` was finished.
+    pub fn fin(&self, id: u64) -> bool {
+        self.streams.get(&id).is_some_and(|(_, f)| *f)
+    }
+}
+
+/// Parses "01 0a ff" into bytes.
+pub fn hex(s: &str) -> Vec<u8> {
+    s.split_whitespace()
+        .map(|b| u8::from_str_radix(b, 16).expect("test hex"))
+        .collect()
+}

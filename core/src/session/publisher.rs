@@ -1,0 +1,801 @@
+//! Publisher side: serving the peer's announce requests and subscriptions from
+//! local media, and sending group streams (PROTOCOL.md §3.6–3.9, §4).
+//!
+//! A subscription the peer holds on one of our tracks is a [`Served`] entry: the
+//! track, the subscriber's [`Window`] of wanted groups, and whether
+//! SUBSCRIBE_START / SUBSCRIBE_END went out. Each time the session is driven it
+//! looks at the track's live edge and, newest group first (§4.6), opens one uni
+//! Group stream per wanted group: a GROUP header with the subscription's id and
+//! the group's sequence, then the group's stored bytes verbatim, then FIN. A
+//! group that goes stale while its stream is open is reset with OLD (§4.7).
+//! When the track finishes, SUBSCRIBE_END (exclusive) goes out, and FIN once
+//! every group in range was delivered or given up.
+//!
+//! Group data is written by [`flush_groups`](Session::flush_groups) in
+//! priority order within each stream's QMux credit; reading the group there is
+//! what advances its furthest-read position and so paces the local producer.
+
+use core::cmp::{Ordering, Reverse, min};
+
+use super::Session;
+use super::control::{
+    AnnounceState, Kind, Step, SubState, decode_within, lookup, normalize, rx_of,
+};
+use crate::model::group::{self, Next, ReadError};
+use crate::model::path::{Path, PathBuf};
+use crate::model::{origin, track};
+use crate::time::{Duration, Instant};
+use crate::window::{self, GroupRange, Request, Timeline, Window, WindowError};
+use crate::wire::Writer;
+use crate::wire::lite::{
+    Announce, AnnounceOk, AnnounceRequest, AnnounceStatus, Group, Hops, SessionCode, StreamCode,
+    Subscribe, SubscribeResponse, SubscribeUpdate, UniStreamType, write_message,
+};
+use crate::wire::qmux::{Dir, StreamId};
+
+/// Disjoint ranges a served subscription's window may hold (newest-first
+/// delivery leaves holes; see [`crate::window`]).
+pub const WINDOW_RANGES: usize = 4;
+
+/// Longest GROUP header with its stream type: type (1) + length (1) + two 8-byte varints.
+const GROUP_HEADER: usize = 18;
+
+/// A subscription the peer holds on one of our tracks.
+pub(crate) struct Served<'a, 'p> {
+    /// The peer's Subscribe ID (used in our GROUP headers).
+    pub(super) id: u64,
+    /// The control slot of its Subscribe stream.
+    pub(super) slot: usize,
+    pub(super) source: track::Ref<'a, 'p>,
+    pub(super) window: Window<WINDOW_RANGES>,
+    pub(super) started: bool,
+    pub(super) end: Option<u64>,
+}
+
+/// One group stream we send.
+pub(crate) struct GroupOut<'a, 'p> {
+    pub(super) id: StreamId,
+    /// Index of the served subscription.
+    pub(super) served: usize,
+    pub(super) seq: u64,
+    consumer: group::Consumer<'a, 'p>,
+    header: [u8; GROUP_HEADER],
+    header_len: usize,
+    header_sent: usize,
+}
+
+/// PROTOCOL.md §4.7, for a group whose stream is already open: stale once the
+/// point where its successor began is more than `max_age` behind the newest frame.
+fn is_stale(source: track::Ref<'_, '_>, max_age: Duration, seq: u64) -> bool {
+    match source.latest() {
+        Some(latest) if seq < latest => match source.superseded_at(seq) {
+            Some(at) => source.newest().saturating_duration_since(at) > max_age,
+            None => true,
+        },
+        _ => false,
+    }
+}
+
+/// The exclusive end of a finished track (PROTOCOL.md §3.8: latest + 1, 0 without groups).
+fn track_end(source: track::Ref<'_, '_>) -> Option<u64> {
+    match source.status() {
+        track::Status::Finished => Some(source.latest().map_or(0, |l| l.saturating_add(1))),
+        _ => None,
+    }
+}
+
+/// The highest wanted group at or below `latest`.
+fn highest_wanted(window: &Window<WINDOW_RANGES>, latest: u64) -> Option<u64> {
+    window
+        .ranges()
+        .take_while(|r| r.first() <= latest)
+        .last()
+        .map(|r| min(r.last(), latest))
+}
+
+/// Whether an announcement may go to a peer (PROTOCOL.md §3.6: no path with a
+/// segment starting with `.` below the prefix to lite-05 peers). Local
+/// broadcasts have no hops, so the Exclude Hop filter never applies.
+fn announceable(suffix: Path<'_>) -> bool {
+    !suffix.segments().any(|s| s.starts_with('.'))
+}
+
+/// The first active broadcast under `prefix` whose path sorts after `after`.
+fn next_active<'a, 'p>(
+    origin: origin::Ref<'a, 'p>,
+    prefix: Path<'_>,
+    after: Option<Path<'_>>,
+) -> Option<(Path<'a>, Path<'a>)> {
+    origin
+        .under(prefix)
+        .map(|(suffix, b)| (b.path(), suffix))
+        .filter(|(path, _)| after.is_none_or(|a| *path > a))
+        .min_by(|x, y| x.0.cmp(&y.0))
+}
+
+/// What writing one group stream did.
+enum Wrote {
+    /// This many bytes of `out` were used.
+    Bytes(usize),
+    /// Nothing to send on this stream now (no data, no credit, or it ended).
+    Idle,
+    /// `out` is full.
+    Full,
+}
+
+impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+    // ---- announce requests (PROTOCOL.md §3.6) ----
+
+    /// The peer's ANNOUNCE_REQUEST: keep the prefix and start serving.
+    pub(super) fn parse_announce_request(
+        &mut self,
+        slot: usize,
+        state: AnnounceState,
+        limit: usize,
+    ) -> Step {
+        if state != AnnounceState::Request {
+            self.fail(
+                SessionCode::ProtocolViolation,
+                "data after ANNOUNCE_REQUEST",
+            );
+            return Step::Stop;
+        }
+        let parsed = match decode_within::<AnnounceRequest<'_>>(self.rx_data(slot), limit) {
+            Ok((req, n)) => {
+                let prefix = PathBuf::<{ super::MAX_PATH }>::normalize(req.prefix);
+                Ok((n, prefix.ok(), req.exclude_hop))
+            }
+            Err(e) => Err(e),
+        };
+        let (n, prefix, exclude) = match parsed {
+            Ok(v) => v,
+            Err(e) => return self.on_decode_error(slot, e),
+        };
+        self.rx_consume(slot, n);
+        if self.control[slot].rx_len > 0 {
+            self.fail(
+                SessionCode::ProtocolViolation,
+                "data after ANNOUNCE_REQUEST",
+            );
+            return Step::Stop;
+        }
+        let Some(prefix) = prefix else {
+            self.refuse(slot, StreamCode::Internal);
+            return Step::Stop;
+        };
+        if !self.set_rx_kept(slot, prefix.as_str().as_bytes()) {
+            self.refuse(slot, StreamCode::Internal);
+            return Step::Stop;
+        }
+        let state = match self.origin {
+            Some(o) => AnnounceState::Initial {
+                prefix: prefix.as_str().len(),
+                after: None,
+                exclude,
+                cursor: o.cursor(),
+                ok_sent: false,
+            },
+            None => {
+                // PROTOCOL.md §3.6: nothing we may announce is ANNOUNCE_OK with 0, not an error.
+                let ok = AnnounceOk {
+                    hop: self.hop,
+                    active: 0,
+                };
+                if self.tx_write(slot, |w| write_message(&ok, w)).is_err() {
+                    self.refuse(slot, StreamCode::Internal);
+                    return Step::Stop;
+                }
+                AnnounceState::Quiet
+            }
+        };
+        self.control[slot].kind = Kind::AnnounceIn { state };
+        Step::Consumed(0)
+    }
+
+    /// Sends what is due on every announce stream we serve: ANNOUNCE_OK, the
+    /// initial set, then changes, as far as each send buffer allows.
+    pub(super) fn serve_announces(&mut self) {
+        let Some(origin) = self.origin else {
+            return;
+        };
+        for slot in 0..self.control.len() {
+            if let Kind::AnnounceIn { state } = self.control[slot].kind
+                && !matches!(state, AnnounceState::Request | AnnounceState::Quiet)
+                && !self.control[slot].tx_done
+            {
+                self.serve_announce(origin, slot, state);
+            }
+        }
+    }
+
+    fn serve_announce(
+        &mut self,
+        origin: origin::Ref<'a, 'p>,
+        slot: usize,
+        mut state: AnnounceState,
+    ) {
+        let (AnnounceState::Initial { prefix: plen, .. }
+        | AnnounceState::Live { prefix: plen, .. }) = state
+        else {
+            return;
+        };
+        // The kept prefix, copied out so the slot's buffers stay writable.
+        let Some(prefix_buf) = self
+            .rx_kept(slot)
+            .get(..plen)
+            .and_then(|b| core::str::from_utf8(b).ok())
+            .and_then(|s| PathBuf::<{ super::MAX_PATH }>::normalize(s).ok())
+        else {
+            self.refuse(slot, StreamCode::Internal);
+            return;
+        };
+        let prefix = prefix_buf.as_path();
+        loop {
+            match state {
+                AnnounceState::Request | AnnounceState::Quiet => return,
+                AnnounceState::Initial {
+                    prefix: plen,
+                    after,
+                    exclude,
+                    cursor,
+                    ok_sent: false,
+                } => {
+                    // PROTOCOL.md §3.6: our Hop ID, and how many ANNOUNCEs follow.
+                    let active = origin
+                        .under(prefix)
+                        .filter(|(suffix, _)| announceable(*suffix))
+                        .count() as u64;
+                    let ok = AnnounceOk {
+                        hop: self.hop,
+                        active,
+                    };
+                    if self.tx_write(slot, |w| write_message(&ok, w)).is_err() {
+                        return;
+                    }
+                    state = AnnounceState::Initial {
+                        prefix: plen,
+                        after,
+                        exclude,
+                        cursor,
+                        ok_sent: true,
+                    };
+                }
+                AnnounceState::Initial {
+                    prefix: plen,
+                    after,
+                    exclude,
+                    cursor,
+                    ok_sent: true,
+                } => {
+                    let after_buf = after.and_then(|n| {
+                        self.rx_kept(slot)
+                            .get(plen..plen + n)
+                            .and_then(|b| core::str::from_utf8(b).ok())
+                            .and_then(|s| PathBuf::<{ super::MAX_PATH }>::normalize(s).ok())
+                    });
+                    let next = next_active(origin, prefix, after_buf.as_ref().map(|p| p.as_path()));
+                    let Some((path, suffix)) = next else {
+                        state = AnnounceState::Live {
+                            prefix: plen,
+                            exclude,
+                            cursor,
+                        };
+                        self.control[slot].rx_keep = plen;
+                        self.control[slot].kind = Kind::AnnounceIn { state };
+                        continue;
+                    };
+                    if announceable(suffix) {
+                        let msg = Announce {
+                            status: AnnounceStatus::Active,
+                            suffix: suffix.as_str(),
+                            hops: Hops::EMPTY,
+                        };
+                        if self.tx_write(slot, |w| write_message(&msg, w)).is_err() {
+                            self.control[slot].kind = Kind::AnnounceIn { state };
+                            return;
+                        }
+                    }
+                    // Remember where the initial set got to, after the prefix.
+                    let path = path.as_str().as_bytes();
+                    if !self.set_rx_kept_at(slot, plen, path) {
+                        self.refuse(slot, StreamCode::Internal);
+                        return;
+                    }
+                    state = AnnounceState::Initial {
+                        prefix: plen,
+                        after: Some(path.len()),
+                        exclude,
+                        cursor,
+                        ok_sent: true,
+                    };
+                }
+                AnnounceState::Live {
+                    prefix: plen,
+                    exclude,
+                    cursor,
+                } => {
+                    let mut next = cursor;
+                    let change = match origin.next_change_under(&mut next, prefix) {
+                        Ok(Some(c)) => c,
+                        Ok(None) => {
+                            self.control[slot].kind = Kind::AnnounceIn { state };
+                            return;
+                        }
+                        Err(_) => {
+                            // The log moved on without us: we cannot tell which of the
+                            // broadcasts we announced ended, so let the subscriber ask again.
+                            debug!("session: announce log lagged; resetting the stream");
+                            self.refuse(slot, StreamCode::Internal);
+                            return;
+                        }
+                    };
+                    let (suffix, change) = change;
+                    if announceable(suffix) {
+                        // moq-dev sends an empty hop list with Ended.
+                        let msg = Announce {
+                            status: if change.is_active() {
+                                AnnounceStatus::Active
+                            } else {
+                                AnnounceStatus::Ended
+                            },
+                            suffix: suffix.as_str(),
+                            hops: Hops::EMPTY,
+                        };
+                        if self.tx_write(slot, |w| write_message(&msg, w)).is_err() {
+                            self.control[slot].kind = Kind::AnnounceIn { state };
+                            return;
+                        }
+                    }
+                    state = AnnounceState::Live {
+                        prefix: plen,
+                        exclude,
+                        cursor: next,
+                    };
+                }
+            }
+            self.control[slot].kind = Kind::AnnounceIn { state };
+        }
+    }
+
+    // ---- subscriptions (PROTOCOL.md §3.8) ----
+
+    /// SUBSCRIBE, then SUBSCRIBE_UPDATEs, on a Subscribe stream the peer opened.
+    pub(super) fn parse_subscribe(&mut self, slot: usize, served: SubState, limit: usize) -> Step {
+        match served {
+            SubState::Done => Step::Consumed(self.control[slot].rx_len),
+            SubState::Serving(i) => {
+                match decode_within::<SubscribeUpdate>(self.rx_data(slot), limit) {
+                    Ok((u, n)) => {
+                        self.on_subscribe_update(i, u);
+                        Step::Consumed(n)
+                    }
+                    Err(e) => self.on_decode_error(slot, e),
+                }
+            }
+            SubState::Waiting => {
+                let origin = self.origin;
+                let parsed = match decode_within::<Subscribe<'_>>(
+                    rx_of(self.rx, &self.control[slot], self.buf, slot),
+                    limit,
+                ) {
+                    Ok((s, n)) => {
+                        let found = match normalize(s.broadcast, &mut self.scratch) {
+                            Some(path) => lookup(origin, path, s.track),
+                            None => Err(StreamCode::NotFound),
+                        };
+                        let request = Request {
+                            start: s.start_group.into(),
+                            end: s.end_group.into(),
+                            ordered: false,
+                            priority: s.priority,
+                            max_latency: s.max_age,
+                        };
+                        Ok((n, s.id, request, found))
+                    }
+                    Err(e) => Err(e),
+                };
+                match parsed {
+                    Ok((n, id, request, Ok(source))) => {
+                        self.on_subscribe(slot, n, id, request, source)
+                    }
+                    Ok((_, _, _, Err(code))) => {
+                        self.refuse(slot, code);
+                        Step::Stop
+                    }
+                    Err(e) => self.on_decode_error(slot, e),
+                }
+            }
+        }
+    }
+
+    /// Accepts a SUBSCRIBE into the served table.
+    fn on_subscribe(
+        &mut self,
+        slot: usize,
+        n: usize,
+        id: u64,
+        request: Request,
+        source: track::Ref<'a, 'p>,
+    ) -> Step {
+        // PROTOCOL.md §3.8: Subscribe IDs are unique for the session.
+        if self.served.iter().flatten().any(|s| s.id == id) {
+            self.fail(SessionCode::ProtocolViolation, "duplicate Subscribe ID");
+            return Step::Stop;
+        }
+        let Some(i) = self.served.iter().position(Option::is_none) else {
+            debug!("session: served table full, refusing subscription {}", id);
+            self.refuse(slot, StreamCode::Internal);
+            return Step::Stop;
+        };
+        // PROTOCOL.md §4.7: subscriber budgets are clamped to the publisher's max age.
+        let request = Request {
+            max_latency: min(request.max_latency, source.info().max_age),
+            ..request
+        };
+        let window = match Window::resolve(request, &source) {
+            Ok(w) => w,
+            Err(WindowError::Expired) => {
+                // Everything asked for is gone: SUBSCRIBE_DROP the range, then END.
+                let start = match request.start {
+                    window::Start::Group(s) => s,
+                    window::Start::Latest => 0,
+                };
+                let end = request.end.cap();
+                let drop = SubscribeResponse::Drop {
+                    start,
+                    end,
+                    code: 0,
+                };
+                let fin = SubscribeResponse::End {
+                    group: end.saturating_add(1),
+                };
+                let _ = self.tx_write(slot, |w| {
+                    drop.write(w)?;
+                    fin.write(w)
+                });
+                self.control[slot].fin = true;
+                self.control[slot].kind = Kind::SubscribeIn {
+                    served: SubState::Done,
+                };
+                return Step::Consumed(n);
+            }
+            // Nothing to serve until an update moves the start or the end.
+            Err(_) => Window::new(request),
+        };
+        debug!("session: serving subscription {}", id);
+        self.served[i] = Some(Served {
+            id,
+            slot,
+            source,
+            window,
+            started: false,
+            end: None,
+        });
+        self.control[slot].kind = Kind::SubscribeIn {
+            served: SubState::Serving(i),
+        };
+        Step::Consumed(n)
+    }
+
+    /// SUBSCRIBE_UPDATE replaces the preferences (PROTOCOL.md §3.8).
+    fn on_subscribe_update(&mut self, i: usize, u: SubscribeUpdate) {
+        let Some(s) = self.served.get_mut(i).and_then(Option::as_mut) else {
+            return;
+        };
+        let request = Request {
+            start: u.start_group.into(),
+            end: u.end_group.into(),
+            ordered: false,
+            priority: u.priority,
+            max_latency: min(u.max_age, s.source.info().max_age),
+        };
+        let source = s.source;
+        if s.window.update(request, &source).is_err() {
+            debug!("session: subscribe update refused by the window");
+        }
+        // Groups in flight must not be opened again.
+        for o in self.out.iter().flatten() {
+            if o.served == i {
+                let _ = s.window.remove(GroupRange::single(o.seq));
+            }
+        }
+    }
+
+    /// Stops serving entry `i`: resets its group streams with `code` and frees it.
+    pub(super) fn end_served(&mut self, i: usize, code: StreamCode) {
+        for o in self.out.iter_mut() {
+            if let Some(g) = o
+                && g.served == i
+            {
+                let _ = self.conn.reset_stream(g.id, code.to_code());
+                *o = None;
+            }
+        }
+        if let Some(s) = self.served.get_mut(i) {
+            *s = None;
+        }
+    }
+
+    /// Advances every served subscription: START, stale groups, new group
+    /// streams (newest first), END and FIN.
+    pub(super) fn serve_subscriptions(&mut self) {
+        for i in 0..self.served.len() {
+            if self.served[i].is_some() {
+                self.serve_one(i);
+            }
+        }
+    }
+
+    fn serve_one(&mut self, i: usize) {
+        let Some(s) = self.served.get(i).and_then(Option::as_ref) else {
+            return;
+        };
+        let (source, slot) = (s.source, s.slot);
+        let max_age = s.window.request().max_latency;
+
+        // PROTOCOL.md §4.4: the track was abandoned; pass the error on.
+        if let track::Status::Aborted(code) = source.status() {
+            let code = StreamCode::from_code(code);
+            self.end_served(i, code);
+            self.control[slot].kind = Kind::SubscribeIn {
+                served: SubState::Done,
+            };
+            self.reset_tx(slot, code);
+            return;
+        }
+        let latest = source.latest();
+
+        // Group streams whose group went stale: reset OLD (§4.7).
+        for o in self.out.iter_mut() {
+            if let Some(g) = o
+                && g.served == i
+                && is_stale(source, max_age, g.seq)
+            {
+                debug!("session: group {} stale, resetting", g.seq);
+                let _ = self.conn.reset_stream(g.id, StreamCode::Old.to_code());
+                *o = None;
+            }
+        }
+
+        // SUBSCRIBE_START once the first group is known (§3.8).
+        let first = self
+            .served_ref(i)
+            .filter(|s| !s.started)
+            .and_then(|s| s.window.first(&source));
+        if let Some(first) = first {
+            let start = SubscribeResponse::Start { group: first };
+            if self.tx_write(slot, |w| start.write(w)).is_err() {
+                return;
+            }
+            if let Some(s) = self.served_mut(i) {
+                s.started = true;
+                if first > 0 {
+                    s.window.remove_through(first - 1);
+                }
+            }
+        }
+        let started = self.served_ref(i).is_some_and(|s| s.started);
+        if started && let Some(latest) = latest {
+            // Forget wanted groups that are stale or gone (§4.7, §4.8).
+            if let Some(s) = self.served_mut(i) {
+                match s.window.first(&source) {
+                    Some(first) if first > 0 => s.window.remove_through(first - 1),
+                    Some(_) => {}
+                    None => s.window.remove_through(latest),
+                }
+            }
+            // Open group streams, newest first (§4.6).
+            while let Some(seq) = self
+                .served_ref(i)
+                .and_then(|s| highest_wanted(&s.window, latest))
+            {
+                let Some(consumer) = source.group(seq) else {
+                    // Not held, and older groups are not either.
+                    if let Some(s) = self.served_mut(i) {
+                        s.window.remove_through(seq);
+                    }
+                    continue;
+                };
+                if !self.open_group(i, seq, consumer) {
+                    break;
+                }
+                if let Some(s) = self.served_mut(i)
+                    && s.window.remove(GroupRange::single(seq)).is_err()
+                {
+                    // Too many holes: give up on everything older.
+                    s.window.remove_through(seq);
+                }
+            }
+        }
+        // The track finished: SUBSCRIBE_END (exclusive), then FIN once all is delivered.
+        let Some(end) = track_end(source) else {
+            return;
+        };
+        if self.served_ref(i).is_some_and(|s| s.end.is_none()) {
+            let msg = SubscribeResponse::End { group: end };
+            if self.tx_write(slot, |w| msg.write(w)).is_err() {
+                return;
+            }
+            if let Some(s) = self.served_mut(i) {
+                s.end = Some(end);
+            }
+        }
+        let pending = self
+            .served_ref(i)
+            .is_some_and(|s| s.window.lowest().is_some_and(|lo| lo < end));
+        let in_flight = self.out.iter().flatten().any(|o| o.served == i);
+        if !pending && !in_flight {
+            debug!("session: served subscription complete");
+            self.served[i] = None;
+            self.control[slot].kind = Kind::SubscribeIn {
+                served: SubState::Done,
+            };
+            self.control[slot].fin = true;
+        }
+    }
+
+    fn served_ref(&self, i: usize) -> Option<&Served<'a, 'p>> {
+        self.served.get(i).and_then(Option::as_ref)
+    }
+
+    fn served_mut(&mut self, i: usize) -> Option<&mut Served<'a, 'p>> {
+        self.served.get_mut(i).and_then(Option::as_mut)
+    }
+
+    /// Opens a group stream for group `seq` of served subscription `i`; false if
+    /// no stream or slot is available now.
+    fn open_group(&mut self, i: usize, seq: u64, consumer: group::Consumer<'a, 'p>) -> bool {
+        let Some(sub) = self.served[i].as_ref().map(|s| s.id) else {
+            return false;
+        };
+        let Some(free) = self.out.iter().position(Option::is_none) else {
+            return false;
+        };
+        let mut header = [0u8; GROUP_HEADER];
+        let mut w = Writer::new(&mut header);
+        let msg = Group {
+            subscribe: sub,
+            sequence: seq,
+        };
+        if UniStreamType::Group.write(&mut w).is_err() || write_message(&msg, &mut w).is_err() {
+            return false;
+        }
+        let header_len = w.position();
+        let Ok(id) = self.conn.open_stream(Dir::Uni) else {
+            return false;
+        };
+        trace!("session: group {} on stream {}", seq, id.value());
+        self.out[free] = Some(GroupOut {
+            id,
+            served: i,
+            seq,
+            consumer,
+            header,
+            header_len,
+            header_sent: 0,
+        });
+        true
+    }
+
+    /// The scheduling rank of group stream `idx` (PROTOCOL.md §4.6): subscriber
+    /// priority (higher first), then Subscribe ID (older first), then group
+    /// sequence (newest first); the index breaks ties.
+    fn rank(&self, idx: usize) -> Option<(Reverse<u8>, u64, Reverse<u64>, usize)> {
+        let o = self.out.get(idx)?.as_ref()?;
+        let s = self.served.get(o.served)?.as_ref()?;
+        Some((
+            Reverse(s.window.request().priority),
+            s.id,
+            Reverse(o.seq),
+            idx,
+        ))
+    }
+
+    /// Writes group data into `out` in priority order; returns the bytes written.
+    pub(super) fn flush_groups(&mut self, now: Instant, out: &mut [u8]) -> usize {
+        let mut pos = 0;
+        'pass: loop {
+            let mut last: Option<(Reverse<u8>, u64, Reverse<u64>, usize)> = None;
+            loop {
+                // The best-ranked stream after `last`.
+                let mut best = None;
+                for idx in 0..self.out.len() {
+                    let Some(r) = self.rank(idx) else { continue };
+                    if last.is_some_and(|l| r.cmp(&l) != Ordering::Greater) {
+                        continue;
+                    }
+                    if best.is_none_or(|b| r < b) {
+                        best = Some(r);
+                    }
+                }
+                let Some(r) = best else {
+                    break 'pass;
+                };
+                last = Some(r);
+                match self.write_group(now, r.3, out.get_mut(pos..).unwrap_or(&mut [])) {
+                    Wrote::Bytes(n) => {
+                        pos += n;
+                        // Start again from the top: the best stream may have more.
+                        continue 'pass;
+                    }
+                    Wrote::Idle => {}
+                    Wrote::Full => break 'pass,
+                }
+            }
+        }
+        pos
+    }
+
+    /// Writes one record of group stream `idx` (header, data or FIN).
+    fn write_group(&mut self, now: Instant, idx: usize, out: &mut [u8]) -> Wrote {
+        let Some(Some(o)) = self.out.get_mut(idx) else {
+            return Wrote::Idle;
+        };
+        let id = o.id;
+        if o.header_sent < o.header_len {
+            let data = o.header.get(o.header_sent..o.header_len).unwrap_or(&[]);
+            return match self.conn.write_stream(now, id, data, false, out) {
+                Ok(w) => {
+                    o.header_sent += w.data;
+                    Wrote::Bytes(w.out)
+                }
+                Err(crate::conn::WriteError::Blocked) => Wrote::Idle,
+                Err(crate::conn::WriteError::BufferTooSmall) => Wrote::Full,
+                Err(_) => {
+                    self.out[idx] = None;
+                    Wrote::Idle
+                }
+            };
+        }
+        match o.consumer.chunk() {
+            Ok(Next::Ready(bytes)) => {
+                // The FIN follows in its own record once the consumer reports the end.
+                match self.conn.write_stream(now, id, bytes, false, out) {
+                    Ok(w) => {
+                        o.consumer.advance(w.data);
+                        Wrote::Bytes(w.out)
+                    }
+                    Err(crate::conn::WriteError::Blocked) => Wrote::Idle,
+                    Err(crate::conn::WriteError::BufferTooSmall) => Wrote::Full,
+                    Err(_) => {
+                        self.out[idx] = None;
+                        Wrote::Idle
+                    }
+                }
+            }
+            Ok(Next::Pending) => Wrote::Idle,
+            Ok(Next::Finished) => match self.conn.write_stream(now, id, &[], true, out) {
+                Ok(w) => {
+                    self.out[idx] = None;
+                    Wrote::Bytes(w.out)
+                }
+                Err(crate::conn::WriteError::BufferTooSmall) => Wrote::Full,
+                Err(_) => {
+                    self.out[idx] = None;
+                    Wrote::Idle
+                }
+            },
+            Err(e) => {
+                let code = match e {
+                    ReadError::Aborted(code) => code,
+                    // The slot was reused for a newer group.
+                    ReadError::Evicted => StreamCode::Old.to_code(),
+                    ReadError::Misaligned => StreamCode::Internal.to_code(),
+                };
+                let _ = self.conn.reset_stream(id, code);
+                self.out[idx] = None;
+                Wrote::Idle
+            }
+        }
+    }
+
+    /// The peer stopped one of our group streams: reset it with the same code.
+    pub(super) fn group_stopped(&mut self, id: StreamId, code: u64) {
+        for o in self.out.iter_mut() {
+            if o.as_ref().is_some_and(|g| g.id == id) {
+                let _ = self.conn.reset_stream(id, code);
+                *o = None;
+            }
+        }
+    }
+}

@@ -1,0 +1,798 @@
+//! Subscriber side: announce requests, subscriptions, and the group streams
+//! that fill local tracks (PROTOCOL.md §3.6–3.9).
+//!
+//! [`Session::subscribe`] sends TRACK first and SUBSCRIBE only once TRACK_INFO
+//! arrived, as moq-dev does (§3.7): the SUBSCRIBE waits, encoded, in a control
+//! slot that is opened then. Each incoming Group stream names its subscription
+//! in the GROUP header; the group is created in that subscription's local
+//! [`track`] (which deduplicates by sequence: groups arrive newest first,
+//! §3.9) with the track's one producer, and the stream
+//! bytes are copied into it frame by frame, keeping frame boundaries and
+//! absolute timestamps.
+//!
+//! Credit for a group stream goes back to the peer only as local readers of
+//! the group advance (its furthest-read position), so a parked reader holds
+//! the peer at one stream window; once the group's FIN is stored, the rest is
+//! released at once (the data is all here, and holding the connection window
+//! for a finished group would stall every other stream).
+
+use core::cmp::min;
+
+use super::control::Kind;
+use super::event::{AnnounceId, Queued, SubscriptionId};
+use super::{Error, Session};
+use crate::model::frame::{Header, MAX_HEADER_LEN};
+use crate::model::group::WriteError;
+use crate::model::path::PathBuf;
+use crate::model::track;
+use crate::time::Instant;
+use crate::window::Request;
+use crate::wire::lite::{
+    AnnounceRequest, BidiStreamType, Group, SessionCode, StreamCode, Subscribe, SubscribeResponse,
+    SubscribeUpdate, Track, TrackInfo, UniStreamType, read_message, write_message,
+};
+use crate::wire::qmux::{Dir, StreamId};
+use crate::wire::{DecodeError, Reader};
+
+/// Room for a uni stream's type and GROUP header, even in long varint forms.
+const HEADER_BUF: usize = 32;
+
+/// A subscription we hold on one of the peer's tracks.
+pub(crate) struct Subscription<'a, 'p> {
+    /// The Subscribe ID on the wire.
+    pub(super) id: u64,
+    /// The local track's one producer: groups are created with it.
+    pub(super) producer: track::Producer<'a, 'p>,
+    /// The control slot of the SUBSCRIBE (held until TRACK_INFO), while we hold one.
+    pub(super) slot: Option<usize>,
+    /// The control slot of the TRACK request, until TRACK_INFO.
+    pub(super) track: Option<usize>,
+    pub(super) info: Option<TrackInfo>,
+}
+
+/// Where an incoming uni stream's parse stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Reading the stream type and GROUP header.
+    Header,
+    /// Reading FRAMEs.
+    Frames,
+}
+
+/// One group stream we receive.
+pub(crate) struct GroupIn<'a, 'p> {
+    pub(super) id: StreamId,
+    stage: Stage,
+    /// Partial header bytes (stream type + GROUP, or a FRAME header) from earlier data.
+    hdr: [u8; HEADER_BUF],
+    hdr_len: usize,
+    pub(super) sub: u64,
+    pub(super) producer: Option<track::GroupProducer<'a, 'p>>,
+    /// The group's generation when it was created (a change means it was evicted).
+    generation: u64,
+    /// Timestamp of the previous frame (PROTOCOL.md §3.9: deltas, first from 0).
+    prev: u64,
+    /// Payload bytes the current frame still needs.
+    frame_left: u64,
+    /// Stream bytes taken so far.
+    received: u64,
+    /// Stream bytes whose credit went back to the peer.
+    released: u64,
+    /// Stream bytes before the first FRAME (type and GROUP header).
+    preamble: u64,
+}
+
+impl<'a, 'p> GroupIn<'a, 'p> {
+    fn new(id: StreamId) -> Self {
+        GroupIn {
+            id,
+            stage: Stage::Header,
+            hdr: [0; HEADER_BUF],
+            hdr_len: 0,
+            sub: 0,
+            producer: None,
+            generation: 0,
+            prev: 0,
+            frame_left: 0,
+            received: 0,
+            released: 0,
+            preamble: 0,
+        }
+    }
+}
+
+/// The front of `hdr[..len]` followed by `data`, in a scratch buffer of `N` bytes.
+fn joined<const N: usize>(hdr: &[u8], data: &[u8]) -> ([u8; N], usize) {
+    let mut buf = [0u8; N];
+    let a = min(hdr.len(), N);
+    buf[..a].copy_from_slice(&hdr[..a]);
+    let b = min(data.len(), N - a);
+    buf[a..a + b].copy_from_slice(&data[..b]);
+    (buf, a + b)
+}
+
+/// What the header stage found.
+enum HeaderStep {
+    /// More bytes are needed; all of the data offered was stored.
+    More,
+    /// The stream is a Setup stream; this many data bytes were the type.
+    Setup(usize),
+    /// A GROUP header; this many data bytes completed it.
+    Group(Group, usize),
+    /// Refuse the stream with this code.
+    Refuse(StreamCode),
+    /// Close the session: the header is malformed.
+    Malformed,
+}
+
+impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+    // ---- requests ----
+
+    /// Asks the peer for the broadcasts under `prefix` ("" = everything) on a new
+    /// Announce stream (PROTOCOL.md §3.6), with our Hop ID as Exclude Hop.
+    ///
+    /// Results arrive as [`Event::Announced`](super::Event::Announced) /
+    /// [`Event::Unannounced`](super::Event::Unannounced), and
+    /// [`Event::AnnounceEnded`](super::Event::AnnounceEnded) when the stream ends.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a malformed prefix; [`Error::TooLarge`] if the
+    /// prefix does not fit a control buffer twice (it is kept to build paths);
+    /// [`Error::GoingAway`], [`Error::ControlFull`], [`Error::NotReady`], [`Error::Closed`].
+    pub fn announce_request(&mut self, prefix: &str) -> Result<AnnounceId, Error> {
+        self.release_surfaced();
+        self.check_ready()?;
+        if self.goaway_received {
+            return Err(Error::GoingAway);
+        }
+        let prefix =
+            PathBuf::<{ super::MAX_PATH }>::normalize(prefix).map_err(|_| Error::Invalid)?;
+        let id = self.next_announce;
+        let slot = self
+            .alloc_control(
+                Kind::AnnounceOut {
+                    id,
+                    publisher: None,
+                },
+                Dir::Bidi,
+                None,
+            )
+            .ok_or(Error::ControlFull)?;
+        let hop = self.hop;
+        let req = AnnounceRequest {
+            prefix: prefix.as_str(),
+            exclude_hop: hop,
+        };
+        let ok = self.set_tx_kept(slot, prefix.as_str().as_bytes())
+            && self
+                .tx_write(slot, |w| {
+                    BidiStreamType::Announce.write(w)?;
+                    write_message(&req, w)
+                })
+                .is_ok();
+        if !ok {
+            self.free_slot(slot);
+            return Err(Error::TooLarge);
+        }
+        self.next_announce += 1;
+        self.open_pending();
+        Ok(AnnounceId(id))
+    }
+
+    /// Cancels an announce request (resets our side and stops reading); no
+    /// further events are reported for it.
+    ///
+    /// # Errors
+    /// [`Error::Unknown`] if no live request has this id.
+    pub fn cancel_announce(&mut self, request: AnnounceId) -> Result<(), Error> {
+        self.release_surfaced();
+        let slot = self
+            .control
+            .iter()
+            .position(|c| matches!(c.kind, Kind::AnnounceOut { id, .. } if id == request.0))
+            .ok_or(Error::Unknown)?;
+        self.reset_tx(slot, StreamCode::Cancel);
+        self.stop_rx(slot, StreamCode::Cancel);
+        Ok(())
+    }
+
+    /// Subscribes to the peer's track named like `track` (its [`track::Info`]
+    /// name) in broadcast `broadcast`, with the preferences of `request`, and
+    /// fills `track` with the groups that arrive.
+    ///
+    /// The session takes the track's one producer for the subscription's
+    /// life: it creates each group as its stream arrives, finishes the track
+    /// when the publisher finishes the subscription, and aborts it with the
+    /// stream code when the subscription fails. It sends TRACK first and the
+    /// SUBSCRIBE once TRACK_INFO arrived (PROTOCOL.md §3.7, §3.8); the
+    /// TRACK_INFO values are reported ([`Event::TrackInfo`](super::Event::TrackInfo))
+    /// but not applied to `track`, whose info the application chose. Progress
+    /// is reported with [`Event::Started`](super::Event::Started),
+    /// [`Event::Group`](super::Event::Group), [`Event::Ended`](super::Event::Ended)
+    /// and finally [`Event::SubscriptionClosed`](super::Event::SubscriptionClosed).
+    ///
+    /// # Errors
+    /// [`Error::TrackBusy`] if `track` already has a producer; [`Error::Invalid`]
+    /// for a malformed broadcast path; [`Error::TooLarge`] if the request does
+    /// not fit a control buffer; [`Error::ControlFull`] (it needs two free
+    /// slots); [`Error::SubscriptionsFull`]; [`Error::GoingAway`];
+    /// [`Error::NotReady`]; [`Error::Closed`]. Nothing is taken on error.
+    pub fn subscribe(
+        &mut self,
+        broadcast: &str,
+        track: track::Ref<'a, 'p>,
+        request: Request,
+    ) -> Result<SubscriptionId, Error> {
+        self.release_surfaced();
+        self.check_ready()?;
+        if self.goaway_received {
+            return Err(Error::GoingAway);
+        }
+        let path =
+            PathBuf::<{ super::MAX_PATH }>::normalize(broadcast).map_err(|_| Error::Invalid)?;
+        if self.free_control() < 2 {
+            return Err(Error::ControlFull);
+        }
+        let entry = self
+            .subs
+            .iter()
+            .position(Option::is_none)
+            .ok_or(Error::SubscriptionsFull)?;
+        let id = self.next_subscribe;
+        let info = track.info();
+        let name = info.name.as_str();
+        let track_msg = Track {
+            broadcast: path.as_str(),
+            track: name,
+        };
+        let sub_msg = Subscribe {
+            id,
+            broadcast: path.as_str(),
+            track: name,
+            priority: request.priority,
+            max_age: request.max_latency,
+            start_group: request.start.into(),
+            end_group: request.end.into(),
+        };
+        let t = self
+            .alloc_control(
+                Kind::TrackOut {
+                    sub: id,
+                    done: false,
+                },
+                Dir::Bidi,
+                None,
+            )
+            .ok_or(Error::ControlFull)?;
+        let s = match self.alloc_control(Kind::SubscribeOut { sub: id }, Dir::Bidi, None) {
+            Some(s) => s,
+            None => {
+                self.free_slot(t);
+                return Err(Error::ControlFull);
+            }
+        };
+        self.control[s].held = true;
+        let ok = self
+            .tx_write(t, |w| {
+                BidiStreamType::Track.write(w)?;
+                write_message(&track_msg, w)
+            })
+            .is_ok()
+            && self
+                .tx_write(s, |w| {
+                    BidiStreamType::Subscribe.write(w)?;
+                    write_message(&sub_msg, w)
+                })
+                .is_ok();
+        if !ok {
+            self.free_slot(t);
+            self.free_slot(s);
+            return Err(Error::TooLarge);
+        }
+        let Ok(producer) = track.producer() else {
+            self.free_slot(t);
+            self.free_slot(s);
+            return Err(Error::TrackBusy);
+        };
+        self.subs[entry] = Some(Subscription {
+            id,
+            producer,
+            slot: Some(s),
+            track: Some(t),
+            info: None,
+        });
+        self.next_subscribe += 1;
+        self.open_pending();
+        Ok(SubscriptionId(id))
+    }
+
+    /// Changes a subscription's preferences with SUBSCRIBE_UPDATE (PROTOCOL.md §3.8).
+    ///
+    /// # Errors
+    /// [`Error::Unknown`] if the subscription is over; [`Error::TooLarge`] if the
+    /// send buffer has no room now (retry after `poll_transmit`).
+    pub fn update(&mut self, subscription: SubscriptionId, request: Request) -> Result<(), Error> {
+        self.release_surfaced();
+        let slot = self
+            .subs
+            .iter()
+            .flatten()
+            .find(|s| s.id == subscription.0)
+            .and_then(|s| s.slot)
+            .ok_or(Error::Unknown)?;
+        let msg = SubscribeUpdate {
+            priority: request.priority,
+            max_age: request.max_latency,
+            start_group: request.start.into(),
+            end_group: request.end.into(),
+        };
+        self.tx_write(slot, |w| write_message(&msg, w))
+            .map_err(|_| Error::TooLarge)
+    }
+
+    /// Cancels a subscription gracefully: FIN on our Subscribe stream (PROTOCOL.md
+    /// §3.8). The publisher answers with FIN, reported as
+    /// [`Event::SubscriptionClosed`](super::Event::SubscriptionClosed) (the
+    /// track is then finished); before TRACK_INFO the request is simply
+    /// abandoned and reported at once, with CANCEL.
+    ///
+    /// # Errors
+    /// [`Error::Unknown`] if the subscription is over.
+    pub fn unsubscribe(&mut self, subscription: SubscriptionId) -> Result<(), Error> {
+        self.release_surfaced();
+        let sub = self
+            .subs
+            .iter()
+            .flatten()
+            .find(|s| s.id == subscription.0)
+            .ok_or(Error::Unknown)?;
+        let (slot, track) = (sub.slot, sub.track);
+        match slot {
+            Some(s) if !self.control[s].held => self.control[s].fin = true,
+            _ => {
+                if let Some(t) = track {
+                    // Detach first so the reset does not report a failure twice.
+                    self.control[t].kind = Kind::TrackOut {
+                        sub: subscription.0,
+                        done: true,
+                    };
+                    self.reset_tx(t, StreamCode::Cancel);
+                    self.stop_rx(t, StreamCode::Cancel);
+                }
+                if let Some(s) = slot {
+                    self.free_slot(s);
+                }
+                self.subscription_closed(subscription.0, Some(StreamCode::Cancel.to_code()));
+            }
+        }
+        Ok(())
+    }
+
+    // ---- responses ----
+
+    fn sub_index(&self, id: u64) -> Option<usize> {
+        self.subs
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.id == id))
+    }
+
+    /// TRACK_INFO arrived: report it, then release the SUBSCRIBE.
+    pub(super) fn on_track_info(&mut self, sub: u64, info: TrackInfo) {
+        let Some(i) = self.sub_index(sub) else { return };
+        let Some(s) = self.subs[i].as_mut() else {
+            return;
+        };
+        s.info = Some(info);
+        s.track = None;
+        if let Some(slot) = s.slot {
+            self.control[slot].held = false;
+        }
+        self.queue(Queued::TrackInfo(SubscriptionId(sub), info));
+        self.open_pending();
+    }
+
+    /// The TRACK request failed (reset with `code`, or finished without an answer).
+    pub(super) fn track_failed(&mut self, sub: u64, code: u64) {
+        let Some(i) = self.sub_index(sub) else { return };
+        let Some(s) = self.subs[i].as_mut() else {
+            return;
+        };
+        s.track = None;
+        if let Some(slot) = s.slot.take()
+            && self.control[slot].held
+        {
+            self.free_slot(slot);
+        }
+        self.subscription_closed(sub, Some(code));
+    }
+
+    /// A typed response on our Subscribe stream (PROTOCOL.md §3.8).
+    pub(super) fn on_response(&mut self, sub: u64, r: SubscribeResponse) {
+        if self.sub_index(sub).is_none() {
+            return;
+        }
+        let id = SubscriptionId(sub);
+        match r {
+            SubscribeResponse::Start { group } => self.queue(Queued::Started(id, group)),
+            SubscribeResponse::End { group } => self.queue(Queued::Ended(id, group)),
+            SubscribeResponse::Drop { start, end, code } => {
+                self.queue(Queued::Dropped(id, start, end, code))
+            }
+        }
+    }
+
+    /// The subscription is over (`None`: finished by the publisher): finish or
+    /// abort the local track, free the entry, report it.
+    ///
+    /// Group streams already under way complete; later ones name an unknown
+    /// subscription and are stopped (PROTOCOL.md §3.9).
+    pub(super) fn subscription_closed(&mut self, sub: u64, code: Option<u64>) {
+        let Some(i) = self.sub_index(sub) else { return };
+        let Some(mut s) = self.subs[i].take() else {
+            return;
+        };
+        match code {
+            None => {
+                s.producer.finish();
+            }
+            Some(code) => {
+                s.producer.abort(code);
+            }
+        }
+        self.queue(Queued::SubscriptionClosed(SubscriptionId(sub), code));
+    }
+
+    // ---- group streams (PROTOCOL.md §3.9) ----
+
+    /// The group stream slot of `id`.
+    pub(super) fn group_in(&self, id: StreamId) -> Option<usize> {
+        self.inc
+            .iter()
+            .position(|g| g.as_ref().is_some_and(|g| g.id == id))
+    }
+
+    /// A uni stream the peer opened: Group or Setup (PROTOCOL.md §3.3).
+    pub(super) fn new_uni_stream(
+        &mut self,
+        now: Instant,
+        id: StreamId,
+        data: &[u8],
+        fin: bool,
+    ) -> usize {
+        let Some(i) = self.inc.iter().position(Option::is_none) else {
+            debug!("session: group table full, stopping stream {}", id.value());
+            let _ = self.conn.stop_sending(id, StreamCode::Evicted.to_code());
+            return data.len();
+        };
+        self.inc[i] = Some(GroupIn::new(id));
+        self.group_data(now, i, data, fin)
+    }
+
+    /// Stream bytes for incoming group stream `i`; returns how many were taken
+    /// (fewer when the pool has no block free: backpressure).
+    pub(super) fn group_data(&mut self, now: Instant, i: usize, data: &[u8], fin: bool) -> usize {
+        let mut used = 0;
+        loop {
+            let Some(Some(g)) = self.inc.get_mut(i) else {
+                return data.len();
+            };
+            let id = g.id;
+            let rest = data.get(used..).unwrap_or(&[]);
+            match g.stage {
+                Stage::Header => match Self::header_step(g, rest) {
+                    HeaderStep::More => {
+                        g.received += rest.len() as u64;
+                        used = data.len();
+                    }
+                    HeaderStep::Setup(n) => {
+                        // The peer's SETUP stream (PROTOCOL.md §3.5): exactly one.
+                        self.inc[i] = None;
+                        self.conn.release(id, n as u64);
+                        if self.setup_seen {
+                            self.fail(SessionCode::ProtocolViolation, "duplicate SETUP");
+                            return data.len();
+                        }
+                        self.setup_seen = true;
+                        let Some(slot) =
+                            self.alloc_control(Kind::SetupIn { done: false }, Dir::Uni, Some(id))
+                        else {
+                            self.fail(SessionCode::Internal, "no control slot for SETUP");
+                            return data.len();
+                        };
+                        self.control[slot].tx_done = true;
+                        let rest = data.get(used + n..).unwrap_or(&[]);
+                        return used + n + self.control_data(now, slot, rest, fin);
+                    }
+                    HeaderStep::Group(header, n) => {
+                        g.received += n as u64;
+                        g.preamble = g.received;
+                        g.stage = Stage::Frames;
+                        used += n;
+                        if !self.start_group(i, header) {
+                            return data.len();
+                        }
+                    }
+                    HeaderStep::Refuse(code) => {
+                        debug!("session: refusing uni stream {}", id.value());
+                        let _ = self.conn.stop_sending(id, code.to_code());
+                        self.inc[i] = None;
+                        return data.len();
+                    }
+                    HeaderStep::Malformed => {
+                        self.fail(SessionCode::ProtocolViolation, "malformed GROUP header");
+                        return data.len();
+                    }
+                },
+                Stage::Frames => {
+                    if used == data.len() {
+                        break;
+                    }
+                    match self.frame_step(i, rest) {
+                        Ok(0) => return used, // pool exhausted: backpressure
+                        Ok(n) => used += n,
+                        Err(code) => {
+                            self.drop_group_in(i, code);
+                            return data.len();
+                        }
+                    }
+                }
+            }
+            if used == data.len() {
+                break;
+            }
+        }
+        if fin {
+            self.group_fin(i);
+        }
+        used
+    }
+
+    /// Reads the stream type and GROUP header from stored bytes plus `data`.
+    fn header_step(g: &mut GroupIn<'a, 'p>, data: &[u8]) -> HeaderStep {
+        let (buf, len) = joined::<HEADER_BUF>(g.hdr.get(..g.hdr_len).unwrap_or(&[]), data);
+        let bytes = buf.get(..len).unwrap_or(&[]);
+        let mut r = Reader::new(bytes);
+        let stored = g.hdr_len;
+        let more = |g: &mut GroupIn<'a, 'p>| {
+            // Keep what we have; a header never exceeds the buffer.
+            if len >= HEADER_BUF {
+                return HeaderStep::Malformed;
+            }
+            if let Some(dst) = g.hdr.get_mut(..len) {
+                dst.copy_from_slice(bytes);
+            }
+            g.hdr_len = len;
+            HeaderStep::More
+        };
+        let code = match r.varint() {
+            Ok(c) => c,
+            Err(_) => return more(g),
+        };
+        match UniStreamType::from_code(code) {
+            Some(UniStreamType::Setup) => {
+                if stored > 0 {
+                    // A type split across frames: rare enough to refuse rather than
+                    // move stored bytes into a control slot.
+                    return HeaderStep::Refuse(StreamCode::Internal);
+                }
+                HeaderStep::Setup(r.position())
+            }
+            Some(UniStreamType::Group) => match read_message::<Group>(&mut r) {
+                Ok(header) => {
+                    let n = r.position() - stored;
+                    g.hdr_len = 0;
+                    HeaderStep::Group(header, n)
+                }
+                Err(DecodeError::Incomplete) => more(g),
+                Err(_) => HeaderStep::Malformed,
+            },
+            // PROTOCOL.md §3.3: an unknown type is refused on that stream only.
+            None => HeaderStep::Refuse(StreamCode::Internal),
+        }
+    }
+
+    /// The GROUP header of incoming stream `i` arrived: find the subscription and
+    /// create the group in its track. False if the stream was refused.
+    fn start_group(&mut self, i: usize, header: Group) -> bool {
+        let Some(Some(g)) = self.inc.get(i) else {
+            return false;
+        };
+        let id = g.id;
+        // PROTOCOL.md §3.9: an unknown Subscribe ID is stopped with CANCEL.
+        let Some(sub) = self
+            .subs
+            .iter()
+            .flatten()
+            .find(|s| s.id == header.subscribe)
+        else {
+            debug!(
+                "session: group for unknown subscription {}",
+                header.subscribe
+            );
+            let _ = self.conn.stop_sending(id, StreamCode::Cancel.to_code());
+            self.inc[i] = None;
+            return false;
+        };
+        match sub.producer.create_group(header.sequence) {
+            Ok(producer) => {
+                let generation = producer.state().generation();
+                if let Some(Some(g)) = self.inc.get_mut(i) {
+                    g.sub = header.subscribe;
+                    g.generation = generation;
+                    g.producer = Some(producer);
+                }
+                self.queue(Queued::Group(
+                    SubscriptionId(header.subscribe),
+                    header.sequence,
+                ));
+                true
+            }
+            Err(e) => {
+                debug!("session: group {} refused by the track", header.sequence);
+                // Duplicates and finished tracks: not wanted; too old: OLD (§4.8).
+                let code = match e {
+                    track::CreateError::TooOld => StreamCode::Old,
+                    _ => StreamCode::Cancel,
+                };
+                let _ = self.conn.stop_sending(id, code.to_code());
+                self.inc[i] = None;
+                false
+            }
+        }
+    }
+
+    /// Copies FRAME bytes into the group; returns the bytes taken (0 = the pool
+    /// is exhausted; retry later).
+    ///
+    /// # Errors
+    /// The stream code to stop the stream with when the frame cannot be stored.
+    fn frame_step(&mut self, i: usize, data: &[u8]) -> Result<usize, StreamCode> {
+        let Some(Some(g)) = self.inc.get_mut(i) else {
+            return Ok(data.len());
+        };
+        let Some(producer) = g.producer.as_mut() else {
+            return Err(StreamCode::Cancel);
+        };
+        if g.frame_left > 0 {
+            let n = usize::try_from(g.frame_left)
+                .unwrap_or(usize::MAX)
+                .min(data.len());
+            return match producer.write_payload(data.get(..n).unwrap_or(&[])) {
+                Ok(k) => {
+                    g.frame_left -= k as u64;
+                    g.received += k as u64;
+                    Ok(k)
+                }
+                Err(WriteError::PoolExhausted) => Ok(0),
+                Err(e) => Err(write_code(e)),
+            };
+        }
+        let stored = g.hdr_len;
+        let (buf, len) = joined::<MAX_HEADER_LEN>(g.hdr.get(..stored).unwrap_or(&[]), data);
+        let bytes = buf.get(..len).unwrap_or(&[]);
+        let mut r = Reader::new(bytes);
+        let max = usize::try_from(producer.state().max_bytes()).unwrap_or(usize::MAX);
+        match Header::decode(&mut r, g.prev, max) {
+            Ok(h) => match producer.begin_frame(h.timestamp, h.len) {
+                Ok(()) => {
+                    let n = r.position() - stored;
+                    g.prev = h.timestamp;
+                    g.frame_left = h.len as u64;
+                    g.hdr_len = 0;
+                    g.received += n as u64;
+                    // `n >= 1`: stored bytes alone never complete a header (they
+                    // would have been decoded when they arrived).
+                    Ok(n)
+                }
+                Err(WriteError::PoolExhausted) => Ok(0),
+                Err(e) => Err(write_code(e)),
+            },
+            Err(DecodeError::Incomplete) => {
+                if len >= MAX_HEADER_LEN {
+                    return Err(StreamCode::MalformedTrack);
+                }
+                if let Some(dst) = g.hdr.get_mut(..len) {
+                    dst.copy_from_slice(bytes);
+                }
+                g.hdr_len = len;
+                let n = len - stored;
+                g.received += n as u64;
+                Ok(n)
+            }
+            Err(DecodeError::TooLarge) => Err(StreamCode::GroupTooLarge),
+            Err(_) => Err(StreamCode::MalformedTrack),
+        }
+    }
+
+    /// The group stream's FIN arrived after all its bytes were stored.
+    fn group_fin(&mut self, i: usize) {
+        let Some(Some(g)) = self.inc.get_mut(i) else {
+            return;
+        };
+        let id = g.id;
+        // PROTOCOL.md §3.9: FIN exactly on a frame boundary.
+        let clean = g.stage == Stage::Frames && g.frame_left == 0 && g.hdr_len == 0;
+        if let Some(mut p) = g.producer.take() {
+            if clean {
+                if p.finish().is_err() {
+                    p.abort(StreamCode::Cancel.to_code());
+                }
+            } else {
+                p.abort(StreamCode::WrongSize.to_code());
+            }
+        }
+        // Everything is stored: give all the credit back; the stream retires.
+        let unreleased = g.received.saturating_sub(g.released);
+        self.conn.release(id, unreleased);
+        self.inc[i] = None;
+    }
+
+    /// Gives up on incoming group stream `i`: abort the group and stop the stream.
+    fn drop_group_in(&mut self, i: usize, code: StreamCode) {
+        let Some(Some(g)) = self.inc.get_mut(i) else {
+            return;
+        };
+        debug!("session: dropping group stream, code {}", code.to_code());
+        if let Some(mut p) = g.producer.take() {
+            p.abort(code.to_code());
+        }
+        let _ = self.conn.stop_sending(g.id, code.to_code());
+        self.inc[i] = None;
+    }
+
+    /// The peer reset an incoming group stream: abandon the group with its code.
+    pub(super) fn group_reset(&mut self, id: StreamId, code: u64) {
+        if let Some(i) = self.group_in(id)
+            && let Some(Some(g)) = self.inc.get_mut(i)
+        {
+            if let Some(mut p) = g.producer.take() {
+                p.abort(code);
+            }
+            self.inc[i] = None;
+        }
+    }
+
+    /// Releases credit for group bytes local readers consumed, and drops streams
+    /// whose group was evicted or aborted locally.
+    pub(super) fn release_credit(&mut self) {
+        for i in 0..self.inc.len() {
+            let Some(Some(g)) = self.inc.get_mut(i) else {
+                continue;
+            };
+            let Some(producer) = g.producer.as_ref() else {
+                continue;
+            };
+            let state = producer.state();
+            if state.generation() != g.generation || !state.is_open() {
+                // Evicted from the track, or aborted: nobody will read the rest.
+                self.drop_group_in(i, StreamCode::Cancel);
+                continue;
+            }
+            // Stream bytes past the preamble map onto group bytes, except that the
+            // peer's FRAME headers may be longer than ours (non-shortest varints)
+            // and a partial header is held back: that slack is released as read.
+            let taken = g.received.saturating_sub(g.preamble);
+            let slack = taken.saturating_sub(state.bytes_written());
+            let target = min(
+                g.received,
+                g.preamble
+                    .saturating_add(state.furthest_read())
+                    .saturating_add(slack),
+            );
+            if target > g.released {
+                self.conn.release(g.id, target - g.released);
+                g.released = target;
+            }
+        }
+    }
+}
+
+/// The stream code for a group write that failed for good.
+fn write_code(e: WriteError) -> StreamCode {
+    match e {
+        WriteError::GroupTooLarge => StreamCode::GroupTooLarge,
+        WriteError::TimestampRange => StreamCode::TimestampMismatch,
+        WriteError::Aborted(code) => StreamCode::from_code(code),
+        _ => StreamCode::Cancel,
+    }
+}

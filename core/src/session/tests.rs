@@ -1,0 +1,1097 @@
+//! Session tests: byte checks against PROTOCOL.md §6, end-to-end runs in the
+//! simulated pair (every split point, random chunking, latency, small
+//! credit), and misbehaving peers scripted with a raw QMux connection.
+
+extern crate std;
+
+use std::string::ToString;
+use std::vec;
+use std::vec::Vec;
+
+use super::harness::{Chunking, Ev, Node, Pair, Raw, Rng, Tap, hex};
+use super::*;
+use crate::conn;
+use crate::model::group::Next;
+use crate::model::path::Path;
+use crate::model::{broadcast, origin, track};
+use crate::pool::{Pool, PoolStorage};
+use crate::time::{Duration, Instant};
+use crate::window::{End, Request, Start};
+use crate::wire::lite::{Role, SessionCode, StreamCode};
+use crate::wire::qmux::{Dir, Side};
+
+type St<'a, 'p> = Storage<'a, 'p, 16, 256, 4, 4, 8, 8>;
+
+fn cfg(hop: u64) -> Config<'static> {
+    Config {
+        hop,
+        ..Config::new()
+    }
+}
+
+/// Writes a whole group of `(timestamp, payload)` frames.
+fn write_group(producer: &track::Producer<'_, '_>, seq: u64, frames: &[(u64, &[u8])]) {
+    let mut g = producer.create_group(seq).expect("create group");
+    for (t, p) in frames {
+        g.write_frame(*t, p).expect("write frame");
+    }
+    g.finish().expect("finish group");
+}
+
+/// Reads every frame of group `seq` of `track` (which must be complete).
+fn read_group(track: track::Ref<'_, '_>, seq: u64) -> Frames {
+    let mut c = track.group(seq).expect("group held");
+    let mut out = Vec::new();
+    loop {
+        match c.read_frame_header().expect("read header") {
+            Next::Ready(h) => {
+                let mut buf = vec![0u8; h.len];
+                let mut got = 0;
+                while got < h.len {
+                    match c.read_payload(&mut buf[got..]).expect("read payload") {
+                        Next::Ready(n) => got += n,
+                        _ => panic!("payload incomplete"),
+                    }
+                }
+                out.push((h.timestamp, buf));
+            }
+            Next::Finished => return out,
+            Next::Pending => panic!("group {seq} incomplete"),
+        }
+    }
+}
+
+/// A group's frames: (timestamp, payload).
+type Frames = Vec<(u64, Vec<u8>)>;
+
+fn frames(list: &[(u64, &str)]) -> Frames {
+    list.iter()
+        .map(|(t, s)| (*t, s.as_bytes().to_vec()))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// The PROTOCOL.md §6 session: broadcast "clock", track "seconds", groups 5 and 6
+// ---------------------------------------------------------------------------
+
+/// What one run of the clock session produced.
+struct Outcome {
+    client: Vec<Ev>,
+    server: Vec<Ev>,
+    c2s: Vec<u8>,
+    s2c: Vec<u8>,
+    groups: Vec<(u64, Frames)>,
+    done: bool,
+}
+
+/// Server (hop 0x1111) publishes clock/seconds with groups 5 and 6, finished;
+/// the client (hop 0x2222) asks for announcements and subscribes with the
+/// SUBSCRIBE of V8 (priority 3, max age 250 ms, groups 5..=9).
+fn clock_session(configure: impl FnOnce(&mut Pair<Node<'_, '_, '_>, Node<'_, '_, '_>>)) -> Outcome {
+    let mut ps = PoolStorage::<64, 128>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<64, 128>::new();
+    let cpool = Pool::new(&mut pc);
+
+    let seconds = track::State::<4>::new(&pool, track::Info::new("seconds").unwrap());
+    let clock = broadcast::State::<4>::new(Path::new("clock").unwrap()).unwrap();
+    let origin = origin::State::<4, 8>::new();
+    let bp = clock.producer().unwrap();
+    bp.add(seconds.handle()).unwrap();
+    origin.handle().announce(clock.handle()).unwrap();
+    let mut tp = seconds.producer().unwrap();
+    write_group(&tp, 5, &[(1000, b"hello"), (1033, b"world!")]);
+    write_group(&tp, 6, &[(2000, b"hello"), (2033, b"world!")]);
+    tp.finish();
+
+    let local = track::State::<4>::new(&cpool, track::Info::new("seconds").unwrap());
+
+    let mut ss = St::new();
+    let mut cs = St::new();
+    let server = Session::new(
+        Side::Server,
+        cfg(0x1111),
+        Instant::ZERO,
+        &mut ss,
+        Some(origin.handle()),
+    )
+    .unwrap();
+    let client = Session::new(Side::Client, cfg(0x2222), Instant::ZERO, &mut cs, None).unwrap();
+    let mut pair = Pair::new(Node::new(client), Node::new(server));
+    configure(&mut pair);
+
+    let mut asked = false;
+    let done = pair.run(20_000, |p| {
+        if !asked && p.a.saw(|e| *e == Ev::Connected) {
+            asked = true;
+            p.a.session.announce_request("").unwrap();
+            let req = Request {
+                start: Start::Group(5),
+                end: End::Group(9),
+                ordered: false,
+                priority: 3,
+                max_latency: Duration::from_millis(250),
+            };
+            p.a.session.subscribe("clock", local.handle(), req).unwrap();
+        }
+        p.a.saw(|e| matches!(e, Ev::SubscriptionClosed { .. }))
+            && p.a.saw(|e| matches!(e, Ev::Announced { .. }))
+    });
+    pair.settle(Duration::from_millis(100));
+    let groups = [5, 6]
+        .into_iter()
+        .filter(|s| local.handle().group(*s).is_some())
+        .map(|s| (s, read_group(local.handle(), s)))
+        .collect();
+    Outcome {
+        client: pair.a.events.clone(),
+        server: pair.b.events.clone(),
+        c2s: pair.ab.log.clone(),
+        s2c: pair.ba.log.clone(),
+        groups,
+        done,
+    }
+}
+
+/// The facts every correct run of the clock session shows.
+fn check_clock(o: &Outcome) {
+    assert!(o.done, "session did not complete: {:?}", o.client);
+    let sub = SubscriptionId(0);
+    assert_eq!(
+        o.groups,
+        vec![
+            (5, frames(&[(1000, "hello"), (1033, "world!")])),
+            (6, frames(&[(2000, "hello"), (2033, "world!")])),
+        ]
+    );
+    assert!(o.client.contains(&Ev::Started {
+        subscription: sub,
+        group: 5
+    }));
+    assert!(o.client.contains(&Ev::Ended {
+        subscription: sub,
+        end: 7
+    }));
+    assert!(o.client.contains(&Ev::SubscriptionClosed {
+        subscription: sub,
+        code: None
+    }));
+    assert!(o.client.contains(&Ev::Announced {
+        request: AnnounceId(0),
+        path: "clock".into(),
+        hops: vec![],
+        publisher: 0x1111,
+    }));
+    assert!(o.client.contains(&Ev::Setup {
+        hop: 0x1111,
+        role: Role::Both,
+        path: None
+    }));
+    assert!(o.server.contains(&Ev::Setup {
+        hop: 0x2222,
+        role: Role::Both,
+        path: None
+    }));
+    assert!(o.client.iter().all(|e| !matches!(e, Ev::Closed { .. })));
+    assert!(o.server.iter().all(|e| !matches!(e, Ev::Closed { .. })));
+}
+
+#[test]
+fn clock_session_matches_protocol_vectors() {
+    let o = clock_session(|_| {});
+    check_clock(&o);
+    let c2s = Tap::new(&o.c2s);
+    let s2c = Tap::new(&o.s2c);
+
+    // V5-style SETUPs: only Hop (we advertise no Probe), client uni 2, server uni 3.
+    assert_eq!(c2s.stream(2), hex("01 05 01 05 02 62 22"));
+    assert!(c2s.fin(2));
+    assert_eq!(s2c.stream(3), hex("01 05 01 05 02 51 11"));
+    assert!(s2c.fin(3));
+    // V6: ANNOUNCE_REQUEST with Exclude Hop = our hop; V7: ANNOUNCE_OK + ANNOUNCE.
+    assert_eq!(c2s.stream(0), hex("01 03 00 62 22"));
+    assert_eq!(s2c.stream(0), hex("03 51 11 01 08 01 05 63 6c 6f 63 6b 00"));
+    // V10: TRACK, then TRACK_INFO and FIN; we FIN after reading it.
+    assert_eq!(
+        c2s.stream(4),
+        hex("06 0e 05 63 6c 6f 63 6b 07 73 65 63 6f 6e 64 73")
+    );
+    assert!(c2s.fin(4));
+    assert_eq!(s2c.stream(4), hex("06 7f 00 53 88 43 e8"));
+    assert!(s2c.fin(4));
+    // V8: the SUBSCRIBE, sent only after TRACK_INFO; V9: START 5, END 7, FIN.
+    assert_eq!(
+        c2s.stream(8),
+        hex("02 15 00 05 63 6c 6f 63 6b 07 73 65 63 6f 6e 64 73 03 00 40 fa 06 0a")
+    );
+    assert_eq!(s2c.stream(8), hex("00 01 05 01 01 07"));
+    assert!(s2c.fin(8));
+    // V11/V12: one uni stream per group, newest first, FIN after the last frame.
+    let g6 = hex("00 02 00 06 4f a0 05 68 65 6c 6c 6f 40 42 06 77 6f 72 6c 64 21");
+    let g5 = hex("00 02 00 05 47 d0 05 68 65 6c 6c 6f 40 42 06 77 6f 72 6c 64 21");
+    assert_eq!(s2c.stream(7), g6);
+    assert_eq!(s2c.stream(11), g5);
+    assert!(s2c.fin(7) && s2c.fin(11));
+    let pos = |id| s2c.order.iter().position(|&s| s == id).unwrap();
+    assert!(pos(7) < pos(11), "group 6 goes before group 5");
+    // Nothing was reset or closed.
+    assert!(s2c.resets.is_empty(), "{:?}", s2c.resets);
+    assert_eq!(s2c.close, None);
+    assert_eq!(c2s.close, None);
+}
+
+#[test]
+fn clock_session_at_every_split_point() {
+    let whole = clock_session(|_| {});
+    check_clock(&whole);
+    assert!(whole.s2c.len() > 150 && whole.c2s.len() > 100);
+    for k in 0..=whole.s2c.len() {
+        let o = clock_session(|p| p.ba.chunking = Chunking::SplitAt(k));
+        check_clock(&o);
+    }
+    for k in 0..=whole.c2s.len() {
+        let o = clock_session(|p| p.ab.chunking = Chunking::SplitAt(k));
+        check_clock(&o);
+    }
+}
+
+#[test]
+fn clock_session_with_random_chunks_and_latency() {
+    for seed in 1..=40u64 {
+        let o = clock_session(|p| {
+            p.rng = Rng::new(seed);
+            p.ab.chunking = Chunking::Random;
+            p.ba.chunking = Chunking::Random;
+            p.ab.latency = Duration::from_millis(seed % 7);
+            p.ba.latency = Duration::from_millis(seed % 5 + 1);
+        });
+        check_clock(&o);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// SETUP (PROTOCOL.md §3.4, §3.5, §6 V5)
+// ---------------------------------------------------------------------------
+
+/// A session against a raw QMux peer; `script` runs once the raw side is established.
+macro_rules! raw_pair {
+    ($side:expr, $config:expr, $origin:expr, $storage:ident, $pair:ident) => {
+        let mut $storage = St::new();
+        let session = Session::new($side, $config, Instant::ZERO, &mut $storage, $origin).unwrap();
+        let raw = Raw::new(
+            match $side {
+                Side::Client => Side::Server,
+                Side::Server => Side::Client,
+            },
+            conn::Config::new(),
+        );
+        let mut $pair = Pair::new(Node::new(session), raw);
+        assert!($pair.run(1000, |p| p.b.established && p.a.session.is_established()));
+    };
+}
+
+#[test]
+fn client_setup_is_v5() {
+    let config = Config {
+        path: Some("/room"),
+        ..Config::new()
+    };
+    raw_pair!(Side::Client, config, None, st, pair);
+    pair.settle(Duration::from_millis(10));
+    // Client uni stream 2: exactly the minimal SETUP of V5, then FIN.
+    assert_eq!(pair.b.received(2), hex("01 08 01 02 05 2f 72 6f 6f 6d"));
+    assert!(pair.b.streams[&2].1);
+}
+
+#[test]
+fn setup_with_role_and_hop() {
+    let config = Config {
+        path: Some("/room"),
+        role: Role::Publisher,
+        hop: 0x2222,
+        ..Config::new()
+    };
+    raw_pair!(Side::Client, config, None, st, pair);
+    pair.settle(Duration::from_millis(10));
+    // Path, Role=1, Hop=0x2222 (order is ours; moq-dev's varies).
+    assert_eq!(
+        pair.b.received(2),
+        hex("01 0f 03 02 05 2f 72 6f 6f 6d 03 01 01 05 02 62 22")
+    );
+}
+
+#[test]
+fn server_setup_is_empty_without_hop() {
+    raw_pair!(Side::Server, Config::new(), None, st, pair);
+    pair.settle(Duration::from_millis(10));
+    // V5: the empty SETUP; a server never sends Path or Role.
+    assert_eq!(pair.b.received(3), hex("01 01 00"));
+}
+
+#[test]
+fn peer_setup_is_reported_with_its_path() {
+    raw_pair!(Side::Server, Config::new(), None, st, pair);
+    pair.b.open(
+        Dir::Uni,
+        &hex("01 12 04 03 01 02 05 02 62 22 02 05 2f 72 6f 6f 6d 01 01 01"),
+        true,
+    );
+    assert!(pair.run(1000, |p| p.a.session.is_setup()));
+    pair.settle(Duration::from_millis(10));
+    assert!(pair.a.events.contains(&Ev::Setup {
+        hop: 0x2222,
+        role: Role::Subscriber,
+        path: Some("/room".into()),
+    }));
+    assert_eq!(pair.a.session.peer_hop(), 0x2222);
+    assert_eq!(pair.b.closed, None);
+}
+
+#[test]
+fn duplicate_setup_closes_with_protocol_violation() {
+    raw_pair!(Side::Server, Config::new(), None, st, pair);
+    pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+    pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+    assert!(pair.run(1000, |p| p.b.closed.is_some()));
+    assert_eq!(pair.b.closed.as_ref().map(|c| c.0), Some(0x3));
+    assert!(matches!(
+        pair.a.closed(),
+        Some(Ev::Closed {
+            code: 3,
+            local: true,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn malformed_setup_closes_with_protocol_violation() {
+    raw_pair!(Side::Server, Config::new(), None, st, pair);
+    // A repeated parameter ID (§3.5).
+    pair.b
+        .open(Dir::Uni, &hex("01 07 02 05 01 01 05 01 02"), true);
+    assert!(pair.run(1000, |p| p.b.closed.is_some()));
+    assert_eq!(pair.b.closed.as_ref().map(|c| c.0), Some(0x3));
+}
+
+#[test]
+fn setup_timeout_closes() {
+    let config = Config {
+        setup_timeout: Duration::from_secs(2),
+        ..Config::new()
+    };
+    raw_pair!(Side::Server, config, None, st, pair);
+    assert!(pair.run(1000, |p| p.b.closed.is_some()));
+    assert_eq!(
+        pair.b.closed.as_ref().map(|c| c.0),
+        Some(SessionCode::ControlMessageTimeout.to_code())
+    );
+    assert!(pair.now >= Instant::from_millis(2000));
+}
+
+// ---------------------------------------------------------------------------
+// Malformed and unknown input (PROTOCOL.md §3.2, §3.3, §3.13)
+// ---------------------------------------------------------------------------
+
+#[test]
+fn malformed_subscribe_closes_with_protocol_violation() {
+    raw_pair!(Side::Server, Config::new(), None, st, pair);
+    pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+    // SUBSCRIBE whose body has a trailing byte.
+    pair.b.open(
+        Dir::Bidi,
+        &hex("02 0b 00 01 61 01 62 00 00 00 00 00 ff"),
+        false,
+    );
+    assert!(pair.run(1000, |p| p.b.closed.is_some()));
+    assert_eq!(pair.b.closed.as_ref().map(|c| c.0), Some(0x3));
+}
+
+#[test]
+fn malformed_response_closes_with_protocol_violation() {
+    // The raw peer is the publisher: it answers TRACK, then sends an unknown response type.
+    let mut pc = PoolStorage::<8, 64>::new();
+    let pool = Pool::new(&mut pc);
+    let local = track::State::<2>::new(&pool, track::Info::new("t").unwrap());
+    raw_pair!(Side::Client, Config::new(), None, st, pair);
+    pair.a
+        .session
+        .subscribe("b", local.handle(), Request::LIVE)
+        .unwrap();
+    assert!(pair.run(1000, |p| !p.b.received(0).is_empty()));
+    let track_stream = crate::wire::qmux::StreamId(0);
+    pair.b
+        .write(track_stream, &hex("06 7f 00 53 88 43 e8"), true);
+    assert!(pair.run(1000, |p| !p.b.received(4).is_empty()));
+    pair.b
+        .write(crate::wire::qmux::StreamId(4), &hex("07 01 00"), false);
+    assert!(pair.run(1000, |p| p.b.closed.is_some()));
+    assert_eq!(pair.b.closed.as_ref().map(|c| c.0), Some(0x3));
+    // The local track learns the session ended.
+    assert_eq!(
+        local.handle().status(),
+        track::Status::Aborted(StreamCode::SessionClosed.to_code())
+    );
+}
+
+#[test]
+fn unknown_stream_types_are_refused_per_stream() {
+    raw_pair!(Side::Server, Config::new(), None, st, pair);
+    pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+    let bidi = pair.b.open(Dir::Bidi, &hex("09 00"), false);
+    let uni = pair.b.open(Dir::Uni, &hex("07 00"), false);
+    let probe = pair.b.open(Dir::Bidi, &hex("04"), false);
+    pair.settle(Duration::from_millis(50));
+    // Reset and stop-sending on those streams only; the session lives on.
+    assert!(pair.b.resets.contains(&(bidi.value(), 0)));
+    assert!(pair.b.stops.contains(&(bidi.value(), 0)));
+    assert!(pair.b.stops.contains(&(uni.value(), 0)));
+    assert!(pair.b.resets.contains(&(probe.value(), 0)));
+    assert_eq!(pair.b.closed, None);
+    // A TRACK afterwards is still answered (UNROUTABLE: no origin).
+    let t = pair.b.open(Dir::Bidi, &hex("06 04 01 62 01 74"), false);
+    pair.settle(Duration::from_millis(50));
+    assert!(pair.b.resets.contains(&(t.value(), 0x36)));
+}
+
+#[test]
+fn requests_wait_for_the_peer_setup() {
+    let mut ps = PoolStorage::<8, 64>::new();
+    let pool = Pool::new(&mut ps);
+    let t = track::State::<2>::new(&pool, track::Info::new("t").unwrap());
+    let b = broadcast::State::<2>::new(Path::new("b").unwrap()).unwrap();
+    let o = origin::State::<2, 4>::new();
+    let bp = b.producer().unwrap();
+    bp.add(t.handle()).unwrap();
+    o.handle().announce(b.handle()).unwrap();
+    raw_pair!(Side::Server, Config::new(), Some(o.handle()), st, pair);
+    // TRACK before SETUP: no answer yet (PROTOCOL.md §3.4).
+    let id = pair.b.open(Dir::Bidi, &hex("06 04 01 62 01 74"), false);
+    pair.settle(Duration::from_millis(50));
+    assert!(pair.b.received(id.value()).is_empty());
+    pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(pair.b.received(id.value()), hex("06 7f 00 53 88 43 e8"));
+    assert!(pair.b.streams[&id.value()].1);
+}
+
+#[test]
+fn oversized_request_is_refused_not_buffered() {
+    raw_pair!(Side::Server, Config::new(), None, st, pair);
+    pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+    // A TRACK naming a 300-byte broadcast: over the 256-byte control buffer.
+    let mut msg = hex("06 41 30 41 2c");
+    msg.extend(std::iter::repeat_n(b'x', 300));
+    msg.extend(hex("01 74"));
+    let id = pair.b.open(Dir::Bidi, &msg, false);
+    pair.settle(Duration::from_millis(50));
+    assert!(pair.b.resets.contains(&(id.value(), 0)));
+    assert_eq!(pair.b.closed, None);
+}
+
+#[test]
+fn second_goaway_closes() {
+    raw_pair!(Side::Client, Config::new(), None, st, pair);
+    pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+    pair.b.open(Dir::Bidi, &hex("05 01 00"), true);
+    assert!(pair.run(1000, |p| p.a.saw(|e| matches!(e, Ev::Goaway { .. }))));
+    assert!(pair.a.session.is_going_away());
+    pair.b.open(Dir::Bidi, &hex("05 01 00"), true);
+    assert!(pair.run(1000, |p| p.b.closed.is_some()));
+    assert_eq!(pair.b.closed.as_ref().map(|c| c.0), Some(0x3));
+}
+
+#[test]
+fn group_for_unknown_subscription_is_stopped() {
+    raw_pair!(Side::Client, Config::new(), None, st, pair);
+    pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+    let g = pair.b.open(Dir::Uni, &hex("00 02 09 05 00 00"), false);
+    pair.settle(Duration::from_millis(50));
+    assert!(
+        pair.b
+            .stops
+            .contains(&(g.value(), StreamCode::Cancel.to_code()))
+    );
+    assert_eq!(pair.b.closed, None);
+}
+
+// ---------------------------------------------------------------------------
+// Publisher and subscriber sessions in the pair
+// ---------------------------------------------------------------------------
+
+/// A client and a server session over `origin` (server side), connected.
+macro_rules! session_pair {
+    ($origin:expr, $pair:ident) => {
+        session_pair!($origin, Config::new(), Config::new(), $pair)
+    };
+    ($origin:expr, $ccfg:expr, $scfg:expr, $pair:ident) => {
+        let mut cst = St::new();
+        let mut sst = St::new();
+        let client = Session::new(Side::Client, $ccfg, Instant::ZERO, &mut cst, None).unwrap();
+        let server =
+            Session::new(Side::Server, $scfg, Instant::ZERO, &mut sst, Some($origin)).unwrap();
+        let mut $pair = Pair::new(Node::new(client), Node::new(server));
+        assert!($pair.run(1000, |p| p.a.session.is_setup() && p.b.session.is_setup()));
+    };
+}
+
+/// A one-track broadcast `path` with track `name` in origin `o`.
+macro_rules! published {
+    ($pool:expr, $o:ident, $path:expr, $name:expr, $track:ident, $producer:ident) => {
+        let $track = track::State::<4>::new(&$pool, track::Info::new($name).unwrap());
+        let bcast = broadcast::State::<2>::new(Path::new($path).unwrap()).unwrap();
+        let $o = origin::State::<4, 8>::new();
+        let bp = bcast.producer().unwrap();
+        bp.add($track.handle()).unwrap();
+        $o.handle().announce(bcast.handle()).unwrap();
+        #[allow(unused_mut, unused_variables)]
+        let mut $producer = $track.producer().unwrap();
+    };
+}
+
+#[test]
+fn late_joiner_starts_at_the_latest_group() {
+    let mut ps = PoolStorage::<64, 128>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<64, 128>::new();
+    let cpool = Pool::new(&mut pc);
+    published!(pool, o, "live", "video", video, tp);
+    for seq in 0..4 {
+        write_group(&tp, seq, &[(seq * 100, b"key"), (seq * 100 + 10, b"delta")]);
+    }
+    let local = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
+    session_pair!(o.handle(), pair);
+    let sub = pair
+        .a
+        .session
+        .subscribe("live", local.handle(), Request::LIVE)
+        .unwrap();
+    assert!(pair.run(2000, |p| p.a.saw(|e| *e
+        == Ev::Group {
+            subscription: sub,
+            sequence: 3
+        })));
+    pair.settle(Duration::from_millis(50));
+    assert!(pair.a.events.contains(&Ev::Started {
+        subscription: sub,
+        group: 3
+    }));
+    assert_eq!(local.handle().sequences().collect::<Vec<_>>(), vec![3]);
+    assert_eq!(
+        read_group(local.handle(), 3),
+        frames(&[(300, "key"), (310, "delta")])
+    );
+    // The next group follows live.
+    write_group(&tp, 4, &[(400, b"key")]);
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(read_group(local.handle(), 4), frames(&[(400, "key")]));
+    assert_eq!(pair.b.session.served_count(), 1);
+    // The publisher finishes: END 5 (exclusive), FIN, the local track finishes.
+    tp.finish();
+    assert!(pair.run(2000, |p| {
+        p.a.saw(|e| matches!(e, Ev::SubscriptionClosed { code: None, .. }))
+    }));
+    assert!(pair.a.events.contains(&Ev::Ended {
+        subscription: sub,
+        end: 5
+    }));
+    assert_eq!(local.handle().status(), track::Status::Finished);
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(pair.b.session.served_count(), 0);
+    assert_eq!(pair.b.session.sending_groups(), 0);
+}
+
+#[test]
+fn unknown_track_and_broadcast_are_refused() {
+    let mut ps = PoolStorage::<16, 64>::new();
+    let pool = Pool::new(&mut ps);
+    published!(pool, o, "live", "video", video, tp);
+    let audio = track::State::<2>::new(&pool, track::Info::new("audio").unwrap());
+    let other = track::State::<2>::new(&pool, track::Info::new("video").unwrap());
+    session_pair!(o.handle(), pair);
+    let a = pair
+        .a
+        .session
+        .subscribe("live", audio.handle(), Request::LIVE)
+        .unwrap();
+    let b = pair
+        .a
+        .session
+        .subscribe("nowhere", other.handle(), Request::LIVE)
+        .unwrap();
+    pair.settle(Duration::from_millis(50));
+    // PROTOCOL.md §4.4: NOT_FOUND for a missing track, UNROUTABLE for a missing broadcast.
+    assert!(pair.a.events.contains(&Ev::SubscriptionClosed {
+        subscription: a,
+        code: Some(0x33)
+    }));
+    assert!(pair.a.events.contains(&Ev::SubscriptionClosed {
+        subscription: b,
+        code: Some(0x36)
+    }));
+    assert_eq!(audio.handle().status(), track::Status::Aborted(0x33));
+    // The tracks are free again.
+    assert!(audio.producer().is_ok());
+    // No SUBSCRIBE went out for either.
+    let c2s = Tap::new(&pair.ab.log);
+    assert!(c2s.streams.values().all(|(d, _)| d.first() != Some(&0x02)));
+}
+
+#[test]
+fn subscribing_needs_a_free_track() {
+    let mut ps = PoolStorage::<16, 64>::new();
+    let pool = Pool::new(&mut ps);
+    published!(pool, o, "live", "video", video, tp);
+    let local = track::State::<2>::new(&pool, track::Info::new("video").unwrap());
+    let _writer = local.producer().unwrap();
+    session_pair!(o.handle(), pair);
+    assert_eq!(
+        pair.a
+            .session
+            .subscribe("live", local.handle(), Request::LIVE),
+        Err(Error::TrackBusy)
+    );
+}
+
+#[test]
+fn announcements_follow_the_origin() {
+    let mut ps = PoolStorage::<16, 64>::new();
+    let pool = Pool::new(&mut ps);
+    let cam = broadcast::State::<2>::new(Path::new("room/cam").unwrap()).unwrap();
+    let hidden = broadcast::State::<2>::new(Path::new("room/.private").unwrap()).unwrap();
+    published!(pool, o, "clock", "seconds", seconds, tp);
+    let ccfg = Config {
+        hop: 0x2222,
+        ..Config::new()
+    };
+    let scfg = Config {
+        hop: 0x1111,
+        ..Config::new()
+    };
+    session_pair!(o.handle(), ccfg, scfg, pair);
+    let all = pair.a.session.announce_request("").unwrap();
+    let room = pair.a.session.announce_request("/room/").unwrap();
+    pair.settle(Duration::from_millis(50));
+    assert!(pair.a.events.contains(&Ev::Announced {
+        request: all,
+        path: "clock".into(),
+        hops: vec![],
+        publisher: 0x1111
+    }));
+    // Later changes, under both prefixes; dot-segments are not announced (§3.6).
+    o.handle().announce(cam.handle()).unwrap();
+    o.handle().announce(hidden.handle()).unwrap();
+    pair.settle(Duration::from_millis(50));
+    for request in [all, room] {
+        assert!(pair.a.events.contains(&Ev::Announced {
+            request,
+            path: "room/cam".into(),
+            hops: vec![],
+            publisher: 0x1111
+        }));
+    }
+    assert!(
+        !pair
+            .a
+            .saw(|e| matches!(e, Ev::Announced { path, .. } if path.contains("private")))
+    );
+    o.handle().unannounce(Path::new("room/cam").unwrap());
+    pair.settle(Duration::from_millis(50));
+    assert!(pair.a.events.contains(&Ev::Unannounced {
+        request: room,
+        path: "room/cam".into()
+    }));
+    // Wire check (V7 form): ANNOUNCE_OK for "room" counted nothing at first.
+    let s2c = Tap::new(&pair.ba.log);
+    assert_eq!(&s2c.stream(4)[..4], &hex("03 51 11 00")[..]);
+    // Cancelling ends the stream.
+    pair.a.session.cancel_announce(all).unwrap();
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(pair.a.session.cancel_announce(all), Err(Error::Unknown));
+}
+
+#[test]
+fn announce_initial_set_larger_than_a_buffer() {
+    // Seven broadcasts with long names: the initial set is sent a few at a time.
+    let names: Vec<std::string::String> = (0..7)
+        .map(|i| std::format!("room/{}{}", "x".repeat(60), i))
+        .collect();
+    let bs: Vec<_> = names
+        .iter()
+        .map(|n| broadcast::State::<1>::new(Path::new(n).unwrap()).unwrap())
+        .collect();
+    let big = origin::State::<16, 8>::new();
+    for b in &bs {
+        big.handle().announce(b.handle()).unwrap();
+    }
+    session_pair!(big.handle(), pair);
+    let req = pair.a.session.announce_request("room").unwrap();
+    pair.settle(Duration::from_millis(50));
+    let got: Vec<_> = pair
+        .a
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Ev::Announced { request, path, .. } if *request == req => Some(path.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut want = names.clone();
+    want.sort();
+    assert_eq!(got, want);
+    // ANNOUNCE_OK said 7.
+    let s2c = Tap::new(&pair.ba.log);
+    assert_eq!(&s2c.stream(0)[..3], &hex("02 00 07")[..]);
+}
+
+#[test]
+fn goaway_is_reported_and_blocks_new_requests() {
+    let mut ps = PoolStorage::<16, 64>::new();
+    let pool = Pool::new(&mut ps);
+    published!(pool, o, "live", "video", video, tp);
+    let local = track::State::<2>::new(&pool, track::Info::new("video").unwrap());
+    session_pair!(o.handle(), pair);
+    assert_eq!(pair.a.session.goaway("elsewhere"), Err(Error::Invalid));
+    pair.b.session.goaway("").unwrap();
+    assert_eq!(pair.b.session.goaway(""), Err(Error::Invalid));
+    assert!(pair.run(1000, |p| p.a.saw(|e| *e == Ev::Goaway { uri: "".into() })));
+    assert_eq!(
+        pair.a
+            .session
+            .subscribe("live", local.handle(), Request::LIVE),
+        Err(Error::GoingAway)
+    );
+    // V13: type + empty URI, then FIN.
+    let s2c = Tap::new(&pair.ba.log);
+    let id = *s2c.order.iter().find(|&&id| id % 4 == 1).unwrap();
+    assert_eq!(s2c.stream(id), hex("05 01 00"));
+    assert!(s2c.fin(id));
+}
+
+#[test]
+fn unsubscribe_cancels_and_the_publisher_finishes() {
+    let mut ps = PoolStorage::<32, 64>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<32, 64>::new();
+    let cpool = Pool::new(&mut pc);
+    published!(pool, o, "live", "video", video, tp);
+    write_group(&tp, 0, &[(0, b"a")]);
+    let open = tp.create_group(1).unwrap();
+    let local = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
+    session_pair!(o.handle(), pair);
+    let sub = pair
+        .a
+        .session
+        .subscribe("live", local.handle(), Request::LIVE)
+        .unwrap();
+    assert!(pair.run(1000, |p| p.b.session.sending_groups() == 1));
+    pair.a.session.unsubscribe(sub).unwrap();
+    assert!(pair.run(1000, |p| {
+        p.a.saw(|e| matches!(e, Ev::SubscriptionClosed { code: None, .. }))
+    }));
+    pair.settle(Duration::from_millis(50));
+    // The publisher dropped the subscription and reset the open group stream with CANCEL.
+    assert_eq!(pair.b.session.served_count(), 0);
+    assert_eq!(pair.b.session.sending_groups(), 0);
+    let s2c = Tap::new(&pair.ba.log);
+    assert!(
+        s2c.resets
+            .iter()
+            .any(|&(_, c)| c == StreamCode::Cancel.to_code())
+    );
+    assert_eq!(local.handle().status(), track::Status::Finished);
+    drop(open);
+}
+
+#[test]
+fn session_close_is_reported_to_the_peer() {
+    let mut ps = PoolStorage::<16, 64>::new();
+    let pool = Pool::new(&mut ps);
+    published!(pool, o, "live", "video", video, tp);
+    session_pair!(o.handle(), pair);
+    pair.b.session.close(SessionCode::App(2), "bye");
+    assert!(pair.run(1000, |p| p.a.closed().is_some()));
+    assert_eq!(
+        pair.a.closed(),
+        Some(&Ev::Closed {
+            code: 66,
+            reason: "bye".into(),
+            application: true,
+            local: false
+        })
+    );
+    assert!(pair.b.closed().is_none());
+    assert!(pair.b.session.is_drained());
+    assert_eq!(
+        pair.a.session.handle_input(pair.now, &[0]),
+        Err(Error::Closed)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Pacing and backpressure (README guarantee 2; PROTOCOL.md §2.4)
+// ---------------------------------------------------------------------------
+
+#[test]
+fn parked_subscriber_holds_the_publisher_at_one_window() {
+    const WINDOW: u64 = 4096;
+    const FRAME: usize = 512;
+    const FRAMES: usize = 64;
+    let mut ps = PoolStorage::<320, 128>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<320, 128>::new();
+    let cpool = Pool::new(&mut pc);
+    published!(pool, o, "cam", "video", video, tp);
+    let mut gp = tp.create_group(0).unwrap();
+    let local = track::State::<2>::new(&cpool, track::Info::new("video").unwrap());
+    let ccfg = Config {
+        conn: conn::Config {
+            max_stream_data_uni: WINDOW,
+            ..conn::Config::new()
+        },
+        ..Config::new()
+    };
+    session_pair!(o.handle(), ccfg, Config::new(), pair);
+    pair.a
+        .session
+        .subscribe("cam", local.handle(), Request::LIVE)
+        .unwrap();
+
+    let payload = |i: usize| vec![(i % 251) as u8; FRAME];
+    let mut written = 0usize;
+    let mut reader: Option<crate::model::group::Consumer<'_, '_>> = None;
+    let mut read = 0u64;
+    let mut parked = true;
+    let mut max_ahead = 0u64;
+    for _ in 0..20_000 {
+        // The publisher paces itself with the session's window.
+        while written < FRAMES {
+            let window = pair.b.session.pacing_window(&gp).unwrap_or(0);
+            if !gp.is_paced(window) {
+                break;
+            }
+            gp.write_frame(written as u64, &payload(written)).unwrap();
+            written += 1;
+            if written == FRAMES {
+                gp.finish().unwrap();
+            }
+        }
+        let pub_written = gp.state().bytes_written();
+        if !parked {
+            if reader.is_none() {
+                reader = local.handle().group(0);
+            }
+            if let Some(r) = reader.as_mut() {
+                while let Ok(Next::Ready(chunk)) = r.chunk() {
+                    let k = chunk.len();
+                    read += k as u64;
+                    r.advance(k);
+                }
+            }
+            max_ahead = max_ahead.max(pub_written.saturating_sub(read));
+        }
+        if !pair.step() {
+            if parked {
+                // Quiet with a parked reader: check the bounds, then start reading.
+                assert!(
+                    pub_written <= WINDOW + FRAME as u64 + 16,
+                    "publisher wrote {pub_written} with a parked subscriber"
+                );
+                assert!(written < FRAMES);
+                // The subscriber stored at most one stream window (whole blocks).
+                assert!(local.handle().held_bytes() <= WINDOW + 128);
+                assert!(local.handle().held_bytes() >= WINDOW - 128);
+                parked = false;
+                continue;
+            }
+            if written == FRAMES && read == pub_written {
+                break;
+            }
+            match pair.next_time() {
+                Some(t) => pair.now = t,
+                None => break,
+            }
+        }
+    }
+    assert_eq!(written, FRAMES);
+    let got = read_group(local.handle(), 0);
+    assert_eq!(got.len(), FRAMES);
+    for (i, (t, p)) in got.iter().enumerate() {
+        assert_eq!((*t, p), (i as u64, &payload(i)));
+    }
+    // Reading as it arrives, the publisher never got more than two windows ahead
+    // of the reader (one in flight to the subscriber, one unsent).
+    assert!(max_ahead <= 2 * WINDOW + FRAME as u64 + 16, "{max_ahead}");
+}
+
+#[test]
+fn exhausted_pool_backpressures_the_input() {
+    let mut ps = PoolStorage::<64, 64>::new();
+    let pool = Pool::new(&mut ps);
+    // The subscriber's pool holds 256 bytes: less than the group.
+    let mut pc = PoolStorage::<4, 64>::new();
+    let cpool = Pool::new(&mut pc);
+    published!(pool, o, "cam", "video", video, tp);
+    let big = [7u8; 600];
+    write_group(&tp, 0, &[(0, &big[..300]), (1, &big[300..])]);
+    let local = track::State::<2>::new(&cpool, track::Info::new("video").unwrap());
+    session_pair!(o.handle(), pair);
+    pair.a
+        .session
+        .subscribe("cam", local.handle(), Request::LIVE)
+        .unwrap();
+    pair.settle(Duration::from_millis(100));
+    // The bytes that did not fit wait in the caller's buffer; nothing failed.
+    assert!(pair.a.session.is_stalled());
+    assert!(pair.ba.unconsumed() > 0);
+    assert_eq!(cpool.available(), 0);
+    assert!(pair.a.closed().is_none() && pair.b.closed().is_none());
+    assert_eq!(pair.a.session.receiving_groups(), 1);
+    // Input stays stalled (returning 0) until room appears.
+    let before = pair.ba.unconsumed();
+    pair.settle(Duration::from_millis(100));
+    assert_eq!(pair.ba.unconsumed(), before);
+    // Closing the session lets the group go.
+    pair.a.session.close(SessionCode::NoError, "");
+    pair.settle(Duration::from_millis(10));
+    assert!(matches!(local.handle().status(), track::Status::Aborted(_)));
+}
+
+#[test]
+fn unpolled_events_backpressure_the_input() {
+    // 40 broadcasts announced; the client does not poll events for a while.
+    let names: Vec<std::string::String> = (0..40).map(|i| std::format!("b/{i:02}")).collect();
+    let bs: Vec<_> = names
+        .iter()
+        .map(|n| broadcast::State::<1>::new(Path::new(n).unwrap()).unwrap())
+        .collect();
+    let o = origin::State::<64, 64>::new();
+    for b in &bs {
+        o.handle().announce(b.handle()).unwrap();
+    }
+    session_pair!(o.handle(), pair);
+    pair.a.auto_drain = false;
+    pair.a.session.announce_request("").unwrap();
+    pair.settle(Duration::from_millis(50));
+    // One ANNOUNCE waits for poll_event, the rest fill its stream's buffer, then
+    // the input stops: the unconsumed bytes stay with the caller.
+    assert!(pair.a.session.is_stalled());
+    assert!(pair.ba.unconsumed() > 0);
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        while let Some(e) = pair.a.session.poll_event() {
+            if let Event::Announced { path, .. } = e {
+                seen.push(path.to_string());
+            }
+        }
+        pair.settle(Duration::from_millis(10));
+        if seen.len() == names.len() {
+            break;
+        }
+    }
+    assert_eq!(seen, names);
+    assert!(!pair.a.session.is_stalled());
+}
+
+#[test]
+fn full_served_table_refuses_the_subscription() {
+    let mut ps = PoolStorage::<8, 64>::new();
+    let pool = Pool::new(&mut ps);
+    published!(pool, o, "b", "t", t, tp);
+    raw_pair!(Side::Server, Config::new(), Some(o.handle()), st, pair);
+    pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+    let mut ids = Vec::new();
+    for id in 0..5u8 {
+        // SUBSCRIBE id, "b", "t", priority 0, ordered 0, max age 0, latest, open.
+        let mut msg = hex("02 0a");
+        msg.extend([id, 1, b'b', 1, b't', 0, 0, 0, 0, 0]);
+        ids.push(pair.b.open(Dir::Bidi, &msg, false));
+    }
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(pair.a.session.served_count(), 4);
+    let refused: Vec<_> = ids
+        .iter()
+        .filter(|id| pair.b.resets.contains(&(id.value(), 0)))
+        .collect();
+    assert_eq!(refused.len(), 1);
+    assert_eq!(pair.b.closed, None);
+    // A group appears: the four served subscriptions each get START and a stream.
+    write_group(&tp, 0, &[(0, b"x")]);
+    pair.settle(Duration::from_millis(50));
+    let started = ids
+        .iter()
+        .filter(|id| pair.b.received(id.value()) == hex("00 01 00").as_slice())
+        .count();
+    assert_eq!(started, 4);
+}
+
+#[test]
+fn dropping_the_session_releases_local_tracks() {
+    let mut ps = PoolStorage::<16, 64>::new();
+    let pool = Pool::new(&mut ps);
+    published!(pool, o, "live", "video", video, tp);
+    write_group(&tp, 0, &[(0, b"a")]);
+    let local = track::State::<2>::new(&pool, track::Info::new("video").unwrap());
+    {
+        session_pair!(o.handle(), pair);
+        pair.a
+            .session
+            .subscribe("live", local.handle(), Request::LIVE)
+            .unwrap();
+        pair.settle(Duration::from_millis(50));
+        assert!(local.producer().is_err());
+    }
+    assert_eq!(
+        local.handle().status(),
+        track::Status::Aborted(StreamCode::SessionClosed.to_code())
+    );
+    assert!(local.producer().is_ok());
+}
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Random bytes on random streams after a valid SETUP never panic the
+        /// session: it answers, refuses or closes with a code.
+        #[test]
+        fn random_stream_bytes(streams in proptest::collection::vec(
+            (any::<bool>(), 0u8..8, proptest::collection::vec(any::<u8>(), 0..48)),
+            1..5,
+        )) {
+            let mut ps = PoolStorage::<16, 64>::new();
+            let pool = Pool::new(&mut ps);
+            published!(pool, o, "b", "t", t, tp);
+            write_group(&tp, 0, &[(0, b"x")]);
+            raw_pair!(Side::Server, Config::new(), Some(o.handle()), st, pair);
+            pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+            for (uni, kind, body) in &streams {
+                let mut bytes = std::vec![*kind];
+                bytes.extend_from_slice(body);
+                let dir = if *uni { Dir::Uni } else { Dir::Bidi };
+                pair.b.open(dir, &bytes, body.len() % 2 == 0);
+            }
+            pair.settle(Duration::from_millis(50));
+            if let Some((code, _)) = &pair.b.closed {
+                // Only moq-lite session codes or QMux violations.
+                prop_assert!(*code == 0x3 || *code == 0x1 || *code >= 0x100 || *code == 0);
+            }
+        }
+
+        /// Random record bytes straight into `handle_input` never panic.
+        #[test]
+        fn random_input(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let mut st = St::new();
+            let mut s: Session<'_, '_, '_, 32> =
+                Session::new(Side::Server, Config::new(), Instant::ZERO, &mut st, None).unwrap();
+            let mut out = std::vec![0u8; 20_000];
+            let _ = s.poll_transmit(Instant::ZERO, &mut out);
+            let _ = s.handle_input(Instant::ZERO, &bytes);
+            while s.poll_event().is_some() {}
+            let _ = s.poll_transmit(Instant::ZERO, &mut out);
+        }
+    }
+}
