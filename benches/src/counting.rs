@@ -61,7 +61,10 @@ pub struct Allocs {
 
 /// Snapshot of this thread's counters.
 pub fn snapshot() -> Allocs {
-    Allocs { count: ALLOCS.with(Cell::get), bytes: BYTES.with(Cell::get) }
+    Allocs {
+        count: ALLOCS.with(Cell::get),
+        bytes: BYTES.with(Cell::get),
+    }
 }
 
 /// Runs `f` and returns its result with the allocations it made on this thread.
@@ -71,5 +74,11 @@ pub fn measure<R>(f: impl FnOnce() -> R) -> (R, Allocs) {
     let before = snapshot();
     let r = f();
     let after = snapshot();
-    (r, Allocs { count: after.count - before.count, bytes: after.bytes - before.bytes })
+    (
+        r,
+        Allocs {
+            count: after.count - before.count,
+            bytes: after.bytes - before.bytes,
+        },
+    )
 }

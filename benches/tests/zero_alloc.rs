@@ -33,7 +33,11 @@ fn join_poll_leave(audience: usize) {
         }
         frames
     });
-    assert_eq!(frames, 100 * 10, "each joiner reads the latest group's 10 frames");
+    assert_eq!(
+        frames,
+        100 * 10,
+        "each joiner reads the latest group's 10 frames"
+    );
     assert_eq!(allocs.count, 0, "audience {audience}: {allocs:?}");
     assert_eq!(table.len(), audience);
 }

@@ -17,7 +17,10 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     if audience >= fixture::MAX_AUDIENCE {
-        eprintln!("join_probe: audience must be below {}", fixture::MAX_AUDIENCE);
+        eprintln!(
+            "join_probe: audience must be below {}",
+            fixture::MAX_AUDIENCE
+        );
         return ExitCode::from(2);
     }
     let node = Node::new(256, 4096);

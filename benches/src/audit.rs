@@ -1,0 +1,465 @@
+//! The allocation audit: how many heap allocations each hot-path operation
+//! makes once warm, per operation.
+//!
+//! Every [`Case`] builds its state for one audience size (this may allocate:
+//! it is start-up), runs a warm-up of `n` operations, then counts the
+//! allocations of a run of `n` operations and of a run of `2n` more. The
+//! difference of the two, divided by `n`, is what one operation costs in
+//! steady state, free of anything done once:
+//!
+//! ```text
+//! allocs_per_op = (count(2n) - count(n)) / n
+//! ```
+//!
+//! Counting needs [`Counting`](crate::counting::Counting) as the binary's
+//! `#[global_allocator]`; [`run`] refuses to report without it (every count
+//! would read 0). The `alloc_audit` bench prints one [`Report`] line per case
+//! and audience, and `tests/alloc_audit.rs` runs the same cases with a small
+//! `n` and fails on any allocation.
+//!
+//! Adding a case (e.g. `relay_frame`, `camera_frame` once sessions exist) is
+//! one entry in [`CASES`]: a name, its audiences, and a function that builds
+//! an [`Op`] for an audience size.
+
+use std::fmt;
+use std::hint::black_box;
+
+use skiff_core::model::group;
+use skiff_core::model::track::GroupProducer;
+use skiff_core::window::{Request, Start};
+
+use crate::counting::{Allocs, measure};
+use crate::fixture::{self, Audience, Drained, Follower, GroupEnd, Node};
+
+/// One operation under audit, with its state built for one audience size.
+pub trait Op {
+    /// Runs the operation once.
+    fn run(&mut self);
+
+    /// Checks what the runs must have done (called after the measured runs).
+    ///
+    /// # Errors
+    /// A description of the first broken expectation.
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// One audited operation: its name, the audiences it runs with, and its builder.
+#[derive(Clone, Copy)]
+pub struct Case {
+    /// The `case=` name printed in the report.
+    pub name: &'static str,
+    /// The audience sizes it is run with.
+    pub audiences: &'static [usize],
+    /// Builds the operation's state for an audience size.
+    pub build: fn(audience: usize) -> Box<dyn Op>,
+}
+
+impl fmt::Debug for Case {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Case")
+            .field("name", &self.name)
+            .field("audiences", &self.audiences)
+            .finish()
+    }
+}
+
+/// Every audited case, in report order.
+pub const CASES: &[Case] = &[
+    Case {
+        name: "join_leave",
+        audiences: &[1, 100, 1_000, 10_000],
+        build: JoinLeave::build,
+    },
+    Case {
+        name: "frame_write",
+        audiences: &[0],
+        build: FrameWrite::build,
+    },
+    Case {
+        name: "frame_fanout",
+        audiences: &[1, 100, 1_000],
+        build: FrameFanout::build,
+    },
+    Case {
+        name: "group_cycle",
+        audiences: &[1, 100],
+        build: GroupCycle::build,
+    },
+    // relay_frame and camera_frame (session + relay) go here.
+];
+
+/// The result of auditing one case at one audience size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Report {
+    /// The case name.
+    pub case: &'static str,
+    /// The audience size.
+    pub audience: usize,
+    /// `n`: operations in the first measured run (the second runs `2n`).
+    pub ops: usize,
+    /// Allocations of the run of `n` operations.
+    pub first: Allocs,
+    /// Allocations of the run of `2n` operations.
+    pub second: Allocs,
+}
+
+impl Report {
+    /// Allocations per operation in steady state: `(count(2n) - count(n)) / n`.
+    pub fn allocs_per_op(&self) -> f64 {
+        (self.second.count as f64 - self.first.count as f64) / self.ops as f64
+    }
+
+    /// Bytes requested per operation in steady state, the same way.
+    pub fn bytes_per_op(&self) -> f64 {
+        (self.second.bytes as f64 - self.first.bytes as f64) / self.ops as f64
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "alloc-audit case={} audience={} allocs_per_op={:.3} bytes_per_op={:.3}",
+            self.case,
+            self.audience,
+            self.allocs_per_op(),
+            self.bytes_per_op()
+        )
+    }
+}
+
+/// True if this binary's global allocator is [`Counting`](crate::counting::Counting).
+pub fn counting_installed() -> bool {
+    let (_, allocs) = measure(|| black_box(Box::new(black_box(7u64))));
+    allocs.count > 0
+}
+
+/// Audits `case` at `audience` with runs of `n` and `2n` operations after `n` of warm-up.
+///
+/// # Panics
+/// If the global allocator is not counting, `n` is 0, or the case's
+/// [`Op::check`] fails.
+pub fn run(case: &Case, audience: usize, n: usize) -> Report {
+    assert!(
+        counting_installed(),
+        "the global allocator must be skiff_benches::counting::Counting"
+    );
+    assert!(n > 0, "the audit needs at least one operation per run");
+    let mut op = (case.build)(audience);
+    batch(op.as_mut(), n);
+    let ((), first) = measure(|| batch(op.as_mut(), n));
+    let ((), second) = measure(|| batch(op.as_mut(), 2 * n));
+    if let Err(e) = op.check() {
+        panic!("alloc-audit {} audience {audience}: {e}", case.name);
+    }
+    Report {
+        case: case.name,
+        audience,
+        ops: n,
+        first,
+        second,
+    }
+}
+
+/// Audits every case of [`CASES`] at every audience, calling `each` with each report.
+///
+/// # Panics
+/// As [`run`].
+pub fn run_all(n: usize, mut each: impl FnMut(&Report)) -> Vec<Report> {
+    let mut reports = Vec::new();
+    for case in CASES {
+        for &audience in case.audiences {
+            let r = run(case, audience, n);
+            each(&r);
+            reports.push(r);
+        }
+    }
+    reports
+}
+
+#[inline(never)]
+fn batch(op: &mut dyn Op, n: usize) {
+    for _ in 0..n {
+        op.run();
+    }
+}
+
+/// Frames per group in the write and fan-out cases (one second of 30 fps video).
+pub const GROUP_FRAMES: u64 = 30;
+
+/// Payload bytes per frame in the write and fan-out cases.
+pub const FRAME_LEN: usize = 1024;
+
+/// Timestamp step between frames (33 ms at the default millisecond timescale).
+const FRAME_STEP: u64 = 33;
+
+// ---------------------------------------------------------------------------
+// join_leave
+// ---------------------------------------------------------------------------
+
+/// `join_leave`: one subscriber joins a track with a steady audience (its
+/// request resolved into a window, a reader at its first group, registered in
+/// the audience table) and leaves.
+struct JoinLeave {
+    node: Node,
+    table: Audience,
+    audience: usize,
+}
+
+impl JoinLeave {
+    fn build(audience: usize) -> Box<dyn Op> {
+        let node = Node::new(256, 4096);
+        for _ in 0..3 {
+            node.write_group(GROUP_FRAMES as usize, 1000);
+        }
+        let table = fixture::audience(&node, audience);
+        Box::new(JoinLeave {
+            node,
+            table,
+            audience,
+        })
+    }
+}
+
+impl Op for JoinLeave {
+    fn run(&mut self) {
+        let id = fixture::join(&mut self.table, &self.node, black_box(Request::LIVE));
+        let left = id.is_ok_and(|id| fixture::leave(&mut self.table, id));
+        assert!(left, "join + leave");
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.table.len() == self.audience {
+            Ok(())
+        } else {
+            Err(format!(
+                "audience {} after join+leave cycles",
+                self.table.len()
+            ))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Frame writing (shared by frame_write and frame_fanout)
+// ---------------------------------------------------------------------------
+
+/// The track's writer: one 1 KiB frame per call, a new group every
+/// [`GROUP_FRAMES`] frames (the track's ring evicts the oldest group).
+struct Writer {
+    node: Node,
+    group: Option<GroupProducer<'static, 'static>>,
+    payload: Vec<u8>,
+    timestamp: u64,
+    frames: u64,
+}
+
+impl Writer {
+    fn new(node: Node) -> Writer {
+        let group = node.producer.append_group().expect("first group");
+        Writer {
+            node,
+            group: Some(group),
+            payload: vec![0x5a; FRAME_LEN],
+            timestamp: 0,
+            frames: 0,
+        }
+    }
+
+    /// The sequence of the group being written.
+    fn sequence(&self) -> u64 {
+        self.group.as_ref().map_or(0, |g| g.sequence())
+    }
+
+    #[inline]
+    fn write(&mut self) {
+        if self.frames == GROUP_FRAMES {
+            if let Some(mut done) = self.group.take() {
+                done.finish().expect("finish group");
+            }
+            self.group = Some(self.node.producer.append_group().expect("next group"));
+            self.frames = 0;
+        }
+        let group = self.group.as_mut().expect("an open group");
+        group
+            .write_frame(self.timestamp, &self.payload)
+            .expect("room in the pool");
+        self.timestamp += FRAME_STEP;
+        self.frames += 1;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// frame_write
+// ---------------------------------------------------------------------------
+
+/// `frame_write`, audience 0: the publisher's side alone. One 1 KiB frame is
+/// stored in the open group of a track nobody reads; every 30th write also
+/// finishes the group and starts the next one, which evicts the oldest group
+/// of the ring (its blocks go back to the pool).
+struct FrameWrite {
+    writer: Writer,
+}
+
+impl FrameWrite {
+    fn build(_audience: usize) -> Box<dyn Op> {
+        Box::new(FrameWrite {
+            writer: Writer::new(Node::new(256, 4096)),
+        })
+    }
+}
+
+impl Op for FrameWrite {
+    fn run(&mut self) {
+        self.writer.write();
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let pool = self.writer.node.pool;
+        if pool.exhausted_count() == 0 {
+            Ok(())
+        } else {
+            Err(format!("pool exhausted {} times", pool.exhausted_count()))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// frame_fanout
+// ---------------------------------------------------------------------------
+
+/// `frame_fanout`: one 1 KiB frame is written, then every subscriber of the
+/// audience reads it (FRAME header, then its payload as zero-copy chunks),
+/// moving on to the next group when one finishes.
+struct FrameFanout {
+    writer: Writer,
+    followers: Vec<Follower>,
+    read: Drained,
+    ops: u64,
+}
+
+impl FrameFanout {
+    fn build(audience: usize) -> Box<dyn Op> {
+        let writer = Writer::new(Node::new(256, 4096));
+        let start = Start::Group(writer.sequence());
+        let followers = (0..audience).map(|_| writer.node.follower(start)).collect();
+        Box::new(FrameFanout {
+            writer,
+            followers,
+            read: Drained::default(),
+            ops: 0,
+        })
+    }
+}
+
+impl Op for FrameFanout {
+    fn run(&mut self) {
+        self.writer.write();
+        for f in &mut self.followers {
+            self.read += f.drain(|chunk| {
+                black_box(chunk);
+            });
+        }
+        self.ops += 1;
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let want = self.ops * self.followers.len() as u64;
+        if self.read.frames == want && self.read.bytes == want * FRAME_LEN as u64 {
+            Ok(())
+        } else {
+            Err(format!(
+                "read {:?}, want {want} frames of {FRAME_LEN} bytes",
+                self.read
+            ))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// group_cycle
+// ---------------------------------------------------------------------------
+
+/// `group_cycle`: a whole group's life in one slot. The slot is reset for a
+/// new group, the audience's readers are created, 30 frames of 1 KiB are
+/// written and the group finished, every reader reads it to the end, the
+/// readers are dropped and the slot cleared. Afterwards every block is back
+/// in the pool: `in_use` equals its value before the first cycle (asserted
+/// after each cycle).
+struct GroupCycle {
+    slot: &'static group::State<'static>,
+    node: Node,
+    readers: Vec<group::Consumer<'static, 'static>>,
+    payload: Vec<u8>,
+    audience: usize,
+    sequence: u64,
+    baseline: usize,
+    read: Drained,
+}
+
+impl GroupCycle {
+    fn build(audience: usize) -> Box<dyn Op> {
+        let node = Node::new(64, 4096);
+        let slot = node.group_slot(u64::MAX);
+        let baseline = node.pool.in_use();
+        Box::new(GroupCycle {
+            slot,
+            node,
+            readers: Vec::with_capacity(audience),
+            payload: vec![0x5a; FRAME_LEN],
+            audience,
+            sequence: 0,
+            baseline,
+            read: Drained::default(),
+        })
+    }
+}
+
+impl Op for GroupCycle {
+    fn run(&mut self) {
+        let slot = self.slot;
+        slot.reset(self.sequence);
+        self.sequence += 1;
+        self.readers
+            .extend((0..self.audience).map(|_| slot.consumer()));
+        let mut writer = slot.producer().expect("a fresh group has no producer");
+        for i in 0..GROUP_FRAMES {
+            writer
+                .write_frame(i * FRAME_STEP, &self.payload)
+                .expect("room in the pool");
+        }
+        writer.finish().expect("finish");
+        drop(writer);
+        for r in &mut self.readers {
+            let end = fixture::read_group(r, &mut self.read, |chunk| {
+                black_box(chunk);
+            });
+            assert_eq!(end, GroupEnd::Finished);
+        }
+        self.readers.clear();
+        slot.clear();
+        assert_eq!(
+            self.node.pool.in_use(),
+            self.baseline,
+            "every block is back in the pool"
+        );
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let cycles = self.sequence;
+        let want = cycles * GROUP_FRAMES * self.audience as u64;
+        if self.read.frames != want {
+            return Err(format!("read {} frames, want {want}", self.read.frames));
+        }
+        if self.node.pool.in_use() != self.baseline {
+            return Err(format!(
+                "{} blocks in use, {} before",
+                self.node.pool.in_use(),
+                self.baseline
+            ));
+        }
+        Ok(())
+    }
+}
