@@ -26,7 +26,9 @@ impl Instant {
 
     /// An instant `millis` milliseconds after the epoch (saturating).
     pub const fn from_millis(millis: u64) -> Self {
-        Instant { micros: millis.saturating_mul(1_000) }
+        Instant {
+            micros: millis.saturating_mul(1_000),
+        }
     }
 
     /// Microseconds since the epoch.
@@ -41,18 +43,27 @@ impl Instant {
 
     /// Time elapsed from `earlier` to `self`, or zero if `earlier` is later.
     pub const fn saturating_duration_since(self, earlier: Instant) -> Duration {
-        Duration { micros: self.micros.saturating_sub(earlier.micros) }
+        Duration {
+            micros: self.micros.saturating_sub(earlier.micros),
+        }
     }
 
     /// `self + d`, clamped to [`Instant::MAX`].
     pub const fn saturating_add(self, d: Duration) -> Instant {
-        Instant { micros: self.micros.saturating_add(d.micros) }
+        Instant {
+            micros: self.micros.saturating_add(d.micros),
+        }
     }
 }
 
 impl fmt::Debug for Instant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{:06}s", self.micros / 1_000_000, self.micros % 1_000_000)
+        write!(
+            f,
+            "{}.{:06}s",
+            self.micros / 1_000_000,
+            self.micros % 1_000_000
+        )
     }
 }
 
@@ -96,12 +107,16 @@ impl Duration {
 
     /// A span of `millis` milliseconds (saturating).
     pub const fn from_millis(millis: u64) -> Self {
-        Duration { micros: millis.saturating_mul(1_000) }
+        Duration {
+            micros: millis.saturating_mul(1_000),
+        }
     }
 
     /// A span of `secs` seconds (saturating).
     pub const fn from_secs(secs: u64) -> Self {
-        Duration { micros: secs.saturating_mul(1_000_000) }
+        Duration {
+            micros: secs.saturating_mul(1_000_000),
+        }
     }
 
     /// Whole microseconds.
@@ -116,12 +131,16 @@ impl Duration {
 
     /// `self + rhs`, clamped to [`Duration::MAX`].
     pub const fn saturating_add(self, rhs: Duration) -> Duration {
-        Duration { micros: self.micros.saturating_add(rhs.micros) }
+        Duration {
+            micros: self.micros.saturating_add(rhs.micros),
+        }
     }
 
     /// `self - rhs`, or zero.
     pub const fn saturating_sub(self, rhs: Duration) -> Duration {
-        Duration { micros: self.micros.saturating_sub(rhs.micros) }
+        Duration {
+            micros: self.micros.saturating_sub(rhs.micros),
+        }
     }
 }
 
@@ -154,6 +173,9 @@ mod tests {
         assert_eq!(Instant::ZERO - t, Duration::ZERO);
         assert_eq!(t - Instant::ZERO, Duration::from_micros(5_000));
         assert_eq!(Duration::from_micros(1_999).as_millis(), 1);
-        assert_eq!(Duration::MAX.saturating_add(Duration::from_secs(1)), Duration::MAX);
+        assert_eq!(
+            Duration::MAX.saturating_add(Duration::from_secs(1)),
+            Duration::MAX
+        );
     }
 }

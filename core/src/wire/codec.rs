@@ -217,7 +217,10 @@ impl<'a> Writer<'a> {
     /// [`EncodeError::BufferTooSmall`].
     #[inline]
     pub fn u8(&mut self, b: u8) -> Result<(), EncodeError> {
-        let slot = self.buf.get_mut(self.pos).ok_or(EncodeError::BufferTooSmall)?;
+        let slot = self
+            .buf
+            .get_mut(self.pos)
+            .ok_or(EncodeError::BufferTooSmall)?;
         *slot = b;
         self.pos += 1;
         Ok(())

@@ -130,13 +130,24 @@ mod tests {
 
     #[test]
     fn refuses_too_large() {
-        assert_eq!(encode(MAX + 1, &mut [0; 8]), Err(EncodeError::ValueTooLarge));
+        assert_eq!(
+            encode(MAX + 1, &mut [0; 8]),
+            Err(EncodeError::ValueTooLarge)
+        );
         assert_eq!(encode(300, &mut [0; 1]), Err(EncodeError::BufferTooSmall));
     }
 
     #[test]
     fn zigzag_examples() {
-        for (s, u) in [(0i64, 0u64), (-1, 1), (1, 2), (-2, 3), (2, 4), (1000, 2000), (-33, 65)] {
+        for (s, u) in [
+            (0i64, 0u64),
+            (-1, 1),
+            (1, 2),
+            (-2, 3),
+            (2, 4),
+            (1000, 2000),
+            (-33, 65),
+        ] {
             assert_eq!(zigzag_encode(s).unwrap(), u);
             assert_eq!(zigzag_decode(u), s);
         }
