@@ -26,7 +26,7 @@ command -v qemu-system-arm >/dev/null || { echo "smoke: qemu-system-arm not inst
 
 echo "smoke: building firmware"
 (cd "$board" && MPS2_HOST_PORT="$port" cargo build --release --quiet)
-elf="$board/target/thumbv7em-none-eabihf/release/qemu-mps2-an386"
+elf="${CARGO_TARGET_DIR:-$board/target}/thumbv7em-none-eabihf/release/qemu-mps2-an386"
 
 # One-shot echo server on loopback only: accept one connection, echo one line, record it.
 python3 - "$port" "$work/seen" "$work/ready" <<'PY' &
