@@ -5,6 +5,9 @@
 //!   on a background thread with its own tokio runtime, so a test can drive it from
 //!   plain synchronous code while skiff runs on the test thread.
 //! * [`tap`] is a transparent loopback TCP forwarder that records both directions.
+//! * [`skiff_driver`] runs one sans-IO skiff session over a std `TcpStream` on the
+//!   calling thread (clock, buffers, timers, events, deadline), plus helpers that put
+//!   a [`reference::Publication`] into skiff's media model and read local tracks.
 //! * [`wire`] is a small, independent QMux record/frame decoder for those recordings
 //!   (deliberately not built on skiff-core, so it can cross-check skiff's codecs).
 //!
@@ -12,6 +15,7 @@
 //! See PROTOCOL.md §7.2 (reference clients) and §7.3 (wire-tapping).
 
 pub mod reference;
+pub mod skiff_driver;
 pub mod tap;
 pub mod wire;
 

@@ -299,14 +299,34 @@ pub struct Cli {
 /// A `skiff-relay` subcommand.
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
-    /// Run the moq-lite relay (needs the session handler; see the crate docs).
+    /// Run the moq-lite relay (one worker per core, workers linked pairwise).
     Serve,
     /// Run the same server with a byte-echo handler: the runtime, limits,
     /// signals and metrics without the protocol. Not a relay.
     Echo,
+    /// Run the relay with a synthetic camera publisher and viewers in this
+    /// process, print live progress and a summary, exit after --seconds.
+    Demo(RelayDemoArgs),
     /// Run the echo server plus a loopback TCP load for a few seconds and
     /// print throughput and metrics.
-    Demo(DemoArgs),
+    EchoDemo(DemoArgs),
+}
+
+/// Settings of the `demo` subcommand (relay, publisher, viewers).
+#[derive(Debug, Clone, Copy, Args)]
+pub struct RelayDemoArgs {
+    /// How long to run, seconds.
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    /// Viewers (subscribers) of the camera track.
+    #[arg(long, default_value_t = 10)]
+    pub viewers: usize,
+    /// Frames per second of the synthetic camera (a group per second).
+    #[arg(long, default_value_t = 30)]
+    pub fps: u32,
+    /// Bytes of a delta frame (a group's first frame is 4x larger).
+    #[arg(long, default_value = "8KiB")]
+    pub frame_bytes: ByteSize,
 }
 
 /// Settings of the `demo` subcommand.
@@ -762,13 +782,27 @@ mod tests {
         assert_eq!(cli.flags.threads, Some(2));
         let cli = Cli::try_parse_from(["skiff-relay", "--listen", "127.0.0.1:0"]).unwrap();
         assert!(cli.command.is_none());
-        let cli =
-            Cli::try_parse_from(["skiff-relay", "demo", "--clients", "3", "--duration", "1s"])
-                .unwrap();
+        let cli = Cli::try_parse_from([
+            "skiff-relay",
+            "echo-demo",
+            "--clients",
+            "3",
+            "--duration",
+            "1s",
+        ])
+        .unwrap();
         match cli.command {
-            Some(Command::Demo(d)) => {
+            Some(Command::EchoDemo(d)) => {
                 assert_eq!(d.clients, 3);
                 assert_eq!(d.duration.0, Duration::from_secs(1));
+            }
+            other => panic!("{other:?}"),
+        }
+        let cli = Cli::try_parse_from(["skiff-relay", "demo", "--seconds", "4", "--viewers", "2"])
+            .unwrap();
+        match cli.command {
+            Some(Command::Demo(d)) => {
+                assert_eq!((d.seconds, d.viewers, d.fps), (4, 2, 30));
             }
             other => panic!("{other:?}"),
         }

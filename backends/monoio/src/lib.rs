@@ -14,21 +14,21 @@
 //! - [`shutdown`] and [`signals`]: SIGINT/SIGTERM → stop accepting, drain,
 //!   exit;
 //! - [`metrics`]: per-thread atomic counters and the Prometheus endpoint;
-//! - [`demo`]: the echo server under a loopback load.
+//! - [`demo`]: the echo server under a loopback load (`echo-demo`).
 //!
-//! # Plugging in the moq-lite session
+//! # The moq-lite relay
 //!
-//! The session driver implements [`handler::ConnectionHandler`]: it splits
-//! the [`conn::Connection`] ([`conn::Connection::into_split`]), feeds what
-//! [`conn::Reader::read`] returns to the session's `handle_input`, writes what
-//! `poll_transmit` puts into [`conn::Writer::buffer`] with
-//! [`conn::Writer::flush`], sleeps until `poll_timeout`, and on
-//! [`shutdown::Shutdown::wait`] sends GOAWAY. Per-thread relay state (cache,
-//! subscriber tables) lives in the handler, which each worker builds from
-//! [`handler::WorkerInfo`]. `skiff-relay serve` then calls
-//! `server::start(config, |w| SessionHandler::new(w))` where it now returns
-//! [`error::RelayError::SessionUnavailable`].
+//! - [`session_driver`]: runs one skiff-core `Session` over a socket (a
+//!   reader task into an inbox, a session task for input, timers, events,
+//!   transmit; GOAWAY on drain), with an [`session_driver::App`] on top;
+//! - [`relay`]: the per-worker relay state (origin, cache pool, routes, the
+//!   on-demand track hook) and [`relay::RelayHandler`], which `serve` runs;
+//!   workers are linked pairwise by moq-lite sessions ([`relay::Mesh`]);
+//! - [`notify`]: the per-thread "media changed" signal the sessions share;
+//! - [`client`]: a minimal client (dial, publish, subscribe, read frames);
+//! - [`relay_demo`]: `skiff-relay demo`, relay plus camera and viewers.
 
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod conn;
@@ -37,7 +37,11 @@ pub mod driver;
 pub mod error;
 pub mod handler;
 pub mod metrics;
+pub mod notify;
+pub mod relay;
+pub mod relay_demo;
 pub mod server;
+pub mod session_driver;
 pub mod shutdown;
 pub mod signals;
 mod worker;

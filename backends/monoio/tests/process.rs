@@ -128,14 +128,32 @@ fn bad_config_files_exit_2_with_a_message() {
 }
 
 #[test]
-fn serve_refuses_until_the_session_lands() {
-    let out = run_bounded(relay().args(["--listen", "127.0.0.1:0"]), 20);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("session handler is not wired"),
-        "{}",
-        stderr(&out)
+fn serve_relays_and_exits_0_on_sigterm() {
+    let mut r = Running::start(&["serve", "--listen", "127.0.0.1:0", "--log", "warn"], None);
+    let addr = r.addr_line("listening on ");
+    // A client that sends garbage is closed by the session (not the process).
+    let mut c = connect(addr);
+    std::io::Write::write_all(&mut c, &[0xff; 32]).unwrap();
+    let mut reply = Vec::new();
+    // The session writes its close, then the socket closes (timeouts bound it).
+    let _ = std::io::Read::read_to_end(&mut c, &mut reply);
+    assert!(!reply.is_empty(), "no close frame before the socket closed");
+    signal(r.child.id(), libc::SIGTERM);
+    let (code, _) = r.wait_exit(Duration::from_secs(10));
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn relay_demo_delivers_and_exits_0() {
+    let out = run_bounded(
+        relay().args(["demo", "--seconds", "2", "--viewers", "3", "--log", "warn"]),
+        60,
     );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    assert!(text.contains("3 viewers"), "{text}");
+    assert!(text.contains("frames delivered and verified"), "{text}");
+    assert!(!text.contains("failure"), "{text}");
 }
 
 #[test]
@@ -297,7 +315,7 @@ fn sigint_before_any_connection_exits_0() {
 fn demo_runs_load_and_exits_0() {
     let out = run_bounded(
         relay().args([
-            "demo",
+            "echo-demo",
             "--threads",
             "2",
             "--clients",

@@ -1136,11 +1136,15 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             return Step::Stop;
         }
         let origin = self.origin;
+        let resolver = self.resolver;
         let data = rx_of(self.rx, &self.control[slot], self.buf, slot);
         let answer = match decode_within::<Track<'_>>(data, limit) {
             Ok((t, n)) => {
                 let found = match normalize(t.broadcast, &mut self.scratch) {
-                    Some(path) => lookup(origin, path, t.track).map(|s| s.info().to_wire()),
+                    Some(path) => {
+                        super::resolve::lookup_or_resolve(origin, resolver, path, t.track)
+                            .map(|s| s.info().to_wire())
+                    }
                     None => Err(StreamCode::NotFound),
                 };
                 Ok((n, found))

@@ -59,6 +59,7 @@ mod control;
 mod error;
 mod event;
 mod publisher;
+mod resolve;
 mod subscriber;
 
 #[cfg(test)]
@@ -69,6 +70,7 @@ mod tests;
 pub use config::{Config, DefaultStorage, MIN_BUF, Storage};
 pub use error::{ConfigError, Error};
 pub use event::{AnnounceId, Event, SubscriptionId};
+pub use resolve::Resolve;
 
 use heapless::{Deque, String};
 
@@ -122,6 +124,8 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     role: Role,
     setup_timeout: Duration,
     origin: Option<origin::Ref<'a, 'p>>,
+    /// Asked for tracks the peer requests that a known broadcast lacks.
+    resolver: Option<&'s dyn Resolve<'a, 'p>>,
 
     control: &'s mut [Control],
     rx: &'s mut [u8],
@@ -159,7 +163,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// writes the connection's parameters.
     ///
     /// # Errors
-    /// [`ConfigError`] if the QMux configuration does not fit `N`, the control
+    /// [`ConfigError`] if the QMux configuration does not fit `N` (the advertised
+    /// stream counts must leave at least one slot for our own streams), the control
     /// buffers are smaller than [`MIN_BUF`] or cannot hold our SETUP, or the
     /// storage has no control slot.
     pub fn new<
@@ -183,6 +188,13 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             return Err(ConfigError::BufferTooSmall);
         }
         let conn = Connection::new(side, config.conn, now)?;
+        // The connection keeps a slot for every stream the peer may open; advertising
+        // the whole table would leave none for our own (SETUP first): the session
+        // could never start.
+        let (bidi, uni) = config.conn.stream_counts(N)?;
+        if bidi.saturating_add(uni) >= N as u64 {
+            return Err(ConfigError::Conn(conn::ConfigError::StreamsOverCapacity));
+        }
         let Storage {
             control,
             rx,
@@ -206,6 +218,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             },
             setup_timeout: config.setup_timeout,
             origin,
+            resolver: None,
             control: control.as_mut_slice(),
             rx: rx.as_flattened_mut(),
             tx: tx.as_flattened_mut(),
@@ -318,8 +331,14 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// pacing itself with it ([`group::Producer::is_paced`](crate::model::group::Producer::is_paced))
     /// never holds more unsent bytes than the peer will accept.
     pub fn pacing_window(&self, group: &track::GroupProducer<'_, 'p>) -> Option<u64> {
-        let track = group.track();
-        let seq = group.sequence();
+        self.pacing_window_of(&group.track(), group.sequence())
+    }
+
+    /// [`pacing_window`](Self::pacing_window) for group `sequence` of `track`,
+    /// for a caller that knows the group but does not hold its producer (a
+    /// backend that computes windows on behalf of an application task).
+    pub fn pacing_window_of(&self, track: &track::Ref<'_, 'p>, sequence: u64) -> Option<u64> {
+        let seq = sequence;
         self.out
             .iter()
             .flatten()
@@ -328,7 +347,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 self.served
                     .get(o.served)
                     .and_then(Option::as_ref)
-                    .is_some_and(|s| s.source.same_track(&track))
+                    .is_some_and(|s| s.source.same_track(track))
             })
             .map(|o| {
                 let credit = self.conn.send_credit(o.id);

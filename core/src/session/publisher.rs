@@ -18,9 +18,7 @@
 use core::cmp::{Ordering, Reverse, min};
 
 use super::Session;
-use super::control::{
-    AnnounceState, Kind, Step, SubState, decode_within, lookup, normalize, rx_of,
-};
+use super::control::{AnnounceState, Kind, Step, SubState, decode_within, normalize, rx_of};
 use crate::model::group::{self, Next, ReadError};
 use crate::model::path::{Path, PathBuf};
 use crate::model::{origin, track};
@@ -374,13 +372,16 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             }
             SubState::Waiting => {
                 let origin = self.origin;
+                let resolver = self.resolver;
                 let parsed = match decode_within::<Subscribe<'_>>(
                     rx_of(self.rx, &self.control[slot], self.buf, slot),
                     limit,
                 ) {
                     Ok((s, n)) => {
                         let found = match normalize(s.broadcast, &mut self.scratch) {
-                            Some(path) => lookup(origin, path, s.track),
+                            Some(path) => {
+                                super::resolve::lookup_or_resolve(origin, resolver, path, s.track)
+                            }
                             None => Err(StreamCode::NotFound),
                         };
                         let request = Request {

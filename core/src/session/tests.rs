@@ -291,6 +291,40 @@ macro_rules! raw_pair {
 }
 
 #[test]
+fn stream_table_must_leave_room_for_our_own_streams() {
+    // Found against moq-net (interop): advertising 10 000 + 10 000 streams on a
+    // 20 000-slot table reserves every slot for the peer, so our SETUP could never
+    // be opened and the session stalled silently. Refuse such a configuration.
+    let full = Config {
+        conn: conn::Config {
+            max_streams_bidi: Some(16),
+            max_streams_uni: Some(16),
+            ..conn::Config::new()
+        },
+        ..Config::new()
+    };
+    let mut st = St::new();
+    let refused: Result<Session<'_, '_, '_, 32>, _> =
+        Session::new(Side::Client, full, Instant::ZERO, &mut st, None);
+    assert!(matches!(
+        refused,
+        Err(ConfigError::Conn(conn::ConfigError::StreamsOverCapacity))
+    ));
+    // One slot to spare is enough: the SETUP goes out.
+    let spare = Config {
+        conn: conn::Config {
+            max_streams_bidi: Some(15),
+            max_streams_uni: Some(16),
+            ..conn::Config::new()
+        },
+        ..Config::new()
+    };
+    raw_pair!(Side::Client, spare, None, st2, pair);
+    pair.settle(Duration::from_millis(10));
+    assert_eq!(pair.b.received(2), hex("01 01 00"));
+}
+
+#[test]
 fn client_setup_is_v5() {
     let config = Config {
         path: Some("/room"),

@@ -1,8 +1,9 @@
 //! `skiff-relay`: the thread-per-core io_uring relay of skiff.
 //!
-//! Subcommands: `serve` (default; the moq-lite relay, which needs the session
-//! handler that is not wired in yet), `echo` (the same server with an echo
-//! handler) and `demo` (echo server plus a loopback load). Run with `--help`.
+//! Subcommands: `serve` (default; the moq-lite relay, one worker per core
+//! linked pairwise), `echo` (the same server with an echo
+//! handler), `demo` (the relay with a camera publisher and viewers in one
+//! process) and `echo-demo` (echo server plus a loopback load). Run with `--help`.
 //!
 //! Exit status: 0 after a clean stop (SIGINT/SIGTERM and drain), 2 for bad
 //! flags or configuration, 1 for other failures, 130 when a second signal
@@ -17,8 +18,9 @@ use clap::Parser;
 use skiff_monoio::config::{Cli, Command, RelayConfig};
 use skiff_monoio::error::RelayError;
 use skiff_monoio::handler::EchoHandler;
+use skiff_monoio::relay::RelayHandler;
 use skiff_monoio::signals::SignalWatcher;
-use skiff_monoio::{demo, server};
+use skiff_monoio::{demo, relay_demo, server};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -39,16 +41,26 @@ fn run(cli: Cli) -> Result<(), RelayError> {
     let mut config = RelayConfig::load(&cli.flags)?;
     init_logging(&config);
     let command = cli.command.unwrap_or(Command::Serve);
-    if let Command::Serve = command {
-        // The seam is `server::start(config, |worker| SessionHandler::new(worker))`
-        // once skiff-core's session module lands; until then refuse rather
-        // than pretend to relay.
-        return Err(RelayError::SessionUnavailable);
-    }
     // Install handlers before anything listens, so an early signal is kept.
     let signals = SignalWatcher::install().map_err(RelayError::Signals)?;
     match command {
-        Command::Serve => Err(RelayError::SessionUnavailable),
+        Command::Serve => {
+            let threads = config.threads.get();
+            let handle = server::start(
+                config,
+                RelayHandler::factory(threads).map_err(RelayError::Spawn)?,
+            )?;
+            announce(&handle);
+            let _signal_thread = signals
+                .stop_on_signal(handle.stop_trigger())
+                .map_err(RelayError::Spawn)?;
+            let report = handle.wait()?;
+            if report.forced() > 0 {
+                tracing::warn!(forced = report.forced(), "drain timeout closed connections");
+            }
+            tracing::info!("stopped");
+            Ok(())
+        }
         Command::Echo => {
             tracing::warn!("echo mode: connections get their bytes back; this is not a relay");
             let handle = server::start(config, |_| EchoHandler)?;
@@ -64,6 +76,28 @@ fn run(cli: Cli) -> Result<(), RelayError> {
             Ok(())
         }
         Command::Demo(args) => {
+            if cli.flags.listen.is_none() && config.listen == RelayConfig::default().listen {
+                // Pick a free port so the demo never collides with a running relay.
+                config.listen.set_port(0);
+            }
+            let stop = Arc::new(AtomicBool::new(false));
+            let stop2 = stop.clone();
+            let _signal_thread = signals
+                .on_signal(move || stop2.store(true, Ordering::Relaxed))
+                .map_err(RelayError::Spawn)?;
+            let report = relay_demo::run(config, args, stop)?;
+            print!("{report}");
+            let _ = std::io::stdout().flush();
+            if report.failures.is_empty() {
+                Ok(())
+            } else {
+                Err(RelayError::DemoFailed {
+                    failed: report.failures.len(),
+                    clients: report.viewers,
+                })
+            }
+        }
+        Command::EchoDemo(args) => {
             if cli.flags.listen.is_none() && config.listen == RelayConfig::default().listen {
                 // Pick a free port so the demo never collides with a running relay.
                 config.listen.set_port(0);

@@ -1,0 +1,520 @@
+//! A minimal moq-lite client on monoio: dial a relay, publish a track,
+//! subscribe to one and read its frames. Used by the tests and the demo; the
+//! same [`crate::session_driver::drive`] loop runs the session.
+//!
+//! ```no_run
+//! # async fn f(ctx: &skiff_monoio::client::ClientCtx) -> std::io::Result<()> {
+//! use skiff_monoio::client::{self, Subscriber};
+//! let local = ctx.track("video");
+//! let mut app = Subscriber::new("demo", local);
+//! client::run("tcp://127.0.0.1:4443/anon", None, &mut app, ctx).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Paths, broadcasts and tracks made here live until the process exits (the
+//! core's media model hands out plain references); a client makes a handful.
+
+use std::cell::Cell;
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use monoio::io::{
+    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable,
+};
+use monoio::net::TcpStream;
+use skiff_core::model::group::{self, Next, ReadError};
+use skiff_core::model::path::Path;
+use skiff_core::model::{broadcast, origin, track};
+use skiff_core::pool::Pool;
+use skiff_core::session::{Config, Event, Session, SubscriptionId};
+use skiff_core::window::{End, Request, Start};
+use skiff_core::wire::lite::Role;
+use skiff_core::wire::qmux::Side;
+
+use crate::clock::Clock;
+use crate::notify::Notify;
+use crate::relay::{GROUPS, TRACKS, leak_pool};
+use crate::session_driver::{
+    App, ByteRead, ByteWrite, DriveCtx, Ended, MoqSession, StoragePool, drive,
+};
+use crate::shutdown::{LocalEvent, Shutdown};
+
+/// Per-thread client state: clock, media-change signal, block pool, session storage.
+#[derive(Debug)]
+pub struct ClientCtx {
+    /// What every session and media task of the thread shares.
+    pub drive: DriveCtx,
+    pool: &'static Pool<'static>,
+    storage: StoragePool,
+    closing: LocalEvent,
+}
+
+impl ClientCtx {
+    /// Client state with a pool of about `pool_bytes`; call it on the
+    /// monoio runtime that will run the sessions.
+    pub fn new(pool_bytes: u64) -> Self {
+        let closing = LocalEvent::new();
+        ClientCtx {
+            drive: DriveCtx {
+                clock: Clock::new(),
+                notify: Notify::shared(),
+                shutdown: Some(Shutdown::new(closing.clone())),
+            },
+            pool: leak_pool(pool_bytes),
+            storage: StoragePool::new(),
+            closing,
+        }
+    }
+
+    /// Closes every session of this context (moq-lite close, NO_ERROR).
+    pub fn close_all(&self) {
+        self.closing.fire();
+    }
+
+    /// The thread's media-change signal.
+    pub fn notify(&self) -> &Rc<Notify> {
+        &self.drive.notify
+    }
+
+    /// The block pool.
+    pub fn pool(&self) -> &'static Pool<'static> {
+        self.pool
+    }
+
+    /// A new local track named `name` (for a subscription to fill or to publish).
+    ///
+    /// # Panics
+    /// If `name` is longer than [`track::MAX_NAME_LEN`].
+    pub fn track(&self, name: &str) -> track::Ref<'static, 'static> {
+        let info = track::Info::new(name).expect("track name too long");
+        let state: &'static track::State<'static, GROUPS> =
+            Box::leak(Box::new(track::State::new(self.pool, info)));
+        state.handle()
+    }
+
+    /// An origin holding one broadcast `path` with one track `name`, and the
+    /// track's producer: what a publishing client passes to [`run`].
+    ///
+    /// # Panics
+    /// For an invalid path or name.
+    pub fn publication(
+        &self,
+        path: &str,
+        name: &str,
+    ) -> (
+        origin::Ref<'static, 'static>,
+        track::Producer<'static, 'static>,
+    ) {
+        let t = self.track(name);
+        let b: &'static broadcast::State<'static, 'static, TRACKS> = Box::leak(Box::new(
+            broadcast::State::new(Path::new(path).expect("path")).expect("path"),
+        ));
+        let o: &'static origin::State<'static, 'static, 4, 16> =
+            Box::leak(Box::new(origin::State::new()));
+        let bp = b.producer().expect("fresh broadcast");
+        bp.add(t).expect("track fits");
+        // The broadcast stays live for the process (its producer is never dropped).
+        std::mem::forget(bp);
+        o.handle().announce(b.handle()).expect("fresh origin");
+        (o.handle(), t.producer().expect("fresh track"))
+    }
+}
+
+/// Splits `tcp://host:port/path` into the address and the SETUP path (`/path`).
+///
+/// # Errors
+/// `InvalidInput` for another scheme or an unresolvable address.
+pub fn parse_url(url: &str) -> io::Result<(SocketAddr, String)> {
+    let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{m}: {url}"));
+    let rest = url
+        .strip_prefix("tcp://")
+        .ok_or_else(|| bad("not a tcp:// URL"))?;
+    let (host, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    use std::net::ToSocketAddrs;
+    let addr = host
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| bad("no address"))?;
+    Ok((addr, path.to_owned()))
+}
+
+/// The receiving half of a client's TCP stream.
+#[derive(Debug)]
+pub struct TcpReader {
+    half: OwnedReadHalf<TcpStream>,
+    buf: Vec<u8>,
+}
+
+/// The sending half of a client's TCP stream.
+#[derive(Debug)]
+pub struct TcpWriter {
+    half: OwnedWriteHalf<TcpStream>,
+    buf: Vec<u8>,
+}
+
+impl ByteRead for TcpReader {
+    async fn read(&mut self) -> io::Result<&[u8]> {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let (res, buf) = self.half.read(buf).await;
+        self.buf = buf;
+        let n = res?;
+        Ok(self.buf.get(..n).unwrap_or(&[]))
+    }
+}
+
+impl ByteWrite for TcpWriter {
+    fn buffer(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+    async fn flush(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let buf = std::mem::take(&mut self.buf);
+        let (res, mut buf) = self.half.write_all(buf).await;
+        buf.clear();
+        self.buf = buf;
+        res.map(|_| ())
+    }
+    async fn close(&mut self) -> io::Result<()> {
+        self.flush().await?;
+        self.half.shutdown().await
+    }
+}
+
+/// Dials `url` (`tcp://host:port/path`).
+///
+/// # Errors
+/// As [`parse_url`], or the connect error.
+pub async fn connect(url: &str) -> io::Result<(TcpReader, TcpWriter, String)> {
+    let (addr, path) = parse_url(url)?;
+    let stream = TcpStream::connect(addr).await?;
+    let _ = stream.set_nodelay(true);
+    let (r, w) = stream.into_split();
+    Ok((
+        TcpReader {
+            half: r,
+            buf: Vec::with_capacity(64 * 1024),
+        },
+        TcpWriter {
+            half: w,
+            buf: Vec::with_capacity(64 * 1024),
+        },
+        path,
+    ))
+}
+
+/// Dials `url` and runs a client session with `app` until it ends; `origin`
+/// holds what the client publishes (`None`: subscribe only).
+///
+/// # Errors
+/// Connect and socket errors; a session configuration error as `Other`.
+pub async fn run<A: App>(
+    url: &str,
+    origin: Option<origin::Ref<'static, 'static>>,
+    app: &mut A,
+    ctx: &ClientCtx,
+) -> io::Result<Ended> {
+    let (reader, writer, path) = connect(url).await?;
+    let path: &'static str = Box::leak(path.into_boxed_str());
+    let mut storage = ctx.storage.take();
+    let res = {
+        let config = Config {
+            path: Some(path),
+            role: Role::Both,
+            ..Config::new()
+        };
+        let session: MoqSession<'_> = Session::new(
+            Side::Client,
+            config,
+            ctx.drive.clock.now(),
+            &mut *storage,
+            origin,
+        )
+        .map_err(io::Error::other)?;
+        drive(session, reader, writer, app, &ctx.drive).await
+    };
+    ctx.storage.give(storage);
+    res
+}
+
+/// An [`App`] that only serves (a publisher: its origin answers the relay).
+#[derive(Debug, Default)]
+pub struct Publisher {
+    /// Set once the session is set up.
+    pub ready: Rc<Cell<bool>>,
+}
+
+impl App for Publisher {
+    fn on_event(&mut self, event: &Event<'_>) {
+        if let Event::Setup { .. } = event {
+            self.ready.set(true);
+        }
+    }
+    fn act(&mut self, _session: &mut MoqSession<'_>) {}
+}
+
+/// What a [`Subscriber`] saw, shared with whoever reads its track.
+#[derive(Debug, Default)]
+pub struct SubState {
+    /// The subscription was made.
+    pub subscribed: Cell<bool>,
+    /// SUBSCRIBE_START arrived (with this first group).
+    pub started: Cell<Option<u64>>,
+    /// The subscription is over (`Some(code)` for an error).
+    pub closed: Cell<Option<Option<u64>>>,
+    /// The session ended.
+    pub session_over: Cell<bool>,
+}
+
+/// An [`App`] that asks for announcements and subscribes to `track` of
+/// `broadcast` once it is announced, filling a local track.
+#[derive(Debug)]
+pub struct Subscriber {
+    broadcast: String,
+    local: track::Ref<'static, 'static>,
+    announce_asked: bool,
+    announced: bool,
+    sub: Option<SubscriptionId>,
+    /// Progress, shared with the reader.
+    pub state: Rc<SubState>,
+}
+
+impl Subscriber {
+    /// Subscribes to `local`'s name in `broadcast`, filling `local`.
+    pub fn new(broadcast: &str, local: track::Ref<'static, 'static>) -> Self {
+        Subscriber {
+            broadcast: broadcast.to_owned(),
+            local,
+            announce_asked: false,
+            announced: false,
+            sub: None,
+            state: Rc::new(SubState::default()),
+        }
+    }
+}
+
+impl App for Subscriber {
+    fn on_event(&mut self, event: &Event<'_>) {
+        match *event {
+            Event::Announced { path, .. } if path == self.broadcast => self.announced = true,
+            Event::Started {
+                subscription,
+                group,
+            } if Some(subscription) == self.sub => {
+                self.state.started.set(Some(group));
+            }
+            Event::SubscriptionClosed { subscription, code } if Some(subscription) == self.sub => {
+                self.state.closed.set(Some(code));
+            }
+            _ => {}
+        }
+    }
+
+    fn act(&mut self, session: &mut MoqSession<'_>) {
+        if !session.is_established() || !session.is_setup() {
+            return;
+        }
+        if !self.announce_asked {
+            self.announce_asked = session.announce_request("").is_ok();
+        }
+        if self.announced && self.sub.is_none() {
+            let req = Request {
+                start: Start::Latest,
+                end: End::Open,
+                ordered: false,
+                priority: 0,
+                max_latency: track::DEFAULT_MAX_AGE,
+            };
+            if let Ok(id) = session.subscribe(&self.broadcast, self.local, req) {
+                self.sub = Some(id);
+                self.state.subscribed.set(true);
+            }
+        }
+    }
+
+    fn on_close(&mut self) {
+        self.state.session_over.set(true);
+    }
+}
+
+/// One frame as a [`FrameReader`] hands it out.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame<'b> {
+    /// Its group's sequence.
+    pub group: u64,
+    /// Index within the group (0 first).
+    pub index: u64,
+    /// Its timestamp.
+    pub timestamp: u64,
+    /// Its payload.
+    pub payload: &'b [u8],
+}
+
+/// What [`FrameReader::poll`] found at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadState {
+    /// Nothing more yet (wait for the thread's [`Notify`]).
+    Pending,
+    /// The track finished and everything was read.
+    Finished,
+    /// The track or a group was aborted with this code.
+    Aborted(u64),
+}
+
+/// Reads a track's frames in order, group by group, across partial arrivals.
+///
+/// Groups may arrive out of order (publishers send the newest first,
+/// PROTOCOL.md §4.6). [`FrameReader::new`] follows the live edge: an older
+/// group that arrives after a newer one was started is skipped.
+/// [`FrameReader::sequential`] waits for every group in turn instead.
+#[derive(Debug)]
+pub struct FrameReader {
+    track: track::Ref<'static, 'static>,
+    /// `Some(next)`: read groups `next, next + 1, ...` by sequence.
+    sequential: Option<u64>,
+    consumer: track::Consumer<'static, 'static>,
+    group: Option<group::Consumer<'static, 'static>>,
+    index: u64,
+    header: Option<(u64, usize)>,
+    payload: Vec<u8>,
+    /// Groups skipped because they were evicted before being read.
+    pub lagged: u64,
+}
+
+impl FrameReader {
+    /// A reader of `track` from its latest group.
+    pub fn new(track: track::Ref<'static, 'static>) -> Self {
+        FrameReader {
+            track,
+            sequential: None,
+            consumer: track.consumer(Start::Latest),
+            group: None,
+            index: 0,
+            header: None,
+            payload: Vec::new(),
+            lagged: 0,
+        }
+    }
+
+    /// A reader of every group of `track` from `first` on, in sequence
+    /// order, waiting for each (for a subscription that must see them all).
+    pub fn sequential(track: track::Ref<'static, 'static>, first: u64) -> Self {
+        FrameReader {
+            sequential: Some(first),
+            ..FrameReader::new(track)
+        }
+    }
+
+    /// The next group by sequence (sequential mode).
+    fn next_in_sequence(
+        &mut self,
+        next: u64,
+    ) -> Result<Option<group::Consumer<'static, 'static>>, ReadState> {
+        if let Some(g) = self.track.group(next) {
+            self.sequential = Some(next + 1);
+            return Ok(Some(g));
+        }
+        match self.track.status() {
+            track::Status::Aborted(c) => Err(ReadState::Aborted(c)),
+            track::Status::Finished if self.track.latest().is_none_or(|l| l < next) => {
+                Err(ReadState::Finished)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Hands every complete frame available now to `f`; returns why it stopped.
+    pub fn poll(&mut self, mut f: impl FnMut(Frame<'_>)) -> ReadState {
+        loop {
+            if self.group.is_none()
+                && let Some(next) = self.sequential
+            {
+                match self.next_in_sequence(next) {
+                    Ok(Some(g)) => {
+                        self.group = Some(g);
+                        self.index = 0;
+                    }
+                    Ok(None) => return ReadState::Pending,
+                    Err(st) => return st,
+                }
+            }
+            let Some(g) = self.group.as_mut() else {
+                match self.consumer.next_group() {
+                    Ok(skiff_core::model::track::Next::Ready(g)) => {
+                        self.group = Some(g);
+                        self.index = 0;
+                        continue;
+                    }
+                    Ok(skiff_core::model::track::Next::Lagged(n)) => {
+                        self.lagged += n;
+                        continue;
+                    }
+                    Ok(skiff_core::model::track::Next::Finished) => return ReadState::Finished,
+                    Ok(_) => return ReadState::Pending,
+                    Err(skiff_core::model::track::ReadError::Aborted(c)) => {
+                        return ReadState::Aborted(c);
+                    }
+                    Err(_) => return ReadState::Aborted(0),
+                }
+            };
+            if self.header.is_none() {
+                match g.read_frame_header() {
+                    Ok(Next::Ready(h)) => {
+                        self.header = Some((h.timestamp, h.len));
+                        self.payload.clear();
+                    }
+                    Ok(Next::Pending) => return ReadState::Pending,
+                    Ok(Next::Finished) => {
+                        self.group = None;
+                        continue;
+                    }
+                    Err(ReadError::Aborted(c)) => return ReadState::Aborted(c),
+                    Err(_) => {
+                        // Evicted under us: move on to the next group.
+                        self.lagged += 1;
+                        self.group = None;
+                        continue;
+                    }
+                }
+            }
+            let Some((timestamp, len)) = self.header else {
+                continue;
+            };
+            while self.payload.len() < len {
+                let have = self.payload.len();
+                self.payload.resize(len, 0);
+                match g.read_payload(&mut self.payload[have..]) {
+                    Ok(Next::Ready(n)) => self.payload.truncate(have + n),
+                    Ok(_) => {
+                        self.payload.truncate(have);
+                        return ReadState::Pending;
+                    }
+                    Err(ReadError::Aborted(c)) => return ReadState::Aborted(c),
+                    Err(_) => {
+                        self.lagged += 1;
+                        self.group = None;
+                        self.header = None;
+                        break;
+                    }
+                }
+            }
+            let Some(g) = self.group.as_ref() else {
+                continue;
+            };
+            f(Frame {
+                group: g.sequence(),
+                index: self.index,
+                timestamp,
+                payload: &self.payload,
+            });
+            self.index += 1;
+            self.header = None;
+        }
+    }
+}

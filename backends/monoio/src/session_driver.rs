@@ -1,0 +1,443 @@
+//! Runs one sans-IO moq-lite [`Session`] over a TCP connection on monoio.
+//!
+//! Two tasks per connection:
+//!
+//! * a **reader** task ([`ByteRead`]) appends what the socket delivers to the
+//!   connection's [`Inbox`] and wakes the session task; it stops reading while
+//!   the inbox holds [`INBOX_BYTES`] (the session is backpressured, see
+//!   skiff-core's session docs), so a slow session slows its peer down;
+//! * the **session** task ([`drive`]) feeds the inbox to
+//!   [`Session::handle_input`] (unconsumed bytes stay at the front and are
+//!   presented again), runs timers, hands events to the [`App`], writes what
+//!   [`Session::poll_transmit`] produces into the [`ByteWrite`] buffer and
+//!   flushes it, then sleeps until new bytes, a timer, the thread's
+//!   [`Notify`] (local media changed) or the drain signal.
+//!
+//! On drain the session sends GOAWAY and keeps serving until the peer closes
+//! (the server drops it at the drain timeout). A protocol error closes the
+//! session with its code (the close frame is flushed before the socket
+//! closes). Storage for a session comes from a per-thread free list
+//! ([`StoragePool`]): after warm-up, a new connection allocates none, and no
+//! frame ever does.
+
+use std::cell::{Cell, RefCell};
+use std::future::{Future, poll_fn};
+use std::io;
+use std::pin::pin;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+use skiff_core::session::{Event, Session, Storage};
+use skiff_core::time::Instant;
+use skiff_core::wire::lite::SessionCode;
+use skiff_core::wire::qmux::Side;
+
+use crate::clock::Clock;
+use crate::conn::{Reader, Writer, race};
+use crate::notify::Notify;
+use crate::shutdown::Shutdown;
+
+/// Stream slots of one session's QMux connection (a quarter each are
+/// advertised as the peer's bidi and uni stream limits).
+pub const STREAMS: usize = 128;
+
+/// The tables of one session: 64 control streams of 1 KiB buffers, 64
+/// subscriptions each way, 64 group streams each way.
+pub type SessionStorage = Storage<'static, 'static, 64, 1024, 64, 64, 64, 64>;
+
+/// A session whose media (origin, tracks, pool) lives for the whole thread.
+pub type MoqSession<'s> = Session<'s, 'static, 'static, STREAMS>;
+
+/// The reader stops reading while this many received bytes wait in the inbox.
+pub const INBOX_BYTES: usize = 256 * 1024;
+
+/// Room offered to one `poll_transmit` call (two full QMux records).
+const TRANSMIT_CHUNK: usize = 2 * 16390;
+
+/// Staged bytes are flushed to the socket once they reach this much.
+const FLUSH_AT: usize = 128 * 1024;
+
+// ---------------------------------------------------------------------------
+// Storage pool
+// ---------------------------------------------------------------------------
+
+/// A per-thread free list of session storage, so accepting a connection does
+/// not allocate the tables again.
+#[derive(Default)]
+pub struct StoragePool {
+    free: RefCell<Vec<Box<SessionStorage>>>,
+}
+
+impl std::fmt::Debug for StoragePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoragePool")
+            .field("free", &self.free.borrow().len())
+            .finish()
+    }
+}
+
+/// Most storages a thread keeps for reuse.
+const MAX_POOLED_STORAGE: usize = 256;
+
+impl StoragePool {
+    /// An empty pool.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A storage, reused if one is free (the session clears it).
+    pub fn take(&self) -> Box<SessionStorage> {
+        let reused = self.free.borrow_mut().pop();
+        reused.unwrap_or_else(|| Box::new(Storage::new()))
+    }
+
+    /// Gives a storage back.
+    pub fn give(&self, storage: Box<SessionStorage>) {
+        let mut free = self.free.borrow_mut();
+        if free.len() < MAX_POOLED_STORAGE {
+            free.push(storage);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Byte I/O seams
+// ---------------------------------------------------------------------------
+
+/// The receiving half of a byte stream.
+pub trait ByteRead: 'static {
+    /// The next bytes received; empty at end of stream.
+    fn read(&mut self) -> impl Future<Output = io::Result<&[u8]>>;
+}
+
+/// The sending half of a byte stream, with a staging buffer.
+pub trait ByteWrite {
+    /// The staging buffer.
+    fn buffer(&mut self) -> &mut Vec<u8>;
+    /// Sends and empties the staging buffer.
+    fn flush(&mut self) -> impl Future<Output = io::Result<()>>;
+    /// Flushes, then closes the sending direction.
+    fn close(&mut self) -> impl Future<Output = io::Result<()>>;
+}
+
+impl ByteRead for Reader {
+    fn read(&mut self) -> impl Future<Output = io::Result<&[u8]>> {
+        Reader::read(self)
+    }
+}
+
+impl ByteWrite for Writer {
+    fn buffer(&mut self) -> &mut Vec<u8> {
+        Writer::buffer(self)
+    }
+    fn flush(&mut self) -> impl Future<Output = io::Result<()>> {
+        Writer::flush(self)
+    }
+    fn close(&mut self) -> impl Future<Output = io::Result<()>> {
+        Writer::close(self)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The application seam
+// ---------------------------------------------------------------------------
+
+/// What runs on top of a driven session (the relay, a client).
+pub trait App {
+    /// An event from the session (its text is borrowed for this call only).
+    fn on_event(&mut self, event: &Event<'_>);
+    /// Called after every round of events and whenever the thread's media
+    /// changed: make requests on the session here.
+    fn act(&mut self, session: &mut MoqSession<'_>);
+    /// The session is over.
+    fn on_close(&mut self) {}
+}
+
+// ---------------------------------------------------------------------------
+// Inbox
+// ---------------------------------------------------------------------------
+
+/// Bytes the reader task received and the session has not consumed yet.
+#[derive(Debug, Default)]
+pub struct Inbox {
+    data: RefCell<Vec<u8>>,
+    fresh: Cell<bool>,
+    eof: Cell<bool>,
+    error: Cell<bool>,
+    stop: Cell<bool>,
+    session_waker: RefCell<Option<Waker>>,
+    reader_waker: RefCell<Option<Waker>>,
+}
+
+impl Inbox {
+    fn wake_session(&self) {
+        if let Some(w) = self.session_waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    fn wake_reader(&self) {
+        if let Some(w) = self.reader_waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    fn set_waker(place: &RefCell<Option<Waker>>, waker: &Waker) {
+        let mut p = place.borrow_mut();
+        match &*p {
+            Some(w) if w.will_wake(waker) => {}
+            _ => *p = Some(waker.clone()),
+        }
+    }
+}
+
+/// The reader task: socket → inbox, until EOF, an error or the stop flag.
+async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
+    loop {
+        // Wait for room (backpressure) or the stop.
+        poll_fn(|cx| {
+            if inbox.stop.get() || inbox.data.borrow().len() < INBOX_BYTES {
+                Poll::Ready(())
+            } else {
+                Inbox::set_waker(&inbox.reader_waker, cx.waker());
+                Poll::Pending
+            }
+        })
+        .await;
+        if inbox.stop.get() {
+            return;
+        }
+        let stopped = poll_fn(|cx| {
+            if inbox.stop.get() {
+                Poll::Ready(())
+            } else {
+                Inbox::set_waker(&inbox.reader_waker, cx.waker());
+                Poll::Pending
+            }
+        });
+        match race(reader.read(), stopped).await {
+            Err(()) => return,
+            Ok(Ok([])) => {
+                inbox.eof.set(true);
+                inbox.wake_session();
+                return;
+            }
+            Ok(Ok(data)) => {
+                inbox.data.borrow_mut().extend_from_slice(data);
+                inbox.fresh.set(true);
+                inbox.wake_session();
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "read failed");
+                inbox.error.set(true);
+                inbox.wake_session();
+                return;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The session task
+// ---------------------------------------------------------------------------
+
+/// How a driven session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The session closed (either side) and its close was sent.
+    Closed,
+    /// The peer closed the TCP connection without closing the session.
+    PeerEof,
+    /// The socket failed.
+    SocketError,
+}
+
+/// Everything [`drive`] needs besides the session and the socket.
+///
+/// `shutdown`: a server session sends GOAWAY when it fires; a client session
+/// closes with NO_ERROR.
+#[derive(Debug, Clone)]
+pub struct DriveCtx {
+    /// The clock the session's instants come from.
+    pub clock: Clock,
+    /// The thread's media-change signal.
+    pub notify: Rc<Notify>,
+    /// The server's drain signal (`None` for clients).
+    pub shutdown: Option<Shutdown>,
+}
+
+/// Runs `session` over `reader`/`writer` until it ends; see the module docs.
+///
+/// # Errors
+/// The writer's error if sending failed.
+pub async fn drive<R: ByteRead, W: ByteWrite, A: App>(
+    mut session: MoqSession<'_>,
+    reader: R,
+    mut writer: W,
+    app: &mut A,
+    ctx: &DriveCtx,
+) -> io::Result<Ended> {
+    // Size both buffers for their bounds now, so a burst never grows them.
+    let inbox = Rc::new(Inbox {
+        data: RefCell::new(Vec::with_capacity(
+            INBOX_BYTES + crate::conn::READ_BUFFER_BYTES,
+        )),
+        ..Inbox::default()
+    });
+    writer.buffer().reserve(FLUSH_AT + TRANSMIT_CHUNK);
+    monoio::spawn(read_loop(reader, inbox.clone()));
+    let res = session_loop(&mut session, &inbox, &mut writer, app, ctx).await;
+    // Let the reader go (its in-flight read is dropped with it).
+    inbox.stop.set(true);
+    inbox.wake_reader();
+    app.on_close();
+    drop(session);
+    ctx.notify.bump();
+    let _ = writer.close().await;
+    res
+}
+
+async fn session_loop<W: ByteWrite, A: App>(
+    session: &mut MoqSession<'_>,
+    inbox: &Inbox,
+    writer: &mut W,
+    app: &mut A,
+    ctx: &DriveCtx,
+) -> io::Result<Ended> {
+    let notify = &*ctx.notify;
+    let waiter = notify.waiter();
+    let mut sleep = pin!(monoio::time::sleep(StdDuration::from_secs(3600)));
+    let mut armed: Option<Instant> = None;
+    let mut goaway_sent = false;
+    // One drain wait for the whole session (dropping it would unregister it).
+    let mut drain = pin!(async {
+        match &ctx.shutdown {
+            Some(s) => s.wait().await,
+            None => std::future::pending().await,
+        }
+    });
+    let mut drain_seen = false;
+    loop {
+        let seen = notify.generation();
+        let now = ctx.clock.now();
+        let mut progress = false;
+
+        // Input: everything not consumed yet, oldest first.
+        inbox.fresh.set(false);
+        if !session.is_closed() {
+            let mut data = inbox.data.borrow_mut();
+            if !data.is_empty()
+                && let Ok(n) = session.handle_input(now, &data)
+                && n > 0
+            {
+                data.drain(..n);
+                progress = true;
+                inbox.wake_reader();
+            }
+        }
+        if session.poll_timeout().is_some_and(|t| t <= now) {
+            session.handle_timeout(now);
+        }
+        while let Some(ev) = session.poll_event() {
+            app.on_event(&ev);
+            progress = true;
+        }
+        app.act(session);
+        if !goaway_sent && ctx.shutdown.as_ref().is_some_and(Shutdown::is_draining) {
+            goaway_sent = true;
+            // PROTOCOL.md §3.12: a server tells the peer to move on and keeps
+            // serving until it does; a client just closes.
+            if session.side() == Side::Client || session.goaway("").is_err() {
+                session.close(SessionCode::NoError, "shutting down");
+            }
+        }
+
+        if transmit(session, now, writer).await? {
+            progress = true;
+        }
+        if session.is_closed() && (session.is_drained() || !progress) {
+            return Ok(Ended::Closed);
+        }
+        if inbox.error.get() {
+            return Ok(Ended::SocketError);
+        }
+        if inbox.eof.get() && (inbox.data.borrow().is_empty() || !progress) {
+            return Ok(Ended::PeerEof);
+        }
+        if progress {
+            notify.bump();
+            continue;
+        }
+
+        // Sleep until something can change.
+        let deadline = session.poll_timeout();
+        if deadline != armed {
+            armed = deadline;
+            let wait = deadline.map_or(StdDuration::from_secs(3600), |t| {
+                StdDuration::from_micros(t.saturating_duration_since(now).as_micros())
+            });
+            sleep
+                .as_mut()
+                .reset(monoio::time::Instant::from_std(StdInstant::now() + wait));
+        }
+        let shutdown = ctx.shutdown.as_ref().filter(|_| !goaway_sent);
+        poll_fn(|cx| {
+            if notify.generation() != seen
+                || inbox.fresh.get()
+                || inbox.eof.get()
+                || inbox.error.get()
+                || shutdown.is_some_and(Shutdown::is_draining)
+            {
+                return Poll::Ready(());
+            }
+            waiter.register(cx.waker());
+            Inbox::set_waker(&inbox.session_waker, cx.waker());
+            if armed.is_some() && sleep.as_mut().poll(cx).is_ready() {
+                armed = None;
+                return Poll::Ready(());
+            }
+            if !drain_seen && drain.as_mut().poll(cx).is_ready() {
+                drain_seen = true;
+                return Poll::Ready(());
+            }
+            Poll::Pending
+        })
+        .await;
+    }
+}
+
+thread_local! {
+    /// Where `poll_transmit` writes before the bytes join a connection's
+    /// write buffer: zeroed once per thread, borrowed only synchronously.
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; TRANSMIT_CHUNK].into_boxed_slice());
+}
+
+/// Writes everything the session has to send; true if it wrote anything.
+async fn transmit<W: ByteWrite>(
+    session: &mut MoqSession<'_>,
+    now: Instant,
+    writer: &mut W,
+) -> io::Result<bool> {
+    let mut any = false;
+    loop {
+        let buf = writer.buffer();
+        let n = SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            let n = session.poll_transmit(now, &mut s);
+            buf.extend_from_slice(s.get(..n).unwrap_or(&[]));
+            n
+        });
+        if n == 0 {
+            break;
+        }
+        any = true;
+        if buf.len() >= FLUSH_AT {
+            writer.flush().await?;
+        }
+    }
+    if !writer.buffer().is_empty() {
+        writer.flush().await?;
+    }
+    Ok(any)
+}
