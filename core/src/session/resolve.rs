@@ -20,7 +20,7 @@ use crate::model::path::Path;
 use crate::model::{broadcast, origin, track};
 use crate::wire::lite::StreamCode;
 
-/// Creates a track of a known broadcast on demand (see the [module docs](self)).
+/// Creates a track of a known broadcast on demand, for a relay whose tracks appear as subscribers ask.
 pub trait Resolve<'a, 'p> {
     /// The track `name` of `broadcast`, created now, or `None` to refuse the
     /// request with NOT_FOUND (0x33). The track should be added to the
