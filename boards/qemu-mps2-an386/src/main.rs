@@ -1,11 +1,19 @@
-//! Firmware for QEMU's `mps2-an386` (Cortex-M4 at 25 MHz, LAN9118 Ethernet).
+//! Firmware for QEMU's `mps2-an386` (Cortex-M4 at 25 MHz, LAN9118 Ethernet): a skiff
+//! publisher of a synthetic camera.
 //!
 //! Brings up embassy-net over the LAN9118 with DHCPv4 (QEMU user networking hands out
-//! 10.0.2.15), connects TCP to 10.0.2.2:[`HOST_PORT`] (slirp forwards that to the host's
-//! 127.0.0.1), sends one line, prints the line that comes back and ends QEMU through
-//! semihosting with status 0; any failure ends it with status 1.
+//! 10.0.2.15) and publishes broadcast [`BROADCAST`] with one track, [`TRACK`], through
+//! skiff-embassy to a moq-lite relay at `tcp://10.0.2.2:`[`HOST_PORT`][`RELAY_PATH`]
+//! (slirp forwards 10.0.2.2 to the host's 127.0.0.1). The camera writes one frame per tick
+//! at 30 fps, a moving test pattern of [`pattern::FRAME_LEN`] bytes that a viewer can
+//! verify byte for byte (see [`pattern`]), and starts a new group every second. Each write
+//! is paced by the publisher, so the track never runs ahead of the relay's credit. The
+//! publisher redials on its own if the relay is not up yet or the connection drops; the
+//! firmware runs until QEMU is stopped.
 //!
-//! Console: UART0 (stdio under `-nographic`). No global allocator.
+//! Console: UART0 (stdio under `-nographic`), one status line per group. No global
+//! allocator: the block pool, the track, broadcast and origin and the publisher's buffers
+//! are statics.
 //!
 //! # Executor
 //!
@@ -19,6 +27,7 @@
 #![no_main]
 #![deny(unsafe_code)]
 
+mod pattern;
 mod time_driver;
 mod uart;
 
@@ -28,21 +37,40 @@ use cortex_m::peripheral::NVIC;
 use cortex_m_rt::{ExceptionFrame, exception};
 use cortex_m_semihosting::debug;
 use embassy_executor::{InterruptExecutor, Spawner};
-use embassy_net::tcp::TcpSocket;
-use embassy_net::{Ipv4Address, Stack, StackResources};
-use embassy_time::{Duration, with_timeout};
-use embedded_io_async::Write as _;
+use embassy_net::{IpEndpoint, Ipv4Address, StackResources};
+use embassy_time::{Duration, Ticker, Timer};
 use lan9118::{Lan9118, Regs};
+use skiff_core::model::path::Path;
+use skiff_core::model::{broadcast, group, origin, track};
+use skiff_core::pool::{Pool, PoolStorage};
+use skiff_embassy::{Publisher, SmallResources};
 use static_cell::StaticCell;
 
-/// TCP port on the host (reached as 10.0.2.2 from inside QEMU's user network); 4443 unless
-/// `MPS2_HOST_PORT` is set at build time (`qemu-smoke.sh` uses that to dodge busy ports).
+/// TCP port of the relay on the host (reached as 10.0.2.2 from inside QEMU's user
+/// network); 4443 unless `MPS2_HOST_PORT` is set at build time (`qemu-e2e.sh` sets it).
 const HOST_PORT: u16 = match option_env!("MPS2_HOST_PORT") {
     Some(port) => parse_port(port),
     None => 4443,
 };
 /// The host as seen from the guest: slirp's gateway address, aliased to the host's loopback.
 const HOST_ADDR: Ipv4Address = Ipv4Address::new(10, 0, 2, 2);
+/// SETUP path sent to the relay (the path of its URL).
+const RELAY_PATH: &str = "/anon";
+/// The broadcast the board announces.
+const BROADCAST: &str = "mps2/cam";
+/// The camera's track within [`BROADCAST`].
+const TRACK: &str = "video";
+/// The publisher's moq-lite Hop ID: stable and non-zero (PROTOCOL.md §4.3).
+const HOP: u64 = 0x6d70_7332_0001;
+/// Block pool: [`POOL_BLOCKS`] blocks of [`BLOCK_SIZE`] bytes hold the track's cache.
+const POOL_BLOCKS: usize = 48;
+/// Bytes per pool block.
+const BLOCK_SIZE: usize = 1024;
+/// Group slots of the track's ring.
+const GROUP_SLOTS: usize = 4;
+/// The track's cache budget: two seconds of video (a group is about 15.5 KiB), well
+/// inside the pool, so older groups are evicted before the pool runs dry.
+const CACHE_BYTES: u64 = 32 * 1024;
 /// Locally administered unicast MAC for the board.
 const MAC: [u8; 6] = [0x02, 0x00, 0x5a, 0x1f, 0x00, 0x01];
 /// LAN9118 register window (hw/arm/mps2.c: `ethernet_base` for AN386).
@@ -54,10 +82,11 @@ const ETH_IRQ: u16 = 13;
 const EXECUTOR_IRQ: u16 = 31;
 /// Priority of the executor line: lowest, so SysTick and the Ethernet interrupt preempt it.
 const EXECUTOR_PRIO: u8 = 0xe0;
-/// Line sent to the host.
-const HELLO: &[u8] = b"hello from mps2-an386\n";
-/// How long each network step may take before the firmware gives up.
-const STEP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The publisher's buffers and tables (18 KiB; the relay sends it small records only).
+type Resources = SmallResources<'static, 'static>;
+/// The runner of those resources (`16` is their stream table).
+type Runner = skiff_embassy::Runner<'static, 'static, 'static, 'static, 16>;
 
 /// Driver state shared with the Ethernet interrupt handler.
 static ETH_STATE: lan9118::State = lan9118::State::new();
@@ -78,6 +107,11 @@ unsafe impl cortex_m::interrupt::InterruptNumber for Irq {
 
 #[embassy_executor::task]
 async fn net_task(mut runner: embassy_net::Runner<'static, &'static mut Lan9118<'static>>) -> ! {
+    runner.run().await
+}
+
+#[embassy_executor::task]
+async fn publisher_task(mut runner: Runner) -> ! {
     runner.run().await
 }
 
@@ -118,7 +152,8 @@ async fn boot() {
     }
 }
 
-/// Brings up the LAN9118 and the network stack, then runs the demo round trip.
+/// Brings up the LAN9118, the network stack and the media, then spawns the publisher and
+/// runs the camera.
 #[embassy_executor::task]
 async fn app(spawner: Spawner) {
     // SAFETY: 0x4020_0000 is the LAN9118 window on this board (hw/arm/mps2.c) and only the
@@ -141,77 +176,152 @@ async fn app(spawner: Spawner) {
 
     // No RNG on this board; the seed only randomises ports and sequence numbers.
     let seed = 0x5eed_0000_0000_0000 ^ u64::from(cortex_m::peripheral::SYST::get_current());
-    static RESOURCES: StaticCell<StackResources<3>> = StaticCell::new();
-    let (stack, runner) = embassy_net::new(
+    static NET_RESOURCES: StaticCell<StackResources<3>> = StaticCell::new();
+    let (stack, net_runner) = embassy_net::new(
         &mut *eth,
         embassy_net::Config::dhcpv4(Default::default()),
-        RESOURCES.init(StackResources::new()),
+        NET_RESOURCES.init(StackResources::new()),
         seed,
     );
-    match net_task(runner) {
+    match net_task(net_runner) {
         Ok(token) => spawner.spawn(token),
         Err(_) => fail("spawn net_task"),
     }
 
-    match round_trip(stack).await {
-        Ok(()) => {
-            println!("round trip ok");
-            debug::exit(debug::EXIT_SUCCESS);
+    // The media: a pool, one track in one broadcast, an origin announcing it. `StaticCell`
+    // with `init_with` throughout: these types are `!Send` and too big to copy around.
+    static POOL_STORAGE: StaticCell<PoolStorage<POOL_BLOCKS, BLOCK_SIZE>> = StaticCell::new();
+    static POOL: StaticCell<Pool<'static>> = StaticCell::new();
+    static TRACK_STATE: StaticCell<track::State<'static, GROUP_SLOTS>> = StaticCell::new();
+    static BROADCAST_STATE: StaticCell<broadcast::State<'static, 'static, 1>> = StaticCell::new();
+    static BROADCAST_PRODUCER: StaticCell<broadcast::Producer<'static, 'static>> =
+        StaticCell::new();
+    static ORIGIN: StaticCell<origin::State<'static, 'static, 1, 4>> = StaticCell::new();
+    static PUBLISHER: StaticCell<Resources> = StaticCell::new();
+
+    let pool: &'static Pool<'static> =
+        POOL.init(Pool::new(POOL_STORAGE.init_with(PoolStorage::new)));
+    let Ok(info) = track::Info::new(TRACK) else {
+        fail("track name too long");
+    };
+    let limits = track::Limits {
+        group_bytes: CACHE_BYTES,
+        cache_bytes: CACHE_BYTES,
+    };
+    let track: &'static _ = TRACK_STATE.init_with(|| track::State::with_limits(pool, info, limits));
+    let Ok(path) = Path::new(BROADCAST) else {
+        fail("bad broadcast path");
+    };
+    let Ok(bcast) = broadcast::State::new(path) else {
+        fail("bad broadcast path");
+    };
+    let bcast: &'static _ = BROADCAST_STATE.init(bcast);
+    let Ok(tracks) = bcast.producer() else {
+        fail("broadcast producer taken");
+    };
+    // Kept for good: dropping the producer would finish the broadcast.
+    let tracks = BROADCAST_PRODUCER.init(tracks);
+    if tracks.add(track.handle()).is_err() {
+        fail("add track");
+    }
+    let origin: &'static _ = ORIGIN.init_with(origin::State::new);
+    if origin.handle().announce(bcast.handle()).is_err() {
+        fail("announce");
+    }
+
+    let relay = IpEndpoint::new(HOST_ADDR.into(), HOST_PORT);
+    let config = skiff_embassy::Config::new(relay, RELAY_PATH, HOP)
+        .with_backoff(Duration::from_millis(500), Duration::from_secs(4));
+    let resources = PUBLISHER.init_with(Resources::new);
+    let (publisher, runner) = skiff_embassy::new(stack, config, resources, origin.handle());
+    match publisher_task(runner) {
+        Ok(token) => spawner.spawn(token),
+        Err(_) => fail("spawn publisher_task"),
+    }
+    println!(
+        "publishing {}/{} to tcp://{}:{}{}",
+        BROADCAST, TRACK, HOST_ADDR, HOST_PORT, RELAY_PATH
+    );
+
+    let Ok(producer) = track.producer() else {
+        fail("track producer taken");
+    };
+    camera(publisher, producer).await
+}
+
+/// The synthetic camera: frame `n` of [`pattern`] every tick, group `n / 30` per second,
+/// each write paced by `publisher`.
+async fn camera(
+    publisher: Publisher<'static, 'static, 'static>,
+    producer: track::Producer<'static, 'static>,
+) -> ! {
+    let mut frame = [0u8; pattern::FRAME_LEN];
+    let mut ticker = Ticker::every(Duration::from_hz(u64::from(pattern::FRAMES_PER_GROUP)));
+    let mut group: Option<track::GroupProducer<'static, 'static>> = None;
+    let mut n: u32 = 0;
+    let mut dropped: u32 = 0;
+    // Self-test of the shared rule: what `fill` writes, `check` (the viewer's side) accepts.
+    pattern::fill(&mut frame, 0);
+    if let Err(e) = pattern::check(&frame) {
+        fail_with("test pattern self-check", e);
+    }
+    loop {
+        let pos = pattern::Position::of(n);
+        if pos.index == 0 {
+            if let Some(mut done) = group.take() {
+                // An evicted or aborted group cannot be finished; nothing to do about it.
+                let _ = done.finish();
+            }
+            group = match producer.create_group(u64::from(pos.group)) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    println!("group {}: not created: {}", pos.group, e);
+                    None
+                }
+            };
+            println!(
+                "group {}: state {:?}, subscribers {}, sessions {}, frames dropped {}",
+                pos.group,
+                publisher.state(),
+                publisher.subscribers(),
+                publisher.sessions(),
+                dropped
+            );
         }
-        Err(what) => fail(what),
+        if let Some(g) = group.as_mut() {
+            pattern::fill(&mut frame, n);
+            publisher.paced(g).await;
+            if let Err(e) = write(g, pos.timestamp_ms(), &frame).await {
+                // The rest of this group would have a hole: drop it, start afresh next second.
+                println!("frame {}: {}; ending group {} early", n, e, pos.group);
+                dropped = dropped.wrapping_add(1);
+                // Finished, not dropped: a dropped producer would abort the group.
+                let _ = g.finish();
+                group = None;
+            }
+        }
+        n = n.wrapping_add(1);
+        ticker.next().await;
     }
 }
 
-/// DHCP, connect, send [`HELLO`], read one line back and print it.
-async fn round_trip(stack: Stack<'static>) -> Result<(), &'static str> {
-    with_timeout(STEP_TIMEOUT, stack.wait_config_up())
-        .await
-        .map_err(|_| "dhcp timeout")?;
-    if let Some(cfg) = stack.config_v4() {
-        println!("dhcp: address {}, gateway {:?}", cfg.address, cfg.gateway);
-    }
-
-    let mut rx = [0u8; 1024];
-    let mut tx = [0u8; 1024];
-    let mut socket = TcpSocket::new(stack, &mut rx, &mut tx);
-    socket.set_timeout(Some(STEP_TIMEOUT));
-    println!("connecting to {}:{}", HOST_ADDR, HOST_PORT);
-    socket
-        .connect((HOST_ADDR, HOST_PORT))
-        .await
-        .map_err(|_| "tcp connect failed")?;
-    println!("connected");
-
-    socket
-        .write_all(HELLO)
-        .await
-        .map_err(|_| "tcp write failed")?;
-    socket.flush().await.map_err(|_| "tcp flush failed")?;
-
-    let mut line = [0u8; 128];
-    let mut len = 0;
+/// Writes one frame, waiting out a full pool (the session is still sending older blocks)
+/// for up to a tick.
+async fn write(
+    g: &mut track::GroupProducer<'static, 'static>,
+    timestamp: u64,
+    frame: &[u8],
+) -> Result<(), group::WriteError> {
+    let mut tries = 0;
     loop {
-        let Some(free) = line.get_mut(len..).filter(|f| !f.is_empty()) else {
-            return Err("reply line too long");
-        };
-        let n = socket.read(free).await.map_err(|_| "tcp read failed")?;
-        if n == 0 {
-            return Err("connection closed before a full line");
-        }
-        len += n;
-        if line[..len].contains(&b'\n') {
-            break;
+        match g.write_frame(timestamp, frame) {
+            Err(group::WriteError::PoolExhausted) if tries < 30 => {
+                tries += 1;
+                Timer::after_millis(1).await;
+            }
+            other => return other,
         }
     }
-    let reply = line[..len].split(|&b| b == b'\n').next().unwrap_or(&[]);
-    match core::str::from_utf8(reply) {
-        Ok(s) => println!("reply: {}", s),
-        Err(_) => println!("reply (not UTF-8): {:02x?}", reply),
-    }
-    socket.close();
-    // Give the FIN a moment to leave before QEMU exits; a timeout here is fine.
-    let _ = with_timeout(Duration::from_millis(200), socket.flush()).await;
-    Ok(())
 }
 
 /// Parses a decimal port number at compile time (a bad value fails the build).
