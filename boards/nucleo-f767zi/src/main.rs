@@ -8,6 +8,7 @@
 #![no_main]
 #![deny(unsafe_code)]
 
+#[path = "../../shared/camera.rs"]
 mod camera;
 
 use defmt::{info, unwrap};
