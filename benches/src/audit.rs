@@ -25,8 +25,14 @@ use std::fmt;
 use std::hint::black_box;
 
 use skiff_core::model::group;
-use skiff_core::model::track::GroupProducer;
+use skiff_core::model::path::Path;
+use skiff_core::model::track::{self, GroupProducer};
+use skiff_core::model::{broadcast, origin};
+use skiff_core::pool::{BlockMeta, Pool};
+use skiff_core::session::{Config, Session, Storage};
+use skiff_core::time::Instant;
 use skiff_core::window::{Request, Start};
+use skiff_core::wire::qmux::Side;
 
 use crate::counting::{Allocs, measure};
 use crate::fixture::{self, Audience, Drained, Follower, GroupEnd, Node};
@@ -87,7 +93,12 @@ pub const CASES: &[Case] = &[
         audiences: &[1, 100],
         build: GroupCycle::build,
     },
-    // relay_frame and camera_frame (session + relay) go here.
+    Case {
+        name: "relay_frame",
+        audiences: &[1, 100],
+        build: RelayFrame::build,
+    },
+    // camera_frame (session + camera) goes here.
 ];
 
 /// The result of auditing one case at one audience size.
@@ -461,5 +472,252 @@ impl Op for GroupCycle {
             ));
         }
         Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// relay_frame
+// ---------------------------------------------------------------------------
+
+/// Session tables of the `relay_frame` case: 16 control streams of 2 KiB
+/// buffers, 4 subscriptions each way, 8 group streams each way.
+type RelayStorage = Storage<'static, 'static, 16, 2048, 4, 4, 8, 8>;
+
+/// A session of the `relay_frame` case (64 QMux stream slots).
+type RelaySession = Session<'static, 'static, 'static, 64>;
+
+/// Group slots of the relay's cache track and of each subscriber's track.
+const RELAY_GROUPS: usize = 8;
+
+/// Bytes of one direction's in-memory wire buffer (one `poll_transmit`).
+const WIRE_BYTES: usize = 64 * 1024;
+
+/// A block pool leaked for the life of the process.
+fn leaked_pool(blocks: usize, block_size: usize) -> &'static Pool<'static> {
+    let bytes: &'static mut [u8] = Box::leak(vec![0u8; blocks * block_size].into_boxed_slice());
+    let meta: &'static mut [BlockMeta] = Box::leak(
+        (0..blocks)
+            .map(|_| BlockMeta::new())
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
+    Box::leak(Box::new(
+        Pool::from_parts(bytes, meta).expect("pool layout"),
+    ))
+}
+
+/// A new track `video` over `pool`, leaked.
+fn leaked_track(pool: &'static Pool<'static>) -> &'static track::State<'static, RELAY_GROUPS> {
+    let info = track::Info::new("video").expect("short name");
+    Box::leak(Box::new(track::State::new(pool, info)))
+}
+
+/// An origin announcing broadcast `relay` with `track`, leaked.
+fn leaked_origin(
+    track: &'static track::State<'static, RELAY_GROUPS>,
+) -> origin::Ref<'static, 'static> {
+    let b: &'static broadcast::State<'static, 'static, 4> = Box::leak(Box::new(
+        broadcast::State::new(Path::new("relay").expect("path")).expect("path"),
+    ));
+    let o: &'static origin::State<'static, 'static, 4, 8> =
+        Box::leak(Box::new(origin::State::new()));
+    let bp = b.producer().expect("fresh broadcast");
+    bp.add(track.handle()).expect("track fits");
+    // The broadcast stays live for the process (its producer is never dropped).
+    std::mem::forget(bp);
+    o.handle().announce(b.handle()).expect("fresh origin");
+    o.handle()
+}
+
+/// A session over leaked tables.
+fn leaked_session(side: Side, origin: Option<origin::Ref<'static, 'static>>) -> RelaySession {
+    let storage: &'static mut RelayStorage = Box::leak(Box::new(RelayStorage::new()));
+    Session::new(side, Config::new(), Instant::ZERO, storage, origin).expect("session config")
+}
+
+/// One direction of an in-memory connection: what the sender's last
+/// `poll_transmit` wrote and how much of it the receiver took.
+struct Wire {
+    buf: Vec<u8>,
+    len: usize,
+    taken: usize,
+}
+
+impl Wire {
+    fn new() -> Wire {
+        Wire {
+            buf: vec![0; WIRE_BYTES],
+            len: 0,
+            taken: 0,
+        }
+    }
+
+    /// Moves bytes from `from` to `to`; true if any moved.
+    fn carry(&mut self, now: Instant, from: &mut RelaySession, to: &mut RelaySession) -> bool {
+        let mut moved = false;
+        if self.taken == self.len {
+            self.len = from.poll_transmit(now, &mut self.buf);
+            self.taken = 0;
+            moved = self.len > 0;
+        }
+        if self.taken < self.len {
+            let n = to
+                .handle_input(now, &self.buf[self.taken..self.len])
+                .expect("a well-formed peer");
+            self.taken += n;
+            moved |= n > 0;
+        }
+        moved
+    }
+}
+
+/// Two sessions wired in memory: `a` is the client, `b` the server.
+struct Link {
+    a: RelaySession,
+    b: RelaySession,
+    a_to_b: Wire,
+    b_to_a: Wire,
+}
+
+impl Link {
+    fn new(a: RelaySession, b: RelaySession) -> Link {
+        Link {
+            a,
+            b,
+            a_to_b: Wire::new(),
+            b_to_a: Wire::new(),
+        }
+    }
+
+    /// Runs the link until neither side has anything to send (events are discarded).
+    fn pump(&mut self, now: Instant) {
+        for _ in 0..10_000 {
+            for s in [&mut self.a, &mut self.b] {
+                if s.poll_timeout().is_some_and(|t| t <= now) {
+                    s.handle_timeout(now);
+                }
+            }
+            let ab = self.a_to_b.carry(now, &mut self.a, &mut self.b);
+            let ba = self.b_to_a.carry(now, &mut self.b, &mut self.a);
+            while self.a.poll_event().is_some() {}
+            while self.b.poll_event().is_some() {}
+            if !ab && !ba {
+                return;
+            }
+        }
+        panic!("link did not settle");
+    }
+}
+
+/// `relay_frame`: one 1 KiB frame through a relay, in memory. A publisher
+/// session serves a track; the relay's upstream session (subscribed to it)
+/// fills the relay's cache track; one relay session per subscriber serves
+/// that cache track to its subscriber session, whose local track receives the
+/// frame and whose reader reads it. Every session is a real
+/// [`Session`] (QMux + moq-lite); the transport is a buffer per direction.
+struct RelayFrame {
+    writer: Writer,
+    now: Instant,
+    upstream: Link,
+    downstream: Vec<Link>,
+    readers: Vec<Follower>,
+    read: Drained,
+    ops: u64,
+}
+
+impl RelayFrame {
+    fn build(audience: usize) -> Box<dyn Op> {
+        // The publisher: the fixture's track, served by a server session.
+        let writer = Writer::new(Node::new(256, 4096));
+        let pub_origin = {
+            let b: &'static broadcast::State<'static, 'static, 4> = Box::leak(Box::new(
+                broadcast::State::new(Path::new("relay").expect("path")).expect("path"),
+            ));
+            let o: &'static origin::State<'static, 'static, 4, 8> =
+                Box::leak(Box::new(origin::State::new()));
+            let bp = b.producer().expect("fresh broadcast");
+            bp.add(writer.node.track.handle()).expect("track fits");
+            std::mem::forget(bp);
+            o.handle().announce(b.handle()).expect("fresh origin");
+            o.handle()
+        };
+        // The relay: a cache track on its own pool, announced in its origin.
+        let relay_pool = leaked_pool(512, 4096);
+        let cache = leaked_track(relay_pool);
+        let relay_origin = leaked_origin(cache);
+        let mut now = Instant::ZERO;
+        let mut upstream = Link::new(
+            leaked_session(Side::Client, None),
+            leaked_session(Side::Server, Some(pub_origin)),
+        );
+        upstream.pump(now);
+        upstream
+            .a
+            .subscribe("relay", cache.handle(), Request::LIVE)
+            .expect("upstream subscribe");
+        upstream.pump(now);
+        // The subscribers: a local track each, on one shared pool.
+        let sub_pool = leaked_pool(64 * audience.max(1) + 64, 4096);
+        let mut downstream = Vec::with_capacity(audience);
+        let mut readers = Vec::with_capacity(audience);
+        for _ in 0..audience {
+            let local = leaked_track(sub_pool);
+            let mut link = Link::new(
+                leaked_session(Side::Client, None),
+                leaked_session(Side::Server, Some(relay_origin)),
+            );
+            link.pump(now);
+            link.a
+                .subscribe("relay", local.handle(), Request::LIVE)
+                .expect("downstream subscribe");
+            link.pump(now);
+            downstream.push(link);
+            readers.push(Follower {
+                reader: local.consumer(Start::Latest),
+                group: None,
+            });
+        }
+        now = now.saturating_add(skiff_core::time::Duration::from_millis(1));
+        Box::new(RelayFrame {
+            writer,
+            now,
+            upstream,
+            downstream,
+            readers,
+            read: Drained::default(),
+            ops: 0,
+        })
+    }
+}
+
+impl Op for RelayFrame {
+    fn run(&mut self) {
+        self.writer.write();
+        let now = self.now;
+        self.upstream.pump(now);
+        for link in &mut self.downstream {
+            link.pump(now);
+        }
+        for f in &mut self.readers {
+            self.read += f.drain(|chunk| {
+                black_box(chunk);
+            });
+        }
+        self.now = now.saturating_add(skiff_core::time::Duration::from_millis(1));
+        self.ops += 1;
+    }
+
+    fn check(&self) -> Result<(), String> {
+        // Every subscriber joined at the first group, before any frame: it
+        // reads every frame written since.
+        let want = self.ops * self.readers.len() as u64;
+        if self.read.frames == want && self.read.bytes == want * FRAME_LEN as u64 {
+            Ok(())
+        } else {
+            Err(format!(
+                "read {:?}, want {want} frames of {FRAME_LEN} bytes",
+                self.read
+            ))
+        }
     }
 }

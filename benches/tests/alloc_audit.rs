@@ -46,11 +46,22 @@ fn group_cycle_allocates_nothing() {
 }
 
 #[test]
+fn relay_frame_allocates_nothing() {
+    audit_case("relay_frame");
+}
+
+#[test]
 fn every_case_is_covered_above() {
     let names: Vec<&str> = CASES.iter().map(|c| c.name).collect();
     assert_eq!(
         names,
-        ["join_leave", "frame_write", "frame_fanout", "group_cycle"]
+        [
+            "join_leave",
+            "frame_write",
+            "frame_fanout",
+            "group_cycle",
+            "relay_frame"
+        ]
     );
 }
 
