@@ -1,0 +1,519 @@
+//! `relay_load`: fan-out load on `skiff-relay` over loopback, side by side
+//! with the `copy_relay` baseline on the same workload.
+//!
+//! For each subscriber count N it starts `skiff-relay serve` as a child
+//! process (`--threads`, default 1) on `127.0.0.1:0`, connects one moq-lite
+//! publisher and N moq-lite subscribers (the `skiff-monoio` client, over real
+//! TCP), publishes fixed-size frames (30 per group) at `--fps`, and measures
+//! over `--seconds` after the subscribers are live and a warm-up:
+//!
+//! - delivered MB/s: frame payload bytes read by all subscribers together
+//!   (each frame's length checked and its content spot-checked);
+//! - the relay's CPU seconds (utime + stime of `/proc/PID/stat`) per
+//!   delivered GB;
+//! - the relay's RSS (`VmRSS`) at the end minus at start, divided by N.
+//!
+//! Then it runs `copy_relay bench` (a plain blocking one-to-many byte copier,
+//! one thread) for the same N, frame size, rate and duration and prints both
+//! with the ratio of CPU per delivered GB. Only the relays' CPU is counted;
+//! the load generator runs in other threads of this process.
+//!
+//! ```text
+//! relay_load --subscribers 1,10,100 --frame-bytes 65536 --fps 100 --seconds 4
+//! ```
+
+use std::io::{self, BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
+use skiff_monoio::driver::{self, DriverKind};
+
+/// Frames per group, like a 30-frame GOP.
+const FRAMES_PER_GROUP: u64 = 30;
+/// Broadcast path and track name of the load.
+const BROADCAST: &str = "bench";
+/// Track name of the load.
+const TRACK: &str = "video";
+/// Groups a subscriber's local track keeps besides the one being written.
+const BUDGET_GROUPS: u64 = 2;
+/// How long the subscribers get to go live.
+const LIVE_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Parser)]
+#[command(about = "Fan-out load on skiff-relay, side by side with the copy_relay baseline.")]
+struct Cli {
+    /// Subscriber counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100")]
+    subscribers: Vec<usize>,
+    /// Bytes per frame.
+    #[arg(long, default_value_t = 65536)]
+    frame_bytes: usize,
+    /// Frames per second published (0: as fast as the publisher's runtime goes).
+    #[arg(long, default_value_t = 100)]
+    fps: u32,
+    /// Measured seconds per row (after the subscribers are live and a 1 s warm-up).
+    #[arg(long, default_value_t = 4.0)]
+    seconds: f64,
+    /// Worker threads of skiff-relay.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Client threads the subscribers are spread over.
+    #[arg(long, default_value_t = 2)]
+    client_threads: usize,
+    /// The skiff-relay binary [default: next to this one].
+    #[arg(long)]
+    relay_bin: Option<PathBuf>,
+    /// The copy_relay binary [default: next to this one].
+    #[arg(long)]
+    copy_bin: Option<PathBuf>,
+    /// Skip the copy_relay baseline.
+    #[arg(long)]
+    no_baseline: bool,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(&cli) {
+        eprintln!("relay_load: error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn sibling(name: &str) -> io::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    Ok(exe.with_file_name(name))
+}
+
+fn run(cli: &Cli) -> io::Result<()> {
+    let relay_bin = match &cli.relay_bin {
+        Some(p) => p.clone(),
+        None => sibling("skiff-relay")?,
+    };
+    let copy_bin = match &cli.copy_bin {
+        Some(p) => p.clone(),
+        None => sibling("copy_relay")?,
+    };
+    println!(
+        "relay_load: frame {} B, {} frames/group, fps {}, {} s measured, skiff-relay --threads {}, {} cores",
+        cli.frame_bytes,
+        FRAMES_PER_GROUP,
+        if cli.fps == 0 {
+            "max".to_owned()
+        } else {
+            cli.fps.to_string()
+        },
+        cli.seconds,
+        cli.threads,
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    println!(
+        "{:<5} | {:>10} {:>9} {:>10} {:>11} {:>6} {:>8} | {:>10} {:>10} | {:>6}",
+        "subs",
+        "skiff_MB/s",
+        "skiff_cpu",
+        "skiff_s/GB",
+        "rss/sub_KiB",
+        "lag",
+        "load_cpu",
+        "copy_MB/s",
+        "copy_s/GB",
+        "ratio"
+    );
+    for &n in &cli.subscribers {
+        let s = skiff_row(cli, &relay_bin, n)?;
+        let c = if cli.no_baseline {
+            None
+        } else {
+            Some(copy_row(cli, &copy_bin, n)?)
+        };
+        let secs = s.elapsed.as_secs_f64().max(1e-9);
+        let s_gb = s.delivered as f64 / 1e9;
+        let s_per = if s_gb > 0.0 { s.cpu / s_gb } else { f64::NAN };
+        let (c_mbs, c_per) = c.unwrap_or((f64::NAN, f64::NAN));
+        println!(
+            "{:<5} | {:>10.1} {:>9.2} {:>10.3} {:>11.1} {:>6} {:>8.2} | {:>10.1} {:>10.3} | {:>6.2}",
+            n,
+            s.delivered as f64 / 1e6 / secs,
+            s.cpu,
+            s_per,
+            s.rss_delta_kib as f64 / n.max(1) as f64,
+            s.lagged,
+            s.load_cpu,
+            c_mbs,
+            c_per,
+            s_per / c_per
+        );
+        if s.live < n as u64 || s.bad > 0 || s.delivered == 0 {
+            println!(
+                "      note: {} of {} subscribers live, {} bad frames, {} bytes delivered in the window",
+                s.live, n, s.bad, s.delivered
+            );
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Process helpers
+// ---------------------------------------------------------------------------
+
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn bad_data(m: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, m)
+}
+
+/// CPU seconds (user + system, all threads) of `pid` so far.
+fn cpu_seconds(pid: u32) -> io::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // stat(5): utime is field 14, stime 15; `rest` starts at field 3.
+    let tick = |i: usize| -> io::Result<u64> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| bad_data("unexpected /proc/PID/stat".into()))
+    };
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz as f64 } else { 100.0 };
+    Ok((tick(11)? + tick(12)?) as f64 / hz)
+}
+
+/// Resident set of `pid` in KiB (`VmRSS`).
+fn rss_kib(pid: u32) -> io::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| bad_data("no VmRSS".into()))
+}
+
+// ---------------------------------------------------------------------------
+// skiff-relay row
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Default)]
+struct Shared {
+    stop: AtomicBool,
+    live: AtomicU64,
+    delivered: AtomicU64,
+    bad: AtomicU64,
+    lagged: AtomicU64,
+    published: AtomicU64,
+}
+
+struct SkiffResult {
+    delivered: u64,
+    elapsed: Duration,
+    cpu: f64,
+    load_cpu: f64,
+    rss_delta_kib: i64,
+    live: u64,
+    bad: u64,
+    lagged: u64,
+}
+
+fn spawn_skiff(bin: &PathBuf, threads: usize) -> io::Result<(ChildGuard, SocketAddr)> {
+    let mut child = Command::new(bin)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            &threads.to_string(),
+            "--log",
+            "error",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", bin.display())))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| io::Error::other("no stdout"))?;
+    let child = ChildGuard(child);
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| bad_data(format!("unexpected relay output `{}`", line.trim())))?;
+    Ok((child, addr))
+}
+
+fn skiff_row(cli: &Cli, bin: &PathBuf, n: usize) -> io::Result<SkiffResult> {
+    let (child, addr) = spawn_skiff(bin, cli.threads)?;
+    let pid = child.0.id();
+    let rss0 = rss_kib(pid)?;
+    let url = format!("tcp://{addr}/anon");
+    let shared = Arc::new(Shared::default());
+    let frame_bytes = cli.frame_bytes.max(32);
+
+    let mut threads = Vec::new();
+    {
+        let (url, shared, fps) = (url.clone(), shared.clone(), cli.fps);
+        threads.push(std::thread::spawn(move || {
+            driver::block_on(DriverKind::Auto, move |_| {
+                publisher(url, frame_bytes, fps, shared)
+            })
+        }));
+    }
+    let k = cli.client_threads.clamp(1, n.max(1));
+    for t in 0..k {
+        let m = n / k + usize::from(t < n % k);
+        let (url, shared) = (url.clone(), shared.clone());
+        threads.push(std::thread::spawn(move || {
+            driver::block_on(DriverKind::Auto, move |_| {
+                subscribers(url, m, frame_bytes, shared)
+            })
+        }));
+    }
+
+    let started = Instant::now();
+    while shared.live.load(Ordering::Relaxed) < n as u64 && started.elapsed() < LIVE_TIMEOUT {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let me = std::process::id();
+    let gen0 = cpu_seconds(me)?;
+    let (cpu0, d0, t0) = (
+        cpu_seconds(pid)?,
+        shared.delivered.load(Ordering::Relaxed),
+        Instant::now(),
+    );
+    std::thread::sleep(Duration::from_secs_f64(cli.seconds.max(0.1)));
+    let (cpu1, d1, elapsed) = (
+        cpu_seconds(pid)?,
+        shared.delivered.load(Ordering::Relaxed),
+        t0.elapsed(),
+    );
+    let rss1 = rss_kib(pid)?;
+    let load_cpu = cpu_seconds(me)? - gen0;
+    shared.stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        match t.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("relay_load: client runtime: {e}"),
+            Err(_) => eprintln!("relay_load: client thread panicked"),
+        }
+    }
+    drop(child);
+    Ok(SkiffResult {
+        delivered: d1 - d0,
+        elapsed,
+        cpu: cpu1 - cpu0,
+        load_cpu,
+        rss_delta_kib: rss1 as i64 - rss0 as i64,
+        live: shared.live.load(Ordering::Relaxed),
+        bad: shared.bad.load(Ordering::Relaxed),
+        lagged: shared.lagged.load(Ordering::Relaxed),
+    })
+}
+
+/// Byte `k` of frame `index` of group `group`.
+fn pattern(group: u64, index: u64, k: usize) -> u8 {
+    (group.wrapping_mul(31).wrapping_add(index * 17) as usize).wrapping_add(k) as u8
+}
+
+fn fill(buf: &mut [u8], group: u64, index: u64) {
+    for (k, b) in buf.iter_mut().enumerate() {
+        *b = pattern(group, index, k);
+    }
+    if let Some(h) = buf.get_mut(..16) {
+        h[..8].copy_from_slice(&group.to_le_bytes());
+        h[8..].copy_from_slice(&index.to_le_bytes());
+    }
+}
+
+/// Spot-check: header words and three pattern bytes.
+fn spot_check(p: &[u8], group: u64, index: u64) -> bool {
+    let word = |i: usize| {
+        p.get(i * 8..i * 8 + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+    };
+    word(0) == Some(group)
+        && word(1) == Some(index)
+        && [16, p.len() / 2, p.len().saturating_sub(1)]
+            .iter()
+            .all(|&k| p.get(k).is_some_and(|&b| b == pattern(group, index, k)))
+}
+
+async fn publisher(url: String, frame_bytes: usize, fps: u32, shared: Arc<Shared>) {
+    let group_bytes = frame_bytes as u64 * FRAMES_PER_GROUP;
+    let ctx = Rc::new(ClientCtx::new((group_bytes * 8).max(64 << 20)));
+    let notify = ctx.notify().clone();
+    let (origin, producer) = ctx.publication(BROADCAST, TRACK);
+    {
+        let (ctx, url) = (ctx.clone(), url.clone());
+        monoio::spawn(async move {
+            let mut app = Publisher::default();
+            if let Err(e) = client::run(&url, Some(origin), &mut app, &ctx).await {
+                eprintln!("relay_load: publisher session: {e}");
+            }
+        });
+    }
+    let mut buf = vec![0u8; frame_bytes];
+    let tick = (fps > 0).then(|| Duration::from_secs_f64(1.0 / f64::from(fps)));
+    let start = Instant::now();
+    let mut group: Option<skiff_core::model::track::GroupProducer<'static, 'static>> = None;
+    let mut n: u64 = 0;
+    while !shared.stop.load(Ordering::Relaxed) {
+        let (seq, index) = (n / FRAMES_PER_GROUP, n % FRAMES_PER_GROUP);
+        if index == 0 {
+            if let Some(mut g) = group.take() {
+                let _ = g.finish();
+            }
+            match producer.create_group(seq) {
+                Ok(g) => group = Some(g),
+                Err(e) => {
+                    eprintln!("relay_load: create_group: {e}");
+                    break;
+                }
+            }
+        }
+        fill(&mut buf, seq, index);
+        let ts = start.elapsed().as_millis() as u64;
+        if let Some(g) = group.as_mut()
+            && let Err(e) = g.write_frame(ts, &buf)
+        {
+            eprintln!("relay_load: write_frame: {e}");
+            break;
+        }
+        shared
+            .published
+            .fetch_add(frame_bytes as u64, Ordering::Relaxed);
+        notify.bump();
+        n += 1;
+        match tick {
+            Some(t) => {
+                monoio::time::sleep_until(monoio::time::Instant::from_std(start + t * n as u32))
+                    .await
+            }
+            None => monoio::time::sleep(Duration::ZERO).await,
+        }
+    }
+    ctx.close_all();
+    monoio::time::sleep(Duration::from_millis(100)).await;
+}
+
+async fn subscribers(url: String, m: usize, frame_bytes: usize, shared: Arc<Shared>) {
+    let group_bytes = frame_bytes as u64 * FRAMES_PER_GROUP;
+    // Each local track keeps about BUDGET_GROUPS groups besides the latest.
+    let per_track = group_bytes * (BUDGET_GROUPS + 1) + 64 * 1024;
+    let ctx = Rc::new(ClientCtx::new(
+        (per_track * m as u64 + group_bytes).max(64 << 20),
+    ));
+    let notify = ctx.notify().clone();
+    for _ in 0..m {
+        let local = ctx.track(TRACK);
+        local.set_budget(group_bytes * BUDGET_GROUPS + frame_bytes as u64);
+        let app = Subscriber::new(BROADCAST, local);
+        let state = app.state.clone();
+        {
+            let (ctx, url) = (ctx.clone(), url.clone());
+            monoio::spawn(async move {
+                let mut app = app;
+                if let Err(e) = client::run(&url, None, &mut app, &ctx).await {
+                    eprintln!("relay_load: subscriber session: {e}");
+                }
+            });
+        }
+        let (notify, shared) = (notify.clone(), shared.clone());
+        monoio::spawn(async move {
+            let mut reader = FrameReader::new(local);
+            let waiter = notify.waiter();
+            let mut live = false;
+            loop {
+                let seen = notify.generation();
+                if !live && state.started.get().is_some() {
+                    live = true;
+                    shared.live.fetch_add(1, Ordering::Relaxed);
+                }
+                let mut got = false;
+                let st = reader.poll(|f| {
+                    got = true;
+                    if f.payload.len() == frame_bytes && spot_check(f.payload, f.group, f.index) {
+                        shared
+                            .delivered
+                            .fetch_add(f.payload.len() as u64, Ordering::Relaxed);
+                    } else {
+                        shared.bad.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                let lagged = std::mem::take(&mut reader.lagged);
+                if lagged > 0 {
+                    shared.lagged.fetch_add(lagged, Ordering::Relaxed);
+                }
+                if st != ReadState::Pending {
+                    break;
+                }
+                if got {
+                    notify.bump();
+                }
+                waiter.changed(seen).await;
+            }
+        });
+    }
+    while !shared.stop.load(Ordering::Relaxed) {
+        monoio::time::sleep(Duration::from_millis(50)).await;
+    }
+    ctx.close_all();
+    monoio::time::sleep(Duration::from_millis(100)).await;
+}
+
+// ---------------------------------------------------------------------------
+// copy_relay row
+// ---------------------------------------------------------------------------
+
+/// Runs `copy_relay bench` for `n` subscribers; returns (delivered MB/s, CPU s per GB).
+fn copy_row(cli: &Cli, bin: &PathBuf, n: usize) -> io::Result<(f64, f64)> {
+    let out = Command::new(bin)
+        .args([
+            "bench",
+            "--subscribers",
+            &n.to_string(),
+            "--frame-bytes",
+            &cli.frame_bytes.to_string(),
+            "--fps",
+            &cli.fps.to_string(),
+            "--seconds",
+            &cli.seconds.to_string(),
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", bin.display())))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text
+        .lines()
+        .last()
+        .ok_or_else(|| bad_data("copy_relay printed nothing".into()))?;
+    // subs frame_bytes fps published_MB/s delivered_MB/s relay_cpu_s per_GB
+    let f: Vec<&str> = row.split_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
+    match (num(4), num(6)) {
+        (Some(mbs), Some(per)) => Ok((mbs, per)),
+        _ => Err(bad_data(format!("unexpected copy_relay row `{row}`"))),
+    }
+}
