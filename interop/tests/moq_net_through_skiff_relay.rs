@@ -1,0 +1,293 @@
+//! moq-net 0.3.18 clients on both ends of `skiff-relay`: a moq-net publisher dials
+//! the relay on loopback and announces a broadcast, a moq-net subscriber dials the
+//! same relay, finds the broadcast by ANNOUNCE, subscribes, and must receive every
+//! frame of every group (one frame larger than 16 KiB) with its bytes, order and
+//! timestamp intact.
+//!
+//! The relay subscribes upstream at the live edge (see the `relay` module docs of
+//! skiff-monoio), so the publisher here is live: it writes its groups only once the
+//! relay's upstream subscription reads its first group (`group::Producer::used`),
+//! not before announcing as [`reference::dial_publisher`] does.
+
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+use skiff_interop::ALPN_LITE_05;
+use skiff_interop::reference::{
+    self, End, Frame, Group, Options, Received, SubscribeRequest, TrackInfo,
+};
+use skiff_monoio::config::RelayConfig;
+use skiff_monoio::driver::DriverKind;
+use skiff_monoio::relay::RelayHandler;
+use skiff_monoio::server;
+
+/// Bound on every wait in these tests.
+const WAIT: Duration = Duration::from_secs(20);
+const BROADCAST: &str = "live";
+const TRACK: &str = "video";
+/// SETUP Path both clients send (what skiff's own clients use: `tcp://ADDR/anon`).
+const PATH: &str = "/anon";
+const GROUPS: u64 = 4;
+const FRAMES: u64 = 5;
+/// Size of frame 0 of group 1: larger than one QMux record (16 KiB).
+const BIG: usize = 20 * 1024 + 7;
+
+/// The payload of frame `i` of group `g`: its coordinates, then a pattern.
+fn payload(g: u64, i: u64) -> Vec<u8> {
+    let len = if (g, i) == (1, 0) {
+        BIG
+    } else {
+        16 + usize::try_from((g * 97 + i * 31) % 900).unwrap()
+    };
+    let mut p = Vec::with_capacity(len);
+    p.extend_from_slice(&g.to_le_bytes());
+    p.extend_from_slice(&i.to_le_bytes());
+    let seed = usize::try_from(g * 31 + i * 17).unwrap();
+    p.extend((p.len()..len).map(|k| u8::try_from((seed + k) % 251).unwrap()));
+    p
+}
+
+/// The groups the publisher writes, in order.
+fn groups() -> Vec<Group> {
+    (0..GROUPS)
+        .map(|g| Group {
+            sequence: g,
+            frames: (0..FRAMES)
+                .map(|i| Frame::new(g * 1000 + i * 33, payload(g, i)))
+                .collect(),
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// A live moq-net publisher (PROTOCOL.md §7.2 recipe)
+// ---------------------------------------------------------------------------
+
+type Transport = moq_tokio::transport::Session<qmux::Session>;
+
+fn versions() -> moq_net::Versions {
+    let v = moq_net::Version::from_alpn(ALPN_LITE_05).expect("moq-lite-05 is known");
+    moq_net::Versions::from(vec![v])
+}
+
+/// Dials `addr`, announces the broadcast, waits for a subscriber, writes
+/// [`groups`] once the relay reads group 0, then stays connected until `done` fires.
+async fn live_publisher(
+    addr: SocketAddr,
+    done: tokio::sync::oneshot::Receiver<()>,
+) -> Result<(), String> {
+    let hop = moq_net::Hop::new(0x1111).map_err(|e| format!("hop: {e}"))?;
+    let origin = moq_tokio::origin::spawn_config(moq_net::origin::Config::new(hop));
+    let info = moq_net::track::Info::default();
+    let timescale = info.timescale;
+    let broadcast = origin
+        .create_broadcast(BROADCAST)
+        .map_err(|e| format!("broadcast: {e}"))?;
+    let track = broadcast
+        .create_track(TRACK, info)
+        .map_err(|e| format!("track: {e}"))?;
+    let write = |producer: &mut moq_net::group::Producer, frame: Frame| {
+        let ts = moq_net::Timestamp::new(frame.timestamp, timescale)
+            .map_err(|_| "timestamp overflow".to_owned())?;
+        producer
+            .write_frame(ts, frame.payload)
+            .map_err(|e| format!("frame: {e}"))
+    };
+    // Group 0 is open with its first frame before anyone subscribes: the only group,
+    // so the relay's live-edge subscription starts there, whenever it is positioned.
+    let mut groups = groups().into_iter();
+    let mut first = groups.next().ok_or("no groups")?;
+    let mut group0 = track
+        .create_group(moq_net::group::Info::from(first.sequence))
+        .map_err(|e| format!("group: {e}"))?;
+    let mut rest = first.frames.drain(..);
+    write(&mut group0, rest.next().ok_or("no frames")?)?;
+    let rest: Vec<Frame> = rest.collect();
+    broadcast
+        .announce(moq_net::origin::Route::default())
+        .map_err(|e| format!("announce: {e}"))?;
+
+    let mut cfg = qmux::Config::new(qmux::Version::QMux01);
+    cfg.max_streams_bidi = 10_000;
+    cfg.max_streams_uni = 10_000;
+    let qmux = tokio::time::timeout(
+        WAIT,
+        qmux::tcp::Config::new(qmux::Version::QMux01)
+            .protocols([ALPN_LITE_05])
+            .session_config(cfg)
+            .connect(addr),
+    )
+    .await
+    .map_err(|_| "qmux connect timed out".to_owned())?
+    .map_err(|e| format!("qmux connect: {e}"))?;
+    let transport: Transport = moq_tokio::transport::Session::new(qmux);
+    let client = moq_net::Client::new()
+        .with_versions(versions())
+        .with_path(PATH.to_owned())
+        .with_publisher(&origin);
+    let (session, driver) =
+        tokio::time::timeout(WAIT, client.connect(std::time::Instant::now(), transport))
+            .await
+            .map_err(|_| "moq connect timed out".to_owned())?
+            .map_err(|e| format!("moq connect: {e}"))?;
+    tokio::spawn(moq_net::time::run(driver));
+
+    // Write the rest only once the relay's subscription is serving group 0: moq-net
+    // positions a live-edge subscription after it registers, so a group written in
+    // between would become the start (no timing involved: wait for the readers).
+    tokio::time::timeout(WAIT, track.used())
+        .await
+        .map_err(|_| "no subscription reached the publisher".to_owned())?
+        .map_err(|e| format!("used: {e}"))?;
+    tokio::time::timeout(WAIT, group0.used())
+        .await
+        .map_err(|_| "group 0 was never read".to_owned())?
+        .map_err(|e| format!("group 0 used: {e}"))?;
+    for frame in rest {
+        write(&mut group0, frame)?;
+    }
+    group0.finish().map_err(|e| format!("finish group: {e}"))?;
+    for group in groups {
+        let mut producer = track
+            .create_group(moq_net::group::Info::from(group.sequence))
+            .map_err(|e| format!("group: {e}"))?;
+        for frame in group.frames {
+            write(&mut producer, frame)?;
+        }
+        producer
+            .finish()
+            .map_err(|e| format!("finish group: {e}"))?;
+    }
+    // The track stays open until the subscriber has everything: skiff-relay forgets a
+    // relay track whose upstream subscription ended, so if the track finished before
+    // the subscriber's SUBSCRIBE reached the relay (moq-net sends TRACK first, and that
+    // alone creates the relay track), the relay would subscribe upstream again at the
+    // live edge and serve only the last group.
+
+    let result = tokio::select! {
+        _ = done => Ok(()),
+        err = session.closed() => Err(format!("relay closed the session: {err}")),
+        () = tokio::time::sleep(WAIT) => Err("publisher not released in time".to_owned()),
+    };
+    let _ = track.finish();
+    let _ = tokio::time::timeout(Duration::from_secs(2), session.close()).await;
+    drop((group0, track, broadcast));
+    result
+}
+
+/// Runs [`live_publisher`] on its own thread and current-thread runtime.
+fn spawn_publisher(
+    addr: SocketAddr,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    std::thread::JoinHandle<Result<(), String>>,
+) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("runtime: {e}"))?;
+        rt.block_on(live_publisher(addr, rx))
+    });
+    (tx, thread)
+}
+
+// ---------------------------------------------------------------------------
+// The scenario
+// ---------------------------------------------------------------------------
+
+fn through_relay(threads: usize) {
+    let config = RelayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        threads: NonZeroUsize::new(threads).unwrap(),
+        driver: DriverKind::Legacy,
+        drain_timeout: Duration::from_secs(2),
+        ..RelayConfig::default()
+    };
+    let relay =
+        server::start(config, RelayHandler::factory(threads).unwrap()).expect("start relay");
+    let addr = relay.local_addr();
+
+    let (release, publisher) = spawn_publisher(addr);
+    let want = groups();
+    let request = SubscribeRequest {
+        broadcast: BROADCAST.into(),
+        track: TRACK.into(),
+        priority: 3,
+        max_age_ms: 10_000,
+        start: Some(0),
+        end: None,
+        stop_after: Some(want.len()),
+    };
+    let opts = Options::client()
+        .with_hop(0x2222)
+        .with_path(Some(PATH))
+        .with_timeout(WAIT);
+    let subscriber = reference::dial_subscriber(addr, opts, request).expect("start subscriber");
+    let received: Received = subscriber.join().expect("subscriber run");
+    let _ = release.send(());
+    let published = publisher.join().expect("publisher thread");
+    // Informational: SO_REUSEPORT decides whether the worker link was crossed.
+    let accepted: Vec<u64> = (0..threads)
+        .map(|t| relay.metrics().thread(t).snapshot().accepted)
+        .collect();
+    eprintln!("connections accepted per worker: {accepted:?}");
+    relay.shutdown().expect("relay stops");
+
+    assert_eq!(published, Ok(()), "publisher");
+    assert_eq!(received.protocol.as_deref(), Some(ALPN_LITE_05));
+    assert!(
+        received.announced.iter().any(|p| p == BROADCAST),
+        "announced: {:?}",
+        received.announced
+    );
+    assert_eq!(received.end, End::GroupCount, "subscriber end");
+    let info = received.info.expect("TRACK_INFO");
+    assert_eq!(info.timescale, TrackInfo::default().timescale);
+    assert_eq!(
+        received
+            .groups
+            .iter()
+            .map(|g| g.sequence)
+            .collect::<Vec<_>>(),
+        want.iter().map(|g| g.sequence).collect::<Vec<_>>(),
+        "group sequences (arrival {:?})",
+        received.arrival
+    );
+    for (got, want) in received.groups.iter().zip(&want) {
+        assert_eq!(
+            got.frames.len(),
+            want.frames.len(),
+            "group {}",
+            want.sequence
+        );
+        for (i, (g, w)) in got.frames.iter().zip(&want.frames).enumerate() {
+            assert_eq!(
+                g.timestamp, w.timestamp,
+                "group {} frame {i}",
+                want.sequence
+            );
+            assert!(
+                g.payload == w.payload,
+                "group {} frame {i}: {} bytes, want {}",
+                want.sequence,
+                g.payload.len(),
+                w.payload.len()
+            );
+        }
+    }
+}
+
+/// One relay worker: publisher and subscriber share it.
+#[test]
+fn moq_net_publisher_to_moq_net_subscriber_one_worker() {
+    through_relay(1);
+}
+
+/// Two relay workers: the clients may land on different workers (worker link).
+#[test]
+fn moq_net_publisher_to_moq_net_subscriber_two_workers() {
+    through_relay(2);
+}
