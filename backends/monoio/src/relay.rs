@@ -343,7 +343,13 @@ impl App for RelayConn {
                 if let Some(i) = self.subs.iter().position(|s| s.0 == subscription) {
                     let (_, path, t) = self.subs.swap_remove(i);
                     tracing::debug!(path, track = %t.info().name, ?code, "upstream subscription over");
-                    self.relay.drop_track(&path, t.info().name.as_str());
+                    // A track that ended normally stays in the cache, so a subscriber
+                    // whose request arrives after the end still gets the cached groups
+                    // and SUBSCRIBE_END; anything else is forgotten and asked for again.
+                    let finished = code.is_none() && t.status() == track::Status::Finished;
+                    if !finished {
+                        self.relay.drop_track(&path, t.info().name.as_str());
+                    }
                 }
             }
             Event::Closed {
