@@ -19,9 +19,6 @@ use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use monoio::io::{
-    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable,
-};
 use monoio::net::TcpStream;
 use skiff_core::model::group::{self, Next, ReadError};
 use skiff_core::model::path::Path;
@@ -36,7 +33,7 @@ use crate::clock::Clock;
 use crate::notify::Notify;
 use crate::relay::{GROUPS, TRACKS, leak_pool};
 use crate::session_driver::{
-    App, ByteRead, ByteWrite, DriveCtx, Ended, MoqSession, StoragePool, drive,
+    App, DriveCtx, Ended, HalfReader, HalfWriter, MoqSession, StoragePool, drive, split_halves,
 };
 use crate::shutdown::{LocalEvent, Shutdown};
 
@@ -143,49 +140,10 @@ pub fn parse_url(url: &str) -> io::Result<(SocketAddr, String)> {
 }
 
 /// The receiving half of a client's TCP stream.
-#[derive(Debug)]
-pub struct TcpReader {
-    half: OwnedReadHalf<TcpStream>,
-    buf: Vec<u8>,
-}
+pub type TcpReader = HalfReader<TcpStream>;
 
 /// The sending half of a client's TCP stream.
-#[derive(Debug)]
-pub struct TcpWriter {
-    half: OwnedWriteHalf<TcpStream>,
-    buf: Vec<u8>,
-}
-
-impl ByteRead for TcpReader {
-    async fn read(&mut self) -> io::Result<&[u8]> {
-        let mut buf = std::mem::take(&mut self.buf);
-        buf.clear();
-        let (res, buf) = self.half.read(buf).await;
-        self.buf = buf;
-        let n = res?;
-        Ok(self.buf.get(..n).unwrap_or(&[]))
-    }
-}
-
-impl ByteWrite for TcpWriter {
-    fn buffer(&mut self) -> &mut Vec<u8> {
-        &mut self.buf
-    }
-    async fn flush(&mut self) -> io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        let buf = std::mem::take(&mut self.buf);
-        let (res, mut buf) = self.half.write_all(buf).await;
-        buf.clear();
-        self.buf = buf;
-        res.map(|_| ())
-    }
-    async fn close(&mut self) -> io::Result<()> {
-        self.flush().await?;
-        self.half.shutdown().await
-    }
-}
+pub type TcpWriter = HalfWriter<TcpStream>;
 
 /// Dials `url` (`tcp://host:port/path`).
 ///
@@ -195,18 +153,8 @@ pub async fn connect(url: &str) -> io::Result<(TcpReader, TcpWriter, String)> {
     let (addr, path) = parse_url(url)?;
     let stream = TcpStream::connect(addr).await?;
     let _ = stream.set_nodelay(true);
-    let (r, w) = stream.into_split();
-    Ok((
-        TcpReader {
-            half: r,
-            buf: Vec::with_capacity(64 * 1024),
-        },
-        TcpWriter {
-            half: w,
-            buf: Vec::with_capacity(64 * 1024),
-        },
-        path,
-    ))
+    let (reader, writer) = split_halves(stream, 64 * 1024);
+    Ok((reader, writer, path))
 }
 
 /// Dials `url` and runs a client session with `app` until it ends; `origin`

@@ -54,10 +54,6 @@ use std::os::unix::net::UnixStream as StdUnixStream;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
-use monoio::io::{
-    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable,
-};
-
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::{BlockMeta, Pool};
@@ -73,7 +69,7 @@ use crate::conn::Connection;
 use crate::handler::{ConnectionHandler, WorkerInfo};
 use crate::notify::Notify;
 use crate::session_driver::{
-    App, ByteRead, ByteWrite, DriveCtx, Ended, MoqSession, StoragePool, drive,
+    App, ByteRead, ByteWrite, DriveCtx, Ended, MoqSession, StoragePool, drive, split_halves,
 };
 
 /// Broadcasts one worker's origin holds at once.
@@ -469,7 +465,6 @@ impl RelayHandler {
                 return;
             }
         };
-        let (r, w) = stream.into_split();
         let side = if info.index < peer {
             Side::Client
         } else {
@@ -483,14 +478,7 @@ impl RelayHandler {
         let (relay, storage) = (self.relay.clone(), self.storage.clone());
         let id = LINK_ID_BASE + peer as u64;
         monoio::spawn(async move {
-            let reader = LinkReader {
-                half: r,
-                buf: Vec::with_capacity(64 * 1024),
-            };
-            let writer = LinkWriter {
-                half: w,
-                buf: Vec::with_capacity(64 * 1024),
-            };
+            let (reader, writer) = split_halves(stream, 64 * 1024);
             match run_session(relay, &storage, reader, writer, side, id, true, &ctx).await {
                 Ok(ended) => tracing::debug!(peer, ?ended, "worker link ended"),
                 Err(e) => tracing::warn!(peer, error = %e, "worker link failed"),
@@ -626,48 +614,5 @@ impl Mesh {
         keys.into_iter()
             .filter_map(|k| ends.remove(&k).map(|s| (k.1, s)))
             .collect()
-    }
-}
-
-/// The receiving half of a worker link.
-struct LinkReader {
-    half: OwnedReadHalf<monoio::net::UnixStream>,
-    buf: Vec<u8>,
-}
-
-/// The sending half of a worker link.
-struct LinkWriter {
-    half: OwnedWriteHalf<monoio::net::UnixStream>,
-    buf: Vec<u8>,
-}
-
-impl ByteRead for LinkReader {
-    async fn read(&mut self) -> io::Result<&[u8]> {
-        let mut buf = std::mem::take(&mut self.buf);
-        buf.clear();
-        let (res, buf) = self.half.read(buf).await;
-        self.buf = buf;
-        let n = res?;
-        Ok(self.buf.get(..n).unwrap_or(&[]))
-    }
-}
-
-impl ByteWrite for LinkWriter {
-    fn buffer(&mut self) -> &mut Vec<u8> {
-        &mut self.buf
-    }
-    async fn flush(&mut self) -> io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        let buf = std::mem::take(&mut self.buf);
-        let (res, mut buf) = self.half.write_all(buf).await;
-        buf.clear();
-        self.buf = buf;
-        res.map(|_| ())
-    }
-    async fn close(&mut self) -> io::Result<()> {
-        self.flush().await?;
-        self.half.shutdown().await
     }
 }

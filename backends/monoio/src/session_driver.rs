@@ -28,6 +28,10 @@ use std::rc::Rc;
 use std::task::{Poll, Waker};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
+use monoio::io::{
+    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Split,
+    Splitable,
+};
 use skiff_core::session::{Event, Session, Storage};
 use skiff_core::time::Instant;
 use skiff_core::wire::lite::SessionCode;
@@ -119,6 +123,70 @@ pub trait ByteWrite {
     fn flush(&mut self) -> impl Future<Output = io::Result<()>>;
     /// Flushes, then closes the sending direction.
     fn close(&mut self) -> impl Future<Output = io::Result<()>>;
+}
+
+/// The receiving half of a split monoio stream (TCP to a peer, or a Unix
+/// socket between workers), with the one read buffer it hands to the kernel.
+#[derive(Debug)]
+pub struct HalfReader<S> {
+    half: OwnedReadHalf<S>,
+    buf: Vec<u8>,
+}
+
+/// The sending half of a split monoio stream, with its staging buffer.
+#[derive(Debug)]
+pub struct HalfWriter<S: AsyncWriteRent> {
+    half: OwnedWriteHalf<S>,
+    buf: Vec<u8>,
+}
+
+/// Splits `stream` into halves with `capacity`-byte buffers, allocated once here.
+pub fn split_halves<S: Split + AsyncWriteRent>(
+    stream: S,
+    capacity: usize,
+) -> (HalfReader<S>, HalfWriter<S>) {
+    let (r, w) = stream.into_split();
+    (
+        HalfReader {
+            half: r,
+            buf: Vec::with_capacity(capacity),
+        },
+        HalfWriter {
+            half: w,
+            buf: Vec::with_capacity(capacity),
+        },
+    )
+}
+
+impl<S: AsyncReadRent + 'static> ByteRead for HalfReader<S> {
+    async fn read(&mut self) -> io::Result<&[u8]> {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let (res, buf) = self.half.read(buf).await;
+        self.buf = buf;
+        let n = res?;
+        Ok(self.buf.get(..n).unwrap_or(&[]))
+    }
+}
+
+impl<S: AsyncWriteRent> ByteWrite for HalfWriter<S> {
+    fn buffer(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+    async fn flush(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let buf = std::mem::take(&mut self.buf);
+        let (res, mut buf) = self.half.write_all(buf).await;
+        buf.clear();
+        self.buf = buf;
+        res.map(|_| ())
+    }
+    async fn close(&mut self) -> io::Result<()> {
+        self.flush().await?;
+        self.half.shutdown().await
+    }
 }
 
 impl ByteRead for Reader {
