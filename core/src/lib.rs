@@ -21,7 +21,7 @@
 #[macro_use]
 mod fmt;
 
-#[cfg(feature = "alloc")]
+#[cfg(any(test, feature = "alloc"))]
 #[allow(unused_extern_crates)]
 extern crate alloc;
 #[cfg(feature = "std")]

@@ -42,9 +42,9 @@ use skiff_core::model::group::{self, Next};
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::{BlockMeta, Pool};
-use skiff_core::session::{AnnounceId, Event, Session, SubscriptionId};
+use skiff_core::session::Session;
 use skiff_core::time::Instant;
-use skiff_core::wire::lite::{Role, SessionCode, TrackInfo};
+use skiff_core::wire::lite::SessionCode;
 
 use crate::reference::{Frame, Group, Publication};
 
@@ -151,149 +151,8 @@ pub fn dial(addr: SocketAddr, timeout: StdDuration) -> io::Result<TcpStream> {
 // Owned events
 // ---------------------------------------------------------------------------
 
-/// A session [`Event`] with its borrowed text copied out.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[allow(missing_docs)] // Fields mirror `skiff_core::session::Event` one for one.
-pub enum Ev {
-    /// [`Event::Connected`].
-    Connected { protocol: String },
-    /// [`Event::Setup`].
-    Setup {
-        hop: u64,
-        role: Role,
-        path: Option<String>,
-    },
-    /// [`Event::Announced`].
-    Announced {
-        request: AnnounceId,
-        path: String,
-        hops: Vec<u64>,
-        publisher: u64,
-    },
-    /// [`Event::Unannounced`].
-    Unannounced { request: AnnounceId, path: String },
-    /// [`Event::AnnounceEnded`].
-    AnnounceEnded {
-        request: AnnounceId,
-        code: Option<u64>,
-    },
-    /// [`Event::TrackInfo`].
-    TrackInfo {
-        subscription: SubscriptionId,
-        info: TrackInfo,
-    },
-    /// [`Event::Started`].
-    Started {
-        subscription: SubscriptionId,
-        group: u64,
-    },
-    /// [`Event::Group`].
-    Group {
-        subscription: SubscriptionId,
-        sequence: u64,
-    },
-    /// [`Event::Dropped`].
-    Dropped {
-        subscription: SubscriptionId,
-        start: u64,
-        end: u64,
-        code: u64,
-    },
-    /// [`Event::Ended`].
-    Ended {
-        subscription: SubscriptionId,
-        end: u64,
-    },
-    /// [`Event::SubscriptionClosed`].
-    SubscriptionClosed {
-        subscription: SubscriptionId,
-        code: Option<u64>,
-    },
-    /// [`Event::Goaway`].
-    Goaway { uri: String },
-    /// [`Event::Closed`].
-    Closed {
-        code: u64,
-        reason: String,
-        application: bool,
-        local: bool,
-    },
-}
-
-impl From<Event<'_>> for Ev {
-    fn from(event: Event<'_>) -> Self {
-        match event {
-            Event::Connected { protocol } => Ev::Connected {
-                protocol: protocol.to_owned(),
-            },
-            Event::Setup { hop, role, path } => Ev::Setup {
-                hop,
-                role,
-                path: path.map(str::to_owned),
-            },
-            Event::Announced {
-                request,
-                path,
-                hops,
-                publisher,
-            } => Ev::Announced {
-                request,
-                path: path.to_owned(),
-                hops: hops.iter().collect(),
-                publisher,
-            },
-            Event::Unannounced { request, path } => Ev::Unannounced {
-                request,
-                path: path.to_owned(),
-            },
-            Event::AnnounceEnded { request, code } => Ev::AnnounceEnded { request, code },
-            Event::TrackInfo { subscription, info } => Ev::TrackInfo { subscription, info },
-            Event::Started {
-                subscription,
-                group,
-            } => Ev::Started {
-                subscription,
-                group,
-            },
-            Event::Group {
-                subscription,
-                sequence,
-            } => Ev::Group {
-                subscription,
-                sequence,
-            },
-            Event::Dropped {
-                subscription,
-                start,
-                end,
-                code,
-            } => Ev::Dropped {
-                subscription,
-                start,
-                end,
-                code,
-            },
-            Event::Ended { subscription, end } => Ev::Ended { subscription, end },
-            Event::SubscriptionClosed { subscription, code } => {
-                Ev::SubscriptionClosed { subscription, code }
-            }
-            Event::Goaway { uri } => Ev::Goaway {
-                uri: uri.to_owned(),
-            },
-            Event::Closed {
-                code,
-                reason,
-                application,
-                local,
-            } => Ev::Closed {
-                code,
-                reason: reason.to_owned(),
-                application,
-                local,
-            },
-        }
-    }
-}
+/// A session [`Event`] with its borrowed text copied out (shared with skiff-core's tests).
+pub use skiff_core::session::OwnedEvent as Ev;
 
 // ---------------------------------------------------------------------------
 // Errors

@@ -146,3 +146,165 @@ pub(super) enum Queued {
         local: bool,
     },
 }
+
+#[cfg(any(test, feature = "alloc"))]
+mod owned {
+    use alloc::borrow::ToOwned;
+    use alloc::string::String;
+    use alloc::vec::Vec;
+
+    use super::{AnnounceId, Event, SubscriptionId};
+    use crate::wire::lite::{Role, TrackInfo};
+
+    /// An [`Event`] with its borrowed text copied out, for applications and tests
+    /// that keep events past the next call on the session (needs an allocator).
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    #[allow(missing_docs)] // Fields mirror `Event` one for one.
+    pub enum OwnedEvent {
+        /// [`Event::Connected`].
+        Connected { protocol: String },
+        /// [`Event::Setup`].
+        Setup {
+            hop: u64,
+            role: Role,
+            path: Option<String>,
+        },
+        /// [`Event::Announced`].
+        Announced {
+            request: AnnounceId,
+            path: String,
+            hops: Vec<u64>,
+            publisher: u64,
+        },
+        /// [`Event::Unannounced`].
+        Unannounced { request: AnnounceId, path: String },
+        /// [`Event::AnnounceEnded`].
+        AnnounceEnded {
+            request: AnnounceId,
+            code: Option<u64>,
+        },
+        /// [`Event::TrackInfo`].
+        TrackInfo {
+            subscription: SubscriptionId,
+            info: TrackInfo,
+        },
+        /// [`Event::Started`].
+        Started {
+            subscription: SubscriptionId,
+            group: u64,
+        },
+        /// [`Event::Group`].
+        Group {
+            subscription: SubscriptionId,
+            sequence: u64,
+        },
+        /// [`Event::Dropped`].
+        Dropped {
+            subscription: SubscriptionId,
+            start: u64,
+            end: u64,
+            code: u64,
+        },
+        /// [`Event::Ended`].
+        Ended {
+            subscription: SubscriptionId,
+            end: u64,
+        },
+        /// [`Event::SubscriptionClosed`].
+        SubscriptionClosed {
+            subscription: SubscriptionId,
+            code: Option<u64>,
+        },
+        /// [`Event::Goaway`].
+        Goaway { uri: String },
+        /// [`Event::Closed`].
+        Closed {
+            code: u64,
+            reason: String,
+            application: bool,
+            local: bool,
+        },
+    }
+
+    impl From<Event<'_>> for OwnedEvent {
+        fn from(event: Event<'_>) -> Self {
+            match event {
+                Event::Connected { protocol } => OwnedEvent::Connected {
+                    protocol: protocol.to_owned(),
+                },
+                Event::Setup { hop, role, path } => OwnedEvent::Setup {
+                    hop,
+                    role,
+                    path: path.map(str::to_owned),
+                },
+                Event::Announced {
+                    request,
+                    path,
+                    hops,
+                    publisher,
+                } => OwnedEvent::Announced {
+                    request,
+                    path: path.to_owned(),
+                    hops: hops.iter().collect(),
+                    publisher,
+                },
+                Event::Unannounced { request, path } => OwnedEvent::Unannounced {
+                    request,
+                    path: path.to_owned(),
+                },
+                Event::AnnounceEnded { request, code } => {
+                    OwnedEvent::AnnounceEnded { request, code }
+                }
+                Event::TrackInfo { subscription, info } => {
+                    OwnedEvent::TrackInfo { subscription, info }
+                }
+                Event::Started {
+                    subscription,
+                    group,
+                } => OwnedEvent::Started {
+                    subscription,
+                    group,
+                },
+                Event::Group {
+                    subscription,
+                    sequence,
+                } => OwnedEvent::Group {
+                    subscription,
+                    sequence,
+                },
+                Event::Dropped {
+                    subscription,
+                    start,
+                    end,
+                    code,
+                } => OwnedEvent::Dropped {
+                    subscription,
+                    start,
+                    end,
+                    code,
+                },
+                Event::Ended { subscription, end } => OwnedEvent::Ended { subscription, end },
+                Event::SubscriptionClosed { subscription, code } => {
+                    OwnedEvent::SubscriptionClosed { subscription, code }
+                }
+                Event::Goaway { uri } => OwnedEvent::Goaway {
+                    uri: uri.to_owned(),
+                },
+                Event::Closed {
+                    code,
+                    reason,
+                    application,
+                    local,
+                } => OwnedEvent::Closed {
+                    code,
+                    reason: reason.to_owned(),
+                    application,
+                    local,
+                },
+            }
+        }
+    }
+}
+
+#[cfg(any(test, feature = "alloc"))]
+pub use owned::OwnedEvent;

@@ -17,11 +17,10 @@ use std::string::{String, ToString};
 use std::vec;
 use std::vec::Vec;
 
-use super::{AnnounceId, Event, Session, SubscriptionId};
+use super::Session;
 use crate::conn::{self, Connection};
 use crate::time::{Duration, Instant};
 use crate::wire::Reader;
-use crate::wire::lite::{Role, TrackInfo};
 use crate::wire::qmux::{Dir, Frame, Record, StreamId};
 
 /// A tiny seeded xorshift64 generator.
@@ -55,137 +54,7 @@ impl Rng {
 }
 
 /// An event with its text copied out, for assertions.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ev {
-    Connected,
-    Setup {
-        hop: u64,
-        role: Role,
-        path: Option<String>,
-    },
-    Announced {
-        request: AnnounceId,
-        path: String,
-        hops: Vec<u64>,
-        publisher: u64,
-    },
-    Unannounced {
-        request: AnnounceId,
-        path: String,
-    },
-    AnnounceEnded {
-        request: AnnounceId,
-        code: Option<u64>,
-    },
-    TrackInfo {
-        subscription: SubscriptionId,
-        info: TrackInfo,
-    },
-    Started {
-        subscription: SubscriptionId,
-        group: u64,
-    },
-    Group {
-        subscription: SubscriptionId,
-        sequence: u64,
-    },
-    Dropped {
-        subscription: SubscriptionId,
-        start: u64,
-        end: u64,
-        code: u64,
-    },
-    Ended {
-        subscription: SubscriptionId,
-        end: u64,
-    },
-    SubscriptionClosed {
-        subscription: SubscriptionId,
-        code: Option<u64>,
-    },
-    Goaway {
-        uri: String,
-    },
-    Closed {
-        code: u64,
-        reason: String,
-        application: bool,
-        local: bool,
-    },
-}
-
-impl From<Event<'_>> for Ev {
-    fn from(e: Event<'_>) -> Self {
-        match e {
-            Event::Connected { .. } => Ev::Connected,
-            Event::Setup { hop, role, path } => Ev::Setup {
-                hop,
-                role,
-                path: path.map(ToString::to_string),
-            },
-            Event::Announced {
-                request,
-                path,
-                hops,
-                publisher,
-            } => Ev::Announced {
-                request,
-                path: path.to_string(),
-                hops: hops.iter().collect(),
-                publisher,
-            },
-            Event::Unannounced { request, path } => Ev::Unannounced {
-                request,
-                path: path.to_string(),
-            },
-            Event::AnnounceEnded { request, code } => Ev::AnnounceEnded { request, code },
-            Event::TrackInfo { subscription, info } => Ev::TrackInfo { subscription, info },
-            Event::Started {
-                subscription,
-                group,
-            } => Ev::Started {
-                subscription,
-                group,
-            },
-            Event::Group {
-                subscription,
-                sequence,
-            } => Ev::Group {
-                subscription,
-                sequence,
-            },
-            Event::Dropped {
-                subscription,
-                start,
-                end,
-                code,
-            } => Ev::Dropped {
-                subscription,
-                start,
-                end,
-                code,
-            },
-            Event::Ended { subscription, end } => Ev::Ended { subscription, end },
-            Event::SubscriptionClosed { subscription, code } => {
-                Ev::SubscriptionClosed { subscription, code }
-            }
-            Event::Goaway { uri } => Ev::Goaway {
-                uri: uri.to_string(),
-            },
-            Event::Closed {
-                code,
-                reason,
-                application,
-                local,
-            } => Ev::Closed {
-                code,
-                reason: reason.to_string(),
-                application,
-                local,
-            },
-        }
-    }
-}
+pub use super::OwnedEvent as Ev;
 
 /// One end of the simulated wire.
 pub trait Endpoint {

@@ -69,6 +69,8 @@ mod tests;
 
 pub use config::{Config, DefaultStorage, MIN_BUF, Storage};
 pub use error::{ConfigError, Error};
+#[cfg(any(test, feature = "alloc"))]
+pub use event::OwnedEvent;
 pub use event::{AnnounceId, Event, SubscriptionId};
 pub use resolve::Resolve;
 

@@ -122,7 +122,7 @@ fn clock_session(configure: impl FnOnce(&mut Pair<Node<'_, '_, '_>, Node<'_, '_,
 
     let mut asked = false;
     let done = pair.run(20_000, |p| {
-        if !asked && p.a.saw(|e| *e == Ev::Connected) {
+        if !asked && p.a.saw(|e| matches!(e, Ev::Connected { .. })) {
             asked = true;
             p.a.session.announce_request("").unwrap();
             let req = Request {
