@@ -8,10 +8,34 @@
 //! and byte counts here equal stream credit on the wire.
 //!
 //! The bytes live in a chain of [`pool`](crate::pool) blocks. The [`State`]
-//! holds the head (keeping the whole chain alive) and the writer of the tail
-//! block. Every [`Consumer`] holds a handle to the block it is reading, so
-//! many consumers read the same blocks without copying, and a consumer that
-//! is ahead keeps only the blocks from its position on alive.
+//! holds the head (keeping the whole chain alive, until the group is trimmed)
+//! and the writer of the tail block. Every [`Consumer`] holds a handle to the
+//! block it is reading, from the moment it is created (its start is anchored
+//! then, not at its first read), so many consumers read the same blocks
+//! without copying, and a consumer keeps only the blocks from its position on
+//! alive.
+//!
+//! # Trimming: memory bounded by windows
+//! A group's retain limit ([`State::set_retain`], `u64::MAX` by default: never)
+//! bounds how much of it the [`State`] itself keeps. Once
+//! [`State::bytes_written`] exceeds it, the state lets go of its head block:
+//! the group is *trimmed* ([`State::is_trimmed`]), and from then on each block
+//! goes back to the pool as soon as every consumer has moved past it (chain
+//! links count as references, see [`crate::pool`]). The memory of a trimmed
+//! group is the blocks from the slowest live consumer to the tail; with
+//! pacing against the furthest reader ([`Producer::poll_paced`]) and one
+//! reader, about one window plus two blocks. The consequences:
+//! * a consumer created before the trim keeps reading from byte 0, and while
+//!   it stays parked there it keeps the whole group alive (as before);
+//! * a consumer created on a still empty group has no block to anchor yet:
+//!   trimming waits until it takes the first block (its first read) or is
+//!   dropped, so it too reads from byte 0;
+//! * a consumer created after the trim cannot start at byte 0: its reads
+//!   return [`ReadError::Trimmed`] ([`Consumer::is_trimmed`] tells at once).
+//!   Treat it like a group that cannot be served (a session skips it).
+//!
+//! The retain limit is not a size limit: [`State::max_bytes`] still refuses
+//! writes past it with [`WriteError::GroupTooLarge`].
 //!
 //! # Roles
 //! * [`State`]: the shared state of one group, a plain struct of `Cell`s meant
@@ -36,7 +60,8 @@
 //! polls them when it learns of new data (e.g. [`State::bytes_written`] grew).
 //!
 //! No operation here allocates; all of them are O(1) except reading a frame
-//! header that spans blocks (O(header bytes)) and freeing a chain.
+//! header that spans blocks (O(header bytes)) and freeing a chain (O(blocks
+//! freed), including the blocks a trim releases).
 
 use core::cell::Cell;
 use core::fmt;
@@ -150,6 +175,10 @@ pub enum ReadError {
     /// A frame read off a frame boundary: raw [`Consumer::advance`] calls moved
     /// past the frame the frame reader was tracking.
     Misaligned,
+    /// The consumer was created after the group was trimmed (see the module
+    /// docs): its first bytes are gone, so it cannot read the group from byte 0.
+    /// Treat the group as one that cannot be served.
+    Trimmed,
 }
 
 impl fmt::Display for ReadError {
@@ -158,6 +187,7 @@ impl fmt::Display for ReadError {
             ReadError::Aborted(code) => write!(f, "group aborted with code {code:#x}"),
             ReadError::Evicted => f.write_str("group slot was reused"),
             ReadError::Misaligned => f.write_str("frame read off a frame boundary"),
+            ReadError::Trimmed => f.write_str("group start already trimmed"),
         }
     }
 }
@@ -180,7 +210,7 @@ pub struct State<'p> {
     generation: Cell<u64>,
     sequence: Cell<u64>,
     status: Cell<Status>,
-    /// First block; keeps the chain alive.
+    /// First block; keeps the chain alive until the group is trimmed.
     head: Cell<Option<Block<'p>>>,
     /// Writer of the last block.
     tail: Cell<Option<BlockMut<'p>>>,
@@ -189,6 +219,13 @@ pub struct State<'p> {
     last_timestamp: Cell<u64>,
     furthest_read: Cell<u64>,
     max_bytes: Cell<u64>,
+    /// Past this many bytes written, the head is released (see the module docs).
+    retain: Cell<u64>,
+    /// The head was released for the retain limit.
+    trimmed: Cell<bool>,
+    /// Live consumers of this generation created before the head block existed
+    /// and that have not taken it yet; trimming waits for them.
+    unanchored: Cell<usize>,
     has_producer: Cell<bool>,
     /// The producer parked by [`Producer::poll_paced`], and the window it waits for.
     waker: Cell<Option<Waker>>,
@@ -197,7 +234,7 @@ pub struct State<'p> {
 
 impl<'p> State<'p> {
     /// An idle slot whose groups take blocks from `pool` and hold at most
-    /// `max_bytes` (FRAME headers included).
+    /// `max_bytes` (FRAME headers included); no retain limit (never trimmed).
     pub const fn new(pool: &'p Pool<'p>, max_bytes: u64) -> Self {
         State {
             pool,
@@ -211,6 +248,9 @@ impl<'p> State<'p> {
             last_timestamp: Cell::new(0),
             furthest_read: Cell::new(0),
             max_bytes: Cell::new(max_bytes),
+            retain: Cell::new(u64::MAX),
+            trimmed: Cell::new(false),
+            unanchored: Cell::new(0),
             has_producer: Cell::new(false),
             waker: Cell::new(None),
             pace_window: Cell::new(0),
@@ -240,6 +280,8 @@ impl<'p> State<'p> {
         self.frames.set(0);
         self.last_timestamp.set(0);
         self.furthest_read.set(0);
+        self.trimmed.set(false);
+        self.unanchored.set(0);
         self.has_producer.set(false);
         self.wake_producer();
     }
@@ -274,13 +316,25 @@ impl<'p> State<'p> {
 
     /// A new consumer reading the group from its first byte.
     ///
-    /// On an idle slot, its reads return [`ReadError::Evicted`].
+    /// It anchors its start now: it takes a handle to the head block (or, on a
+    /// group with no byte yet, holds trimming off until it takes the first
+    /// block). On an idle slot, its reads return [`ReadError::Evicted`]; on a
+    /// trimmed group, [`ReadError::Trimmed`].
     pub fn consumer(&self) -> Consumer<'_, 'p> {
+        let block = self.head();
+        let live = matches!(self.status.get(), Status::Open | Status::Finished);
+        let trimmed = block.is_none() && live && self.trimmed.get();
+        let waiting = block.is_none() && live && !trimmed;
+        if waiting {
+            self.unanchored.set(self.unanchored.get() + 1);
+        }
         Consumer {
             state: self,
             generation: self.generation.get(),
             sequence: self.sequence.get(),
-            block: None,
+            block,
+            waiting,
+            trimmed,
             offset: 0,
             pos: 0,
             frame_end: 0,
@@ -349,6 +403,28 @@ impl<'p> State<'p> {
         self.max_bytes.set(max_bytes);
     }
 
+    /// The retain limit: past this many bytes written, the group is trimmed
+    /// (`u64::MAX`: never; see the module docs).
+    pub fn retain(&self) -> u64 {
+        self.retain.get()
+    }
+
+    /// Sets the retain limit for this slot's groups (kept across [`State::reset`]).
+    ///
+    /// Applies at once: a group already past it is trimmed now (unless a
+    /// consumer created on the empty group has not taken its first block yet).
+    /// A trimmed group stays trimmed if the limit is raised.
+    pub fn set_retain(&self, bytes: u64) {
+        self.retain.set(bytes);
+        self.trim_if_due();
+    }
+
+    /// True once the group was trimmed: the state no longer holds its first
+    /// bytes, and new consumers cannot read it ([`ReadError::Trimmed`]).
+    pub fn is_trimmed(&self) -> bool {
+        self.trimmed.get()
+    }
+
     /// How many more bytes the producer may write under `window` (see [`crate::pacing`]).
     pub fn allowance(&self, window: u64) -> u64 {
         Pacer::new(window).allowance(self.written.get(), self.furthest_read.get())
@@ -360,6 +436,38 @@ impl<'p> State<'p> {
         // Dropping the head frees the chain iteratively (pool::Pool::release).
         drop(self.tail.take());
         drop(self.head.take());
+    }
+
+    /// Releases the head once the group is past its retain limit and no
+    /// consumer still waits to anchor its start. O(1) plus the blocks freed.
+    fn trim_if_due(&self) {
+        if self.trimmed.get()
+            || self.unanchored.get() > 0
+            || self.written.get() <= self.retain.get()
+            || !matches!(self.status.get(), Status::Open | Status::Finished)
+        {
+            return;
+        }
+        if let Some(head) = self.head.take() {
+            trace!(
+                "group {} trimmed at {} bytes",
+                self.sequence.get(),
+                self.written.get()
+            );
+            self.trimmed.set(true);
+            // Frees every block no consumer holds, up to the tail (iteratively).
+            drop(head);
+        }
+    }
+
+    /// A consumer of generation `generation` that waited for the head took it
+    /// or went away.
+    fn anchored(&self, generation: u64) {
+        if generation != self.generation.get() {
+            return;
+        }
+        self.unanchored.set(self.unanchored.get().saturating_sub(1));
+        self.trim_if_due();
     }
 
     fn wake_producer(&self) {
@@ -428,6 +536,7 @@ impl<'p> State<'p> {
         }
         self.tail.set(tail);
         self.written.set(self.written.get() + done as u64);
+        self.trim_if_due();
         done
     }
 
@@ -457,6 +566,8 @@ impl fmt::Debug for State<'_> {
             .field("frames", &self.frames.get())
             .field("furthest_read", &self.furthest_read.get())
             .field("max_bytes", &self.max_bytes.get())
+            .field("retain", &self.retain.get())
+            .field("trimmed", &self.trimmed.get())
             .finish_non_exhaustive()
     }
 }
@@ -688,14 +799,23 @@ impl fmt::Debug for Producer<'_, '_> {
 ///   [`Consumer::read_payload`]. Unread payload is skipped by the next
 ///   `read_frame_header`.
 ///
+/// A consumer holds the block at its position from its creation on (see the
+/// module docs on trimming), so a consumer that is never read keeps the group's
+/// bytes from its position on alive: drop consumers you do not read.
+///
 /// Cloning gives an independent reader at the same position.
-#[derive(Clone)]
 pub struct Consumer<'a, 'p> {
     state: &'a State<'p>,
     generation: u64,
     sequence: u64,
-    /// The block holding `pos` (None before the first block is reached).
+    /// The block holding `pos` (None before the first block exists, after a
+    /// read error, or when created on a trimmed group).
     block: Option<Block<'p>>,
+    /// Created before the group had a block; counted in `State::unanchored`
+    /// until it takes the head.
+    waiting: bool,
+    /// Created after the group was trimmed: it cannot start at byte 0.
+    trimmed: bool,
     offset: usize,
     pos: u64,
     /// Where the current frame's payload ends (= where the next FRAME header starts).
@@ -720,12 +840,19 @@ impl<'a, 'p> Consumer<'a, 'p> {
         self.frame_end.saturating_sub(self.pos)
     }
 
+    /// True if this consumer was created after its group was trimmed: it
+    /// cannot read from byte 0 and its reads return [`ReadError::Trimmed`].
+    pub fn is_trimmed(&self) -> bool {
+        self.trimmed
+    }
+
     fn check(&mut self) -> Result<(), ReadError> {
         let s = self.state;
         let err = if s.generation.get() != self.generation {
             ReadError::Evicted
         } else {
             match s.status.get() {
+                Status::Open | Status::Finished if self.trimmed => ReadError::Trimmed,
                 Status::Open | Status::Finished => return Ok(()),
                 Status::Aborted(code) => ReadError::Aborted(code),
                 Status::Idle => ReadError::Evicted,
@@ -748,13 +875,19 @@ impl<'a, 'p> Consumer<'a, 'p> {
     fn settle(&mut self) -> bool {
         loop {
             match &self.block {
-                None => match self.state.head() {
+                // Only a consumer created on an empty group gets here with no
+                // block (`check` stops the others); trimming waited for it,
+                // so the head is still there once written.
+                None if self.waiting => match self.state.head() {
                     Some(head) => {
                         self.block = Some(head);
                         self.offset = 0;
+                        self.waiting = false;
+                        self.state.anchored(self.generation);
                     }
                     None => return false,
                 },
+                None => return false,
                 Some(b) => {
                     if self.offset < b.len() {
                         return true;
@@ -949,6 +1082,34 @@ impl<'a, 'p> Consumer<'a, 'p> {
             let k = avail.min(n);
             self.advance(k);
             n -= k;
+        }
+    }
+}
+
+impl Clone for Consumer<'_, '_> {
+    fn clone(&self) -> Self {
+        if self.waiting && self.generation == self.state.generation.get() {
+            self.state.unanchored.set(self.state.unanchored.get() + 1);
+        }
+        Consumer {
+            state: self.state,
+            generation: self.generation,
+            sequence: self.sequence,
+            block: self.block.clone(),
+            waiting: self.waiting,
+            trimmed: self.trimmed,
+            offset: self.offset,
+            pos: self.pos,
+            frame_end: self.frame_end,
+            timestamp: self.timestamp,
+        }
+    }
+}
+
+impl Drop for Consumer<'_, '_> {
+    fn drop(&mut self) {
+        if self.waiting {
+            self.state.anchored(self.generation);
         }
     }
 }
@@ -1389,6 +1550,199 @@ mod tests {
         assert_eq!(group.allowance(10), 5);
     }
 
+    // --- trimming -------------------------------------------------------------------------
+
+    /// Payload byte `i` of frame `k`.
+    fn pattern(k: u64, i: usize) -> u8 {
+        (k.wrapping_mul(7).wrapping_add(i as u64 * 13) % 251) as u8
+    }
+
+    #[test]
+    fn trimmed_group_memory_is_bounded_by_the_pacing_window() {
+        // A 64 MiB group through a 2 MiB pool of 64 KiB blocks, one reader under a
+        // 1 MiB window (smaller under Miri, same shape).
+        let bs: usize = if cfg!(miri) { 64 } else { 64 << 10 };
+        const BLOCKS: usize = 32;
+        let window = 16 * bs as u64;
+        let total = if cfg!(miri) { 64 * bs } else { 1024 * bs };
+        let frame = bs / 4 + 3;
+        let step = 3 * bs / 4 + 5;
+        let mut bytes = vec![0u8; BLOCKS * bs];
+        let mut meta: Vec<BlockMeta> = (0..BLOCKS).map(|_| BlockMeta::new()).collect();
+        let pool = Pool::from_parts(&mut bytes, &mut meta).unwrap();
+        let group = State::new(&pool, u64::MAX);
+        group.set_retain(window);
+        group.reset(3);
+        let mut p = group.producer().unwrap();
+        // Created on the empty group: it still reads from byte 0.
+        let mut c = group.consumer();
+        let mut payload = vec![0u8; frame];
+        let mut buf = vec![0u8; step];
+        let (mut k_out, mut k_in, mut got) = (0u64, 0u64, None::<usize>);
+        let mut read_payload = 0usize;
+        let mut late_checked = false;
+        let mut done = false;
+        while !done {
+            // The producer writes whole frames while the window allows.
+            while group.bytes_written() < total as u64 && p.allowance(window) >= frame as u64 + 4 {
+                for (i, b) in payload.iter_mut().enumerate() {
+                    *b = pattern(k_out, i);
+                }
+                p.write_frame(k_out, &payload).unwrap();
+                k_out += 1;
+                assert!(pool.in_use() <= window as usize / bs + 2);
+            }
+            if group.bytes_written() >= total as u64 && group.is_open() {
+                p.finish().unwrap();
+            }
+            if group.is_trimmed() && !late_checked {
+                // A consumer created after the trim cannot start at byte 0.
+                let mut late = group.consumer();
+                assert!(late.is_trimmed());
+                assert_eq!(late.chunk(), Err(ReadError::Trimmed));
+                assert_eq!(late.read_frame_header(), Err(ReadError::Trimmed));
+                late_checked = true;
+            }
+            // The reader reads at most `step` payload bytes per turn.
+            let mut budget = step;
+            while budget > 0 {
+                let left = match got {
+                    Some(n) => frame - n,
+                    None => match c.read_frame_header().unwrap() {
+                        Next::Ready(h) => {
+                            assert_eq!((h.timestamp, h.len), (k_in, frame));
+                            got = Some(0);
+                            frame
+                        }
+                        Next::Pending => break,
+                        Next::Finished => {
+                            done = true;
+                            break;
+                        }
+                    },
+                };
+                let want = left.min(budget);
+                let Next::Ready(n) = c.read_payload(&mut buf[..want]).unwrap() else {
+                    break;
+                };
+                let at = got.unwrap_or(0);
+                for (i, b) in buf[..n].iter().enumerate() {
+                    assert_eq!(*b, pattern(k_in, at + i), "frame {k_in} byte {}", at + i);
+                }
+                budget -= n;
+                read_payload += n;
+                got = Some(at + n).filter(|&g| g < frame);
+                if got.is_none() {
+                    k_in += 1;
+                }
+            }
+        }
+        assert!(late_checked && group.is_trimmed());
+        assert_eq!(k_in, k_out);
+        assert_eq!(read_payload, k_out as usize * frame);
+        assert!(group.bytes_written() >= total as u64);
+        // Never more than one window plus the reader's block and the tail block.
+        assert!(
+            pool.high_water() <= window as usize / bs + 2,
+            "high water {} blocks",
+            pool.high_water()
+        );
+        assert_eq!(pool.exhausted_count(), 0);
+        drop(c);
+        assert_eq!(pool.in_use(), 0);
+    }
+
+    #[test]
+    fn consumers_created_before_the_trim_read_from_zero() {
+        let mut storage = PoolStorage::<16, 8>::new();
+        let pool = Pool::new(&mut storage);
+        let group = State::new(&pool, 1024);
+        group.set_retain(16);
+        group.reset(1);
+        let mut p = group.producer().unwrap();
+        // Created on the empty group, cloned, never read: trimming waits for them.
+        let waiting = group.consumer();
+        let waiting2 = waiting.clone();
+        p.write_frame(0, b"0123456789").unwrap(); // 12 bytes: 2 blocks
+        let mut parked = group.consumer(); // anchored at the head block now
+        p.write_frame(1, b"abcdefghij").unwrap(); // 24 bytes > 16
+        assert!(!group.is_trimmed(), "a waiting consumer holds trimming off");
+        drop(waiting);
+        assert!(!group.is_trimmed());
+        drop(waiting2);
+        assert!(group.is_trimmed(), "the last waiting consumer let go");
+        assert!(group.consumer().is_trimmed());
+        // The parked consumer keeps everything from byte 0 alive.
+        p.write_frame(2, b"ABCDEFGHIJ").unwrap();
+        assert_eq!(pool.in_use(), 36usize.div_ceil(8));
+        p.finish().unwrap();
+        assert_eq!(
+            frames(&mut parked),
+            vec![
+                (0, b"0123456789".to_vec()),
+                (1, b"abcdefghij".to_vec()),
+                (2, b"ABCDEFGHIJ".to_vec())
+            ]
+        );
+        assert_eq!(pool.in_use(), 1, "read blocks went back to the pool");
+        drop(parked);
+        assert_eq!(pool.in_use(), 0);
+        // A consumer that waited and then read anchors the head, then trims.
+        group.reset(2);
+        let mut p = group.producer().unwrap();
+        let mut first = group.consumer();
+        p.write_frame(0, b"0123456789").unwrap();
+        p.write_frame(1, b"0123456789").unwrap();
+        assert!(!group.is_trimmed());
+        assert_eq!(first.read(&mut [0u8; 3]), Ok(Next::Ready(3)));
+        assert!(group.is_trimmed());
+        assert_eq!(pool.in_use(), 3, "the reader's block and on");
+        let (rest, end) = drain(&mut first);
+        assert_eq!((rest.len(), end), (21, Ok(Next::Pending)));
+        assert_eq!(pool.in_use(), 1, "only the tail is left");
+        // Trimming is per group: a reset starts whole again; an abort still reports.
+        group.reset(3);
+        assert!(!group.is_trimmed());
+        let mut p = group.producer().unwrap();
+        p.write_frame(0, b"0123456789abcdef").unwrap();
+        assert!(group.is_trimmed());
+        let mut late = group.consumer();
+        p.abort(0x9);
+        assert_eq!(late.chunk(), Err(ReadError::Aborted(0x9)));
+        assert_eq!(first.chunk(), Err(ReadError::Evicted));
+    }
+
+    #[test]
+    fn retain_limit_applies_at_once_and_is_not_a_size_limit() {
+        let mut storage = PoolStorage::<8, 8>::new();
+        let pool = Pool::new(&mut storage);
+        let group = State::new(&pool, 40);
+        assert_eq!(group.retain(), u64::MAX);
+        group.reset(0);
+        let mut p = group.producer().unwrap();
+        p.write_frame(0, &[1; 30]).unwrap(); // 32 bytes: 4 blocks
+        assert!(!group.is_trimmed());
+        assert_eq!(pool.in_use(), 4);
+        group.set_retain(32);
+        assert!(!group.is_trimmed(), "at the limit, not past it");
+        group.set_retain(31);
+        assert!(group.is_trimmed());
+        assert_eq!(pool.in_use(), 1);
+        group.set_retain(u64::MAX);
+        assert!(
+            group.is_trimmed(),
+            "raising the limit does not bring bytes back"
+        );
+        // The size limit still refuses.
+        assert_eq!(p.write_frame(1, &[2; 8]), Err(WriteError::GroupTooLarge));
+        p.write_frame(1, &[2; 6]).unwrap();
+        p.finish().unwrap();
+        assert_eq!(pool.in_use(), 0);
+        assert_eq!(group.retain(), u64::MAX, "kept across resets");
+        group.reset(1);
+        assert!(!group.is_trimmed());
+    }
+
     // --- property: what goes in comes out ---------------------------------------------
 
     proptest! {
@@ -1405,12 +1759,15 @@ mod tests {
                 (0u64..100_000, proptest::collection::vec(any::<u8>(), 0..40), any::<bool>()),
                 0..if cfg!(miri) { 4 } else { 16 }),
             read_step in 1usize..9,
+            retain in prop_oneof![Just(u64::MAX), 0u64..64],
         ) {
             let blocks = 1024 / block_size + 1;
             let mut bytes = vec![0u8; blocks * block_size];
             let mut meta: Vec<BlockMeta> = (0..blocks).map(|_| BlockMeta::new()).collect();
             let pool = Pool::from_parts(&mut bytes, &mut meta).unwrap();
             let group = State::new(&pool, 4096);
+            // Trimming must not change what consumers created early read.
+            group.set_retain(retain);
             group.reset(7);
             let mut p = group.producer().unwrap();
             let mut raw = group.consumer();
@@ -1448,7 +1805,14 @@ mod tests {
                 frames_in.iter().map(|(t, p, _)| (*t, p.clone())).collect();
             prop_assert_eq!(got, want);
             prop_assert_eq!(viewer.read_frame_header(), Ok(Next::Finished));
-            drop((raw, viewer, p));
+            prop_assert_eq!(group.is_trimmed(), group.bytes_written() > retain);
+            let mut late = group.consumer();
+            if group.is_trimmed() {
+                prop_assert_eq!(late.chunk(), Err(ReadError::Trimmed));
+            } else {
+                prop_assert_eq!(drain(&mut late).0, &expect_wire[..n]);
+            }
+            drop((raw, viewer, p, late));
             group.clear();
             prop_assert_eq!(pool.in_use(), 0);
         }

@@ -20,7 +20,8 @@
 //! * [`Producer`]: [`Producer::create_group`]`(seq)` (any order),
 //!   [`Producer::append_group`] (latest + 1), [`Producer::finish`],
 //!   [`Producer::abort`]`(code)`; at most one per track ([`ProducerTaken`]),
-//!   dropping it unfinished aborts the track. Errors: [`CreateError`].
+//!   dropping it unfinished aborts the track (or, in failover mode, detaches
+//!   it: [`Ref::set_failover`]). Errors: [`CreateError`].
 //! * [`GroupProducer`]: writes one group ([`GroupProducer::write_frame`],
 //!   [`GroupProducer::begin_frame`] + [`GroupProducer::write_payload`],
 //!   [`GroupProducer::finish`], [`GroupProducer::abort`]) and keeps the track's
@@ -50,6 +51,36 @@
 //! The latest group is never dropped. A dropped group's slot is cleared:
 //! readers of it get [`group::ReadError::Evicted`] at their next read, and its
 //! blocks go back to the pool when the last reader lets go of them.
+//!
+//! # Groups larger than the budget: trimming
+//!
+//! The byte budget is also every group's retain limit
+//! ([`group::State::set_retain`]): a group that grows past
+//! [`Limits::cache_bytes`] is not refused, and does not push everything else
+//! out, it is *trimmed*: the track stops holding its first bytes, each block
+//! goes back to the pool once every reader of it has moved on, and readers
+//! that ask for it afterwards get [`group::ReadError::Trimmed`] (a session
+//! skips such a group). So a 64 MiB group in a 1 MiB budget costs about one
+//! pacing window per reader, not 64 MiB. The group size limit
+//! ([`Limits::group_bytes`]) is separate and still refuses writes with
+//! [`group::WriteError::GroupTooLarge`].
+//!
+//! [`Ref::held_bytes`] counts what the track itself keeps alive: all the
+//! blocks of an untrimmed group, only the tail block being written of an open
+//! trimmed group, nothing for a finished trimmed one (blocks a reader still
+//! holds are the reader's, as for an evicted group). It is what the budget
+//! bounds; the blocks readers hold are bounded by pacing.
+//!
+//! # Failover: keeping a track across the loss of its source
+//!
+//! With [`Ref::set_failover`]`(true)` (a relay that will re-subscribe
+//! upstream elsewhere), losing the producer ([`Producer::abort`] or dropping
+//! an unfinished [`Producer`]) does not end the track: the groups still open
+//! are aborted (their readers get [`group::ReadError::Aborted`], their
+//! streams are reset downstream), the producer is detached, the track stays
+//! [`Status::Open`], and a later [`Ref::producer`] continues it. Track
+//! readers see no end across the hand-over; readers waiting for a group get
+//! the new producer's next one.
 //!
 //! # Change notification
 //!
@@ -324,7 +355,8 @@ pub struct Limits {
     pub group_bytes: u64,
     /// The byte budget of the cache: pool blocks held by this track's groups,
     /// times the block size. Writing past it evicts the oldest non-latest
-    /// groups; the latest group may exceed it alone (the pool is the hard limit).
+    /// groups. It is also each group's retain limit: a group that grows past
+    /// it is trimmed (see the module docs) instead of holding all its bytes.
     pub cache_bytes: u64,
 }
 
@@ -374,7 +406,8 @@ pub enum CreateError {
     Finished,
     /// The track was aborted with this code.
     Aborted(u64),
-    /// The track slot was reopened for another track; this producer is stale.
+    /// The track slot was reopened for another track, or this producer was
+    /// detached in failover mode; this producer is stale.
     Stale,
 }
 
@@ -567,6 +600,11 @@ struct Core {
     version: Cell<u64>,
     budget: Cell<u64>,
     has_producer: Cell<bool>,
+    /// Bumped each time a producer is handed out or detached; a producer whose
+    /// number differs is stale.
+    producer_id: Cell<u64>,
+    /// Losing the producer detaches it instead of ending the track.
+    failover: Cell<bool>,
     wakers: Wakers<WAKERS>,
 }
 
@@ -582,11 +620,14 @@ impl Slot<'_> {
         self.group.status() != group::Status::Idle
     }
 
-    /// Pool bytes the group holds: whole blocks (an aborted group holds none).
+    /// Pool bytes the group state holds: whole blocks (an aborted group holds
+    /// none; a trimmed one only its tail while open, see the module docs).
     fn bytes(&self) -> u64 {
+        let bs = self.group.pool().block_size() as u64;
         match self.group.status() {
+            group::Status::Open if self.group.is_trimmed() => bs,
+            group::Status::Finished if self.group.is_trimmed() => 0,
             group::Status::Open | group::Status::Finished => {
-                let bs = self.group.pool().block_size() as u64;
                 self.group.bytes_written().div_ceil(bs) * bs
             }
             group::Status::Idle | group::Status::Aborted(_) => 0,
@@ -626,11 +667,17 @@ impl<'p, const G: usize> State<'p, G> {
                 version: Cell::new(0),
                 budget: Cell::new(limits.cache_bytes),
                 has_producer: Cell::new(false),
+                producer_id: Cell::new(0),
+                failover: Cell::new(false),
                 wakers: Wakers::new(),
             },
-            slots: core::array::from_fn(|_| Slot {
-                group: group::State::new(pool, limits.group_bytes),
-                begin: Cell::new(None),
+            slots: core::array::from_fn(|_| {
+                let group = group::State::new(pool, limits.group_bytes);
+                group.set_retain(limits.cache_bytes);
+                Slot {
+                    group,
+                    begin: Cell::new(None),
+                }
             }),
         }
     }
@@ -701,19 +748,52 @@ impl<'t, 'p> Ref<'t, 'p> {
     /// The track's one producer.
     ///
     /// # Errors
+    /// Once the previous producer finished, was dropped or detached, this
+    /// succeeds again: in failover mode ([`Ref::set_failover`]) the new producer
+    /// continues the open track (any sequence the ring still accepts; see
+    /// [`Producer::create_group`]).
+    ///
+    /// # Errors
     /// [`ProducerTaken`] while another producer of this track is alive. A
     /// second writer would race the first for sequence numbers; a relay that
-    /// re-splices a track onto a new upstream (PROTOCOL.md §4.4) keeps the
-    /// producer and feeds it from the new source.
+    /// re-splices a track onto a new upstream (PROTOCOL.md §4.4) either keeps
+    /// the producer and feeds it from the new source, or sets failover mode
+    /// and lets the old producer go first.
     pub fn producer(self) -> Result<Producer<'t, 'p>, ProducerTaken> {
         if self.core.has_producer.get() {
             return Err(ProducerTaken);
         }
         self.core.has_producer.set(true);
+        let id = self.core.producer_id.get().wrapping_add(1);
+        self.core.producer_id.set(id);
         Ok(Producer {
             track: self,
             epoch: self.core.epoch.get(),
+            id,
         })
+    }
+
+    /// True while a [`Producer`] of this track is alive and attached.
+    pub fn has_producer(&self) -> bool {
+        self.core.has_producer.get()
+    }
+
+    /// Sets failover mode (off by default and after [`Ref::reopen`]).
+    ///
+    /// While it is on, losing the producer does not end the track:
+    /// [`Producer::abort`] and dropping an unfinished [`Producer`] abort the
+    /// groups still open (with the abort code, or [`group::ABORT_DROPPED`] for
+    /// a drop), detach the producer and leave the track's [`Status`] as it was;
+    /// a later [`Ref::producer`] continues the track. [`Producer::finish`]
+    /// still finishes it. With the mode off, abort and drop end the track
+    /// ([`Status::Aborted`]) as usual.
+    pub fn set_failover(&self, on: bool) {
+        self.core.failover.set(on);
+    }
+
+    /// Whether failover mode is on (see [`Ref::set_failover`]).
+    pub fn failover(&self) -> bool {
+        self.core.failover.get()
     }
 
     /// A new reader positioned at `start`.
@@ -787,7 +867,9 @@ impl<'t, 'p> Ref<'t, 'p> {
             .map(|s| s.group.sequence())
     }
 
-    /// Pool bytes the track's groups hold (whole blocks).
+    /// Pool bytes the track's group states hold (whole blocks): every block of
+    /// an untrimmed group, the tail block of an open trimmed one; blocks only
+    /// readers hold are not counted (see the module docs).
     pub fn held_bytes(&self) -> u64 {
         self.slots.iter().map(Slot::bytes).sum()
     }
@@ -797,9 +879,15 @@ impl<'t, 'p> Ref<'t, 'p> {
         self.core.budget.get()
     }
 
-    /// Changes the byte budget; applies from the next group or write.
+    /// Changes the byte budget; evictions apply from the next group or write.
+    ///
+    /// It is also every group's retain limit, which applies at once: a held
+    /// group already past `bytes` is trimmed now (see the module docs).
     pub fn set_budget(&self, bytes: u64) {
         self.core.budget.set(bytes);
+        for s in self.slots {
+            s.group.set_retain(bytes);
+        }
     }
 
     /// How many groups were dropped to make room or by age.
@@ -891,9 +979,29 @@ impl<'t, 'p> Ref<'t, 'p> {
         true
     }
 
+    /// Failover: lets the producer go without ending the track. Aborts the
+    /// open groups with `code`, marks the producer detached (any handle to it
+    /// is stale from now on) and notifies readers. Returns false if the track
+    /// was already aborted (nothing to keep).
+    fn detach(&self, code: u64) -> bool {
+        if let Status::Aborted(_) = self.core.status.get() {
+            return false;
+        }
+        debug!("track producer detached, code {}", code);
+        for s in self.slots {
+            s.group.abort(code);
+        }
+        self.core.has_producer.set(false);
+        let c = self.core;
+        c.producer_id.set(c.producer_id.get().wrapping_add(1));
+        self.changed();
+        true
+    }
+
     /// Reuses the storage for the track `info`: every group is dropped, the
-    /// track is open and empty, and every existing handle (producer, consumers,
-    /// group producers and readers) becomes stale.
+    /// track is open and empty, failover mode is off, and every existing handle
+    /// (producer, consumers, group producers and readers) becomes stale. The
+    /// byte budget is kept.
     ///
     /// A relay keeps a fixed table of track states and reopens a free one when
     /// a new track appears, instead of allocating.
@@ -905,6 +1013,7 @@ impl<'t, 'p> Ref<'t, 'p> {
         c.latest.set(None);
         c.evicted_max.set(None);
         c.has_producer.set(false);
+        c.failover.set(false);
         for s in self.slots {
             s.group.clear();
             s.begin.set(None);
@@ -1062,16 +1171,26 @@ impl<'t, 'p> Ref<'t, 'p> {
             Status::Finished => return Err(CreateError::Finished),
             Status::Aborted(code) => return Err(CreateError::Aborted(code)),
         }
-        if self.find(seq).is_some() {
-            return Err(CreateError::Duplicate);
-        }
+        // Failover: a group the lost source left aborted may come again from
+        // the new one; it takes the aborted group's slot.
+        let again = match self.find(seq) {
+            Some(i)
+                if c.failover.get()
+                    && matches!(self.slot(i).group.status(), group::Status::Aborted(_)) =>
+            {
+                Some(i)
+            }
+            Some(_) => return Err(CreateError::Duplicate),
+            None => None,
+        };
         let latest = c.latest.get();
         let is_latest = latest.is_none_or(|l| seq > l);
         // PROTOCOL.md §4.8: a late older group is kept only while within max age.
         if !is_latest && self.is_stale(seq) {
             return Err(CreateError::TooOld);
         }
-        let i = match self.slots.iter().position(|s| !s.held()) {
+        let free = again.or_else(|| self.slots.iter().position(|s| !s.held()));
+        let i = match free {
             Some(i) => i,
             None => {
                 // Full ring: the oldest group goes, unless the new one would be older.
@@ -1139,10 +1258,14 @@ impl fmt::Debug for Ref<'_, '_> {
 /// The one writer of a track (from [`Ref::producer`]).
 ///
 /// Dropping it while the track is open aborts the track with
-/// [`group::ABORT_DROPPED`] (CANCEL); [`Producer::finish`] first for a clean end.
+/// [`group::ABORT_DROPPED`] (CANCEL); [`Producer::finish`] first for a clean
+/// end. In failover mode ([`Ref::set_failover`]) the drop only aborts the open
+/// groups and detaches the producer; the track stays open for the next one.
 pub struct Producer<'t, 'p> {
     track: Ref<'t, 'p>,
     epoch: u64,
+    /// Which producer of the track this is (`Core::producer_id`).
+    id: u64,
 }
 
 impl<'t, 'p> Producer<'t, 'p> {
@@ -1156,14 +1279,22 @@ impl<'t, 'p> Producer<'t, 'p> {
     /// A newer group than the latest always gets a slot (the oldest group is
     /// evicted if the ring is full). An older one gets a free slot, or the
     /// slot of an even older group. Both may evict old groups over the byte budget.
+    /// In failover mode ([`Ref::set_failover`]) a held group that was aborted
+    /// (e.g. cut off by the loss of the previous producer) may be created
+    /// again: it takes that group's slot, whose old readers then get
+    /// [`group::ReadError::Evicted`].
     ///
     /// # Errors
-    /// [`CreateError::Duplicate`] if `sequence` is held;
+    /// [`CreateError::Duplicate`] if `sequence` is held (and not an aborted
+    /// group in failover mode);
     /// [`CreateError::TooOld`] if it is older than every group held and the
     /// ring is full, or already past the publisher max age;
     /// [`CreateError::Finished`] / [`CreateError::Aborted`] / [`CreateError::Stale`]
     /// for the track's state. Nothing changes on error.
     pub fn create_group(&self, sequence: u64) -> Result<GroupProducer<'t, 'p>, CreateError> {
+        if !self.is_current() {
+            return Err(CreateError::Stale);
+        }
         self.track.create(self.epoch, sequence)
     }
 
@@ -1190,12 +1321,28 @@ impl<'t, 'p> Producer<'t, 'p> {
     /// Abandons the track with stream error `code`, aborting its open groups;
     /// readers get [`ReadError::Aborted`]. False if already aborted or this
     /// producer is stale.
+    ///
+    /// In failover mode ([`Ref::set_failover`]) the track is not ended: the
+    /// open groups are aborted with `code` (their readers get
+    /// [`group::ReadError::Aborted`]), this producer is detached (stale from
+    /// now on: its calls fail with [`CreateError::Stale`] or return false) and
+    /// the track keeps its status, so [`Ref::producer`] can continue it.
     pub fn abort(&mut self, code: u64) -> bool {
-        self.is_current() && self.track.abort(code)
+        if !self.is_current() {
+            return false;
+        }
+        if self.track.core.failover.get() {
+            self.track.detach(code)
+        } else {
+            self.track.abort(code)
+        }
     }
 
-    fn is_current(&self) -> bool {
-        self.track.core.epoch.get() == self.epoch
+    /// Whether this producer still writes the track: not stale after
+    /// [`Ref::reopen`] and not detached in failover mode.
+    pub fn is_current(&self) -> bool {
+        let c = self.track.core;
+        c.epoch.get() == self.epoch && c.producer_id.get() == self.id
     }
 }
 
@@ -1206,7 +1353,11 @@ impl Drop for Producer<'_, '_> {
         }
         self.track.core.has_producer.set(false);
         if self.track.status() == Status::Open {
-            self.track.abort(group::ABORT_DROPPED);
+            if self.track.core.failover.get() {
+                self.track.detach(group::ABORT_DROPPED);
+            } else {
+                self.track.abort(group::ABORT_DROPPED);
+            }
         }
     }
 }
@@ -1245,15 +1396,17 @@ impl<'t, 'p> GroupProducer<'t, 'p> {
         self.slot.group.generation() == self.generation
     }
 
-    /// Bytes `n` more stored bytes add to the group's whole-block footprint.
+    /// Bytes `n` more stored bytes add to the group's held footprint (whole
+    /// blocks; a group that is or will then be trimmed holds its tail only).
     fn growth(&self, n: u64) -> u64 {
         let g = &self.slot.group;
         let bs = g.pool().block_size() as u64;
         let now = g.bytes_written();
-        now.saturating_add(n)
-            .div_ceil(bs)
-            .saturating_sub(now.div_ceil(bs))
-            * bs
+        let after = now.saturating_add(n);
+        if g.is_trimmed() || after > g.retain() {
+            return bs.saturating_sub(self.slot.bytes());
+        }
+        after.div_ceil(bs).saturating_sub(now.div_ceil(bs)) * bs
     }
 
     fn before_write(&self, n: u64) {
@@ -1792,33 +1945,108 @@ mod tests {
         g.write_frame(2, &[2; 20]).unwrap();
         assert_eq!(held(t), [1, 2]);
         assert_eq!((t.held_bytes(), pool.in_use()), (64, 4));
-        // The latest group alone may exceed the budget: older ones go first.
-        g.write_frame(3, &[3; 50]).unwrap(); // 22 + 52 bytes: 5 blocks
+        // A latest group growing past the budget is trimmed, not kept whole:
+        // it then holds only its tail block, and nothing else had to go for it.
+        g.write_frame(3, &[3; 36]).unwrap(); // 22 + 38 bytes: 4 blocks, at the budget
         assert_eq!(held(t), [2]);
-        assert_eq!(t.held_bytes(), 80);
+        assert_eq!((t.held_bytes(), pool.in_use()), (64, 4));
+        g.write_frame(4, &[4; 14]).unwrap(); // 76 bytes > 64: trimmed
+        assert!(g.state().is_trimmed());
+        assert_eq!((t.held_bytes(), pool.in_use()), (16, 1));
+        assert_eq!(
+            t.group(2).unwrap().chunk().unwrap_err(),
+            group::ReadError::Trimmed
+        );
         g.finish().unwrap();
-        // A late older group is a candidate too, even while empty: with the
-        // latest group alone over the budget, it cannot take a byte.
+        assert_eq!((t.held_bytes(), pool.in_use()), (0, 0));
+        // A late older group is a candidate for eviction too, even while empty.
+        t.set_budget(48);
+        fill(&p, [3]);
         let mut late = p.create_group(1).unwrap();
+        late.write_frame(1, &[1; 10]).unwrap(); // 1 block: 32 bytes held
+        assert_eq!(held(t), [1, 2, 3]);
         assert_eq!(
-            late.write_frame(1, &[1; 10]),
+            late.write_frame(1, &[1; 30]), // 2 more blocks: it is the oldest
             Err(group::WriteError::Evicted)
         );
-        assert_eq!(held(t), [2]);
-        // With room for two more blocks it is written, until it outgrows them.
-        t.set_budget(112);
-        let mut late = p.create_group(1).unwrap();
-        late.write_frame(1, &[1; 10]).unwrap();
-        assert_eq!(held(t), [1, 2]);
-        assert_eq!(
-            late.write_frame(1, &[1; 30]),
-            Err(group::WriteError::Evicted)
-        );
-        assert_eq!(held(t), [2]);
+        assert_eq!(held(t), [2, 3]);
         // Raising the budget stops evictions.
         t.set_budget(u64::MAX);
-        fill(&p, [3, 4]);
-        assert_eq!(held(t), [2, 3, 4]);
+        fill(&p, [4, 5]);
+        assert_eq!(held(t), [2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn group_over_the_budget_is_trimmed_and_held_bytes_stay_bounded() {
+        // A 16 MiB group in a 256 KiB budget, through a 512 KiB pool of 16 KiB
+        // blocks, read by one track consumer under a 256 KiB pacing window.
+        let bs: usize = if cfg!(miri) { 64 } else { 16 << 10 };
+        const BLOCKS: usize = 32;
+        let budget = 16 * bs as u64;
+        let window = budget;
+        let total = if cfg!(miri) { 64 * bs } else { 1024 * bs } as u64;
+        let frame = bs / 2 + 1;
+        let mut bytes = std::vec![0u8; BLOCKS * bs];
+        let mut meta: Vec<crate::pool::BlockMeta> =
+            (0..BLOCKS).map(|_| crate::pool::BlockMeta::new()).collect();
+        let pool = Pool::from_parts(&mut bytes, &mut meta).unwrap();
+        let limits = Limits {
+            group_bytes: u64::MAX,
+            cache_bytes: budget,
+        };
+        let track = State::<4>::with_limits(&pool, info("v"), limits);
+        let t = track.handle();
+        let p = track.producer().unwrap();
+        let mut c = track.consumer(Start::Group(0));
+        let mut g = p.create_group(0).unwrap();
+        let mut r = c.next_group().unwrap().ready().unwrap();
+        let payload = std::vec![0x5a; frame];
+        let (mut read, mut max_held, mut ts) = (0u64, 0u64, 0u64);
+        let mut buf = std::vec![0u8; bs + 7];
+        loop {
+            while g.state().bytes_written() < total && g.allowance(window) >= frame as u64 + 4 {
+                g.write_frame(ts, &payload).unwrap();
+                ts += 1;
+                max_held = max_held.max(t.held_bytes());
+            }
+            if g.state().bytes_written() >= total && g.state().is_open() {
+                g.finish().unwrap();
+            }
+            match r.read(&mut buf).unwrap() {
+                group::Next::Ready(n) => read += n as u64,
+                group::Next::Finished => break,
+                group::Next::Pending => panic!("stalled at {read}"),
+            }
+        }
+        assert_eq!(read, g.state().bytes_written());
+        assert!(g.state().is_trimmed());
+        assert!(max_held <= budget, "held {max_held}");
+        assert!(pool.high_water() <= window as usize / bs + 2);
+        assert_eq!(
+            t.held_bytes(),
+            0,
+            "finished and trimmed: only the reader's block"
+        );
+        assert_eq!(pool.in_use(), 1);
+        // A reader that comes now cannot start at byte 0.
+        assert_eq!(
+            t.group(0).unwrap().chunk().unwrap_err(),
+            group::ReadError::Trimmed
+        );
+        // Later groups within the budget are held whole again.
+        fill(&p, [1, 2]);
+        assert_eq!(held(t), [0, 1, 2]);
+        assert_eq!(
+            t.group(1)
+                .unwrap()
+                .chunk()
+                .unwrap()
+                .ready()
+                .map(<[u8]>::len),
+            Some(7)
+        );
+        drop(r);
+        assert_eq!(pool.in_use(), 2);
     }
 
     // --- max age ----------------------------------------------------------------------
@@ -1997,12 +2225,13 @@ mod tests {
         let mut c = track.consumer(Start::Group(0));
         let mut reader = t.group(0).unwrap();
         t.reopen(info("new"));
-        assert_eq!(pool.in_use(), 0);
+        assert_eq!(pool.in_use(), 1, "the reader anchors group 0's first block");
         assert!(t.has_name("new") && !t.has_name("old"));
         assert_eq!((t.latest(), t.len(), t.status()), (None, 0, Status::Open));
         assert_eq!(p.append_group().unwrap_err(), CreateError::Stale);
         assert_eq!(c.next_group().unwrap_err(), ReadError::Stale);
         assert_eq!(reader.chunk().unwrap_err(), group::ReadError::Evicted);
+        assert_eq!(pool.in_use(), 0, "a stale reader lets go at its next read");
         assert_eq!(g.write_frame(0, b"x"), Err(group::WriteError::Evicted));
         // A new producer may start at once; the stale one's drop changes nothing.
         let q = t.producer().unwrap();
@@ -2057,6 +2286,146 @@ mod tests {
             ReadError::Aborted(0x36)
         );
         assert_eq!(p.append_group().unwrap_err(), CreateError::Aborted(0x36));
+    }
+
+    // --- failover -------------------------------------------------------------------------
+
+    #[test]
+    fn failover_abort_detaches_and_a_new_producer_continues() {
+        let mut storage = PoolStorage::<16, 32>::new();
+        let pool = Pool::new(&mut storage);
+        let track = State::<4>::new(&pool, info("v"));
+        let t = track.handle();
+        assert!(!t.failover());
+        t.set_failover(true);
+        assert!(t.failover());
+        let mut p = track.producer().unwrap();
+        assert!(t.has_producer());
+        let mut c = track.consumer(Start::Group(0));
+        fill(&p, [0]);
+        let mut open = p.create_group(1).unwrap();
+        open.write_frame(10, b"cut").unwrap();
+        let mut cut = t.group(1).unwrap();
+        assert_eq!(next(&mut c), Ok(0));
+        let v = t.version();
+        assert!(p.abort(0x36));
+        // The track is not ended; the open group is, with the code.
+        assert_eq!(t.status(), Status::Open);
+        assert!(t.version() > v);
+        assert!(!t.has_producer());
+        assert_eq!(cut.chunk().unwrap_err(), group::ReadError::Aborted(0x36));
+        assert_eq!(
+            open.write_frame(11, b"x"),
+            Err(group::WriteError::Aborted(0x36))
+        );
+        assert_eq!(
+            t.group(0)
+                .unwrap()
+                .chunk()
+                .unwrap()
+                .ready()
+                .map(<[u8]>::len),
+            Some(7)
+        );
+        // The detached producer is stale; its drop changes nothing.
+        assert!(!p.is_current());
+        assert_eq!(p.append_group().unwrap_err(), CreateError::Stale);
+        assert!(!p.finish());
+        assert!(!p.abort(0x1));
+        drop(p);
+        assert_eq!(t.status(), Status::Open);
+        // Readers see no end across the hand-over.
+        assert_eq!(next(&mut c), Ok(1), "the aborted group is still given");
+        let (count, waker) = counter();
+        let mut cx = Context::from_waker(&waker);
+        assert!(c.poll_next_group(&mut cx).is_pending());
+        // A new producer continues: the cut group may come again, then new ones.
+        let q = t.producer().unwrap();
+        assert_eq!(q.create_group(0).unwrap_err(), CreateError::Duplicate);
+        let mut again = q.create_group(1).unwrap();
+        assert_eq!(
+            cut.chunk().unwrap_err(),
+            group::ReadError::Evicted,
+            "the cut group's slot was reused"
+        );
+        again.write_frame(10, b"whole").unwrap();
+        again.finish().unwrap();
+        assert_eq!(
+            t.group(1).unwrap().chunk().unwrap().ready(),
+            Some(&[0x14, 0x05, b'w', b'h', b'o', b'l', b'e'][..])
+        );
+        assert!(woken(&count) > 0);
+        fill(&q, [2]);
+        assert_eq!(next(&mut c), Ok(2));
+        assert!(matches!(c.next_group(), Ok(Next::Pending)));
+        assert_eq!(held(t), [0, 1, 2]);
+    }
+
+    #[test]
+    fn failover_drop_detaches_and_clearing_the_flag_restores_abort() {
+        let mut storage = PoolStorage::<16, 32>::new();
+        let pool = Pool::new(&mut storage);
+        let track = State::<4>::new(&pool, info("v"));
+        let t = track.handle();
+        t.set_failover(true);
+        let mut c = track.consumer(Start::Group(0));
+        let p = track.producer().unwrap();
+        fill(&p, [0]);
+        let mut open = p.append_group().unwrap();
+        open.write_frame(1, b"x").unwrap();
+        drop(p);
+        assert_eq!(t.status(), Status::Open);
+        assert_eq!(
+            open.write_frame(2, b"y"),
+            Err(group::WriteError::Aborted(group::ABORT_DROPPED))
+        );
+        drop(open);
+        assert_eq!(next(&mut c), Ok(0));
+        assert_eq!(next(&mut c), Ok(1));
+        // A second loss, then the flag is cleared: the next abort ends the track.
+        let p = t.producer().unwrap();
+        fill(&p, [2]);
+        drop(p);
+        assert_eq!(t.status(), Status::Open);
+        assert_eq!(next(&mut c), Ok(2));
+        t.set_failover(false);
+        let mut p = t.producer().unwrap();
+        assert!(p.abort(0x5));
+        assert_eq!(t.status(), Status::Aborted(0x5));
+        assert_eq!(c.next_group().unwrap_err(), ReadError::Aborted(0x5));
+        drop(p);
+        assert!(t.producer().is_ok());
+        assert_eq!(t.status(), Status::Aborted(0x5));
+    }
+
+    #[test]
+    fn failover_keeps_finish_and_reopen_clears_it() {
+        let mut storage = PoolStorage::<16, 32>::new();
+        let pool = Pool::new(&mut storage);
+        let track = State::<4>::new(&pool, info("v"));
+        let t = track.handle();
+        t.set_failover(true);
+        let mut p = track.producer().unwrap();
+        let mut open = p.append_group().unwrap();
+        assert!(p.finish());
+        assert_eq!(t.status(), Status::Finished);
+        // Finished: the drop leaves the open group to its writer, as without failover.
+        drop(p);
+        open.write_frame(0, b"late").unwrap();
+        // An abort through a later producer only cuts open groups; the track stays finished.
+        let mut q = t.producer().unwrap();
+        assert!(q.abort(0x7));
+        assert_eq!(t.status(), Status::Finished);
+        assert_eq!(
+            open.write_frame(1, b"x"),
+            Err(group::WriteError::Aborted(0x7))
+        );
+        drop(q);
+        t.reopen(info("w"));
+        assert!(!t.failover());
+        let p = t.producer().unwrap();
+        drop(p);
+        assert_eq!(t.status(), Status::Aborted(group::ABORT_DROPPED));
     }
 
     // --- property: random interleavings ----------------------------------------------------

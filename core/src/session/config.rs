@@ -30,6 +30,18 @@ pub struct Config<'c> {
     /// established before closing with CONTROL_MESSAGE_TIMEOUT (0x11);
     /// [`Duration::ZERO`] waits forever. Default 10 s, as moq-dev.
     pub setup_timeout: Duration,
+    /// Subscriptions the peer may hold on our tracks at once (capped by the
+    /// storage's `SERVE` table); one more SUBSCRIBE is refused like one that
+    /// finds the table full. Default: the whole table.
+    pub max_served: usize,
+    /// Largest FRAME payload accepted on a received group stream; a larger one
+    /// drops the group with FRAME_TOO_LARGE (0x38, PROTOCOL.md §3.15) and stops
+    /// the stream. Default: no limit but the group's.
+    pub max_frame_bytes: u64,
+    /// How long an incomplete control message may sit in a control stream's
+    /// buffer (a peer trickling it, slowloris) before the session is closed with
+    /// CONTROL_MESSAGE_TIMEOUT (0x11); [`Duration::ZERO`] (default) waits forever.
+    pub control_timeout: Duration,
 }
 
 impl Config<'static> {
@@ -41,6 +53,9 @@ impl Config<'static> {
             path: None,
             role: Role::Both,
             setup_timeout: Duration::from_secs(10),
+            max_served: usize::MAX,
+            max_frame_bytes: u64::MAX,
+            control_timeout: Duration::ZERO,
         }
     }
 }

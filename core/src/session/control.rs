@@ -25,6 +25,7 @@ use super::event::{AnnounceId, Event, Queued};
 use super::{Error, Session};
 use crate::model::origin;
 use crate::model::path::{Path, PathBuf};
+use crate::time::Instant;
 use crate::wire::lite::{
     Announce, AnnounceOk, BidiStreamType, Goaway, MAX_HOPS, Message, Param, SessionCode, Setup,
     StreamCode, SubscribeResponse, Track, TrackInfo, UniStreamType, decode_message,
@@ -123,6 +124,9 @@ pub(crate) struct Control {
     pub(super) held: bool,
     /// Bytes of a message at the front of the receive buffer kept for `poll_event`.
     pub(super) event: usize,
+    /// Since when the front of the receive buffer holds an incomplete message
+    /// (see `Config::control_timeout`).
+    pub(super) partial_since: Option<Instant>,
 }
 
 impl Control {
@@ -141,6 +145,7 @@ impl Control {
         rx_done: false,
         held: false,
         event: 0,
+        partial_since: None,
     };
 
     /// True if received bytes or a FIN wait to be processed.
@@ -615,6 +620,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 Kind::SubscribeOut { sub } => self.parse_response(slot, sub),
                 Kind::SetupOut | Kind::GoawayOut => Step::Consumed(c.rx_len),
             };
+            if !matches!(step, Step::Wait) {
+                self.control[slot].partial_since = None;
+            }
             match step {
                 Step::Consumed(n) => self.rx_consume(slot, n),
                 Step::Held(n) => {
@@ -622,6 +630,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     return;
                 }
                 Step::Wait => {
+                    if self.control[slot].partial_since.is_none() {
+                        self.control[slot].partial_since = Some(self.now);
+                    }
                     if self.control[slot].rx_fin {
                         // The stream ended inside a message.
                         self.fail(SessionCode::ProtocolViolation, "truncated control message");

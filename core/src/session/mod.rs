@@ -125,6 +125,12 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     path: Option<&'a str>,
     role: Role,
     setup_timeout: Duration,
+    /// Largest FRAME payload accepted on a received group stream.
+    max_frame: u64,
+    /// How long an incomplete control message may wait (zero: forever).
+    control_timeout: Duration,
+    /// The latest instant a call was given.
+    now: Instant,
     origin: Option<origin::Ref<'a, 'p>>,
     /// Asked for tracks the peer requests that a known broadcast lacks.
     resolver: Option<&'s dyn Resolve<'a, 'p>>,
@@ -206,6 +212,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             out,
             inc,
         } = storage;
+        // A configured subscription limit narrows the served table.
+        let served = served.as_mut_slice();
+        let served_len = config.max_served.min(served.len());
+        let (served, _) = served.split_at_mut(served_len);
         let session = Session {
             conn,
             side,
@@ -219,13 +229,16 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 Side::Server => Role::Both,
             },
             setup_timeout: config.setup_timeout,
+            max_frame: config.max_frame_bytes,
+            control_timeout: config.control_timeout,
+            now,
             origin,
             resolver: None,
             control: control.as_mut_slice(),
             rx: rx.as_flattened_mut(),
             tx: tx.as_flattened_mut(),
             buf: BUF,
-            served: served.as_mut_slice(),
+            served,
             subs: subs.as_mut_slice(),
             out: out.as_mut_slice(),
             inc: inc.as_mut_slice(),
@@ -372,10 +385,27 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             }
             _ => None,
         };
-        match (self.conn.poll_timeout(), setup) {
+        let deadline = match (self.conn.poll_timeout(), setup) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match (deadline, self.partial_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// When the oldest incomplete control message times out, if one waits
+    /// and the timeout is on.
+    fn partial_deadline(&self) -> Option<Instant> {
+        if self.control_timeout == Duration::ZERO {
+            return None;
+        }
+        self.control
+            .iter()
+            .filter_map(|c| c.partial_since)
+            .min()
+            .map(|t| t.saturating_add(self.control_timeout))
     }
 
     /// Runs the timers due at `now`; call it when [`poll_timeout`](Self::poll_timeout)'s
@@ -383,10 +413,11 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// [`poll_event`](Self::poll_event) and [`poll_transmit`](Self::poll_transmit).
     ///
     /// The connection's handshake and idle timeouts end the session
-    /// ([`Event::Closed`]); the SETUP timeout closes it with
-    /// CONTROL_MESSAGE_TIMEOUT (0x11).
+    /// ([`Event::Closed`]); the SETUP timeout and the control-message timeout
+    /// (`Config::control_timeout`) close it with CONTROL_MESSAGE_TIMEOUT (0x11).
     pub fn handle_timeout(&mut self, now: Instant) {
         self.release_surfaced();
+        self.now = now;
         if self.is_closed() {
             return;
         }
@@ -399,6 +430,15 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             && now >= at.saturating_add(self.setup_timeout)
         {
             self.fail(SessionCode::ControlMessageTimeout, "setup timeout");
+            return;
+        }
+        if self.partial_deadline().is_some_and(|t| now >= t) {
+            // A peer trickling a control message (slowloris): the idle timer,
+            // reset by every byte, never fires.
+            self.fail(
+                SessionCode::ControlMessageTimeout,
+                "control message timeout",
+            );
             return;
         }
         self.drive();
@@ -423,6 +463,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// [`Error::Closed`] once the session is over (the input is meaningless then).
     pub fn handle_input(&mut self, now: Instant, input: &[u8]) -> Result<usize, Error> {
         self.release_surfaced();
+        self.now = now;
         if self.is_closed() {
             return Err(Error::Closed);
         }
@@ -503,6 +544,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> usize {
         self.release_surfaced();
+        self.now = now;
         let mut pos = 0;
         // Rounds: writing can free slots and finish streams, which lets `drive`
         // queue more (a FIN after the last group, the next group stream). Stop

@@ -11,6 +11,10 @@
 //! When the track finishes, SUBSCRIBE_END (exclusive) goes out, and FIN once
 //! every group in range was delivered or given up.
 //!
+//! A wanted group that was trimmed (its first bytes already released, see
+//! [`crate::model::group`]) cannot be sent from byte 0: it is skipped, no stream
+//! is opened for it, and delivery goes on with the next wanted group.
+//!
 //! Group data is written by [`flush_groups`](Session::flush_groups) in
 //! priority order within each stream's QMux credit; reading the group there is
 //! what advances its furthest-read position and so paces the local producer.
@@ -597,7 +601,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     }
                     continue;
                 };
-                if !self.open_group(i, seq, consumer) {
+                // A trimmed group cannot be sent from its first byte (see
+                // `model::group`): skip it without opening a stream and go on
+                // with the next wanted group.
+                if consumer.is_trimmed() {
+                    debug!("session: group {} trimmed, skipped", seq);
+                } else if !self.open_group(i, seq, consumer) {
                     break;
                 }
                 if let Some(s) = self.served_mut(i)
@@ -779,8 +788,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             Err(e) => {
                 let code = match e {
                     ReadError::Aborted(code) => code,
-                    // The slot was reused for a newer group.
-                    ReadError::Evicted => StreamCode::Old.to_code(),
+                    // The slot was reused for a newer group, or (not opened by
+                    // `serve_one`, but kept total) the group's start is gone.
+                    ReadError::Evicted | ReadError::Trimmed => StreamCode::Old.to_code(),
                     ReadError::Misaligned => StreamCode::Internal.to_code(),
                 };
                 let _ = self.conn.reset_stream(id, code);

@@ -647,6 +647,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// # Errors
     /// The stream code to stop the stream with when the frame cannot be stored.
     fn frame_step(&mut self, i: usize, data: &[u8]) -> Result<usize, StreamCode> {
+        let max_frame = self.max_frame;
         let Some(Some(g)) = self.inc.get_mut(i) else {
             return Ok(data.len());
         };
@@ -673,6 +674,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         let mut r = Reader::new(bytes);
         let max = usize::try_from(producer.state().max_bytes()).unwrap_or(usize::MAX);
         match Header::decode(&mut r, g.prev, max) {
+            // PROTOCOL.md §3.15: FRAME_TOO_LARGE for a frame over our limit.
+            Ok(h) if h.len as u64 > max_frame => Err(StreamCode::FrameTooLarge),
             Ok(h) => match producer.begin_frame(h.timestamp, h.len) {
                 Ok(()) => {
                     let n = r.position() - stored;

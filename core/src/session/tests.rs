@@ -1028,6 +1028,107 @@ fn unpolled_events_backpressure_the_input() {
 }
 
 #[test]
+fn max_served_refuses_subscriptions_over_the_limit() {
+    let mut ps = PoolStorage::<8, 64>::new();
+    let pool = Pool::new(&mut ps);
+    published!(pool, o, "b", "t", _t, _tp);
+    let config = Config {
+        max_served: 2,
+        ..Config::new()
+    };
+    raw_pair!(Side::Server, config, Some(o.handle()), st, pair);
+    pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+    let mut ids = Vec::new();
+    for id in 0..3u8 {
+        // SUBSCRIBE id, "b", "t", priority 0, ordered 0, max age 0, latest, open.
+        let mut msg = hex("02 0a");
+        msg.extend([id, 1, b'b', 1, b't', 0, 0, 0, 0, 0]);
+        ids.push(pair.b.open(Dir::Bidi, &msg, false));
+    }
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(pair.a.session.served_count(), 2);
+    let refused = ids
+        .iter()
+        .filter(|id| pair.b.resets.contains(&(id.value(), 0)))
+        .count();
+    assert_eq!(refused, 1);
+    assert_eq!(pair.b.closed, None);
+}
+
+#[test]
+fn frame_over_max_frame_bytes_drops_the_group() {
+    let mut ps = PoolStorage::<8, 64>::new();
+    let pool = Pool::new(&mut ps);
+    let mut cps = PoolStorage::<8, 64>::new();
+    let cpool = Pool::new(&mut cps);
+    published!(pool, o, "b", "t", _t, tp);
+    let local = track::State::<4>::new(&cpool, track::Info::new("t").unwrap());
+    let ccfg = Config {
+        max_frame_bytes: 4,
+        ..Config::new()
+    };
+    session_pair!(o.handle(), ccfg, Config::new(), pair);
+    let req = Request {
+        start: Start::Latest,
+        end: End::Open,
+        ordered: false,
+        priority: 0,
+        max_latency: Duration::ZERO,
+    };
+    pair.a.session.subscribe("b", local.handle(), req).unwrap();
+    pair.settle(Duration::from_millis(10));
+    // A 3-byte frame, then a 9-byte one: over the subscriber's 4-byte limit.
+    write_group(&tp, 0, &[(0, b"abc"), (1, b"abcdefghi")]);
+    pair.settle(Duration::from_millis(50));
+    let mut g = local.handle().group(0).expect("group 0 started");
+    // However much of the first frame is readable, the group ends aborted.
+    let mut end = None;
+    for _ in 0..4 {
+        match g.read_frame_header() {
+            Ok(Next::Ready(h)) => {
+                let mut buf = [0u8; 16];
+                let _ = g.read_payload(&mut buf[..h.len]);
+            }
+            other => {
+                end = Some(other.map(|_| ()));
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        end,
+        Some(Err(crate::model::group::ReadError::Aborted(
+            StreamCode::FrameTooLarge.to_code()
+        )))
+    );
+    // Only the group failed: the session goes on.
+    assert_eq!(pair.a.closed(), None);
+}
+
+#[test]
+fn trickled_control_message_times_out() {
+    let config = Config {
+        control_timeout: Duration::from_secs(2),
+        ..Config::new()
+    };
+    raw_pair!(Side::Server, config, None, st, pair);
+    pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+    // ANNOUNCE_REQUEST for "": sent in two halves within the limit, no harm.
+    let a = pair.b.open(Dir::Bidi, &hex("01 02"), false);
+    pair.settle(Duration::from_secs(1));
+    pair.b.write(a, &hex("00 00"), false);
+    pair.settle(Duration::from_secs(3));
+    assert_eq!(pair.b.closed, None);
+    // A SUBSCRIBE that never completes: CONTROL_MESSAGE_TIMEOUT.
+    pair.b.open(Dir::Bidi, &hex("02 0a 00 01"), false);
+    pair.settle(Duration::from_secs(3));
+    assert_eq!(
+        pair.b.closed.as_ref().map(|c| c.0),
+        Some(SessionCode::ControlMessageTimeout.to_code())
+    );
+}
+
+#[test]
 fn full_served_table_refuses_the_subscription() {
     let mut ps = PoolStorage::<8, 64>::new();
     let pool = Pool::new(&mut ps);
@@ -1080,6 +1181,113 @@ fn dropping_the_session_releases_local_tracks() {
         track::Status::Aborted(StreamCode::SessionClosed.to_code())
     );
     assert!(local.producer().is_ok());
+}
+
+// ---------------------------------------------------------------------------
+// Trimmed groups and failover (model::group trimming, track::Ref::set_failover)
+// ---------------------------------------------------------------------------
+
+#[test]
+fn publisher_skips_a_trimmed_group() {
+    let mut ps = PoolStorage::<64, 64>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<64, 64>::new();
+    let cpool = Pool::new(&mut pc);
+    published!(pool, o, "live", "video", video, tp);
+    // Group 0 outgrows the 256-byte budget with nobody reading: it is trimmed.
+    video.handle().set_budget(256);
+    let big = [9u8; 100];
+    let five: Vec<(u64, &[u8])> = (0..5).map(|t| (t, &big[..])).collect();
+    write_group(&tp, 0, &five);
+    assert_eq!(
+        pool.in_use(),
+        0,
+        "a trimmed, finished, unread group holds nothing"
+    );
+    write_group(&tp, 1, &[(10, b"key")]);
+    let local = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
+    session_pair!(o.handle(), pair);
+    let req = Request {
+        start: Start::Group(0),
+        end: End::Open,
+        max_latency: Duration::from_secs(10),
+        ..Request::LIVE
+    };
+    let sub = pair
+        .a
+        .session
+        .subscribe("live", local.handle(), req)
+        .unwrap();
+    assert!(pair.run(2000, |p| p.a.saw(|e| *e
+        == Ev::Group {
+            subscription: sub,
+            sequence: 1
+        })));
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(read_group(local.handle(), 1), frames(&[(10, "key")]));
+    assert_eq!(pair.b.session.sending_groups(), 0, "no stream for group 0");
+    // Delivery goes on: the next group, then the end.
+    write_group(&tp, 2, &[(20, b"next")]);
+    tp.finish();
+    assert!(pair.run(2000, |p| {
+        p.a.saw(|e| matches!(e, Ev::SubscriptionClosed { code: None, .. }))
+    }));
+    assert_eq!(read_group(local.handle(), 2), frames(&[(20, "next")]));
+    let mut held: Vec<u64> = local.handle().sequences().collect();
+    held.sort_unstable();
+    assert_eq!(held, vec![1, 2]);
+    assert!(!pair.a.saw(|e| matches!(e, Ev::Group { sequence: 0, .. })));
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(pair.b.session.served_count(), 0);
+    assert!(pair.a.closed().is_none() && pair.b.closed().is_none());
+}
+
+#[test]
+fn failover_keeps_the_local_track_across_a_session_loss() {
+    let mut ps = PoolStorage::<64, 128>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<64, 128>::new();
+    let cpool = Pool::new(&mut pc);
+    published!(pool, o, "live", "video", video, tp);
+    write_group(&tp, 0, &[(0, b"key")]);
+    let local = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
+    local.handle().set_failover(true);
+    let mut reader = local.consumer(Start::Group(0));
+    {
+        session_pair!(o.handle(), pair);
+        pair.a
+            .session
+            .subscribe("live", local.handle(), Request::LIVE)
+            .unwrap();
+        pair.settle(Duration::from_millis(50));
+        assert_eq!(read_group(local.handle(), 0), frames(&[(0, "key")]));
+        assert!(local.producer().is_err(), "the session holds the producer");
+        // The upstream session goes away.
+        pair.a.session.close(SessionCode::NoError, "");
+        pair.settle(Duration::from_millis(10));
+        assert_eq!(local.handle().status(), track::Status::Open);
+    }
+    assert_eq!(local.handle().status(), track::Status::Open);
+    assert!(!local.handle().has_producer());
+    assert_eq!(
+        reader.next_group().unwrap().ready().map(|g| g.sequence()),
+        Some(0)
+    );
+    assert!(matches!(reader.next_group(), Ok(track::Next::Pending)));
+    // A new session continues the same local track.
+    write_group(&tp, 1, &[(100, b"more")]);
+    session_pair!(o.handle(), pair);
+    pair.a
+        .session
+        .subscribe("live", local.handle(), Request::LIVE)
+        .unwrap();
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(read_group(local.handle(), 1), frames(&[(100, "more")]));
+    assert_eq!(
+        reader.next_group().unwrap().ready().map(|g| g.sequence()),
+        Some(1)
+    );
+    assert_eq!(local.handle().status(), track::Status::Open);
 }
 
 mod fuzz {
