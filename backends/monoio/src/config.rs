@@ -389,6 +389,35 @@ pub struct Flags {
     /// How long open connections may take to finish after SIGINT/SIGTERM [default: 5s].
     #[arg(long, value_name = "DURATION", global = true)]
     pub drain_timeout: Option<DurationArg>,
+    /// How long a broadcast whose publisher left keeps its subscribers
+    /// waiting for it to be announced again (publisher failover) [default: 10s].
+    #[arg(long, value_name = "DURATION", global = true)]
+    pub failover_grace: Option<DurationArg>,
+    /// Time a new connection has to complete the QMux handshake and SETUP,
+    /// and a started record or control message to complete, before it is
+    /// closed [default: 10s].
+    #[arg(long, value_name = "DURATION", global = true)]
+    pub handshake_timeout: Option<DurationArg>,
+    /// QMux idle timeout advertised: a connection that sends nothing for this
+    /// long is dropped [default: 30s].
+    #[arg(long, value_name = "DURATION", global = true)]
+    pub idle_timeout: Option<DurationArg>,
+    /// A connection whose socket accepts no byte for this long while the relay
+    /// has bytes for it is dropped (the peer stopped reading) [default: 10s].
+    #[arg(long, value_name = "DURATION", global = true)]
+    pub write_timeout: Option<DurationArg>,
+    /// Flow-control window of each stream the peer opens (QMux
+    /// initial_max_stream_data_*) [default: 256KiB].
+    #[arg(long, value_name = "BYTES", global = true)]
+    pub stream_credit: Option<ByteSize>,
+    /// Flow-control window of a whole connection (QMux initial_max_data)
+    /// [default: the larger of 1MiB and 4 x --stream-credit].
+    #[arg(long, value_name = "BYTES", global = true)]
+    pub connection_credit: Option<ByteSize>,
+    /// Kernel send buffer (SO_SNDBUF) of each accepted connection: what a
+    /// peer that stopped reading can hold in the kernel [default: autotuned].
+    #[arg(long, value_name = "BYTES", global = true)]
+    pub send_buffer: Option<ByteSize>,
 }
 
 // ---------------------------------------------------------------------------
@@ -437,6 +466,27 @@ pub struct FileConfig {
     /// See [`Flags::drain_timeout`].
     #[serde(alias = "drain_timeout")]
     pub drain_timeout: Option<DurationArg>,
+    /// See [`Flags::failover_grace`].
+    #[serde(alias = "failover_grace")]
+    pub failover_grace: Option<DurationArg>,
+    /// See [`Flags::handshake_timeout`].
+    #[serde(alias = "handshake_timeout")]
+    pub handshake_timeout: Option<DurationArg>,
+    /// See [`Flags::idle_timeout`].
+    #[serde(alias = "idle_timeout")]
+    pub idle_timeout: Option<DurationArg>,
+    /// See [`Flags::write_timeout`].
+    #[serde(alias = "write_timeout")]
+    pub write_timeout: Option<DurationArg>,
+    /// See [`Flags::stream_credit`].
+    #[serde(alias = "stream_credit")]
+    pub stream_credit: Option<ByteSize>,
+    /// See [`Flags::connection_credit`].
+    #[serde(alias = "connection_credit")]
+    pub connection_credit: Option<ByteSize>,
+    /// See [`Flags::send_buffer`].
+    #[serde(alias = "send_buffer")]
+    pub send_buffer: Option<ByteSize>,
 }
 
 impl FileConfig {
@@ -483,6 +533,20 @@ pub struct Limits {
     pub max_group_bytes: u64,
 }
 
+/// How long the relay waits for a peer before closing its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// QMux transport parameters and SETUP must arrive within this of the
+    /// accept, and a QMux record or a control message once started must
+    /// complete within it (slowloris); closed with CONTROL_MESSAGE_TIMEOUT
+    /// (PROTOCOL.md §3.15).
+    pub handshake: Duration,
+    /// The QMux idle timeout we advertise (PROTOCOL.md §1.4, §2.5).
+    pub idle: Duration,
+    /// The socket accepted no byte for this long while we had bytes to send.
+    pub write: Duration,
+}
+
 /// The validated relay configuration: defaults, then the file, then flags.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RelayConfig {
@@ -504,6 +568,18 @@ pub struct RelayConfig {
     pub driver: DriverKind,
     /// How long connections may take to finish after a stop signal.
     pub drain_timeout: Duration,
+    /// How long a broadcast whose publisher left waits for a new source.
+    pub failover_grace: Duration,
+    /// Handshake, idle and write-stall timeouts.
+    pub timeouts: Timeouts,
+    /// QMux `initial_max_stream_data_*` granted to peers: bytes a peer may
+    /// send on one stream before we read them (PROTOCOL.md §1.4, §2.4).
+    pub stream_credit: u64,
+    /// QMux `initial_max_data` granted to peers; `None`: the larger of 1 MiB
+    /// and four times `stream_credit` (see [`RelayConfig::connection_credit`]).
+    pub connection_credit: Option<u64>,
+    /// SO_SNDBUF of accepted connections (`None`: kernel autotuning).
+    pub send_buffer: Option<u64>,
 }
 
 /// Most worker threads accepted (a sanity bound, far above any core count here).
@@ -528,11 +604,105 @@ impl Default for RelayConfig {
             log: LogLevel(tracing::level_filters::LevelFilter::INFO),
             driver: DriverKind::Auto,
             drain_timeout: Duration::from_secs(5),
+            failover_grace: Duration::from_secs(10),
+            timeouts: Timeouts {
+                handshake: Duration::from_secs(10),
+                idle: Duration::from_secs(30),
+                write: Duration::from_secs(10),
+            },
+            stream_credit: DEFAULT_STREAM_CREDIT,
+            connection_credit: None,
+            send_buffer: None,
         }
     }
 }
 
+/// How much later than the driver's handshake deadline the QMux
+/// connection's own (silent) one fires.
+const HANDSHAKE_BACKSTOP: Duration = Duration::from_secs(1);
+
+/// Default per-stream window: 256 KiB, as moq-dev (PROTOCOL.md §1.4).
+pub const DEFAULT_STREAM_CREDIT: u64 = 256 << 10;
+
+/// The default connection window for a stream window: the larger of 1 MiB
+/// and four streams' worth.
+pub fn connection_credit_for(stream: u64) -> u64 {
+    stream.saturating_mul(4).max(1 << 20)
+}
+
+/// Largest flow-control window accepted (QMux varints hold 2^62 - 1; far
+/// below that, a window is memory the peer may make us buffer).
+pub const MAX_CREDIT: u64 = 1 << 32;
+
 impl RelayConfig {
+    /// The moq-lite session configuration of a relay session with Hop ID
+    /// `hop`: the limits, timeouts and flow-control windows of this
+    /// configuration applied to the QMux connection and the session.
+    ///
+    /// * QMux: `max_idle_timeout` = `--idle-timeout`; `initial_max_data` =
+    ///   `--connection-credit`; every `initial_max_stream_data_*` =
+    ///   `--stream-credit`; `initial_max_streams_bidi` and `_uni` each =
+    ///   `--max-streams`, capped at a quarter of the session's stream table
+    ///   ([`crate::session_driver::STREAMS`]); the handshake deadline is
+    ///   `--handshake-timeout` plus a second (the driver's own deadline,
+    ///   which closes with a code, comes first).
+    /// * Session: SETUP within `--handshake-timeout` of the handshake, and
+    ///   a control message, once started, within it too (slowloris: closed
+    ///   with CONTROL_MESSAGE_TIMEOUT 0x11);
+    ///   `--max-subscriptions` served at once (capped by the storage's
+    ///   served table; one more is refused with INTERNAL 0x0); frames over
+    ///   `--max-frame-bytes` drop their group with FRAME_TOO_LARGE 0x38.
+    ///
+    /// Groups over `--max-group-bytes` are refused by the relay track (see
+    /// [`RelayConfig::track_limits`]).
+    pub fn session_config(&self, hop: u64) -> skiff_core::session::Config<'static> {
+        use skiff_core::conn;
+        use skiff_core::time::Duration as CoreDuration;
+        let core =
+            |d: Duration| CoreDuration::from_micros(d.as_micros().min(u64::MAX as u128) as u64);
+        let streams = u64::from(self.limits.max_streams)
+            .min((crate::session_driver::STREAMS / 4) as u64)
+            .max(1);
+        let stream = self.stream_credit;
+        skiff_core::session::Config {
+            conn: conn::Config {
+                max_idle_timeout: core(self.timeouts.idle),
+                max_data: self.connection_credit(),
+                max_stream_data_bidi_local: stream,
+                max_stream_data_bidi_remote: stream,
+                max_stream_data_uni: stream,
+                max_streams_bidi: Some(streams),
+                max_streams_uni: Some(streams),
+                handshake_timeout: core(self.timeouts.handshake + HANDSHAKE_BACKSTOP),
+                ..conn::Config::new()
+            },
+            hop,
+            setup_timeout: core(self.timeouts.handshake),
+            control_timeout: core(self.timeouts.handshake),
+            max_served: usize::try_from(self.limits.max_subscriptions).unwrap_or(usize::MAX),
+            max_frame_bytes: self.limits.max_frame_bytes,
+            ..skiff_core::session::Config::new()
+        }
+    }
+
+    /// The QMux `initial_max_data` granted to peers: `--connection-credit`,
+    /// else the larger of 1 MiB and four times `--stream-credit`.
+    pub fn connection_credit(&self) -> u64 {
+        self.connection_credit
+            .unwrap_or_else(|| connection_credit_for(self.stream_credit))
+    }
+
+    /// The limits of a relay track: groups up to `--max-group-bytes` (a
+    /// larger one is dropped with GROUP_TOO_LARGE 0x32 and its stream
+    /// stopped) and a cache budget of `cache_bytes`. Pass them to
+    /// `track::State::with_limits` when the relay creates a track.
+    pub fn track_limits(&self, cache_bytes: u64) -> skiff_core::model::track::Limits {
+        skiff_core::model::track::Limits {
+            group_bytes: self.limits.max_group_bytes,
+            cache_bytes,
+        }
+    }
+
     /// Builds the configuration from flags, reading `--config` if given.
     ///
     /// # Errors
@@ -619,7 +789,65 @@ impl RelayConfig {
                 .drain_timeout
                 .or(file.drain_timeout)
                 .map_or(d.drain_timeout, |t| t.0),
+            failover_grace: flags
+                .failover_grace
+                .or(file.failover_grace)
+                .map_or(d.failover_grace, |t| t.0),
+            timeouts: Timeouts {
+                handshake: flags
+                    .handshake_timeout
+                    .or(file.handshake_timeout)
+                    .map_or(d.timeouts.handshake, |t| t.0),
+                idle: flags
+                    .idle_timeout
+                    .or(file.idle_timeout)
+                    .map_or(d.timeouts.idle, |t| t.0),
+                write: flags
+                    .write_timeout
+                    .or(file.write_timeout)
+                    .map_or(d.timeouts.write, |t| t.0),
+            },
+            stream_credit: flags
+                .stream_credit
+                .or(file.stream_credit)
+                .map_or(d.stream_credit, |b| b.0),
+            connection_credit: flags
+                .connection_credit
+                .or(file.connection_credit)
+                .map(|b| b.0),
+            send_buffer: flags.send_buffer.or(file.send_buffer).map(|b| b.0),
         };
+        for (key, d) in [
+            ("handshake-timeout", cfg.timeouts.handshake),
+            ("idle-timeout", cfg.timeouts.idle),
+            ("write-timeout", cfg.timeouts.write),
+        ] {
+            if d < Duration::from_millis(1) {
+                return Err(invalid(key, "must be at least 1ms"));
+            }
+        }
+        if cfg.stream_credit < 1024 || cfg.stream_credit > MAX_CREDIT {
+            return Err(invalid(
+                "stream-credit",
+                format!("must be between 1KiB and {MAX_CREDIT} bytes"),
+            ));
+        }
+        let connection = cfg.connection_credit();
+        if connection < cfg.stream_credit || connection > MAX_CREDIT {
+            return Err(invalid(
+                "connection-credit",
+                format!(
+                    "must be between stream-credit ({}) and {MAX_CREDIT} bytes",
+                    cfg.stream_credit
+                ),
+            ));
+        }
+        if cfg
+            .send_buffer
+            .is_some_and(|b| !(4096..=i32::MAX as u64 / 2).contains(&b))
+        {
+            return Err(invalid("send-buffer", "must be between 4KiB and 1GiB"));
+        }
         if cfg.metrics.is_some() && cfg.metrics == Some(cfg.listen) && cfg.listen.port() != 0 {
             return Err(invalid("metrics", "must differ from the listen address"));
         }
@@ -760,6 +988,81 @@ mod tests {
         ] {
             assert!(RelayConfig::merge(&FileConfig::default(), &flags(&args)).is_err());
         }
+    }
+
+    #[test]
+    fn timeouts_credit_and_send_buffer() {
+        let d = RelayConfig::default();
+        assert_eq!(d.timeouts.handshake, Duration::from_secs(10));
+        assert_eq!(d.timeouts.write, Duration::from_secs(10));
+        assert_eq!(d.timeouts.idle, Duration::from_secs(30));
+        assert_eq!(d.stream_credit, 256 << 10);
+        assert_eq!(d.connection_credit(), 1 << 20);
+        assert_eq!(d.send_buffer, None);
+        let file = FileConfig::parse(
+            "handshake-timeout = \"2s\"\nwrite_timeout = \"500ms\"\nidle-timeout = 5\n\
+             send-buffer = \"64KiB\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        let cfg = RelayConfig::merge(&file, &flags(&["--stream-credit", "1MiB"])).unwrap();
+        assert_eq!(cfg.timeouts.handshake, Duration::from_secs(2));
+        assert_eq!(cfg.timeouts.write, Duration::from_millis(500));
+        assert_eq!(cfg.timeouts.idle, Duration::from_secs(5));
+        assert_eq!(cfg.send_buffer, Some(64 << 10));
+        // The connection window follows the stream window unless given.
+        assert_eq!(cfg.stream_credit, 1 << 20);
+        assert_eq!(cfg.connection_credit(), 4 << 20);
+        let cfg = RelayConfig::merge(
+            &file,
+            &flags(&["--stream-credit", "1MiB", "--connection-credit", "2MiB"]),
+        )
+        .unwrap();
+        assert_eq!(cfg.connection_credit(), 2 << 20);
+        for args in [
+            vec!["--handshake-timeout", "0"],
+            vec!["--write-timeout", "0ms"],
+            vec!["--stream-credit", "100"],
+            vec!["--stream-credit", "1MiB", "--connection-credit", "512KiB"],
+            vec!["--send-buffer", "1"],
+        ] {
+            assert!(
+                RelayConfig::merge(&FileConfig::default(), &flags(&args)).is_err(),
+                "{args:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn session_config_applies_the_limits() {
+        let mut cfg = RelayConfig::default();
+        cfg.limits.max_streams = 10;
+        cfg.limits.max_subscriptions = 3;
+        cfg.limits.max_frame_bytes = 1000;
+        cfg.stream_credit = 1 << 20;
+        cfg.connection_credit = Some(8 << 20);
+        cfg.timeouts.idle = Duration::from_secs(7);
+        cfg.timeouts.handshake = Duration::from_secs(2);
+        let s = cfg.session_config(42);
+        assert_eq!(s.hop, 42);
+        assert_eq!(s.max_served, 3);
+        assert_eq!(s.max_frame_bytes, 1000);
+        assert_eq!(s.setup_timeout.as_micros(), 2_000_000);
+        assert_eq!(s.control_timeout.as_micros(), 2_000_000);
+        assert_eq!(s.conn.max_idle_timeout.as_micros(), 7_000_000);
+        assert_eq!(s.conn.handshake_timeout.as_micros(), 3_000_000);
+        assert_eq!(s.conn.max_data, 8 << 20);
+        assert_eq!(s.conn.max_stream_data_uni, 1 << 20);
+        assert_eq!(s.conn.max_stream_data_bidi_remote, 1 << 20);
+        assert_eq!(s.conn.max_streams_bidi, Some(10));
+        assert_eq!(s.conn.max_streams_uni, Some(10));
+        // More streams than the table holds are capped at a quarter of it.
+        cfg.limits.max_streams = 1000;
+        let s = cfg.session_config(1);
+        let quarter = (crate::session_driver::STREAMS / 4) as u64;
+        assert_eq!(s.conn.max_streams_uni, Some(quarter));
+        let t = cfg.track_limits(5 << 20);
+        assert_eq!((t.group_bytes, t.cache_bytes), (16 << 20, 5 << 20));
     }
 
     #[test]

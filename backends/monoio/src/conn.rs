@@ -15,9 +15,12 @@ use std::pin::pin;
 use std::rc::Rc;
 use std::task::Poll;
 
+use std::time::Duration;
+
+use monoio::buf::{IoBuf, Slice};
 use monoio::io::{
-    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller,
-    OwnedReadHalf, OwnedWriteHalf, Splitable,
+    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent,
+    CancelableAsyncWriteRent, Canceller, OwnedReadHalf, OwnedWriteHalf, Splitable,
 };
 use monoio::net::TcpStream;
 
@@ -86,6 +89,99 @@ impl BufPool {
 }
 
 // ---------------------------------------------------------------------------
+// Staging buffer
+// ---------------------------------------------------------------------------
+
+/// A write staging buffer whose whole length is initialized memory (zeroed
+/// once, when it is made or grows), with a count of the bytes staged.
+///
+/// A sans-IO session's `poll_transmit` writes straight into
+/// [`Staging::spare`] and [`Staging::commit`] stages what it wrote: no
+/// intermediate copy and no zeroing per write. [`Staging::take`] hands the
+/// staged bytes to the kernel as an owned slice of the same allocation.
+#[derive(Debug, Default)]
+pub struct Staging {
+    /// Always `len() == capacity()` once made (all initialized).
+    buf: Vec<u8>,
+    /// Bytes staged at the front of `buf`.
+    filled: usize,
+}
+
+impl Staging {
+    /// A staging buffer over `buf`'s allocation (its bytes are dropped and
+    /// its capacity zeroed once).
+    pub fn new(mut buf: Vec<u8>) -> Self {
+        buf.clear();
+        let cap = buf.capacity();
+        buf.resize(cap, 0);
+        Staging { buf, filled: 0 }
+    }
+
+    /// Grows the buffer to hold at least `total` bytes (allocates and zeroes
+    /// only if it is smaller now).
+    pub fn reserve(&mut self, total: usize) {
+        if self.buf.len() < total {
+            self.buf.resize(total, 0);
+            let cap = self.buf.capacity();
+            self.buf.resize(cap, 0);
+        }
+    }
+
+    /// Bytes staged.
+    pub fn len(&self) -> usize {
+        self.filled
+    }
+
+    /// Whether nothing is staged.
+    pub fn is_empty(&self) -> bool {
+        self.filled == 0
+    }
+
+    /// The staged bytes.
+    pub fn staged(&self) -> &[u8] {
+        self.buf.get(..self.filled).unwrap_or(&[])
+    }
+
+    /// The room after the staged bytes (initialized, possibly stale bytes).
+    pub fn spare(&mut self) -> &mut [u8] {
+        self.buf.get_mut(self.filled..).unwrap_or(&mut [])
+    }
+
+    /// Stages the first `n` bytes of [`Staging::spare`] (at most all of it).
+    pub fn commit(&mut self, n: usize) {
+        self.filled = self.filled.saturating_add(n).min(self.buf.len());
+    }
+
+    /// Stages a copy of `data`, growing the buffer if it does not fit.
+    pub fn extend_from_slice(&mut self, data: &[u8]) {
+        let end = self.filled + data.len();
+        self.reserve(end);
+        if let Some(room) = self.buf.get_mut(self.filled..end) {
+            room.copy_from_slice(data);
+            self.filled = end;
+        }
+    }
+
+    /// Takes the staged bytes out for a write (the buffer is empty until
+    /// [`Staging::restore`]).
+    pub fn take(&mut self) -> Slice<Vec<u8>> {
+        let n = std::mem::take(&mut self.filled);
+        std::mem::take(&mut self.buf).slice(..n)
+    }
+
+    /// Puts back the allocation a write returned; nothing is staged then.
+    pub fn restore(&mut self, written: Slice<Vec<u8>>) {
+        self.buf = written.into_inner();
+        self.filled = 0;
+    }
+
+    /// The allocation, for a buffer pool.
+    pub fn into_vec(self) -> Vec<u8> {
+        self.buf
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Connection
 // ---------------------------------------------------------------------------
 
@@ -127,11 +223,14 @@ impl Connection {
             buf: shared.pool.take(READ_BUFFER_BYTES),
             canceller: Canceller::new(),
             shared: shared.clone(),
+            id,
         };
         let writer = Writer {
             half: w,
-            buf: shared.pool.take(WRITE_BUFFER_BYTES),
+            buf: Staging::new(shared.pool.take(WRITE_BUFFER_BYTES)),
+            canceller: Canceller::new(),
             shared,
+            id,
         };
         Connection {
             reader,
@@ -192,9 +291,21 @@ pub struct Reader {
     buf: Vec<u8>,
     canceller: Canceller,
     shared: Rc<WorkerShared>,
+    id: u64,
 }
 
 impl Reader {
+    /// The id of the connection this half belongs to.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The relay's handshake timeout (`--handshake-timeout`), which a session
+    /// driver enforces on this connection.
+    pub fn handshake_timeout(&self) -> Duration {
+        self.shared.config.timeouts.handshake
+    }
+
     /// Reads what the peer sent next (at most [`READ_BUFFER_BYTES`]).
     /// An empty slice means the peer closed its sending side.
     ///
@@ -250,14 +361,16 @@ impl Drop for Reader {
 /// The sending half of a [`Connection`] with its reusable write buffer.
 pub struct Writer {
     half: OwnedWriteHalf<TcpStream>,
-    buf: Vec<u8>,
+    buf: Staging,
+    canceller: Canceller,
     shared: Rc<WorkerShared>,
+    id: u64,
 }
 
 impl Writer {
-    /// The staging buffer: append bytes here, then [`Writer::flush`]. A
-    /// sans-IO session's `poll_transmit` writes straight into it.
-    pub fn buffer(&mut self) -> &mut Vec<u8> {
+    /// The staging buffer: stage bytes here, then [`Writer::flush`]. A
+    /// sans-IO session's `poll_transmit` writes straight into its spare room.
+    pub fn buffer(&mut self) -> &mut Staging {
         &mut self.buf
     }
 
@@ -265,20 +378,28 @@ impl Writer {
     ///
     /// # Errors
     /// Whatever the socket reports; the staged bytes are dropped then.
+    /// [`io::ErrorKind::TimedOut`] if the socket accepted no byte for the
+    /// relay's write timeout (`--write-timeout`): the peer stopped reading.
     pub async fn flush(&mut self) -> io::Result<()> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let buf = std::mem::take(&mut self.buf);
-        let (res, mut buf) = self.half.write_all(buf).await;
-        let sent = match &res {
-            Ok(n) => *n,
-            Err(_) => 0,
-        };
-        buf.clear();
-        self.buf = buf;
+        let stall = self.shared.config.timeouts.write;
+        let buf = self.buf.take();
+        let (res, sent, buf) =
+            write_all_or_stall(&mut self.half, buf, Some(stall), &mut self.canceller).await;
+        self.buf.restore(buf);
         self.shared.counters().add_bytes_out(sent);
-        res.map(|_| ())
+        if let Err(e) = &res
+            && e.kind() == io::ErrorKind::TimedOut
+        {
+            tracing::info!(
+                worker = self.shared.index,
+                conn = self.id,
+                "peer stopped reading: no byte accepted for {stall:?}; dropping the connection"
+            );
+        }
+        res
     }
 
     /// Stages `data` and flushes.
@@ -302,7 +423,9 @@ impl Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        self.shared.pool.give(std::mem::take(&mut self.buf));
+        self.shared
+            .pool
+            .give(std::mem::take(&mut self.buf).into_vec());
     }
 }
 
@@ -336,6 +459,70 @@ where
         fut.as_mut().poll(cx)
     })
     .await
+}
+
+/// Writes all of `buf` to `half`; with `stall` set, gives up with
+/// [`io::ErrorKind::TimedOut`] once the socket accepted no byte for that
+/// long (each accepted byte restarts the clock). Returns the result, the
+/// bytes written and the buffer.
+///
+/// A write that completes at once costs no timer; one that waits arms a
+/// timer and, when it fires, cancels the write through `canceller` (and waits
+/// for the cancellation, so the buffer comes back from the kernel).
+pub(crate) async fn write_all_or_stall<W: CancelableAsyncWriteRent, B: IoBuf>(
+    half: &mut W,
+    mut buf: B,
+    stall: Option<Duration>,
+    canceller: &mut Canceller,
+) -> (io::Result<()>, usize, B) {
+    let mut sent = 0;
+    while sent < buf.bytes_init() {
+        let Some(limit) = stall else {
+            let (res, slice) = half.write_all(buf.slice(sent..)).await;
+            buf = slice.into_inner();
+            return match res {
+                Ok(n) => (Ok(()), sent + n, buf),
+                Err(e) => (Err(e), sent, buf),
+            };
+        };
+        let handle = canceller.handle();
+        let (res, slice, timed_out) = {
+            let mut write = pin!(half.cancelable_write(buf.slice(sent..), handle));
+            let mut timer = pin!(None::<monoio::time::Sleep>);
+            let mut timed_out = false;
+            let (res, slice) = poll_fn(|cx| {
+                if let Poll::Ready(r) = write.as_mut().poll(cx) {
+                    return Poll::Ready(r);
+                }
+                if timer.is_none() && !timed_out {
+                    timer.set(Some(monoio::time::sleep(limit)));
+                }
+                if let Some(t) = timer.as_mut().as_pin_mut()
+                    && t.poll(cx).is_ready()
+                {
+                    timer.set(None);
+                    timed_out = true;
+                    // Cancel, then wait for the write to hand the buffer back.
+                    *canceller = std::mem::take(canceller).cancel();
+                    return write.as_mut().poll(cx);
+                }
+                Poll::Pending
+            })
+            .await;
+            (res, slice, timed_out)
+        };
+        buf = slice.into_inner();
+        match res {
+            Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), sent, buf),
+            // Bytes accepted, even by a write cancelled late: progress.
+            Ok(n) => sent += n,
+            Err(e) if timed_out && (is_cancelled(&e) || e.kind() == io::ErrorKind::Interrupted) => {
+                return (Err(io::ErrorKind::TimedOut.into()), sent, buf);
+            }
+            Err(e) => return (Err(e), sent, buf),
+        }
+    }
+    (Ok(()), sent, buf)
 }
 
 /// Whether an I/O error is monoio's "operation cancelled".

@@ -54,9 +54,26 @@ impl ServerReport {
 /// # Errors
 /// The socket cannot be created, configured, bound or put into listen state.
 pub fn bind_reuseport(addr: SocketAddr) -> io::Result<StdTcpListener> {
+    bind_reuseport_with(addr, None)
+}
+
+/// [`bind_reuseport`], and with `send_buffer` set, the SO_SNDBUF every
+/// accepted connection inherits (bounding the kernel memory a peer that
+/// stopped reading can hold; unset, the kernel autotunes up to
+/// `net.ipv4.tcp_wmem`'s maximum).
+///
+/// # Errors
+/// As [`bind_reuseport`], or the buffer size cannot be set.
+pub fn bind_reuseport_with(
+    addr: SocketAddr,
+    send_buffer: Option<usize>,
+) -> io::Result<StdTcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
+    if let Some(n) = send_buffer {
+        socket.set_send_buffer_size(n)?;
+    }
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
     }
@@ -85,11 +102,14 @@ where
     };
 
     // Bind the first socket to learn the real address (port 0), then the rest on it.
-    let first = bind_reuseport(config.listen).map_err(listen_err)?;
+    let send_buffer = config
+        .send_buffer
+        .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
+    let first = bind_reuseport_with(config.listen, send_buffer).map_err(listen_err)?;
     let local_addr = first.local_addr().map_err(listen_err)?;
     let mut listeners = vec![first];
     for _ in 1..threads {
-        listeners.push(bind_reuseport(local_addr).map_err(listen_err)?);
+        listeners.push(bind_reuseport_with(local_addr, send_buffer).map_err(listen_err)?);
     }
 
     let metrics = Arc::new(Metrics::new(threads));

@@ -13,6 +13,14 @@
 //!   flushes it, then sleeps until new bytes, a timer, the thread's
 //!   [`Notify`] (local media changed) or the drain signal.
 //!
+//! An untrusted peer (a relay connection: [`ByteRead::guard`]) is held to
+//! two more deadlines: the QMux handshake and its SETUP must complete, and a
+//! QMux record once begun must complete, within the handshake timeout; else
+//! the session closes with CONTROL_MESSAGE_TIMEOUT (a slowloris peer resets
+//! the idle timer with every byte, so that alone would not catch it). A peer
+//! that stops reading is caught by the writer ([`crate::conn::Writer::flush`]
+//! fails with `TimedOut`), which ends the session and returns its memory.
+//!
 //! On drain the session sends GOAWAY and keeps serving until the peer closes
 //! (the server drops it at the drain timeout). A protocol error closes the
 //! session with its code (the close frame is flushed before the socket
@@ -29,16 +37,16 @@ use std::task::{Poll, Waker};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use monoio::io::{
-    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Split,
-    Splitable,
+    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncWriteRent, Canceller,
+    OwnedReadHalf, OwnedWriteHalf, Split, Splitable,
 };
 use skiff_core::session::{Event, Session, Storage};
-use skiff_core::time::Instant;
+use skiff_core::time::{Duration, Instant};
 use skiff_core::wire::lite::SessionCode;
 use skiff_core::wire::qmux::Side;
 
 use crate::clock::Clock;
-use crate::conn::{Reader, Writer, race};
+use crate::conn::{Reader, Staging, Writer, race, write_all_or_stall};
 use crate::notify::Notify;
 use crate::shutdown::Shutdown;
 
@@ -113,12 +121,32 @@ impl StoragePool {
 pub trait ByteRead: 'static {
     /// The next bytes received; empty at end of stream.
     fn read(&mut self) -> impl Future<Output = io::Result<&[u8]>>;
+    /// What [`drive`] enforces on the peer at the other end (nothing by default:
+    /// a trusted link or our own client).
+    fn guard(&self) -> Guard {
+        Guard::default()
+    }
+}
+
+/// Deadlines [`drive`] enforces on an untrusted peer, beyond the session's own
+/// timers (the QMux idle timeout is reset by any byte, so it does not catch a
+/// peer that trickles them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Guard {
+    /// The connection's id, for logs.
+    pub conn: u64,
+    /// The QMux handshake and the peer's SETUP must complete within this of
+    /// the start, and a QMux record, once its first byte arrived, within this
+    /// of it (a slowloris peer trickling bytes); otherwise the session is
+    /// closed with CONTROL_MESSAGE_TIMEOUT 0x11 (PROTOCOL.md §2.6, §3.15).
+    /// `None`: no such deadline.
+    pub handshake: Option<StdDuration>,
 }
 
 /// The sending half of a byte stream, with a staging buffer.
 pub trait ByteWrite {
-    /// The staging buffer.
-    fn buffer(&mut self) -> &mut Vec<u8>;
+    /// The staging buffer (`poll_transmit` writes into its spare room).
+    fn buffer(&mut self) -> &mut Staging;
     /// Sends and empties the staging buffer.
     fn flush(&mut self) -> impl Future<Output = io::Result<()>>;
     /// Flushes, then closes the sending direction.
@@ -134,10 +162,29 @@ pub struct HalfReader<S> {
 }
 
 /// The sending half of a split monoio stream, with its staging buffer.
-#[derive(Debug)]
 pub struct HalfWriter<S: AsyncWriteRent> {
     half: OwnedWriteHalf<S>,
-    buf: Vec<u8>,
+    buf: Staging,
+    /// The write-stall limit and the canceller it uses, if set.
+    stall: Option<(StdDuration, Canceller)>,
+}
+
+impl<S: AsyncWriteRent> std::fmt::Debug for HalfWriter<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HalfWriter")
+            .field("staged", &self.buf.len())
+            .field("stall", &self.stall.as_ref().map(|s| s.0))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: AsyncWriteRent> HalfWriter<S> {
+    /// Makes [`ByteWrite::flush`] fail with [`io::ErrorKind::TimedOut`] once
+    /// the stream accepted no byte for `limit` while bytes wait (the peer
+    /// stopped reading); `None` (the default) waits forever.
+    pub fn set_write_timeout(&mut self, limit: Option<StdDuration>) {
+        self.stall = limit.map(|l| (l, Canceller::new()));
+    }
 }
 
 /// Splits `stream` into halves with `capacity`-byte buffers, allocated once here.
@@ -153,7 +200,8 @@ pub fn split_halves<S: Split + AsyncWriteRent>(
         },
         HalfWriter {
             half: w,
-            buf: Vec::with_capacity(capacity),
+            buf: Staging::new(Vec::with_capacity(capacity)),
+            stall: None,
         },
     )
 }
@@ -169,19 +217,28 @@ impl<S: AsyncReadRent + 'static> ByteRead for HalfReader<S> {
     }
 }
 
-impl<S: AsyncWriteRent> ByteWrite for HalfWriter<S> {
-    fn buffer(&mut self) -> &mut Vec<u8> {
+impl<S: CancelableAsyncWriteRent> ByteWrite for HalfWriter<S> {
+    fn buffer(&mut self) -> &mut Staging {
         &mut self.buf
     }
     async fn flush(&mut self) -> io::Result<()> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let buf = std::mem::take(&mut self.buf);
-        let (res, mut buf) = self.half.write_all(buf).await;
-        buf.clear();
-        self.buf = buf;
-        res.map(|_| ())
+        let buf = self.buf.take();
+        let (res, buf) = match &mut self.stall {
+            Some((limit, canceller)) => {
+                let (res, _, buf) =
+                    write_all_or_stall(&mut self.half, buf, Some(*limit), canceller).await;
+                (res, buf)
+            }
+            None => {
+                let (res, buf) = self.half.write_all(buf).await;
+                (res.map(|_| ()), buf)
+            }
+        };
+        self.buf.restore(buf);
+        res
     }
     async fn close(&mut self) -> io::Result<()> {
         self.flush().await?;
@@ -193,10 +250,16 @@ impl ByteRead for Reader {
     fn read(&mut self) -> impl Future<Output = io::Result<&[u8]>> {
         Reader::read(self)
     }
+    fn guard(&self) -> Guard {
+        Guard {
+            conn: self.id(),
+            handshake: Some(self.handshake_timeout()),
+        }
+    }
 }
 
 impl ByteWrite for Writer {
-    fn buffer(&mut self) -> &mut Vec<u8> {
+    fn buffer(&mut self) -> &mut Staging {
         Writer::buffer(self)
     }
     fn flush(&mut self) -> impl Future<Output = io::Result<()>> {
@@ -354,8 +417,9 @@ pub async fn drive<R: ByteRead, W: ByteWrite, A: App>(
         ..Inbox::default()
     });
     writer.buffer().reserve(FLUSH_AT + TRANSMIT_CHUNK);
+    let guard = reader.guard();
     monoio::spawn(read_loop(reader, inbox.clone()));
-    let res = session_loop(&mut session, &inbox, &mut writer, app, ctx).await;
+    let res = session_loop(&mut session, &inbox, &mut writer, app, ctx, guard).await;
     // Let the reader go (its in-flight read is dropped with it).
     inbox.stop.set(true);
     inbox.wake_reader();
@@ -372,8 +436,15 @@ async fn session_loop<W: ByteWrite, A: App>(
     writer: &mut W,
     app: &mut A,
     ctx: &DriveCtx,
+    guard: Guard,
 ) -> io::Result<Ended> {
     let notify = &*ctx.notify;
+    let limit = guard
+        .handshake
+        .map(|d| Duration::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX)));
+    let started = ctx.clock.now();
+    // Since when the front of the input is a record that has not completed.
+    let mut partial_since: Option<Instant> = None;
     let waiter = notify.waiter();
     let mut sleep = pin!(monoio::time::sleep(StdDuration::from_secs(3600)));
     let mut armed: Option<Instant> = None;
@@ -395,13 +466,39 @@ async fn session_loop<W: ByteWrite, A: App>(
         inbox.fresh.set(false);
         if !session.is_closed() {
             let mut data = inbox.data.borrow_mut();
+            let mut consumed = false;
             if !data.is_empty()
                 && let Ok(n) = session.handle_input(now, &data)
                 && n > 0
             {
                 data.drain(..n);
                 progress = true;
+                consumed = true;
                 inbox.wake_reader();
+            }
+            // Slowloris: bytes waiting that the session could take but that
+            // do not complete a record.
+            if consumed || data.is_empty() || session.is_stalled() {
+                partial_since = None;
+            } else if partial_since.is_none() {
+                partial_since = Some(now);
+            }
+        }
+        if let Some(limit) = limit
+            && !session.is_closed()
+        {
+            let reason = if !session.is_setup() && now >= started.saturating_add(limit) {
+                Some("handshake timeout")
+            } else if partial_since.is_some_and(|t| now >= t.saturating_add(limit)) {
+                Some("incomplete record timeout")
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                tracing::info!(conn = guard.conn, "{reason}: closing the connection");
+                // PROTOCOL.md §3.15: CONTROL_MESSAGE_TIMEOUT.
+                session.close(SessionCode::ControlMessageTimeout, reason);
+                progress = true;
             }
         }
         if session.poll_timeout().is_some_and(|t| t <= now) {
@@ -439,7 +536,18 @@ async fn session_loop<W: ByteWrite, A: App>(
         }
 
         // Sleep until something can change.
-        let deadline = session.poll_timeout();
+        let mut deadline = session.poll_timeout();
+        if let Some(limit) = limit
+            && !session.is_closed()
+        {
+            let guard_at = [
+                (!session.is_setup()).then(|| started.saturating_add(limit)),
+                partial_since.map(|t| t.saturating_add(limit)),
+            ];
+            for at in guard_at.into_iter().flatten() {
+                deadline = Some(deadline.map_or(at, |d| d.min(at)));
+            }
+        }
         if deadline != armed {
             armed = deadline;
             let wait = deadline.map_or(StdDuration::from_secs(3600), |t| {
@@ -475,13 +583,13 @@ async fn session_loop<W: ByteWrite, A: App>(
     }
 }
 
-thread_local! {
-    /// Where `poll_transmit` writes before the bytes join a connection's
-    /// write buffer: zeroed once per thread, borrowed only synchronously.
-    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; TRANSMIT_CHUNK].into_boxed_slice());
-}
-
 /// Writes everything the session has to send; true if it wrote anything.
+///
+/// `poll_transmit` writes straight into the spare room of the writer's
+/// staging buffer (one user-space copy per byte: from the pool block into
+/// the buffer the kernel copies from). The whole spare room is offered at
+/// once, so a frame of a few blocks takes one call; the buffer is flushed
+/// once [`FLUSH_AT`] bytes are staged and at the end.
 async fn transmit<W: ByteWrite>(
     session: &mut MoqSession<'_>,
     now: Instant,
@@ -489,19 +597,27 @@ async fn transmit<W: ByteWrite>(
 ) -> io::Result<bool> {
     let mut any = false;
     loop {
-        let buf = writer.buffer();
-        let n = SCRATCH.with(|s| {
-            let mut s = s.borrow_mut();
-            let n = session.poll_transmit(now, &mut s);
-            buf.extend_from_slice(s.get(..n).unwrap_or(&[]));
-            n
-        });
-        if n == 0 {
-            break;
-        }
-        any = true;
-        if buf.len() >= FLUSH_AT {
+        let staging = writer.buffer();
+        if !staging.is_empty()
+            && (staging.len() >= FLUSH_AT || staging.spare().len() < TRANSMIT_CHUNK)
+        {
             writer.flush().await?;
+            continue;
+        }
+        // Only a buffer `drive` did not size grows here.
+        staging.reserve(staging.len() + TRANSMIT_CHUNK);
+        let spare = staging.spare();
+        let room = spare.len();
+        let n = session.poll_transmit(now, spare);
+        staging.commit(n);
+        if n > 0 {
+            any = true;
+        }
+        // A call that stopped with room for two full QMux records left had
+        // nothing more to send (each round writes whatever fits), so another
+        // call would only walk the session's tables again.
+        if n == 0 || room - n >= TRANSMIT_CHUNK {
+            break;
         }
     }
     if !writer.buffer().is_empty() {

@@ -1,0 +1,915 @@
+//! Misbehaving peers against a real relay on loopback: each is closed (with
+//! a moq-lite or QMux close code where the protocol allows one) while one
+//! publisher keeps feeding ten well-behaved subscribers, who must receive
+//! every frame in order.
+//!
+//! The bad peers are blocking std sockets on their own threads, speaking
+//! through skiff's sans-IO session where they need valid bytes (and to decode
+//! the relay's close frame). The relay runs with 1 s handshake and write
+//! timeouts so the whole test takes seconds.
+
+mod common;
+
+use std::cell::RefCell;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant as StdInstant};
+
+use common::*;
+use skiff_core::model::track;
+use skiff_core::session::{Config, Event, Session};
+use skiff_core::time::Instant;
+use skiff_core::window::{End, Request, Start};
+use skiff_core::wire::qmux::Side;
+use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
+use skiff_monoio::config::RelayConfig;
+use skiff_monoio::driver::{self, DriverKind};
+use skiff_monoio::metrics::Metrics;
+use skiff_monoio::relay::{RelayHandler, leak_pool};
+use skiff_monoio::server::{self, ServerHandle};
+use skiff_monoio::session_driver::{MoqSession, SessionStorage};
+
+const GOOD: usize = 10;
+const FRAMES_PER_GROUP: u64 = 25;
+const FRAME_BYTES: usize = 8 * 1024;
+/// Pause between frames: about 1 MiB/s per subscriber.
+const FRAME_GAP: Duration = Duration::from_millis(8);
+/// Relay timeouts under test.
+const HANDSHAKE: Duration = Duration::from_secs(1);
+const WRITE_STALL: Duration = Duration::from_secs(1);
+/// CONTROL_MESSAGE_TIMEOUT (PROTOCOL.md §3.15).
+const CONTROL_MESSAGE_TIMEOUT: u64 = 0x11;
+/// The QMux transport-close code for a violation (PROTOCOL.md §2.6).
+const QMUX_VIOLATION: u64 = 1002;
+
+fn relay_config(kind: DriverKind) -> RelayConfig {
+    let mut cfg = config(1, kind);
+    cfg.cache_bytes = 64 << 20;
+    cfg.timeouts.handshake = HANDSHAKE;
+    cfg.timeouts.write = WRITE_STALL;
+    // A dead reader holds at most this in the relay's kernel buffers.
+    cfg.send_buffer = Some(64 << 10);
+    // Long enough that only the timeouts under test close anyone.
+    cfg.timeouts.idle = Duration::from_secs(30);
+    cfg
+}
+
+fn start(cfg: RelayConfig) -> ServerHandle {
+    let threads = cfg.threads.get();
+    server::start(cfg, RelayHandler::factory(threads).unwrap()).expect("start relay")
+}
+
+// ---------------------------------------------------------------------------
+// Payloads
+// ---------------------------------------------------------------------------
+
+fn payload(g: u64, i: u64) -> Vec<u8> {
+    let mut p = Vec::with_capacity(FRAME_BYTES);
+    p.extend_from_slice(&g.to_le_bytes());
+    p.extend_from_slice(&i.to_le_bytes());
+    for k in p.len()..FRAME_BYTES {
+        p.push((g as usize * 7 + i as usize * 3 + k) as u8);
+    }
+    p
+}
+
+/// What one good subscriber saw.
+#[derive(Debug, Default)]
+struct Seen {
+    next: (u64, u64),
+    frames: u64,
+    errors: Vec<String>,
+    end: Option<ReadState>,
+}
+
+impl Seen {
+    fn frame(&mut self, f: client::Frame<'_>) {
+        if (f.group, f.index) != self.next {
+            self.errors.push(format!(
+                "got {}/{}, wanted {}/{}",
+                f.group, f.index, self.next.0, self.next.1
+            ));
+        } else if f.payload != payload(f.group, f.index).as_slice() {
+            self.errors
+                .push(format!("{}/{}: payload differs", f.group, f.index));
+        }
+        self.frames += 1;
+        self.next = if f.index + 1 == FRAMES_PER_GROUP {
+            (f.group + 1, 0)
+        } else {
+            (f.group, f.index + 1)
+        };
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A raw peer: a blocking socket driven by skiff's sans-IO session
+// ---------------------------------------------------------------------------
+
+/// A blocking client whose bytes come from (and whose input goes to) a
+/// sans-IO session, so it can send valid records at any pace and decode the
+/// relay's close.
+struct Raw {
+    s: TcpStream,
+    session: MoqSession<'static>,
+    t0: StdInstant,
+    inbox: Vec<u8>,
+    /// `(code, application)` of the close the relay sent.
+    close: Option<(u64, bool)>,
+    started: Vec<u64>,
+    refused: Vec<Option<u64>>,
+}
+
+impl Raw {
+    fn connect(addr: SocketAddr, config: Config<'static>, rcvbuf: Option<usize>) -> Raw {
+        let s = match rcvbuf {
+            None => connect(addr),
+            Some(n) => {
+                let sock = socket2::Socket::new(
+                    socket2::Domain::IPV4,
+                    socket2::Type::STREAM,
+                    Some(socket2::Protocol::TCP),
+                )
+                .unwrap();
+                sock.set_recv_buffer_size(n).unwrap();
+                sock.connect_timeout(&addr.into(), IO_TIMEOUT).unwrap();
+                sock.into()
+            }
+        };
+        s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+        let storage: &'static mut SessionStorage = Box::leak(Box::new(SessionStorage::new()));
+        let session = Session::new(Side::Client, config, Instant::from_micros(0), storage, None)
+            .expect("client session");
+        Raw {
+            s,
+            session,
+            t0: StdInstant::now(),
+            inbox: Vec::new(),
+            close: None,
+            started: Vec::new(),
+            refused: Vec::new(),
+        }
+    }
+
+    fn now(&self) -> Instant {
+        Instant::from_micros(self.t0.elapsed().as_micros() as u64)
+    }
+
+    /// Everything the session wants to send now.
+    fn take_output(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            let now = self.now();
+            let n = self.session.poll_transmit(now, &mut buf);
+            if n == 0 {
+                return out;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    fn send_output(&mut self) {
+        let out = self.take_output();
+        let _ = self.s.write_all(&out);
+    }
+
+    /// Feeds received bytes to the session and records its events.
+    fn feed(&mut self, data: &[u8]) {
+        self.inbox.extend_from_slice(data);
+        let now = self.now();
+        if let Ok(n) = self.session.handle_input(now, &self.inbox) {
+            self.inbox.drain(..n.min(self.inbox.len()));
+        }
+        while let Some(ev) = self.session.poll_event() {
+            match ev {
+                Event::Closed {
+                    code, application, ..
+                } => self.close = Some((code, application)),
+                Event::Started { group, .. } => self.started.push(group),
+                Event::SubscriptionClosed { code, .. } => self.refused.push(code),
+                _ => {}
+            }
+        }
+    }
+
+    /// One read (up to the 50 ms socket timeout); false at EOF or reset.
+    fn read_once(&mut self) -> bool {
+        let mut buf = [0u8; 16 * 1024];
+        match self.s.read(&mut buf) {
+            Ok(0) => false,
+            Ok(n) => {
+                self.feed(&buf[..n]);
+                true
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => true,
+            Err(_) => false,
+        }
+    }
+
+    /// Reads (answering what the session must answer) until `done` holds;
+    /// false if the connection ended or `limit` passed first.
+    fn pump_until(&mut self, limit: Duration, mut done: impl FnMut(&Raw) -> bool) -> bool {
+        let deadline = StdInstant::now() + limit;
+        while StdInstant::now() < deadline {
+            if done(self) {
+                return true;
+            }
+            let open = self.read_once();
+            self.send_output();
+            if !open {
+                return done(self);
+            }
+        }
+        done(self)
+    }
+
+    /// QMux parameters both ways and SETUP both ways.
+    fn handshake(&mut self) {
+        self.send_output();
+        let ok = self.pump_until(IO_TIMEOUT, |r| {
+            r.session.is_established() && r.session.is_setup()
+        });
+        assert!(ok, "handshake with the relay did not complete");
+    }
+
+    /// Reads until the relay closes the connection; returns how long that
+    /// took (`None`: still open after `limit`).
+    fn wait_closed(&mut self, limit: Duration) -> Option<Duration> {
+        let t = StdInstant::now();
+        while t.elapsed() < limit {
+            if !self.read_once() {
+                return Some(t.elapsed());
+            }
+        }
+        None
+    }
+}
+
+fn subscribe_request() -> Request {
+    Request {
+        start: Start::Latest,
+        end: End::Open,
+        ordered: false,
+        priority: 0,
+        max_latency: track::DEFAULT_MAX_AGE,
+    }
+}
+
+/// A throwaway local track for a raw peer's subscription.
+fn scratch_track() -> track::Ref<'static, 'static> {
+    let pool = leak_pool(1 << 20);
+    let state: &'static track::State<'static, 8> = Box::leak(Box::new(track::State::new(
+        pool,
+        track::Info::new("video").unwrap(),
+    )));
+    state.handle()
+}
+
+// ---------------------------------------------------------------------------
+// The bad peers
+// ---------------------------------------------------------------------------
+
+/// What a bad peer observed.
+#[derive(Debug)]
+struct Verdict {
+    name: &'static str,
+    /// How long after misbehaving the relay closed it (`None`: never).
+    closed_after: Option<Duration>,
+    /// `(code, application)` of the close frame, if one came.
+    close: Option<(u64, bool)>,
+}
+
+/// Sends garbage instead of QMux parameters.
+fn garbage(addr: SocketAddr) -> Verdict {
+    let mut raw = Raw::connect(addr, Config::new(), None);
+    let mut junk = vec![0xffu8; 64];
+    raw.s.write_all(&junk).unwrap();
+    junk.clear();
+    // The relay's bytes decode as its parameters then a transport close.
+    raw.send_output();
+    let closed_after = raw.wait_closed(IO_TIMEOUT);
+    Verdict {
+        name: "garbage",
+        closed_after,
+        close: raw.close,
+    }
+}
+
+/// Connects and sends nothing at all.
+fn silent(addr: SocketAddr) -> Verdict {
+    let mut raw = Raw::connect(addr, Config::new(), None);
+    // Read what the relay sends (its parameters, then the close); our own
+    // session's parameters are never sent.
+    let closed_after = raw.wait_closed(IO_TIMEOUT);
+    Verdict {
+        name: "silent",
+        closed_after,
+        close: raw.close,
+    }
+}
+
+/// Trickles valid QMux parameters one byte every 200 ms.
+fn slowloris_handshake(addr: SocketAddr) -> Verdict {
+    let mut raw = Raw::connect(addr, Config::new(), None);
+    let params = raw.take_output();
+    let t = StdInstant::now();
+    let mut closed_after = None;
+    for b in params {
+        if raw.s.write_all(&[b]).is_err() {
+            break;
+        }
+        let until = StdInstant::now() + Duration::from_millis(200);
+        while StdInstant::now() < until {
+            if !raw.read_once() {
+                closed_after = Some(t.elapsed());
+                break;
+            }
+        }
+        if closed_after.is_some() {
+            break;
+        }
+    }
+    if closed_after.is_none() {
+        closed_after = raw.wait_closed(IO_TIMEOUT).map(|_| t.elapsed());
+    }
+    Verdict {
+        name: "slowloris-handshake",
+        closed_after,
+        close: raw.close,
+    }
+}
+
+/// Completes the handshake, then trickles an ANNOUNCE_REQUEST record one
+/// byte every 200 ms (while answering the relay's pings).
+fn slowloris_control(addr: SocketAddr) -> Verdict {
+    let mut raw = Raw::connect(addr, Config::new(), None);
+    raw.handshake();
+    raw.session.announce_request("").expect("announce request");
+    let record = raw.take_output();
+    assert!(record.len() > 5, "announce request is a few bytes");
+    let t = StdInstant::now();
+    let mut closed_after = None;
+    for b in record {
+        if raw.s.write_all(&[b]).is_err() {
+            break;
+        }
+        let until = StdInstant::now() + Duration::from_millis(200);
+        while StdInstant::now() < until {
+            if !raw.read_once() {
+                closed_after = Some(t.elapsed());
+                break;
+            }
+        }
+        if closed_after.is_some() {
+            break;
+        }
+    }
+    if closed_after.is_none() {
+        closed_after = raw.wait_closed(IO_TIMEOUT).map(|_| t.elapsed());
+    }
+    Verdict {
+        name: "slowloris-control",
+        closed_after,
+        close: raw.close,
+    }
+}
+
+/// Grants the relay a huge window, subscribes to the live track, then stops
+/// reading its (small) socket buffer: the relay must drop it after its write
+/// timeout, seen as the relay's open-connection count falling back to
+/// `others` while this peer still reads nothing. Afterwards it drains what
+/// was buffered and must reach EOF while the publisher is still sending.
+fn stalled_subscriber(addr: SocketAddr, metrics: &Metrics, others: u64) -> Verdict {
+    let big = 1 << 30;
+    let config = Config {
+        conn: skiff_core::conn::Config {
+            max_data: big,
+            max_stream_data_bidi_local: big,
+            max_stream_data_bidi_remote: big,
+            max_stream_data_uni: big,
+            ..skiff_core::conn::Config::new()
+        },
+        ..Config::new()
+    };
+    let mut raw = Raw::connect(addr, config, Some(4096));
+    raw.handshake();
+    raw.session
+        .subscribe("demo", scratch_track(), subscribe_request())
+        .expect("subscribe");
+    raw.send_output();
+    let ok = raw.pump_until(IO_TIMEOUT, |r| !r.started.is_empty());
+    assert!(ok, "the stalled subscriber's subscription did not start");
+    assert_eq!(metrics.total().open, others + 1);
+    // Stop reading; the relay fills the socket buffers, then waits.
+    let t = StdInstant::now();
+    let mut closed_after = None;
+    while t.elapsed() < WRITE_STALL * 5 {
+        if metrics.total().open == others {
+            closed_after = Some(t.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Drain what the kernel buffered: the stream must end.
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut eof = false;
+    let deadline = StdInstant::now() + IO_TIMEOUT;
+    while StdInstant::now() < deadline {
+        match raw.s.read(&mut buf) {
+            Ok(0) => {
+                eof = true;
+                break;
+            }
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => {
+                eof = true;
+                break;
+            }
+        }
+    }
+    Verdict {
+        name: "stalled-subscriber",
+        closed_after: closed_after.filter(|_| eof),
+        close: None,
+    }
+}
+
+/// Like [`stalled_subscriber`] but keeps reading, slowly (about 160 KB/s
+/// against the publisher's 1 MiB/s): the relay must keep it for longer than
+/// the write timeout, since every write makes progress.
+fn slow_subscriber(addr: SocketAddr, metrics: &Metrics, others: u64) -> Verdict {
+    let big = 1 << 30;
+    let config = Config {
+        conn: skiff_core::conn::Config {
+            max_data: big,
+            max_stream_data_bidi_local: big,
+            max_stream_data_bidi_remote: big,
+            max_stream_data_uni: big,
+            ..skiff_core::conn::Config::new()
+        },
+        ..Config::new()
+    };
+    let mut raw = Raw::connect(addr, config, Some(4096));
+    raw.handshake();
+    raw.session
+        .subscribe("demo", scratch_track(), subscribe_request())
+        .expect("subscribe");
+    raw.send_output();
+    let ok = raw.pump_until(IO_TIMEOUT, |r| !r.started.is_empty());
+    assert!(ok, "the slow subscriber's subscription did not start");
+    let t = StdInstant::now();
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut closed_after = None;
+    while t.elapsed() < WRITE_STALL * 3 {
+        match raw.s.read(&mut buf) {
+            Ok(0) => {
+                closed_after = Some(t.elapsed());
+                break;
+            }
+            Err(e) if !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                closed_after = Some(t.elapsed());
+                break;
+            }
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(metrics.total().open, others + 1, "slow subscriber dropped");
+    Verdict {
+        name: "slow-subscriber",
+        closed_after,
+        close: None,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The good clients
+// ---------------------------------------------------------------------------
+
+/// Publishes until `stop` is set (and at least `min_groups`), with `GOOD`
+/// subscribers checking every frame; returns what each saw.
+async fn good_clients(url: String, stop: Arc<AtomicBool>, min_groups: u64) -> Vec<Seen> {
+    let ctx = Rc::new(ClientCtx::new(256 << 20));
+    let notify = ctx.notify().clone();
+    let (origin, mut producer) = ctx.publication("demo", "video");
+    {
+        let (ctx, url) = (ctx.clone(), url.clone());
+        monoio::spawn(async move {
+            let mut app = Publisher::default();
+            let _ = client::run(&url, Some(origin), &mut app, &ctx).await;
+        });
+    }
+    let mut g0 = producer.create_group(0).unwrap();
+    g0.write_frame(0, &payload(0, 0)).unwrap();
+    notify.bump();
+
+    let mut states = Vec::new();
+    let mut seen_all = Vec::new();
+    for _ in 0..GOOD {
+        let local = ctx.track("video");
+        local.set_budget(16 << 20);
+        let app = Subscriber::new("demo", local);
+        states.push(app.state.clone());
+        let seen = Rc::new(RefCell::new(Seen::default()));
+        seen_all.push(seen.clone());
+        {
+            let (ctx, url) = (ctx.clone(), url.clone());
+            monoio::spawn(async move {
+                let mut app = app;
+                let _ = client::run(&url, None, &mut app, &ctx).await;
+            });
+        }
+        let notify = notify.clone();
+        monoio::spawn(async move {
+            let mut reader = FrameReader::sequential(local, 0);
+            let waiter = notify.waiter();
+            loop {
+                let gen_seen = notify.generation();
+                let mut got = false;
+                let st = reader.poll(|f| {
+                    got = true;
+                    seen.borrow_mut().frame(f);
+                });
+                if st != ReadState::Pending {
+                    seen.borrow_mut().end = Some(st);
+                    return;
+                }
+                if got {
+                    notify.bump();
+                }
+                waiter.changed(gen_seen).await;
+            }
+        });
+    }
+    let waiter = notify.waiter();
+    loop {
+        let gen_seen = notify.generation();
+        if states.iter().all(|s| s.started.get() == Some(0)) {
+            break;
+        }
+        waiter.changed(gen_seen).await;
+    }
+    // The bad peers may start now.
+    stop.store(false, Ordering::SeqCst);
+
+    let mut g = 0u64;
+    let mut current = Some(g0);
+    loop {
+        let mut w = match current.take() {
+            Some(w) => w,
+            None => producer.create_group(g).unwrap(),
+        };
+        let first = if g == 0 { 1 } else { 0 };
+        for i in first..FRAMES_PER_GROUP {
+            w.write_frame(g * 1000 + i, &payload(g, i)).unwrap();
+            notify.bump();
+            monoio::time::sleep(FRAME_GAP).await;
+        }
+        w.finish().unwrap();
+        notify.bump();
+        g += 1;
+        if g >= min_groups && stop.load(Ordering::SeqCst) {
+            break;
+        }
+    }
+    producer.finish();
+    notify.bump();
+    let groups = g;
+    loop {
+        let gen_seen = notify.generation();
+        if seen_all.iter().all(|s| s.borrow().end.is_some()) {
+            break;
+        }
+        waiter.changed(gen_seen).await;
+    }
+    ctx.close_all();
+    monoio::time::sleep(Duration::from_millis(100)).await;
+    seen_all
+        .into_iter()
+        .map(|s| {
+            let mut s = Rc::try_unwrap(s)
+                .map(RefCell::into_inner)
+                .unwrap_or_default();
+            if s.next != (groups, 0) {
+                s.errors
+                    .push(format!("ended at {:?}, published {groups} groups", s.next));
+            }
+            s
+        })
+        .collect()
+}
+
+fn check_good(seen: &[Seen]) {
+    for (i, s) in seen.iter().enumerate() {
+        assert!(
+            s.errors.is_empty(),
+            "subscriber {i}: {:?}",
+            &s.errors[..s.errors.len().min(5)]
+        );
+        assert_eq!(
+            s.end,
+            Some(ReadState::Finished),
+            "subscriber {i} did not finish"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------
+
+fn bad_peers_scenario(kind: DriverKind) {
+    let handle = start(relay_config(kind));
+    let addr = handle.local_addr();
+    let url = format!("tcp://{addr}/anon");
+    // `true` until the good clients are all receiving; then `true` again
+    // once every bad peer is done.
+    let flag = Arc::new(AtomicBool::new(true));
+    let clients = {
+        let flag = flag.clone();
+        std::thread::spawn(move || {
+            driver::block_on(kind, move |_| good_clients(url, flag, 8)).expect("client runtime")
+        })
+    };
+    eventually_within(Duration::from_secs(20), "good subscribers started", || {
+        !flag.load(Ordering::SeqCst)
+    });
+    let peers: Vec<fn(SocketAddr) -> Verdict> =
+        vec![garbage, silent, slowloris_handshake, slowloris_control];
+    let threads: Vec<_> = peers
+        .into_iter()
+        .map(|f| std::thread::spawn(move || f(addr)))
+        .collect();
+    let mut verdicts: Vec<Verdict> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    // Then, alone, so the open-connection count tells when it is dropped.
+    let good = GOOD as u64 + 1;
+    eventually("only the good clients connected", || {
+        handle.metrics().total().open == good
+    });
+    let slow = slow_subscriber(addr, handle.metrics(), good);
+    assert_eq!(slow.closed_after, None, "slow subscriber: {slow:?}");
+    eventually("the slow subscriber gone", || {
+        handle.metrics().total().open == good
+    });
+    verdicts.push(stalled_subscriber(addr, handle.metrics(), good));
+    flag.store(true, Ordering::SeqCst);
+    let seen = clients.join().expect("clients");
+    for v in &verdicts {
+        eprintln!("{kind:?}: {v:?}");
+    }
+    for v in &verdicts {
+        assert!(v.closed_after.is_some(), "{}: not closed", v.name);
+    }
+    let by = |n: &str| verdicts.iter().find(|v| v.name == n).unwrap();
+    assert_eq!(by("garbage").close, Some((QMUX_VIOLATION, false)));
+    let stalled = by("stalled-subscriber").closed_after.unwrap();
+    assert!(
+        stalled >= WRITE_STALL && stalled < WRITE_STALL * 4,
+        "stalled subscriber dropped after {stalled:?}"
+    );
+    for n in ["silent", "slowloris-handshake", "slowloris-control"] {
+        assert_eq!(
+            by(n).close,
+            Some((CONTROL_MESSAGE_TIMEOUT, true)),
+            "{n}: close code"
+        );
+        let after = by(n).closed_after.unwrap();
+        assert!(after < HANDSHAKE * 3, "{n}: closed only after {after:?}");
+    }
+    check_good(&seen);
+    // Every connection was let go, with its buffers and session storage.
+    eventually("every connection closed", || {
+        handle.metrics().total().open == 0
+    });
+    // The cache never held more than the track's budget (an eighth of the
+    // cache) plus a group in flight: the stalled reader pinned nothing.
+    let m = handle.metrics().total();
+    eprintln!(
+        "{kind:?}: cache {} bytes, high water {}",
+        m.cache_bytes, m.cache_high_water
+    );
+    assert!(
+        m.cache_high_water <= (64 << 20) / 8 + (1 << 20),
+        "{kind:?}: cache grew to {} bytes",
+        m.cache_high_water
+    );
+    handle.shutdown().expect("relay stops");
+}
+
+/// Garbage, a silent connection, slowloris writers (handshake and control
+/// message) and a subscriber that stops reading are each closed, a slow but
+/// live reader is kept, while ten subscribers receive every frame in order.
+#[test]
+fn bad_peers_are_closed_while_ten_subscribers_receive() {
+    for kind in drivers() {
+        within(120, move || bad_peers_scenario(kind));
+    }
+}
+
+fn eventually_within(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = StdInstant::now() + limit;
+    while !cond() {
+        assert!(StdInstant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A peer that completes the handshake, then neither sends nor reads, is
+/// dropped at the idle timeout (QMux closes silently there, PROTOCOL.md §2.5).
+#[test]
+fn silent_after_setup_is_dropped_at_the_idle_timeout() {
+    for kind in drivers() {
+        within(60, move || {
+            let mut cfg = relay_config(kind);
+            cfg.timeouts.idle = Duration::from_secs(2);
+            let handle = start(cfg);
+            let mut raw = Raw::connect(handle.local_addr(), Config::new(), None);
+            raw.handshake();
+            let t = StdInstant::now();
+            // Neither read nor write until the relay gives up.
+            std::thread::sleep(Duration::from_secs(3));
+            let closed = raw.wait_closed(IO_TIMEOUT);
+            assert!(
+                closed.is_some(),
+                "{kind:?}: still open after {:?}",
+                t.elapsed()
+            );
+            handle.shutdown().expect("relay stops");
+        });
+    }
+}
+
+/// A session over `--max-subscriptions` has its extra SUBSCRIBE refused
+/// (INTERNAL 0x0, like a full table) while its first ones are served.
+#[test]
+fn subscriptions_over_the_limit_are_refused() {
+    for kind in drivers() {
+        within(60, move || {
+            let mut cfg = relay_config(kind);
+            cfg.limits.max_subscriptions = 2;
+            let handle = start(cfg);
+            let addr = handle.local_addr();
+            let url = format!("tcp://{addr}/anon");
+            let flag = Arc::new(AtomicBool::new(true));
+            let clients = {
+                let flag = flag.clone();
+                std::thread::spawn(move || {
+                    driver::block_on(kind, move |_| good_clients(url, flag, 2))
+                        .expect("client runtime")
+                })
+            };
+            eventually_within(Duration::from_secs(20), "good subscribers started", || {
+                !flag.load(Ordering::SeqCst)
+            });
+            let mut raw = Raw::connect(addr, Config::new(), None);
+            raw.handshake();
+            for _ in 0..3 {
+                raw.session
+                    .subscribe("demo", scratch_track(), subscribe_request())
+                    .expect("subscribe");
+            }
+            raw.send_output();
+            let ok = raw.pump_until(IO_TIMEOUT, |r| {
+                r.started.len() == 2 && !r.refused.is_empty()
+            });
+            flag.store(true, Ordering::SeqCst);
+            assert!(
+                ok,
+                "{kind:?}: started {:?}, refused {:?}",
+                raw.started, raw.refused
+            );
+            assert_eq!(raw.refused, [Some(0)], "{kind:?}: refusal code");
+            drop(raw);
+            check_good(&clients.join().unwrap());
+            handle.shutdown().expect("relay stops");
+        });
+    }
+}
+
+/// How group `seq` of `t` ended for a reader: `Ok(frames)` if complete,
+/// `Err(Some(code))` if aborted, `Err(None)` if never received.
+fn group_outcome(t: track::Ref<'static, 'static>, seq: u64) -> Result<usize, Option<u64>> {
+    use skiff_core::model::group::{Next, ReadError};
+    let Some(mut g) = t.group(seq) else {
+        return Err(None);
+    };
+    let mut frames = 0;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match g.read_frame_header() {
+            Ok(Next::Ready(h)) => {
+                let mut got = 0;
+                while got < h.len {
+                    match g.read_payload(&mut buf[got..h.len]) {
+                        Ok(Next::Ready(n)) => got += n,
+                        Err(ReadError::Aborted(c)) => return Err(Some(c)),
+                        _ => return Err(None),
+                    }
+                }
+                frames += 1;
+            }
+            Ok(Next::Finished) => return Ok(frames),
+            Err(ReadError::Aborted(c)) => return Err(Some(c)),
+            _ => return Err(None),
+        }
+    }
+}
+
+async fn oversized_scenario(url: String) -> Vec<Result<usize, Option<u64>>> {
+    let ctx = Rc::new(ClientCtx::new(64 << 20));
+    let notify = ctx.notify().clone();
+    let (origin, producer) = ctx.publication("demo", "video");
+    {
+        let (ctx, url) = (ctx.clone(), url.clone());
+        monoio::spawn(async move {
+            let mut app = Publisher::default();
+            let _ = client::run(&url, Some(origin), &mut app, &ctx).await;
+        });
+    }
+    let mut g0 = producer.create_group(0).unwrap();
+    g0.write_frame(0, b"small").unwrap();
+    notify.bump();
+    let local = ctx.track("video");
+    let app = Subscriber::new("demo", local);
+    let state = app.state.clone();
+    {
+        let (ctx, url) = (ctx.clone(), url.clone());
+        monoio::spawn(async move {
+            let mut app = app;
+            let _ = client::run(&url, None, &mut app, &ctx).await;
+        });
+    }
+    let waiter = notify.waiter();
+    while state.started.get().is_none() {
+        let seen = notify.generation();
+        waiter.changed(seen).await;
+    }
+    g0.finish().unwrap();
+    // Group 1: one frame over --max-frame-bytes (16 KiB).
+    let mut g = producer.create_group(1).unwrap();
+    g.write_frame(0, &vec![1u8; 20 << 10]).unwrap();
+    g.finish().unwrap();
+    notify.bump();
+    monoio::time::sleep(Duration::from_millis(50)).await;
+    // Group 2: frames within the limit, 75 KiB in all: over --max-group-bytes (64 KiB).
+    let mut g = producer.create_group(2).unwrap();
+    for i in 0..5 {
+        g.write_frame(i, &vec![2u8; 15 << 10]).unwrap();
+        notify.bump();
+        monoio::time::sleep(Duration::from_millis(5)).await;
+    }
+    g.finish().unwrap();
+    notify.bump();
+    monoio::time::sleep(Duration::from_millis(50)).await;
+    // Group 3: fine again.
+    let mut g = producer.create_group(3).unwrap();
+    g.write_frame(0, b"fine").unwrap();
+    g.finish().unwrap();
+    notify.bump();
+    for _ in 0..300 {
+        if group_outcome(local, 3).is_ok() {
+            break;
+        }
+        monoio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let out = (0..4).map(|s| group_outcome(local, s)).collect();
+    ctx.close_all();
+    monoio::time::sleep(Duration::from_millis(50)).await;
+    out
+}
+
+/// A publisher's frame over `--max-frame-bytes` and group over
+/// `--max-group-bytes` lose that group (FRAME_TOO_LARGE 0x38 / GROUP_TOO_LARGE
+/// 0x32); the groups around them arrive.
+#[test]
+fn oversized_frames_and_groups_are_dropped() {
+    for kind in drivers() {
+        within(60, move || {
+            let mut cfg = relay_config(kind);
+            cfg.limits.max_frame_bytes = 16 << 10;
+            cfg.limits.max_group_bytes = 64 << 10;
+            let handle = start(cfg);
+            let url = format!("tcp://{}/anon", handle.local_addr());
+            let out = driver::block_on(kind, move |_| oversized_scenario(url)).unwrap();
+            assert_eq!(out[0], Ok(1), "{kind:?}: group 0");
+            assert_eq!(
+                out[1],
+                Err(Some(0x38)),
+                "{kind:?}: group 1 (FRAME_TOO_LARGE)"
+            );
+            assert_eq!(
+                out[2],
+                Err(Some(0x32)),
+                "{kind:?}: group 2 (GROUP_TOO_LARGE)"
+            );
+            assert_eq!(out[3], Ok(1), "{kind:?}: group 3");
+            handle.shutdown().expect("relay stops");
+        });
+    }
+}
