@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 
 use monoio::net::TcpStream;
+use skiff_core::conn;
 use skiff_core::model::group::{self, Next, ReadError};
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
@@ -43,8 +44,9 @@ pub struct ClientCtx {
     /// What every session and media task of the thread shares.
     pub drive: DriveCtx,
     pool: &'static Pool<'static>,
-    storage: StoragePool,
+    storage: Rc<StoragePool>,
     closing: LocalEvent,
+    transport: Cell<conn::Config>,
 }
 
 impl ClientCtx {
@@ -59,8 +61,33 @@ impl ClientCtx {
                 shutdown: Some(Shutdown::new(closing.clone())),
             },
             pool: leak_pool(pool_bytes),
-            storage: StoragePool::new(),
+            storage: Rc::new(StoragePool::new()),
             closing,
+            transport: Cell::new(conn::Config::new()),
+        }
+    }
+
+    /// The QMux settings of sessions [`run`] starts from now on (credit
+    /// windows, timeouts); moq-dev's defaults until set.
+    pub fn set_transport(&self, config: conn::Config) {
+        self.transport.set(config);
+    }
+
+    /// A context sharing this one's clock, media-change signal, pool,
+    /// session storage and transport settings, with its own close signal:
+    /// for sessions that end on their own (a publisher that reconnects
+    /// with the same tracks).
+    pub fn sibling(&self) -> ClientCtx {
+        let closing = LocalEvent::new();
+        ClientCtx {
+            drive: DriveCtx {
+                shutdown: Some(Shutdown::new(closing.clone())),
+                ..self.drive.clone()
+            },
+            pool: self.pool,
+            storage: self.storage.clone(),
+            closing,
+            transport: Cell::new(self.transport.get()),
         }
     }
 
@@ -103,18 +130,41 @@ impl ClientCtx {
         origin::Ref<'static, 'static>,
         track::Producer<'static, 'static>,
     ) {
-        let t = self.track(name);
+        let (o, mut producers) = self.publication_tracks(path, &[name]);
+        (o, producers.remove(0))
+    }
+
+    /// Like [`ClientCtx::publication`] with one track per name (up to
+    /// [`TRACKS`]), their producers in the same order.
+    ///
+    /// # Panics
+    /// For an invalid path or name, or more than [`TRACKS`] names.
+    pub fn publication_tracks(
+        &self,
+        path: &str,
+        names: &[&str],
+    ) -> (
+        origin::Ref<'static, 'static>,
+        Vec<track::Producer<'static, 'static>>,
+    ) {
         let b: &'static broadcast::State<'static, 'static, TRACKS> = Box::leak(Box::new(
             broadcast::State::new(Path::new(path).expect("path")).expect("path"),
         ));
         let o: &'static origin::State<'static, 'static, 4, 16> =
             Box::leak(Box::new(origin::State::new()));
         let bp = b.producer().expect("fresh broadcast");
-        bp.add(t).expect("track fits");
+        let producers = names
+            .iter()
+            .map(|name| {
+                let t = self.track(name);
+                bp.add(t).expect("track fits");
+                t.producer().expect("fresh track")
+            })
+            .collect();
         // The broadcast stays live for the process (its producer is never dropped).
         std::mem::forget(bp);
         o.handle().announce(b.handle()).expect("fresh origin");
-        (o.handle(), t.producer().expect("fresh track"))
+        (o.handle(), producers)
     }
 }
 
@@ -173,6 +223,7 @@ pub async fn run<A: App>(
     let mut storage = ctx.storage.take();
     let res = {
         let config = Config {
+            conn: ctx.transport.get(),
             path: Some(path),
             role: Role::Both,
             ..Config::new()
@@ -196,6 +247,25 @@ pub async fn run<A: App>(
 pub struct Publisher {
     /// Set once the session is set up.
     pub ready: Rc<Cell<bool>>,
+    /// The track whose newest group [`Publisher::window`] is measured for.
+    paced: Option<track::Ref<'static, 'static>>,
+    /// How far the producer of the paced track's newest group may run ahead
+    /// of its furthest reader now ([`Session::pacing_window_of`]): the send
+    /// credit of the stream carrying it, capped at 16 MiB; `None` while no
+    /// stream carries it. Updated whenever the session runs.
+    pub window: Rc<Cell<Option<u64>>>,
+}
+
+impl Publisher {
+    /// A publisher that also reports the pacing window of `track`'s newest
+    /// group in [`Publisher::window`], for a producer that paces itself
+    /// (`group.allowance(window)`, PROTOCOL.md §4.8 pacing).
+    pub fn paced(track: track::Ref<'static, 'static>) -> Self {
+        Publisher {
+            paced: Some(track),
+            ..Publisher::default()
+        }
+    }
 }
 
 impl App for Publisher {
@@ -204,7 +274,12 @@ impl App for Publisher {
             self.ready.set(true);
         }
     }
-    fn act(&mut self, _session: &mut MoqSession<'_>) {}
+    fn act(&mut self, session: &mut MoqSession<'_>) {
+        if let Some(t) = &self.paced {
+            let w = t.latest().and_then(|seq| session.pacing_window_of(t, seq));
+            self.window.set(w);
+        }
+    }
 }
 
 /// What a [`Subscriber`] saw, shared with whoever reads its track.
@@ -333,6 +408,9 @@ pub struct FrameReader {
     payload: Vec<u8>,
     /// Groups skipped because they were evicted before being read.
     pub lagged: u64,
+    /// Groups cut short because their source abandoned them (a publisher
+    /// that went away mid-group); reading goes on with the next group.
+    pub aborted_groups: u64,
 }
 
 impl FrameReader {
@@ -347,6 +425,7 @@ impl FrameReader {
             header: None,
             payload: Vec::new(),
             lagged: 0,
+            aborted_groups: 0,
         }
     }
 
@@ -375,6 +454,19 @@ impl FrameReader {
             }
             _ => Ok(None),
         }
+    }
+
+    /// The current group was aborted with `code`: the end of reading if the
+    /// whole track was, otherwise the group is skipped (`None`).
+    fn group_aborted(&mut self, code: u64) -> Option<ReadState> {
+        if let track::Status::Aborted(c) = self.track.status() {
+            return Some(ReadState::Aborted(c));
+        }
+        tracing::debug!(code, "group abandoned by its source; reading on");
+        self.aborted_groups += 1;
+        self.group = None;
+        self.header = None;
+        None
     }
 
     /// Hands every complete frame available now to `f`; returns why it stopped.
@@ -422,7 +514,12 @@ impl FrameReader {
                         self.group = None;
                         continue;
                     }
-                    Err(ReadError::Aborted(c)) => return ReadState::Aborted(c),
+                    Err(ReadError::Aborted(c)) => {
+                        if let Some(st) = self.group_aborted(c) {
+                            return st;
+                        }
+                        continue;
+                    }
                     Err(_) => {
                         // Evicted under us: move on to the next group.
                         self.lagged += 1;
@@ -443,7 +540,12 @@ impl FrameReader {
                         self.payload.truncate(have);
                         return ReadState::Pending;
                     }
-                    Err(ReadError::Aborted(c)) => return ReadState::Aborted(c),
+                    Err(ReadError::Aborted(c)) => {
+                        if let Some(st) = self.group_aborted(c) {
+                            return st;
+                        }
+                        break;
+                    }
                     Err(_) => {
                         self.lagged += 1;
                         self.group = None;

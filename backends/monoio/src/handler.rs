@@ -13,6 +13,7 @@ use std::sync::Arc;
 use crate::config::RelayConfig;
 use crate::conn::Connection;
 use crate::driver::ActiveDriver;
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
 /// What a worker thread knows when it builds its handler.
@@ -26,6 +27,8 @@ pub struct WorkerInfo {
     pub config: Arc<RelayConfig>,
     /// The drain signal of this thread (fires for every handler at once).
     pub shutdown: Shutdown,
+    /// Every worker's counters (this one's is `metrics.thread(index)`).
+    pub metrics: Arc<Metrics>,
 }
 
 /// Serves connections accepted on one worker thread.

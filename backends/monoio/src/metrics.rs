@@ -25,6 +25,8 @@ pub struct ThreadCounters {
     accept_errors: AtomicU64,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
+    cache_bytes: AtomicU64,
+    cache_high_water: AtomicU64,
     /// 0 = not started, 1 = io_uring, 2 = legacy.
     driver: AtomicU8,
     draining: AtomicBool,
@@ -63,6 +65,12 @@ impl ThreadCounters {
         self.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
     }
 
+    /// Records the bytes of the thread's cache pool in use now and at most so far.
+    pub fn set_cache(&self, in_use: u64, high_water: u64) {
+        self.cache_bytes.store(in_use, Ordering::Relaxed);
+        self.cache_high_water.store(high_water, Ordering::Relaxed);
+    }
+
     /// Records which driver the thread's runtime uses.
     pub fn set_driver(&self, d: ActiveDriver) {
         let v = match d {
@@ -95,6 +103,8 @@ impl ThreadCounters {
             accept_errors: self.accept_errors.load(Ordering::Relaxed),
             bytes_in: self.bytes_in.load(Ordering::Relaxed),
             bytes_out: self.bytes_out.load(Ordering::Relaxed),
+            cache_bytes: self.cache_bytes.load(Ordering::Relaxed),
+            cache_high_water: self.cache_high_water.load(Ordering::Relaxed),
         }
     }
 }
@@ -114,6 +124,10 @@ pub struct Snapshot {
     pub bytes_in: u64,
     /// Bytes written to peers.
     pub bytes_out: u64,
+    /// Bytes of the cache pool in use (group bytes held), whole blocks.
+    pub cache_bytes: u64,
+    /// The most cache-pool bytes ever in use at once.
+    pub cache_high_water: u64,
 }
 
 impl core::ops::AddAssign for Snapshot {
@@ -124,6 +138,8 @@ impl core::ops::AddAssign for Snapshot {
         self.accept_errors += o.accept_errors;
         self.bytes_in += o.bytes_in;
         self.bytes_out += o.bytes_out;
+        self.cache_bytes += o.cache_bytes;
+        self.cache_high_water += o.cache_high_water;
     }
 }
 
@@ -176,6 +192,18 @@ const FAMILIES: &[Family] = &[
         kind: "counter",
         help: "Bytes written to peers.",
         get: |s| s.bytes_out,
+    },
+    Family {
+        name: "cache_bytes",
+        kind: "gauge",
+        help: "Bytes of the group cache pool in use (whole blocks), sampled every 10 ms.",
+        get: |s| s.cache_bytes,
+    },
+    Family {
+        name: "cache_high_water_bytes",
+        kind: "gauge",
+        help: "The most group cache pool bytes in use at once (summed over threads in the total).",
+        get: |s| s.cache_high_water,
     },
 ];
 

@@ -46,13 +46,14 @@
 //!   with many short-lived broadcasts grows by a few hundred bytes per
 //!   broadcast and track (group bytes live in the pool and are freed).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
@@ -65,8 +66,10 @@ use skiff_core::wire::lite::{Role, StreamCode};
 use skiff_core::wire::qmux::Side;
 
 use crate::clock::Clock;
+use crate::config::{RelayConfig, Upstream as UpstreamAddr};
 use crate::conn::Connection;
 use crate::handler::{ConnectionHandler, WorkerInfo};
+use crate::metrics::Metrics;
 use crate::notify::Notify;
 use crate::session_driver::{
     App, ByteRead, ByteWrite, DriveCtx, Ended, MoqSession, StoragePool, drive, split_halves,
@@ -85,18 +88,34 @@ pub const BLOCK_BYTES: usize = 4096;
 
 /// A session's queue of upstream subscriptions to make.
 #[derive(Debug, Default)]
-pub struct Upstream {
+pub struct PendingSubscribes {
     pending: RefCell<Vec<(String, track::Ref<'static, 'static>)>>,
+}
+
+/// A source announcing a path that another source serves: the next source
+/// if that one goes away.
+struct Spare {
+    path: String,
+    owner: u64,
+    upstream: Rc<PendingSubscribes>,
+    local: bool,
 }
 
 struct Entry {
     path: String,
     /// Announced by a client of this worker (not learned over a link).
     local: bool,
+    /// In the worker's origin (what its subscribers see). False for a
+    /// standby: a local source of a path this worker already reaches over a
+    /// link, offered only to the other workers (see [`Relay::add_broadcast`]).
+    routed: bool,
     handle: broadcast::Ref<'static, 'static>,
     producer: broadcast::Producer<'static, 'static>,
     owner: u64,
-    upstream: Rc<Upstream>,
+    upstream: Rc<PendingSubscribes>,
+    /// While the source is gone and the failover grace period runs: the
+    /// token of that period's timer.
+    orphan: Option<u64>,
 }
 
 /// The relay state of one worker thread: origin, cache pool, routes.
@@ -107,9 +126,19 @@ pub struct Relay {
     local_origin: origin::Ref<'static, 'static>,
     pool: &'static Pool<'static>,
     hop: u64,
-    track_budget: u64,
+    track_limits: track::Limits,
+    /// The configuration of every session of this worker.
+    session_config: Config<'static>,
     notify: Rc<Notify>,
     entries: RefCell<Vec<Entry>>,
+    /// Sources waiting to take over a path (oldest first).
+    spares: RefCell<Vec<Spare>>,
+    /// Where to publish the cache gauges: all counters and this worker's index.
+    metrics: Option<(Arc<Metrics>, usize)>,
+    /// How long a broadcast whose source left waits for a new source.
+    grace: StdDuration,
+    /// The next orphan timer's token.
+    next_token: Cell<u64>,
 }
 
 impl std::fmt::Debug for Relay {
@@ -144,20 +173,29 @@ pub fn leak_pool(bytes: u64) -> &'static Pool<'static> {
 }
 
 impl Relay {
-    /// The relay state of one thread with a cache of `cache_bytes`.
-    pub fn new(hop: u64, cache_bytes: u64, notify: Rc<Notify>) -> Self {
+    /// The relay state of one thread, configured by `config` (cache size,
+    /// session limits and credit, failover grace).
+    pub fn new(hop: u64, config: &RelayConfig, notify: Rc<Notify>) -> Self {
         let origin: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
             Box::leak(Box::new(origin::State::new()));
         let local: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
             Box::leak(Box::new(origin::State::new()));
+        let cache_bytes = config.cache_bytes;
         Relay {
             origin: origin.handle(),
             local_origin: local.handle(),
             pool: leak_pool(cache_bytes),
             hop,
-            track_budget: (cache_bytes / 8).max(1 << 20),
+            // A track may hold an eighth of the cache (at least 1 MiB); a
+            // group over that is trimmed behind its readers.
+            track_limits: config.track_limits((cache_bytes / 8).max(1 << 20)),
+            session_config: config.session_config(hop),
             notify,
             entries: RefCell::new(Vec::new()),
+            spares: RefCell::new(Vec::new()),
+            metrics: None,
+            grace: config.failover_grace,
+            next_token: Cell::new(0),
         }
     }
 
@@ -181,24 +219,67 @@ impl Relay {
         &self.notify
     }
 
+    /// Copies the cache pool's bytes in use and high-water mark to the
+    /// worker's metrics (two relaxed stores).
+    fn publish_gauges(&self) {
+        if let Some((m, i)) = &self.metrics {
+            let block = self.pool.block_size() as u64;
+            m.thread(*i).set_cache(
+                self.pool.in_use() as u64 * block,
+                self.pool.high_water() as u64 * block,
+            );
+        }
+    }
+
     /// Broadcasts routed now.
     pub fn broadcasts(&self) -> usize {
         self.entries.borrow().len()
     }
 
     /// Registers broadcast `path` announced by connection `owner` (`local`:
-    /// a client of this worker, not a link).
-    fn add_broadcast(&self, path: &str, owner: u64, upstream: &Rc<Upstream>, local: bool) {
+    /// a client of this worker, not a link or the upstream).
+    ///
+    /// If the path is routed already:
+    /// * its source is gone (failover grace period): the new announcement
+    ///   becomes its source, and every track of it is asked for again from
+    ///   the new source; subscribers stay where they are and go on with the
+    ///   new source's groups (O(tracks), nothing per subscriber);
+    /// * it is learned from another worker and this announcement is local: it
+    ///   becomes a standby, offered only to the other workers, so the worker
+    ///   serving the route can fail over to it;
+    /// * otherwise the first source is kept.
+    fn add_broadcast(&self, path: &str, owner: u64, upstream: &Rc<PendingSubscribes>, local: bool) {
         let Ok(p) = Path::new(path) else {
             tracing::debug!(path, "announced path refused");
             return;
         };
-        if self.origin.get(p).is_some() {
-            tracing::debug!(
-                path,
-                "broadcast already routed; keeping the first publisher"
-            );
-            return;
+        let mut routed = true;
+        {
+            let mut entries = self.entries.borrow_mut();
+            if let Some(e) = entries.iter_mut().find(|e| e.routed && e.path == path) {
+                if e.orphan.is_some() {
+                    self.adopt(e, owner, upstream, local);
+                    return;
+                }
+                if !local || e.local || self.local_origin.get(p).is_some() {
+                    // Kept as the next source, should the current one go away
+                    // (a publisher that reconnects before its old connection
+                    // is known to be dead).
+                    tracing::debug!(
+                        path,
+                        owner,
+                        "broadcast already routed; this source waits as a spare"
+                    );
+                    self.spares.borrow_mut().push(Spare {
+                        path: path.to_owned(),
+                        owner,
+                        upstream: upstream.clone(),
+                        local,
+                    });
+                    return;
+                }
+                routed = false;
+            }
         }
         let state: &'static broadcast::State<'static, 'static, TRACKS> =
             match broadcast::State::new(p) {
@@ -208,58 +289,150 @@ impl Relay {
         let Ok(producer) = state.producer() else {
             return;
         };
-        if let Err(e) = self.origin.announce(state.handle()) {
+        if routed && let Err(e) = self.origin.announce(state.handle()) {
             tracing::warn!(path, error = %e, "cannot route broadcast");
             return;
         }
         if local && let Err(e) = self.local_origin.announce(state.handle()) {
             tracing::warn!(path, error = %e, "cannot offer broadcast to other workers");
         }
-        tracing::info!(path, owner, local, "broadcast announced");
+        tracing::info!(path, owner, local, routed, "broadcast announced");
         self.entries.borrow_mut().push(Entry {
             path: path.to_owned(),
             local,
+            routed,
             handle: state.handle(),
             producer,
             owner,
             upstream: upstream.clone(),
+            orphan: None,
         });
         self.notify.bump();
     }
 
-    /// Withdraws `path` if `owner` announced it.
+    /// Makes `owner` the source of orphaned broadcast `e`: every track of it
+    /// is subscribed again through `upstream`'s session.
+    fn adopt(&self, e: &mut Entry, owner: u64, upstream: &Rc<PendingSubscribes>, local: bool) {
+        e.owner = owner;
+        e.orphan = None;
+        e.upstream = upstream.clone();
+        let path = e.handle.path();
+        if self.origin.get(path).is_none()
+            && let Err(err) = self.origin.announce(e.handle)
+        {
+            tracing::warn!(path = %e.path, error = %err, "cannot route broadcast again");
+        }
+        if e.local && !local {
+            self.local_origin.unannounce(path);
+        }
+        if local
+            && self.local_origin.get(path).is_none()
+            && let Err(err) = self.local_origin.announce(e.handle)
+        {
+            tracing::warn!(path = %e.path, error = %err, "cannot offer broadcast to other workers");
+        }
+        e.local = local;
+        let mut queue = upstream.pending.borrow_mut();
+        let mut spliced = 0usize;
+        for t in e.handle.tracks() {
+            if t.status() == track::Status::Open {
+                queue.push((e.path.clone(), t));
+                spliced += 1;
+            }
+        }
+        tracing::info!(path = %e.path, owner, tracks = spliced, "broadcast announced again: subscribers spliced to the new source");
+        self.notify.bump();
+    }
+
+    /// Withdraws `path` if `owner` announced it (the publisher ended it).
     fn remove_broadcast(&self, path: &str, owner: u64) {
+        self.spares
+            .borrow_mut()
+            .retain(|s| !(s.owner == owner && s.path == path));
         let mut entries = self.entries.borrow_mut();
         if let Some(i) = entries
             .iter()
-            .position(|e| e.owner == owner && e.path == path)
+            .position(|e| e.owner == owner && e.orphan.is_none() && e.path == path)
         {
             let mut e = entries.swap_remove(i);
-            self.withdraw(&mut e);
+            self.withdraw(&mut e, StreamCode::Cancel);
         }
     }
 
-    /// Withdraws every broadcast of `owner`.
-    fn remove_owned(&self, owner: u64) {
+    /// The source `owner` of some broadcasts is gone. Each is unannounced
+    /// at once (ANNOUNCE Ended downstream, PROTOCOL.md §4.4), but its tracks
+    /// stay open and their subscriptions in flight wait, for the failover
+    /// grace period: announced again in time, it continues from the new
+    /// source ([`Relay::adopt`]); otherwise its tracks end.
+    fn orphan_owned(self: &Rc<Self>, owner: u64) {
+        self.spares.borrow_mut().retain(|s| s.owner != owner);
         let mut entries = self.entries.borrow_mut();
-        let mut i = 0;
-        while i < entries.len() {
-            if entries[i].owner == owner {
-                let mut e = entries.swap_remove(i);
-                self.withdraw(&mut e);
-            } else {
-                i += 1;
+        // A standby source: nothing waits on it.
+        while let Some(i) = entries.iter().position(|e| e.owner == owner && !e.routed) {
+            let mut e = entries.swap_remove(i);
+            self.withdraw(&mut e, StreamCode::SessionClosed);
+        }
+        for e in entries
+            .iter_mut()
+            .filter(|e| e.owner == owner && e.orphan.is_none())
+        {
+            let spare = {
+                let mut spares = self.spares.borrow_mut();
+                let i = spares.iter().position(|s| s.path == e.path);
+                i.map(|i| spares.remove(i))
+            };
+            if let Some(s) = spare {
+                // The announcement stays: the spare takes over at once.
+                self.adopt(e, s.owner, &s.upstream, s.local);
+                continue;
             }
+            let path = e.handle.path();
+            self.origin.unannounce(path);
+            if e.local {
+                self.local_origin.unannounce(path);
+            }
+            let token = self.next_token.get();
+            self.next_token.set(token + 1);
+            e.orphan = Some(token);
+            // Requests made while orphaned wait for the next source (which
+            // subscribes every track of the broadcast anyway).
+            e.upstream = Rc::new(PendingSubscribes::default());
+            tracing::info!(path = %e.path, owner, grace = ?self.grace, "broadcast source gone; waiting for it to be announced again");
+            let relay = self.clone();
+            monoio::spawn(async move {
+                monoio::time::sleep(relay.grace).await;
+                relay.expire(token);
+            });
         }
     }
 
-    fn withdraw(&self, e: &mut Entry) {
+    /// The grace period of orphan timer `token` is over: withdraw its
+    /// broadcast if it found no new source.
+    fn expire(&self, token: u64) {
+        let mut entries = self.entries.borrow_mut();
+        if let Some(i) = entries.iter().position(|e| e.orphan == Some(token)) {
+            let mut e = entries.swap_remove(i);
+            tracing::info!(path = %e.path, "broadcast found no new source in time");
+            self.withdraw(&mut e, StreamCode::SessionClosed);
+        }
+    }
+
+    /// Ends a broadcast: unannounced everywhere, tracks still waiting for a
+    /// source aborted with `code`.
+    fn withdraw(&self, e: &mut Entry, code: StreamCode) {
         tracing::info!(path = %e.path, "broadcast withdrawn");
-        if let Ok(p) = Path::new(&e.path) {
-            self.origin.unannounce(p);
+        if e.orphan.is_none()
+            && let Ok(p) = Path::new(&e.path)
+        {
+            if e.routed {
+                self.origin.unannounce(p);
+            }
             if e.local {
                 self.local_origin.unannounce(p);
             }
+        }
+        for t in e.handle.tracks() {
+            end_track(t, code);
         }
         e.producer.finish();
         self.notify.bump();
@@ -270,6 +443,17 @@ impl Relay {
         if let Some(e) = self.entries.borrow().iter().find(|e| e.path == path) {
             e.producer.remove(name);
         }
+    }
+}
+
+/// Ends relay track `t` with `code` unless it finished or has a source:
+/// readers get the error, downstream subscriptions pass it on (§4.4).
+fn end_track(t: track::Ref<'static, 'static>, code: StreamCode) {
+    t.set_failover(false);
+    if t.status() == track::Status::Open
+        && let Ok(mut p) = t.producer()
+    {
+        p.abort(code.to_code());
     }
 }
 
@@ -284,13 +468,17 @@ impl Resolve<'static, 'static> for Relay {
             .iter()
             .find(|e| e.handle.same_broadcast(&broadcast))?;
         let info = track::Info::new(name).ok()?;
-        let state: &'static track::State<'static, GROUPS> =
-            Box::leak(Box::new(track::State::new(self.pool, info)));
+        let state: &'static track::State<'static, GROUPS> = Box::leak(Box::new(
+            track::State::with_limits(self.pool, info, self.track_limits),
+        ));
         let t = state.handle();
-        t.set_budget(self.track_budget);
+        // The track outlives a source that goes away (publisher failover).
+        t.set_failover(true);
         e.producer.add(t).ok()?;
         tracing::debug!(path = %e.path, track = name, "relay track created");
-        e.upstream.pending.borrow_mut().push((e.path.clone(), t));
+        if e.orphan.is_none() {
+            e.upstream.pending.borrow_mut().push((e.path.clone(), t));
+        }
         self.notify.bump();
         Some(t)
     }
@@ -306,13 +494,32 @@ const UPSTREAM: Request = Request {
     max_latency: track::DEFAULT_MAX_AGE,
 };
 
+/// What is at the other end of a relay session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Peer {
+    /// An accepted client: a publisher, a subscriber, or a leaf relay.
+    Client,
+    /// Another worker of this relay, over a socket pair.
+    Link,
+    /// The upstream relay this one is a leaf of (`--upstream`), dialed with
+    /// this SETUP path.
+    Upstream(&'static str),
+}
+
+impl Peer {
+    /// Broadcasts learned from this peer belong to this worker's clients
+    /// (and so are offered to the other workers and to the upstream).
+    fn is_local(self) -> bool {
+        self == Peer::Client
+    }
+}
+
 /// The relay side of one connection.
 struct RelayConn {
     relay: Rc<Relay>,
     id: u64,
-    /// A link to another worker (its announcements are not offered on links).
-    link: bool,
-    upstream: Rc<Upstream>,
+    peer: Peer,
+    upstream: Rc<PendingSubscribes>,
     want_announce: bool,
     announce: Option<AnnounceId>,
     subs: Vec<(SubscriptionId, String, track::Ref<'static, 'static>)>,
@@ -324,16 +531,17 @@ impl App for RelayConn {
             Event::Setup { role, path, .. } => {
                 tracing::debug!(conn = self.id, ?role, path, "client setup");
                 // PROTOCOL.md §4.1: a client that only subscribes has nothing to announce.
-                self.want_announce = self.link || role != Role::Subscriber;
+                self.want_announce =
+                    self.announce.is_none() && (!self.peer.is_local() || role != Role::Subscriber);
             }
             Event::Announced { path, .. } => {
                 self.relay
-                    .add_broadcast(path, self.id, &self.upstream, !self.link)
+                    .add_broadcast(path, self.id, &self.upstream, self.peer.is_local())
             }
             Event::Unannounced { path, .. } => self.relay.remove_broadcast(path, self.id),
             Event::AnnounceEnded { request, .. } if Some(request) == self.announce => {
                 self.announce = None;
-                self.relay.remove_owned(self.id);
+                self.relay.orphan_owned(self.id);
             }
             Event::SubscriptionClosed { subscription, code } => {
                 if let Some(i) = self.subs.iter().position(|s| s.0 == subscription) {
@@ -341,9 +549,11 @@ impl App for RelayConn {
                     tracing::debug!(path, track = %t.info().name, ?code, "upstream subscription over");
                     // A track that ended normally stays in the cache, so a subscriber
                     // whose request arrives after the end still gets the cached groups
-                    // and SUBSCRIBE_END; anything else is forgotten and asked for again.
+                    // and SUBSCRIBE_END; one the source refused or abandoned ends
+                    // (its subscribers get the code) and is asked for again next time.
                     let finished = code.is_none() && t.status() == track::Status::Finished;
                     if !finished {
+                        end_track(t, code.map_or(StreamCode::Internal, StreamCode::from_code));
                         self.relay.drop_track(&path, t.info().name.as_str());
                     }
                 }
@@ -361,6 +571,7 @@ impl App for RelayConn {
     }
 
     fn act(&mut self, session: &mut MoqSession<'_>) {
+        self.relay.publish_gauges();
         if self.want_announce && session.is_established() {
             match session.announce_request("") {
                 Ok(a) => {
@@ -374,33 +585,32 @@ impl App for RelayConn {
                 }
             }
         }
-        let pending = std::mem::take(&mut *self.upstream.pending.borrow_mut());
-        for (path, t) in pending {
+        let mut pending = self.upstream.pending.borrow_mut();
+        while let Some((path, t)) = pending.first().cloned() {
             match session.subscribe(&path, t, UPSTREAM) {
                 Ok(id) => self.subs.push((id, path, t)),
+                // Control slots come back as TRACK requests are answered:
+                // the rest waits for the next round, in order.
+                Err(SessionError::ControlFull | SessionError::NotReady) => break,
                 Err(e) => {
                     tracing::debug!(path, error = %e, "upstream subscribe failed");
-                    if let Ok(mut p) = t.producer() {
-                        p.abort(StreamCode::Internal.to_code());
-                    }
+                    end_track(t, StreamCode::Internal);
                     self.relay.drop_track(&path, t.info().name.as_str());
                 }
             }
+            pending.remove(0);
         }
     }
 
     fn on_close(&mut self) {
-        self.relay.remove_owned(self.id);
-        for (_, path, t) in self.subs.drain(..) {
-            self.relay.drop_track(&path, t.info().name.as_str());
-        }
-        // Requests queued for this session will never be made.
-        for (path, t) in self.upstream.pending.borrow_mut().drain(..) {
-            if let Ok(mut p) = t.producer() {
-                p.abort(StreamCode::SessionClosed.to_code());
-            }
-            self.relay.drop_track(&path, t.info().name.as_str());
-        }
+        // The session's tracks were detached from it, not ended (they are
+        // failover tracks): they wait with their broadcasts for a new source.
+        self.subs.clear();
+        self.relay.orphan_owned(self.id);
+        // Requests queued for this session will never be made; a new source
+        // asks for every track of the broadcast.
+        self.upstream.pending.borrow_mut().clear();
+        self.relay.publish_gauges();
     }
 }
 
@@ -414,23 +624,31 @@ pub struct RelayHandler {
 
 /// Ids of link sessions (never an accepted connection's id).
 const LINK_ID_BASE: u64 = u64::MAX / 2;
+/// Ids of upstream sessions, one per dial (after the link ids).
+const UPSTREAM_ID_BASE: u64 = LINK_ID_BASE + (1 << 32);
+/// The first and the longest wait before dialing the upstream again.
+const UPSTREAM_BACKOFF: (StdDuration, StdDuration) =
+    (StdDuration::from_millis(100), StdDuration::from_secs(5));
 
 impl RelayHandler {
     /// The handler of the worker described by `info`, without links to
-    /// other workers (right for one worker thread).
+    /// other workers (right for one worker thread) and without its upstream.
     pub fn new(info: &WorkerInfo) -> Self {
         let notify = Notify::shared();
         // A stable non-zero Hop ID per worker (PROTOCOL.md §4.3).
         let hop = 0x5c1f_0000_0000 | ((std::process::id() as u64) << 8) | (info.index as u64 + 1);
+        let mut relay = Relay::new(hop, &info.config, notify);
+        relay.metrics = Some((info.metrics.clone(), info.index));
         RelayHandler {
-            relay: Rc::new(Relay::new(hop, info.config.cache_bytes, notify)),
+            relay: Rc::new(relay),
             storage: Rc::new(StoragePool::new()),
             clock: Clock::new(),
         }
     }
 
     /// A handler factory for `threads` workers linked pairwise (see
-    /// [`Mesh`]): pass it to [`crate::server::start`].
+    /// [`Mesh`]), each dialing the configured upstream relay if there is one:
+    /// pass it to [`crate::server::start`].
     ///
     /// # Errors
     /// If a socket pair cannot be made.
@@ -443,6 +661,9 @@ impl RelayHandler {
             for (peer, end) in mesh.take(info.index) {
                 h.spawn_link(info, peer, end);
             }
+            if let Some(up) = &info.config.upstream {
+                h.spawn_upstream(info, up.clone());
+            }
             h
         })
     }
@@ -450,6 +671,14 @@ impl RelayHandler {
     /// This worker's relay state.
     pub fn relay(&self) -> &Rc<Relay> {
         &self.relay
+    }
+
+    fn drive_ctx(&self, info: &WorkerInfo) -> DriveCtx {
+        DriveCtx {
+            clock: self.clock,
+            notify: self.relay.notify.clone(),
+            shutdown: Some(info.shutdown.clone()),
+        }
     }
 
     /// Runs the link session to worker `peer` over `end` (client side on the
@@ -470,24 +699,106 @@ impl RelayHandler {
         } else {
             Side::Server
         };
-        let ctx = DriveCtx {
-            clock: self.clock,
-            notify: self.relay.notify.clone(),
-            shutdown: Some(info.shutdown.clone()),
-        };
+        let ctx = self.drive_ctx(info);
         let (relay, storage) = (self.relay.clone(), self.storage.clone());
         let id = LINK_ID_BASE + peer as u64;
         monoio::spawn(async move {
             let (reader, writer) = split_halves(stream, 64 * 1024);
-            match run_session(relay, &storage, reader, writer, side, id, true, &ctx).await {
+            let res = run_session(relay, &storage, reader, writer, side, id, Peer::Link, &ctx);
+            match res.await {
                 Ok(ended) => tracing::debug!(peer, ?ended, "worker link ended"),
                 Err(e) => tracing::warn!(peer, error = %e, "worker link failed"),
             }
         });
     }
+
+    /// Keeps a session to the upstream relay `up` (this worker becomes its
+    /// leaf): dials it, runs the session, and dials again after a growing
+    /// pause (100 ms to 5 s) whenever it ends, until the worker drains.
+    ///
+    /// Over that session the worker asks for every announcement (so its
+    /// subscribers reach the upstream's broadcasts, one upstream subscription
+    /// per track, PROTOCOL.md §4.5) and announces its own clients'
+    /// broadcasts (so the upstream's subscribers reach them).
+    fn spawn_upstream(&self, info: &WorkerInfo, up: UpstreamAddr) {
+        let ctx = self.drive_ctx(info);
+        let (relay, storage) = (self.relay.clone(), self.storage.clone());
+        let shutdown = info.shutdown.clone();
+        let worker = info.index;
+        // Made once per worker: the session config borrows it for 'static.
+        let path: &'static str = Box::leak(format!("/{}", up.path).into_boxed_str());
+        monoio::spawn(async move {
+            let mut backoff = UPSTREAM_BACKOFF.0;
+            let mut dial = 0u64;
+            while !shutdown.is_draining() {
+                let started = StdInstant::now();
+                match dial_upstream(&up).await {
+                    Ok(stream) => {
+                        tracing::info!(worker, upstream = %up, "upstream connected");
+                        let (reader, writer) = split_halves(stream, 64 * 1024);
+                        let id = UPSTREAM_ID_BASE + dial;
+                        let res = run_session(
+                            relay.clone(),
+                            &storage,
+                            reader,
+                            writer,
+                            Side::Client,
+                            id,
+                            Peer::Upstream(path),
+                            &ctx,
+                        );
+                        match res.await {
+                            Ok(ended) => {
+                                tracing::info!(worker, upstream = %up, ?ended, "upstream session ended")
+                            }
+                            Err(e) => {
+                                tracing::warn!(worker, upstream = %up, error = %e, "upstream session failed")
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(worker, upstream = %up, error = %e, "cannot reach upstream")
+                    }
+                }
+                dial += 1;
+                if started.elapsed() > UPSTREAM_BACKOFF.1 {
+                    backoff = UPSTREAM_BACKOFF.0;
+                }
+                let pause = monoio::time::sleep(backoff);
+                let stop = shutdown.wait();
+                futures_select(pause, stop).await;
+                backoff = (backoff * 2).min(UPSTREAM_BACKOFF.1);
+            }
+        });
+    }
 }
 
-/// Runs one relay session (a client connection or a worker link).
+/// Dials the upstream relay (`host` resolved each time: it may move).
+async fn dial_upstream(up: &UpstreamAddr) -> io::Result<monoio::net::TcpStream> {
+    use std::net::ToSocketAddrs;
+    let addr = (up.host.as_str(), up.port)
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "upstream host has no address"))?;
+    let stream = monoio::net::TcpStream::connect(addr).await?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// Waits for whichever of `a` and `b` completes first.
+async fn futures_select(a: impl Future<Output = ()>, b: impl Future<Output = ()>) {
+    let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
+    std::future::poll_fn(|cx| {
+        if a.as_mut().poll(cx).is_ready() || b.as_mut().poll(cx).is_ready() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
+/// Runs one relay session (a client connection, a worker link or the upstream).
 #[allow(clippy::too_many_arguments)]
 async fn run_session<R: ByteRead, W: ByteWrite>(
     relay: Rc<Relay>,
@@ -496,20 +807,24 @@ async fn run_session<R: ByteRead, W: ByteWrite>(
     writer: W,
     side: Side,
     id: u64,
-    link: bool,
+    peer: Peer,
     ctx: &DriveCtx,
 ) -> io::Result<Ended> {
     let mut st = storage.take();
     let res = {
         let config = Config {
-            hop: relay.hop,
-            ..Config::new()
+            path: match peer {
+                Peer::Upstream(path) => Some(path),
+                _ => None,
+            },
+            ..relay.session_config
         };
-        // Links offer only this worker's own broadcasts (one hop: no loops).
-        let origin = if link {
-            relay.local_origin
-        } else {
+        // Links and the upstream are offered only this worker's own clients'
+        // broadcasts: one hop between workers, nothing loops back up.
+        let origin = if peer.is_local() {
             relay.origin
+        } else {
+            relay.local_origin
         };
         let session: Result<MoqSession<'_>, _> =
             Session::new(side, config, ctx.clock.now(), &mut *st, Some(origin));
@@ -519,9 +834,15 @@ async fn run_session<R: ByteRead, W: ByteWrite>(
                 let mut app = RelayConn {
                     relay: relay.clone(),
                     id,
-                    link,
-                    upstream: Rc::new(Upstream::default()),
-                    want_announce: link && side == Side::Client,
+                    peer,
+                    upstream: Rc::new(PendingSubscribes::default()),
+                    // The dialing side of a link, and a leaf towards its
+                    // upstream, ask at once; accepted clients after SETUP.
+                    want_announce: match peer {
+                        Peer::Link => side == Side::Client,
+                        Peer::Upstream(_) => true,
+                        Peer::Client => false,
+                    },
                     announce: None,
                     subs: Vec::new(),
                 };
@@ -554,7 +875,7 @@ impl ConnectionHandler for RelayHandler {
                 writer,
                 Side::Server,
                 id,
-                false,
+                Peer::Client,
                 &ctx,
             )
             .await?;

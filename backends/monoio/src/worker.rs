@@ -176,6 +176,7 @@ where
         driver: active,
         config: config.clone(),
         shutdown: Shutdown::new(shared.shutdown.clone()),
+        metrics: shared.metrics.clone(),
     };
     let handler = Rc::new(make_handler(&info));
 
