@@ -7,7 +7,9 @@
 //! camera writes a frame per tick (`--fps`) and starts a group every second
 //! (its first frame 4x larger, like a key frame). Each payload carries its
 //! send time, group and index, then a byte pattern; every viewer checks
-//! every frame's bytes and order and measures publish-to-read latency.
+//! every frame's bytes and order and measures publish-to-read latency into a
+//! fixed-size histogram ([`LatencyHistogram`]): average, p50, p99 and max,
+//! per second on the live line and for the whole run in the summary.
 
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -40,8 +42,113 @@ pub struct DemoStats {
     pub latency_count: AtomicU64,
     /// Highest latency, µs.
     pub latency_max_us: AtomicU64,
+    /// Latencies of live frames, for percentiles.
+    pub latency: LatencyHistogram,
     /// Frames with wrong bytes or out of order.
     pub bad_frames: AtomicU64,
+}
+
+/// Sub-buckets per power of two above [`LINEAR_US`]: a bucket spans at most
+/// 1/32 of its values (about 3 %).
+const SUB_BUCKETS: u64 = 32;
+
+/// Latencies below this (µs) get a bucket each.
+const LINEAR_US: u64 = 2 * SUB_BUCKETS;
+
+/// Latencies at or above this (µs, about 19 hours) share the last bucket.
+const LATENCY_CAP_US: u64 = 1 << 36;
+
+/// Buckets of a [`LatencyHistogram`].
+pub const LATENCY_BUCKETS: usize =
+    (LINEAR_US + (36 - LINEAR_US.ilog2() as u64) * SUB_BUCKETS) as usize;
+
+/// A fixed-size, log-linear histogram of latencies in µs, shared between
+/// threads: recording is one relaxed atomic add and never allocates.
+///
+/// Values under 64 µs are exact; above, a bucket spans 1/32 of its power of
+/// two, so a percentile is within about 3 % (reported as the bucket's
+/// highest value, i.e. rounded up).
+#[derive(Debug)]
+pub struct LatencyHistogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS],
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+/// The bucket of latency `us`.
+fn bucket_of(us: u64) -> usize {
+    let us = us.min(LATENCY_CAP_US - 1);
+    if us < LINEAR_US {
+        return us as usize;
+    }
+    let exp = u64::from(us.ilog2());
+    let shift = exp - SUB_BUCKETS.ilog2() as u64;
+    let sub = (us >> shift) - SUB_BUCKETS;
+    (LINEAR_US + (exp - LINEAR_US.ilog2() as u64) * SUB_BUCKETS + sub) as usize
+}
+
+/// The highest latency that falls in bucket `i`.
+fn bucket_high(i: usize) -> u64 {
+    let i = i as u64;
+    if i < LINEAR_US {
+        return i;
+    }
+    let exp = (i - LINEAR_US) / SUB_BUCKETS + LINEAR_US.ilog2() as u64;
+    let sub = (i - LINEAR_US) % SUB_BUCKETS;
+    let shift = exp - SUB_BUCKETS.ilog2() as u64;
+    ((SUB_BUCKETS + sub + 1) << shift) - 1
+}
+
+/// The `q` quantile (0..=1) of bucket counts `counts(i)`, `None` if empty.
+fn quantile(q: f64, counts: impl Fn(usize) -> u64) -> Option<u64> {
+    let total: u64 = (0..LATENCY_BUCKETS).map(&counts).sum();
+    if total == 0 {
+        return None;
+    }
+    // The rank of the quantile, 1-based: the smallest value with at least q of the samples.
+    let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+    let mut seen = 0;
+    for i in 0..LATENCY_BUCKETS {
+        seen += counts(i);
+        if seen >= rank {
+            return Some(bucket_high(i));
+        }
+    }
+    Some(bucket_high(LATENCY_BUCKETS - 1))
+}
+
+impl LatencyHistogram {
+    /// Records one latency.
+    pub fn record(&self, us: u64) {
+        self.buckets[bucket_of(us)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Copies the bucket counts into `out` (for [`LatencyHistogram::quantile_since`]).
+    pub fn load(&self, out: &mut [u64; LATENCY_BUCKETS]) {
+        for (o, b) in out.iter_mut().zip(&self.buckets) {
+            *o = b.load(Ordering::Relaxed);
+        }
+    }
+
+    /// The `q` quantile (0..=1) of everything recorded, in µs; `None` if nothing was.
+    pub fn quantile(&self, q: f64) -> Option<u64> {
+        quantile(q, |i| self.buckets[i].load(Ordering::Relaxed))
+    }
+
+    /// The `q` quantile of what was recorded between two [`LatencyHistogram::load`]s.
+    pub fn quantile_since(
+        before: &[u64; LATENCY_BUCKETS],
+        after: &[u64; LATENCY_BUCKETS],
+        q: f64,
+    ) -> Option<u64> {
+        quantile(q, |i| after[i].saturating_sub(before[i]))
+    }
 }
 
 /// The result of a demo run.
@@ -63,6 +170,10 @@ pub struct RelayDemoReport {
     pub bytes_received: u64,
     /// Mean latency, µs.
     pub latency_avg_us: u64,
+    /// Median latency, µs (within about 3 %).
+    pub latency_p50_us: u64,
+    /// 99th percentile latency, µs (within about 3 %).
+    pub latency_p99_us: u64,
     /// Highest latency, µs.
     pub latency_max_us: u64,
     /// What went wrong (empty = success).
@@ -87,8 +198,10 @@ impl std::fmt::Display for RelayDemoReport {
         )?;
         writeln!(
             f,
-            "demo: latency publish→viewer avg {:.2} ms, max {:.2} ms",
+            "demo: latency publish→viewer avg {:.2} ms, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
             self.latency_avg_us as f64 / 1e3,
+            self.latency_p50_us as f64 / 1e3,
+            self.latency_p99_us as f64 / 1e3,
             self.latency_max_us as f64 / 1e3
         )?;
         for fail in &self.failures {
@@ -165,6 +278,9 @@ pub fn run(
     // Progress line once a second.
     let tty = std::io::stdout().is_terminal();
     let mut last = (Instant::now(), 0u64, 0u64, 0u64, 0u64);
+    // Bucket counts at the last line and now (sized once, outside the loop).
+    let mut hist_last = Box::new([0u64; LATENCY_BUCKETS]);
+    let mut hist_now = Box::new([0u64; LATENCY_BUCKETS]);
     while !done.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(200));
         let now = Instant::now();
@@ -181,14 +297,27 @@ pub fn run(
         } else {
             0.0
         };
+        stats.latency.load(&mut hist_now);
+        // A percentile is its bucket's highest value: never more than the maximum seen.
+        let max = stats.latency_max_us.load(Ordering::Relaxed);
+        let ms = |q| {
+            LatencyHistogram::quantile_since(&hist_last, &hist_now, q)
+                .unwrap_or(0)
+                .min(max) as f64
+                / 1e3
+        };
+        let (p50, p99) = (ms(0.5), ms(0.99));
+        std::mem::swap(&mut hist_last, &mut hist_now);
         let line = format!(
-            "t={:>3}s  camera {:>5.1} fps  {:>7.2} Mbit/s to viewers  viewers {}/{}  latency {:.2} ms",
+            "t={:>3}s  camera {:>5.1} fps  {:>7.2} Mbit/s to viewers  viewers {}/{}  latency avg {:.2} p50 {:.2} p99 {:.2} ms",
             epoch.elapsed().as_secs(),
             (sent - last.1) as f64 / dt,
             bytes.saturating_sub(last.4) as f64 * 8.0 / 1e6 / dt,
             stats.viewers_live.load(Ordering::Relaxed),
             args.viewers,
-            lat
+            lat,
+            p50,
+            p99
         );
         let mut out = std::io::stdout().lock();
         if tty {
@@ -216,6 +345,7 @@ pub fn run(
         failures.push(format!("{bad} frames had wrong bytes or order"));
     }
     let n = stats.latency_count.load(Ordering::Relaxed).max(1);
+    let max = stats.latency_max_us.load(Ordering::Relaxed);
     Ok(RelayDemoReport {
         addr,
         threads,
@@ -225,7 +355,9 @@ pub fn run(
         frames_received: stats.frames_received.load(Ordering::Relaxed),
         bytes_received: stats.bytes_received.load(Ordering::Relaxed),
         latency_avg_us: stats.latency_sum_us.load(Ordering::Relaxed) / n,
-        latency_max_us: stats.latency_max_us.load(Ordering::Relaxed),
+        latency_p50_us: stats.latency.quantile(0.5).unwrap_or(0).min(max),
+        latency_p99_us: stats.latency.quantile(0.99).unwrap_or(0).min(max),
+        latency_max_us: max,
         failures,
     })
 }
@@ -303,6 +435,7 @@ async fn clients(
                                 stats.latency_sum_us.fetch_add(lat, Ordering::Relaxed);
                                 stats.latency_count.fetch_add(1, Ordering::Relaxed);
                                 stats.latency_max_us.fetch_max(lat, Ordering::Relaxed);
+                                stats.latency.record(lat);
                             }
                         }
                         _ => {
@@ -404,4 +537,67 @@ fn track_finish(
     g: &mut skiff_core::model::track::GroupProducer<'static, 'static>,
 ) -> Result<(), skiff_core::model::group::WriteError> {
     g.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // ---- latency histogram ----
+
+    #[test]
+    fn buckets_cover_every_value_in_order() {
+        let mut prev = 0;
+        for us in (0..5_000).chain([1 << 20, (1 << 20) + 1, LATENCY_CAP_US - 1, u64::MAX]) {
+            let b = bucket_of(us);
+            assert!(b < LATENCY_BUCKETS, "{us}");
+            assert!(b >= prev || us >= 1 << 20, "{us}");
+            prev = b;
+            let high = bucket_high(b);
+            assert!(
+                high >= us.min(LATENCY_CAP_US - 1),
+                "{us} in bucket {b} up to {high}"
+            );
+            // At most 1/32 above the value.
+            assert!(high - us.min(high) <= us / 32 + 1, "{us}: {high}");
+        }
+        assert_eq!(bucket_of(u64::MAX), LATENCY_BUCKETS - 1);
+        assert_eq!(bucket_high(LATENCY_BUCKETS - 1), LATENCY_CAP_US - 1);
+        for i in 1..LATENCY_BUCKETS {
+            assert_eq!(bucket_of(bucket_high(i)), i);
+            assert_eq!(bucket_of(bucket_high(i - 1) + 1), i);
+        }
+    }
+
+    #[test]
+    fn quantiles_of_a_uniform_spread() {
+        let h = LatencyHistogram::default();
+        assert_eq!(h.quantile(0.5), None);
+        for us in 1..=10_000 {
+            h.record(us);
+        }
+        let p50 = h.quantile(0.5).unwrap();
+        let p99 = h.quantile(0.99).unwrap();
+        assert!((5_000..=5_000 + 5_000 / 32).contains(&p50), "{p50}");
+        assert!((9_900..=9_900 + 9_900 / 32).contains(&p99), "{p99}");
+        assert_eq!(h.quantile(0.0), Some(1));
+        assert!(h.quantile(1.0).unwrap() >= 10_000);
+    }
+
+    #[test]
+    fn quantiles_between_two_loads() {
+        let h = LatencyHistogram::default();
+        let (mut a, mut b) = ([0; LATENCY_BUCKETS], [0; LATENCY_BUCKETS]);
+        for _ in 0..100 {
+            h.record(10);
+        }
+        h.load(&mut a);
+        for _ in 0..100 {
+            h.record(40);
+        }
+        h.load(&mut b);
+        assert_eq!(LatencyHistogram::quantile_since(&a, &b, 0.5), Some(40));
+        assert_eq!(LatencyHistogram::quantile_since(&a, &a, 0.5), None);
+        assert_eq!(h.quantile(0.25), Some(10));
+    }
 }

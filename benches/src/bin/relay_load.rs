@@ -11,7 +11,9 @@
 //!   (each frame's length checked and its content spot-checked);
 //! - the relay's CPU seconds (utime + stime of `/proc/PID/stat`) per
 //!   delivered GB;
-//! - the relay's RSS (`VmRSS`) at the end minus at start, divided by N.
+//! - the relay's RSS (`VmRSS`) at the end minus at start, divided by N;
+//! - publish-to-read latency p50 and p99 (each payload carries its send
+//!   time; a fixed-size histogram, `skiff_monoio::relay_demo::LatencyHistogram`).
 //!
 //! Then it runs `copy_relay bench` (a plain blocking one-to-many byte copier,
 //! one thread) for the same N, frame size, rate and duration and prints both
@@ -34,6 +36,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
 use skiff_monoio::driver::{self, DriverKind};
+use skiff_monoio::relay_demo::{LATENCY_BUCKETS, LatencyHistogram};
 
 /// Frames per group, like a 30-frame GOP.
 const FRAMES_PER_GROUP: u64 = 30;
@@ -114,12 +117,14 @@ fn run(cli: &Cli) -> io::Result<()> {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     println!(
-        "{:<5} | {:>10} {:>9} {:>10} {:>11} {:>6} {:>8} | {:>10} {:>10} | {:>6}",
+        "{:<5} | {:>10} {:>9} {:>10} {:>11} {:>7} {:>7} {:>6} {:>8} | {:>10} {:>10} | {:>6}",
         "subs",
         "skiff_MB/s",
         "skiff_cpu",
         "skiff_s/GB",
         "rss/sub_KiB",
+        "p50_ms",
+        "p99_ms",
         "lag",
         "load_cpu",
         "copy_MB/s",
@@ -138,12 +143,14 @@ fn run(cli: &Cli) -> io::Result<()> {
         let s_per = if s_gb > 0.0 { s.cpu / s_gb } else { f64::NAN };
         let (c_mbs, c_per) = c.unwrap_or((f64::NAN, f64::NAN));
         println!(
-            "{:<5} | {:>10.1} {:>9.2} {:>10.3} {:>11.1} {:>6} {:>8.2} | {:>10.1} {:>10.3} | {:>6.2}",
+            "{:<5} | {:>10.1} {:>9.2} {:>10.3} {:>11.1} {:>7.2} {:>7.2} {:>6} {:>8.2} | {:>10.1} {:>10.3} | {:>6.2}",
             n,
             s.delivered as f64 / 1e6 / secs,
             s.cpu,
             s_per,
             s.rss_delta_kib as f64 / n.max(1) as f64,
+            s.p50_us.map_or(f64::NAN, |us| us as f64 / 1e3),
+            s.p99_us.map_or(f64::NAN, |us| us as f64 / 1e3),
             s.lagged,
             s.load_cpu,
             c_mbs,
@@ -210,8 +217,12 @@ fn rss_kib(pid: u32) -> io::Result<u64> {
 // skiff-relay row
 // ---------------------------------------------------------------------------
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shared {
+    /// The clock of the payloads' send times.
+    epoch: Instant,
+    /// Publish-to-read latency of every frame read, µs.
+    latency: LatencyHistogram,
     stop: AtomicBool,
     live: AtomicU64,
     delivered: AtomicU64,
@@ -220,8 +231,31 @@ struct Shared {
     published: AtomicU64,
 }
 
+impl Shared {
+    fn new() -> Shared {
+        Shared {
+            epoch: Instant::now(),
+            latency: LatencyHistogram::default(),
+            stop: AtomicBool::new(false),
+            live: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            bad: AtomicU64::new(0),
+            lagged: AtomicU64::new(0),
+            published: AtomicU64::new(0),
+        }
+    }
+
+    /// Microseconds since [`Shared::epoch`].
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+}
+
 struct SkiffResult {
     delivered: u64,
+    /// Latency percentiles over the measured window, µs.
+    p50_us: Option<u64>,
+    p99_us: Option<u64>,
     elapsed: Duration,
     cpu: f64,
     load_cpu: f64,
@@ -267,8 +301,8 @@ fn skiff_row(cli: &Cli, bin: &PathBuf, n: usize) -> io::Result<SkiffResult> {
     let pid = child.0.id();
     let rss0 = rss_kib(pid)?;
     let url = format!("tcp://{addr}/anon");
-    let shared = Arc::new(Shared::default());
-    let frame_bytes = cli.frame_bytes.max(32);
+    let shared = Arc::new(Shared::new());
+    let frame_bytes = cli.frame_bytes.max(HEADER + 8);
 
     let mut threads = Vec::new();
     {
@@ -297,6 +331,11 @@ fn skiff_row(cli: &Cli, bin: &PathBuf, n: usize) -> io::Result<SkiffResult> {
     std::thread::sleep(Duration::from_secs(1));
     let me = std::process::id();
     let gen0 = cpu_seconds(me)?;
+    let (mut hist0, mut hist1) = (
+        Box::new([0u64; LATENCY_BUCKETS]),
+        Box::new([0u64; LATENCY_BUCKETS]),
+    );
+    shared.latency.load(&mut hist0);
     let (cpu0, d0, t0) = (
         cpu_seconds(pid)?,
         shared.delivered.load(Ordering::Relaxed),
@@ -308,6 +347,7 @@ fn skiff_row(cli: &Cli, bin: &PathBuf, n: usize) -> io::Result<SkiffResult> {
         shared.delivered.load(Ordering::Relaxed),
         t0.elapsed(),
     );
+    shared.latency.load(&mut hist1);
     let rss1 = rss_kib(pid)?;
     let load_cpu = cpu_seconds(me)? - gen0;
     shared.stop.store(true, Ordering::Relaxed);
@@ -321,6 +361,8 @@ fn skiff_row(cli: &Cli, bin: &PathBuf, n: usize) -> io::Result<SkiffResult> {
     drop(child);
     Ok(SkiffResult {
         delivered: d1 - d0,
+        p50_us: LatencyHistogram::quantile_since(&hist0, &hist1, 0.5),
+        p99_us: LatencyHistogram::quantile_since(&hist0, &hist1, 0.99),
         elapsed,
         cpu: cpu1 - cpu0,
         load_cpu,
@@ -336,28 +378,34 @@ fn pattern(group: u64, index: u64, k: usize) -> u8 {
     (group.wrapping_mul(31).wrapping_add(index * 17) as usize).wrapping_add(k) as u8
 }
 
-fn fill(buf: &mut [u8], group: u64, index: u64) {
-    for (k, b) in buf.iter_mut().enumerate() {
+/// Bytes of a payload's header: group, index, send time (µs), u64 little-endian each.
+const HEADER: usize = 24;
+
+fn fill(buf: &mut [u8], group: u64, index: u64, sent_us: u64) {
+    for (k, b) in buf.iter_mut().enumerate().skip(HEADER) {
         *b = pattern(group, index, k);
     }
-    if let Some(h) = buf.get_mut(..16) {
+    if let Some(h) = buf.get_mut(..HEADER) {
         h[..8].copy_from_slice(&group.to_le_bytes());
-        h[8..].copy_from_slice(&index.to_le_bytes());
+        h[8..16].copy_from_slice(&index.to_le_bytes());
+        h[16..].copy_from_slice(&sent_us.to_le_bytes());
     }
 }
 
-/// Spot-check: header words and three pattern bytes.
-fn spot_check(p: &[u8], group: u64, index: u64) -> bool {
+/// Spot-check: header words and three pattern bytes; returns the send time.
+fn spot_check(p: &[u8], group: u64, index: u64) -> Option<u64> {
     let word = |i: usize| {
         p.get(i * 8..i * 8 + 8)
             .and_then(|b| b.try_into().ok())
             .map(u64::from_le_bytes)
     };
-    word(0) == Some(group)
+    let ok = word(0) == Some(group)
         && word(1) == Some(index)
-        && [16, p.len() / 2, p.len().saturating_sub(1)]
+        && [HEADER, p.len() / 2, p.len().saturating_sub(1)]
             .iter()
-            .all(|&k| p.get(k).is_some_and(|&b| b == pattern(group, index, k)))
+            .filter(|&&k| k >= HEADER)
+            .all(|&k| p.get(k).is_some_and(|&b| b == pattern(group, index, k)));
+    if ok { word(2) } else { None }
 }
 
 async fn publisher(url: String, frame_bytes: usize, fps: u32, shared: Arc<Shared>) {
@@ -393,7 +441,7 @@ async fn publisher(url: String, frame_bytes: usize, fps: u32, shared: Arc<Shared
                 }
             }
         }
-        fill(&mut buf, seq, index);
+        fill(&mut buf, seq, index, shared.now_us());
         let ts = start.elapsed().as_millis() as u64;
         if let Some(g) = group.as_mut()
             && let Err(e) = g.write_frame(ts, &buf)
@@ -454,10 +502,13 @@ async fn subscribers(url: String, m: usize, frame_bytes: usize, shared: Arc<Shar
                 let mut got = false;
                 let st = reader.poll(|f| {
                     got = true;
-                    if f.payload.len() == frame_bytes && spot_check(f.payload, f.group, f.index) {
+                    let sent = spot_check(f.payload, f.group, f.index)
+                        .filter(|_| f.payload.len() == frame_bytes);
+                    if let Some(sent) = sent {
                         shared
                             .delivered
                             .fetch_add(f.payload.len() as u64, Ordering::Relaxed);
+                        shared.latency.record(shared.now_us().saturating_sub(sent));
                     } else {
                         shared.bad.fetch_add(1, Ordering::Relaxed);
                     }

@@ -1,13 +1,16 @@
-//! `viewer`: subscribes to a track through a moq-lite relay and checks every frame against
-//! the mps2-an386 firmware's test pattern.
+//! `viewer`: subscribes to a track through a moq-lite relay and checks every frame, from
+//! the mps2-an386 firmware's test pattern or from the host `camera` node.
 //!
 //! ```text
 //! viewer --url tcp://127.0.0.1:14443/anon --broadcast mps2/cam --track video --frames 100 --timeout 60
 //! ```
 //!
-//! Each frame must pass [`pattern::check`] (magic, checksum, the picture byte for byte),
-//! sit at the group and index the reader found it at, carry the timestamp of its frame
-//! number, and come after the previous one. Groups skipped at the live edge are allowed; a
+//! The host camera (`camera --broadcast host/cam`) is viewed with `--broadcast host/cam`;
+//! its frames (magic `SKC1`) are decoded (key frames, XOR deltas against the previous
+//! frame) and the picture compared with the pattern of its frame number. A firmware frame
+//! must pass [`pattern::check`] (magic, checksum, the picture byte for byte). Each frame
+//! must sit at the group and index the reader found it at, carry the timestamp of its
+//! frame number, and come after the previous one. Groups skipped at the live edge are allowed; a
 //! hole inside a group is not. Exits 0 once `--frames` intact frames arrived, 1 on a
 //! corrupt frame, an ended track or session, a connection error, or the timeout.
 
@@ -17,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use skiff_examples::camera;
 use skiff_monoio::client::{self, ClientCtx, FrameReader, ReadState, Subscriber};
 use skiff_monoio::driver::{self, DriverKind};
 
@@ -27,7 +31,7 @@ mod pattern;
 
 /// Command-line options.
 #[derive(Parser, Debug)]
-#[command(about = "Subscribe through a relay and verify the mps2-an386 camera's frames")]
+#[command(about = "Subscribe through a relay and verify a camera's frames (mps2-an386 or host)")]
 struct Args {
     /// The relay, `tcp://HOST:PORT/PATH`.
     #[arg(long, default_value = "tcp://127.0.0.1:14443/anon")]
@@ -44,6 +48,45 @@ struct Args {
     /// Seconds to wait for them (from start) before exiting 1.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
+}
+
+/// Where a checked frame belongs, whichever camera made it.
+#[derive(Debug, Clone, Copy)]
+struct Placed {
+    /// Frame number.
+    n: u64,
+    /// Group sequence it belongs in.
+    group: u64,
+    /// Index within that group.
+    index: u64,
+    /// Its timestamp (milliseconds).
+    timestamp: u64,
+    /// Which camera made it.
+    kind: &'static str,
+}
+
+/// Checks one payload: a host camera frame (`SKC1`: decoded with `decoder`, the
+/// picture compared with the pattern) or an mps2-an386 firmware frame (`SKF1`).
+fn place(decoder: &mut camera::Decoder, payload: &[u8]) -> Result<Placed, String> {
+    if payload.starts_with(&camera::MAGIC) {
+        let h = camera::check(decoder, payload).map_err(|e| e.to_string())?;
+        Ok(Placed {
+            n: h.n,
+            group: h.format.group(h.n),
+            index: h.format.index(h.n),
+            timestamp: h.format.timestamp_ms(h.n),
+            kind: "host camera",
+        })
+    } else {
+        let p = pattern::check(payload).map_err(|e| e.to_string())?;
+        Ok(Placed {
+            n: p.n.into(),
+            group: p.group.into(),
+            index: p.index.into(),
+            timestamp: p.timestamp_ms(),
+            kind: "mps2-an386 pattern",
+        })
+    }
 }
 
 /// Prints `msg` and exits 1.
@@ -106,7 +149,9 @@ async fn view(args: Args, intact: Arc<AtomicU64>, started: Instant) -> Result<()
 
     let mut reader = FrameReader::new(local);
     let waiter = notify.waiter();
-    let mut last: Option<pattern::Position> = None;
+    let mut last: Option<Placed> = None;
+    let mut decoder = camera::Decoder::new();
+    let mut kind = None;
     let mut first_group = None;
     let mut count = 0u64;
     let mut said_started = false;
@@ -124,7 +169,7 @@ async fn view(args: Args, intact: Arc<AtomicU64>, started: Instant) -> Result<()
             if corrupt.is_some() || count >= args.frames {
                 return;
             }
-            let pos = match pattern::check(f.payload) {
+            let pos = match place(&mut decoder, f.payload) {
                 Ok(pos) => pos,
                 Err(e) => {
                     corrupt = Some(format!(
@@ -136,15 +181,15 @@ async fn view(args: Args, intact: Arc<AtomicU64>, started: Instant) -> Result<()
                     return;
                 }
             };
-            let placed = u64::from(pos.group) == f.group && u64::from(pos.index) == f.index;
+            let placed = pos.group == f.group && pos.index == f.index;
             let ordered = last.is_none_or(|l| pos.n > l.n);
-            if !placed || !ordered || f.timestamp != pos.timestamp_ms() {
+            if !placed || !ordered || f.timestamp != pos.timestamp {
                 corrupt = Some(format!(
                     "frame n={} (group {}, index {}, ts {}) arrived as frame {} of group {} with ts {} after n={:?}",
                     pos.n,
                     pos.group,
                     pos.index,
-                    pos.timestamp_ms(),
+                    pos.timestamp,
                     f.index,
                     f.group,
                     f.timestamp,
@@ -153,6 +198,7 @@ async fn view(args: Args, intact: Arc<AtomicU64>, started: Instant) -> Result<()
                 return;
             }
             first_group.get_or_insert(pos.group);
+            kind.get_or_insert(pos.kind);
             last = Some(pos);
             count += 1;
             intact.store(count, Ordering::Relaxed);
@@ -170,7 +216,8 @@ async fn view(args: Args, intact: Arc<AtomicU64>, started: Instant) -> Result<()
         }
         if count >= args.frames {
             println!(
-                "viewer: PASS: {count} frames intact, groups {}..={}, {} groups skipped at the live edge, {:.1} s",
+                "viewer: PASS: {count} frames intact ({}), groups {}..={}, {} groups skipped at the live edge, {:.1} s",
+                kind.unwrap_or("-"),
                 first_group.unwrap_or(0),
                 last.map_or(0, |l| l.group),
                 reader.lagged,
