@@ -21,21 +21,44 @@
 //!   downstream session serves its subscribers from that track with their
 //!   own Subscribe IDs, newest group first. Group bytes are stored once per
 //!   worker, in pool blocks, and read by every downstream session from
-//!   there. Per subscriber, the bytes are copied by `poll_transmit` into a
-//!   per-thread scratch buffer, from there into the connection's write
-//!   buffer, then by the kernel (the scratch hop is the easy thing to remove:
-//!   transmit straight into the write buffer).
-//! * If the upstream subscription fails, the session aborts the relay track
-//!   with the upstream code, which every downstream subscription passes on
-//!   (§4.4); the track is removed from the broadcast so a later request
-//!   tries again.
+//!   there. A group bigger than the track's budget (an eighth of the cache,
+//!   at least 1 MiB) is trimmed behind its readers, so with pacing a relay
+//!   holds about one stream-credit window of it past its fastest reader.
+//! * If the upstream subscription fails, the relay track ends with the
+//!   upstream code, which every downstream subscription passes on (§4.4);
+//!   the track is removed from the broadcast so a later request tries again.
+//!
+//! # Leaf mode (`--upstream`)
+//!
+//! Each worker keeps one session to the upstream relay (skiff or moq-relay),
+//! dialed again with a growing pause when it ends. Over it the worker asks
+//! for every announcement, so its subscribers reach the upstream's
+//! broadcasts with one upstream subscription per track, and it announces
+//! its own clients' broadcasts, so the upstream's subscribers reach them.
+//!
+//! # Publisher failover (§4.4)
+//!
+//! When a publisher's session ends (or its announce stream does), its
+//! broadcasts are unannounced at once, but their relay tracks are
+//! failover tracks ([`track::Ref::set_failover`]): the session's loss
+//! aborts their open groups and detaches the source, and the tracks, with
+//! every downstream subscription on them, wait for `--failover-grace`. A
+//! source announcing the same path in time (another connection, the
+//! upstream, another worker) is adopted: each track of the broadcast is
+//! subscribed again from it, at its latest group, and the subscribers go on
+//! with the new source's groups without being touched (O(tracks)). A source
+//! that announces a path already served waits as a spare and takes over at
+//! once when the current source goes away. With no new source in time, the
+//! tracks end with SESSION_CLOSED.
 //!
 //! # Limits (known)
 //!
 //! * Across worker threads, broadcasts travel over pairwise worker links
 //!   ([`Mesh`]): one moq-lite session per worker pair over a Unix socket
-//!   pair. A link session's tables bound what crosses it (64 subscriptions
-//!   each way, see [`crate::session_driver::SessionStorage`]).
+//!   pair. A session's tables bound what crosses it (64 control streams, 64
+//!   subscriptions each way, see [`crate::session_driver::SessionStorage`]);
+//!   the same bound applies to one publisher's session and to the upstream
+//!   session of a leaf.
 //! * The upstream request is the live edge with the default max age; it is
 //!   not re-aggregated from the downstream requests (§4.5 asks for the
 //!   union), and it is kept while the track has no subscriber left.
