@@ -439,6 +439,8 @@ const fn config() -> Config {
         max_stream_data_bidi_local: 1024,
         max_stream_data_bidi_remote: 1024,
         max_stream_data_uni: 1024,
+        // Strict connection accounting, so data past `max_data` is a violation.
+        connection_credit_on_receipt: false,
         ..Config::new()
     }
 }

@@ -42,6 +42,13 @@ pub struct Config {
     pub handshake_timeout: Duration,
     /// Send a QX_PING after a third of the idle timeout without sending anything (default on).
     pub keep_alive: bool,
+    /// Give connection credit back as stream bytes arrive (default on), not as
+    /// the application releases them; stream credit still waits for the
+    /// application. Memory stays bounded by the stream windows times the
+    /// stream counts, and a reader that takes groups in order can never be
+    /// starved by newer group streams holding all the connection credit
+    /// (with it off, `max_data` must cover every stream window at once).
+    pub connection_credit_on_receipt: bool,
 }
 
 impl Config {
@@ -60,6 +67,7 @@ impl Config {
             protocols: &[MOQ_LITE_05],
             handshake_timeout: Duration::from_secs(10),
             keep_alive: true,
+            connection_credit_on_receipt: true,
         }
     }
 

@@ -271,6 +271,9 @@ impl<const N: usize> Connection<N> {
         self.conn_recv
             .receive(len)
             .map_err(|_| TransportError::FlowControl)?;
+        if self.config.connection_credit_on_receipt && self.conn_recv.release(len).is_some() {
+            self.max_data_pending = true;
+        }
         if s.fin {
             recv.state = RecvState::Finished;
             // No credit is useful once the peer has finished.
@@ -380,7 +383,13 @@ impl<const N: usize> Connection<N> {
         self.conn_recv
             .receive(gap)
             .map_err(|_| TransportError::FlowControl)?;
-        if self.conn_recv.release(unreleased).is_some() {
+        // Bytes that arrived were given back on receipt in that mode: only the gap is left.
+        let conn_unreleased = if self.config.connection_credit_on_receipt {
+            gap
+        } else {
+            unreleased
+        };
+        if self.conn_recv.release(conn_unreleased).is_some() {
             self.max_data_pending = true;
         }
         self.sweep();

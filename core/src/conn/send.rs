@@ -342,7 +342,7 @@ impl<const N: usize> Connection<N> {
             recv.update_pending = true;
         }
         let finished = recv.state == RecvState::Finished && recv.window.unreleased() == 0;
-        if self.conn_recv.release(n).is_some() {
+        if !self.config.connection_credit_on_receipt && self.conn_recv.release(n).is_some() {
             self.max_data_pending = true;
         }
         if finished {
@@ -401,7 +401,8 @@ impl<const N: usize> Connection<N> {
             RecvState::Reset | RecvState::Stopped => return Ok(()),
         }
         recv.window.release(unreleased);
-        if self.conn_recv.release(unreleased).is_some() {
+        if !self.config.connection_credit_on_receipt && self.conn_recv.release(unreleased).is_some()
+        {
             self.max_data_pending = true;
         }
         self.sweep();

@@ -861,11 +861,37 @@ fn assert_monotonic(bytes: &[u8]) {
     }
 }
 
+/// With connection credit given back on receipt (the default), newer streams
+/// cannot starve an older one the application has not finished: only the
+/// stream windows wait for the application.
+#[test]
+fn connection_credit_on_receipt_never_starves_an_unreleased_stream() {
+    let client = Config {
+        max_stream_data_uni: 1000,
+        max_data: 1500,
+        ..cfg()
+    };
+    let mut p = Pair::connected(client, cfg());
+    p.client.auto_release = false;
+    let old = p.server.conn.open_stream(Dir::Uni).unwrap();
+    assert_eq!(p.write(Side::Server, old, &[1u8; 600], false).unwrap().data, 600);
+    // Two newer streams take far more than the connection window in total.
+    for _ in 0..2 {
+        let id = p.server.conn.open_stream(Dir::Uni).unwrap();
+        assert_eq!(p.write(Side::Server, id, &[2u8; 1000], false).unwrap().data, 1000);
+        p.drive();
+    }
+    // Nothing was released, yet the old stream still has its own window left.
+    assert_eq!(p.server.conn.send_credit(old), 400);
+    assert_eq!(p.write(Side::Server, old, &[1u8; 400], false).unwrap().data, 400);
+}
+
 #[test]
 fn sender_stops_at_credit_and_release_returns_it() {
     let client = Config {
         max_stream_data_uni: 1000,
         max_data: 1500,
+        connection_credit_on_receipt: false,
         ..cfg()
     };
     let mut p = Pair::connected(client, cfg());
@@ -1250,6 +1276,7 @@ fn violation_data_beyond_connection_limit() {
     let mut c = raw_client(Config {
         max_stream_data_uni: 100,
         max_data: 150,
+        connection_credit_on_receipt: false,
         ..cfg()
     });
     let mut bytes = stream_rec(uni(Side::Server, 0), 0, &[0; 100], false);
