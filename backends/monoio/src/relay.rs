@@ -17,6 +17,15 @@
 //!   to the broadcast and queues **one** upstream SUBSCRIBE on the
 //!   publisher's session (§4.5: requests are merged; later subscribers find
 //!   the track in the broadcast and never reach the hook).
+//! * The upstream subscription follows the downstream ones (§4.5): every
+//!   session registers the subscriptions it serves on the relay track
+//!   ([`track::Ref::subscribers`], [`track::Ref::demand`]); the SUBSCRIBE
+//!   asks for their aggregate (highest priority and max age, latest start
+//!   if any asks for latest, open end if any is open), and a change of it
+//!   goes out as SUBSCRIBE_UPDATE. Once the track has had no subscriber for
+//!   [`UPSTREAM_LINGER`], the upstream subscription is cancelled (FIN) and
+//!   the track leaves the broadcast; the next subscriber creates a new track
+//!   and a new upstream SUBSCRIBE (new Subscribe ID).
 //! * The publisher's session fills the relay track group by group; every
 //!   downstream session serves its subscribers from that track with their
 //!   own Subscribe IDs, newest group first. Group bytes are stored once per
@@ -59,9 +68,12 @@
 //!   subscriptions each way, see [`crate::session_driver::SessionStorage`]);
 //!   the same bound applies to one publisher's session and to the upstream
 //!   session of a leaf.
-//! * The upstream request is the live edge with the default max age; it is
-//!   not re-aggregated from the downstream requests (§4.5 asks for the
-//!   union), and it is kept while the track has no subscriber left.
+//! * The upstream aggregate is an upper bound while subscribers come and go:
+//!   a subscriber that leaves does not lower the priority, max age or end
+//!   asked upstream (the track keeps maxima, not every request; exact again
+//!   with one subscriber, or once all left). Updates keep the start of the
+//!   SUBSCRIBE: a later subscriber asking for an older start than the
+//!   upstream one is served from what the cache holds.
 //! * A TRACK request for a track created on demand is answered with default
 //!   TRACK_INFO values, not the upstream ones.
 //! * Broadcast and track states are allocated once each and never freed (the
@@ -84,7 +96,7 @@ use skiff_core::pool::{BlockMeta, Pool};
 use skiff_core::session::{
     AnnounceId, Config, Error as SessionError, Event, Resolve, Session, SubscriptionId,
 };
-use skiff_core::window::{End, Request, Start};
+use skiff_core::window::{Request, Start};
 use skiff_core::wire::lite::{Role, StreamCode};
 use skiff_core::wire::qmux::Side;
 
@@ -107,7 +119,7 @@ pub const TRACKS: usize = 64;
 /// Groups a relay track holds at once.
 pub const GROUPS: usize = 32;
 /// Bytes per cache block.
-pub const BLOCK_BYTES: usize = 4096;
+pub const BLOCK_BYTES: usize = 16384;
 
 /// A session's queue of upstream subscriptions to make.
 #[derive(Debug, Default)]
@@ -461,10 +473,19 @@ impl Relay {
         self.notify.bump();
     }
 
-    /// Forgets relay track `name` of `path` (its upstream subscription ended).
-    fn drop_track(&self, path: &str, name: &str) {
-        if let Some(e) = self.entries.borrow().iter().find(|e| e.path == path) {
-            e.producer.remove(name);
+    /// Forgets relay track `t` of `path` (its upstream subscription ended or
+    /// was cancelled), so the next request for its name resolves a new one.
+    /// A newer track of the same name is left alone.
+    fn drop_track(&self, path: &str, t: track::Ref<'static, 'static>) {
+        let name = t.info().name;
+        for e in self.entries.borrow().iter().filter(|e| e.path == path) {
+            if e.handle
+                .track(name.as_str())
+                .is_some_and(|x| x.same_track(&t))
+            {
+                e.producer.remove(name.as_str());
+                return;
+            }
         }
     }
 }
@@ -507,15 +528,46 @@ impl Resolve<'static, 'static> for Relay {
     }
 }
 
-/// The upstream request of a relay track: the live edge onwards, with the
-/// track's default max age (PROTOCOL.md §4.5, §4.7).
-const UPSTREAM: Request = Request {
-    start: Start::Latest,
-    end: End::Open,
-    ordered: false,
-    priority: 0,
-    max_latency: track::DEFAULT_MAX_AGE,
-};
+/// The upstream request of a relay track nobody subscribes to yet (a TRACK
+/// request created it, the SUBSCRIBE follows; or a new source re-splices
+/// it): the live edge, priority 0, max age 0 (PROTOCOL.md §4.5, §4.7). The
+/// least anyone asks for, so it never raises the aggregate a hop upstream
+/// keeps (see [`track::Ref::demand`]); the first subscriber's preferences
+/// follow as SUBSCRIBE_UPDATE.
+const UPSTREAM: Request = Request::LIVE;
+
+/// How long an upstream subscription is kept after its relay track lost its
+/// last downstream subscriber, before it is cancelled (PROTOCOL.md §4.5): a
+/// subscriber that switches away and back, or reconnects, finds the track
+/// still warm.
+pub const UPSTREAM_LINGER: StdDuration = StdDuration::from_secs(2);
+
+/// The SUBSCRIBE for relay track `t` (PROTOCOL.md §4.5): the aggregate of
+/// its downstream subscriptions ([`track::Ref::demand`]), or [`UPSTREAM`]
+/// while it has none. A track that holds groups already (a new source takes
+/// over, §4.4) continues from the new source's latest group.
+fn upstream_request(t: track::Ref<'static, 'static>) -> Request {
+    match t.demand() {
+        None => UPSTREAM,
+        Some(d) if t.latest().is_some() => Request {
+            start: Start::Latest,
+            ..d
+        },
+        Some(d) => d,
+    }
+}
+
+/// One upstream subscription of a session: it fills relay track `track` of
+/// broadcast `path`.
+struct UpstreamSub {
+    id: SubscriptionId,
+    path: String,
+    track: track::Ref<'static, 'static>,
+    /// The preferences last sent (SUBSCRIBE or SUBSCRIBE_UPDATE).
+    sent: Request,
+    /// Since when the track has had no downstream subscriber.
+    idle_since: Option<StdInstant>,
+}
 
 /// What is at the other end of a relay session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -545,7 +597,72 @@ struct RelayConn {
     upstream: Rc<PendingSubscribes>,
     want_announce: bool,
     announce: Option<AnnounceId>,
-    subs: Vec<(SubscriptionId, String, track::Ref<'static, 'static>)>,
+    subs: Vec<UpstreamSub>,
+}
+
+impl RelayConn {
+    /// Keeps each upstream subscription in line with its relay track's
+    /// downstream subscriptions (PROTOCOL.md §4.5): a changed aggregate goes
+    /// out as SUBSCRIBE_UPDATE; a track without subscriber for
+    /// [`UPSTREAM_LINGER`] has its upstream subscription cancelled (FIN) and
+    /// leaves the broadcast, so the next subscriber resolves a new track and
+    /// a new upstream SUBSCRIBE. O(subscriptions) per call, no allocation
+    /// (but one timer task when a track becomes idle).
+    fn follow_demand(&mut self, session: &mut MoqSession<'_>) {
+        let mut now = None;
+        let mut i = 0;
+        while let Some(s) = self.subs.get_mut(i) {
+            let Some(demand) = s.track.demand() else {
+                let now = *now.get_or_insert_with(StdInstant::now);
+                match s.idle_since {
+                    None => {
+                        s.idle_since = Some(now);
+                        // The session may not wake on its own by then.
+                        let notify = self.relay.notify.clone();
+                        monoio::spawn(async move {
+                            monoio::time::sleep(UPSTREAM_LINGER).await;
+                            notify.bump();
+                        });
+                    }
+                    Some(since) if now.duration_since(since) >= UPSTREAM_LINGER => {
+                        let UpstreamSub {
+                            id, path, track, ..
+                        } = self.subs.swap_remove(i);
+                        tracing::debug!(path, track = %track.info().name, "no subscriber left: upstream subscription cancelled");
+                        // Out of the broadcast first, so nobody new is
+                        // served from it; then the FIN finishes it.
+                        self.relay.drop_track(&path, track);
+                        track.set_failover(false);
+                        if session.unsubscribe(id).is_err() {
+                            end_track(track, StreamCode::Cancel);
+                        }
+                        continue;
+                    }
+                    Some(_) => {}
+                }
+                i += 1;
+                continue;
+            };
+            s.idle_since = None;
+            // The start stays what the SUBSCRIBE asked (an update with
+            // another start would reposition the upstream window).
+            let want = Request {
+                start: s.sent.start,
+                ..demand
+            };
+            // Refused while the send buffer is full (tried again next round)
+            // or once the subscription is over (its close event follows).
+            if want != s.sent && session.update(s.id, want).is_ok() {
+                tracing::trace!(
+                    path = s.path,
+                    priority = want.priority,
+                    "upstream subscription updated"
+                );
+                s.sent = want;
+            }
+            i += 1;
+        }
+    }
 }
 
 impl App for RelayConn {
@@ -567,8 +684,8 @@ impl App for RelayConn {
                 self.relay.orphan_owned(self.id);
             }
             Event::SubscriptionClosed { subscription, code } => {
-                if let Some(i) = self.subs.iter().position(|s| s.0 == subscription) {
-                    let (_, path, t) = self.subs.swap_remove(i);
+                if let Some(i) = self.subs.iter().position(|s| s.id == subscription) {
+                    let UpstreamSub { path, track: t, .. } = self.subs.swap_remove(i);
                     tracing::debug!(path, track = %t.info().name, ?code, "upstream subscription over");
                     // A track that ended normally stays in the cache, so a subscriber
                     // whose request arrives after the end still gets the cached groups
@@ -577,7 +694,7 @@ impl App for RelayConn {
                     let finished = code.is_none() && t.status() == track::Status::Finished;
                     if !finished {
                         end_track(t, code.map_or(StreamCode::Internal, StreamCode::from_code));
-                        self.relay.drop_track(&path, t.info().name.as_str());
+                        self.relay.drop_track(&path, t);
                     }
                 }
             }
@@ -610,19 +727,28 @@ impl App for RelayConn {
         }
         let mut pending = self.upstream.pending.borrow_mut();
         while let Some((path, t)) = pending.first().cloned() {
-            match session.subscribe(&path, t, UPSTREAM) {
-                Ok(id) => self.subs.push((id, path, t)),
+            let request = upstream_request(t);
+            match session.subscribe(&path, t, request) {
+                Ok(id) => self.subs.push(UpstreamSub {
+                    id,
+                    path,
+                    track: t,
+                    sent: request,
+                    idle_since: None,
+                }),
                 // Control slots come back as TRACK requests are answered:
                 // the rest waits for the next round, in order.
                 Err(SessionError::ControlFull | SessionError::NotReady) => break,
                 Err(e) => {
                     tracing::debug!(path, error = %e, "upstream subscribe failed");
                     end_track(t, StreamCode::Internal);
-                    self.relay.drop_track(&path, t.info().name.as_str());
+                    self.relay.drop_track(&path, t);
                 }
             }
             pending.remove(0);
         }
+        drop(pending);
+        self.follow_demand(session);
     }
 
     fn on_close(&mut self) {

@@ -16,7 +16,9 @@
 //!   [`Ref::latest`], [`Ref::version`], [`Ref::poll_changed`]`(cx, since)`,
 //!   [`Ref::group`]`(seq)`, [`Ref::latest_group`] (PROTOCOL.md §4.8 Latest start),
 //!   [`Ref::next_wanted`]`(&Window)` (newest wanted group, for a session),
-//!   [`Ref::reopen`]`(info)` (reuse the slot for another track).
+//!   [`Ref::reopen`]`(info)` (reuse the slot for another track),
+//!   [`Ref::subscribers`] / [`Ref::demand`] (the subscriptions sessions serve
+//!   from the track and their aggregate request, PROTOCOL.md §4.5).
 //! * [`Producer`]: [`Producer::create_group`]`(seq)` (any order),
 //!   [`Producer::append_group`] (latest + 1), [`Producer::finish`],
 //!   [`Producer::abort`]`(code)`; at most one per track ([`ProducerTaken`]),
@@ -106,7 +108,7 @@ use super::frame::Header;
 use super::group;
 use crate::pool::Pool;
 use crate::time::{Duration, Instant};
-use crate::window::{Start, Timeline, Window};
+use crate::window::{End, Request, Start, Timeline, Window};
 use crate::wire::lite::TrackInfo;
 
 /// The longest track name a [`Name`] holds, in bytes.
@@ -586,6 +588,41 @@ impl<const W: usize> fmt::Debug for Wakers<W> {
 // State
 // ---------------------------------------------------------------------------
 
+/// The subscriptions served from a track and what they ask for together
+/// (PROTOCOL.md §4.5); see [`Ref::demand`].
+///
+/// Counters are exact. The maxima (priority, max latency, highest explicit
+/// end) and the lowest explicit start only move towards "more" while any
+/// subscription is served: a subscription that leaves does not lower them
+/// (that would need every remaining request), so they are an upper bound of
+/// what is still asked for, exact again once the track has no subscriber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Demand {
+    subscribers: u32,
+    /// Subscriptions starting at the latest group.
+    latest_starts: u32,
+    /// Subscriptions without an end.
+    open_ends: u32,
+    priority: u8,
+    max_latency: Duration,
+    /// The lowest explicit start registered.
+    min_start: u64,
+    /// The highest explicit end registered.
+    max_end: u64,
+}
+
+impl Demand {
+    const NONE: Demand = Demand {
+        subscribers: 0,
+        latest_starts: 0,
+        open_ends: 0,
+        priority: 0,
+        max_latency: Duration::ZERO,
+        min_start: u64::MAX,
+        max_end: 0,
+    };
+}
+
 /// Track-wide bookkeeping, independent of the ring size.
 struct Core {
     info: Cell<Info>,
@@ -605,6 +642,8 @@ struct Core {
     producer_id: Cell<u64>,
     /// Losing the producer detaches it instead of ending the track.
     failover: Cell<bool>,
+    /// The subscriptions served from the track (see [`Ref::demand`]).
+    demand: Cell<Demand>,
     wakers: Wakers<WAKERS>,
 }
 
@@ -669,6 +708,7 @@ impl<'p, const G: usize> State<'p, G> {
                 has_producer: Cell::new(false),
                 producer_id: Cell::new(0),
                 failover: Cell::new(false),
+                demand: Cell::new(Demand::NONE),
                 wakers: Wakers::new(),
             },
             slots: core::array::from_fn(|_| {
@@ -998,10 +1038,112 @@ impl<'t, 'p> Ref<'t, 'p> {
         true
     }
 
+    /// How many subscriptions are served from this track now (every session
+    /// registers each subscription it serves for as long as it serves it).
+    ///
+    /// A relay cancels its upstream subscription once this stays 0
+    /// (PROTOCOL.md §4.5).
+    pub fn subscribers(&self) -> u32 {
+        self.core.demand.get().subscribers
+    }
+
+    /// The aggregate of the requests served from this track, or `None`
+    /// without a subscriber: what a relay asks its upstream for (PROTOCOL.md
+    /// §4.5). Priority and max latency are the highest requested (each
+    /// already clamped to this track's max age by the serving session); the
+    /// start is [`Start::Latest`] if any subscription starts at the latest
+    /// group, else the lowest explicit start; the end is [`End::Open`] if any
+    /// subscription is unbounded, else the highest explicit end.
+    ///
+    /// O(1), no scan of the subscriptions: values only grow while any
+    /// subscription is served (one that leaves does not lower a maximum), so
+    /// this is an upper bound of what the remaining subscriptions ask for,
+    /// exact again from the moment the track has no subscriber. Counts are
+    /// always exact.
+    pub fn demand(&self) -> Option<Request> {
+        let d = self.core.demand.get();
+        if d.subscribers == 0 {
+            return None;
+        }
+        Some(Request {
+            start: if d.latest_starts > 0 {
+                Start::Latest
+            } else {
+                Start::Group(d.min_start)
+            },
+            end: if d.open_ends > 0 {
+                End::Open
+            } else {
+                End::Group(d.max_end)
+            },
+            ordered: false,
+            priority: d.priority,
+            max_latency: d.max_latency,
+        })
+    }
+
+    /// Registers a subscription served from this track with `request` (a
+    /// session calls it when it starts serving one; balance it with
+    /// [`Ref::remove_subscriber`] with the same request).
+    pub(crate) fn add_subscriber(&self, request: &Request) {
+        let mut d = self.core.demand.get();
+        d.subscribers = d.subscribers.saturating_add(1);
+        match request.start {
+            Start::Latest => d.latest_starts = d.latest_starts.saturating_add(1),
+            Start::Group(s) => d.min_start = d.min_start.min(s),
+        }
+        match request.end {
+            End::Open => d.open_ends = d.open_ends.saturating_add(1),
+            End::Group(e) => d.max_end = d.max_end.max(e),
+        }
+        d.priority = d.priority.max(request.priority);
+        d.max_latency = d.max_latency.max(request.max_latency);
+        self.core.demand.set(d);
+    }
+
+    /// Unregisters a subscription registered with `request` (it is no longer
+    /// served). The last one leaving clears the aggregate.
+    pub(crate) fn remove_subscriber(&self, request: &Request) {
+        let mut d = self.core.demand.get();
+        d.subscribers = d.subscribers.saturating_sub(1);
+        if d.subscribers == 0 {
+            self.core.demand.set(Demand::NONE);
+            return;
+        }
+        if request.start == Start::Latest {
+            d.latest_starts = d.latest_starts.saturating_sub(1);
+        }
+        if request.end == End::Open {
+            d.open_ends = d.open_ends.saturating_sub(1);
+        }
+        self.core.demand.set(d);
+    }
+
+    /// Replaces registered request `old` with `new` (a SUBSCRIBE_UPDATE).
+    pub(crate) fn update_subscriber(&self, old: &Request, new: &Request) {
+        if old == new {
+            return;
+        }
+        let kept = self.core.demand.get();
+        self.remove_subscriber(old);
+        self.add_subscriber(new);
+        if kept.subscribers > 1 {
+            // The others' values are not known: an update raises the maxima
+            // or leaves them (with one subscriber it is exact).
+            let mut d = self.core.demand.get();
+            d.priority = d.priority.max(kept.priority);
+            d.max_latency = d.max_latency.max(kept.max_latency);
+            d.min_start = d.min_start.min(kept.min_start);
+            d.max_end = d.max_end.max(kept.max_end);
+            self.core.demand.set(d);
+        }
+    }
+
     /// Reuses the storage for the track `info`: every group is dropped, the
     /// track is open and empty, failover mode is off, and every existing handle
     /// (producer, consumers, group producers and readers) becomes stale. The
-    /// byte budget is kept.
+    /// byte budget is kept, and so are the subscriber books ([`Ref::demand`]):
+    /// sessions still serving the old track unregister as they stop.
     ///
     /// A relay keeps a fixed table of track states and reopens a free one when
     /// a new track appears, instead of allocating.
@@ -2564,5 +2706,79 @@ mod tests {
             }
             prop_assert_eq!(pool.in_use(), 0);
         }
+    }
+
+    // -----------------------------------------------------------------------
+    // Subscriber books (PROTOCOL.md §4.5)
+    // -----------------------------------------------------------------------
+
+    fn rq(priority: u8, ms: u64, start: Start, end: End) -> Request {
+        Request {
+            start,
+            end,
+            ordered: false,
+            priority,
+            max_latency: Duration::from_millis(ms),
+        }
+    }
+
+    #[test]
+    fn demand_counts_and_aggregates_subscribers() {
+        let mut storage = PoolStorage::<4, 32>::new();
+        let pool = Pool::new(&mut storage);
+        let track = State::<2>::new(&pool, info("v"));
+        let t = track.handle();
+        assert_eq!((t.subscribers(), t.demand()), (0, None));
+        let a = rq(2, 10, Start::Group(5), End::Group(9));
+        let b = rq(8, 0, Start::Group(3), End::Group(7));
+        t.add_subscriber(&a);
+        assert_eq!(t.demand(), Some(a));
+        t.add_subscriber(&b);
+        assert_eq!(t.subscribers(), 2);
+        assert_eq!(t.demand(), Some(rq(8, 10, Start::Group(3), End::Group(9))));
+        // Latest and open win while anyone asks for them.
+        let c = rq(0, 0, Start::Latest, End::Open);
+        t.add_subscriber(&c);
+        assert_eq!(t.demand(), Some(rq(8, 10, Start::Latest, End::Open)));
+        t.remove_subscriber(&c);
+        assert_eq!(t.demand(), Some(rq(8, 10, Start::Group(3), End::Group(9))));
+        // Maxima stay while anyone is left (an upper bound), clear at zero.
+        t.remove_subscriber(&b);
+        assert_eq!(t.subscribers(), 1);
+        assert_eq!(t.demand(), Some(rq(8, 10, Start::Group(3), End::Group(9))));
+        t.remove_subscriber(&a);
+        assert_eq!((t.subscribers(), t.demand()), (0, None));
+        // Unbalanced removal saturates.
+        t.remove_subscriber(&a);
+        assert_eq!(t.subscribers(), 0);
+        t.add_subscriber(&b);
+        assert_eq!(t.demand(), Some(b));
+    }
+
+    #[test]
+    fn demand_update_is_exact_alone_and_raises_in_company() {
+        let mut storage = PoolStorage::<4, 32>::new();
+        let pool = Pool::new(&mut storage);
+        let track = State::<2>::new(&pool, info("v"));
+        let t = track.handle();
+        let a = rq(5, 100, Start::Latest, End::Open);
+        let a2 = rq(1, 10, Start::Group(4), End::Group(6));
+        t.add_subscriber(&a);
+        t.update_subscriber(&a, &a2);
+        assert_eq!(t.demand(), Some(a2));
+        t.update_subscriber(&a2, &a2);
+        assert_eq!(t.demand(), Some(a2));
+        let b = rq(0, 0, Start::Latest, End::Open);
+        t.add_subscriber(&b);
+        let b2 = rq(9, 0, Start::Group(8), End::Group(8));
+        t.update_subscriber(&b, &b2);
+        assert_eq!(t.subscribers(), 2);
+        assert_eq!(t.demand(), Some(rq(9, 10, Start::Group(4), End::Group(8))));
+        // Reopening keeps the books: the serving sessions still unregister.
+        t.reopen(info("w"));
+        assert_eq!(t.subscribers(), 2);
+        t.remove_subscriber(&b2);
+        t.remove_subscriber(&a2);
+        assert_eq!(t.demand(), None);
     }
 }

@@ -262,7 +262,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
         // Storage may come from an earlier session: start from empty tables.
         session.control.fill(Control::FREE);
-        session.served.iter_mut().for_each(|s| *s = None);
+        // (A session that ended unregistered what it served, see `teardown`.)
+        session.served.iter_mut().for_each(|s| {
+            if let Some(s) = s.take() {
+                s.source.remove_subscriber(s.window.request());
+            }
+        });
         session.subs.iter_mut().for_each(|s| *s = None);
         session.out.iter_mut().for_each(|s| *s = None);
         session.inc.iter_mut().for_each(|s| *s = None);
@@ -756,8 +761,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         for s in self.out.iter_mut() {
             *s = None;
         }
-        for s in self.served.iter_mut() {
-            *s = None;
+        for i in 0..self.served.len() {
+            self.free_served(i);
         }
         self.stall = None;
     }

@@ -468,6 +468,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             Err(_) => Window::new(request),
         };
         debug!("session: serving subscription {}", id);
+        // PROTOCOL.md §4.5: the track knows what is served from it (a relay
+        // aggregates it upstream); unregistered in `free_served`.
+        source.add_subscriber(window.request());
         self.served[i] = Some(Served {
             id,
             slot,
@@ -495,9 +498,11 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             max_latency: min(u.max_age, s.source.info().max_age),
         };
         let source = s.source;
+        let before = *s.window.request();
         if s.window.update(request, &source).is_err() {
             debug!("session: subscribe update refused by the window");
         }
+        source.update_subscriber(&before, s.window.request());
         // Groups in flight must not be opened again.
         for o in self.out.iter().flatten() {
             if o.served == i {
@@ -516,8 +521,14 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 *o = None;
             }
         }
-        if let Some(s) = self.served.get_mut(i) {
-            *s = None;
+        self.free_served(i);
+    }
+
+    /// Frees served entry `i` (if taken) and unregisters it from its track:
+    /// every path that ends a served subscription goes through here.
+    pub(super) fn free_served(&mut self, i: usize) {
+        if let Some(s) = self.served.get_mut(i).and_then(Option::take) {
+            s.source.remove_subscriber(s.window.request());
         }
     }
 
@@ -636,7 +647,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         let in_flight = self.out.iter().flatten().any(|o| o.served == i);
         if !pending && !in_flight {
             debug!("session: served subscription complete");
-            self.served[i] = None;
+            self.free_served(i);
             self.control[slot].kind = Kind::SubscribeIn {
                 served: SubState::Done,
             };

@@ -633,6 +633,9 @@ fn late_joiner_starts_at_the_latest_group() {
     pair.settle(Duration::from_millis(50));
     assert_eq!(pair.b.session.served_count(), 0);
     assert_eq!(pair.b.session.sending_groups(), 0);
+    // The completed subscription was unregistered from the track.
+    assert_eq!(video.handle().subscribers(), 0);
+    assert_eq!(video.handle().demand(), None);
 }
 
 #[test]
@@ -1336,4 +1339,133 @@ mod fuzz {
             let _ = s.poll_transmit(Instant::ZERO, &mut out);
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// Served subscriptions on the source track (PROTOCOL.md §4.5)
+// ---------------------------------------------------------------------------
+
+fn req(priority: u8, ms: u64, start: Start, end: End) -> Request {
+    Request {
+        start,
+        end,
+        ordered: false,
+        priority,
+        max_latency: Duration::from_millis(ms),
+    }
+}
+
+#[test]
+fn served_subscriptions_are_counted_and_aggregated_on_the_track() {
+    let mut ps = PoolStorage::<32, 64>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<32, 64>::new();
+    let cpool = Pool::new(&mut pc);
+    published!(pool, o, "live", "video", video, tp);
+    write_group(&tp, 0, &[(0, b"a")]);
+    let l1 = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
+    let l2 = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
+    session_pair!(o.handle(), pair);
+    assert_eq!(video.handle().subscribers(), 0);
+    assert_eq!(video.handle().demand(), None);
+    let a = pair
+        .a
+        .session
+        .subscribe("live", l1.handle(), req(3, 100, Start::Latest, End::Open))
+        .unwrap();
+    assert!(pair.run(1000, |p| p.b.session.served_count() == 1));
+    // One subscriber: its own request (max age clamped to the track's 5 s).
+    assert_eq!(video.handle().subscribers(), 1);
+    assert_eq!(
+        video.handle().demand(),
+        Some(req(3, 100, Start::Latest, End::Open))
+    );
+    let b = pair
+        .a
+        .session
+        .subscribe(
+            "live",
+            l2.handle(),
+            req(7, 60_000, Start::Group(0), End::Group(10)),
+        )
+        .unwrap();
+    assert!(pair.run(1000, |p| p.b.session.served_count() == 2));
+    // Priority and max age are the maxima (the max age clamped), start is
+    // latest because one asks for latest, end is open because one is open.
+    assert_eq!(video.handle().subscribers(), 2);
+    assert_eq!(
+        video.handle().demand(),
+        Some(req(7, 5000, Start::Latest, End::Open))
+    );
+    // An update raises the priority.
+    pair.a
+        .session
+        .update(a, req(9, 100, Start::Latest, End::Open))
+        .unwrap();
+    assert!(pair.run(1000, |_| {
+        video.handle().demand().is_some_and(|d| d.priority == 9)
+    }));
+    // The latest-start, open-ended one leaves: b's explicit range is the
+    // aggregate (maxima stay until the track has no subscriber).
+    pair.a.session.unsubscribe(a).unwrap();
+    assert!(pair.run(1000, |p| p.b.session.served_count() == 1));
+    assert_eq!(video.handle().subscribers(), 1);
+    assert_eq!(
+        video.handle().demand(),
+        Some(req(9, 5000, Start::Group(0), End::Group(10)))
+    );
+    // With one subscriber an update is exact.
+    pair.a
+        .session
+        .update(b, req(1, 20, Start::Group(0), End::Group(10)))
+        .unwrap();
+    assert!(pair.run(1000, |_| {
+        video.handle().demand().is_some_and(|d| d.priority == 1)
+    }));
+    assert_eq!(
+        video.handle().demand(),
+        Some(req(1, 20, Start::Group(0), End::Group(10)))
+    );
+    pair.a.session.unsubscribe(b).unwrap();
+    assert!(pair.run(1000, |p| p.b.session.served_count() == 0));
+    assert_eq!(video.handle().subscribers(), 0);
+    assert_eq!(video.handle().demand(), None);
+}
+
+#[test]
+fn closing_the_serving_session_unregisters_its_subscriptions() {
+    let mut ps = PoolStorage::<32, 64>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<32, 64>::new();
+    let cpool = Pool::new(&mut pc);
+    published!(pool, o, "live", "video", video, tp);
+    write_group(&tp, 0, &[(0, b"a")]);
+    let local = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
+    {
+        session_pair!(o.handle(), pair);
+        pair.a
+            .session
+            .subscribe("live", local.handle(), Request::LIVE)
+            .unwrap();
+        assert!(pair.run(1000, |p| p.b.session.served_count() == 1));
+        assert_eq!(video.handle().subscribers(), 1);
+        // The subscriber's side goes away: the peer's close ends what it served.
+        pair.a.session.close(SessionCode::NoError, "bye");
+        assert!(pair.run(1000, |p| p.b.closed().is_some()));
+        assert_eq!(pair.b.session.served_count(), 0);
+        assert_eq!(video.handle().subscribers(), 0);
+    }
+    // Dropping a session that still serves unregisters too.
+    let local2 = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
+    {
+        session_pair!(o.handle(), pair);
+        pair.a
+            .session
+            .subscribe("live", local2.handle(), Request::LIVE)
+            .unwrap();
+        assert!(pair.run(1000, |p| p.b.session.served_count() == 1));
+        assert_eq!(video.handle().subscribers(), 1);
+    }
+    assert_eq!(video.handle().subscribers(), 0);
+    assert_eq!(video.handle().demand(), None);
 }
