@@ -122,7 +122,10 @@ async fn scenario(url: String) -> (Seen, Seen) {
     }
     let t0 = Instant::now();
     while states.iter().any(|s| s.started.get().is_none()) {
-        assert!(t0.elapsed() < Duration::from_secs(20), "subscriptions did not start");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "subscriptions did not start"
+        );
         monoio::time::sleep(Duration::from_millis(5)).await;
     }
     // A group every 20 ms: 160 KiB each, 8 MB/s; the slow reader takes 100 ms
@@ -160,7 +163,12 @@ async fn scenario(url: String) -> (Seen, Seen) {
                 .iter()
                 .map(|s| {
                     let s = s.borrow();
-                    (s.frames.len(), s.frames.last().copied(), s.skipped, s.finished)
+                    (
+                        s.frames.len(),
+                        s.frames.last().copied(),
+                        s.skipped,
+                        s.finished,
+                    )
                 })
                 .collect();
             panic!("readers did not finish: {st:?}");
@@ -170,9 +178,11 @@ async fn scenario(url: String) -> (Seen, Seen) {
     ctx.close_all();
     slow_ctx.close_all();
     monoio::time::sleep(Duration::from_millis(100)).await;
-    let mut out = seen
-        .into_iter()
-        .map(|s| Rc::try_unwrap(s).map(RefCell::into_inner).unwrap_or_default());
+    let mut out = seen.into_iter().map(|s| {
+        Rc::try_unwrap(s)
+            .map(RefCell::into_inner)
+            .unwrap_or_default()
+    });
     let fast = out.next().expect("fast");
     let slow = out.next().expect("slow");
     (fast, slow)
@@ -207,8 +217,15 @@ fn slow_subscriber_skips_ahead_and_the_fast_one_gets_everything() {
                 CACHE >> 20
             );
             assert_eq!(fast.bad + slow.bad, 0, "payloads differ");
-            assert_eq!(fast.frames.len() as u64, GROUPS * FRAMES, "fast subscriber missed frames");
-            assert!(fast.frames.windows(2).all(|w| w[0] < w[1]), "fast subscriber out of order");
+            assert_eq!(
+                fast.frames.len() as u64,
+                GROUPS * FRAMES,
+                "fast subscriber missed frames"
+            );
+            assert!(
+                fast.frames.windows(2).all(|w| w[0] < w[1]),
+                "fast subscriber out of order"
+            );
             assert!(
                 (sg.len() as u64) < GROUPS,
                 "the slow subscriber did not skip: {} groups",
@@ -219,7 +236,10 @@ fn slow_subscriber_skips_ahead_and_the_fast_one_gets_everything() {
                 sg.last().is_some_and(|&l| l >= GROUPS - 2),
                 "the slow subscriber did not reach the newest groups: {sg:?}"
             );
-            assert!(sg.windows(2).all(|w| w[0] < w[1]), "slow subscriber went back");
+            assert!(
+                sg.windows(2).all(|w| w[0] < w[1]),
+                "slow subscriber went back"
+            );
             assert!(
                 snap.cache_high_water <= CACHE,
                 "relay cache grew to {} bytes",
