@@ -251,30 +251,12 @@ async fn scenario(url: String) -> Vec<Seen> {
         let notify = notify.clone();
         monoio::spawn(async move {
             let mut reader = FrameReader::sequential(local, 0);
-            let waiter = notify.waiter();
-            loop {
-                let seen_gen = notify.generation();
-                let mut got = false;
-                let st = reader.poll(|f| {
-                    got = true;
-                    seen.borrow_mut().frame(f);
-                });
-                match st {
-                    ReadState::Finished => {
-                        seen.borrow_mut().finished = true;
-                        return;
-                    }
-                    ReadState::Aborted(c) => {
-                        seen.borrow_mut().aborted = Some(c);
-                        return;
-                    }
-                    ReadState::Pending => {}
-                }
-                if got {
-                    // Reading released credit: let the session send it.
-                    notify.bump();
-                }
-                waiter.changed(seen_gen).await;
+            let end = reader
+                .read_to_end(&notify, |f| seen.borrow_mut().frame(f))
+                .await;
+            match end {
+                ReadState::Aborted(c) => seen.borrow_mut().aborted = Some(c),
+                _ => seen.borrow_mut().finished = true,
             }
         });
     }

@@ -386,7 +386,7 @@ pub enum ReadState {
     Pending,
     /// The track finished and everything was read.
     Finished,
-    /// The track or a group was aborted with this code.
+    /// The track was aborted with this code.
     Aborted(u64),
 }
 
@@ -467,6 +467,33 @@ impl FrameReader {
         self.group = None;
         self.header = None;
         None
+    }
+
+    /// Reads frames as they arrive until the track ends, handing each to
+    /// `f`; returns how it ended ([`ReadState::Finished`] or
+    /// [`ReadState::Aborted`]). Waits on `notify` between arrivals and bumps
+    /// it after reading, so the session gives the credit back.
+    pub async fn read_to_end(
+        &mut self,
+        notify: &Notify,
+        mut f: impl FnMut(Frame<'_>),
+    ) -> ReadState {
+        let waiter = notify.waiter();
+        loop {
+            let seen = notify.generation();
+            let mut got = false;
+            let st = self.poll(|frame| {
+                got = true;
+                f(frame);
+            });
+            if st != ReadState::Pending {
+                return st;
+            }
+            if got {
+                notify.bump();
+            }
+            waiter.changed(seen).await;
+        }
     }
 
     /// Hands every complete frame available now to `f`; returns why it stopped.

@@ -19,11 +19,11 @@
 //! a session that only sent bytes (its group readers moved on, pool blocks may
 //! be free) matters to the tasks that write media and wait on their readers
 //! (a relay's upstream session releases flow-control credit as the furthest
-//! reader advances; a stalled session waits for pool room), not to the other
-//! senders. Such tasks mark their [`Waiter`] with [`Waiter::set_producer`];
-//! `bump_consumed` wakes only them, so a fan-out's senders do not wake each
-//! other in an echo round after every change. [`Notify::bump`] advances both
-//! signals and wakes everyone.
+//! reader advances; a paced or stalled producer waits for room), not to the
+//! tasks that only send what others produce. Those mark their [`Waiter`] with
+//! [`Waiter::set_sender_only`] and `bump_consumed` skips them, so a fan-out's
+//! senders do not wake each other in an echo round after every change. Every
+//! other waiter is woken by both signals; [`Notify::bump`] wakes everyone.
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
@@ -44,8 +44,8 @@ pub struct Notify {
     flusher_waker: RefCell<Option<Waker>>,
     /// One waker place per registered task; `None` = free or not waiting.
     wakers: RefCell<Vec<Option<Waker>>>,
-    /// Per place: the task also wants [`Notify::bump_consumed`] wake-ups.
-    producers: RefCell<Vec<bool>>,
+    /// Per place: the task skips [`Notify::bump_consumed`] wake-ups.
+    sender_only: RefCell<Vec<bool>>,
     free: RefCell<Vec<usize>>,
 }
 
@@ -87,9 +87,9 @@ impl Notify {
         }
     }
 
-    /// Records that local readers advanced (a task sent what it read): only
-    /// the waiters marked with [`Waiter::set_producer`] are woken, once the
-    /// runtime gets to the flusher (at once without a flusher).
+    /// Records that local readers advanced (a task sent what it read): the
+    /// waiters not marked with [`Waiter::set_sender_only`] are woken, once
+    /// the runtime gets to the flusher (at once without a flusher).
     pub fn bump_consumed(&self) {
         if !self.flusher.get() {
             self.flush_consumed();
@@ -156,13 +156,13 @@ impl Notify {
     }
 
     /// Advances the "readers advanced" generation and wakes the waiting
-    /// producer tasks ([`Waiter::set_producer`]) now.
+    /// tasks not marked with [`Waiter::set_sender_only`] now.
     pub fn flush_consumed(&self) {
         self.consumed.set(self.consumed.get().wrapping_add(1));
         let mut wakers = self.wakers.borrow_mut();
-        let producers = self.producers.borrow();
-        for (w, &p) in wakers.iter_mut().zip(producers.iter()) {
-            if p && let Some(w) = w.take() {
+        let sender_only = self.sender_only.borrow();
+        for (w, &skip) in wakers.iter_mut().zip(sender_only.iter()) {
+            if !skip && let Some(w) = w.take() {
                 w.wake();
             }
         }
@@ -175,7 +175,7 @@ impl Notify {
             None => {
                 let mut w = self.wakers.borrow_mut();
                 w.push(None);
-                self.producers.borrow_mut().push(false);
+                self.sender_only.borrow_mut().push(false);
                 w.len() - 1
             }
         };
@@ -189,10 +189,11 @@ impl Notify {
 }
 
 impl Waiter<'_> {
-    /// Whether this task also wants [`Notify::bump_consumed`] wake-ups (it
-    /// writes media and waits for readers to advance).
-    pub fn set_producer(&self, on: bool) {
-        if let Some(p) = self.notify.producers.borrow_mut().get_mut(self.slot) {
+    /// Whether this task only sends what others produce, so readers
+    /// advancing elsewhere ([`Notify::bump_consumed`]) never concern it
+    /// (default `false`: woken by both signals).
+    pub fn set_sender_only(&self, on: bool) {
+        if let Some(p) = self.notify.sender_only.borrow_mut().get_mut(self.slot) {
             *p = on;
         }
     }
@@ -226,7 +227,7 @@ impl Drop for Waiter<'_> {
         if let Some(place) = self.notify.wakers.borrow_mut().get_mut(self.slot) {
             *place = None;
         }
-        self.set_producer(false);
+        self.set_sender_only(false);
         self.notify.free.borrow_mut().push(self.slot);
     }
 }
@@ -268,11 +269,11 @@ mod tests {
     }
 
     #[test]
-    fn bump_consumed_wakes_only_producers() {
+    fn bump_consumed_skips_sender_only_waiters() {
         use std::sync::atomic::Ordering;
         let n = Notify::new();
         let (sender, producer) = (n.waiter(), n.waiter());
-        producer.set_producer(true);
+        sender.set_sender_only(true);
         let (ws, cs) = counting_waker();
         let (wp, cp) = counting_waker();
         sender.register(&ws);
@@ -294,16 +295,16 @@ mod tests {
     }
 
     #[test]
-    fn producer_mark_is_cleared_with_the_slot() {
+    fn sender_only_mark_is_cleared_with_the_slot() {
         use std::sync::atomic::Ordering;
         let n = Notify::new();
         let a = n.waiter();
-        a.set_producer(true);
+        a.set_sender_only(true);
         drop(a);
         let b = n.waiter();
         let (w, c) = counting_waker();
         b.register(&w);
         n.bump_consumed();
-        assert_eq!(c.load(Ordering::Relaxed), 0);
+        assert_eq!(c.load(Ordering::Relaxed), 1);
     }
 }

@@ -528,23 +528,10 @@ async fn good_clients(url: String, stop: Arc<AtomicBool>, min_groups: u64) -> Ve
         let notify = notify.clone();
         monoio::spawn(async move {
             let mut reader = FrameReader::sequential(local, 0);
-            let waiter = notify.waiter();
-            loop {
-                let gen_seen = notify.generation();
-                let mut got = false;
-                let st = reader.poll(|f| {
-                    got = true;
-                    seen.borrow_mut().frame(f);
-                });
-                if st != ReadState::Pending {
-                    seen.borrow_mut().end = Some(st);
-                    return;
-                }
-                if got {
-                    notify.bump();
-                }
-                waiter.changed(gen_seen).await;
-            }
+            let end = reader
+                .read_to_end(&notify, |f| seen.borrow_mut().frame(f))
+                .await;
+            seen.borrow_mut().end = Some(end);
         });
     }
     let waiter = notify.waiter();

@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
+use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, Subscriber};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_monoio::relay::RelayHandler;
 use skiff_monoio::server;
@@ -175,12 +175,8 @@ async fn scenario(url: String, mode: Mode) -> (Vec<Seen>, u64, u64) {
         let (notify, done) = (notify.clone(), done.clone());
         monoio::spawn(async move {
             let mut reader = FrameReader::new(local);
-            let waiter = notify.waiter();
-            loop {
-                let gen_ = notify.generation();
-                let mut got = false;
-                let st = reader.poll(|f| {
-                    got = true;
+            let st = reader
+                .read_to_end(&notify, |f| {
                     let mut s = s.borrow_mut();
                     if f.payload != payload(f.group, f.index).as_slice()
                         || f.timestamp != f.group * 1000 + f.index
@@ -189,21 +185,12 @@ async fn scenario(url: String, mode: Mode) -> (Vec<Seen>, u64, u64) {
                             .push(format!("frame {}/{} differs", f.group, f.index));
                     }
                     s.frames.push((f.group, f.index));
-                });
-                s.borrow_mut().aborted_groups = reader.aborted_groups;
-                if st != ReadState::Pending {
-                    if !done.get() {
-                        s.borrow_mut()
-                            .errors
-                            .push(format!("reader stopped: {st:?}"));
-                    }
-                    return;
-                }
-                if got {
-                    // Reading released credit: let the session send it.
-                    notify.bump();
-                }
-                waiter.changed(gen_).await;
+                })
+                .await;
+            let mut s = s.borrow_mut();
+            s.aborted_groups = reader.aborted_groups;
+            if !done.get() {
+                s.errors.push(format!("reader stopped: {st:?}"));
             }
         });
     }
