@@ -530,11 +530,14 @@ impl Resolve<'static, 'static> for Relay {
 
 /// The upstream request of a relay track nobody subscribes to yet (a TRACK
 /// request created it, the SUBSCRIBE follows; or a new source re-splices
-/// it): the live edge, priority 0, max age 0 (PROTOCOL.md §4.5, §4.7). The
-/// least anyone asks for, so it never raises the aggregate a hop upstream
-/// keeps (see [`track::Ref::demand`]); the first subscriber's preferences
-/// follow as SUBSCRIBE_UPDATE.
-const UPSTREAM: Request = Request::LIVE;
+/// it): the live edge, priority 0, with the publisher's default max age
+/// (PROTOCOL.md §4.5, §4.7), so groups published before the first
+/// SUBSCRIBE_UPDATE arrives are not given up; the first subscriber's
+/// preferences follow as SUBSCRIBE_UPDATE.
+const UPSTREAM: Request = Request {
+    max_latency: track::DEFAULT_MAX_AGE,
+    ..Request::LIVE
+};
 
 /// How long an upstream subscription is kept after its relay track lost its
 /// last downstream subscriber, before it is cancelled (PROTOCOL.md §4.5): a

@@ -220,9 +220,18 @@ async fn merge_scenario(url: String) {
         b.started.get() && b.local.latest().is_some()
     })
     .await;
-    // SUBSCRIBE_UPDATE: the aggregate of both, on the one upstream subscription.
+    // SUBSCRIBE_UPDATE: the aggregate of both, on the one upstream subscription:
+    // the higher priority, and at least the longer max age (a relay asks a
+    // hop upstream for the publisher's default 5 s until its first
+    // subscriber's request arrives, and the aggregate does not come back
+    // down while anyone is subscribed).
     until("upstream asks for the aggregate", 10, || {
-        published.demand() == Some(request(9, 2000))
+        published.demand().is_some_and(|d| {
+            d.priority == 9
+                && d.max_latency >= CoreDuration::from_millis(2000)
+                && d.start == Start::Latest
+                && d.end == End::Open
+        })
     })
     .await;
     assert_eq!(published.subscribers(), 1, "one upstream subscription");

@@ -1108,6 +1108,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// [`Error::ControlFull`], [`Error::NotReady`], [`Error::Closed`].
     pub fn goaway(&mut self, uri: &str) -> Result<(), Error> {
         self.release_surfaced();
+        self.dirty = true;
         self.check_ready()?;
         if self.goaway_sent || (!uri.is_empty() && self.side == Side::Client) {
             return Err(Error::Invalid);

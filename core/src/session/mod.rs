@@ -148,6 +148,11 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     /// A control slot whose held message the last `poll_event` returned.
     surfaced: Option<usize>,
     stall: Option<Stall>,
+    /// Something may need driving: set by every call that can change the
+    /// session's state, cleared by a `poll_transmit` pass that wrote nothing.
+    dirty: bool,
+    /// [`Session::media_stamp`] when `dirty` was last cleared.
+    stamp: u64,
     /// Joined or normalized paths handed out in events.
     scratch: PathBuf<MAX_PATH>,
     close_reason: String<{ conn::MAX_REASON_LEN }>,
@@ -245,6 +250,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             events: Deque::new(),
             surfaced: None,
             stall: None,
+            dirty: true,
+            stamp: 0,
             scratch: PathBuf::new(),
             close_reason: String::new(),
             established: None,
@@ -422,6 +429,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// (`Config::control_timeout`) close it with CONTROL_MESSAGE_TIMEOUT (0x11).
     pub fn handle_timeout(&mut self, now: Instant) {
         self.release_surfaced();
+        self.dirty = true;
         self.now = now;
         if self.is_closed() {
             return;
@@ -468,6 +476,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// [`Error::Closed`] once the session is over (the input is meaningless then).
     pub fn handle_input(&mut self, now: Instant, input: &[u8]) -> Result<usize, Error> {
         self.release_surfaced();
+        self.dirty = true;
         self.now = now;
         if self.is_closed() {
             return Err(Error::Closed);
@@ -550,6 +559,13 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> usize {
         self.release_surfaced();
         self.now = now;
+        // Fast path: after a pass that found nothing to send, only a call on
+        // the session or a change of the media it serves or fills can give
+        // it work (a relay wakes every session on every change).
+        let stamp = self.media_stamp();
+        if !self.dirty && stamp == self.stamp && self.stall.is_none() {
+            return self.conn.poll_transmit(now, out);
+        }
         let mut pos = 0;
         // Rounds: writing can free slots and finish streams, which lets `drive`
         // queue more (a FIN after the last group, the next group stream). Stop
@@ -561,14 +577,40 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 .conn
                 .poll_transmit(now, out.get_mut(pos..).unwrap_or(&mut []));
             if self.conn.is_closed() || !self.conn.is_established() {
+                self.dirty = true;
                 return pos;
             }
             pos += self.flush_control(now, out.get_mut(pos..).unwrap_or(&mut []));
             pos += self.flush_groups(now, out.get_mut(pos..).unwrap_or(&mut []));
             if pos == start {
+                // Idle only after a whole pass wrote nothing; otherwise the
+                // caller calls again (its buffer may have been full).
+                self.dirty = pos > 0;
+                self.stamp = stamp;
                 return pos;
             }
         }
+    }
+
+    /// A digest of the local media this session depends on: the origin it
+    /// announces from, the tracks it serves, the tracks it fills and how far
+    /// their readers got. Any change there may give `drive` work.
+    fn media_stamp(&self) -> u64 {
+        let mix = |h: u64, v: u64| h.rotate_left(7) ^ v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut h = self.origin.map_or(0, |o| o.version());
+        for s in self.served.iter().flatten() {
+            h = mix(h, s.source.version());
+        }
+        for s in self.subs.iter().flatten() {
+            h = mix(h, s.producer.track().version());
+        }
+        for g in self.inc.iter().flatten() {
+            if let Some(p) = &g.producer {
+                let st = p.state();
+                h = mix(mix(h, st.furthest_read()), st.generation());
+            }
+        }
+        h
     }
 
     /// The next event, if any. Call it after every `handle_input` and
@@ -579,6 +621,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event<'_>> {
         self.release_surfaced();
+        self.dirty = true;
         // A close is reported after everything that arrived before it.
         let closing = matches!(self.events.front(), Some(Queued::Closed { .. }));
         if !closing && let Some(q) = self.events.pop_front() {
@@ -600,6 +643,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// does nothing.
     pub fn close(&mut self, code: SessionCode, reason: &str) {
         self.release_surfaced();
+        self.dirty = true;
         if self.is_closed() {
             return;
         }

@@ -33,6 +33,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// requests in a broadcast of our origin that has no such track yet.
     pub fn set_resolver(&mut self, resolver: Option<&'s dyn Resolve<'a, 'p>>) {
         self.resolver = resolver;
+        self.dirty = true;
     }
 }
 

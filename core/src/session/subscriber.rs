@@ -141,6 +141,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// [`Error::GoingAway`], [`Error::ControlFull`], [`Error::NotReady`], [`Error::Closed`].
     pub fn announce_request(&mut self, prefix: &str) -> Result<AnnounceId, Error> {
         self.release_surfaced();
+        self.dirty = true;
         self.check_ready()?;
         if self.goaway_received {
             return Err(Error::GoingAway);
@@ -186,6 +187,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// [`Error::Unknown`] if no live request has this id.
     pub fn cancel_announce(&mut self, request: AnnounceId) -> Result<(), Error> {
         self.release_surfaced();
+        self.dirty = true;
         let slot = self
             .control
             .iter()
@@ -224,6 +226,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         request: Request,
     ) -> Result<SubscriptionId, Error> {
         self.release_surfaced();
+        self.dirty = true;
         self.check_ready()?;
         if self.goaway_received {
             return Err(Error::GoingAway);
@@ -313,6 +316,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// send buffer has no room now (retry after `poll_transmit`).
     pub fn update(&mut self, subscription: SubscriptionId, request: Request) -> Result<(), Error> {
         self.release_surfaced();
+        self.dirty = true;
         let slot = self
             .subs
             .iter()
@@ -340,6 +344,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// [`Error::Unknown`] if the subscription is over.
     pub fn unsubscribe(&mut self, subscription: SubscriptionId) -> Result<(), Error> {
         self.release_surfaced();
+        self.dirty = true;
         let sub = self
             .subs
             .iter()
