@@ -30,6 +30,8 @@ use skiff_monoio::server;
 
 const TRACKS_PER_SESSION: usize = 16;
 const SIZES: [usize; 5] = [1, 8, 32, 64, 128];
+/// Bytes each track keeps (a few one-frame groups).
+const BUDGET: u64 = 64 * 1024;
 
 type Publication = Vec<(
     origin::Ref<'static, 'static>,
@@ -71,10 +73,19 @@ impl Rig {
                 .collect()
         };
         let publications = [publish(), publish()];
+        // A few groups per track are plenty: keep the pool small.
+        for publication in &publications {
+            for (_, producers) in publication {
+                for p in producers {
+                    p.track().set_budget(BUDGET);
+                }
+            }
+        }
         let mut subscribers = Vec::new();
         for (s, names) in names.iter().enumerate() {
             for name in names {
                 let local = base.track(name);
+                local.set_budget(BUDGET);
                 subscribers.push(local);
                 let app = Subscriber::new(&format!("bench/cam{s}"), local);
                 let (ctx, url) = (base.clone(), url.clone());
