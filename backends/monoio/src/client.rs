@@ -295,7 +295,7 @@ pub struct SubState {
     pub session_over: Cell<bool>,
 }
 
-/// An [`App`] that asks for announcements and subscribes to `track` of
+/// An [`App`] that asks for the announcement of `broadcast` (its path as the prefix) and subscribes to `track` of
 /// `broadcast` once it is announced, filling a local track.
 #[derive(Debug)]
 pub struct Subscriber {
@@ -344,7 +344,8 @@ impl App for Subscriber {
             return;
         }
         if !self.announce_asked {
-            self.announce_asked = session.announce_request("").is_ok();
+            // Only the broadcast it wants: a viewer need not hear of every other one.
+            self.announce_asked = session.announce_request(&self.broadcast).is_ok();
         }
         if self.announced && self.sub.is_none() {
             let req = Request {

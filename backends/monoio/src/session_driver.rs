@@ -459,11 +459,8 @@ async fn session_loop<W: ByteWrite, A: App>(
     let mut drain_seen = false;
     loop {
         let seen = notify.generation();
-        let seen_consumed = notify.consumed_generation();
-        let receiving = session.receiving_groups() > 0;
         let now = ctx.clock.now();
         let mut progress = false;
-        let mut events = false;
 
         // Input: everything not consumed yet, oldest first.
         inbox.fresh.set(false);
@@ -502,7 +499,6 @@ async fn session_loop<W: ByteWrite, A: App>(
                 // PROTOCOL.md §3.15: CONTROL_MESSAGE_TIMEOUT.
                 session.close(SessionCode::ControlMessageTimeout, reason);
                 progress = true;
-                events = true;
             }
         }
         if session.poll_timeout().is_some_and(|t| t <= now) {
@@ -511,7 +507,6 @@ async fn session_loop<W: ByteWrite, A: App>(
         while let Some(ev) = session.poll_event() {
             app.on_event(&ev);
             progress = true;
-            events = true;
         }
         app.act(session);
         if !goaway_sent && ctx.shutdown.as_ref().is_some_and(Shutdown::is_draining) {
@@ -523,7 +518,6 @@ async fn session_loop<W: ByteWrite, A: App>(
             }
         }
 
-        let input = progress;
         if transmit(session, now, writer).await? {
             progress = true;
         }
@@ -537,19 +531,9 @@ async fn session_loop<W: ByteWrite, A: App>(
             return Ok(Ended::PeerEof);
         }
         if progress {
-            // Media may have changed (events, or input on a session that
-            // receives groups): wake everyone. Otherwise only this session's
-            // readers moved (it sent, or its peer sent credit or requests):
-            // that does not concern sessions that only send.
-            if events || (input && (receiving || session.receiving_groups() > 0)) {
-                notify.bump();
-            } else {
-                notify.bump_consumed();
-            }
+            notify.bump();
             continue;
         }
-        let sender_only = session.receiving_groups() == 0 && !session.is_stalled();
-        waiter.set_sender_only(sender_only);
 
         // Sleep until something can change.
         let mut deadline = session.poll_timeout();
@@ -576,7 +560,6 @@ async fn session_loop<W: ByteWrite, A: App>(
         let shutdown = ctx.shutdown.as_ref().filter(|_| !goaway_sent);
         poll_fn(|cx| {
             if notify.generation() != seen
-                || (!sender_only && notify.consumed_generation() != seen_consumed)
                 || inbox.fresh.get()
                 || inbox.eof.get()
                 || inbox.error.get()
