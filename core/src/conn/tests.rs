@@ -874,16 +874,25 @@ fn connection_credit_on_receipt_never_starves_an_unreleased_stream() {
     let mut p = Pair::connected(client, cfg());
     p.client.auto_release = false;
     let old = p.server.conn.open_stream(Dir::Uni).unwrap();
-    assert_eq!(p.write(Side::Server, old, &[1u8; 600], false).unwrap().data, 600);
+    assert_eq!(
+        p.write(Side::Server, old, &[1u8; 600], false).unwrap().data,
+        600
+    );
     // Two newer streams take far more than the connection window in total.
     for _ in 0..2 {
         let id = p.server.conn.open_stream(Dir::Uni).unwrap();
-        assert_eq!(p.write(Side::Server, id, &[2u8; 1000], false).unwrap().data, 1000);
+        assert_eq!(
+            p.write(Side::Server, id, &[2u8; 1000], false).unwrap().data,
+            1000
+        );
         p.drive();
     }
     // Nothing was released, yet the old stream still has its own window left.
     assert_eq!(p.server.conn.send_credit(old), 400);
-    assert_eq!(p.write(Side::Server, old, &[1u8; 400], false).unwrap().data, 400);
+    assert_eq!(
+        p.write(Side::Server, old, &[1u8; 400], false).unwrap().data,
+        400
+    );
 }
 
 #[test]
