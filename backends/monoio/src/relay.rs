@@ -669,6 +669,26 @@ impl RelayConn {
 }
 
 impl App for RelayConn {
+    /// Idle unless an announce request, an upstream subscription to make, or
+    /// a change of demand (an update, a linger to start or to end) waits.
+    fn is_idle(&self) -> bool {
+        !self.want_announce
+            && self.upstream.pending.borrow().is_empty()
+            && self
+                .subs
+                .iter()
+                .all(|s| match (s.track.demand(), s.idle_since) {
+                    (None, Some(since)) => since.elapsed() < UPSTREAM_LINGER,
+                    (Some(d), None) => {
+                        Request {
+                            start: s.sent.start,
+                            ..d
+                        } == s.sent
+                    }
+                    _ => false,
+                })
+    }
+
     fn on_event(&mut self, event: &Event<'_>) {
         match *event {
             Event::Setup { role, path, .. } => {

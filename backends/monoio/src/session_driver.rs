@@ -283,6 +283,15 @@ pub trait App {
     fn act(&mut self, session: &mut MoqSession<'_>);
     /// The session is over.
     fn on_close(&mut self) {}
+    /// True if [`App::act`] has nothing to do unless the session's own input
+    /// or local media changes: a wake-up of the thread's media signal is then
+    /// skipped while the session is quiet ([`Session::is_quiet`]). The
+    /// default, false, runs the session at every wake-up.
+    ///
+    /// [`Session::is_quiet`]: skiff_core::session::Session::is_quiet
+    fn is_idle(&self) -> bool {
+        false
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -558,7 +567,15 @@ async fn session_loop<W: ByteWrite, A: App>(
                 .reset(monoio::time::Instant::from_std(StdInstant::now() + wait));
         }
         let shutdown = ctx.shutdown.as_ref().filter(|_| !goaway_sent);
+        // A wake-up of the media signal that changed nothing this quiet
+        // session serves, fills or announces, with an idle app, is absorbed
+        // here: a thread's sessions do not all run for every change.
+        let mut seen = seen;
+        let (session_ref, app_ref) = (&*session, &*app);
         poll_fn(|cx| {
+            if notify.generation() != seen && app_ref.is_idle() && session_ref.is_quiet() {
+                seen = notify.generation();
+            }
             if notify.generation() != seen
                 || inbox.fresh.get()
                 || inbox.eof.get()

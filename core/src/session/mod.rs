@@ -592,6 +592,15 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
     }
 
+    /// True if nothing happened since the last `poll_transmit` pass that
+    /// found nothing to send: no call on the session, no pool stall, and the
+    /// local media it depends on is as that pass saw it. A driver woken by a
+    /// media change elsewhere may then go back to sleep.
+    #[must_use]
+    pub fn is_quiet(&self) -> bool {
+        !self.dirty && self.stall.is_none() && self.media_stamp() == self.stamp
+    }
+
     /// A digest of the local media this session depends on: the origin it
     /// announces from, the tracks it serves, the tracks it fills and how far
     /// their readers got. Any change there may give `drive` work.
