@@ -317,31 +317,7 @@ fn silent(addr: SocketAddr) -> Verdict {
 fn slowloris_handshake(addr: SocketAddr) -> Verdict {
     let mut raw = Raw::connect(addr, Config::new(), None);
     let params = raw.take_output();
-    let t = StdInstant::now();
-    let mut closed_after = None;
-    for b in params {
-        if raw.s.write_all(&[b]).is_err() {
-            break;
-        }
-        let until = StdInstant::now() + Duration::from_millis(200);
-        while StdInstant::now() < until {
-            if !raw.read_once() {
-                closed_after = Some(t.elapsed());
-                break;
-            }
-        }
-        if closed_after.is_some() {
-            break;
-        }
-    }
-    if closed_after.is_none() {
-        closed_after = raw.wait_closed(IO_TIMEOUT).map(|_| t.elapsed());
-    }
-    Verdict {
-        name: "slowloris-handshake",
-        closed_after,
-        close: raw.close,
-    }
+    trickle(raw, &params, "slowloris-handshake")
 }
 
 /// Completes the handshake, then trickles an ANNOUNCE_REQUEST record one
@@ -352,9 +328,15 @@ fn slowloris_control(addr: SocketAddr) -> Verdict {
     raw.session.announce_request("").expect("announce request");
     let record = raw.take_output();
     assert!(record.len() > 5, "announce request is a few bytes");
+    trickle(raw, &record, "slowloris-control")
+}
+
+/// Writes `bytes` one every 200 ms, reading in between, until the relay
+/// closes the connection (or they are all sent and it closes later).
+fn trickle(mut raw: Raw, bytes: &[u8], name: &'static str) -> Verdict {
     let t = StdInstant::now();
     let mut closed_after = None;
-    for b in record {
+    for &b in bytes {
         if raw.s.write_all(&[b]).is_err() {
             break;
         }
@@ -373,7 +355,7 @@ fn slowloris_control(addr: SocketAddr) -> Verdict {
         closed_after = raw.wait_closed(IO_TIMEOUT).map(|_| t.elapsed());
     }
     Verdict {
-        name: "slowloris-control",
+        name,
         closed_after,
         close: raw.close,
     }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use skiff_core::conn;
+use skiff_core::model::track;
 use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
 use skiff_monoio::config::{RelayConfig, Upstream};
 use skiff_monoio::driver::{self, DriverKind};
@@ -47,6 +48,41 @@ fn relay_config(kind: DriverKind, upstream: Option<Upstream>) -> RelayConfig {
 
 fn cache(h: &ServerHandle) -> Snapshot {
     h.metrics().thread(0).snapshot()
+}
+
+/// The publisher's side: writes frames `next..FRAMES` of the group as far as
+/// the pacing window allows.
+struct Writer {
+    next: u64,
+    /// Bytes of frame `next` written so far.
+    offset: usize,
+    frame: Vec<u8>,
+}
+
+impl Writer {
+    /// Writes what the window allows of the current frame; returns the bytes written.
+    fn step(&mut self, group: &mut track::GroupProducer<'_, '_>, window: u64) -> usize {
+        let allow = group.allowance(window) as usize;
+        if allow == 0 || self.next >= FRAMES {
+            return 0;
+        }
+        if self.offset == 0 {
+            fill(self.next, &mut self.frame);
+            group
+                .begin_frame(self.next * 33, FRAME)
+                .expect("frame fits the group");
+        }
+        let n = allow.min(FRAME - self.offset);
+        let wrote = group
+            .write_payload(&self.frame[self.offset..self.offset + n])
+            .unwrap_or(0);
+        self.offset += wrote;
+        if self.offset == FRAME {
+            self.offset = 0;
+            self.next += 1;
+        }
+        wrote
+    }
 }
 
 /// What the client side saw.
@@ -115,33 +151,19 @@ async fn scenario(url_a: String, url_b: String, parked: impl Fn() + 'static) -> 
     }
 
     // Write the group as fast as pacing allows while the subscriber parks.
-    let mut next = 1u64;
-    let mut offset = 0usize;
+    let mut writer = Writer {
+        next: 1,
+        offset: 0,
+        frame,
+    };
     let mut idle_since = Instant::now();
     let written_while_parked = loop {
-        let w = window.get().unwrap_or(0);
-        let allow = group.allowance(w) as usize;
-        if allow > 0 && next < FRAMES {
-            if offset == 0 {
-                fill(next, &mut frame);
-                group
-                    .begin_frame(next * 33, FRAME)
-                    .expect("frame fits the group");
-            }
-            let n = allow.min(FRAME - offset);
-            let wrote = group.write_payload(&frame[offset..offset + n]).unwrap_or(0);
-            offset += wrote;
-            if offset == FRAME {
-                offset = 0;
-                next += 1;
-            }
-            if wrote > 0 {
-                idle_since = Instant::now();
-                notify.bump();
-                continue;
-            }
+        if writer.step(&mut group, window.get().unwrap_or(0)) > 0 {
+            idle_since = Instant::now();
+            notify.bump();
+            continue;
         }
-        if next == FRAMES {
+        if writer.next == FRAMES {
             panic!("the whole group was written while the subscriber parked");
         }
         if idle_since.elapsed() > Duration::from_millis(800) {
@@ -162,27 +184,10 @@ async fn scenario(url_a: String, url_b: String, parked: impl Fn() + 'static) -> 
     let mut expect = vec![0u8; FRAME];
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let mut progressed = false;
-        if next < FRAMES || offset != 0 {
-            let w = window.get().unwrap_or(0);
-            let allow = group.allowance(w) as usize;
-            if allow > 0 {
-                if offset == 0 {
-                    fill(next, &mut frame);
-                    group.begin_frame(next * 33, FRAME).expect("frame fits");
-                }
-                let n = allow.min(FRAME - offset);
-                let wrote = group.write_payload(&frame[offset..offset + n]).unwrap_or(0);
-                offset += wrote;
-                if offset == FRAME {
-                    offset = 0;
-                    next += 1;
-                    if next == FRAMES {
-                        group.finish().expect("finish");
-                    }
-                }
-                progressed |= wrote > 0;
-            }
+        let was_open = writer.next < FRAMES;
+        let mut progressed = writer.step(&mut group, window.get().unwrap_or(0)) > 0;
+        if was_open && writer.next == FRAMES {
+            group.finish().expect("finish");
         }
         let st = reader.poll(|f| {
             progressed = true;
