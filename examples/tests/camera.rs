@@ -8,9 +8,13 @@ use std::process::{Command, Stdio};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::time::Duration;
 
+// The relay tests' helpers (bounded test threads, loopback configs).
+#[path = "../../backends/monoio/tests/common/mod.rs"]
+mod common;
+
+use common::within;
 use skiff_examples::camera::{self, Decoder, Format};
 use skiff_examples::node::{self, NodeOptions, Progress};
 use skiff_monoio::client::{self, ClientCtx, FrameReader, ReadState, Subscriber};
@@ -36,25 +40,6 @@ fn relay() -> ServerHandle {
         ..RelayConfig::default()
     };
     server::start(cfg, RelayHandler::factory(1).unwrap()).expect("relay starts")
-}
-
-/// Runs `f` on a thread and fails the test if it takes longer than `secs`.
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let t = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(v) => {
-            let _ = t.join();
-            v
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => match t.join() {
-            Err(p) => std::panic::resume_unwind(p),
-            Ok(()) => unreachable!("sender dropped without a panic"),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("test did not finish within {secs} s"),
-    }
 }
 
 /// What the subscriber saw.
