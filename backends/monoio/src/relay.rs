@@ -166,7 +166,8 @@ pub struct Relay {
     session_config: Config<'static>,
     notify: Rc<Notify>,
     entries: RefCell<Vec<Entry>>,
-    /// Sources waiting to take over a path (oldest first).
+    /// Sources waiting to take over a path (oldest first; at most
+    /// [`BROADCASTS`], one per owner and path).
     spares: RefCell<Vec<Spare>>,
     /// Where to publish the cache gauges: all counters and this worker's index.
     metrics: Option<(Arc<Metrics>, usize)>,
@@ -305,7 +306,15 @@ impl Relay {
                         owner,
                         "broadcast already routed; this source waits as a spare"
                     );
-                    self.spares.borrow_mut().push(Spare {
+                    let mut spares = self.spares.borrow_mut();
+                    if spares.iter().any(|s| s.owner == owner && s.path == path) {
+                        return;
+                    }
+                    if spares.len() >= BROADCASTS {
+                        tracing::debug!(path, owner, "spare table full: announcement ignored");
+                        return;
+                    }
+                    spares.push(Spare {
                         path: path.to_owned(),
                         owner,
                         upstream: upstream.clone(),
