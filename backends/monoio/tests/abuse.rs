@@ -361,12 +361,10 @@ fn trickle(mut raw: Raw, bytes: &[u8], name: &'static str) -> Verdict {
     }
 }
 
-/// Grants the relay a huge window, subscribes to the live track, then stops
-/// reading its (small) socket buffer: the relay must drop it after its write
-/// timeout, seen as the relay's open-connection count falling back to
-/// `others` while this peer still reads nothing. Afterwards it drains what
-/// was buffered and must reach EOF while the publisher is still sending.
-fn stalled_subscriber(addr: SocketAddr, metrics: &Metrics, others: u64) -> Verdict {
+/// A raw subscriber that grants the relay a huge window (so only its socket
+/// buffer, 4 KiB, holds the relay back) and whose subscription to the live
+/// track has started.
+fn greedy_subscriber(addr: SocketAddr, what: &str) -> Raw {
     let big = 1 << 30;
     let config = Config {
         conn: skiff_core::conn::Config {
@@ -385,7 +383,17 @@ fn stalled_subscriber(addr: SocketAddr, metrics: &Metrics, others: u64) -> Verdi
         .expect("subscribe");
     raw.send_output();
     let ok = raw.pump_until(IO_TIMEOUT, |r| !r.started.is_empty());
-    assert!(ok, "the stalled subscriber's subscription did not start");
+    assert!(ok, "the {what} subscriber's subscription did not start");
+    raw
+}
+
+/// Grants the relay a huge window, subscribes to the live track, then stops
+/// reading its (small) socket buffer: the relay must drop it after its write
+/// timeout, seen as the relay's open-connection count falling back to
+/// `others` while this peer still reads nothing. Afterwards it drains what
+/// was buffered and must reach EOF while the publisher is still sending.
+fn stalled_subscriber(addr: SocketAddr, metrics: &Metrics, others: u64) -> Verdict {
+    let mut raw = greedy_subscriber(addr, "stalled");
     assert_eq!(metrics.total().open, others + 1);
     // Stop reading; the relay fills the socket buffers, then waits.
     let t = StdInstant::now();
@@ -426,25 +434,7 @@ fn stalled_subscriber(addr: SocketAddr, metrics: &Metrics, others: u64) -> Verdi
 /// against the publisher's 1 MiB/s): the relay must keep it for longer than
 /// the write timeout, since every write makes progress.
 fn slow_subscriber(addr: SocketAddr, metrics: &Metrics, others: u64) -> Verdict {
-    let big = 1 << 30;
-    let config = Config {
-        conn: skiff_core::conn::Config {
-            max_data: big,
-            max_stream_data_bidi_local: big,
-            max_stream_data_bidi_remote: big,
-            max_stream_data_uni: big,
-            ..skiff_core::conn::Config::new()
-        },
-        ..Config::new()
-    };
-    let mut raw = Raw::connect(addr, config, Some(4096));
-    raw.handshake();
-    raw.session
-        .subscribe("demo", scratch_track(), subscribe_request())
-        .expect("subscribe");
-    raw.send_output();
-    let ok = raw.pump_until(IO_TIMEOUT, |r| !r.started.is_empty());
-    assert!(ok, "the slow subscriber's subscription did not start");
+    let mut raw = greedy_subscriber(addr, "slow");
     let t = StdInstant::now();
     let mut buf = vec![0u8; 16 * 1024];
     let mut closed_after = None;
