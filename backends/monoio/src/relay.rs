@@ -945,9 +945,10 @@ impl RelayHandler {
                 if started.elapsed() > UPSTREAM_BACKOFF.1 {
                     backoff = UPSTREAM_BACKOFF.0;
                 }
-                let pause = monoio::time::sleep(backoff);
-                let stop = shutdown.wait();
-                futures_select(pause, stop).await;
+                monoio::select! {
+                    _ = monoio::time::sleep(backoff) => {}
+                    _ = shutdown.wait() => {}
+                }
                 backoff = (backoff * 2).min(UPSTREAM_BACKOFF.1);
             }
         });
@@ -964,19 +965,6 @@ async fn dial_upstream(up: &UpstreamAddr) -> io::Result<monoio::net::TcpStream> 
     let stream = monoio::net::TcpStream::connect(addr).await?;
     let _ = stream.set_nodelay(true);
     Ok(stream)
-}
-
-/// Waits for whichever of `a` and `b` completes first.
-async fn futures_select(a: impl Future<Output = ()>, b: impl Future<Output = ()>) {
-    let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
-    std::future::poll_fn(|cx| {
-        if a.as_mut().poll(cx).is_ready() || b.as_mut().poll(cx).is_ready() {
-            std::task::Poll::Ready(())
-        } else {
-            std::task::Poll::Pending
-        }
-    })
-    .await
 }
 
 /// Runs one relay session (a client connection, a worker link or the upstream).
