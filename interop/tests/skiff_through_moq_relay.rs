@@ -11,6 +11,11 @@
 //! skip line and passes; [`skiff_client_through_moq_relay_required`] (ignored by default)
 //! fails instead.
 
+// The relay tests' helpers (the in-order frame check).
+#[path = "../../backends/monoio/tests/common/mod.rs"]
+mod common;
+
+use common::check_in_order;
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::Read;
@@ -185,30 +190,15 @@ struct Seen {
 
 impl Seen {
     fn frame(&mut self, f: client::Frame<'_>) {
-        let want = self.next;
-        if (f.group, f.index) != want {
-            self.errors.push(format!(
-                "got frame {}/{}, wanted {}/{}",
-                f.group, f.index, want.0, want.1
-            ));
-        } else if f.payload != payload(f.group, f.index).as_slice() {
-            self.errors.push(format!(
-                "frame {}/{}: payload differs ({} bytes)",
-                f.group,
-                f.index,
-                f.payload.len()
-            ));
-        } else if f.timestamp != timestamp(f.group, f.index) {
-            self.errors.push(format!(
-                "frame {}/{}: timestamp {}",
-                f.group, f.index, f.timestamp
-            ));
-        }
-        self.next = if f.index + 1 == FRAMES {
-            (f.group + 1, 0)
-        } else {
-            (f.group, f.index + 1)
-        };
+        let (payload, ts) = (payload(f.group, f.index), timestamp(f.group, f.index));
+        check_in_order(
+            &mut self.next,
+            &mut self.errors,
+            &f,
+            FRAMES,
+            &payload,
+            Some(ts),
+        );
     }
 }
 

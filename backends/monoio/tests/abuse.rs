@@ -87,21 +87,16 @@ struct Seen {
 
 impl Seen {
     fn frame(&mut self, f: client::Frame<'_>) {
-        if (f.group, f.index) != self.next {
-            self.errors.push(format!(
-                "got {}/{}, wanted {}/{}",
-                f.group, f.index, self.next.0, self.next.1
-            ));
-        } else if f.payload != payload(f.group, f.index).as_slice() {
-            self.errors
-                .push(format!("{}/{}: payload differs", f.group, f.index));
-        }
+        let payload = payload(f.group, f.index);
+        check_in_order(
+            &mut self.next,
+            &mut self.errors,
+            &f,
+            FRAMES_PER_GROUP,
+            &payload,
+            None,
+        );
         self.frames += 1;
-        self.next = if f.index + 1 == FRAMES_PER_GROUP {
-            (f.group + 1, 0)
-        } else {
-            (f.group, f.index + 1)
-        };
     }
 }
 

@@ -49,26 +49,15 @@ struct Seen {
 
 impl Seen {
     fn frame(&mut self, f: client::Frame<'_>) {
-        let want = self.next;
-        if (f.group, f.index) != want {
-            self.errors.push(format!(
-                "got frame {}/{}, wanted {}/{}",
-                f.group, f.index, want.0, want.1
-            ));
-        } else if f.payload != payload(f.group, f.index).as_slice() {
-            self.errors
-                .push(format!("frame {}/{}: payload differs", f.group, f.index));
-        } else if f.timestamp != timestamp(f.group, f.index) {
-            self.errors.push(format!(
-                "frame {}/{}: timestamp {}",
-                f.group, f.index, f.timestamp
-            ));
-        }
-        self.next = if f.index + 1 == FRAMES {
-            (f.group + 1, 0)
-        } else {
-            (f.group, f.index + 1)
-        };
+        let (payload, ts) = (payload(f.group, f.index), timestamp(f.group, f.index));
+        check_in_order(
+            &mut self.next,
+            &mut self.errors,
+            &f,
+            FRAMES,
+            &payload,
+            Some(ts),
+        );
     }
 }
 

@@ -131,3 +131,39 @@ pub fn sample(text: &str, series: &str) -> Option<u64> {
         })
         .and_then(|v| v.trim().parse().ok())
 }
+
+/// Checks frame `f` against what an in-order subscriber expects next (group
+/// and index `next`, then `payload`, then `timestamp` if given), records any
+/// mismatch in `errors`, and moves `next` on (`frames_per_group` per group).
+pub fn check_in_order(
+    next: &mut (u64, u64),
+    errors: &mut Vec<String>,
+    f: &skiff_monoio::client::Frame<'_>,
+    frames_per_group: u64,
+    payload: &[u8],
+    timestamp: Option<u64>,
+) {
+    if (f.group, f.index) != *next {
+        errors.push(format!(
+            "got frame {}/{}, wanted {}/{}",
+            f.group, f.index, next.0, next.1
+        ));
+    } else if f.payload != payload {
+        errors.push(format!(
+            "frame {}/{}: payload differs ({} bytes)",
+            f.group,
+            f.index,
+            f.payload.len()
+        ));
+    } else if let Some(ts) = timestamp.filter(|&ts| ts != f.timestamp) {
+        errors.push(format!(
+            "frame {}/{}: timestamp {}, wanted {ts}",
+            f.group, f.index, f.timestamp
+        ));
+    }
+    *next = if f.index + 1 == frames_per_group {
+        (f.group + 1, 0)
+    } else {
+        (f.group, f.index + 1)
+    };
+}
