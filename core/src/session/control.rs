@@ -216,7 +216,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         dir: Dir,
         stream: Option<StreamId>,
     ) -> Option<usize> {
-        let slot = self.control.iter().position(|c| c.kind == Kind::Free)?;
+        let slot = self.control.first_free()?;
         self.control[slot] = Control {
             kind,
             stream,
@@ -228,7 +228,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
 
     /// Free control slots.
     pub(super) fn free_control(&self) -> usize {
-        self.control.iter().filter(|c| c.kind == Kind::Free).count()
+        self.control.free_count()
     }
 
     /// The unparsed receive bytes of `slot`.
@@ -395,7 +395,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
 
     /// Frees slots whose both halves are over.
     pub(super) fn sweep_control(&mut self) {
-        for slot in 0..self.control.len() {
+        for slot in 0..self.control.span() {
             let c = &self.control[slot];
             if c.kind != Kind::Free
                 && c.tx_done
@@ -423,7 +423,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
 
     /// Opens the streams of slots that wait for one (stream credit permitting).
     pub(super) fn open_pending(&mut self) {
-        for slot in 0..self.control.len() {
+        for slot in 0..self.control.span() {
             let c = self.control[slot];
             if c.kind == Kind::Free || c.stream.is_some() || c.held || c.tx_done {
                 continue;
@@ -438,7 +438,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// Writes pending control bytes into `out`; returns the bytes written.
     pub(super) fn flush_control(&mut self, now: crate::time::Instant, out: &mut [u8]) -> usize {
         let mut pos = 0;
-        for slot in 0..self.control.len() {
+        for slot in 0..self.control.span() {
             while self.control[slot].wants_flush() {
                 let c = self.control[slot];
                 let Some(id) = c.stream else { break };

@@ -60,6 +60,7 @@ mod error;
 mod event;
 mod publisher;
 mod resolve;
+mod slots;
 mod subscriber;
 
 #[cfg(test)]
@@ -85,6 +86,7 @@ use crate::wire::qmux::{Side, StreamId};
 use control::Control;
 use event::Queued;
 use publisher::{GroupOut, Served};
+use slots::Slots;
 use subscriber::{GroupIn, Subscription};
 
 /// Events queued until [`Session::poll_event`]; input stops while it is nearly full.
@@ -135,14 +137,14 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     /// Asked for tracks the peer requests that a known broadcast lacks.
     resolver: Option<&'s dyn Resolve<'a, 'p>>,
 
-    control: &'s mut [Control],
+    control: Slots<'s, Control>,
     rx: &'s mut [u8],
     tx: &'s mut [u8],
     buf: usize,
-    served: &'s mut [Option<Served<'a, 'p>>],
-    subs: &'s mut [Option<Subscription<'a, 'p>>],
-    out: &'s mut [Option<GroupOut<'a, 'p>>],
-    inc: &'s mut [Option<GroupIn<'a, 'p>>],
+    served: Slots<'s, Option<Served<'a, 'p>>>,
+    subs: Slots<'s, Option<Subscription<'a, 'p>>>,
+    out: Slots<'s, Option<GroupOut<'a, 'p>>>,
+    inc: Slots<'s, Option<GroupIn<'a, 'p>>>,
 
     events: Deque<Queued, EVENTS>,
     /// A control slot whose held message the last `poll_event` returned.
@@ -217,6 +219,17 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             out,
             inc,
         } = storage;
+        // Storage may come from an earlier session: start from empty tables.
+        // (A session that ended unregistered what it served, see `teardown`.)
+        control.fill(Control::FREE);
+        for s in served.iter_mut() {
+            if let Some(s) = s.take() {
+                s.source.remove_subscriber(s.window.request());
+            }
+        }
+        subs.iter_mut().for_each(|s| *s = None);
+        out.iter_mut().for_each(|s| *s = None);
+        inc.iter_mut().for_each(|s| *s = None);
         // A configured subscription limit narrows the served table.
         let served = served.as_mut_slice();
         let served_len = config.max_served.min(served.len());
@@ -239,14 +252,14 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             now,
             origin,
             resolver: None,
-            control: control.as_mut_slice(),
+            control: Slots::new(control.as_mut_slice()),
             rx: rx.as_flattened_mut(),
             tx: tx.as_flattened_mut(),
             buf: BUF,
-            served,
-            subs: subs.as_mut_slice(),
-            out: out.as_mut_slice(),
-            inc: inc.as_mut_slice(),
+            served: Slots::new(served),
+            subs: Slots::new(subs.as_mut_slice()),
+            out: Slots::new(out.as_mut_slice()),
+            inc: Slots::new(inc.as_mut_slice()),
             events: Deque::new(),
             surfaced: None,
             stall: None,
@@ -267,17 +280,6 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         if session.setup_len().is_none_or(|n| n > BUF) {
             return Err(ConfigError::SetupTooLarge);
         }
-        // Storage may come from an earlier session: start from empty tables.
-        session.control.fill(Control::FREE);
-        // (A session that ended unregistered what it served, see `teardown`.)
-        session.served.iter_mut().for_each(|s| {
-            if let Some(s) = s.take() {
-                s.source.remove_subscriber(s.window.request());
-            }
-        });
-        session.subs.iter_mut().for_each(|s| *s = None);
-        session.out.iter_mut().for_each(|s| *s = None);
-        session.inc.iter_mut().for_each(|s| *s = None);
         Ok(session)
     }
 
@@ -770,7 +772,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
 
     /// Processes whatever waits in control buffers (after events were polled).
     fn resume(&mut self) {
-        for slot in 0..self.control.len() {
+        for slot in 0..self.control.span() {
             if !self.has_event_room() || self.is_closed() {
                 return;
             }
@@ -793,6 +795,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         self.serve_subscriptions();
         self.release_credit();
         self.sweep_control();
+        // Later passes scan only up to the highest slot still in use.
+        self.control.trim();
+        self.served.trim();
+        self.subs.trim();
+        self.out.trim();
+        self.inc.trim();
     }
 
     /// Drops everything after the session ended: producers abort, sinks close,
@@ -814,7 +822,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         for s in self.out.iter_mut() {
             *s = None;
         }
-        for i in 0..self.served.len() {
+        for i in 0..self.served.span() {
             self.free_served(i);
         }
         self.stall = None;

@@ -200,7 +200,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         let Some(origin) = self.origin else {
             return;
         };
-        for slot in 0..self.control.len() {
+        for slot in 0..self.control.span() {
             if let Kind::AnnounceIn { state } = self.control[slot].kind
                 && !matches!(state, AnnounceState::Request | AnnounceState::Quiet)
                 && !self.control[slot].tx_done
@@ -427,7 +427,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             self.fail(SessionCode::ProtocolViolation, "duplicate Subscribe ID");
             return Step::Stop;
         }
-        let Some(i) = self.served.iter().position(Option::is_none) else {
+        let Some(i) = self.served.first_free() else {
             debug!("session: served table full, refusing subscription {}", id);
             self.refuse(slot, StreamCode::Internal);
             return Step::Stop;
@@ -535,7 +535,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// Advances every served subscription: START, stale groups, new group
     /// streams (newest first), END and FIN.
     pub(super) fn serve_subscriptions(&mut self) {
-        for i in 0..self.served.len() {
+        for i in 0..self.served.span() {
             if self.served[i].is_some() {
                 self.serve_one(i);
             }
@@ -669,7 +669,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         let Some(sub) = self.served[i].as_ref().map(|s| s.id) else {
             return false;
         };
-        let Some(free) = self.out.iter().position(Option::is_none) else {
+        let Some(free) = self.out.first_free() else {
             return false;
         };
         let mut header = [0u8; GROUP_HEADER];
@@ -720,7 +720,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             loop {
                 // The best-ranked stream after `last`.
                 let mut best = None;
-                for idx in 0..self.out.len() {
+                for idx in 0..self.out.span() {
                     let Some(r) = self.rank(idx) else { continue };
                     if last.is_some_and(|l| r.cmp(&l) != Ordering::Greater) {
                         continue;

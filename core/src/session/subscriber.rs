@@ -236,11 +236,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         if self.free_control() < 2 {
             return Err(Error::ControlFull);
         }
-        let entry = self
-            .subs
-            .iter()
-            .position(Option::is_none)
-            .ok_or(Error::SubscriptionsFull)?;
+        let entry = self.subs.first_free().ok_or(Error::SubscriptionsFull)?;
         let id = self.next_subscribe;
         let info = track.info();
         let name = info.name.as_str();
@@ -464,7 +460,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         data: &[u8],
         fin: bool,
     ) -> usize {
-        let Some(i) = self.inc.iter().position(Option::is_none) else {
+        let Some(i) = self.inc.first_free() else {
             debug!("session: group table full, stopping stream {}", id.value());
             let _ = self.conn.stop_sending(id, StreamCode::Evicted.to_code());
             return data.len();
@@ -763,7 +759,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// Releases credit for group bytes local readers consumed, and drops streams
     /// whose group was evicted or aborted locally.
     pub(super) fn release_credit(&mut self) {
-        for i in 0..self.inc.len() {
+        for i in 0..self.inc.span() {
             let Some(Some(g)) = self.inc.get_mut(i) else {
                 continue;
             };
