@@ -699,6 +699,12 @@ impl<'p> Slice<'p> {
     pub fn block(&self) -> &Block<'p> {
         &self.block
     }
+
+    /// Keeps only the first `len` bytes (all of them if `len` is not shorter).
+    pub fn truncate(&mut self, len: usize) {
+        let len = u32::try_from(len).unwrap_or(u32::MAX);
+        self.end = self.end.min(self.start.saturating_add(len));
+    }
 }
 
 impl Deref for Slice<'_> {

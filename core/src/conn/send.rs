@@ -8,10 +8,21 @@ use super::{
 use crate::time::Instant;
 use crate::wire::qmux::{
     ApplicationClose, ConnectionClose, DEFAULT_MAX_RECORD_SIZE, Datagram, Dir, Frame, ResetStream,
-    StopSending, Stream as StreamFrame, StreamId, encode_record, max_datagram_payload,
-    max_stream_payload,
+    StopSending, Stream as StreamFrame, StreamId, encode_record, encode_stream_record_header,
+    max_datagram_payload, max_stream_payload,
 };
 use crate::wire::varint;
+
+/// One STREAM record `write_stream` may send now.
+#[derive(Debug, Clone, Copy)]
+struct StreamWrite {
+    /// Stream offset of the first payload byte.
+    offset: u64,
+    /// Payload bytes.
+    len: usize,
+    /// The record carries FIN.
+    fin: bool,
+}
 
 /// Appends one one-frame record to `out` at `*pos`; false (nothing written) if it does not fit.
 fn put(out: &mut [u8], pos: &mut usize, frame: &Frame<'_>, max_record_size: u64) -> bool {
@@ -259,6 +270,64 @@ impl<const N: usize> Connection<N> {
         fin: bool,
         out: &mut [u8],
     ) -> Result<Written, WriteError> {
+        let plan = self.plan_stream_write(id, data.len(), fin, out.len(), true)?;
+        let payload = data.get(..plan.len).ok_or(WriteError::BufferTooSmall)?;
+        let frame = Frame::Stream(StreamFrame {
+            id,
+            offset: plan.offset,
+            data: payload,
+            fin: plan.fin,
+        });
+        let written = encode_record(&frame, self.peer_record_size(), out)
+            .map_err(|_| WriteError::BufferTooSmall)?;
+        self.commit_stream_write(now, id, plan);
+        Ok(Written {
+            data: plan.len,
+            out: written,
+        })
+    }
+
+    /// Like [`write_stream`](Self::write_stream), for a sender that keeps the
+    /// payload where it lies: writes into `out` only the record up to the
+    /// payload (record `Size` and STREAM frame header, see
+    /// [`encode_stream_record_header`]) for the first [`Written::data`] of
+    /// `len` bytes. Those payload bytes must be sent right after the
+    /// [`Written::out`] header bytes (a gathered write); the credit is charged
+    /// at once, as for `write_stream`.
+    ///
+    /// # Errors
+    /// As [`write_stream`](Self::write_stream), where [`WriteError::BufferTooSmall`]
+    /// means `out` cannot hold the header.
+    pub fn write_stream_header(
+        &mut self,
+        now: Instant,
+        id: StreamId,
+        len: usize,
+        fin: bool,
+        out: &mut [u8],
+    ) -> Result<Written, WriteError> {
+        let plan = self.plan_stream_write(id, len, fin, out.len(), false)?;
+        let written = encode_stream_record_header(id, plan.offset, plan.len, plan.fin, out)
+            .map_err(|_| WriteError::BufferTooSmall)?;
+        self.commit_stream_write(now, id, plan);
+        Ok(Written {
+            data: plan.len,
+            out: written,
+        })
+    }
+
+    /// How much of `len` bytes one STREAM record for `id` may carry now: the
+    /// stream and connection credit, the peer's record size, and `room` bytes
+    /// of output (for the whole record if `payload_in_room`, else for its
+    /// header). Nothing is charged.
+    fn plan_stream_write(
+        &mut self,
+        id: StreamId,
+        len: usize,
+        fin: bool,
+        room: usize,
+        payload_in_room: bool,
+    ) -> Result<StreamWrite, WriteError> {
         if self.state != State::Open {
             return Err(WriteError::Closed);
         }
@@ -276,50 +345,51 @@ impl<const N: usize> Connection<N> {
         }
         let offset = send.credit.used();
         let credit = send.credit.available().min(conn_available);
-        let mut n = data
-            .len()
+        let mut n = len
             .min(usize::try_from(credit).unwrap_or(usize::MAX))
             .min(max_stream_payload(record, id, offset));
-        // Shrink until the whole record fits `out`; each step removes at least the overrun.
+        // Shrink until what goes into `out` fits; each step removes at least the overrun.
         loop {
-            let frame =
-                1 + varint::len(id.value()) + varint::len(offset) + varint::len(n as u64) + n;
+            let header = 1 + varint::len(id.value()) + varint::len(offset) + varint::len(n as u64);
+            let frame = header + n;
             let total = varint::len(frame as u64) + frame;
-            if total <= out.len() {
+            let needed = if payload_in_room { total } else { total - n };
+            if needed <= room {
                 break;
             }
-            if n == 0 {
+            if n == 0 || !payload_in_room {
                 return Err(WriteError::BufferTooSmall);
             }
-            n = n.saturating_sub(total - out.len());
+            n = n.saturating_sub(needed - room);
         }
-        if n == 0 && !data.is_empty() {
+        if n == 0 && len > 0 {
             return Err(if credit == 0 {
                 WriteError::Blocked
             } else {
                 WriteError::BufferTooSmall
             });
         }
-        let fin = fin && n == data.len();
-        let payload = data.get(..n).ok_or(WriteError::BufferTooSmall)?;
-        let frame = Frame::Stream(StreamFrame {
-            id,
+        Ok(StreamWrite {
             offset,
-            data: payload,
-            fin,
-        });
-        let written = encode_record(&frame, record, out).map_err(|_| WriteError::BufferTooSmall)?;
-        send.credit.claim(n as u64);
-        self.conn_send.claim(n as u64);
-        if fin {
-            send.state = SendState::Finished;
+            len: n,
+            fin: fin && n == len,
+        })
+    }
+
+    /// Charges a planned STREAM record to the stream and connection credit.
+    fn commit_stream_write(&mut self, now: Instant, id: StreamId, plan: StreamWrite) {
+        let n = plan.len as u64;
+        if let Some(send) = self.streams.get_mut(id).and_then(|s| s.send.as_mut()) {
+            send.credit.claim(n);
+            if plan.fin {
+                send.state = SendState::Finished;
+            }
+        }
+        self.conn_send.claim(n);
+        if plan.fin {
             self.sweep();
         }
         self.timers.on_send(now);
-        Ok(Written {
-            data: n,
-            out: written,
-        })
     }
 
     /// Gives back credit for `n` bytes of stream `id` the application has finished with.

@@ -17,8 +17,9 @@ use std::string::{String, ToString};
 use std::vec;
 use std::vec::Vec;
 
-use super::Session;
+use super::{Gather, Session};
 use crate::conn::{self, Connection};
+use crate::pool::Slice;
 use crate::time::{Duration, Instant};
 use crate::wire::Reader;
 use crate::wire::qmux::{Dir, Frame, Record, StreamId};
@@ -74,6 +75,31 @@ pub struct Node<'s, 'a, 'p> {
     pub events: Vec<Ev>,
     /// Poll events after every call (a test may turn it off to let them pile up).
     pub auto_drain: bool,
+    /// `Some`: transmit with [`Session::poll_transmit_gather`] (three payload
+    /// ranges per call) and reassemble the wire bytes here; what did not fit
+    /// the caller's buffer waits for the next call.
+    pub gather: Option<Vec<u8>>,
+}
+
+/// A [`Gather`] that keeps up to `limit` ranges.
+struct VecGather<'p> {
+    ranges: Vec<(usize, Slice<'p>)>,
+    limit: usize,
+}
+
+impl<'p> Gather<'p> for VecGather<'p> {
+    fn has_room(&self) -> bool {
+        self.ranges.len() < self.limit
+    }
+
+    fn push(&mut self, at: usize, slice: Slice<'p>) {
+        assert!(self.has_room(), "pushed past has_room");
+        assert!(
+            self.ranges.last().is_none_or(|(last, _)| *last <= at),
+            "ranges out of order"
+        );
+        self.ranges.push((at, slice));
+    }
 }
 
 impl<'s, 'a, 'p> Node<'s, 'a, 'p> {
@@ -82,6 +108,7 @@ impl<'s, 'a, 'p> Node<'s, 'a, 'p> {
             session,
             events: Vec::new(),
             auto_drain: true,
+            gather: None,
         }
     }
 
@@ -105,7 +132,30 @@ impl<'s, 'a, 'p> Node<'s, 'a, 'p> {
 
 impl Endpoint for Node<'_, '_, '_> {
     fn transmit(&mut self, now: Instant, out: &mut [u8]) -> usize {
-        let n = self.session.poll_transmit(now, out);
+        let n = match self.gather.as_mut() {
+            None => self.session.poll_transmit(now, out),
+            Some(spill) => {
+                if spill.is_empty() {
+                    let mut head = vec![0u8; out.len()];
+                    let mut g = VecGather {
+                        ranges: Vec::new(),
+                        limit: 3,
+                    };
+                    let n = self.session.poll_transmit_gather(now, &mut head, &mut g);
+                    let mut at = 0;
+                    for (pos, slice) in g.ranges {
+                        spill.extend_from_slice(&head[at..pos]);
+                        spill.extend_from_slice(&slice);
+                        at = pos;
+                    }
+                    spill.extend_from_slice(&head[at..n]);
+                }
+                let k = spill.len().min(out.len());
+                out[..k].copy_from_slice(&spill[..k]);
+                spill.drain(..k);
+                k
+            }
+        };
         if self.auto_drain {
             self.drain();
         }

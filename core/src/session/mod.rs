@@ -80,6 +80,7 @@ use heapless::{Deque, String};
 use crate::conn::{self, CloseCause, Connection};
 use crate::model::path::PathBuf;
 use crate::model::{origin, track};
+use crate::pool::Slice;
 use crate::time::{Duration, Instant};
 use crate::wire::lite::{Role, SessionCode};
 use crate::wire::qmux::{Side, StreamId};
@@ -112,6 +113,24 @@ struct Stall {
 struct Peer {
     hop: u64,
     role: Role,
+}
+
+/// Where [`Session::poll_transmit_gather`] puts the group payload it leaves
+/// in the pool instead of copying it.
+pub trait Gather<'p> {
+    /// Whether one more payload range fits.
+    fn has_room(&self) -> bool;
+    /// The bytes of `slice` go on the wire right after the first `at` bytes
+    /// the call wrote to its `out` buffer (ranges come in order).
+    fn push(&mut self, at: usize, slice: Slice<'p>);
+}
+
+/// A shorter-lived handle on an optional [`Gather`], for one call in a loop.
+fn reborrow<'b, 'p>(gather: &'b mut Option<&mut dyn Gather<'p>>) -> Option<&'b mut dyn Gather<'p>> {
+    match gather {
+        Some(g) => Some(&mut **g),
+        None => None,
+    }
 }
 
 /// A moq-lite-05 session over one QMux connection with room for `N` live streams.
@@ -559,6 +578,31 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// buffer works but cuts records short.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> usize {
+        self.transmit(now, out, None)
+    }
+
+    /// Like [`poll_transmit`](Self::poll_transmit), without copying group
+    /// payload: `out` gets everything else (records up to their payload
+    /// included) and `gather` the payload ranges, each sharing its pool block,
+    /// to be sent in order between the bytes of `out` (a vectored write).
+    ///
+    /// Stops when `gather` is full; send, then call again.
+    #[must_use]
+    pub fn poll_transmit_gather(
+        &mut self,
+        now: Instant,
+        out: &mut [u8],
+        gather: &mut dyn Gather<'p>,
+    ) -> usize {
+        self.transmit(now, out, Some(gather))
+    }
+
+    fn transmit(
+        &mut self,
+        now: Instant,
+        out: &mut [u8],
+        mut gather: Option<&mut dyn Gather<'p>>,
+    ) -> usize {
         self.release_surfaced();
         self.now = now;
         // Fast path: after a pass that found nothing to send, only a call on
@@ -583,7 +627,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 return pos;
             }
             pos += self.flush_control(now, out.get_mut(pos..).unwrap_or(&mut []));
-            pos += self.flush_groups(now, out.get_mut(pos..).unwrap_or(&mut []));
+            pos += self.flush_groups(
+                now,
+                out.get_mut(pos..).unwrap_or(&mut []),
+                pos,
+                reborrow(&mut gather),
+            );
             if pos == start {
                 // Idle only after a whole pass wrote nothing; otherwise the
                 // caller calls again (its buffer may have been full).

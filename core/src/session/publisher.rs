@@ -21,11 +21,12 @@
 
 use core::cmp::{Ordering, Reverse, min};
 
-use super::Session;
 use super::control::{AnnounceState, Kind, Step, SubState, decode_within, normalize, rx_of};
+use super::{Gather, Session};
 use crate::model::group::{self, Next, ReadError};
 use crate::model::path::{Path, PathBuf};
 use crate::model::{origin, track};
+use crate::pool::Slice;
 use crate::time::{Duration, Instant};
 use crate::window::{self, GroupRange, Request, Timeline, Window, WindowError};
 use crate::wire::Writer;
@@ -116,6 +117,13 @@ fn next_active<'a, 'p>(
 }
 
 /// What writing one group stream did.
+/// The next bytes of a group stream: borrowed (to copy behind the record
+/// header) or sharing their pool block (to be gathered).
+enum Chunk<'c, 'p> {
+    Copied(&'c [u8]),
+    Shared(Slice<'p>),
+}
+
 enum Wrote {
     /// This many bytes of `out` were used.
     Bytes(usize),
@@ -713,7 +721,17 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     }
 
     /// Writes group data into `out` in priority order; returns the bytes written.
-    pub(super) fn flush_groups(&mut self, now: Instant, out: &mut [u8]) -> usize {
+    ///
+    /// With `gather`, payload stays in the pool: `out` gets the record headers
+    /// and `gather` the payload ranges, `base` being where `out` starts in the
+    /// caller's buffer.
+    pub(super) fn flush_groups(
+        &mut self,
+        now: Instant,
+        out: &mut [u8],
+        base: usize,
+        mut gather: Option<&mut dyn Gather<'p>>,
+    ) -> usize {
         let mut pos = 0;
         'pass: loop {
             let mut last: Option<(Reverse<u8>, u64, Reverse<u64>, usize)> = None;
@@ -733,7 +751,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     break 'pass;
                 };
                 last = Some(r);
-                match self.write_group(now, r.3, out.get_mut(pos..).unwrap_or(&mut [])) {
+                let room = out.get_mut(pos..).unwrap_or(&mut []);
+                match self.write_group(now, r.3, room, base + pos, super::reborrow(&mut gather)) {
                     Wrote::Bytes(n) => {
                         pos += n;
                         // Start again from the top: the best stream may have more.
@@ -747,8 +766,16 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         pos
     }
 
-    /// Writes one record of group stream `idx` (header, data or FIN).
-    fn write_group(&mut self, now: Instant, idx: usize, out: &mut [u8]) -> Wrote {
+    /// Writes one record of group stream `idx` (header, data or FIN); `at` is
+    /// where `out` starts in the caller's buffer (for `gather`).
+    fn write_group(
+        &mut self,
+        now: Instant,
+        idx: usize,
+        out: &mut [u8],
+        at: usize,
+        gather: Option<&mut dyn Gather<'p>>,
+    ) -> Wrote {
         let Some(Some(o)) = self.out.get_mut(idx) else {
             return Wrote::Idle;
         };
@@ -768,11 +795,27 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 }
             };
         }
-        match o.consumer.chunk() {
-            Ok(Next::Ready(bytes)) => {
+        let next = match gather {
+            Some(_) => o.consumer.chunk_slice().map(|n| n.map(Chunk::Shared)),
+            None => o.consumer.chunk().map(|n| n.map(Chunk::Copied)),
+        };
+        match next {
+            Ok(Next::Ready(chunk)) => {
                 // The FIN follows in its own record once the consumer reports the end.
-                match self.conn.write_stream(now, id, bytes, false, out) {
+                let res = match (&chunk, &gather) {
+                    (Chunk::Shared(_), Some(g)) if !g.has_room() => return Wrote::Full,
+                    (Chunk::Shared(slice), _) => {
+                        self.conn
+                            .write_stream_header(now, id, slice.len(), false, out)
+                    }
+                    (Chunk::Copied(bytes), _) => self.conn.write_stream(now, id, bytes, false, out),
+                };
+                match res {
                     Ok(w) => {
+                        if let (Chunk::Shared(mut slice), Some(g)) = (chunk, gather) {
+                            slice.truncate(w.data);
+                            g.push(at + w.out, slice);
+                        }
                         o.consumer.advance(w.data);
                         Wrote::Bytes(w.out)
                     }

@@ -871,6 +871,16 @@ fn session_close_is_reported_to_the_peer() {
 
 #[test]
 fn parked_subscriber_holds_the_publisher_at_one_window() {
+    parked_subscriber(false);
+}
+
+#[test]
+fn gathered_transmit_delivers_the_same_and_keeps_the_window() {
+    // The publisher leaves payload in its pool (three ranges per call).
+    parked_subscriber(true);
+}
+
+fn parked_subscriber(gather: bool) {
     const WINDOW: u64 = 4096;
     const FRAME: usize = 512;
     const FRAMES: usize = 64;
@@ -889,6 +899,9 @@ fn parked_subscriber_holds_the_publisher_at_one_window() {
         ..Config::new()
     };
     session_pair!(o.handle(), ccfg, Config::new(), pair);
+    if gather {
+        pair.b.gather = Some(Vec::new());
+    }
     pair.a
         .session
         .subscribe("cam", local.handle(), Request::LIVE)

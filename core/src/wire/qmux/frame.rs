@@ -486,6 +486,41 @@ fn prefixed(w: &mut Writer<'_>, b: &[u8]) -> Result<(), EncodeError> {
     w.bytes(b)
 }
 
+/// Writes the record of one STREAM frame up to its payload: the record `Size`,
+/// the frame type (`0x0e`, `0x0f` with FIN), the stream ID, the offset and the
+/// payload length; returns the bytes written.
+///
+/// The `len` payload bytes must follow on the wire: together they are exactly
+/// what [`encode_record`](super::record::encode_record) writes for the whole
+/// frame, so a sender can hand the payload to the kernel from where it lies
+/// (a gathered write) instead of copying it behind the header.
+///
+/// # Errors
+/// [`EncodeError::BufferTooSmall`] if `out` cannot hold the header (nothing is
+/// written); [`EncodeError::ValueTooLarge`] if a field exceeds 2^62 - 1.
+pub fn encode_stream_record_header(
+    id: StreamId,
+    offset: u64,
+    len: usize,
+    fin: bool,
+    out: &mut [u8],
+) -> Result<usize, EncodeError> {
+    let ty = STREAM | STREAM_OFF | STREAM_LEN | if fin { STREAM_FIN } else { 0 };
+    let len = len as u64;
+    let body = varint::len(ty) + varint::len(id.0) + varint::len(offset) + varint::len(len);
+    let size = body as u64 + len;
+    if out.len() < varint::len(size) + body {
+        return Err(EncodeError::BufferTooSmall);
+    }
+    let mut w = Writer::new(out);
+    w.varint(size)?;
+    w.varint(ty)?;
+    w.varint(id.0)?;
+    w.varint(offset)?;
+    w.varint(len)?;
+    Ok(w.position())
+}
+
 /// The largest `n` with `n + varint::len(n) <= avail`: a payload and its length field.
 fn max_prefixed_payload(avail: u64) -> u64 {
     // For each width, the largest value that width can carry and still fit;
@@ -535,6 +570,30 @@ mod tests {
     use super::*;
     use crate::wire::qmux::params::Protocols;
     use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn stream_record_header_plus_payload_is_the_record(
+            id in 0u64..(1 << 62),
+            offset in 0u64..(1 << 62),
+            len in 0usize..20_000,
+            fin: bool,
+        ) {
+            let data: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let frame = Frame::Stream(Stream { id: StreamId(id), offset, data: &data, fin });
+            let mut whole = [0u8; 20_100];
+            let n = crate::wire::qmux::encode_record(&frame, u64::MAX, &mut whole).unwrap();
+            let mut head = [0u8; 64];
+            let h = encode_stream_record_header(StreamId(id), offset, len, fin, &mut head).unwrap();
+            prop_assert_eq!(h + len, n);
+            prop_assert_eq!(&head[..h], &whole[..h]);
+            prop_assert_eq!(&whole[h..n], &data[..]);
+            prop_assert_eq!(
+                encode_stream_record_header(StreamId(id), offset, len, fin, &mut head[..h - 1]),
+                Err(EncodeError::BufferTooSmall)
+            );
+        }
+    }
 
     fn enc(f: &Frame<'_>) -> Vec<u8> {
         let mut buf = [0u8; 20_000];
