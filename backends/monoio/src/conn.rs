@@ -17,15 +17,15 @@ use std::task::Poll;
 
 use std::time::Duration;
 
-use monoio::buf::{IoBuf, Slice};
 use monoio::io::{
-    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent,
-    CancelableAsyncWriteRent, Canceller, OwnedReadHalf, OwnedWriteHalf, Splitable,
+    AsyncReadRent, AsyncWriteRent, CancelableAsyncReadRent, CancelableAsyncWriteRent, Canceller,
+    OwnedReadHalf, OwnedWriteHalf, Splitable,
 };
 use monoio::net::TcpStream;
 
 use crate::config::{Limits, RelayConfig};
 use crate::shutdown::{LocalEvent, Shutdown};
+use crate::staging::{Outgoing, Staging};
 use crate::worker::WorkerShared;
 
 /// Capacity of each connection's read buffer (one kernel read at most).
@@ -85,99 +85,6 @@ impl BufPool {
     /// Whether no buffer is free.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Staging buffer
-// ---------------------------------------------------------------------------
-
-/// A write staging buffer whose whole length is initialized memory (zeroed
-/// once, when it is made or grows), with a count of the bytes staged.
-///
-/// A sans-IO session's `poll_transmit` writes straight into
-/// [`Staging::spare`] and [`Staging::commit`] stages what it wrote: no
-/// intermediate copy and no zeroing per write. [`Staging::take`] hands the
-/// staged bytes to the kernel as an owned slice of the same allocation.
-#[derive(Debug, Default)]
-pub struct Staging {
-    /// Always `len() == capacity()` once made (all initialized).
-    buf: Vec<u8>,
-    /// Bytes staged at the front of `buf`.
-    filled: usize,
-}
-
-impl Staging {
-    /// A staging buffer over `buf`'s allocation (its bytes are dropped and
-    /// its capacity zeroed once).
-    pub fn new(mut buf: Vec<u8>) -> Self {
-        buf.clear();
-        let cap = buf.capacity();
-        buf.resize(cap, 0);
-        Staging { buf, filled: 0 }
-    }
-
-    /// Grows the buffer to hold at least `total` bytes (allocates and zeroes
-    /// only if it is smaller now).
-    pub fn reserve(&mut self, total: usize) {
-        if self.buf.len() < total {
-            self.buf.resize(total, 0);
-            let cap = self.buf.capacity();
-            self.buf.resize(cap, 0);
-        }
-    }
-
-    /// Bytes staged.
-    pub fn len(&self) -> usize {
-        self.filled
-    }
-
-    /// Whether nothing is staged.
-    pub fn is_empty(&self) -> bool {
-        self.filled == 0
-    }
-
-    /// The staged bytes.
-    pub fn staged(&self) -> &[u8] {
-        self.buf.get(..self.filled).unwrap_or(&[])
-    }
-
-    /// The room after the staged bytes (initialized, possibly stale bytes).
-    pub fn spare(&mut self) -> &mut [u8] {
-        self.buf.get_mut(self.filled..).unwrap_or(&mut [])
-    }
-
-    /// Stages the first `n` bytes of [`Staging::spare`] (at most all of it).
-    pub fn commit(&mut self, n: usize) {
-        self.filled = self.filled.saturating_add(n).min(self.buf.len());
-    }
-
-    /// Stages a copy of `data`, growing the buffer if it does not fit.
-    pub fn extend_from_slice(&mut self, data: &[u8]) {
-        let end = self.filled + data.len();
-        self.reserve(end);
-        if let Some(room) = self.buf.get_mut(self.filled..end) {
-            room.copy_from_slice(data);
-            self.filled = end;
-        }
-    }
-
-    /// Takes the staged bytes out for a write (the buffer is empty until
-    /// [`Staging::restore`]).
-    pub fn take(&mut self) -> Slice<Vec<u8>> {
-        let n = std::mem::take(&mut self.filled);
-        std::mem::take(&mut self.buf).slice(..n)
-    }
-
-    /// Puts back the allocation a write returned; nothing is staged then.
-    pub fn restore(&mut self, written: Slice<Vec<u8>>) {
-        self.buf = written.into_inner();
-        self.filled = 0;
-    }
-
-    /// The allocation, for a buffer pool.
-    pub fn into_vec(self) -> Vec<u8> {
-        self.buf
     }
 }
 
@@ -385,11 +292,11 @@ impl Writer {
             return Ok(());
         }
         let stall = self.shared.config.timeouts.write;
-        let buf = self.buf.take();
-        let (res, sent, buf) =
-            write_all_or_stall(&mut self.half, buf, Some(stall), &mut self.canceller).await;
-        self.buf.restore(buf);
-        self.shared.counters().add_bytes_out(sent);
+        let out = self.buf.take();
+        let (res, out) =
+            write_all_or_stall(&mut self.half, out, Some((stall, &mut self.canceller))).await;
+        self.shared.counters().add_bytes_out(out.sent());
+        self.buf.restore(out);
         if let Err(e) = &res
             && e.kind() == io::ErrorKind::TimedOut
         {
@@ -461,36 +368,38 @@ where
     .await
 }
 
-/// Writes all of `buf` to `half`; with `stall` set, gives up with
-/// [`io::ErrorKind::TimedOut`] once the socket accepted no byte for that
-/// long (each accepted byte restarts the clock). Returns the result, the
-/// bytes written and the buffer.
+/// Writes all of `out` to `half` (one `writev` after another); with `stall`
+/// set, gives up with [`io::ErrorKind::TimedOut`] once the socket accepted no
+/// byte for that long (each accepted byte restarts the clock), and cancels
+/// the write through the canceller then. Returns the
+/// result and the buffers ([`Outgoing::sent`] tells how much was written).
 ///
 /// A write that completes at once costs no timer; one that waits arms a
 /// timer and, when it fires, cancels the write through `canceller` (and waits
-/// for the cancellation, so the buffer comes back from the kernel).
-pub(crate) async fn write_all_or_stall<W: CancelableAsyncWriteRent, B: IoBuf>(
+/// for the cancellation, so the buffers come back from the kernel).
+pub(crate) async fn write_all_or_stall<W: CancelableAsyncWriteRent>(
     half: &mut W,
-    mut buf: B,
-    stall: Option<Duration>,
-    canceller: &mut Canceller,
-) -> (io::Result<()>, usize, B) {
-    let mut sent = 0;
-    while sent < buf.bytes_init() {
-        let Some(limit) = stall else {
-            let (res, slice) = half.write_all(buf.slice(sent..)).await;
-            buf = slice.into_inner();
-            return match res {
-                Ok(n) => (Ok(()), sent + n, buf),
-                Err(e) => (Err(e), sent, buf),
-            };
+    mut out: Outgoing,
+    mut stall: Option<(Duration, &mut Canceller)>,
+) -> (io::Result<()>, Outgoing) {
+    while out.remaining() > 0 {
+        let Some((limit, canceller)) = stall.as_mut() else {
+            let (res, back) = half.writev(out).await;
+            out = back;
+            match res {
+                Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), out),
+                Ok(n) => out.advance(n),
+                Err(e) => return (Err(e), out),
+            }
+            continue;
         };
         let handle = canceller.handle();
-        let (res, slice, timed_out) = {
-            let mut write = pin!(half.cancelable_write(buf.slice(sent..), handle));
+        let limit = *limit;
+        let (res, back, timed_out) = {
+            let mut write = pin!(half.cancelable_writev(out, handle));
             let mut timer = pin!(None::<monoio::time::Sleep>);
             let mut timed_out = false;
-            let (res, slice) = poll_fn(|cx| {
+            let (res, back) = poll_fn(|cx| {
                 if let Poll::Ready(r) = write.as_mut().poll(cx) {
                     return Poll::Ready(r);
                 }
@@ -502,27 +411,27 @@ pub(crate) async fn write_all_or_stall<W: CancelableAsyncWriteRent, B: IoBuf>(
                 {
                     timer.set(None);
                     timed_out = true;
-                    // Cancel, then wait for the write to hand the buffer back.
-                    *canceller = std::mem::take(canceller).cancel();
+                    // Cancel, then wait for the write to hand the buffers back.
+                    **canceller = std::mem::take(&mut **canceller).cancel();
                     return write.as_mut().poll(cx);
                 }
                 Poll::Pending
             })
             .await;
-            (res, slice, timed_out)
+            (res, back, timed_out)
         };
-        buf = slice.into_inner();
+        out = back;
         match res {
-            Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), sent, buf),
+            Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), out),
             // Bytes accepted, even by a write cancelled late: progress.
-            Ok(n) => sent += n,
+            Ok(n) => out.advance(n),
             Err(e) if timed_out && (is_cancelled(&e) || e.kind() == io::ErrorKind::Interrupted) => {
-                return (Err(io::ErrorKind::TimedOut.into()), sent, buf);
+                return (Err(io::ErrorKind::TimedOut.into()), out);
             }
-            Err(e) => return (Err(e), sent, buf),
+            Err(e) => return (Err(e), out),
         }
     }
-    (Ok(()), sent, buf)
+    (Ok(()), out)
 }
 
 /// Whether an I/O error is monoio's "operation cancelled".

@@ -44,6 +44,7 @@ pub mod server;
 pub mod session_driver;
 pub mod shutdown;
 pub mod signals;
+pub mod staging;
 mod worker;
 
 pub use worker::WorkerExit;

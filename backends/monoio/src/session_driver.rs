@@ -37,8 +37,8 @@ use std::task::{Poll, Waker};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use monoio::io::{
-    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncWriteRent, Canceller,
-    OwnedReadHalf, OwnedWriteHalf, Split, Splitable,
+    AsyncReadRent, AsyncWriteRent, CancelableAsyncWriteRent, Canceller, OwnedReadHalf,
+    OwnedWriteHalf, Split, Splitable,
 };
 use skiff_core::session::{Event, Session, Storage};
 use skiff_core::time::{Duration, Instant};
@@ -46,9 +46,10 @@ use skiff_core::wire::lite::SessionCode;
 use skiff_core::wire::qmux::Side;
 
 use crate::clock::Clock;
-use crate::conn::{Reader, Staging, Writer, race, write_all_or_stall};
+use crate::conn::{Reader, Writer, race, write_all_or_stall};
 use crate::notify::Notify;
 use crate::shutdown::Shutdown;
+use crate::staging::Staging;
 
 /// Stream slots of one session's QMux connection (a quarter each are
 /// advertised as the peer's bidi and uni stream limits).
@@ -67,8 +68,15 @@ pub const INBOX_BYTES: usize = 256 * 1024;
 /// Room offered to one `poll_transmit` call (two full QMux records).
 const TRANSMIT_CHUNK: usize = 2 * 16390;
 
-/// Staged bytes are flushed to the socket once they reach this much.
+/// Bytes to send (staged and gathered) are flushed to the socket once they
+/// reach this much.
 const FLUSH_AT: usize = 128 * 1024;
+
+/// Room of the staging buffer: control bytes and record headers (group
+/// payload is gathered from the pool, not staged): the connections' write
+/// buffer size, room for a transmit call after one that did not flush.
+const STAGING_BYTES: usize = crate::conn::WRITE_BUFFER_BYTES;
+const _: () = assert!(STAGING_BYTES >= 2 * TRANSMIT_CHUNK - 48);
 
 // ---------------------------------------------------------------------------
 // Storage pool
@@ -225,19 +233,14 @@ impl<S: CancelableAsyncWriteRent> ByteWrite for HalfWriter<S> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let buf = self.buf.take();
-        let (res, buf) = match &mut self.stall {
+        let out = self.buf.take();
+        let (res, out) = match &mut self.stall {
             Some((limit, canceller)) => {
-                let (res, _, buf) =
-                    write_all_or_stall(&mut self.half, buf, Some(*limit), canceller).await;
-                (res, buf)
+                write_all_or_stall(&mut self.half, out, Some((*limit, canceller))).await
             }
-            None => {
-                let (res, buf) = self.half.write_all(buf).await;
-                (res.map(|_| ()), buf)
-            }
+            None => write_all_or_stall(&mut self.half, out, None).await,
         };
-        self.buf.restore(buf);
+        self.buf.restore(out);
         res
     }
     async fn close(&mut self) -> io::Result<()> {
@@ -425,7 +428,7 @@ pub async fn drive<R: ByteRead, W: ByteWrite, A: App>(
         )),
         ..Inbox::default()
     });
-    writer.buffer().reserve(FLUSH_AT + TRANSMIT_CHUNK);
+    writer.buffer().reserve(STAGING_BYTES);
     let guard = reader.guard();
     monoio::spawn(read_loop(reader, inbox.clone()));
     let res = session_loop(&mut session, &inbox, &mut writer, app, ctx, guard).await;
@@ -602,11 +605,13 @@ async fn session_loop<W: ByteWrite, A: App>(
 
 /// Writes everything the session has to send; true if it wrote anything.
 ///
-/// `poll_transmit` writes straight into the spare room of the writer's
-/// staging buffer (one user-space copy per byte: from the pool block into
-/// the buffer the kernel copies from). The whole spare room is offered at
-/// once, so a frame of a few blocks takes one call; the buffer is flushed
-/// once [`FLUSH_AT`] bytes are staged and at the end.
+/// `poll_transmit_gather` writes record headers and control bytes straight
+/// into the spare room of the writer's staging buffer and leaves group
+/// payload in the pool (the staging buffer keeps the ranges): the kernel
+/// copies payload from the pool block, with no user-space copy. The whole
+/// spare room is offered at once, so a frame of a few blocks takes one call;
+/// the buffer is sent (one `writev`) once [`FLUSH_AT`] bytes or
+/// [`GATHER_RANGES`](crate::staging::GATHER_RANGES) ranges wait, and at the end.
 async fn transmit<W: ByteWrite>(
     session: &mut MoqSession<'_>,
     now: Instant,
@@ -616,24 +621,27 @@ async fn transmit<W: ByteWrite>(
     loop {
         let staging = writer.buffer();
         if !staging.is_empty()
-            && (staging.len() >= FLUSH_AT || staging.spare().len() < TRANSMIT_CHUNK)
+            && (staging.len() >= FLUSH_AT
+                || staging.is_gather_full()
+                || staging.spare().len() < TRANSMIT_CHUNK)
         {
             writer.flush().await?;
             continue;
         }
         // Only a buffer `drive` did not size grows here.
-        staging.reserve(staging.len() + TRANSMIT_CHUNK);
-        let spare = staging.spare();
+        staging.reserve(staging.staged().len() + TRANSMIT_CHUNK);
+        let (spare, mut gather) = staging.spare_and_gather();
         let room = spare.len();
-        let n = session.poll_transmit(now, spare);
+        let n = session.poll_transmit_gather(now, spare, &mut gather);
+        drop(gather);
         staging.commit(n);
         if n > 0 {
             any = true;
         }
-        // A call that stopped with room for two full QMux records left had
-        // nothing more to send (each round writes whatever fits), so another
-        // call would only walk the session's tables again.
-        if n == 0 || room - n >= TRANSMIT_CHUNK {
+        // A call that stopped with room for two full QMux records and for more
+        // ranges left had nothing more to send (each round writes whatever
+        // fits), so another call would only walk the session's tables again.
+        if n == 0 || (room - n >= TRANSMIT_CHUNK && !staging.is_gather_full()) {
             break;
         }
     }
