@@ -14,6 +14,13 @@
 //! ready already), it advances the generation and wakes every waiter once.
 //! So a hundred sessions making progress in one scheduling round cost one
 //! round of wake-ups, not a hundred (which made fan-out quadratic).
+//!
+//! Two kinds of change: media ([`Notify::bump`]: bytes or groups arrived,
+//! tracks or subscriptions changed) and consumption only
+//! ([`Notify::bump_consumed`]: a task only sent what it had read, which
+//! matters to producers waiting for pacing or credit). A task that cares
+//! about media only waits with [`Waiter::register_media`]; after a fan-out
+//! round the senders' bumps then wake the producers, not every sender again.
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
@@ -22,14 +29,20 @@ use std::task::{Poll, Waker};
 /// The per-thread change signal (`!Send`; share it with `Rc`).
 #[derive(Debug, Default)]
 pub struct Notify {
+    /// Changes of either kind.
     generation: Cell<u64>,
-    /// A bump waits for the flusher.
+    /// Media changes.
+    media: Cell<u64>,
+    /// A media bump waits for the flusher.
     pending: Cell<bool>,
+    /// A consumption-only bump waits for the flusher.
+    pending_consumed: Cell<bool>,
     /// The flusher task was spawned (on first bump) and its waker.
     flusher: Cell<bool>,
     flusher_waker: RefCell<Option<Waker>>,
-    /// One waker place per registered task; `None` = free or not waiting.
-    wakers: RefCell<Vec<Option<Waker>>>,
+    /// One waker place per registered task (`None` = free or not waiting),
+    /// and whether it waits for media changes only.
+    wakers: RefCell<Vec<(Option<Waker>, bool)>>,
     free: RefCell<Vec<usize>>,
 }
 
@@ -51,8 +64,13 @@ impl Notify {
         self.generation.get()
     }
 
-    /// Records a change: every waiting task is woken once the runtime gets
-    /// to the flusher (see the module docs). Must be called on a monoio
+    /// The current media generation: it changes with media bumps only.
+    pub fn media_generation(&self) -> u64 {
+        self.media.get()
+    }
+
+    /// Records a media change: every waiting task is woken once the runtime
+    /// gets to the flusher (see the module docs). Must be called on a monoio
     /// runtime thread of an `Rc`-shared `Notify` created by [`Notify::shared`];
     /// a `Notify` without a flusher wakes at once ([`Notify::flush`]).
     pub fn bump(&self) {
@@ -60,9 +78,25 @@ impl Notify {
             self.flush();
             return;
         }
-        if !self.pending.replace(true)
-            && let Some(w) = self.flusher_waker.borrow_mut().take()
-        {
+        if !self.pending.replace(true) {
+            self.wake_flusher();
+        }
+    }
+
+    /// Records that a task consumed media without changing any: only the
+    /// tasks not waiting for media alone are woken (see [`Notify::bump`]).
+    pub fn bump_consumed(&self) {
+        if !self.flusher.get() {
+            self.flush_consumed();
+            return;
+        }
+        if !self.pending_consumed.replace(true) {
+            self.wake_flusher();
+        }
+    }
+
+    fn wake_flusher(&self) {
+        if let Some(w) = self.flusher_waker.borrow_mut().take() {
             w.wake();
         }
     }
@@ -76,17 +110,20 @@ impl Notify {
             loop {
                 let ready = poll_fn(|cx| {
                     let Some(n) = weak.upgrade() else {
-                        return Poll::Ready(false);
+                        return Poll::Ready(None);
                     };
-                    if n.pending.replace(false) {
-                        return Poll::Ready(true);
+                    let (media, consumed) =
+                        (n.pending.replace(false), n.pending_consumed.replace(false));
+                    if media || consumed {
+                        return Poll::Ready(Some(media));
                     }
                     *n.flusher_waker.borrow_mut() = Some(cx.waker().clone());
                     Poll::Pending
                 })
                 .await;
                 match weak.upgrade() {
-                    Some(n) if ready => n.flush(),
+                    Some(n) if ready == Some(true) => n.flush(),
+                    Some(n) if ready == Some(false) => n.flush_consumed(),
                     _ => return,
                 }
             }
@@ -94,14 +131,26 @@ impl Notify {
         n
     }
 
-    /// Advances the generation and wakes every waiting task now.
+    /// Advances both generations and wakes every waiting task now.
     pub fn flush(&self) {
+        self.media.set(self.media.get().wrapping_add(1));
+        self.wake(true);
+    }
+
+    /// Advances the generation (not the media one) and wakes now the tasks
+    /// that do not wait for media changes only.
+    pub fn flush_consumed(&self) {
+        self.wake(false);
+    }
+
+    fn wake(&self, media: bool) {
         self.generation.set(self.generation.get().wrapping_add(1));
-        // Collect first: a woken waker may not re-enter (it only schedules), but
-        // keep the borrow short anyway.
+        // A woken waker may not re-enter (it only schedules).
         let mut wakers = self.wakers.borrow_mut();
-        for w in wakers.iter_mut() {
-            if let Some(w) = w.take() {
+        for (w, media_only) in wakers.iter_mut() {
+            if (media || !*media_only)
+                && let Some(w) = w.take()
+            {
                 w.wake();
             }
         }
@@ -113,7 +162,7 @@ impl Notify {
             Some(s) => s,
             None => {
                 let mut w = self.wakers.borrow_mut();
-                w.push(None);
+                w.push((None, false));
                 w.len() - 1
             }
         };
@@ -127,10 +176,21 @@ impl Notify {
 }
 
 impl Waiter<'_> {
-    /// Registers `waker` to be woken at the next bump.
+    /// Registers `waker` to be woken at the next bump of either kind.
     pub fn register(&self, waker: &Waker) {
+        self.register_for(waker, false);
+    }
+
+    /// Registers `waker` to be woken at the next media bump only
+    /// ([`Notify::bump`]); compare [`Notify::media_generation`] then.
+    pub fn register_media(&self, waker: &Waker) {
+        self.register_for(waker, true);
+    }
+
+    fn register_for(&self, waker: &Waker, media_only: bool) {
         let mut w = self.notify.wakers.borrow_mut();
-        if let Some(place) = w.get_mut(self.slot) {
+        if let Some((place, only)) = w.get_mut(self.slot) {
+            *only = media_only;
             match place {
                 Some(old) if old.will_wake(waker) => {}
                 _ => *place = Some(waker.clone()),
@@ -154,7 +214,7 @@ impl Waiter<'_> {
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         if let Some(place) = self.notify.wakers.borrow_mut().get_mut(self.slot) {
-            *place = None;
+            *place = (None, false);
         }
         self.notify.free.borrow_mut().push(self.slot);
     }
@@ -178,5 +238,48 @@ mod tests {
         assert_ne!(n.generation(), g);
         drop((b, c));
         assert_eq!(n.waiters(), 0);
+    }
+
+    #[test]
+    fn consumption_wakes_only_tasks_not_waiting_for_media_alone() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::task::Wake;
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let (any, media) = (
+            Arc::new(Count(AtomicUsize::new(0))),
+            Arc::new(Count(AtomicUsize::new(0))),
+        );
+        let (wa, wm) = (Waker::from(any.clone()), Waker::from(media.clone()));
+        let n = Notify::new();
+        let (a, m) = (n.waiter(), n.waiter());
+        a.register(&wa);
+        m.register_media(&wm);
+        let (g, mg) = (n.generation(), n.media_generation());
+        n.bump_consumed();
+        assert_ne!(n.generation(), g);
+        assert_eq!(n.media_generation(), mg);
+        assert_eq!(
+            (
+                any.0.load(Ordering::Relaxed),
+                media.0.load(Ordering::Relaxed)
+            ),
+            (1, 0)
+        );
+        a.register(&wa);
+        n.bump();
+        assert_ne!(n.media_generation(), mg);
+        assert_eq!(
+            (
+                any.0.load(Ordering::Relaxed),
+                media.0.load(Ordering::Relaxed)
+            ),
+            (2, 1)
+        );
     }
 }

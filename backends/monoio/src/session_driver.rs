@@ -471,8 +471,14 @@ async fn session_loop<W: ByteWrite, A: App>(
     let mut drain_seen = false;
     loop {
         let seen = notify.generation();
+        let seen_media = notify.media_generation();
         let now = ctx.clock.now();
         let mut progress = false;
+        // A pure sender that only took credit and sent (read local media,
+        // changed none: no event, no change of what it serves) wakes just the
+        // tasks that wait for consumption (producers), see `notify`.
+        let mut only_sent = session.is_pure_sender();
+        let served_changes = session.served_changes();
 
         // Input: everything not consumed yet, oldest first.
         inbox.fresh.set(false);
@@ -511,18 +517,24 @@ async fn session_loop<W: ByteWrite, A: App>(
                 // PROTOCOL.md §3.15: CONTROL_MESSAGE_TIMEOUT.
                 session.close(SessionCode::ControlMessageTimeout, reason);
                 progress = true;
+                only_sent = false;
             }
         }
         if session.poll_timeout().is_some_and(|t| t <= now) {
             session.handle_timeout(now);
+            only_sent = false;
         }
         while let Some(ev) = session.poll_event() {
             app.on_event(&ev);
             progress = true;
+            only_sent = false;
         }
+        // An app with work pending may change media, whatever `act` does.
+        only_sent &= app.is_idle();
         app.act(session);
         if !goaway_sent && ctx.shutdown.as_ref().is_some_and(Shutdown::is_draining) {
             goaway_sent = true;
+            only_sent = false;
             // PROTOCOL.md §3.12: a server tells the peer to move on and keeps
             // serving until it does; a client just closes.
             if session.side() == Side::Client || session.goaway("").is_err() {
@@ -543,7 +555,11 @@ async fn session_loop<W: ByteWrite, A: App>(
             return Ok(Ended::PeerEof);
         }
         if progress {
-            notify.bump();
+            if only_sent && session.is_pure_sender() && session.served_changes() == served_changes {
+                notify.bump_consumed();
+            } else {
+                notify.bump();
+            }
             continue;
         }
 
@@ -573,13 +589,24 @@ async fn session_loop<W: ByteWrite, A: App>(
         // A wake-up of the media signal that changed nothing this quiet
         // session serves, fills or announces, with an idle app, is absorbed
         // here: a thread's sessions do not all run for every change.
-        let mut seen = seen;
+        //
+        // A pure sender with an idle app waits for media changes only: other
+        // sessions' sending does not concern it.
+        let media_only = app.is_idle() && session.is_pure_sender();
+        let generation = || {
+            if media_only {
+                notify.media_generation()
+            } else {
+                notify.generation()
+            }
+        };
+        let mut seen = if media_only { seen_media } else { seen };
         let (session_ref, app_ref) = (&*session, &*app);
         poll_fn(|cx| {
-            if notify.generation() != seen && app_ref.is_idle() && session_ref.is_quiet() {
-                seen = notify.generation();
+            if generation() != seen && app_ref.is_idle() && session_ref.is_quiet() {
+                seen = generation();
             }
-            if notify.generation() != seen
+            if generation() != seen
                 || inbox.fresh.get()
                 || inbox.eof.get()
                 || inbox.error.get()
@@ -587,7 +614,11 @@ async fn session_loop<W: ByteWrite, A: App>(
             {
                 return Poll::Ready(());
             }
-            waiter.register(cx.waker());
+            if media_only {
+                waiter.register_media(cx.waker());
+            } else {
+                waiter.register(cx.waker());
+            }
             Inbox::set_waker(&inbox.session_waker, cx.waker());
             if armed.is_some() && sleep.as_mut().poll(cx).is_ready() {
                 armed = None;

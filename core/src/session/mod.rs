@@ -174,6 +174,8 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     dirty: bool,
     /// [`Session::media_stamp`] when `dirty` was last cleared.
     stamp: u64,
+    /// Served subscriptions started, updated or ended so far.
+    served_changes: u64,
     /// Joined or normalized paths handed out in events.
     scratch: PathBuf<MAX_PATH>,
     close_reason: String<{ conn::MAX_REASON_LEN }>,
@@ -284,6 +286,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             stall: None,
             dirty: true,
             stamp: 0,
+            served_changes: 0,
             scratch: PathBuf::new(),
             close_reason: String::new(),
             established: None,
@@ -346,6 +349,25 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// TCP connection down and drop the session.
     pub fn is_drained(&self) -> bool {
         self.conn.is_drained()
+    }
+
+    /// How many times a subscription this session serves started, changed
+    /// its request or ended: each changes the demand on a local track (a
+    /// relay follows it upstream).
+    pub fn served_changes(&self) -> u64 {
+        self.served_changes
+    }
+
+    /// Our subscriptions (requests to the peer) still open.
+    pub fn subscription_count(&self) -> usize {
+        self.subs.iter().flatten().count()
+    }
+
+    /// True if the session only sends local media to its peer: it has no
+    /// subscription of its own, receives no group and holds no stalled input.
+    /// Its peer's reading then matters to nobody else on this side.
+    pub fn is_pure_sender(&self) -> bool {
+        self.subscription_count() == 0 && self.receiving_groups() == 0 && self.stall.is_none()
     }
 
     /// True while received bytes wait at the front of the input because the

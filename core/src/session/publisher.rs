@@ -479,6 +479,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         // PROTOCOL.md §4.5: the track knows what is served from it (a relay
         // aggregates it upstream); unregistered in `free_served`.
         source.add_subscriber(window.request());
+        self.served_changes += 1;
         self.served[i] = Some(Served {
             id,
             slot,
@@ -511,6 +512,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             debug!("session: subscribe update refused by the window");
         }
         source.update_subscriber(&before, s.window.request());
+        self.served_changes += 1;
         // Groups in flight must not be opened again.
         for o in self.out.iter().flatten() {
             if o.served == i {
@@ -537,6 +539,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     pub(super) fn free_served(&mut self, i: usize) {
         if let Some(s) = self.served.get_mut(i).and_then(Option::take) {
             s.source.remove_subscriber(s.window.request());
+            self.served_changes += 1;
         }
     }
 
