@@ -497,11 +497,13 @@ impl FrameReader {
                 got = true;
                 f(frame);
             });
-            if st != ReadState::Pending {
-                return st;
-            }
+            // Reading frees credit and pacing room: tell the producers, also
+            // when this was the end.
             if got {
                 notify.bump();
+            }
+            if st != ReadState::Pending {
+                return st;
             }
             waiter.changed(seen).await;
         }
