@@ -74,23 +74,31 @@ impl Notify {
     /// runtime thread of an `Rc`-shared `Notify` created by [`Notify::shared`];
     /// a `Notify` without a flusher wakes at once ([`Notify::flush`]).
     pub fn bump(&self) {
-        if !self.flusher.get() {
-            self.flush();
-            return;
-        }
-        if !self.pending.replace(true) {
-            self.wake_flusher();
-        }
+        self.mark(true);
     }
 
     /// Records that a task consumed media without changing any: only the
     /// tasks not waiting for media alone are woken (see [`Notify::bump`]).
     pub fn bump_consumed(&self) {
+        self.mark(false);
+    }
+
+    /// Marks a change of either kind for the flusher (or wakes at once without one).
+    fn mark(&self, media: bool) {
         if !self.flusher.get() {
-            self.flush_consumed();
+            if media {
+                self.flush();
+            } else {
+                self.flush_consumed();
+            }
             return;
         }
-        if !self.pending_consumed.replace(true) {
+        let pending = if media {
+            &self.pending
+        } else {
+            &self.pending_consumed
+        };
+        if !pending.replace(true) {
             self.wake_flusher();
         }
     }

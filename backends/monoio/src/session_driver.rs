@@ -73,10 +73,10 @@ const TRANSMIT_CHUNK: usize = 2 * 16390;
 const FLUSH_AT: usize = 128 * 1024;
 
 /// Room of the staging buffer: control bytes and record headers (group
-/// payload is gathered from the pool, not staged): the connections' write
-/// buffer size, room for a transmit call after one that did not flush.
+/// payload is gathered from the pool, not staged). `transmit` flushes once
+/// less than a [`TRANSMIT_CHUNK`] is left, so the buffer never grows.
 const STAGING_BYTES: usize = crate::conn::WRITE_BUFFER_BYTES;
-const _: () = assert!(STAGING_BYTES >= 2 * TRANSMIT_CHUNK - 48);
+const _: () = assert!(STAGING_BYTES >= TRANSMIT_CHUNK);
 
 // ---------------------------------------------------------------------------
 // Storage pool

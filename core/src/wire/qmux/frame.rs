@@ -342,9 +342,7 @@ impl<'a> Frame<'a> {
             Frame::Padding => PADDING,
             Frame::ResetStream(_) => RESET_STREAM,
             Frame::StopSending(_) => STOP_SENDING,
-            Frame::Stream(s) => {
-                STREAM | STREAM_OFF | STREAM_LEN | if s.fin { STREAM_FIN } else { 0 }
-            }
+            Frame::Stream(s) => stream_type(s.fin),
             Frame::MaxData(_) => MAX_DATA,
             Frame::MaxStreamData { .. } => MAX_STREAM_DATA,
             Frame::MaxStreams { dir: Dir::Bidi, .. } => MAX_STREAMS_BIDI,
@@ -486,6 +484,11 @@ fn prefixed(w: &mut Writer<'_>, b: &[u8]) -> Result<(), EncodeError> {
     w.bytes(b)
 }
 
+/// The type of a STREAM frame as we send it: OFF and LEN always set, FIN as given.
+const fn stream_type(fin: bool) -> u64 {
+    STREAM | STREAM_OFF | STREAM_LEN | if fin { STREAM_FIN } else { 0 }
+}
+
 /// Writes the record of one STREAM frame up to its payload: the record `Size`,
 /// the frame type (`0x0e`, `0x0f` with FIN), the stream ID, the offset and the
 /// payload length; returns the bytes written.
@@ -505,7 +508,7 @@ pub fn encode_stream_record_header(
     fin: bool,
     out: &mut [u8],
 ) -> Result<usize, EncodeError> {
-    let ty = STREAM | STREAM_OFF | STREAM_LEN | if fin { STREAM_FIN } else { 0 };
+    let ty = stream_type(fin);
     let len = len as u64;
     let body = varint::len(ty) + varint::len(id.0) + varint::len(offset) + varint::len(len);
     let size = body as u64 + len;
