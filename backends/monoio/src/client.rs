@@ -483,7 +483,10 @@ impl FrameReader {
     /// Reads frames as they arrive until the track ends, handing each to
     /// `f`; returns how it ended ([`ReadState::Finished`] or
     /// [`ReadState::Aborted`]). Waits on `notify` between arrivals and bumps
-    /// it after reading, so the session gives the credit back.
+    /// it after reading, so the session gives the credit back, and when it
+    /// ends: a task waiting on `notify` for readers to finish sees the end
+    /// once this caller recorded it (the bump wakes waiters only after the
+    /// running task yields).
     pub async fn read_to_end(
         &mut self,
         notify: &Notify,
@@ -497,9 +500,8 @@ impl FrameReader {
                 got = true;
                 f(frame);
             });
-            // Reading frees credit and pacing room: tell the producers, also
-            // when this was the end.
-            if got {
+            // Reading frees credit and pacing room, and an end is news too.
+            if got || st != ReadState::Pending {
                 notify.bump();
             }
             if st != ReadState::Pending {
