@@ -177,6 +177,18 @@ impl Notify {
         Waiter { notify: self, slot }
     }
 
+    /// Completes once `cond` holds: checked now and again after every change.
+    pub async fn wait_until(&self, mut cond: impl FnMut() -> bool) {
+        let waiter = self.waiter();
+        loop {
+            let seen = self.generation();
+            if cond() {
+                return;
+            }
+            waiter.changed(seen).await;
+        }
+    }
+
     /// Tasks registered (for tests and metrics).
     pub fn waiters(&self) -> usize {
         self.wakers.borrow().len() - self.free.borrow().len()

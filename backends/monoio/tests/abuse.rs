@@ -501,14 +501,9 @@ async fn good_clients(url: String, stop: Arc<AtomicBool>, min_groups: u64) -> Ve
             seen.borrow_mut().end = Some(end);
         });
     }
-    let waiter = notify.waiter();
-    loop {
-        let gen_seen = notify.generation();
-        if states.iter().all(|s| s.started.get() == Some(0)) {
-            break;
-        }
-        waiter.changed(gen_seen).await;
-    }
+    notify
+        .wait_until(|| states.iter().all(|s| s.started.get() == Some(0)))
+        .await;
     // The bad peers may start now.
     stop.store(false, Ordering::SeqCst);
 
@@ -535,13 +530,9 @@ async fn good_clients(url: String, stop: Arc<AtomicBool>, min_groups: u64) -> Ve
     producer.finish();
     notify.bump();
     let groups = g;
-    loop {
-        let gen_seen = notify.generation();
-        if seen_all.iter().all(|s| s.borrow().end.is_some()) {
-            break;
-        }
-        waiter.changed(gen_seen).await;
-    }
+    notify
+        .wait_until(|| seen_all.iter().all(|s| s.borrow().end.is_some()))
+        .await;
     ctx.close_all();
     monoio::time::sleep(Duration::from_millis(100)).await;
     seen_all
@@ -799,11 +790,7 @@ async fn oversized_scenario(url: String) -> Vec<Result<usize, Option<u64>>> {
             let _ = client::run(&url, None, &mut app, &ctx).await;
         });
     }
-    let waiter = notify.waiter();
-    while state.started.get().is_none() {
-        let seen = notify.generation();
-        waiter.changed(seen).await;
-    }
+    notify.wait_until(|| state.started.get().is_some()).await;
     g0.finish().unwrap();
     // Group 1: one frame over --max-frame-bytes (16 KiB).
     let mut g = producer.create_group(1).unwrap();
