@@ -136,6 +136,18 @@ pub struct Request {
 }
 
 impl Request {
+    /// An unordered request, for tests: priority, max latency in ms, range.
+    #[cfg(test)]
+    pub(crate) fn test(priority: u8, ms: u64, start: Start, end: End) -> Request {
+        Request {
+            start,
+            end,
+            ordered: false,
+            priority,
+            max_latency: Duration::from_millis(ms),
+        }
+    }
+
     /// moq-dev's default subscription: the live edge onwards, priority 0,
     /// max latency 0.
     pub const LIVE: Request = Request {

@@ -2712,16 +2712,6 @@ mod tests {
     // Subscriber books (PROTOCOL.md §4.5)
     // -----------------------------------------------------------------------
 
-    fn rq(priority: u8, ms: u64, start: Start, end: End) -> Request {
-        Request {
-            start,
-            end,
-            ordered: false,
-            priority,
-            max_latency: Duration::from_millis(ms),
-        }
-    }
-
     #[test]
     fn demand_counts_and_aggregates_subscribers() {
         let mut storage = PoolStorage::<4, 32>::new();
@@ -2729,23 +2719,35 @@ mod tests {
         let track = State::<2>::new(&pool, info("v"));
         let t = track.handle();
         assert_eq!((t.subscribers(), t.demand()), (0, None));
-        let a = rq(2, 10, Start::Group(5), End::Group(9));
-        let b = rq(8, 0, Start::Group(3), End::Group(7));
+        let a = Request::test(2, 10, Start::Group(5), End::Group(9));
+        let b = Request::test(8, 0, Start::Group(3), End::Group(7));
         t.add_subscriber(&a);
         assert_eq!(t.demand(), Some(a));
         t.add_subscriber(&b);
         assert_eq!(t.subscribers(), 2);
-        assert_eq!(t.demand(), Some(rq(8, 10, Start::Group(3), End::Group(9))));
+        assert_eq!(
+            t.demand(),
+            Some(Request::test(8, 10, Start::Group(3), End::Group(9)))
+        );
         // Latest and open win while anyone asks for them.
-        let c = rq(0, 0, Start::Latest, End::Open);
+        let c = Request::test(0, 0, Start::Latest, End::Open);
         t.add_subscriber(&c);
-        assert_eq!(t.demand(), Some(rq(8, 10, Start::Latest, End::Open)));
+        assert_eq!(
+            t.demand(),
+            Some(Request::test(8, 10, Start::Latest, End::Open))
+        );
         t.remove_subscriber(&c);
-        assert_eq!(t.demand(), Some(rq(8, 10, Start::Group(3), End::Group(9))));
+        assert_eq!(
+            t.demand(),
+            Some(Request::test(8, 10, Start::Group(3), End::Group(9)))
+        );
         // Maxima stay while anyone is left (an upper bound), clear at zero.
         t.remove_subscriber(&b);
         assert_eq!(t.subscribers(), 1);
-        assert_eq!(t.demand(), Some(rq(8, 10, Start::Group(3), End::Group(9))));
+        assert_eq!(
+            t.demand(),
+            Some(Request::test(8, 10, Start::Group(3), End::Group(9)))
+        );
         t.remove_subscriber(&a);
         assert_eq!((t.subscribers(), t.demand()), (0, None));
         // Unbalanced removal saturates.
@@ -2761,19 +2763,22 @@ mod tests {
         let pool = Pool::new(&mut storage);
         let track = State::<2>::new(&pool, info("v"));
         let t = track.handle();
-        let a = rq(5, 100, Start::Latest, End::Open);
-        let a2 = rq(1, 10, Start::Group(4), End::Group(6));
+        let a = Request::test(5, 100, Start::Latest, End::Open);
+        let a2 = Request::test(1, 10, Start::Group(4), End::Group(6));
         t.add_subscriber(&a);
         t.update_subscriber(&a, &a2);
         assert_eq!(t.demand(), Some(a2));
         t.update_subscriber(&a2, &a2);
         assert_eq!(t.demand(), Some(a2));
-        let b = rq(0, 0, Start::Latest, End::Open);
+        let b = Request::test(0, 0, Start::Latest, End::Open);
         t.add_subscriber(&b);
-        let b2 = rq(9, 0, Start::Group(8), End::Group(8));
+        let b2 = Request::test(9, 0, Start::Group(8), End::Group(8));
         t.update_subscriber(&b, &b2);
         assert_eq!(t.subscribers(), 2);
-        assert_eq!(t.demand(), Some(rq(9, 10, Start::Group(4), End::Group(8))));
+        assert_eq!(
+            t.demand(),
+            Some(Request::test(9, 10, Start::Group(4), End::Group(8)))
+        );
         // Reopening keeps the books: the serving sessions still unregister.
         t.reopen(info("w"));
         assert_eq!(t.subscribers(), 2);

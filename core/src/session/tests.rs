@@ -1358,16 +1358,6 @@ mod fuzz {
 // Served subscriptions on the source track (PROTOCOL.md §4.5)
 // ---------------------------------------------------------------------------
 
-fn req(priority: u8, ms: u64, start: Start, end: End) -> Request {
-    Request {
-        start,
-        end,
-        ordered: false,
-        priority,
-        max_latency: Duration::from_millis(ms),
-    }
-}
-
 #[test]
 fn served_subscriptions_are_counted_and_aggregated_on_the_track() {
     let mut ps = PoolStorage::<32, 64>::new();
@@ -1384,14 +1374,18 @@ fn served_subscriptions_are_counted_and_aggregated_on_the_track() {
     let a = pair
         .a
         .session
-        .subscribe("live", l1.handle(), req(3, 100, Start::Latest, End::Open))
+        .subscribe(
+            "live",
+            l1.handle(),
+            Request::test(3, 100, Start::Latest, End::Open),
+        )
         .unwrap();
     assert!(pair.run(1000, |p| p.b.session.served_count() == 1));
     // One subscriber: its own request (max age clamped to the track's 5 s).
     assert_eq!(video.handle().subscribers(), 1);
     assert_eq!(
         video.handle().demand(),
-        Some(req(3, 100, Start::Latest, End::Open))
+        Some(Request::test(3, 100, Start::Latest, End::Open))
     );
     let b = pair
         .a
@@ -1399,7 +1393,7 @@ fn served_subscriptions_are_counted_and_aggregated_on_the_track() {
         .subscribe(
             "live",
             l2.handle(),
-            req(7, 60_000, Start::Group(0), End::Group(10)),
+            Request::test(7, 60_000, Start::Group(0), End::Group(10)),
         )
         .unwrap();
     assert!(pair.run(1000, |p| p.b.session.served_count() == 2));
@@ -1408,12 +1402,12 @@ fn served_subscriptions_are_counted_and_aggregated_on_the_track() {
     assert_eq!(video.handle().subscribers(), 2);
     assert_eq!(
         video.handle().demand(),
-        Some(req(7, 5000, Start::Latest, End::Open))
+        Some(Request::test(7, 5000, Start::Latest, End::Open))
     );
     // An update raises the priority.
     pair.a
         .session
-        .update(a, req(9, 100, Start::Latest, End::Open))
+        .update(a, Request::test(9, 100, Start::Latest, End::Open))
         .unwrap();
     assert!(pair.run(1000, |_| {
         video.handle().demand().is_some_and(|d| d.priority == 9)
@@ -1425,19 +1419,19 @@ fn served_subscriptions_are_counted_and_aggregated_on_the_track() {
     assert_eq!(video.handle().subscribers(), 1);
     assert_eq!(
         video.handle().demand(),
-        Some(req(9, 5000, Start::Group(0), End::Group(10)))
+        Some(Request::test(9, 5000, Start::Group(0), End::Group(10)))
     );
     // With one subscriber an update is exact.
     pair.a
         .session
-        .update(b, req(1, 20, Start::Group(0), End::Group(10)))
+        .update(b, Request::test(1, 20, Start::Group(0), End::Group(10)))
         .unwrap();
     assert!(pair.run(1000, |_| {
         video.handle().demand().is_some_and(|d| d.priority == 1)
     }));
     assert_eq!(
         video.handle().demand(),
-        Some(req(1, 20, Start::Group(0), End::Group(10)))
+        Some(Request::test(1, 20, Start::Group(0), End::Group(10)))
     );
     pair.a.session.unsubscribe(b).unwrap();
     assert!(pair.run(1000, |p| p.b.session.served_count() == 0));
