@@ -79,6 +79,8 @@ pub struct Node<'s, 'a, 'p> {
     /// ranges per call) and reassemble the wire bytes here; what did not fit
     /// the caller's buffer waits for the next call.
     pub gather: Option<Vec<u8>>,
+    /// Payload ranges gathered so far (gather mode).
+    pub gathered: usize,
 }
 
 /// A [`Gather`] that keeps up to `limit` ranges.
@@ -109,6 +111,7 @@ impl<'s, 'a, 'p> Node<'s, 'a, 'p> {
             events: Vec::new(),
             auto_drain: true,
             gather: None,
+            gathered: 0,
         }
     }
 
@@ -143,6 +146,7 @@ impl Endpoint for Node<'_, '_, '_> {
                     };
                     let n = self.session.poll_transmit_gather(now, &mut head, &mut g);
                     let mut at = 0;
+                    self.gathered += g.ranges.len();
                     for (pos, slice) in g.ranges {
                         spill.extend_from_slice(&head[at..pos]);
                         spill.extend_from_slice(&slice);

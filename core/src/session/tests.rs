@@ -972,6 +972,15 @@ fn parked_subscriber(gather: bool) {
     // Reading as it arrives, the publisher never got more than two windows ahead
     // of the reader (one in flight to the subscriber, one unsent).
     assert!(max_ahead <= 2 * WINDOW + FRAME as u64 + 16, "{max_ahead}");
+    // In gather mode the payload really went out as pool ranges (one per
+    // 128-byte block at least).
+    if gather {
+        assert!(
+            pair.b.gathered >= FRAMES * FRAME / 128,
+            "{}",
+            pair.b.gathered
+        );
+    }
 }
 
 #[test]
