@@ -15,7 +15,7 @@
 #[path = "../../backends/monoio/tests/common/mod.rs"]
 mod common;
 
-use common::check_in_order;
+use common::{check_in_order, spawn_subscriber};
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::Read;
@@ -26,7 +26,7 @@ use std::rc::Rc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
+use skiff_monoio::client::{self, ClientCtx, Publisher, ReadState};
 use skiff_monoio::driver::{self, DriverKind};
 
 /// How to get the relay (PROTOCOL.md §7.1; default features off builds much faster).
@@ -225,30 +225,20 @@ async fn scenario(url: String) -> Vec<Seen> {
     let mut states = Vec::new();
     let mut seen_all = Vec::new();
     for _ in 0..SUBSCRIBERS {
-        let local = ctx.track(TRACK);
-        let app = Subscriber::new(BROADCAST, local);
-        states.push(app.state.clone());
         let seen = Rc::new(RefCell::new(Seen::default()));
         seen_all.push(seen.clone());
-        {
-            let (ctx, url) = (ctx.clone(), url.clone());
-            monoio::spawn(async move {
-                let mut app = app;
-                let r = client::run(&url, None, &mut app, &ctx).await;
-                eprintln!("subscriber session ended: {r:?}");
-            });
-        }
-        let notify = notify.clone();
-        monoio::spawn(async move {
-            let mut reader = FrameReader::sequential(local, 0);
-            let end = reader
-                .read_to_end(&notify, |f| seen.borrow_mut().frame(f))
-                .await;
-            match end {
-                ReadState::Aborted(c) => seen.borrow_mut().aborted = Some(c),
-                _ => seen.borrow_mut().finished = true,
-            }
-        });
+        let ended = seen.clone();
+        states.push(spawn_subscriber(
+            &ctx,
+            &url,
+            BROADCAST,
+            ctx.track(TRACK),
+            move |f| seen.borrow_mut().frame(f),
+            move |end| match end {
+                ReadState::Aborted(c) => ended.borrow_mut().aborted = Some(c),
+                _ => ended.borrow_mut().finished = true,
+            },
+        ));
     }
 
     // Every subscription must start at group 0 before the rest is written.

@@ -24,7 +24,7 @@ use skiff_core::session::{Config, Event, Session};
 use skiff_core::time::Instant;
 use skiff_core::window::{End, Request, Start};
 use skiff_core::wire::qmux::Side;
-use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
+use skiff_monoio::client::{self, ClientCtx, Publisher, ReadState, Subscriber};
 use skiff_monoio::config::RelayConfig;
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_monoio::metrics::Metrics;
@@ -481,25 +481,17 @@ async fn good_clients(url: String, stop: Arc<AtomicBool>, min_groups: u64) -> Ve
     for _ in 0..GOOD {
         let local = ctx.track("video");
         local.set_budget(16 << 20);
-        let app = Subscriber::new("demo", local);
-        states.push(app.state.clone());
         let seen = Rc::new(RefCell::new(Seen::default()));
         seen_all.push(seen.clone());
-        {
-            let (ctx, url) = (ctx.clone(), url.clone());
-            monoio::spawn(async move {
-                let mut app = app;
-                let _ = client::run(&url, None, &mut app, &ctx).await;
-            });
-        }
-        let notify = notify.clone();
-        monoio::spawn(async move {
-            let mut reader = FrameReader::sequential(local, 0);
-            let end = reader
-                .read_to_end(&notify, |f| seen.borrow_mut().frame(f))
-                .await;
-            seen.borrow_mut().end = Some(end);
-        });
+        let ended = seen.clone();
+        states.push(spawn_subscriber(
+            &ctx,
+            &url,
+            "demo",
+            local,
+            move |f| seen.borrow_mut().frame(f),
+            move |end| ended.borrow_mut().end = Some(end),
+        ));
     }
     notify
         .wait_until(|| states.iter().all(|s| s.started.get() == Some(0)))

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::*;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
-use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
+use skiff_monoio::client::{self, ClientCtx, Publisher, ReadState};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_monoio::relay::RelayHandler;
 use skiff_monoio::server;
@@ -90,29 +90,20 @@ async fn scenario(url: String) -> Outcome {
     let mut states = Vec::new();
     let mut seen_all = Vec::new();
     for _ in 0..SUBSCRIBERS {
-        let local = ctx.track("video");
-        let app = Subscriber::new("demo", local);
-        states.push(app.state.clone());
         let seen = Rc::new(RefCell::new(Seen::default()));
         seen_all.push(seen.clone());
-        {
-            let (ctx, url) = (ctx.clone(), url.clone());
-            monoio::spawn(async move {
-                let mut app = app;
-                let _ = client::run(&url, None, &mut app, &ctx).await;
-            });
-        }
-        let notify = notify.clone();
-        monoio::spawn(async move {
-            let mut reader = FrameReader::sequential(local, 0);
-            let end = reader
-                .read_to_end(&notify, |f| seen.borrow_mut().frame(f))
-                .await;
-            match end {
-                ReadState::Aborted(c) => seen.borrow_mut().aborted = Some(c),
-                _ => seen.borrow_mut().finished = true,
-            }
-        });
+        let ended = seen.clone();
+        states.push(spawn_subscriber(
+            &ctx,
+            &url,
+            "demo",
+            ctx.track("video"),
+            move |f| seen.borrow_mut().frame(f),
+            move |end| match end {
+                ReadState::Aborted(c) => ended.borrow_mut().aborted = Some(c),
+                _ => ended.borrow_mut().finished = true,
+            },
+        ));
     }
 
     let t0 = std::time::Instant::now();

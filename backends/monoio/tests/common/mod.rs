@@ -5,9 +5,12 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::num::NonZeroUsize;
+use std::rc::Rc;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use skiff_core::model::track;
+use skiff_monoio::client::{self, ClientCtx, Frame, FrameReader, ReadState, SubState, Subscriber};
 use skiff_monoio::config::RelayConfig;
 use skiff_monoio::driver::{self, DriverKind};
 
@@ -166,4 +169,29 @@ pub fn check_in_order(
     } else {
         (f.group, f.index + 1)
     };
+}
+
+/// Starts a subscriber of `broadcast` into `local` over a session to `url`,
+/// and a reader that hands every frame to `on_frame` and then how the track
+/// ended to `on_end`; returns the subscription's state.
+pub fn spawn_subscriber(
+    ctx: &Rc<ClientCtx>,
+    url: &str,
+    broadcast: &str,
+    local: track::Ref<'static, 'static>,
+    mut on_frame: impl FnMut(Frame<'_>) + 'static,
+    on_end: impl FnOnce(ReadState) + 'static,
+) -> Rc<SubState> {
+    let mut app = Subscriber::new(broadcast, local);
+    let state = app.state.clone();
+    let (session_ctx, url) = (ctx.clone(), url.to_owned());
+    monoio::spawn(async move {
+        let _ = client::run(&url, None, &mut app, &session_ctx).await;
+    });
+    let notify = ctx.notify().clone();
+    monoio::spawn(async move {
+        let mut reader = FrameReader::sequential(local, 0);
+        on_end(reader.read_to_end(&notify, &mut on_frame).await);
+    });
+    state
 }
