@@ -474,11 +474,20 @@ async fn session_loop<W: ByteWrite, A: App>(
         let seen_media = notify.media_generation();
         let now = ctx.clock.now();
         let mut progress = false;
-        // A pure sender that only took credit and sent (read local media,
-        // changed none: no event, no change of what it serves) wakes just the
-        // tasks that wait for consumption (producers), see `notify`.
-        let mut only_sent = session.is_pure_sender();
+        // A pass that changed no media others depend on wakes just the tasks
+        // that wait for consumption (producers), see `notify`: no event, no
+        // change of what the session serves, and either a pure sender (it only
+        // read local media) or the same media stamp (say, it stored part of a
+        // frame whose readers are not woken yet). A pure sender skips the
+        // stamp: other tasks may change it while this one waits on its writes.
+        let mut media_kept = true;
         let served_changes = session.served_changes();
+        let pure_sender = session.is_pure_sender();
+        let media_stamp = if pure_sender {
+            0
+        } else {
+            session.media_stamp()
+        };
 
         // Input: everything not consumed yet, oldest first.
         inbox.fresh.set(false);
@@ -517,24 +526,24 @@ async fn session_loop<W: ByteWrite, A: App>(
                 // PROTOCOL.md §3.15: CONTROL_MESSAGE_TIMEOUT.
                 session.close(SessionCode::ControlMessageTimeout, reason);
                 progress = true;
-                only_sent = false;
+                media_kept = false;
             }
         }
         if session.poll_timeout().is_some_and(|t| t <= now) {
             session.handle_timeout(now);
-            only_sent = false;
+            media_kept = false;
         }
         while let Some(ev) = session.poll_event() {
             app.on_event(&ev);
             progress = true;
-            only_sent = false;
+            media_kept = false;
         }
         // An app with work pending may change media, whatever `act` does.
-        only_sent &= app.is_idle();
+        media_kept &= app.is_idle();
         app.act(session);
         if !goaway_sent && ctx.shutdown.as_ref().is_some_and(Shutdown::is_draining) {
             goaway_sent = true;
-            only_sent = false;
+            media_kept = false;
             // PROTOCOL.md §3.12: a server tells the peer to move on and keeps
             // serving until it does; a client just closes.
             if session.side() == Side::Client || session.goaway("").is_err() {
@@ -555,7 +564,12 @@ async fn session_loop<W: ByteWrite, A: App>(
             return Ok(Ended::PeerEof);
         }
         if progress {
-            if only_sent && session.is_pure_sender() && session.served_changes() == served_changes {
+            let unchanged = if pure_sender && session.is_pure_sender() {
+                true
+            } else {
+                !pure_sender && session.media_stamp() == media_stamp
+            };
+            if media_kept && unchanged && session.served_changes() == served_changes {
                 notify.bump_consumed();
             } else {
                 notify.bump();

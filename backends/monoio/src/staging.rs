@@ -157,8 +157,8 @@ struct Sink<'b> {
 }
 
 impl Gather<'static> for Sink<'_> {
-    fn has_room(&self) -> bool {
-        self.ranges.len() < GATHER_RANGES
+    fn room(&self) -> usize {
+        GATHER_RANGES.saturating_sub(self.ranges.len())
     }
 
     fn push(&mut self, at: usize, slice: pool::Slice<'static>) {

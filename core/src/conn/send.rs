@@ -245,6 +245,19 @@ impl<const N: usize> Connection<N> {
         }
     }
 
+    /// Bytes the peer may still send on `id` before it runs out of the credit we
+    /// granted: the smaller of the stream's and the connection's (0 if the stream
+    /// is unknown or its receiving half is done).
+    pub fn recv_credit(&self, id: StreamId) -> u64 {
+        match self.streams.get(id).and_then(|s| s.recv.as_ref()) {
+            Some(recv) if recv.state == RecvState::Open => {
+                let stream = recv.window.max() - recv.window.received();
+                stream.min(self.conn_recv.max() - self.conn_recv.received())
+            }
+            _ => 0,
+        }
+    }
+
     /// Frames the longest prefix of `data` that credit allows into one record at the
     /// front of `out`, with FIN if `fin` is set and all of `data` fits.
     ///

@@ -936,6 +936,23 @@ impl<'a, 'p> Consumer<'a, 'p> {
         Ok(slice.map_or_else(|| self.end(), Next::Ready))
     }
 
+    /// Committed bytes readable now from the current position in at most
+    /// `chunks` contiguous pieces, the first being the last chunk returned
+    /// (every block but the chain's tail is full).
+    pub fn readable_within(&self, chunks: usize) -> usize {
+        let Some(b) = &self.block else {
+            return 0;
+        };
+        let unread = self.state.written.get().saturating_sub(self.pos);
+        let first = b.len().saturating_sub(self.offset);
+        let rest = chunks
+            .saturating_sub(1)
+            .saturating_mul(self.state.pool.block_size());
+        usize::try_from(unread)
+            .unwrap_or(usize::MAX)
+            .min(first.saturating_add(rest))
+    }
+
     /// Consumes `n` bytes of the last chunk; may wake a producer waiting for pacing.
     ///
     /// # Panics

@@ -1361,6 +1361,8 @@ impl<'t, 'p> Ref<'t, 'p> {
             track: self,
             slot,
             generation: slot.group.generation(),
+            unannounced: 0,
+            announce_step: 0,
         })
     }
 }
@@ -1516,8 +1518,10 @@ impl fmt::Debug for Producer<'_, '_> {
 /// The writer of one group of a track (from [`Producer::create_group`]).
 ///
 /// A [`group::Producer`] that also keeps the track's books: every write bumps
-/// the track version and wakes its readers, evicts old groups over the byte
-/// budget before writing, and drops groups past the publisher max age after.
+/// the track version and wakes its readers (payload of a streamed frame may be
+/// announced in steps, see [`GroupProducer::set_announce_step`]), evicts old
+/// groups over the byte budget before writing, and drops groups past the
+/// publisher max age after.
 /// Derefs to the [`group::Producer`] for its read-only methods and pacing.
 /// Dropping it before [`GroupProducer::finish`] aborts the group with
 /// [`group::ABORT_DROPPED`].
@@ -1526,6 +1530,10 @@ pub struct GroupProducer<'t, 'p> {
     track: Ref<'t, 'p>,
     slot: &'t Slot<'p>,
     generation: u64,
+    /// Payload bytes of the streamed frame written since the last version bump.
+    unannounced: u64,
+    /// Bump the version once this many payload bytes are unannounced (0: every write).
+    announce_step: u64,
 }
 
 impl<'t, 'p> GroupProducer<'t, 'p> {
@@ -1607,9 +1615,48 @@ impl<'t, 'p> GroupProducer<'t, 'p> {
     /// As [`group::Producer::write_payload`].
     pub fn write_payload(&mut self, data: &[u8]) -> Result<usize, group::WriteError> {
         self.before_write(data.len() as u64);
-        let n = self.inner.write_payload(data)?;
-        self.track.changed();
-        Ok(n)
+        match self.inner.write_payload(data) {
+            Ok(n) => {
+                self.unannounced = self.unannounced.saturating_add(n as u64);
+                if self.inner.frame_remaining() == 0 || self.unannounced >= self.announce_step {
+                    self.announce();
+                }
+                Ok(n)
+            }
+            Err(e) => {
+                // A writer that cannot go on must not leave bytes unannounced:
+                // the readers it waits for would not be woken to read them.
+                self.announce();
+                Err(e)
+            }
+        }
+    }
+
+    /// Lets [`GroupProducer::write_payload`] bump the track version only once
+    /// `bytes` payload bytes of the streamed frame are unannounced, or the frame
+    /// is complete, instead of on every write (0, the default).
+    ///
+    /// Readers woken by version changes then run once per frame (or per
+    /// `bytes`) rather than once per piece a relay receives: the bytes are
+    /// readable at once all the same. Keep `bytes` below the credit the writer
+    /// still has, and call [`GroupProducer::announce`] when it has less (see
+    /// [`GroupProducer::unannounced`]): a writer out of credit waits for readers
+    /// that only a bump wakes.
+    pub fn set_announce_step(&mut self, bytes: u64) {
+        self.announce_step = bytes;
+    }
+
+    /// Payload bytes written since the track version last changed for this group.
+    pub fn unannounced(&self) -> u64 {
+        self.unannounced
+    }
+
+    /// Bumps the track version for unannounced payload bytes, if any.
+    pub fn announce(&mut self) {
+        if self.unannounced > 0 {
+            self.unannounced = 0;
+            self.track.changed();
+        }
     }
 
     /// Ends the group on a frame boundary (FIN).
@@ -1618,6 +1665,7 @@ impl<'t, 'p> GroupProducer<'t, 'p> {
     /// As [`group::Producer::finish`].
     pub fn finish(&mut self) -> Result<(), group::WriteError> {
         self.inner.finish()?;
+        self.unannounced = 0;
         self.track.changed();
         Ok(())
     }
@@ -1626,6 +1674,7 @@ impl<'t, 'p> GroupProducer<'t, 'p> {
     pub fn abort(&mut self, code: u64) {
         if self.is_current() && self.slot.group.is_open() {
             self.inner.abort(code);
+            self.unannounced = 0;
             self.track.changed();
         }
     }

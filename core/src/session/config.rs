@@ -42,6 +42,13 @@ pub struct Config<'c> {
     /// buffer (a peer trickling it, slowloris) before the session is closed with
     /// CONTROL_MESSAGE_TIMEOUT (0x11); [`Duration::ZERO`] (default) waits forever.
     pub control_timeout: Duration,
+    /// Payload bytes of a frame arriving in pieces that a received group stream
+    /// stores before the track's readers are woken; a complete frame wakes them
+    /// at once, and so does a sender running short of credit (see
+    /// `track::GroupProducer::set_announce_step`). A relay's fan-out then runs
+    /// once per frame, not once per piece. Default 64 KiB; 0 wakes readers on
+    /// every piece.
+    pub announce_step: u64,
 }
 
 impl Config<'static> {
@@ -56,6 +63,7 @@ impl Config<'static> {
             max_served: usize::MAX,
             max_frame_bytes: u64::MAX,
             control_timeout: Duration::ZERO,
+            announce_step: 64 * 1024,
         }
     }
 }

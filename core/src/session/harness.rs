@@ -90,12 +90,12 @@ struct VecGather<'p> {
 }
 
 impl<'p> Gather<'p> for VecGather<'p> {
-    fn has_room(&self) -> bool {
-        self.ranges.len() < self.limit
+    fn room(&self) -> usize {
+        self.limit.saturating_sub(self.ranges.len())
     }
 
     fn push(&mut self, at: usize, slice: Slice<'p>) {
-        assert!(self.has_room(), "pushed past has_room");
+        assert!(self.room() > 0, "pushed past the room");
         assert!(
             self.ranges.last().is_none_or(|(last, _)| *last <= at),
             "ranges out of order"

@@ -118,8 +118,9 @@ struct Peer {
 /// Where [`Session::poll_transmit_gather`] puts the group payload it leaves
 /// in the pool instead of copying it.
 pub trait Gather<'p> {
-    /// Whether one more payload range fits.
-    fn has_room(&self) -> bool;
+    /// How many more payload ranges fit (a record whose payload spans blocks
+    /// takes one per block).
+    fn room(&self) -> usize;
     /// The bytes of `slice` go on the wire right after the first `at` bytes
     /// the call wrote to its `out` buffer (ranges come in order).
     fn push(&mut self, at: usize, slice: Slice<'p>);
@@ -148,6 +149,8 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     setup_timeout: Duration,
     /// Largest FRAME payload accepted on a received group stream.
     max_frame: u64,
+    /// See [`Config::announce_step`].
+    announce_step: u64,
     /// How long an incomplete control message may wait (zero: forever).
     control_timeout: Duration,
     /// The latest instant a call was given.
@@ -269,6 +272,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             },
             setup_timeout: config.setup_timeout,
             max_frame: config.max_frame_bytes,
+            announce_step: config.announce_step,
             control_timeout: config.control_timeout,
             now,
             origin,
@@ -676,8 +680,11 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
 
     /// A digest of the local media this session depends on: the origin it
     /// announces from, the tracks it serves, the tracks it fills and how far
-    /// their readers got. Any change there may give `drive` work.
-    fn media_stamp(&self) -> u64 {
+    /// their readers got. Any change there may give `drive` work; a driver
+    /// comparing it around a pass sees whether the pass changed media others
+    /// depend on.
+    #[must_use]
+    pub fn media_stamp(&self) -> u64 {
         let mix = |h: u64, v: u64| h.rotate_left(7) ^ v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let mut h = self.origin.map_or(0, |o| o.version());
         for s in self.served.iter().flatten() {

@@ -116,14 +116,15 @@ fn next_active<'a, 'p>(
         .min_by(|x, y| x.0.cmp(&y.0))
 }
 
-/// What writing one group stream did.
 /// The next bytes of a group stream: borrowed (to copy behind the record
-/// header) or sharing their pool block (to be gathered).
+/// header) or sharing their pool block (to be gathered), with how many bytes
+/// one record may gather from there (across blocks).
 enum Chunk<'c, 'p> {
     Copied(&'c [u8]),
-    Shared(Slice<'p>),
+    Shared(Slice<'p>, usize),
 }
 
+/// What writing one group stream did.
 enum Wrote {
     /// This many bytes of `out` were used.
     Bytes(usize),
@@ -229,6 +230,13 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         else {
             return;
         };
+        // Up to date with the origin's log (a change whose ANNOUNCE did not fit
+        // leaves the cursor before it): nothing to send, nothing to parse.
+        if let AnnounceState::Live { cursor, .. } = state
+            && cursor.position() == origin.version()
+        {
+            return;
+        }
         // The kept prefix, copied out so the slot's buffers stay writable.
         let Some(prefix_buf) = self
             .rx_kept(slot)
@@ -798,26 +806,42 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 }
             };
         }
-        let next = match gather {
-            Some(_) => o.consumer.chunk_slice().map(|n| n.map(Chunk::Shared)),
+        let next = match &gather {
+            Some(g) => {
+                let room = g.room();
+                match o.consumer.chunk_slice() {
+                    Ok(Next::Ready(slice)) => {
+                        let len = o.consumer.readable_within(room);
+                        Ok(Next::Ready(Chunk::Shared(slice, len)))
+                    }
+                    other => other.map(|n| n.map(|slice| Chunk::Shared(slice, 0))),
+                }
+            }
             None => o.consumer.chunk().map(|n| n.map(Chunk::Copied)),
         };
         match next {
             Ok(Next::Ready(chunk)) => {
                 // The FIN follows in its own record once the consumer reports the end.
                 let res = match (&chunk, &gather) {
-                    (Chunk::Shared(_), Some(g)) if !g.has_room() => return Wrote::Full,
-                    (Chunk::Shared(slice), _) => {
-                        self.conn
-                            .write_stream_header(now, id, slice.len(), false, out)
+                    (Chunk::Shared(..), Some(g)) if g.room() == 0 => return Wrote::Full,
+                    // One record may carry payload from several blocks, one
+                    // gathered range each.
+                    (Chunk::Shared(_, len), _) => {
+                        self.conn.write_stream_header(now, id, *len, false, out)
                     }
                     (Chunk::Copied(bytes), _) => self.conn.write_stream(now, id, bytes, false, out),
                 };
                 match res {
                     Ok(w) => {
-                        if let (Chunk::Shared(mut slice), Some(g)) = (chunk, gather) {
-                            slice.truncate(w.data);
-                            g.push(at + w.out, slice);
+                        if let (Chunk::Shared(slice, _), Some(g)) = (chunk, gather) {
+                            if !gather_record(&mut o.consumer, slice, w.data, at + w.out, g) {
+                                // Cannot happen (`readable_within` promised the
+                                // bytes); a short record would garble the
+                                // connection, so end it.
+                                debug_assert!(false, "gathered record short of its header");
+                                self.fail(SessionCode::Internal, "gathered record short");
+                            }
+                            return Wrote::Bytes(w.out);
                         }
                         o.consumer.advance(w.data);
                         Wrote::Bytes(w.out)
@@ -866,4 +890,35 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             }
         }
     }
+}
+
+/// Hands `len` bytes of `consumer`, starting with `first` (its last chunk), to
+/// `gather` at `at` as one range per block, consuming them; false if fewer
+/// were readable.
+fn gather_record<'p>(
+    consumer: &mut group::Consumer<'_, 'p>,
+    first: Slice<'p>,
+    len: usize,
+    at: usize,
+    gather: &mut dyn Gather<'p>,
+) -> bool {
+    let mut left = len;
+    let mut next = Some(first);
+    while left > 0 {
+        let Some(mut slice) = next.take() else {
+            return false;
+        };
+        slice.truncate(left);
+        let n = slice.len();
+        gather.push(at, slice);
+        consumer.advance(n);
+        left -= n;
+        if left > 0 {
+            next = match consumer.chunk_slice() {
+                Ok(Next::Ready(s)) if !s.is_empty() => Some(s),
+                _ => None,
+            };
+        }
+    }
+    true
 }

@@ -615,7 +615,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             return false;
         };
         match sub.producer.create_group(header.sequence) {
-            Ok(producer) => {
+            Ok(mut producer) => {
+                producer.set_announce_step(self.announce_step);
                 let generation = producer.state().generation();
                 if let Some(Some(g)) = self.inc.get_mut(i) {
                     g.sub = header.subscribe;
@@ -663,6 +664,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 Ok(k) => {
                     g.frame_left -= k as u64;
                     g.received += k as u64;
+                    announce_if_starved(producer, self.conn.recv_credit(g.id), self.announce_step);
                     Ok(k)
                 }
                 Err(WriteError::PoolExhausted) => Ok(0),
@@ -763,9 +765,11 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             let Some(Some(g)) = self.inc.get_mut(i) else {
                 continue;
             };
-            let Some(producer) = g.producer.as_ref() else {
+            let Some(producer) = g.producer.as_mut() else {
                 continue;
             };
+            // Other streams may have used connection credit since the write.
+            announce_if_starved(producer, self.conn.recv_credit(g.id), self.announce_step);
             let state = producer.state();
             if state.generation() != g.generation || !state.is_open() {
                 // Evicted from the track, or aborted: nobody will read the rest.
@@ -788,6 +792,16 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 g.released = target;
             }
         }
+    }
+}
+
+/// Wakes the group's readers for its unannounced payload if the sender, with
+/// `credit` bytes left, cannot complete an announce step: it would wait for
+/// credit that only those readers give back.
+fn announce_if_starved(producer: &mut track::GroupProducer<'_, '_>, credit: u64, step: u64) {
+    let unannounced = producer.unannounced();
+    if unannounced > 0 && unannounced.saturating_add(credit) < step {
+        producer.announce();
     }
 }
 
