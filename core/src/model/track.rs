@@ -2384,6 +2384,64 @@ mod tests {
     }
 
     #[test]
+    fn announce_step_wakes_once_per_step_or_frame() {
+        // 4 blocks of 32 bytes: room for one streamed frame of 100 bytes.
+        let mut storage = PoolStorage::<4, 32>::new();
+        let pool = Pool::new(&mut storage);
+        let track = State::<4>::new(&pool, info("a"));
+        let t = track.handle();
+        let p = track.producer().unwrap();
+        let mut g = p.append_group().unwrap();
+        g.set_announce_step(40);
+        g.begin_frame(0, 100).unwrap();
+        let (count, waker) = counter();
+        let mut cx = Context::from_waker(&waker);
+        let v = t.version();
+        assert_eq!(t.poll_changed(&mut cx, v), Poll::Pending);
+        // Pieces under the step: stored and readable, nobody woken.
+        assert_eq!(g.write_payload(&[1; 25]).unwrap(), 25);
+        assert_eq!((t.version(), woken(&count), g.unannounced()), (v, 0, 25));
+        let mut c = track.consumer(Start::Group(0));
+        assert!(matches!(
+            c.poll_next_group(&mut cx),
+            Poll::Ready(Ok(Next::Ready(_)))
+        ));
+        // The step reached: one wake-up for both pieces.
+        assert_eq!(g.write_payload(&[2; 25]).unwrap(), 25);
+        assert_eq!((woken(&count), g.unannounced()), (1, 0));
+        let v = t.version();
+        // `announce` wakes for what is pending, and only then.
+        assert_eq!(g.write_payload(&[3; 10]).unwrap(), 10);
+        assert_eq!(t.version(), v);
+        g.announce();
+        assert!(t.version() != v && g.unannounced() == 0);
+        let v = t.version();
+        g.announce();
+        assert_eq!(t.version(), v, "nothing pending: no bump");
+        // A writer the pool turns away announces what it stored first.
+        let mut held = Vec::new();
+        while let Ok(b) = pool.alloc() {
+            held.push(b);
+        }
+        let mut stored = 0;
+        let err = loop {
+            match g.write_payload(&[4; 1]) {
+                Ok(n) => stored += n,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err, group::WriteError::PoolExhausted);
+        assert!(stored < 40);
+        assert!(t.version() != v && g.unannounced() == 0);
+        // The frame's end always wakes.
+        drop(held);
+        let v = t.version();
+        let rest = g.frame_remaining();
+        assert_eq!(g.write_payload(&[5; 100][..rest]).unwrap(), rest);
+        assert!(t.version() != v && g.unannounced() == 0);
+    }
+
+    #[test]
     fn waker_overflow_wakes_everyone() {
         let wakers = Wakers::<2>::new();
         let tasks: Vec<_> = (0..3).map(|_| counter()).collect();

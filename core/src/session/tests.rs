@@ -983,6 +983,88 @@ fn parked_subscriber(gather: bool) {
     }
 }
 
+/// A large frame reaches a reader that only reads when the local track's
+/// version changes (as a relay's serving sessions do); returns how many
+/// times the version changed (each change wakes the track's readers).
+fn version_woken_reader(window: u64, announce_step: u64) -> usize {
+    const FRAME: usize = 40_000;
+    let mut ps = PoolStorage::<512, 128>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<512, 128>::new();
+    let cpool = Pool::new(&mut pc);
+    published!(pool, o, "cam", "video", video, tp);
+    let payload: Vec<u8> = (0..FRAME).map(|i| (i % 253) as u8).collect();
+    let mut gp = tp.create_group(0).unwrap();
+    gp.write_frame(0, &payload).unwrap();
+    gp.finish().unwrap();
+    let total = gp.state().bytes_written();
+    let local = track::State::<2>::new(&cpool, track::Info::new("video").unwrap());
+    let ccfg = Config {
+        conn: conn::Config {
+            max_stream_data_uni: window,
+            ..conn::Config::new()
+        },
+        announce_step,
+        ..Config::new()
+    };
+    session_pair!(o.handle(), ccfg, Config::new(), pair);
+    // The group arrives in random pieces, the reader looking between them.
+    pair.ba.chunking = Chunking::Random;
+    pair.a
+        .session
+        .subscribe("cam", local.handle(), Request::LIVE)
+        .unwrap();
+    let start = local.handle().version();
+    let mut seen = start;
+    let mut reader: Option<crate::model::group::Consumer<'_, '_>> = None;
+    let mut read = 0u64;
+    for _ in 0..100_000 {
+        if local.handle().version() != seen {
+            seen = local.handle().version();
+            if reader.is_none() {
+                reader = local.handle().group(0);
+            }
+            if let Some(r) = reader.as_mut() {
+                while let Ok(Next::Ready(chunk)) = r.chunk() {
+                    let k = chunk.len();
+                    read += k as u64;
+                    r.advance(k);
+                }
+            }
+        }
+        if !pair.step() {
+            if read == total {
+                break;
+            }
+            match pair.next_time() {
+                Some(t) => pair.now = t,
+                None => break,
+            }
+        }
+    }
+    assert_eq!(read, total, "the reader got the whole group");
+    assert_eq!(read_group(local.handle(), 0), vec![(0, payload)]);
+    usize::try_from(local.handle().version().wrapping_sub(start)).unwrap()
+}
+
+#[test]
+fn a_frame_arriving_in_pieces_wakes_its_readers_once() {
+    // Ample credit: the group's start, its frame's start and end and its
+    // FIN, however many pieces the 40,000 bytes came in.
+    let stepped = version_woken_reader(256 * 1024, 64 * 1024);
+    let every_piece = version_woken_reader(256 * 1024, 0);
+    assert_eq!(stepped, 4);
+    assert!(every_piece > stepped + 10, "{every_piece} vs {stepped}");
+}
+
+#[test]
+fn a_sender_short_of_credit_wakes_the_readers_it_waits_for() {
+    // A 4 KiB window against a 64 KiB step: each window's worth is announced,
+    // or the sender would wait forever for credit the reader never returns.
+    let changes = version_woken_reader(4096, 64 * 1024);
+    assert!(changes >= 40_000 / 4096, "{changes}");
+}
+
 #[test]
 fn exhausted_pool_backpressures_the_input() {
     let mut ps = PoolStorage::<64, 64>::new();
