@@ -685,6 +685,21 @@ impl RelayConfig {
         }
     }
 
+    /// The configuration of a trunk session (a link between workers, a
+    /// leaf's upstream): as [`RelayConfig::session_config`], but with the
+    /// stream counts of a trunk's table
+    /// ([`crate::session_driver::TRUNK_STREAMS`], a quarter each way) and
+    /// no subscription limit but the table's: it carries every track that
+    /// crosses it, not one client's.
+    pub fn trunk_session_config(&self, hop: u64) -> skiff_core::session::Config<'static> {
+        let mut config = self.session_config(hop);
+        let streams = Some((crate::session_driver::TRUNK_STREAMS / 4) as u64);
+        config.conn.max_streams_bidi = streams;
+        config.conn.max_streams_uni = streams;
+        config.max_served = usize::MAX;
+        config
+    }
+
     /// The QMux `initial_max_data` granted to peers: `--connection-credit`,
     /// else the larger of 1 MiB and four times `--stream-credit`.
     pub fn connection_credit(&self) -> u64 {
@@ -1061,6 +1076,14 @@ mod tests {
         let s = cfg.session_config(1);
         let quarter = (crate::session_driver::STREAMS / 4) as u64;
         assert_eq!(s.conn.max_streams_uni, Some(quarter));
+        // A trunk (worker link, upstream) takes a quarter of its larger table
+        // and any number of subscriptions its table holds.
+        let trunk = cfg.trunk_session_config(1);
+        let quarter = (crate::session_driver::TRUNK_STREAMS / 4) as u64;
+        assert_eq!(trunk.conn.max_streams_bidi, Some(quarter));
+        assert_eq!(trunk.conn.max_streams_uni, Some(quarter));
+        assert_eq!(trunk.max_served, usize::MAX);
+        assert_eq!(trunk.conn.max_stream_data_uni, s.conn.max_stream_data_uni);
         let t = cfg.track_limits(5 << 20);
         assert_eq!((t.group_bytes, t.cache_bytes), (16 << 20, 5 << 20));
     }

@@ -64,10 +64,15 @@
 //!
 //! * Across worker threads, broadcasts travel over pairwise worker links
 //!   ([`Mesh`]): one moq-lite session per worker pair over a Unix socket
-//!   pair. A session's tables bound what crosses it (64 control streams, 64
-//!   subscriptions each way, see [`crate::session_driver::SessionStorage`]);
-//!   the same bound applies to one publisher's session and to the upstream
-//!   session of a leaf.
+//!   pair, copying each track's payload once per worker pair (not per
+//!   subscriber). Links and a leaf's upstream session are trunks: their
+//!   tables ([`crate::session_driver::TrunkStorage`]) carry 256 concurrent
+//!   subscriptions each way (`tests/trunk.rs` runs about 96 across a
+//!   link); one more is refused like a full table. A client connection's
+//!   session is smaller (128 stream slots, 64 subscriptions each way): a
+//!   client may hold 32 subscriptions on the relay at once, and the relay
+//!   up to 64 on a publishing client (32 on skiff's own client, which
+//!   advertises a quarter of its 128 slots).
 //! * The upstream aggregate is an upper bound while subscribers come and go:
 //!   a subscriber that leaves does not lower the priority, max age or end
 //!   asked upstream (the track keeps maxima, not every request; exact again
@@ -94,7 +99,7 @@ use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::{BlockMeta, Pool};
 use skiff_core::session::{
-    AnnounceId, Config, Error as SessionError, Event, Resolve, Session, SubscriptionId,
+    AnnounceId, Config, Error as SessionError, Event, Resolve, Session, Storage, SubscriptionId,
 };
 use skiff_core::window::{Request, Start};
 use skiff_core::wire::lite::{Role, StreamCode};
@@ -107,7 +112,8 @@ use crate::handler::{ConnectionHandler, WorkerInfo};
 use crate::metrics::Metrics;
 use crate::notify::Notify;
 use crate::session_driver::{
-    App, ByteRead, ByteWrite, DriveCtx, Ended, MoqSession, StoragePool, drive, split_halves,
+    App, ByteRead, ByteWrite, DriveCtx, Ended, STREAMS, StoragePool, TRUNK_STREAMS, TrunkStorage,
+    drive, split_halves,
 };
 
 /// Broadcasts one worker's origin holds at once.
@@ -162,8 +168,10 @@ pub struct Relay {
     pool: &'static Pool<'static>,
     hop: u64,
     track_limits: track::Limits,
-    /// The configuration of every session of this worker.
+    /// The configuration of every client session of this worker.
     session_config: Config<'static>,
+    /// The configuration of its trunks (links, upstream).
+    trunk_config: Config<'static>,
     notify: Rc<Notify>,
     entries: RefCell<Vec<Entry>>,
     /// Sources waiting to take over a path (oldest first; at most
@@ -226,6 +234,7 @@ impl Relay {
             // group over that is trimmed behind its readers.
             track_limits: config.track_limits((cache_bytes / 8).max(1 << 20)),
             session_config: config.session_config(hop),
+            trunk_config: config.trunk_session_config(hop),
             notify,
             entries: RefCell::new(Vec::new()),
             spares: RefCell::new(Vec::new()),
@@ -620,7 +629,7 @@ impl RelayConn {
     /// leaves the broadcast, so the next subscriber resolves a new track and
     /// a new upstream SUBSCRIBE. O(subscriptions) per call, no allocation
     /// (but one timer task when a track becomes idle).
-    fn follow_demand(&mut self, session: &mut MoqSession<'_>) {
+    fn follow_demand<const N: usize>(&mut self, session: &mut Session<'_, 'static, 'static, N>) {
         let mut now = None;
         let mut i = 0;
         while let Some(s) = self.subs.get_mut(i) {
@@ -677,7 +686,7 @@ impl RelayConn {
     }
 }
 
-impl App for RelayConn {
+impl<const N: usize> App<N> for RelayConn {
     /// Idle unless an announce request, an upstream subscription to make, or
     /// a change of demand (an update, a linger to start or to end) waits.
     fn is_idle(&self) -> bool {
@@ -742,7 +751,7 @@ impl App for RelayConn {
         }
     }
 
-    fn act(&mut self, session: &mut MoqSession<'_>) {
+    fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>) {
         self.relay.publish_gauges();
         if self.want_announce && session.is_established() {
             match session.announce_request("") {
@@ -881,11 +890,21 @@ impl RelayHandler {
             Side::Server
         };
         let ctx = self.drive_ctx(info);
-        let (relay, storage) = (self.relay.clone(), self.storage.clone());
+        let relay = self.relay.clone();
         let id = LINK_ID_BASE + peer as u64;
         monoio::spawn(async move {
             let (reader, writer) = split_halves(stream, 64 * 1024);
-            let res = run_session(relay, &storage, reader, writer, side, id, Peer::Link, &ctx);
+            let mut storage = Box::new(TrunkStorage::new());
+            let res = run_session::<_, _, TRUNK_STREAMS, _, _, _, _, _, _>(
+                relay,
+                &mut storage,
+                reader,
+                writer,
+                side,
+                id,
+                Peer::Link,
+                &ctx,
+            );
             match res.await {
                 Ok(ended) => tracing::debug!(peer, ?ended, "worker link ended"),
                 Err(e) => tracing::warn!(peer, error = %e, "worker link failed"),
@@ -903,7 +922,7 @@ impl RelayHandler {
     /// broadcasts (so the upstream's subscribers reach them).
     fn spawn_upstream(&self, info: &WorkerInfo, up: UpstreamAddr) {
         let ctx = self.drive_ctx(info);
-        let (relay, storage) = (self.relay.clone(), self.storage.clone());
+        let relay = self.relay.clone();
         let shutdown = info.shutdown.clone();
         let worker = info.index;
         // Made once per worker: the session config borrows it for 'static.
@@ -911,6 +930,8 @@ impl RelayHandler {
         monoio::spawn(async move {
             let mut backoff = UPSTREAM_BACKOFF.0;
             let mut dial = 0u64;
+            // One trunk's tables for every dial (a session clears them).
+            let mut storage = Box::new(TrunkStorage::new());
             while !shutdown.is_draining() {
                 let started = StdInstant::now();
                 match dial_upstream(&up).await {
@@ -918,9 +939,9 @@ impl RelayHandler {
                         tracing::info!(worker, upstream = %up, "upstream connected");
                         let (reader, writer) = split_halves(stream, 64 * 1024);
                         let id = UPSTREAM_ID_BASE + dial;
-                        let res = run_session(
+                        let res = run_session::<_, _, TRUNK_STREAMS, _, _, _, _, _, _>(
                             relay.clone(),
-                            &storage,
+                            &mut storage,
                             reader,
                             writer,
                             Side::Client,
@@ -967,11 +988,22 @@ async fn dial_upstream(up: &UpstreamAddr) -> io::Result<monoio::net::TcpStream> 
     Ok(stream)
 }
 
-/// Runs one relay session (a client connection, a worker link or the upstream).
+/// Runs one relay session (a client connection, a worker link or the
+/// upstream) of `N` stream slots over `storage`.
 #[allow(clippy::too_many_arguments)]
-async fn run_session<R: ByteRead, W: ByteWrite>(
+async fn run_session<
+    R: ByteRead,
+    W: ByteWrite,
+    const N: usize,
+    const CONTROL: usize,
+    const BUF: usize,
+    const SERVE: usize,
+    const SUBS: usize,
+    const OUT: usize,
+    const IN: usize,
+>(
     relay: Rc<Relay>,
-    storage: &StoragePool,
+    storage: &mut Storage<'static, 'static, CONTROL, BUF, SERVE, SUBS, OUT, IN>,
     reader: R,
     writer: W,
     side: Side,
@@ -979,14 +1011,17 @@ async fn run_session<R: ByteRead, W: ByteWrite>(
     peer: Peer,
     ctx: &DriveCtx,
 ) -> io::Result<Ended> {
-    let mut st = storage.take();
-    let res = {
+    {
         let config = Config {
             path: match peer {
                 Peer::Upstream(path) => Some(path),
                 _ => None,
             },
-            ..relay.session_config
+            ..if peer.is_local() {
+                relay.session_config
+            } else {
+                relay.trunk_config
+            }
         };
         // Links and the upstream are offered only this worker's own clients'
         // broadcasts: one hop between workers, nothing loops back up.
@@ -995,8 +1030,8 @@ async fn run_session<R: ByteRead, W: ByteWrite>(
         } else {
             relay.local_origin
         };
-        let session: Result<MoqSession<'_>, _> =
-            Session::new(side, config, ctx.clock.now(), &mut *st, Some(origin));
+        let session: Result<Session<'_, 'static, 'static, N>, _> =
+            Session::new(side, config, ctx.clock.now(), storage, Some(origin));
         match session {
             Ok(mut session) => {
                 session.set_resolver(Some(&*relay));
@@ -1019,9 +1054,7 @@ async fn run_session<R: ByteRead, W: ByteWrite>(
             }
             Err(e) => Err(io::Error::other(e)),
         }
-    };
-    storage.give(st);
-    res
+    }
 }
 
 impl ConnectionHandler for RelayHandler {
@@ -1037,9 +1070,10 @@ impl ConnectionHandler for RelayHandler {
                 shutdown: Some(conn.shutdown()),
             };
             let (reader, writer) = conn.into_split();
-            let ended = run_session(
+            let mut storage = self.storage.take();
+            let ended = run_session::<_, _, STREAMS, _, _, _, _, _, _>(
                 self.relay.clone(),
-                &self.storage,
+                &mut storage,
                 reader,
                 writer,
                 Side::Server,
@@ -1047,7 +1081,9 @@ impl ConnectionHandler for RelayHandler {
                 Peer::Client,
                 &ctx,
             )
-            .await?;
+            .await;
+            self.storage.give(storage);
+            let ended = ended?;
             tracing::debug!(conn = id, ?ended, "connection done");
             Ok(())
         }

@@ -21,6 +21,9 @@ use crate::metrics::{Metrics, MetricsServer};
 use crate::shutdown::StopTrigger;
 use crate::worker::{self, WorkerExit, WorkerSetup};
 
+/// Stack of each worker thread.
+const WORKER_STACK_BYTES: usize = 8 << 20;
+
 /// Listen backlog of each worker's socket.
 pub const LISTEN_BACKLOG: i32 = 1024;
 
@@ -139,6 +142,9 @@ where
         };
         let spawned = std::thread::Builder::new()
             .name(format!("skiff-worker-{index}"))
+            // Room for a trunk session's tables while they are made (see
+            // `session_driver::TrunkStorage`); only what is used is mapped.
+            .stack_size(WORKER_STACK_BYTES)
             .spawn(move || worker::run(setup));
         match spawned {
             Ok(h) => workers.push(h),

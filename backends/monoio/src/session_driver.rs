@@ -62,6 +62,18 @@ pub type SessionStorage = Storage<'static, 'static, 64, 1024, 64, 64, 64, 64>;
 /// A session whose media (origin, tracks, pool) lives for the whole thread.
 pub type MoqSession<'s> = Session<'s, 'static, 'static, STREAMS>;
 
+/// Stream slots of a trunk session: a link between two workers or a leaf's
+/// session to its upstream, which carries every track crossing it (a
+/// quarter each are advertised to the peer, as for [`STREAMS`]).
+pub const TRUNK_STREAMS: usize = 1024;
+
+/// The tables of a trunk session: 512 control streams of 1 KiB buffers, 256
+/// subscriptions each way, 256 group streams each way (about 1.1 MiB).
+pub type TrunkStorage = Storage<'static, 'static, 512, 1024, 256, 256, 256, 256>;
+
+/// A trunk session (see [`TRUNK_STREAMS`]).
+pub type TrunkSession<'s> = Session<'s, 'static, 'static, TRUNK_STREAMS>;
+
 /// The reader stops reading while this many received bytes wait in the inbox.
 pub const INBOX_BYTES: usize = 256 * 1024;
 
@@ -84,12 +96,19 @@ const _: () = assert!(STAGING_BYTES >= TRANSMIT_CHUNK);
 
 /// A per-thread free list of session storage, so accepting a connection does
 /// not allocate the tables again.
-#[derive(Default)]
-pub struct StoragePool {
-    free: RefCell<Vec<Box<SessionStorage>>>,
+pub struct StoragePool<S = SessionStorage> {
+    free: RefCell<Vec<Box<S>>>,
 }
 
-impl std::fmt::Debug for StoragePool {
+impl<S> Default for StoragePool<S> {
+    fn default() -> Self {
+        StoragePool {
+            free: RefCell::new(Vec::new()),
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for StoragePool<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StoragePool")
             .field("free", &self.free.borrow().len())
@@ -100,20 +119,31 @@ impl std::fmt::Debug for StoragePool {
 /// Most storages a thread keeps for reuse.
 const MAX_POOLED_STORAGE: usize = 256;
 
-impl StoragePool {
+impl<
+    const CONTROL: usize,
+    const BUF: usize,
+    const SERVE: usize,
+    const SUBS: usize,
+    const OUT: usize,
+    const IN: usize,
+> StoragePool<Storage<'static, 'static, CONTROL, BUF, SERVE, SUBS, OUT, IN>>
+{
     /// An empty pool.
     pub fn new() -> Self {
         Self::default()
     }
 
     /// A storage, reused if one is free (the session clears it).
-    pub fn take(&self) -> Box<SessionStorage> {
+    pub fn take(&self) -> Box<Storage<'static, 'static, CONTROL, BUF, SERVE, SUBS, OUT, IN>> {
         let reused = self.free.borrow_mut().pop();
         reused.unwrap_or_else(|| Box::new(Storage::new()))
     }
 
     /// Gives a storage back.
-    pub fn give(&self, storage: Box<SessionStorage>) {
+    pub fn give(
+        &self,
+        storage: Box<Storage<'static, 'static, CONTROL, BUF, SERVE, SUBS, OUT, IN>>,
+    ) {
         let mut free = self.free.borrow_mut();
         if free.len() < MAX_POOLED_STORAGE {
             free.push(storage);
@@ -277,13 +307,14 @@ impl ByteWrite for Writer {
 // The application seam
 // ---------------------------------------------------------------------------
 
-/// What runs on top of a driven session (the relay, a client).
-pub trait App {
+/// What runs on top of a driven session of `N` stream slots (the relay, a
+/// client; [`MoqSession`] unless it is a trunk).
+pub trait App<const N: usize = STREAMS> {
     /// An event from the session (its text is borrowed for this call only).
     fn on_event(&mut self, event: &Event<'_>);
     /// Called after every round of events and whenever the thread's media
     /// changed: make requests on the session here.
-    fn act(&mut self, session: &mut MoqSession<'_>);
+    fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>);
     /// The session is over.
     fn on_close(&mut self) {}
     /// True if [`App::act`] has nothing to do unless the session's own input
@@ -414,8 +445,8 @@ pub struct DriveCtx {
 ///
 /// # Errors
 /// The writer's error if sending failed.
-pub async fn drive<R: ByteRead, W: ByteWrite, A: App>(
-    mut session: MoqSession<'_>,
+pub async fn drive<R: ByteRead, W: ByteWrite, A: App<N>, const N: usize>(
+    mut session: Session<'_, 'static, 'static, N>,
     reader: R,
     mut writer: W,
     app: &mut A,
@@ -442,8 +473,8 @@ pub async fn drive<R: ByteRead, W: ByteWrite, A: App>(
     res
 }
 
-async fn session_loop<W: ByteWrite, A: App>(
-    session: &mut MoqSession<'_>,
+async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
+    session: &mut Session<'_, 'static, 'static, N>,
     inbox: &Inbox,
     writer: &mut W,
     app: &mut A,
@@ -657,8 +688,8 @@ async fn session_loop<W: ByteWrite, A: App>(
 /// spare room is offered at once, so a frame of a few blocks takes one call;
 /// the buffer is sent (one `writev`) once [`FLUSH_AT`] bytes or
 /// [`GATHER_RANGES`](crate::staging::GATHER_RANGES) ranges wait, and at the end.
-async fn transmit<W: ByteWrite>(
-    session: &mut MoqSession<'_>,
+async fn transmit<W: ByteWrite, const N: usize>(
+    session: &mut Session<'_, 'static, 'static, N>,
     now: Instant,
     writer: &mut W,
 ) -> io::Result<bool> {
