@@ -21,10 +21,138 @@
 //! matters to producers waiting for pacing or credit). A task that cares
 //! about media only waits with [`Waiter::register_media`]; after a fan-out
 //! round the senders' bumps then wake the producers, not every sender again.
+//!
+//! A bump can name the tracks it concerns ([`Notify::bump_tracks`]: a
+//! session stored group data; [`Notify::bump_consumed_tracks`]: a session
+//! read the tracks it serves), and a waiting task can name the tracks it
+//! follows ([`Waiter::register_for`], [`Waiter::register_media_for`]: a
+//! session serving or filling them, with nothing else to wait for). Such a
+//! bump wakes only the tasks following one of its tracks (and every task
+//! that named none), so a worker with many broadcasts runs a broadcast's
+//! sessions for its frames, not everyone's. Up to [`TRACK_KEYS`] tracks per
+//! task and [`PENDING_KEYS`] per flush; past that a bump or a task counts
+//! as "every track".
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
 use std::task::{Poll, Waker};
+
+/// Tracks one waiting task can follow by key (more: it follows every change).
+pub const TRACK_KEYS: usize = 4;
+
+/// Tracks the media bumps waiting for one flush can name (more: the flush
+/// wakes every media waiter).
+pub const PENDING_KEYS: usize = 16;
+
+/// Up to `K` track keys ([`track::Ref::key`]).
+///
+/// [`track::Ref::key`]: skiff_core::model::track::Ref::key
+#[derive(Debug, Clone, Copy)]
+struct Keys<const K: usize> {
+    keys: [usize; K],
+    len: usize,
+}
+
+impl<const K: usize> Keys<K> {
+    const EMPTY: Self = Keys {
+        keys: [0; K],
+        len: 0,
+    };
+
+    /// The keys of `keys`, or `None` if there are more than `K`.
+    fn of(keys: impl IntoIterator<Item = usize>) -> Option<Self> {
+        let mut k = Self::EMPTY;
+        for key in keys {
+            if !k.add(key) {
+                return None;
+            }
+        }
+        Some(k)
+    }
+
+    /// Adds `key` (once); false if it did not fit.
+    fn add(&mut self, key: usize) -> bool {
+        if self.as_slice().contains(&key) {
+            return true;
+        }
+        match self.keys.get_mut(self.len) {
+            Some(place) => {
+                *place = key;
+                self.len += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn as_slice(&self) -> &[usize] {
+        self.keys.get(..self.len).unwrap_or(&[])
+    }
+}
+
+/// One task's place: its waker, whether it waits for media changes only,
+/// and then which tracks it follows (`None`: all).
+#[derive(Debug)]
+struct Place {
+    waker: Option<Waker>,
+    media_only: bool,
+    follows: Option<Keys<TRACK_KEYS>>,
+}
+
+impl Place {
+    const FREE: Self = Place {
+        waker: None,
+        media_only: false,
+        follows: None,
+    };
+}
+
+/// Which tracks bumps waiting for a flush concern.
+#[derive(Debug, Clone, Copy, Default)]
+enum Scope {
+    /// No bump of this kind waits.
+    #[default]
+    Nothing,
+    /// Changes of these tracks (and of no other).
+    Tracks(Keys<PENDING_KEYS>),
+    /// Any change.
+    All,
+}
+
+impl Scope {
+    /// Adds changes of `keys` (`None`: of every track).
+    fn add(&mut self, keys: Option<&mut dyn Iterator<Item = usize>>) {
+        let Some(keys) = keys else {
+            *self = Scope::All;
+            return;
+        };
+        let mut named = match *self {
+            Scope::All => return,
+            Scope::Tracks(k) => k,
+            Scope::Nothing => Keys::EMPTY,
+        };
+        for k in keys {
+            if !named.add(k) {
+                // Too many tracks named: every one it is.
+                *self = Scope::All;
+                return;
+            }
+        }
+        *self = Scope::Tracks(named);
+    }
+
+    /// Whether a task following `follows` (`None`: every track) is concerned.
+    fn concerns(&self, follows: Option<&Keys<TRACK_KEYS>>) -> bool {
+        match (self, follows) {
+            (Scope::Nothing, _) => false,
+            (Scope::Tracks(changed), Some(follows)) => follows
+                .as_slice()
+                .iter()
+                .any(|k| changed.as_slice().contains(k)),
+            _ => true,
+        }
+    }
+}
 
 /// The per-thread change signal (`!Send`; share it with `Rc`).
 #[derive(Debug, Default)]
@@ -33,16 +161,15 @@ pub struct Notify {
     generation: Cell<u64>,
     /// Media changes.
     media: Cell<u64>,
-    /// A media bump waits for the flusher.
-    pending: Cell<bool>,
-    /// A consumption-only bump waits for the flusher.
-    pending_consumed: Cell<bool>,
+    /// Media bumps waiting for the flusher.
+    pending_media: Cell<Scope>,
+    /// Consumption-only bumps waiting for the flusher.
+    pending_consumed: Cell<Scope>,
     /// The flusher task was spawned (on first bump) and its waker.
     flusher: Cell<bool>,
     flusher_waker: RefCell<Option<Waker>>,
-    /// One waker place per registered task (`None` = free or not waiting),
-    /// and whether it waits for media changes only.
-    wakers: RefCell<Vec<(Option<Waker>, bool)>>,
+    /// One place per registered task (no waker: free or not waiting).
+    wakers: RefCell<Vec<Place>>,
     free: RefCell<Vec<usize>>,
 }
 
@@ -74,33 +201,55 @@ impl Notify {
     /// runtime thread of an `Rc`-shared `Notify` created by [`Notify::shared`];
     /// a `Notify` without a flusher wakes at once ([`Notify::flush`]).
     pub fn bump(&self) {
-        self.mark(true);
+        self.mark(true, None);
+    }
+
+    /// Records a media change of these tracks only (keys from
+    /// [`track::Ref::key`]): like [`Notify::bump`], but a task following
+    /// other tracks only sleeps on (see the module docs).
+    ///
+    /// [`track::Ref::key`]: skiff_core::model::track::Ref::key
+    pub fn bump_tracks(&self, keys: impl IntoIterator<Item = usize>) {
+        self.mark(true, Some(&mut keys.into_iter()));
     }
 
     /// Records that a task consumed media without changing any: only the
     /// tasks not waiting for media alone are woken (see [`Notify::bump`]).
     pub fn bump_consumed(&self) {
-        self.mark(false);
+        self.mark(false, None);
+    }
+
+    /// Records that a task read these tracks and changed no media: like
+    /// [`Notify::bump_consumed`], but a task following other tracks only
+    /// sleeps on.
+    pub fn bump_consumed_tracks(&self, keys: impl IntoIterator<Item = usize>) {
+        self.mark(false, Some(&mut keys.into_iter()));
     }
 
     /// Marks a change of either kind for the flusher (or wakes at once without one).
-    fn mark(&self, media: bool) {
+    fn mark(&self, media: bool, keys: Option<&mut dyn Iterator<Item = usize>>) {
+        let mut scope = Scope::Nothing;
+        scope.add(keys);
         if !self.flusher.get() {
             if media {
-                self.flush();
+                self.flush_scopes(scope, Scope::Nothing);
             } else {
-                self.flush_consumed();
+                self.flush_scopes(Scope::Nothing, scope);
             }
             return;
         }
         let pending = if media {
-            &self.pending
+            &self.pending_media
         } else {
             &self.pending_consumed
         };
-        if !pending.replace(true) {
-            self.wake_flusher();
+        let mut merged = pending.get();
+        match scope {
+            Scope::Tracks(k) => merged.add(Some(&mut k.as_slice().iter().copied())),
+            _ => merged.add(None),
         }
+        pending.set(merged);
+        self.wake_flusher();
     }
 
     fn wake_flusher(&self) {
@@ -120,18 +269,17 @@ impl Notify {
                     let Some(n) = weak.upgrade() else {
                         return Poll::Ready(None);
                     };
-                    let (media, consumed) =
-                        (n.pending.replace(false), n.pending_consumed.replace(false));
-                    if media || consumed {
-                        return Poll::Ready(Some(media));
+                    let media = n.pending_media.take();
+                    let consumed = n.pending_consumed.take();
+                    if matches!((media, consumed), (Scope::Nothing, Scope::Nothing)) {
+                        *n.flusher_waker.borrow_mut() = Some(cx.waker().clone());
+                        return Poll::Pending;
                     }
-                    *n.flusher_waker.borrow_mut() = Some(cx.waker().clone());
-                    Poll::Pending
+                    Poll::Ready(Some((media, consumed)))
                 })
                 .await;
-                match weak.upgrade() {
-                    Some(n) if ready == Some(true) => n.flush(),
-                    Some(n) if ready == Some(false) => n.flush_consumed(),
+                match (weak.upgrade(), ready) {
+                    (Some(n), Some((media, consumed))) => n.flush_scopes(media, consumed),
                     _ => return,
                 }
             }
@@ -141,24 +289,33 @@ impl Notify {
 
     /// Advances both generations and wakes every waiting task now.
     pub fn flush(&self) {
-        self.media.set(self.media.get().wrapping_add(1));
-        self.wake(true);
+        self.flush_scopes(Scope::All, Scope::Nothing);
     }
 
     /// Advances the generation (not the media one) and wakes now the tasks
     /// that do not wait for media changes only.
     pub fn flush_consumed(&self) {
-        self.wake(false);
+        self.flush_scopes(Scope::Nothing, Scope::All);
     }
 
-    fn wake(&self, media: bool) {
+    /// Advances the generations and wakes now every task concerned: by the
+    /// media changes of `media`, or (unless it waits for media only) by the
+    /// consumption of `consumed`.
+    fn flush_scopes(&self, media: Scope, consumed: Scope) {
+        if !matches!(media, Scope::Nothing) {
+            self.media.set(self.media.get().wrapping_add(1));
+        }
         self.generation.set(self.generation.get().wrapping_add(1));
         // A woken waker may not re-enter (it only schedules).
         let mut wakers = self.wakers.borrow_mut();
-        for (w, media_only) in wakers.iter_mut() {
-            if (media || !*media_only)
-                && let Some(w) = w.take()
-            {
+        for place in wakers.iter_mut() {
+            if place.waker.is_none() {
+                continue;
+            }
+            let follows = place.follows.as_ref();
+            let concerned =
+                media.concerns(follows) || (!place.media_only && consumed.concerns(follows));
+            if concerned && let Some(w) = place.waker.take() {
                 w.wake();
             }
         }
@@ -170,7 +327,7 @@ impl Notify {
             Some(s) => s,
             None => {
                 let mut w = self.wakers.borrow_mut();
-                w.push((None, false));
+                w.push(Place::FREE);
                 w.len() - 1
             }
         };
@@ -198,22 +355,36 @@ impl Notify {
 impl Waiter<'_> {
     /// Registers `waker` to be woken at the next bump of either kind.
     pub fn register(&self, waker: &Waker) {
-        self.register_for(waker, false);
+        self.place(waker, false, None);
+    }
+
+    /// Like [`Waiter::register`], but a bump naming other tracks only
+    /// ([`Notify::bump_tracks`], [`Notify::bump_consumed_tracks`]) does not
+    /// wake it. More than [`TRACK_KEYS`] keys follow every track.
+    pub fn register_for(&self, waker: &Waker, keys: impl IntoIterator<Item = usize>) {
+        self.place(waker, false, Keys::of(keys));
     }
 
     /// Registers `waker` to be woken at the next media bump only
     /// ([`Notify::bump`]); compare [`Notify::media_generation`] then.
     pub fn register_media(&self, waker: &Waker) {
-        self.register_for(waker, true);
+        self.place(waker, true, None);
     }
 
-    fn register_for(&self, waker: &Waker, media_only: bool) {
+    /// Like [`Waiter::register_media`], but a bump naming other tracks only
+    /// does not wake it.
+    pub fn register_media_for(&self, waker: &Waker, keys: impl IntoIterator<Item = usize>) {
+        self.place(waker, true, Keys::of(keys));
+    }
+
+    fn place(&self, waker: &Waker, media_only: bool, follows: Option<Keys<TRACK_KEYS>>) {
         let mut w = self.notify.wakers.borrow_mut();
-        if let Some((place, only)) = w.get_mut(self.slot) {
-            *only = media_only;
-            match place {
+        if let Some(place) = w.get_mut(self.slot) {
+            place.media_only = media_only;
+            place.follows = follows;
+            match &place.waker {
                 Some(old) if old.will_wake(waker) => {}
-                _ => *place = Some(waker.clone()),
+                _ => place.waker = Some(waker.clone()),
             }
         }
     }
@@ -234,7 +405,7 @@ impl Waiter<'_> {
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         if let Some(place) = self.notify.wakers.borrow_mut().get_mut(self.slot) {
-            *place = (None, false);
+            *place = Place::FREE;
         }
         self.notify.free.borrow_mut().push(self.slot);
     }
@@ -258,6 +429,56 @@ mod tests {
         assert_ne!(n.generation(), g);
         drop((b, c));
         assert_eq!(n.waiters(), 0);
+    }
+
+    #[test]
+    fn bumps_naming_tracks_wake_their_followers_only() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::task::Wake;
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let counts: Vec<_> = (0..4)
+            .map(|_| Arc::new(Count(AtomicUsize::new(0))))
+            .collect();
+        let wakers: Vec<_> = counts.iter().map(|c| Waker::from(c.clone())).collect();
+        let woken =
+            || -> Vec<usize> { counts.iter().map(|c| c.0.load(Ordering::Relaxed)).collect() };
+        let n = Notify::new();
+        let places: Vec<_> = (0..4).map(|_| n.waiter()).collect();
+        // 0 serves track 1 (media only), 1 fills track 2, 2 follows every
+        // track, 3 serves more tracks than a place names (so: every track).
+        let register = || {
+            places[0].register_media_for(&wakers[0], [1]);
+            places[1].register_for(&wakers[1], [2]);
+            places[2].register(&wakers[2]);
+            places[3].register_media_for(&wakers[3], 10..10 + TRACK_KEYS + 1);
+        };
+        register();
+        n.bump_tracks([1]);
+        assert_eq!(woken(), [1, 0, 1, 1]);
+        register();
+        // Reading track 1 concerns its filler (none here) and 2, which
+        // follows everything; media-only waiters sleep through consumption.
+        n.bump_consumed_tracks([1]);
+        assert_eq!(woken(), [1, 0, 2, 1]);
+        register();
+        n.bump_consumed_tracks([2]);
+        assert_eq!(woken(), [1, 1, 3, 1]);
+        register();
+        n.bump_tracks([2, 3]);
+        assert_eq!(woken(), [1, 2, 4, 2]);
+        register();
+        // A bump of every track, or of more than a flush names, wakes everyone.
+        n.bump_tracks(100..100 + PENDING_KEYS + 1);
+        assert_eq!(woken(), [2, 3, 5, 3]);
+        register();
+        n.bump();
+        assert_eq!(woken(), [3, 4, 6, 4]);
     }
 
     #[test]

@@ -508,16 +508,16 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
         // A pass that changed no media others depend on wakes just the tasks
         // that wait for consumption (producers), see `notify`: no event, no
         // change of what the session serves, and either a pure sender (it only
-        // read local media) or the same media stamp (say, it stored part of a
-        // frame whose readers are not woken yet). A pure sender skips the
-        // stamp: other tasks may change it while this one waits on its writes.
+        // read local media) or no change to the tracks it fills (say, it
+        // stored part of a frame whose readers are not woken yet). One that
+        // changed only tracks it fills wakes the tasks following those.
         let mut media_kept = true;
         let served_changes = session.served_changes();
         let pure_sender = session.is_pure_sender();
-        let media_stamp = if pure_sender {
-            0
+        let filled = if pure_sender {
+            FilledVersions::NONE
         } else {
-            session.media_stamp()
+            FilledVersions::of(session)
         };
 
         // Input: everything not consumed yet, oldest first.
@@ -595,13 +595,22 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             return Ok(Ended::PeerEof);
         }
         if progress {
-            let unchanged = if pure_sender && session.is_pure_sender() {
-                true
-            } else {
-                !pure_sender && session.media_stamp() == media_stamp
-            };
-            if media_kept && unchanged && session.served_changes() == served_changes {
-                notify.bump_consumed();
+            let kept = media_kept && session.served_changes() == served_changes;
+            let served = || session.served_tracks().map(|t| t.key());
+            if kept && pure_sender && session.is_pure_sender() {
+                notify.bump_consumed_tracks(served());
+            } else if kept && !pure_sender {
+                match filled.changed(session) {
+                    Some(changed) if changed.len == 0 => notify.bump_consumed_tracks(served()),
+                    Some(changed) => {
+                        // It may also have read tracks it serves (a link).
+                        notify.bump_tracks(changed.keys());
+                        notify.bump_consumed_tracks(served());
+                    }
+                    // Too many tracks to tell apart: any change of media.
+                    None if session.media_stamp() == filled.stamp => notify.bump_consumed(),
+                    None => notify.bump(),
+                }
             } else {
                 notify.bump();
             }
@@ -659,8 +668,14 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             {
                 return Poll::Ready(());
             }
+            // A session with nothing else to wait for follows the tracks it
+            // serves and fills: bumps naming others only do not wake it.
+            let served = session_ref.served_tracks().map(|t| t.key());
             if media_only {
-                waiter.register_media(cx.waker());
+                waiter.register_media_for(cx.waker(), served);
+            } else if app_ref.is_idle() && !session_ref.is_stalled() {
+                let filled = session_ref.filled_tracks().map(|t| t.key());
+                waiter.register_for(cx.waker(), served.chain(filled));
             } else {
                 waiter.register(cx.waker());
             }
@@ -676,6 +691,79 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             Poll::Pending
         })
         .await;
+    }
+}
+
+/// The tracks a session fills, with their versions at the start of a pass
+/// (at most [`FILLED_TRACKS`]; `None` past that, and then its media stamp).
+struct FilledVersions {
+    entries: Option<([(usize, u64); FILLED_TRACKS], usize)>,
+    stamp: u64,
+}
+
+/// Filled tracks a pass tells apart; a session filling more wakes every
+/// media waiter when it changes any.
+const FILLED_TRACKS: usize = 8;
+
+/// Keys of the filled tracks a pass changed.
+struct ChangedTracks {
+    keys: [usize; FILLED_TRACKS],
+    len: usize,
+}
+
+impl ChangedTracks {
+    fn keys(&self) -> impl Iterator<Item = usize> + '_ {
+        self.keys.iter().take(self.len).copied()
+    }
+}
+
+impl FilledVersions {
+    const NONE: Self = FilledVersions {
+        entries: None,
+        stamp: 0,
+    };
+
+    fn of<const N: usize>(session: &Session<'_, 'static, 'static, N>) -> Self {
+        let mut entries = [(0, 0); FILLED_TRACKS];
+        let mut len = 0;
+        for t in session.filled_tracks() {
+            let Some(e) = entries.get_mut(len) else {
+                return FilledVersions {
+                    entries: None,
+                    stamp: session.media_stamp(),
+                };
+            };
+            *e = (t.key(), t.version());
+            len += 1;
+        }
+        FilledVersions {
+            entries: Some((entries, len)),
+            stamp: 0,
+        }
+    }
+
+    /// The filled tracks whose version moved since [`FilledVersions::of`]
+    /// (a track filled now but not then counts as moved); `None` if either
+    /// count was over [`FILLED_TRACKS`].
+    fn changed<const N: usize>(
+        &self,
+        session: &Session<'_, 'static, 'static, N>,
+    ) -> Option<ChangedTracks> {
+        let (entries, len) = self.entries.as_ref()?;
+        let before = entries.get(..*len).unwrap_or(&[]);
+        let mut changed = ChangedTracks {
+            keys: [0; FILLED_TRACKS],
+            len: 0,
+        };
+        for t in session.filled_tracks() {
+            let key = t.key();
+            if before.iter().any(|&(k, v)| k == key && v == t.version()) {
+                continue;
+            }
+            *changed.keys.get_mut(changed.len)? = key;
+            changed.len += 1;
+        }
+        Some(changed)
     }
 }
 

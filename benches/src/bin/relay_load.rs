@@ -79,6 +79,11 @@ struct Cli {
     /// Skip the copy_relay baseline.
     #[arg(long)]
     no_baseline: bool,
+    /// Broadcasts published at once (one track each, every one at `--fps`);
+    /// subscriber k takes broadcast k mod B. With more than one, the
+    /// copy_relay baseline (one stream) is skipped.
+    #[arg(long, default_value_t = 1)]
+    broadcasts: usize,
 }
 
 fn main() {
@@ -104,7 +109,8 @@ fn run(cli: &Cli) -> io::Result<()> {
         None => sibling("copy_relay")?,
     };
     println!(
-        "relay_load: frame {} B, {} frames/group, fps {}, {} s measured, skiff-relay --threads {}, {} cores",
+        "relay_load: {} broadcast(s), frame {} B, {} frames/group, fps {}, {} s measured, skiff-relay --threads {}, {} cores",
+        cli.broadcasts,
         cli.frame_bytes,
         FRAMES_PER_GROUP,
         if cli.fps == 0 {
@@ -133,7 +139,7 @@ fn run(cli: &Cli) -> io::Result<()> {
     );
     for &n in &cli.subscribers {
         let s = skiff_row(cli, &relay_bin, n)?;
-        let c = if cli.no_baseline {
+        let c = if cli.no_baseline || cli.broadcasts > 1 {
             None
         } else {
             Some(copy_row(cli, &copy_bin, n)?)
@@ -305,23 +311,27 @@ fn skiff_row(cli: &Cli, bin: &PathBuf, n: usize) -> io::Result<SkiffResult> {
     let frame_bytes = cli.frame_bytes.max(HEADER + 8);
 
     let mut threads = Vec::new();
+    let broadcasts = cli.broadcasts.max(1);
     {
         let (url, shared, fps) = (url.clone(), shared.clone(), cli.fps);
         threads.push(std::thread::spawn(move || {
             driver::block_on(DriverKind::Auto, move |_| {
-                publisher(url, frame_bytes, fps, shared)
+                publisher(url, broadcasts, frame_bytes, fps, shared)
             })
         }));
     }
     let k = cli.client_threads.clamp(1, n.max(1));
+    let mut first = 0;
     for t in 0..k {
         let m = n / k + usize::from(t < n % k);
         let (url, shared) = (url.clone(), shared.clone());
+        let placed = (first, broadcasts);
         threads.push(std::thread::spawn(move || {
             driver::block_on(DriverKind::Auto, move |_| {
-                subscribers(url, m, frame_bytes, shared)
+                subscribers(url, placed, m, frame_bytes, shared)
             })
         }));
+        first += m;
     }
 
     let started = Instant::now();
@@ -408,12 +418,29 @@ fn spot_check(p: &[u8], group: u64, index: u64) -> Option<u64> {
     if ok { word(2) } else { None }
 }
 
-async fn publisher(url: String, frame_bytes: usize, fps: u32, shared: Arc<Shared>) {
+/// The name of broadcast `b`.
+fn broadcast_name(b: usize) -> String {
+    format!("{BROADCAST}/{b}")
+}
+
+async fn publisher(
+    url: String,
+    broadcasts: usize,
+    frame_bytes: usize,
+    fps: u32,
+    shared: Arc<Shared>,
+) {
     let group_bytes = frame_bytes as u64 * FRAMES_PER_GROUP;
-    let ctx = Rc::new(ClientCtx::new((group_bytes * 8).max(64 << 20)));
+    let ctx = Rc::new(ClientCtx::new(
+        (group_bytes * 8 * broadcasts as u64).max(64 << 20),
+    ));
     let notify = ctx.notify().clone();
-    let (origin, producer) = ctx.publication(BROADCAST, TRACK);
-    {
+    // One publishing session per broadcast, all on this thread.
+    let mut producers = Vec::new();
+    for b in 0..broadcasts {
+        let (origin, producer) = ctx.publication(&broadcast_name(b), TRACK);
+        let group: Option<skiff_core::model::track::GroupProducer<'static, 'static>> = None;
+        producers.push((producer, group));
         let (ctx, url) = (ctx.clone(), url.clone());
         monoio::spawn(async move {
             let mut app = Publisher::default();
@@ -425,38 +452,49 @@ async fn publisher(url: String, frame_bytes: usize, fps: u32, shared: Arc<Shared
     let mut buf = vec![0u8; frame_bytes];
     let tick = (fps > 0).then(|| Duration::from_secs_f64(1.0 / f64::from(fps)));
     let start = Instant::now();
-    let mut group: Option<skiff_core::model::track::GroupProducer<'static, 'static>> = None;
     let mut n: u64 = 0;
-    while !shared.stop.load(Ordering::Relaxed) {
+    // Broadcast b's frames go out b/B of a frame interval after broadcast
+    // 0's, as independent sources would (not all in one burst).
+    let slots = producers.len().max(1) as u32;
+    let mut slot: u32 = 0;
+    'frames: while !shared.stop.load(Ordering::Relaxed) {
         let (seq, index) = (n / FRAMES_PER_GROUP, n % FRAMES_PER_GROUP);
+        let Some((producer, group)) = producers.get_mut(slot as usize) else {
+            break;
+        };
+        fill(&mut buf, seq, index, shared.now_us());
+        let ts = start.elapsed().as_millis() as u64;
         if index == 0 {
             if let Some(mut g) = group.take() {
                 let _ = g.finish();
             }
             match producer.create_group(seq) {
-                Ok(g) => group = Some(g),
+                Ok(g) => *group = Some(g),
                 Err(e) => {
                     eprintln!("relay_load: create_group: {e}");
-                    break;
+                    break 'frames;
                 }
             }
         }
-        fill(&mut buf, seq, index, shared.now_us());
-        let ts = start.elapsed().as_millis() as u64;
         if let Some(g) = group.as_mut()
             && let Err(e) = g.write_frame(ts, &buf)
         {
             eprintln!("relay_load: write_frame: {e}");
-            break;
+            break 'frames;
         }
         shared
             .published
             .fetch_add(frame_bytes as u64, Ordering::Relaxed);
         notify.bump();
-        n += 1;
+        slot += 1;
+        if slot == slots {
+            slot = 0;
+            n += 1;
+        }
+        let due = n as u32 * slots + slot;
         match tick {
             Some(t) => {
-                monoio::time::sleep_until(monoio::time::Instant::from_std(start + t * n as u32))
+                monoio::time::sleep_until(monoio::time::Instant::from_std(start + t * due / slots))
                     .await
             }
             None => monoio::time::sleep(Duration::ZERO).await,
@@ -466,7 +504,15 @@ async fn publisher(url: String, frame_bytes: usize, fps: u32, shared: Arc<Shared
     monoio::time::sleep(Duration::from_millis(100)).await;
 }
 
-async fn subscribers(url: String, m: usize, frame_bytes: usize, shared: Arc<Shared>) {
+/// `m` subscribers, numbered from `placed.0`; subscriber k takes broadcast
+/// k mod `placed.1`.
+async fn subscribers(
+    url: String,
+    placed: (usize, usize),
+    m: usize,
+    frame_bytes: usize,
+    shared: Arc<Shared>,
+) {
     let group_bytes = frame_bytes as u64 * FRAMES_PER_GROUP;
     // Each local track keeps about BUDGET_GROUPS groups besides the latest.
     let per_track = group_bytes * (BUDGET_GROUPS + 1) + 64 * 1024;
@@ -474,10 +520,10 @@ async fn subscribers(url: String, m: usize, frame_bytes: usize, shared: Arc<Shar
         (per_track * m as u64 + group_bytes).max(64 << 20),
     ));
     let notify = ctx.notify().clone();
-    for _ in 0..m {
+    for k in 0..m {
         let local = ctx.track(TRACK);
         local.set_budget(group_bytes * BUDGET_GROUPS + frame_bytes as u64);
-        let app = Subscriber::new(BROADCAST, local);
+        let app = Subscriber::new(&broadcast_name((placed.0 + k) % placed.1.max(1)), local);
         let state = app.state.clone();
         {
             let (ctx, url) = (ctx.clone(), url.clone());

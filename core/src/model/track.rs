@@ -785,6 +785,12 @@ pub struct Ref<'t, 'p> {
 }
 
 impl<'t, 'p> Ref<'t, 'p> {
+    /// An identity of the track: the same for every handle to it while it
+    /// lives (the address of its state), for tables keyed by track.
+    pub fn key(&self) -> usize {
+        core::ptr::from_ref(self.core) as usize
+    }
+
     /// The track's one producer.
     ///
     /// # Errors

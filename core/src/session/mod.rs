@@ -362,6 +362,17 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         self.served_changes
     }
 
+    /// The local tracks our subscriptions fill (their versions change only
+    /// through this session).
+    pub fn filled_tracks(&self) -> impl Iterator<Item = track::Ref<'a, 'p>> + '_ {
+        self.subs.iter().flatten().map(|s| s.producer.track())
+    }
+
+    /// The local tracks the peer's subscriptions are served from.
+    pub fn served_tracks(&self) -> impl Iterator<Item = track::Ref<'a, 'p>> + '_ {
+        self.served.iter().flatten().map(|s| s.source)
+    }
+
     /// Our subscriptions (requests to the peer) still open.
     pub fn subscription_count(&self) -> usize {
         self.subs.iter().flatten().count()
