@@ -534,6 +534,8 @@ impl Resolve<'static, 'static> for Relay {
             track::State::with_limits(self.pool, info, self.track_limits),
         ));
         let t = state.handle();
+        // Its TRACK_INFO is the source's: TRACK requests wait for it.
+        t.await_info();
         // The track outlives a source that goes away (publisher failover).
         t.set_failover(true);
         e.producer.add(t).ok()?;
@@ -723,6 +725,13 @@ impl<const N: usize> App<N> for RelayConn {
             Event::AnnounceEnded { request, .. } if Some(request) == self.announce => {
                 self.announce = None;
                 self.relay.orphan_owned(self.id);
+            }
+            Event::TrackInfo { subscription, info } => {
+                // PROTOCOL.md §3.7: the relay track re-serves what its source
+                // said; TRACK requests waiting for it are answered now.
+                if let Some(s) = self.subs.iter().find(|s| s.id == subscription) {
+                    s.track.set_info(info);
+                }
             }
             Event::SubscriptionClosed { subscription, code } => {
                 if let Some(i) = self.subs.iter().position(|s| s.id == subscription) {

@@ -626,6 +626,8 @@ impl Demand {
 /// Track-wide bookkeeping, independent of the ring size.
 struct Core {
     info: Cell<Info>,
+    /// False while the TRACK_INFO values are still to come from upstream.
+    info_known: Cell<bool>,
     status: Cell<Status>,
     /// Bumped by [`Ref::reopen`]; handles compare it to detect reuse.
     epoch: Cell<u64>,
@@ -698,6 +700,7 @@ impl<'p, const G: usize> State<'p, G> {
         State {
             core: Core {
                 info: Cell::new(info),
+                info_known: Cell::new(true),
                 status: Cell::new(Status::Open),
                 epoch: Cell::new(0),
                 latest: Cell::new(None),
@@ -868,6 +871,32 @@ impl<'t, 'p> Ref<'t, 'p> {
     /// The track's name and TRACK_INFO values.
     pub fn info(&self) -> Info {
         self.core.info.get()
+    }
+
+    /// False while the track's TRACK_INFO values are still to come (a relay
+    /// track made before its upstream answered, see [`Ref::await_info`]):
+    /// [`Ref::info`] then holds defaults, not to be served as the track's.
+    pub fn info_known(&self) -> bool {
+        self.core.info_known.get()
+    }
+
+    /// Marks the TRACK_INFO values as still to come (until [`Ref::set_info`]):
+    /// a relay track made on demand re-serves its upstream's values
+    /// (PROTOCOL.md §3.7), so TRACK requests for it wait for them.
+    pub fn await_info(&self) {
+        self.core.info_known.set(false);
+    }
+
+    /// Sets the TRACK_INFO values (the name is kept) and wakes the track's
+    /// pollers: what a relay received from upstream.
+    pub fn set_info(&self, wire: crate::wire::lite::TrackInfo) {
+        let mut info = self.core.info.get();
+        info.priority = wire.priority;
+        info.max_age = wire.max_age;
+        info.timescale = wire.timescale;
+        self.core.info.set(info);
+        self.core.info_known.set(true);
+        self.changed();
     }
 
     /// Whether the track is called `name` (byte-wise, PROTOCOL.md §3.2).
@@ -1157,6 +1186,7 @@ impl<'t, 'p> Ref<'t, 'p> {
         let c = self.core;
         c.epoch.set(c.epoch.get().wrapping_add(1));
         c.info.set(info);
+        c.info_known.set(true);
         c.status.set(Status::Open);
         c.latest.set(None);
         c.evicted_max.set(None);

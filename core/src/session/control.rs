@@ -23,8 +23,8 @@ use core::cmp::min;
 
 use super::event::{AnnounceId, Event, Queued};
 use super::{Error, Session};
-use crate::model::origin;
 use crate::model::path::{Path, PathBuf};
+use crate::model::{origin, track};
 use crate::time::Instant;
 use crate::wire::lite::{
     Announce, AnnounceOk, BidiStreamType, Goaway, MAX_HOPS, Message, Param, SessionCode, Setup,
@@ -170,6 +170,10 @@ pub(super) enum Step {
     Held(usize),
     /// The front is not a complete message yet.
     Wait,
+    /// The message is complete but cannot be answered yet (a TRACK request
+    /// for a track whose TRACK_INFO is still to come): keep it, try again
+    /// at the next pass.
+    Defer,
     /// The handler changed the slot (refused, closed, failed); stop.
     Stop,
 }
@@ -623,6 +627,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             if !matches!(step, Step::Wait) {
                 self.control[slot].partial_since = None;
             }
+            if matches!(step, Step::Defer) {
+                self.deferred = true;
+                return;
+            }
             match step {
                 Step::Consumed(n) => self.rx_consume(slot, n),
                 Step::Held(n) => {
@@ -639,7 +647,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     }
                     return;
                 }
-                Step::Stop => return,
+                Step::Stop | Step::Defer => return,
             }
         }
     }
@@ -1155,12 +1163,23 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 let found = match normalize(t.broadcast, &mut self.scratch) {
                     Some(path) => {
                         super::resolve::lookup_or_resolve(origin, resolver, path, t.track)
-                            .map(|s| s.info().to_wire())
                     }
                     None => Err(StreamCode::NotFound),
                 };
                 Ok((n, found))
             }
+            Err(e) => Err(e),
+        };
+        // A relay track re-serves its upstream's TRACK_INFO (PROTOCOL.md
+        // §3.7): wait for it, unless the track ended without it.
+        let answer = match answer {
+            Ok((n, Ok(track))) if !track.info_known() => match track.status() {
+                track::Status::Open => return Step::Defer,
+                track::Status::Aborted(code) => Ok((n, Err(StreamCode::from_code(code)))),
+                track::Status::Finished => Ok((n, Err(StreamCode::NotFound))),
+            },
+            Ok((n, Ok(track))) => Ok((n, Ok(track.info().to_wire()))),
+            Ok((n, Err(code))) => Ok((n, Err(code))),
             Err(e) => Err(e),
         };
         match answer {

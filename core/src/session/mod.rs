@@ -175,6 +175,8 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     /// Something may need driving: set by every call that can change the
     /// session's state, cleared by a `poll_transmit` pass that wrote nothing.
     dirty: bool,
+    /// A TRACK request waits for its track's TRACK_INFO (retried every pass).
+    deferred: bool,
     /// [`Session::media_stamp`] when `dirty` was last cleared.
     stamp: u64,
     /// Served subscriptions started, updated or ended so far.
@@ -289,6 +291,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             surfaced: None,
             stall: None,
             dirty: true,
+            deferred: false,
             stamp: 0,
             served_changes: 0,
             scratch: PathBuf::new(),
@@ -645,8 +648,11 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         // Fast path: after a pass that found nothing to send, only a call on
         // the session or a change of the media it serves or fills can give
         // it work (a relay wakes every session on every change).
+        if self.deferred {
+            self.resume();
+        }
         let stamp = self.media_stamp();
-        if !self.dirty && stamp == self.stamp && self.stall.is_none() {
+        if !self.dirty && stamp == self.stamp && self.stall.is_none() && !self.deferred {
             return self.conn.poll_transmit(now, out);
         }
         let mut pos = 0;
@@ -686,7 +692,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// media change elsewhere may then go back to sleep.
     #[must_use]
     pub fn is_quiet(&self) -> bool {
-        !self.dirty && self.stall.is_none() && self.media_stamp() == self.stamp
+        !self.dirty && self.stall.is_none() && !self.deferred && self.media_stamp() == self.stamp
     }
 
     /// A digest of the local media this session depends on: the origin it
@@ -861,6 +867,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
 
     /// Processes whatever waits in control buffers (after events were polled).
     fn resume(&mut self) {
+        self.deferred = false;
         for slot in 0..self.control.span() {
             if !self.has_event_room() || self.is_closed() {
                 return;

@@ -510,6 +510,56 @@ fn requests_wait_for_the_peer_setup() {
 }
 
 #[test]
+fn track_request_waits_for_track_info_still_to_come() {
+    // A relay track made before its upstream's TRACK_INFO arrived
+    // (PROTOCOL.md §3.7: relays re-serve what they received).
+    let mut ps = PoolStorage::<8, 64>::new();
+    let pool = Pool::new(&mut ps);
+    let t = track::State::<2>::new(&pool, track::Info::new("t").unwrap());
+    let gone = track::State::<2>::new(&pool, track::Info::new("g").unwrap());
+    let b = broadcast::State::<2>::new(Path::new("b").unwrap()).unwrap();
+    let o = origin::State::<2, 4>::new();
+    let bp = b.producer().unwrap();
+    bp.add(t.handle()).unwrap();
+    bp.add(gone.handle()).unwrap();
+    o.handle().announce(b.handle()).unwrap();
+    t.handle().await_info();
+    gone.handle().await_info();
+    raw_pair!(Side::Server, Config::new(), Some(o.handle()), st, pair);
+    pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+    let id = pair.b.open(Dir::Bidi, &hex("06 04 01 62 01 74"), false);
+    let gone_id = pair.b.open(Dir::Bidi, &hex("06 04 01 62 01 67"), false);
+    pair.settle(Duration::from_millis(50));
+    assert!(
+        pair.b.received(id.value()).is_empty(),
+        "no answer with defaults"
+    );
+    assert!(
+        !pair.a.session.is_quiet(),
+        "a waiting request keeps the session awake"
+    );
+    // The values arrive: priority 9, max age 2000 ms, timescale 90000.
+    t.handle().set_info(crate::wire::lite::TrackInfo {
+        priority: 9,
+        max_age: Duration::from_millis(2000),
+        timescale: core::num::NonZeroU64::new(90_000).unwrap(),
+    });
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(
+        pair.b.received(id.value()),
+        hex("08 09 00 47 d0 80 01 5f 90")
+    );
+    assert!(pair.b.streams[&id.value()].1);
+    // A track that ends before its values came: the request is refused with its code.
+    assert!(pair.b.resets.iter().all(|(s, _)| *s != gone_id.value()));
+    let mut gp = gone.producer().unwrap();
+    assert!(gp.abort(0x36));
+    pair.settle(Duration::from_millis(50));
+    assert!(pair.b.resets.contains(&(gone_id.value(), 0x36)));
+    assert_eq!(pair.b.closed, None);
+}
+
+#[test]
 fn oversized_request_is_refused_not_buffered() {
     raw_pair!(Side::Server, Config::new(), None, st, pair);
     pair.b.open(Dir::Uni, &hex("01 01 00"), true);
