@@ -16,7 +16,13 @@
 //!   the thread's block pool (the cache, `--cache-bytes` per thread), adds it
 //!   to the broadcast and queues **one** upstream SUBSCRIBE on the
 //!   publisher's session (§4.5: requests are merged; later subscribers find
-//!   the track in the broadcast and never reach the hook).
+//!   the track in the broadcast and never reach the hook). TRACK requests
+//!   for it are answered once the upstream's TRACK_INFO arrived, with its
+//!   values (§3.7: relays re-serve what they received), or refused with the
+//!   track's code if it ends first.
+//! * Each session task wakes for the tracks it serves and fills
+//!   ([`crate::notify`]): a frame stored in a relay track wakes the sessions
+//!   serving that track, not every session of the worker.
 //! * The upstream subscription follows the downstream ones (§4.5): every
 //!   session registers the subscriptions it serves on the relay track
 //!   ([`track::Ref::subscribers`], [`track::Ref::demand`]); the SUBSCRIBE
@@ -79,8 +85,6 @@
 //!   with one subscriber, or once all left). Updates keep the start of the
 //!   SUBSCRIBE: a later subscriber asking for an older start than the
 //!   upstream one is served from what the cache holds.
-//! * A TRACK request for a track created on demand is answered with default
-//!   TRACK_INFO values, not the upstream ones.
 //! * Broadcast and track states are allocated once each and never freed (the
 //!   session's media model hands out plain references); a long-running relay
 //!   with many short-lived broadcasts grows by a few hundred bytes per
