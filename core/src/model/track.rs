@@ -1566,7 +1566,8 @@ pub struct GroupProducer<'t, 'p> {
     track: Ref<'t, 'p>,
     slot: &'t Slot<'p>,
     generation: u64,
-    /// Payload bytes of the streamed frame written since the last version bump.
+    /// Bytes of the streamed frame (header and payload) written since the
+    /// last version bump.
     unannounced: u64,
     /// Bump the version once this many payload bytes are unannounced (0: every write).
     announce_step: u64,
@@ -1601,12 +1602,16 @@ impl<'t, 'p> GroupProducer<'t, 'p> {
         }
     }
 
-    fn after_frame(&self, timestamp: u64, first: bool) {
+    /// Books a frame's start; bumps the version unless `announce` is false
+    /// (and nothing expired): a streamed frame's start is then announced
+    /// with its payload.
+    fn after_frame(&self, timestamp: u64, first: bool, announce: bool) {
         if first {
             self.slot.begin.set(Some(timestamp));
         }
-        self.track.expire();
-        self.track.changed();
+        if self.track.expire() || announce {
+            self.track.changed();
+        }
     }
 
     /// Appends one whole frame at absolute `timestamp`, all or nothing (see
@@ -1623,7 +1628,7 @@ impl<'t, 'p> GroupProducer<'t, 'p> {
             .unwrap_or(0);
         self.before_write((header + payload.len()) as u64);
         self.inner.write_frame(timestamp, payload)?;
-        self.after_frame(timestamp, first);
+        self.after_frame(timestamp, first, true);
         Ok(())
     }
 
@@ -1640,7 +1645,12 @@ impl<'t, 'p> GroupProducer<'t, 'p> {
             .unwrap_or(0);
         self.before_write(header as u64);
         self.inner.begin_frame(timestamp, len)?;
-        self.after_frame(timestamp, first);
+        // With an announce step, the header goes out with the payload after it.
+        let defer = self.announce_step > 0 && len > 0;
+        if defer {
+            self.unannounced = self.unannounced.saturating_add(header as u64);
+        }
+        self.after_frame(timestamp, first, !defer);
         Ok(())
     }
 
@@ -1668,9 +1678,10 @@ impl<'t, 'p> GroupProducer<'t, 'p> {
         }
     }
 
-    /// Lets [`GroupProducer::write_payload`] bump the track version only once
-    /// `bytes` payload bytes of the streamed frame are unannounced, or the frame
-    /// is complete, instead of on every write (0, the default).
+    /// Lets a streamed frame ([`GroupProducer::begin_frame`], then
+    /// [`GroupProducer::write_payload`]) bump the track version only once
+    /// `bytes` of it are unannounced, or it is complete, instead of on every
+    /// write (0, the default).
     ///
     /// Readers woken by version changes then run once per frame (or per
     /// `bytes`) rather than once per piece a relay receives: the bytes are
@@ -1682,7 +1693,8 @@ impl<'t, 'p> GroupProducer<'t, 'p> {
         self.announce_step = bytes;
     }
 
-    /// Payload bytes written since the track version last changed for this group.
+    /// Bytes of the streamed frame (its header and payload) written since
+    /// the track version last changed for this group.
     pub fn unannounced(&self) -> u64 {
         self.unannounced
     }
@@ -2429,14 +2441,15 @@ mod tests {
         let p = track.producer().unwrap();
         let mut g = p.append_group().unwrap();
         g.set_announce_step(40);
-        g.begin_frame(0, 100).unwrap();
         let (count, waker) = counter();
         let mut cx = Context::from_waker(&waker);
         let v = t.version();
         assert_eq!(t.poll_changed(&mut cx, v), Poll::Pending);
-        // Pieces under the step: stored and readable, nobody woken.
+        // The frame's start (3 header bytes) and pieces under the step:
+        // stored and readable, nobody woken.
+        g.begin_frame(0, 100).unwrap();
         assert_eq!(g.write_payload(&[1; 25]).unwrap(), 25);
-        assert_eq!((t.version(), woken(&count), g.unannounced()), (v, 0, 25));
+        assert_eq!((t.version(), woken(&count), g.unannounced()), (v, 0, 28));
         let mut c = track.consumer(Start::Group(0));
         assert!(matches!(
             c.poll_next_group(&mut cx),
