@@ -431,23 +431,38 @@ mod tests {
         assert_eq!(n.waiters(), 0);
     }
 
+    /// Wakers that count their wake-ups, and a reading of the counts.
+    struct Counters(Vec<std::sync::Arc<Count>>);
+
+    struct Count(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    impl Counters {
+        fn new(n: usize) -> (Self, Vec<Waker>) {
+            let counts: Vec<_> = (0..n)
+                .map(|_| std::sync::Arc::new(Count(std::sync::atomic::AtomicUsize::new(0))))
+                .collect();
+            let wakers = counts.iter().map(|c| Waker::from(c.clone())).collect();
+            (Counters(counts), wakers)
+        }
+
+        fn woken(&self) -> Vec<usize> {
+            self.0
+                .iter()
+                .map(|c| c.0.load(std::sync::atomic::Ordering::Relaxed))
+                .collect()
+        }
+    }
+
     #[test]
     fn bumps_naming_tracks_wake_their_followers_only() {
-        use std::sync::Arc;
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        use std::task::Wake;
-        struct Count(AtomicUsize);
-        impl Wake for Count {
-            fn wake(self: Arc<Self>) {
-                self.0.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        let counts: Vec<_> = (0..4)
-            .map(|_| Arc::new(Count(AtomicUsize::new(0))))
-            .collect();
-        let wakers: Vec<_> = counts.iter().map(|c| Waker::from(c.clone())).collect();
-        let woken =
-            || -> Vec<usize> { counts.iter().map(|c| c.0.load(Ordering::Relaxed)).collect() };
+        let (counters, wakers) = Counters::new(4);
+        let woken = || counters.woken();
         let n = Notify::new();
         let places: Vec<_> = (0..4).map(|_| n.waiter()).collect();
         // 0 serves track 1 (media only), 1 fills track 2, 2 follows every
@@ -483,44 +498,19 @@ mod tests {
 
     #[test]
     fn consumption_wakes_only_tasks_not_waiting_for_media_alone() {
-        use std::sync::Arc;
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        use std::task::Wake;
-        struct Count(AtomicUsize);
-        impl Wake for Count {
-            fn wake(self: Arc<Self>) {
-                self.0.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        let (any, media) = (
-            Arc::new(Count(AtomicUsize::new(0))),
-            Arc::new(Count(AtomicUsize::new(0))),
-        );
-        let (wa, wm) = (Waker::from(any.clone()), Waker::from(media.clone()));
+        let (counters, w) = Counters::new(2);
         let n = Notify::new();
         let (a, m) = (n.waiter(), n.waiter());
-        a.register(&wa);
-        m.register_media(&wm);
+        a.register(&w[0]);
+        m.register_media(&w[1]);
         let (g, mg) = (n.generation(), n.media_generation());
         n.bump_consumed();
         assert_ne!(n.generation(), g);
         assert_eq!(n.media_generation(), mg);
-        assert_eq!(
-            (
-                any.0.load(Ordering::Relaxed),
-                media.0.load(Ordering::Relaxed)
-            ),
-            (1, 0)
-        );
-        a.register(&wa);
+        assert_eq!(counters.woken(), [1, 0]);
+        a.register(&w[0]);
         n.bump();
         assert_ne!(n.media_generation(), mg);
-        assert_eq!(
-            (
-                any.0.load(Ordering::Relaxed),
-                media.0.load(Ordering::Relaxed)
-            ),
-            (2, 1)
-        );
+        assert_eq!(counters.woken(), [2, 1]);
     }
 }

@@ -103,7 +103,7 @@ use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::{BlockMeta, Pool};
 use skiff_core::session::{
-    AnnounceId, Config, Error as SessionError, Event, Resolve, Session, Storage, SubscriptionId,
+    AnnounceId, Config, ConfigError, Error as SessionError, Event, Resolve, Session, SubscriptionId,
 };
 use skiff_core::window::{Request, Start};
 use skiff_core::wire::lite::{Role, StreamCode};
@@ -116,7 +116,7 @@ use crate::handler::{ConnectionHandler, WorkerInfo};
 use crate::metrics::Metrics;
 use crate::notify::Notify;
 use crate::session_driver::{
-    App, ByteRead, ByteWrite, DriveCtx, Ended, STREAMS, StoragePool, TRUNK_STREAMS, TrunkStorage,
+    App, ByteRead, ByteWrite, DriveCtx, Ended, MoqSession, StoragePool, TrunkSession, TrunkStorage,
     drive, split_halves,
 };
 
@@ -908,16 +908,10 @@ impl RelayHandler {
         monoio::spawn(async move {
             let (reader, writer) = split_halves(stream, 64 * 1024);
             let mut storage = Box::new(TrunkStorage::new());
-            let res = run_session::<_, _, TRUNK_STREAMS, _, _, _, _, _, _>(
-                relay,
-                &mut storage,
-                reader,
-                writer,
-                side,
-                id,
-                Peer::Link,
-                &ctx,
-            );
+            let (config, origin) = relay.session_setup(Peer::Link);
+            let session: Result<TrunkSession<'_>, _> =
+                Session::new(side, config, ctx.clock.now(), &mut storage, Some(origin));
+            let res = run_session(relay, session, reader, writer, side, id, Peer::Link, &ctx);
             match res.await {
                 Ok(ended) => tracing::debug!(peer, ?ended, "worker link ended"),
                 Err(e) => tracing::warn!(peer, error = %e, "worker link failed"),
@@ -952,14 +946,23 @@ impl RelayHandler {
                         tracing::info!(worker, upstream = %up, "upstream connected");
                         let (reader, writer) = split_halves(stream, 64 * 1024);
                         let id = UPSTREAM_ID_BASE + dial;
-                        let res = run_session::<_, _, TRUNK_STREAMS, _, _, _, _, _, _>(
-                            relay.clone(),
+                        let peer = Peer::Upstream(path);
+                        let (config, origin) = relay.session_setup(peer);
+                        let session: Result<TrunkSession<'_>, _> = Session::new(
+                            Side::Client,
+                            config,
+                            ctx.clock.now(),
                             &mut storage,
+                            Some(origin),
+                        );
+                        let res = run_session(
+                            relay.clone(),
+                            session,
                             reader,
                             writer,
                             Side::Client,
                             id,
-                            Peer::Upstream(path),
+                            peer,
                             &ctx,
                         );
                         match res.await {
@@ -1001,22 +1004,38 @@ async fn dial_upstream(up: &UpstreamAddr) -> io::Result<monoio::net::TcpStream> 
     Ok(stream)
 }
 
+impl Relay {
+    /// The configuration and the origin of a session with `peer`: a client's
+    /// or a trunk's configuration; links and the upstream are offered only
+    /// this worker's own clients' broadcasts (one hop between workers,
+    /// nothing loops back up).
+    fn session_setup(&self, peer: Peer) -> (Config<'static>, origin::Ref<'static, 'static>) {
+        let config = Config {
+            path: match peer {
+                Peer::Upstream(path) => Some(path),
+                _ => None,
+            },
+            ..if peer.is_local() {
+                self.session_config
+            } else {
+                self.trunk_config
+            }
+        };
+        let origin = if peer.is_local() {
+            self.origin
+        } else {
+            self.local_origin
+        };
+        (config, origin)
+    }
+}
+
 /// Runs one relay session (a client connection, a worker link or the
-/// upstream) of `N` stream slots over `storage`.
+/// upstream), made from [`Relay::session_setup`].
 #[allow(clippy::too_many_arguments)]
-async fn run_session<
-    R: ByteRead,
-    W: ByteWrite,
-    const N: usize,
-    const CONTROL: usize,
-    const BUF: usize,
-    const SERVE: usize,
-    const SUBS: usize,
-    const OUT: usize,
-    const IN: usize,
->(
+async fn run_session<R: ByteRead, W: ByteWrite, const N: usize>(
     relay: Rc<Relay>,
-    storage: &mut Storage<'static, 'static, CONTROL, BUF, SERVE, SUBS, OUT, IN>,
+    session: Result<Session<'_, 'static, 'static, N>, ConfigError>,
     reader: R,
     writer: W,
     side: Side,
@@ -1024,50 +1043,24 @@ async fn run_session<
     peer: Peer,
     ctx: &DriveCtx,
 ) -> io::Result<Ended> {
-    {
-        let config = Config {
-            path: match peer {
-                Peer::Upstream(path) => Some(path),
-                _ => None,
-            },
-            ..if peer.is_local() {
-                relay.session_config
-            } else {
-                relay.trunk_config
-            }
-        };
-        // Links and the upstream are offered only this worker's own clients'
-        // broadcasts: one hop between workers, nothing loops back up.
-        let origin = if peer.is_local() {
-            relay.origin
-        } else {
-            relay.local_origin
-        };
-        let session: Result<Session<'_, 'static, 'static, N>, _> =
-            Session::new(side, config, ctx.clock.now(), storage, Some(origin));
-        match session {
-            Ok(mut session) => {
-                session.set_resolver(Some(&*relay));
-                let mut app = RelayConn {
-                    relay: relay.clone(),
-                    id,
-                    peer,
-                    upstream: Rc::new(PendingSubscribes::default()),
-                    // The dialing side of a link, and a leaf towards its
-                    // upstream, ask at once; accepted clients after SETUP.
-                    want_announce: match peer {
-                        Peer::Link => side == Side::Client,
-                        Peer::Upstream(_) => true,
-                        Peer::Client => false,
-                    },
-                    announce: None,
-                    subs: Vec::new(),
-                };
-                drive(session, reader, writer, &mut app, ctx).await
-            }
-            Err(e) => Err(io::Error::other(e)),
-        }
-    }
+    let mut session = session.map_err(io::Error::other)?;
+    session.set_resolver(Some(&*relay));
+    let mut app = RelayConn {
+        relay: relay.clone(),
+        id,
+        peer,
+        upstream: Rc::new(PendingSubscribes::default()),
+        // The dialing side of a link, and a leaf towards its upstream, ask
+        // at once; accepted clients after SETUP.
+        want_announce: match peer {
+            Peer::Link => side == Side::Client,
+            Peer::Upstream(_) => true,
+            Peer::Client => false,
+        },
+        announce: None,
+        subs: Vec::new(),
+    };
+    drive(session, reader, writer, &mut app, ctx).await
 }
 
 impl ConnectionHandler for RelayHandler {
@@ -1084,9 +1077,18 @@ impl ConnectionHandler for RelayHandler {
             };
             let (reader, writer) = conn.into_split();
             let mut storage = self.storage.take();
-            let ended = run_session::<_, _, STREAMS, _, _, _, _, _, _>(
-                self.relay.clone(),
+            let (config, origin) = self.relay.session_setup(Peer::Client);
+            let session: Result<MoqSession<'_>, _> = Session::new(
+                Side::Server,
+                config,
+                ctx.clock.now(),
                 &mut storage,
+                Some(origin),
+            );
+            let relay = self.relay.clone();
+            let ended = run_session(
+                relay,
+                session,
                 reader,
                 writer,
                 Side::Server,

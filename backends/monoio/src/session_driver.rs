@@ -96,19 +96,12 @@ const _: () = assert!(STAGING_BYTES >= TRANSMIT_CHUNK);
 
 /// A per-thread free list of session storage, so accepting a connection does
 /// not allocate the tables again.
-pub struct StoragePool<S = SessionStorage> {
-    free: RefCell<Vec<Box<S>>>,
+#[derive(Default)]
+pub struct StoragePool {
+    free: RefCell<Vec<Box<SessionStorage>>>,
 }
 
-impl<S> Default for StoragePool<S> {
-    fn default() -> Self {
-        StoragePool {
-            free: RefCell::new(Vec::new()),
-        }
-    }
-}
-
-impl<S> std::fmt::Debug for StoragePool<S> {
+impl std::fmt::Debug for StoragePool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StoragePool")
             .field("free", &self.free.borrow().len())
@@ -119,31 +112,20 @@ impl<S> std::fmt::Debug for StoragePool<S> {
 /// Most storages a thread keeps for reuse.
 const MAX_POOLED_STORAGE: usize = 256;
 
-impl<
-    const CONTROL: usize,
-    const BUF: usize,
-    const SERVE: usize,
-    const SUBS: usize,
-    const OUT: usize,
-    const IN: usize,
-> StoragePool<Storage<'static, 'static, CONTROL, BUF, SERVE, SUBS, OUT, IN>>
-{
+impl StoragePool {
     /// An empty pool.
     pub fn new() -> Self {
         Self::default()
     }
 
     /// A storage, reused if one is free (the session clears it).
-    pub fn take(&self) -> Box<Storage<'static, 'static, CONTROL, BUF, SERVE, SUBS, OUT, IN>> {
+    pub fn take(&self) -> Box<SessionStorage> {
         let reused = self.free.borrow_mut().pop();
         reused.unwrap_or_else(|| Box::new(Storage::new()))
     }
 
     /// Gives a storage back.
-    pub fn give(
-        &self,
-        storage: Box<Storage<'static, 'static, CONTROL, BUF, SERVE, SUBS, OUT, IN>>,
-    ) {
+    pub fn give(&self, storage: Box<SessionStorage>) {
         let mut free = self.free.borrow_mut();
         if free.len() < MAX_POOLED_STORAGE {
             free.push(storage);

@@ -61,6 +61,26 @@ fn read_group(track: track::Ref<'_, '_>, seq: u64) -> Frames {
     }
 }
 
+/// Reads whatever bytes of group 0 of `track` are there past `reader`
+/// (opened on first use); returns how many.
+fn read_group_bytes<'t, 'p>(
+    track: track::Ref<'t, 'p>,
+    reader: &mut Option<crate::model::group::Consumer<'t, 'p>>,
+) -> u64 {
+    if reader.is_none() {
+        *reader = track.group(0);
+    }
+    let mut read = 0;
+    if let Some(r) = reader.as_mut() {
+        while let Ok(Next::Ready(chunk)) = r.chunk() {
+            let k = chunk.len();
+            read += k as u64;
+            r.advance(k);
+        }
+    }
+    read
+}
+
 /// A group's frames: (timestamp, payload).
 type Frames = Vec<(u64, Vec<u8>)>;
 
@@ -978,16 +998,7 @@ fn parked_subscriber(gather: bool) {
         }
         let pub_written = gp.state().bytes_written();
         if !parked {
-            if reader.is_none() {
-                reader = local.handle().group(0);
-            }
-            if let Some(r) = reader.as_mut() {
-                while let Ok(Next::Ready(chunk)) = r.chunk() {
-                    let k = chunk.len();
-                    read += k as u64;
-                    r.advance(k);
-                }
-            }
+            read += read_group_bytes(local.handle(), &mut reader);
             max_ahead = max_ahead.max(pub_written.saturating_sub(read));
         }
         if !pair.step() {
@@ -1071,16 +1082,7 @@ fn version_woken_reader(window: u64, announce_step: u64) -> usize {
     for _ in 0..100_000 {
         if local.handle().version() != seen {
             seen = local.handle().version();
-            if reader.is_none() {
-                reader = local.handle().group(0);
-            }
-            if let Some(r) = reader.as_mut() {
-                while let Ok(Next::Ready(chunk)) = r.chunk() {
-                    let k = chunk.len();
-                    read += k as u64;
-                    r.advance(k);
-                }
-            }
+            read += read_group_bytes(local.handle(), &mut reader);
         }
         if !pair.step() {
             if read == total {
