@@ -6,6 +6,10 @@
 //! the track's end. One frame is larger than the 256 KiB initial stream window, so the
 //! relay's flow control is crossed in both directions.
 //!
+//! The same scenario runs with `skiff-relay` as a leaf of `moq-relay` (`--upstream`, two
+//! workers): the publisher on moq-relay and the subscribers on the leaf, then the other
+//! way round.
+//!
 //! The relay binary is taken from `$MOQ_RELAY`, else `/work/tools/moq-relay/bin/moq-relay`,
 //! else `moq-relay` on `PATH`. Without one, [`skiff_client_through_moq_relay`] prints a
 //! skip line and passes; [`skiff_client_through_moq_relay_required`] (ignored by default)
@@ -26,8 +30,13 @@ use std::rc::Rc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use std::num::NonZeroUsize;
+
 use skiff_monoio::client::{self, ClientCtx, Publisher, ReadState};
+use skiff_monoio::config::RelayConfig;
 use skiff_monoio::driver::{self, DriverKind};
+use skiff_monoio::relay::RelayHandler;
+use skiff_monoio::server;
 
 /// How to get the relay (PROTOCOL.md §7.1; default features off builds much faster).
 const INSTALL: &str = "cargo install moq-relay --version 0.17.10 --no-default-features \
@@ -202,8 +211,10 @@ impl Seen {
     }
 }
 
-/// One publisher and [`SUBSCRIBERS`] subscribers on one monoio thread, all dialing `url`.
-async fn scenario(url: String) -> Vec<Seen> {
+/// One publisher dialing `pub_url` and [`SUBSCRIBERS`] subscribers dialing
+/// `sub_url`, on one monoio thread.
+async fn scenario(pub_url: String, sub_url: String) -> Vec<Seen> {
+    let url = pub_url;
     let ctx = Rc::new(ClientCtx::new(64 << 20));
     let notify = ctx.notify().clone();
 
@@ -222,6 +233,7 @@ async fn scenario(url: String) -> Vec<Seen> {
     g0.write_frame(timestamp(0, 0), &payload(0, 0)).unwrap();
     notify.bump();
 
+    let url = sub_url;
     let mut states = Vec::new();
     let mut seen_all = Vec::new();
     for _ in 0..SUBSCRIBERS {
@@ -309,9 +321,42 @@ fn through_moq_relay(bin: &Path) {
     let relay = MoqRelay::start(bin);
     let url = format!("tcp://{}{PATH}", relay.addr);
     eprintln!("moq-relay {} on {url}", bin.display());
+    run_checked(url.clone(), url);
+    drop(relay);
+}
+
+/// `skiff-relay` as a leaf of `moq-relay` (`--upstream`, two workers): the
+/// publisher on one relay and the subscribers on the other, both ways.
+fn leaf_of_moq_relay(bin: &Path, publisher_on_root: bool) {
+    let relay = MoqRelay::start(bin);
+    let root = format!("tcp://{}{PATH}", relay.addr);
+    let mut cfg = RelayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        threads: NonZeroUsize::new(2).unwrap(),
+        driver: DriverKind::Legacy,
+        drain_timeout: Duration::from_secs(2),
+        ..RelayConfig::default()
+    };
+    cfg.upstream = Some(root.parse().expect("upstream URL"));
+    let leaf = server::start(cfg, RelayHandler::factory(2).unwrap()).expect("start leaf");
+    let leaf_url = format!("tcp://{}/anon", leaf.local_addr());
+    eprintln!("skiff-relay leaf on {leaf_url}, moq-relay root on {root}");
+    if publisher_on_root {
+        run_checked(root, leaf_url);
+    } else {
+        run_checked(leaf_url, root);
+    }
+    leaf.shutdown().expect("leaf stops");
+    drop(relay);
+}
+
+/// Runs the scenario, asserting every subscriber got everything.
+fn run_checked(pub_url: String, sub_url: String) {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let _ = tx.send(driver::block_on(DriverKind::Legacy, move |_| scenario(url)));
+        let _ = tx.send(driver::block_on(DriverKind::Legacy, move |_| {
+            scenario(pub_url, sub_url)
+        }));
     });
     let seen = match rx.recv_timeout(Duration::from_secs(SCENARIO_SECS)) {
         Ok(r) => r.expect("client runtime"),
@@ -331,7 +376,6 @@ fn through_moq_relay(bin: &Path) {
         assert!(s.finished, "subscriber {i} did not finish");
         assert_eq!(s.next, (GROUPS, 0), "subscriber {i} missed frames");
     }
-    drop(relay);
 }
 
 /// Through `moq-relay` if it is installed; otherwise prints why it skipped and passes.
@@ -339,6 +383,24 @@ fn through_moq_relay(bin: &Path) {
 fn skiff_client_through_moq_relay() {
     match relay_binary() {
         Some(bin) => through_moq_relay(&bin),
+        None => eprintln!("skipped: moq-relay not installed; install with: {INSTALL}"),
+    }
+}
+
+/// skiff-relay as a leaf of moq-relay, the publisher on moq-relay.
+#[test]
+fn skiff_leaf_of_moq_relay_publisher_on_the_root() {
+    match relay_binary() {
+        Some(bin) => leaf_of_moq_relay(&bin, true),
+        None => eprintln!("skipped: moq-relay not installed; install with: {INSTALL}"),
+    }
+}
+
+/// skiff-relay as a leaf of moq-relay, the publisher on the leaf.
+#[test]
+fn skiff_leaf_of_moq_relay_publisher_on_the_leaf() {
+    match relay_binary() {
+        Some(bin) => leaf_of_moq_relay(&bin, false),
         None => eprintln!("skipped: moq-relay not installed; install with: {INSTALL}"),
     }
 }
