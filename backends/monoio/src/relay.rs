@@ -72,7 +72,7 @@
 //!   ([`Mesh`]): one moq-lite session per worker pair over a Unix socket
 //!   pair, copying each track's payload once per worker pair (not per
 //!   subscriber). Links and a leaf's upstream session are trunks: their
-//!   tables ([`crate::session_driver::TrunkStorage`]) carry 256 concurrent
+//!   tables ([`crate::session_driver::TrunkStorage`]) carry 128 concurrent
 //!   subscriptions each way (`tests/trunk.rs` runs about 96 across a
 //!   link); one more is refused like a full table. A client connection's
 //!   session is smaller (128 stream slots, 64 subscriptions each way): a

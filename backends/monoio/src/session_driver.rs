@@ -65,11 +65,13 @@ pub type MoqSession<'s> = Session<'s, 'static, 'static, STREAMS>;
 /// Stream slots of a trunk session: a link between two workers or a leaf's
 /// session to its upstream, which carries every track crossing it (a
 /// quarter each are advertised to the peer, as for [`STREAMS`]).
-pub const TRUNK_STREAMS: usize = 1024;
+pub const TRUNK_STREAMS: usize = 512;
 
-/// The tables of a trunk session: 512 control streams of 1 KiB buffers, 256
-/// subscriptions each way, 256 group streams each way (about 1.1 MiB).
-pub type TrunkStorage = Storage<'static, 'static, 512, 1024, 256, 256, 256, 256>;
+/// The tables of a trunk session: 256 control streams of 512-byte buffers
+/// (a control message holds at most a 128-byte path and a 128-byte name),
+/// 128 subscriptions each way, 128 group streams each way: 370 KiB, twice
+/// a client's. Every worker has one per other worker, so it stays small.
+pub type TrunkStorage = Storage<'static, 'static, 256, 512, 128, 128, 128, 128>;
 
 /// A trunk session (see [`TRUNK_STREAMS`]).
 pub type TrunkSession<'s> = Session<'s, 'static, 'static, TRUNK_STREAMS>;
