@@ -483,8 +483,9 @@ impl FrameReader {
     /// Reads frames as they arrive until the track ends, handing each to
     /// `f`; returns how it ended ([`ReadState::Finished`] or
     /// [`ReadState::Aborted`]). Waits on `notify` between arrivals and bumps
-    /// it after reading, so the session gives the credit back, and when it
-    /// ends: a task waiting on `notify` for readers to finish sees the end
+    /// it after reading (naming the track: the session filling it gives the
+    /// credit back), and when it ends: a task waiting on `notify` for
+    /// readers to finish sees the end
     /// once this caller recorded it (the bump wakes waiters only after the
     /// running task yields).
     pub async fn read_to_end(
@@ -500,9 +501,12 @@ impl FrameReader {
                 got = true;
                 f(frame);
             });
-            // Reading frees credit and pacing room, and an end is news too.
-            if got || st != ReadState::Pending {
+            // Reading frees credit and pacing room for the track's filler
+            // (only the tasks following it wake), and an end is news to all.
+            if st != ReadState::Pending {
                 notify.bump();
+            } else if got {
+                notify.bump_consumed_tracks([self.track.key()]);
             }
             if st != ReadState::Pending {
                 return st;
