@@ -614,11 +614,14 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
                 deadline = Some(deadline.map_or(at, |d| d.min(at)));
             }
         }
-        if deadline != armed {
-            armed = deadline;
-            let wait = deadline.map_or(StdDuration::from_secs(3600), |t| {
-                StdDuration::from_micros(t.saturating_duration_since(now).as_micros())
-            });
+        // Re-arm only for an earlier deadline: the idle deadline moves later
+        // with every byte, and a timer that fires early costs one pass, which
+        // arms it again for the deadline then.
+        if let Some(at) = deadline
+            && armed.is_none_or(|a| at < a)
+        {
+            armed = Some(at);
+            let wait = StdDuration::from_micros(at.saturating_duration_since(now).as_micros());
             sleep
                 .as_mut()
                 .reset(monoio::time::Instant::from_std(StdInstant::now() + wait));
