@@ -79,12 +79,12 @@
 //!   client may hold 32 subscriptions on the relay at once, and the relay
 //!   up to 64 on a publishing client (32 on skiff's own client, which
 //!   advertises a quarter of its 128 slots).
-//! * The upstream aggregate is an upper bound while subscribers come and go:
-//!   a subscriber that leaves does not lower the priority, max age or end
-//!   asked upstream (the track keeps maxima, not every request; exact again
-//!   with one subscriber, or once all left). Updates keep the start of the
-//!   SUBSCRIBE: a later subscriber asking for an older start than the
-//!   upstream one is served from what the cache holds.
+//! * The upstream aggregate is exact while the subscribers of a track use at
+//!   most four distinct values of each preference (priority, max age, start,
+//!   end); past that, the values that did not fit are kept as a bound until
+//!   the track has no subscriber. Updates keep the start of the SUBSCRIBE:
+//!   a later subscriber asking for an older start than the upstream one is
+//!   served from what the cache holds.
 //! * Broadcast and track states are allocated once each and never freed (the
 //!   session's media model hands out plain references); a long-running relay
 //!   with many short-lived broadcasts grows by a few hundred bytes per

@@ -197,7 +197,7 @@ async fn cancel_scenario(url: String) {
 
 /// Two subscribers with different priorities and max ages: one upstream
 /// subscription, updated to the aggregate (highest priority, highest max
-/// age); cancelled once both left.
+/// age), back to the first's when the second leaves; cancelled once both left.
 async fn merge_scenario(url: String) {
     let base = ClientCtx::new(16 << 20);
     let run = Rc::new(Cell::new(true));
@@ -223,8 +223,7 @@ async fn merge_scenario(url: String) {
     // SUBSCRIBE_UPDATE: the aggregate of both, on the one upstream subscription:
     // the higher priority, and at least the longer max age (a relay asks a
     // hop upstream for the publisher's default 5 s until its first
-    // subscriber's request arrives, and the aggregate does not come back
-    // down while anyone is subscribed).
+    // subscriber's request arrives).
     until("upstream asks for the aggregate", 10, || {
         published.demand().is_some_and(|d| {
             d.priority == 9
@@ -236,8 +235,15 @@ async fn merge_scenario(url: String) {
     .await;
     assert_eq!(published.subscribers(), 1, "one upstream subscription");
 
-    // One leaves: the upstream subscription stays.
+    // One leaves: the upstream subscription stays, and comes back down to
+    // the other's preferences (PROTOCOL.md §4.5).
     b.ctx.close_all();
+    until(
+        "upstream asks for the remaining subscriber's preferences",
+        10,
+        || published.demand() == Some(request(3, 100)),
+    )
+    .await;
     monoio::time::sleep(UPSTREAM_LINGER + Duration::from_millis(500)).await;
     assert_eq!(published.subscribers(), 1, "kept for the other subscriber");
     let seen = a.local.latest();

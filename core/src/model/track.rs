@@ -588,14 +588,79 @@ impl<const W: usize> fmt::Debug for Wakers<W> {
 // State
 // ---------------------------------------------------------------------------
 
+/// Distinct values a [`Tally`] counts exactly.
+const TALLY_VALUES: usize = 4;
+
+/// A multiset of up to [`TALLY_VALUES`] distinct values with their counts,
+/// so the extremes come back down when values leave. A value that finds no
+/// entry is kept as a bound ([`Tally::spill`]) until the tally is emptied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tally {
+    /// `(value, count)`, counts > 0, for the first `len`.
+    values: [(u64, u32); TALLY_VALUES],
+    len: usize,
+    /// The lowest and highest values that found no entry, if any.
+    spill: Option<(u64, u64)>,
+}
+
+impl Tally {
+    const EMPTY: Tally = Tally {
+        values: [(0, 0); TALLY_VALUES],
+        len: 0,
+        spill: None,
+    };
+
+    fn counted(&self) -> &[(u64, u32)] {
+        self.values.get(..self.len).unwrap_or(&[])
+    }
+
+    fn add(&mut self, v: u64) {
+        let len = self.len;
+        if let Some(e) = self.values.iter_mut().take(len).find(|e| e.0 == v) {
+            e.1 = e.1.saturating_add(1);
+        } else if let Some(e) = self.values.get_mut(len) {
+            *e = (v, 1);
+            self.len += 1;
+        } else {
+            self.spill = Some(self.spill.map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))));
+        }
+    }
+
+    fn remove(&mut self, v: u64) {
+        let len = self.len;
+        if let Some(i) = self.values.iter().take(len).position(|e| e.0 == v)
+            && let Some(e) = self.values.get_mut(i)
+        {
+            e.1 -= 1;
+            if e.1 == 0 {
+                self.values.swap(i, len - 1);
+                self.len -= 1;
+            }
+        }
+        // Not found: it was spilled, and the spill stays a bound.
+    }
+
+    fn max(&self) -> Option<u64> {
+        let counted = self.counted().iter().map(|e| e.0).max();
+        counted.max(self.spill.map(|(_, hi)| hi))
+    }
+
+    fn min(&self) -> Option<u64> {
+        let counted = self.counted().iter().map(|e| e.0).min();
+        match (counted, self.spill.map(|(lo, _)| lo)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
 /// The subscriptions served from a track and what they ask for together
 /// (PROTOCOL.md §4.5); see [`Ref::demand`].
 ///
-/// Counters are exact. The maxima (priority, max latency, highest explicit
-/// end) and the lowest explicit start only move towards "more" while any
-/// subscription is served: a subscription that leaves does not lower them
-/// (that would need every remaining request), so they are an upper bound of
-/// what is still asked for, exact again once the track has no subscriber.
+/// Counters are exact, and so are the extremes (priority, max latency,
+/// explicit starts and ends) while each takes at most [`TALLY_VALUES`]
+/// distinct values among the subscriptions served; past that, the values
+/// that did not fit bound them until the track has no subscriber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Demand {
     subscribers: u32,
@@ -603,12 +668,13 @@ struct Demand {
     latest_starts: u32,
     /// Subscriptions without an end.
     open_ends: u32,
-    priority: u8,
-    max_latency: Duration,
-    /// The lowest explicit start registered.
-    min_start: u64,
-    /// The highest explicit end registered.
-    max_end: u64,
+    priorities: Tally,
+    /// Max latencies, in microseconds.
+    latencies: Tally,
+    /// Explicit starts.
+    starts: Tally,
+    /// Explicit ends.
+    ends: Tally,
 }
 
 impl Demand {
@@ -616,11 +682,34 @@ impl Demand {
         subscribers: 0,
         latest_starts: 0,
         open_ends: 0,
-        priority: 0,
-        max_latency: Duration::ZERO,
-        min_start: u64::MAX,
-        max_end: 0,
+        priorities: Tally::EMPTY,
+        latencies: Tally::EMPTY,
+        starts: Tally::EMPTY,
+        ends: Tally::EMPTY,
     };
+
+    /// Counts `request` in (`sign` true) or out.
+    fn count(&mut self, request: &Request, sign: bool) {
+        let step = |n: &mut u32| {
+            *n = if sign {
+                n.saturating_add(1)
+            } else {
+                n.saturating_sub(1)
+            }
+        };
+        let tally = |t: &mut Tally, v: u64| if sign { t.add(v) } else { t.remove(v) };
+        step(&mut self.subscribers);
+        match request.start {
+            Start::Latest => step(&mut self.latest_starts),
+            Start::Group(s) => tally(&mut self.starts, s),
+        }
+        match request.end {
+            End::Open => step(&mut self.open_ends),
+            End::Group(e) => tally(&mut self.ends, e),
+        }
+        tally(&mut self.priorities, u64::from(request.priority));
+        tally(&mut self.latencies, request.max_latency.as_micros());
+    }
 }
 
 /// Track-wide bookkeeping, independent of the ring size.
@@ -1090,11 +1179,9 @@ impl<'t, 'p> Ref<'t, 'p> {
     /// group, else the lowest explicit start; the end is [`End::Open`] if any
     /// subscription is unbounded, else the highest explicit end.
     ///
-    /// O(1), no scan of the subscriptions: values only grow while any
-    /// subscription is served (one that leaves does not lower a maximum), so
-    /// this is an upper bound of what the remaining subscriptions ask for,
-    /// exact again from the moment the track has no subscriber. Counts are
-    /// always exact.
+    /// O(1), no scan of the subscriptions, and exact while each value takes
+    /// at most 4 distinct values among them (past that, an upper bound
+    /// until the track has no subscriber). Counts are always exact.
     pub fn demand(&self) -> Option<Request> {
         let d = self.core.demand.get();
         if d.subscribers == 0 {
@@ -1104,16 +1191,16 @@ impl<'t, 'p> Ref<'t, 'p> {
             start: if d.latest_starts > 0 {
                 Start::Latest
             } else {
-                Start::Group(d.min_start)
+                Start::Group(d.starts.min().unwrap_or(0))
             },
             end: if d.open_ends > 0 {
                 End::Open
             } else {
-                End::Group(d.max_end)
+                End::Group(d.ends.max().unwrap_or(0))
             },
             ordered: false,
-            priority: d.priority,
-            max_latency: d.max_latency,
+            priority: u8::try_from(d.priorities.max().unwrap_or(0)).unwrap_or(u8::MAX),
+            max_latency: Duration::from_micros(d.latencies.max().unwrap_or(0)),
         })
     }
 
@@ -1122,17 +1209,7 @@ impl<'t, 'p> Ref<'t, 'p> {
     /// [`Ref::remove_subscriber`] with the same request).
     pub(crate) fn add_subscriber(&self, request: &Request) {
         let mut d = self.core.demand.get();
-        d.subscribers = d.subscribers.saturating_add(1);
-        match request.start {
-            Start::Latest => d.latest_starts = d.latest_starts.saturating_add(1),
-            Start::Group(s) => d.min_start = d.min_start.min(s),
-        }
-        match request.end {
-            End::Open => d.open_ends = d.open_ends.saturating_add(1),
-            End::Group(e) => d.max_end = d.max_end.max(e),
-        }
-        d.priority = d.priority.max(request.priority);
-        d.max_latency = d.max_latency.max(request.max_latency);
+        d.count(request, true);
         self.core.demand.set(d);
     }
 
@@ -1140,16 +1217,9 @@ impl<'t, 'p> Ref<'t, 'p> {
     /// served). The last one leaving clears the aggregate.
     pub(crate) fn remove_subscriber(&self, request: &Request) {
         let mut d = self.core.demand.get();
-        d.subscribers = d.subscribers.saturating_sub(1);
+        d.count(request, false);
         if d.subscribers == 0 {
-            self.core.demand.set(Demand::NONE);
-            return;
-        }
-        if request.start == Start::Latest {
-            d.latest_starts = d.latest_starts.saturating_sub(1);
-        }
-        if request.end == End::Open {
-            d.open_ends = d.open_ends.saturating_sub(1);
+            d = Demand::NONE;
         }
         self.core.demand.set(d);
     }
@@ -1159,19 +1229,10 @@ impl<'t, 'p> Ref<'t, 'p> {
         if old == new {
             return;
         }
-        let kept = self.core.demand.get();
-        self.remove_subscriber(old);
-        self.add_subscriber(new);
-        if kept.subscribers > 1 {
-            // The others' values are not known: an update raises the maxima
-            // or leaves them (with one subscriber it is exact).
-            let mut d = self.core.demand.get();
-            d.priority = d.priority.max(kept.priority);
-            d.max_latency = d.max_latency.max(kept.max_latency);
-            d.min_start = d.min_start.min(kept.min_start);
-            d.max_end = d.max_end.max(kept.max_end);
-            self.core.demand.set(d);
-        }
+        let mut d = self.core.demand.get();
+        d.count(old, false);
+        d.count(new, true);
+        self.core.demand.set(d);
     }
 
     /// Reuses the storage for the track `info`: every group is dropped, the
@@ -2897,13 +2958,11 @@ mod tests {
             t.demand(),
             Some(Request::test(8, 10, Start::Group(3), End::Group(9)))
         );
-        // Maxima stay while anyone is left (an upper bound), clear at zero.
+        // The aggregate follows the subscribers that are left (PROTOCOL.md
+        // §4.5), and clears at zero.
         t.remove_subscriber(&b);
         assert_eq!(t.subscribers(), 1);
-        assert_eq!(
-            t.demand(),
-            Some(Request::test(8, 10, Start::Group(3), End::Group(9)))
-        );
+        assert_eq!(t.demand(), Some(a));
         t.remove_subscriber(&a);
         assert_eq!((t.subscribers(), t.demand()), (0, None));
         // Unbalanced removal saturates.
@@ -2914,7 +2973,33 @@ mod tests {
     }
 
     #[test]
-    fn demand_update_is_exact_alone_and_raises_in_company() {
+    fn demand_past_four_distinct_values_is_a_bound_until_empty() {
+        let mut storage = PoolStorage::<4, 32>::new();
+        let pool = Pool::new(&mut storage);
+        let track = State::<2>::new(&pool, info("v"));
+        let t = track.handle();
+        let req = |p: u8| Request::test(p, 0, Start::Latest, End::Open);
+        // Priorities 1 to 4 are counted; 9 and 0 find no place and bound the
+        // extremes while anyone is left.
+        for p in [1, 2, 3, 4, 9, 0] {
+            t.add_subscriber(&req(p));
+        }
+        assert_eq!(t.demand().map(|d| d.priority), Some(9));
+        t.remove_subscriber(&req(9));
+        assert_eq!(t.demand().map(|d| d.priority), Some(9), "a bound");
+        for p in [1, 2, 3, 4, 0] {
+            t.remove_subscriber(&req(p));
+        }
+        assert_eq!(t.demand(), None);
+        // Emptied, it is exact again.
+        t.add_subscriber(&req(3));
+        t.add_subscriber(&req(7));
+        t.remove_subscriber(&req(7));
+        assert_eq!(t.demand().map(|d| d.priority), Some(3));
+    }
+
+    #[test]
+    fn demand_update_is_exact() {
         let mut storage = PoolStorage::<4, 32>::new();
         let pool = Pool::new(&mut storage);
         let track = State::<2>::new(&pool, info("v"));
@@ -2935,6 +3020,14 @@ mod tests {
             t.demand(),
             Some(Request::test(9, 10, Start::Group(4), End::Group(8)))
         );
+        // Lowered again: the aggregate comes down with it.
+        let b3 = Request::test(0, 0, Start::Group(8), End::Group(8));
+        t.update_subscriber(&b2, &b3);
+        assert_eq!(
+            t.demand(),
+            Some(Request::test(1, 10, Start::Group(4), End::Group(8)))
+        );
+        let b2 = b3;
         // Reopening keeps the books: the serving sessions still unregister.
         t.reopen(info("w"));
         assert_eq!(t.subscribers(), 2);

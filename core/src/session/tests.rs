@@ -1555,14 +1555,13 @@ fn served_subscriptions_are_counted_and_aggregated_on_the_track() {
     assert!(pair.run(1000, |_| {
         video.handle().demand().is_some_and(|d| d.priority == 9)
     }));
-    // The latest-start, open-ended one leaves: b's explicit range is the
-    // aggregate (maxima stay until the track has no subscriber).
+    // The latest-start, open-ended one leaves: b's request is the aggregate.
     pair.a.session.unsubscribe(a).unwrap();
     assert!(pair.run(1000, |p| p.b.session.served_count() == 1));
     assert_eq!(video.handle().subscribers(), 1);
     assert_eq!(
         video.handle().demand(),
-        Some(Request::test(9, 5000, Start::Group(0), End::Group(10)))
+        Some(Request::test(7, 5000, Start::Group(0), End::Group(10)))
     );
     // With one subscriber an update is exact.
     pair.a
