@@ -664,7 +664,11 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 Ok(k) => {
                     g.frame_left -= k as u64;
                     g.received += k as u64;
-                    announce_if_starved(producer, self.conn.recv_credit(g.id), self.announce_step);
+                    announce_if_starved(
+                        producer,
+                        || self.conn.recv_credit(g.id),
+                        self.announce_step,
+                    );
                     Ok(k)
                 }
                 Err(WriteError::PoolExhausted) => Ok(0),
@@ -769,7 +773,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 continue;
             };
             // Other streams may have used connection credit since the write.
-            announce_if_starved(producer, self.conn.recv_credit(g.id), self.announce_step);
+            announce_if_starved(producer, || self.conn.recv_credit(g.id), self.announce_step);
             let state = producer.state();
             if state.generation() != g.generation || !state.is_open() {
                 // Evicted from the track, or aborted: nobody will read the rest.
@@ -796,11 +800,16 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
 }
 
 /// Wakes the group's readers for its unannounced payload if the sender, with
-/// `credit` bytes left, cannot complete an announce step: it would wait for
-/// credit that only those readers give back.
-fn announce_if_starved(producer: &mut track::GroupProducer<'_, '_>, credit: u64, step: u64) {
+/// `credit()` bytes left, cannot complete an announce step: it would wait for
+/// credit that only those readers give back. (`credit` looks the stream up:
+/// asked only when something is unannounced.)
+fn announce_if_starved(
+    producer: &mut track::GroupProducer<'_, '_>,
+    credit: impl FnOnce() -> u64,
+    step: u64,
+) {
     let unannounced = producer.unannounced();
-    if unannounced > 0 && unannounced.saturating_add(credit) < step {
+    if unannounced > 0 && unannounced.saturating_add(credit()) < step {
         producer.announce();
     }
 }
