@@ -74,7 +74,9 @@
 //!   subscriber). Links and a leaf's upstream session are trunks: their
 //!   tables ([`crate::session_driver::TrunkStorage`]) carry 128 concurrent
 //!   subscriptions each way (`tests/trunk.rs` runs about 96 across a
-//!   link); one more is refused like a full table. A client connection's
+//!   link); one more is refused like a full table. The upstream session's
+//!   control buffers are 2 KiB ([`crate::session_driver::UpstreamStorage`]):
+//!   its SETUP carries the upstream URL's path and query. A client connection's
 //!   session is smaller (128 stream slots, 64 subscriptions each way): a
 //!   client may hold 32 subscriptions on the relay at once, and the relay
 //!   up to 64 on a publishing client (32 on skiff's own client, which
@@ -117,7 +119,7 @@ use crate::metrics::Metrics;
 use crate::notify::Notify;
 use crate::session_driver::{
     App, ByteRead, ByteWrite, DriveCtx, Ended, MoqSession, StoragePool, TrunkSession, TrunkStorage,
-    drive, split_halves,
+    UpstreamStorage, drive, split_halves,
 };
 
 /// Broadcasts one worker's origin holds at once.
@@ -938,7 +940,7 @@ impl RelayHandler {
             let mut backoff = UPSTREAM_BACKOFF.0;
             let mut dial = 0u64;
             // One trunk's tables for every dial (a session clears them).
-            let mut storage = Box::new(TrunkStorage::new());
+            let mut storage = Box::new(UpstreamStorage::new());
             while !shutdown.is_draining() {
                 let started = StdInstant::now();
                 match dial_upstream(&up).await {

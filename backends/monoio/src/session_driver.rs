@@ -73,6 +73,11 @@ pub const TRUNK_STREAMS: usize = 512;
 /// a client's. Every worker has one per other worker, so it stays small.
 pub type TrunkStorage = Storage<'static, 'static, 256, 512, 128, 128, 128, 128>;
 
+/// The tables of a leaf's session to its upstream: a trunk's, with 2 KiB
+/// control buffers, since its SETUP carries the upstream URL's path and
+/// query (an access token can be long). One per worker.
+pub type UpstreamStorage = Storage<'static, 'static, 256, 2048, 128, 128, 128, 128>;
+
 /// A trunk session (see [`TRUNK_STREAMS`]).
 pub type TrunkSession<'s> = Session<'s, 'static, 'static, TRUNK_STREAMS>;
 

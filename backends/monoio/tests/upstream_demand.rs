@@ -302,3 +302,42 @@ fn subscribers_with_different_preferences_share_one_upstream_subscription() {
         }
     }
 }
+
+/// A leaf whose upstream URL carries a long query (an access token) still
+/// reaches its upstream: the SETUP it sends needs more room than a worker
+/// link's control buffers have.
+#[test]
+fn a_leaf_with_a_long_upstream_url_reaches_its_upstream() {
+    for kind in drivers() {
+        within(30, move || {
+            let root = server::start(config(1, kind), RelayHandler::factory(1).unwrap())
+                .expect("root relay");
+            let mut cfg = config(1, kind);
+            let token = "t".repeat(700);
+            let upstream = format!("tcp://{}/anon?token={token}", root.local_addr());
+            cfg.upstream = Some(upstream.parse().expect("upstream URL"));
+            let leaf = server::start(cfg, RelayHandler::factory(1).unwrap()).expect("leaf relay");
+            let root_url = format!("tcp://{}/anon", root.local_addr());
+            let leaf_url = format!("tcp://{}/anon", leaf.local_addr());
+            driver::block_on(kind, move |_| async move {
+                let base = ClientCtx::new(16 << 20);
+                let run = Rc::new(Cell::new(true));
+                let _published = publish(&base, &root_url, run.clone());
+                let s = subscribe(&base, &leaf_url, request(0, 100));
+                until(
+                    "the leaf's subscriber receives the root's groups",
+                    20,
+                    || s.started.get() && s.local.latest().is_some(),
+                )
+                .await;
+                run.set(false);
+                s.ctx.close_all();
+                base.close_all();
+                monoio::time::sleep(Duration::from_millis(100)).await;
+            })
+            .expect("client runtime");
+            leaf.shutdown().expect("leaf stops");
+            root.shutdown().expect("root stops");
+        });
+    }
+}
