@@ -80,7 +80,9 @@
 //!   session is smaller (128 stream slots, 64 subscriptions each way): a
 //!   client may hold 32 subscriptions on the relay at once, and the relay
 //!   up to 64 on a publishing client (32 on skiff's own client, which
-//!   advertises a quarter of its 128 slots).
+//!   advertises a quarter of its 128 slots). Its control messages are at
+//!   most 1 KiB: a client whose SETUP is longer (a URL with a long token)
+//!   is closed with INTERNAL (0x0).
 //! * The upstream aggregate is exact while the subscribers of a track use at
 //!   most four distinct values of each preference (priority, max age, start,
 //!   end); past that, the values that did not fit are kept as a bound until
