@@ -228,28 +228,19 @@ impl Notify {
 
     /// Marks a change of either kind for the flusher (or wakes at once without one).
     fn mark(&self, media: bool, keys: Option<&mut dyn Iterator<Item = usize>>) {
-        let mut scope = Scope::Nothing;
-        scope.add(keys);
-        if !self.flusher.get() {
-            if media {
-                self.flush_scopes(scope, Scope::Nothing);
-            } else {
-                self.flush_scopes(Scope::Nothing, scope);
-            }
-            return;
-        }
         let pending = if media {
             &self.pending_media
         } else {
             &self.pending_consumed
         };
-        let mut merged = pending.get();
-        match scope {
-            Scope::Tracks(k) => merged.add(Some(&mut k.as_slice().iter().copied())),
-            _ => merged.add(None),
+        let mut scope = pending.get();
+        scope.add(keys);
+        pending.set(scope);
+        if self.flusher.get() {
+            self.wake_flusher();
+        } else {
+            self.flush_scopes(self.pending_media.take(), self.pending_consumed.take());
         }
-        pending.set(merged);
-        self.wake_flusher();
     }
 
     fn wake_flusher(&self) {
@@ -290,12 +281,6 @@ impl Notify {
     /// Advances both generations and wakes every waiting task now.
     pub fn flush(&self) {
         self.flush_scopes(Scope::All, Scope::Nothing);
-    }
-
-    /// Advances the generation (not the media one) and wakes now the tasks
-    /// that do not wait for media changes only.
-    pub fn flush_consumed(&self) {
-        self.flush_scopes(Scope::Nothing, Scope::All);
     }
 
     /// Advances the generations and wakes now every task concerned: by the
