@@ -26,6 +26,17 @@
 //! The pool is single-threaded (`!Send`, `!Sync`: it is built from `Cell`s):
 //! use one pool per core or executor.
 //!
+//! # Foreign blocks
+//!
+//! A pool can also hold bytes it does not own: [`Pool::adopt`] makes a
+//! *foreign* block over memory another pool (say, another core's) keeps
+//! unchanged for it, tagged with a caller's token. [`Block::piece`] makes
+//! sealed sub-blocks of it that a chain can link like any other block, so a
+//! group can be assembled from another core's bytes without copying them.
+//! When the last piece and handle are gone the foreign block is *released*:
+//! [`Pool::take_released`] hands its token back (so the caller can tell the
+//! owner it may reuse the memory) and frees the block's metadata slot.
+//!
 //! ```
 //! use skiff_core::pool::{Pool, PoolStorage};
 //!
@@ -58,6 +69,8 @@ pub enum PoolError {
     Exhausted,
     /// [`Pool::from_parts`] got storage that cannot form a pool (no blocks, empty blocks, or too many).
     InvalidLayout,
+    /// [`Block::piece`] was asked for bytes outside the block, or of a block that is not foreign.
+    NotForeign,
 }
 
 impl fmt::Display for PoolError {
@@ -65,6 +78,7 @@ impl fmt::Display for PoolError {
         match self {
             PoolError::Exhausted => f.write_str("block pool exhausted"),
             PoolError::InvalidLayout => f.write_str("invalid block pool layout"),
+            PoolError::NotForeign => f.write_str("not a range of a foreign block"),
         }
     }
 }
@@ -87,6 +101,7 @@ pub enum LinkError {
     /// The two blocks come from different pools.
     ForeignPool,
 }
+
 
 impl fmt::Display for LinkError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -120,7 +135,21 @@ pub struct BlockMeta {
     next: Cell<u32>,
     /// Bumped on every allocation of this block.
     generation: Cell<u32>,
+    /// Foreign blocks and their pieces: where the bytes are (`None`: in the
+    /// pool's storage). Such a block is sealed: `len` is all it ever holds.
+    ext: Cell<Option<NonNull<u8>>>,
+    /// A piece: the foreign block it is a range of (holds one reference to it).
+    owner: Cell<u32>,
+    /// A foreign block: the caller's token, handed back once it is released.
+    token: Cell<u64>,
 }
+
+// SAFETY: the only non-`Send` field is `ext`, a pointer that is dereferenced
+// solely through the `Pool` that owns this metadata (itself `!Send`, because it
+// borrows the metadata through `Cell`s). Moving metadata to another thread
+// moves no access to the bytes behind it; `Pool::adopt`'s contract makes the
+// adopter answer for them.
+unsafe impl Send for BlockMeta {}
 
 impl BlockMeta {
     /// Fresh metadata (usable in `const` and array-repeat contexts).
@@ -130,6 +159,9 @@ impl BlockMeta {
             len: Cell::new(0),
             next: Cell::new(NONE),
             generation: Cell::new(0),
+            ext: Cell::new(None),
+            owner: Cell::new(NONE),
+            token: Cell::new(0),
         }
     }
 }
@@ -153,7 +185,8 @@ impl fmt::Debug for BlockMeta {
 ///
 /// A plain struct with a `const fn new()`, so it can sit in a `static` cell
 /// (e.g. `static_cell::ConstStaticCell`, since it is `!Sync`), on the stack, or
-/// in a `Box`. It takes `BLOCKS * (BLOCK_SIZE + 16)` bytes. Build a [`Pool`]
+/// in a `Box`. It takes `BLOCKS * (BLOCK_SIZE + size_of::<BlockMeta>())` bytes
+/// (metadata is 32 bytes per block on 32-bit targets, 40 on 64-bit). Build a [`Pool`]
 /// over it with [`Pool::new`].
 ///
 /// Compile-time limits (checked when `new` is instantiated): `BLOCK_SIZE` is
@@ -211,6 +244,8 @@ pub struct Pool<'s> {
     block_size: usize,
     /// Head of the free list (blocks freed since the pool was built).
     free: Cell<u32>,
+    /// Head of the list of released foreign blocks, awaiting [`Pool::take_released`].
+    released: Cell<u32>,
     /// Blocks `fresh..capacity` were never handed out.
     fresh: Cell<u32>,
     in_use: Cell<u32>,
@@ -260,6 +295,7 @@ impl<'s> Pool<'s> {
             meta,
             block_size,
             free: Cell::new(NONE),
+            released: Cell::new(NONE),
             fresh: Cell::new(0),
             in_use: Cell::new(0),
             high_water: Cell::new(0),
@@ -281,19 +317,82 @@ impl<'s> Pool<'s> {
                 return Err(PoolError::Exhausted);
             }
         };
+        self.take_meta(idx, 0, None, NONE, 0);
+        Ok(BlockMut {
+            block: Block { pool: self, idx },
+        })
+    }
+
+    /// A foreign block over `len` bytes at `ptr`, which this pool does not own,
+    /// tagged with `token`; it is full (sealed) from the start.
+    ///
+    /// Link [`Block::piece`]s of it into chains. Once the block and every
+    /// piece are dropped, [`Pool::take_released`] returns `token`: only then
+    /// may the owner of the bytes change or reuse them.
+    ///
+    /// # Errors
+    /// [`PoolError::Exhausted`] when no metadata slot is free (counted), and
+    /// [`PoolError::InvalidLayout`] if `len` exceeds `u32::MAX`.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must be initialised memory that stays valid and is not
+    /// written by anyone until `token` comes back from [`Pool::take_released`]
+    /// (or the pool is gone), and every write to it must happen before this
+    /// call (for memory written by another thread: made visible to this one).
+    pub unsafe fn adopt(&self, ptr: NonNull<u8>, len: usize, token: u64) -> Result<Block<'_>, PoolError> {
+        let len = u32::try_from(len).map_err(|_| PoolError::InvalidLayout)?;
+        let Some(idx) = self.pop_free() else {
+            self.exhausted.set(self.exhausted.get().saturating_add(1));
+            return Err(PoolError::Exhausted);
+        };
+        self.take_meta(idx, len, Some(ptr), NONE, token);
+        Ok(Block { pool: self, idx })
+    }
+
+    /// The token of one released foreign block (see [`Pool::adopt`]), whose
+    /// metadata slot becomes free; `None` if none is waiting.
+    pub fn take_released(&self) -> Option<u64> {
+        let idx = self.released.get();
+        if idx == NONE {
+            return None;
+        }
+        let m = &self.meta[idx as usize];
+        self.released.set(m.next.get());
+        let token = m.token.get();
+        self.push_free(idx);
+        Some(token)
+    }
+
+    /// True if released foreign blocks wait for [`Pool::take_released`].
+    pub fn has_released(&self) -> bool {
+        self.released.get() != NONE
+    }
+
+    /// Marks slot `idx` allocated with one reference and the given contents.
+    fn take_meta(&self, idx: u32, len: u32, ext: Option<NonNull<u8>>, owner: u32, token: u64) {
         let m = &self.meta[idx as usize];
         m.refs.set(1);
-        m.len.set(0);
+        m.len.set(len);
         m.next.set(NONE);
+        m.ext.set(ext);
+        m.owner.set(owner);
+        m.token.set(token);
         m.generation.set(m.generation.get().wrapping_add(1));
         let n = self.in_use.get() + 1;
         self.in_use.set(n);
         if n > self.high_water.get() {
             self.high_water.set(n);
         }
-        Ok(BlockMut {
-            block: Block { pool: self, idx },
-        })
+    }
+
+    /// Returns slot `idx` to the free list.
+    fn push_free(&self, idx: u32) {
+        let m = &self.meta[idx as usize];
+        m.len.set(0);
+        m.ext.set(None);
+        m.next.set(self.free.get());
+        self.free.set(idx);
+        self.in_use.set(self.in_use.get() - 1);
     }
 
     /// Checks that `blocks` allocations in a row will succeed, so a caller can
@@ -360,6 +459,11 @@ impl<'s> Pool<'s> {
 
     /// Drops one reference to `idx`; frees it, and then each successor whose last
     /// reference was the link, in a loop.
+    ///
+    /// A freed piece also drops its reference to its foreign block; a freed
+    /// foreign block goes to the released list. Foreign blocks have no
+    /// successor (they are never writers) and pieces are never owners, so that
+    /// inner release ends at once: no recursion.
     fn release(&self, mut idx: u32) {
         loop {
             let m = &self.meta[idx as usize];
@@ -370,14 +474,34 @@ impl<'s> Pool<'s> {
                 return;
             }
             let next = m.next.get();
-            m.len.set(0);
-            m.next.set(self.free.get());
-            self.free.set(idx);
-            self.in_use.set(self.in_use.get() - 1);
+            let owner = m.owner.get();
+            if m.ext.get().is_some() && owner == NONE {
+                // A foreign block: its token goes back through `take_released`.
+                m.next.set(self.released.get());
+                self.released.set(idx);
+            } else {
+                self.push_free(idx);
+            }
+            if owner != NONE {
+                m.owner.set(NONE);
+                self.release_owner(owner);
+            }
             if next == NONE {
                 return;
             }
             idx = next;
+        }
+    }
+
+    /// Drops a piece's reference to its foreign block (which has no successor).
+    fn release_owner(&self, idx: u32) {
+        let m = &self.meta[idx as usize];
+        let refs = m.refs.get();
+        debug_assert!(refs > 0 && m.next.get() == NONE, "bad foreign owner");
+        m.refs.set(refs - 1);
+        if refs == 1 {
+            m.next.set(self.released.get());
+            self.released.set(idx);
         }
     }
 
@@ -442,6 +566,14 @@ impl<'p> Block<'p> {
     /// may return a longer one.
     pub fn data(&self) -> &[u8] {
         let len = self.len();
+        if let Some(ext) = self.meta().ext.get() {
+            // SAFETY: a foreign block or a piece of one. `Pool::adopt`'s caller
+            // guarantees `len` readable bytes that nobody writes until the
+            // foreign block is released, which cannot happen while this handle
+            // (or, for a piece, its reference to the foreign block) lives; a
+            // piece's range lies inside its foreign block's (`Block::piece`).
+            return unsafe { core::slice::from_raw_parts(ext.as_ptr(), len) };
+        }
         let ptr = self.pool.block_ptr(self.idx);
         // SAFETY:
         // * `ptr..ptr+len` is inside this block (`len <= block_size`) and the
@@ -466,9 +598,55 @@ impl<'p> Block<'p> {
         self.len() == 0
     }
 
-    /// True once the block's whole capacity is committed.
+    /// True once the block's whole capacity is committed (foreign blocks and
+    /// their pieces always are).
     pub fn is_full(&self) -> bool {
-        self.len() == self.pool.block_size
+        self.is_foreign() || self.len() == self.pool.block_size
+    }
+
+    /// True for a foreign block ([`Pool::adopt`]) or a piece of one ([`Block::piece`]).
+    pub fn is_foreign(&self) -> bool {
+        self.meta().ext.get().is_some()
+    }
+
+    /// A sealed block holding bytes `start..end` of this foreign block,
+    /// without copying them; it keeps this block alive and can be linked
+    /// into a chain (as its writer, which has no room to write).
+    ///
+    /// # Errors
+    /// [`PoolError::NotForeign`] unless this is a foreign block or a piece of
+    /// one and `start <= end <= len`; [`PoolError::Exhausted`] when no
+    /// metadata slot is free (counted).
+    pub fn piece(&self, start: usize, end: usize) -> Result<BlockMut<'p>, PoolError> {
+        let m = self.meta();
+        let Some(ext) = m.ext.get() else {
+            return Err(PoolError::NotForeign);
+        };
+        if start > end || end > self.len() {
+            return Err(PoolError::NotForeign);
+        }
+        // A piece of a piece is a piece of the same foreign block.
+        let root = match m.owner.get() {
+            NONE => self.idx,
+            owner => owner,
+        };
+        let Some(idx) = self.pool.pop_free() else {
+            self.pool.exhausted.set(self.pool.exhausted.get().saturating_add(1));
+            return Err(PoolError::Exhausted);
+        };
+        self.pool.acquire(root);
+        // SAFETY: `start <= len`, so the offset stays inside (or one past the
+        // end of) the foreign bytes `Pool::adopt` was given.
+        let ptr = unsafe { ext.add(start) };
+        // Fits u32: `end - start <= len <= u32::MAX`.
+        self.pool
+            .take_meta(idx, (end - start) as u32, Some(ptr), root, 0);
+        Ok(BlockMut {
+            block: Block {
+                pool: self.pool,
+                idx,
+            },
+        })
     }
 
     /// A new handle to this block's successor, if it has one.
@@ -482,6 +660,11 @@ impl<'p> Block<'p> {
             pool: self.pool,
             idx: next,
         })
+    }
+
+    /// The pool the block belongs to.
+    pub fn pool(&self) -> &'p Pool<'p> {
+        self.pool
     }
 
     /// True if the block has a successor.
@@ -577,14 +760,20 @@ impl<'p> BlockMut<'p> {
         self.block.is_empty()
     }
 
-    /// Room left after the committed bytes.
+    /// Room left after the committed bytes (none in a piece of a foreign block).
     pub fn spare_len(&self) -> usize {
+        if self.block.is_foreign() {
+            return 0;
+        }
         self.block.pool.block_size - self.block.len()
     }
 
     /// The uncommitted tail of the block, to fill in place (e.g. a socket read);
     /// then call [`BlockMut::commit`]. Its contents are unspecified (old bytes).
     pub fn spare_mut(&mut self) -> &mut [u8] {
+        if self.block.is_foreign() {
+            return &mut [];
+        }
         let len = self.block.len();
         let room = self.block.pool.block_size - len;
         let ptr = self.block.pool.block_ptr(self.block.idx);
@@ -733,6 +922,73 @@ mod tests {
     use std::collections::BTreeMap;
     use std::vec;
     use std::vec::Vec;
+
+
+    // --- foreign blocks -------------------------------------------------
+
+    #[test]
+    fn foreign_pieces_chain_and_release_their_token_once() {
+        let other = *b"0123456789abcdef";
+        let mut storage = PoolStorage::<6, 4>::new();
+        let pool = Pool::new(&mut storage);
+        // SAFETY: `other` outlives the pool and is never written.
+        let foreign = unsafe { pool.adopt(NonNull::from(&other).cast(), 16, 77) }.unwrap();
+        assert!(foreign.is_foreign() && foreign.is_full());
+        assert_eq!(foreign.data(), b"0123456789abcdef");
+        // A chain: own block, piece 2..7, own block, piece of a piece 10..12.
+        let mut a = pool.alloc().unwrap();
+        a.append(b"hd");
+        let mut p1 = foreign.piece(2, 7).unwrap();
+        assert_eq!((p1.data(), p1.spare_len()), (&b"23456"[..], 0));
+        assert_eq!(p1.append(b"x"), 0);
+        assert!(p1.spare_mut().is_empty());
+        a.link(p1.as_block()).unwrap();
+        let mut b = pool.alloc().unwrap();
+        b.append(b"mid");
+        p1.link(b.as_block()).unwrap();
+        let big = foreign.piece(8, 16).unwrap();
+        let p2 = big.as_block().piece(2, 4).unwrap();
+        drop(big);
+        assert_eq!(p2.data(), b"ab");
+        b.link(p2.as_block()).unwrap();
+        assert_eq!(b.as_block().piece(0, 1).unwrap_err(), PoolError::NotForeign);
+        drop(foreign);
+        let head = a.into_shared();
+        drop((p1, b, p2));
+        let mut seen = Vec::new();
+        let mut cur = Some(head.clone());
+        while let Some(blk) = cur {
+            seen.extend_from_slice(blk.data());
+            cur = blk.next();
+        }
+        assert_eq!(seen, b"hd23456midab");
+        assert_eq!(pool.take_released(), None, "pieces still hold it");
+        drop(head);
+        assert!(pool.has_released());
+        assert_eq!(pool.in_use(), 1, "only the released foreign block");
+        assert_eq!(pool.take_released(), Some(77));
+        assert_eq!((pool.take_released(), pool.in_use()), (None, 0));
+    }
+
+    #[test]
+    fn foreign_blocks_use_metadata_slots() {
+        let other = [7u8; 3];
+        let mut storage = PoolStorage::<2, 4>::new();
+        let pool = Pool::new(&mut storage);
+        // SAFETY: `other` outlives the pool and is never written.
+        let f = unsafe { pool.adopt(NonNull::from(&other).cast(), 3, 1) }.unwrap();
+        let p = f.piece(0, 3).unwrap();
+        assert_eq!(f.piece(0, 1).unwrap_err(), PoolError::Exhausted);
+        assert_eq!(f.piece(2, 4).unwrap_err(), PoolError::NotForeign);
+        assert_eq!(pool.alloc().unwrap_err(), PoolError::Exhausted);
+        drop((f, p));
+        assert_eq!(pool.take_released(), Some(1));
+        assert_eq!(pool.in_use(), 0);
+        // A foreign block dropped with no piece comes back at once.
+        // SAFETY: as above.
+        drop(unsafe { pool.adopt(NonNull::from(&other).cast(), 2, 9) }.unwrap());
+        assert_eq!(pool.take_released(), Some(9));
+    }
 
     // --- alloc / free ---------------------------------------------------
 

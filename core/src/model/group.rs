@@ -223,6 +223,9 @@ pub struct State<'p> {
     retain: Cell<u64>,
     /// The head was released for the retain limit.
     trimmed: Cell<bool>,
+    /// The chain holds a block that is not full before its tail (a piece of
+    /// a foreign block, or the block it was linked after).
+    patched: Cell<bool>,
     /// Live consumers of this generation created before the head block existed
     /// and that have not taken it yet; trimming waits for them.
     unanchored: Cell<usize>,
@@ -250,6 +253,7 @@ impl<'p> State<'p> {
             max_bytes: Cell::new(max_bytes),
             retain: Cell::new(u64::MAX),
             trimmed: Cell::new(false),
+            patched: Cell::new(false),
             unanchored: Cell::new(0),
             has_producer: Cell::new(false),
             waker: Cell::new(None),
@@ -281,6 +285,7 @@ impl<'p> State<'p> {
         self.last_timestamp.set(0);
         self.furthest_read.set(0);
         self.trimmed.set(false);
+        self.patched.set(false);
         self.unanchored.set(0);
         self.has_producer.set(false);
         self.wake_producer();
@@ -540,6 +545,26 @@ impl<'p> State<'p> {
         done
     }
 
+    /// Links the sealed `block` (a piece of a foreign block) after the tail
+    /// and makes it the tail: its bytes join the group without a copy.
+    fn append_block(&self, block: BlockMut<'p>) {
+        let mut tail = self.tail.take();
+        match tail.as_mut() {
+            Some(old) => {
+                // Cannot fail: same pool (the caller checked), `old` is the
+                // chain's tail and `block` is fresh from `Block::piece`.
+                let linked = old.link(block.as_block());
+                debug_assert!(linked.is_ok());
+            }
+            None => self.head.set(Some(block.share())),
+        }
+        let n = block.len() as u64;
+        self.patched.set(true);
+        self.tail.set(Some(block));
+        self.written.set(self.written.get() + n);
+        self.trim_if_due();
+    }
+
     /// A consumer of generation `generation` reached `pos`.
     fn note_read(&self, generation: u64, pos: u64) {
         if generation != self.generation.get() || pos <= self.furthest_read.get() {
@@ -702,6 +727,32 @@ impl<'a, 'p> Producer<'a, 'p> {
         if n == 0 && !data.is_empty() {
             return Err(WriteError::PoolExhausted);
         }
+        self.frame_left -= n;
+        Ok(n)
+    }
+
+    /// Appends payload of the streamed frame that is already in memory: `piece`
+    /// (from [`crate::pool::Block::piece`], in this group's pool) joins the
+    /// chain as it is, without a copy; returns its length.
+    ///
+    /// # Errors
+    /// [`WriteError::NoFrame`] outside a streamed frame,
+    /// [`WriteError::PayloadOverrun`] if `piece` is longer than the frame's
+    /// remaining payload, [`WriteError::PoolExhausted`] if it comes from another
+    /// pool (nothing written in either case), or the group's state.
+    pub fn write_payload_piece(&mut self, piece: BlockMut<'p>) -> Result<usize, WriteError> {
+        self.check()?;
+        if self.frame_left == 0 {
+            return Err(WriteError::NoFrame);
+        }
+        let n = piece.len();
+        if n > self.frame_left {
+            return Err(WriteError::PayloadOverrun);
+        }
+        if !core::ptr::eq(piece.as_block().pool(), self.state.pool) {
+            return Err(WriteError::PoolExhausted);
+        }
+        self.state.append_block(piece);
         self.frame_left -= n;
         Ok(n)
     }
@@ -943,14 +994,26 @@ impl<'a, 'p> Consumer<'a, 'p> {
         let Some(b) = &self.block else {
             return 0;
         };
-        let unread = self.state.written.get().saturating_sub(self.pos);
+        let unread = usize::try_from(self.state.written.get().saturating_sub(self.pos))
+            .unwrap_or(usize::MAX);
         let first = b.len().saturating_sub(self.offset);
-        let rest = chunks
-            .saturating_sub(1)
-            .saturating_mul(self.state.pool.block_size());
-        usize::try_from(unread)
-            .unwrap_or(usize::MAX)
-            .min(first.saturating_add(rest))
+        if !self.state.patched.get() {
+            let rest = chunks
+                .saturating_sub(1)
+                .saturating_mul(self.state.pool.block_size());
+            return unread.min(first.saturating_add(rest));
+        }
+        // Blocks before the tail may be short: count them one by one.
+        let mut total = first;
+        let mut cur = b.next();
+        for _ in 1..chunks {
+            let Some(block) = cur.take().filter(|_| total < unread) else {
+                break;
+            };
+            total += block.len();
+            cur = block.next();
+        }
+        unread.min(total)
     }
 
     /// Consumes `n` bytes of the last chunk; may wake a producer waiting for pacing.
@@ -1149,6 +1212,7 @@ mod tests {
     use super::*;
     use crate::model::frame::Frame;
     use crate::pool::{BlockMeta, PoolStorage};
+    use core::ptr::NonNull;
     use proptest::prelude::*;
     use std::vec;
     use std::vec::Vec;
@@ -1175,6 +1239,57 @@ mod tests {
                 Err(e) => return (out, Err(e)),
             }
         }
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn foreign_payload_joins_the_chain_without_a_copy() {
+        // Another pool's bytes: two frames' payloads, 10 and 7 bytes.
+        let foreign = *b"0123456789abcdefg";
+        let mut storage = PoolStorage::<8, 4>::new();
+        let pool = Pool::new(&mut storage);
+        let state = State::new(&pool, 1 << 20);
+        state.reset(3);
+        let mut c = state.consumer();
+        let mut p = state.producer().unwrap();
+        // SAFETY: `foreign` outlives the pool and is never written.
+        let anchor = unsafe { pool.adopt(NonNull::from(&foreign).cast(), 17, 42) }.unwrap();
+        p.begin_frame(5, 10).unwrap();
+        p.write_payload(b"01").unwrap();
+        assert_eq!(p.write_payload_piece(anchor.piece(2, 10).unwrap()), Ok(8));
+        assert_eq!(
+            p.write_payload_piece(anchor.piece(10, 11).unwrap()),
+            Err(WriteError::NoFrame)
+        );
+        p.begin_frame(6, 7).unwrap();
+        assert_eq!(
+            p.write_payload_piece(anchor.piece(10, 17).unwrap()),
+            Ok(7),
+            "a piece may end the frame"
+        );
+        p.write_frame(7, b"xy").unwrap();
+        p.finish().unwrap();
+        drop(anchor);
+        assert_eq!(state.bytes_written(), 2 + 10 + 2 + 7 + 4);
+        // Records may gather short blocks: the count walks the chain.
+        c.chunk().unwrap();
+        assert_eq!(c.readable_within(1), 4, "header (2) + `01` in the first block");
+        assert_eq!(c.readable_within(2), 12);
+        assert_eq!(c.readable_within(4), 21);
+        assert_eq!(c.readable_within(100), 25);
+        assert_eq!(
+            frames(&mut c),
+            vec![
+                (5, b"0123456789".to_vec()),
+                (6, b"abcdefg".to_vec()),
+                (7, b"xy".to_vec()),
+            ]
+        );
+        drop((c, p));
+        assert_eq!(pool.take_released(), None, "the group still holds the pieces");
+        state.clear();
+        assert_eq!(pool.take_released(), Some(42));
+        assert_eq!(pool.in_use(), 0);
     }
 
     /// Reads every available whole frame.

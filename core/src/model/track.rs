@@ -106,7 +106,7 @@ use core::task::{Context, Poll, Waker};
 
 use super::frame::Header;
 use super::group;
-use crate::pool::Pool;
+use crate::pool::{BlockMut, Pool};
 use crate::time::{Duration, Instant};
 use crate::window::{End, Request, Start, Timeline, Window};
 use crate::wire::lite::TrackInfo;
@@ -1722,7 +1722,16 @@ impl<'t, 'p> GroupProducer<'t, 'p> {
     /// As [`group::Producer::write_payload`].
     pub fn write_payload(&mut self, data: &[u8]) -> Result<usize, group::WriteError> {
         self.before_write(data.len() as u64);
-        match self.inner.write_payload(data) {
+        let res = self.inner.write_payload(data);
+        self.after_payload(res)
+    }
+
+    /// Announces payload just written once a step or the frame is complete.
+    fn after_payload(
+        &mut self,
+        res: Result<usize, group::WriteError>,
+    ) -> Result<usize, group::WriteError> {
+        match res {
             Ok(n) => {
                 self.unannounced = self.unannounced.saturating_add(n as u64);
                 if self.inner.frame_remaining() == 0 || self.unannounced >= self.announce_step {
@@ -1737,6 +1746,18 @@ impl<'t, 'p> GroupProducer<'t, 'p> {
                 Err(e)
             }
         }
+    }
+
+    /// Appends payload of the streamed frame without copying it: see
+    /// [`group::Producer::write_payload_piece`]; the track version changes as
+    /// for [`GroupProducer::write_payload`].
+    ///
+    /// # Errors
+    /// As [`group::Producer::write_payload_piece`].
+    pub fn write_payload_piece(&mut self, piece: BlockMut<'p>) -> Result<usize, group::WriteError> {
+        self.before_write(piece.len() as u64);
+        let res = self.inner.write_payload_piece(piece);
+        self.after_payload(res)
     }
 
     /// Lets a streamed frame ([`GroupProducer::begin_frame`], then
