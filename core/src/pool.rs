@@ -102,7 +102,6 @@ pub enum LinkError {
     ForeignPool,
 }
 
-
 impl fmt::Display for LinkError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -248,6 +247,15 @@ pub struct Pool<'s> {
     released: Cell<u32>,
     /// Blocks `fresh..capacity` were never handed out.
     fresh: Cell<u32>,
+    /// Metadata slots `capacity..meta.len()` have no bytes: spare slots for
+    /// foreign blocks and pieces ([`Pool::from_parts_with_spare`]).
+    capacity: u32,
+    /// Head of the free list of spare slots.
+    free_spare: Cell<u32>,
+    /// Spare slots `fresh_spare..meta.len()` were never handed out.
+    fresh_spare: Cell<u32>,
+    /// Spare slots in use.
+    spare_in_use: Cell<u32>,
     in_use: Cell<u32>,
     high_water: Cell<u32>,
     exhausted: Cell<u64>,
@@ -265,7 +273,7 @@ impl<'s> Pool<'s> {
         let () = PoolStorage::<BLOCKS, BLOCK_SIZE>::LAYOUT_OK;
         let PoolStorage { meta, bytes } = storage;
         let base = NonNull::from(bytes.get_mut()).cast::<u8>();
-        Self::build(base, meta, BLOCK_SIZE)
+        Self::build(base, meta, BLOCK_SIZE, BLOCKS)
     }
 
     /// A pool over caller-provided slices whose size is only known at run time (a relay's
@@ -286,16 +294,47 @@ impl<'s> Pool<'s> {
             return Err(PoolError::InvalidLayout);
         }
         let base = NonNull::from(bytes).cast::<u8>();
-        Ok(Self::build(base, meta, block_size))
+        Ok(Self::build(base, meta, block_size, blocks))
     }
 
-    fn build(base: NonNull<u8>, meta: &'s [BlockMeta], block_size: usize) -> Self {
+    /// Like [`Pool::from_parts`], but only the first `meta.len() - spare`
+    /// slots get bytes; the last `spare` slots hold only metadata and serve
+    /// foreign blocks and their pieces first ([`Pool::adopt`], [`Block::piece`]),
+    /// so bytes held by reference do not take blocks of this pool's own bytes.
+    ///
+    /// # Errors
+    /// As [`Pool::from_parts`], for the slots with bytes.
+    pub fn from_parts_with_spare(
+        bytes: &'s mut [u8],
+        meta: &'s mut [BlockMeta],
+        spare: usize,
+    ) -> Result<Self, PoolError> {
+        let total = meta.len();
+        let blocks = total.saturating_sub(spare);
+        if blocks == 0 || total >= NONE as usize {
+            return Err(PoolError::InvalidLayout);
+        }
+        let block_size = bytes.len() / blocks;
+        if block_size == 0 || block_size > u32::MAX as usize {
+            return Err(PoolError::InvalidLayout);
+        }
+        let base = NonNull::from(bytes).cast::<u8>();
+        Ok(Self::build(base, meta, block_size, blocks))
+    }
+
+    fn build(base: NonNull<u8>, meta: &'s [BlockMeta], block_size: usize, blocks: usize) -> Self {
+        // Fits u32: both callers checked `meta.len() < NONE`.
+        let capacity = blocks as u32;
         Pool {
             base,
             meta,
             block_size,
             free: Cell::new(NONE),
             released: Cell::new(NONE),
+            capacity,
+            free_spare: Cell::new(NONE),
+            fresh_spare: Cell::new(capacity),
+            spare_in_use: Cell::new(0),
             fresh: Cell::new(0),
             in_use: Cell::new(0),
             high_water: Cell::new(0),
@@ -339,9 +378,14 @@ impl<'s> Pool<'s> {
     /// written by anyone until `token` comes back from [`Pool::take_released`]
     /// (or the pool is gone), and every write to it must happen before this
     /// call (for memory written by another thread: made visible to this one).
-    pub unsafe fn adopt(&self, ptr: NonNull<u8>, len: usize, token: u64) -> Result<Block<'_>, PoolError> {
+    pub unsafe fn adopt(
+        &self,
+        ptr: NonNull<u8>,
+        len: usize,
+        token: u64,
+    ) -> Result<Block<'_>, PoolError> {
         let len = u32::try_from(len).map_err(|_| PoolError::InvalidLayout)?;
-        let Some(idx) = self.pop_free() else {
+        let Some(idx) = self.pop_meta() else {
             self.exhausted.set(self.exhausted.get().saturating_add(1));
             return Err(PoolError::Exhausted);
         };
@@ -378,6 +422,10 @@ impl<'s> Pool<'s> {
         m.owner.set(owner);
         m.token.set(token);
         m.generation.set(m.generation.get().wrapping_add(1));
+        if idx >= self.capacity {
+            self.spare_in_use.set(self.spare_in_use.get() + 1);
+            return;
+        }
         let n = self.in_use.get() + 1;
         self.in_use.set(n);
         if n > self.high_water.get() {
@@ -390,9 +438,36 @@ impl<'s> Pool<'s> {
         let m = &self.meta[idx as usize];
         m.len.set(0);
         m.ext.set(None);
+        if idx >= self.capacity {
+            m.next.set(self.free_spare.get());
+            self.free_spare.set(idx);
+            self.spare_in_use.set(self.spare_in_use.get() - 1);
+            return;
+        }
         m.next.set(self.free.get());
         self.free.set(idx);
         self.in_use.set(self.in_use.get() - 1);
+    }
+
+    /// A free metadata slot for a foreign block or piece: a spare one if
+    /// any is left, else one of the blocks with bytes.
+    fn pop_meta(&self) -> Option<u32> {
+        let head = self.free_spare.get();
+        if head != NONE {
+            self.free_spare.set(self.meta[head as usize].next.get());
+            return Some(head);
+        }
+        let fresh = self.fresh_spare.get();
+        if (fresh as usize) < self.meta.len() {
+            self.fresh_spare.set(fresh + 1);
+            return Some(fresh);
+        }
+        self.pop_free()
+    }
+
+    /// Spare metadata slots ([`Pool::from_parts_with_spare`]) in use.
+    pub fn spare_in_use(&self) -> usize {
+        self.spare_in_use.get() as usize
     }
 
     /// Checks that `blocks` allocations in a row will succeed, so a caller can
@@ -413,9 +488,9 @@ impl<'s> Pool<'s> {
         }
     }
 
-    /// Total number of blocks.
+    /// Total number of blocks with bytes.
     pub fn capacity(&self) -> usize {
-        self.meta.len()
+        self.capacity as usize
     }
 
     /// Bytes per block.
@@ -450,7 +525,7 @@ impl<'s> Pool<'s> {
             return Some(head);
         }
         let fresh = self.fresh.get();
-        if (fresh as usize) < self.meta.len() {
+        if fresh < self.capacity {
             self.fresh.set(fresh + 1);
             return Some(fresh);
         }
@@ -519,7 +594,7 @@ impl<'s> Pool<'s> {
 
     /// Start of block `idx`'s bytes.
     fn block_ptr(&self, idx: u32) -> *mut u8 {
-        debug_assert!((idx as usize) < self.meta.len());
+        debug_assert!(idx < self.capacity, "bytes of a spare slot");
         // SAFETY: every index handed to this function comes from `pop_free`, so
         // `idx < capacity`, and `capacity * block_size` bytes starting at `base`
         // belong to the storage this pool borrows (`[[u8; BS]; B]` or the first
@@ -630,8 +705,10 @@ impl<'p> Block<'p> {
             NONE => self.idx,
             owner => owner,
         };
-        let Some(idx) = self.pool.pop_free() else {
-            self.pool.exhausted.set(self.pool.exhausted.get().saturating_add(1));
+        let Some(idx) = self.pool.pop_meta() else {
+            self.pool
+                .exhausted
+                .set(self.pool.exhausted.get().saturating_add(1));
             return Err(PoolError::Exhausted);
         };
         self.pool.acquire(root);
@@ -841,6 +918,43 @@ impl<'p> BlockMut<'p> {
         self.block.next()
     }
 
+    /// Extends this piece of a foreign block by bytes `start..end` of `src`
+    /// when they follow its own bytes in the same foreign block (and it has
+    /// no successor yet); returns false, changing nothing, otherwise.
+    ///
+    /// Readers then see the longer piece, as they see a block's writer commit
+    /// more bytes.
+    pub fn grow_piece(&mut self, src: &Block<'p>, start: usize, end: usize) -> bool {
+        let m = self.block.meta();
+        let s = src.meta();
+        let (Some(mine), Some(theirs)) = (m.ext.get(), s.ext.get()) else {
+            return false;
+        };
+        let root = match s.owner.get() {
+            NONE => src.idx,
+            owner => owner,
+        };
+        if m.owner.get() != root
+            || !core::ptr::eq(self.block.pool, src.pool)
+            || self.block.has_next()
+            || start > end
+            || end > src.len()
+        {
+            return false;
+        }
+        // Same foreign block, so the addresses are comparable: the new bytes
+        // must start where this piece ends.
+        let my_end = mine.as_ptr() as usize + self.block.len();
+        if my_end != theirs.as_ptr() as usize + start {
+            return false;
+        }
+        let Ok(len) = u32::try_from(self.block.len() + (end - start)) else {
+            return false;
+        };
+        m.len.set(len);
+        true
+    }
+
     /// A new shared handle to this block (the writer keeps writing).
     pub fn share(&self) -> Block<'p> {
         self.block.clone()
@@ -923,7 +1037,6 @@ mod tests {
     use std::vec;
     use std::vec::Vec;
 
-
     // --- foreign blocks -------------------------------------------------
 
     #[test]
@@ -988,6 +1101,40 @@ mod tests {
         // SAFETY: as above.
         drop(unsafe { pool.adopt(NonNull::from(&other).cast(), 2, 9) }.unwrap());
         assert_eq!(pool.take_released(), Some(9));
+    }
+
+    #[test]
+    fn spare_slots_hold_foreign_blocks_and_never_bytes() {
+        let other = [1u8; 8];
+        let mut bytes = [0u8; 8];
+        let mut meta: [BlockMeta; 4] = core::array::from_fn(|_| BlockMeta::new());
+        let pool = Pool::from_parts_with_spare(&mut bytes, &mut meta, 2).unwrap();
+        assert_eq!((pool.capacity(), pool.block_size()), (2, 4));
+        let a = pool.alloc().unwrap();
+        let b = pool.alloc().unwrap();
+        assert_eq!(
+            pool.alloc().unwrap_err(),
+            PoolError::Exhausted,
+            "spare slots have no bytes"
+        );
+        drop(b);
+        // SAFETY: `other` outlives the pool and is never written.
+        let f = unsafe { pool.adopt(NonNull::from(&other).cast(), 8, 3) }.unwrap();
+        let mut p = f.piece(0, 2).unwrap();
+        assert!(p.grow_piece(&f, 2, 5), "contiguous bytes grow the piece");
+        assert!(!p.grow_piece(&f, 6, 7), "a gap does not");
+        assert_eq!(p.data(), &other[..5]);
+        assert_eq!((pool.spare_in_use(), pool.in_use()), (2, 1));
+        // Spare slots gone: foreign blocks fall back to slots with bytes.
+        let q = f.piece(5, 8).unwrap();
+        assert_eq!((pool.spare_in_use(), pool.in_use()), (2, 2));
+        drop((f, p, q, a));
+        assert_eq!(pool.take_released(), Some(3));
+        assert_eq!((pool.spare_in_use(), pool.in_use()), (0, 0));
+        assert_eq!(
+            Pool::from_parts_with_spare(&mut [0u8; 4], &mut [BlockMeta::new()], 1).unwrap_err(),
+            PoolError::InvalidLayout
+        );
     }
 
     // --- alloc / free ---------------------------------------------------

@@ -441,6 +441,7 @@ const fn config() -> Config {
         max_stream_data_uni: 1024,
         // Strict connection accounting, so data past `max_data` is a violation.
         connection_credit_on_receipt: false,
+        stream_refs: false,
         ..Config::new()
     }
 }

@@ -49,6 +49,12 @@ pub struct Config {
     /// starved by newer group streams holding all the connection credit
     /// (with it off, `max_data` must cover every stream window at once).
     pub connection_credit_on_receipt: bool,
+    /// Accept STREAM_REF frames (data passed by reference) and let
+    /// [`Connection::write_stream_ref`](super::Connection::write_stream_ref)
+    /// send them (default off). Only for links between two ends in one
+    /// process that both set it: any other peer would not understand them,
+    /// and with it off a STREAM_REF from the peer is a violation.
+    pub stream_refs: bool,
 }
 
 impl Config {
@@ -68,6 +74,7 @@ impl Config {
             handshake_timeout: Duration::from_secs(10),
             keep_alive: true,
             connection_credit_on_receipt: true,
+            stream_refs: false,
         }
     }
 

@@ -35,6 +35,21 @@ pub enum Event<'a> {
         /// No more data follows on this stream.
         fin: bool,
     },
+    /// Stream bytes passed by reference (STREAM_REF, only with
+    /// [`Config::stream_refs`](super::Config::stream_refs)): resolve `token`
+    /// to the `len` bytes it names, hand them on, then release them.
+    StreamRef {
+        /// The stream.
+        id: StreamId,
+        /// Stream position of the first byte.
+        offset: u64,
+        /// Number of bytes.
+        len: u64,
+        /// Names the bytes.
+        token: u64,
+        /// No more data follows on this stream.
+        fin: bool,
+    },
     /// The peer abandoned its sending side; nothing more arrives on this stream and
     /// every byte of it counts as released.
     StreamReset {

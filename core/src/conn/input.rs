@@ -8,8 +8,8 @@ use super::{
 };
 use crate::time::Instant;
 use crate::wire::qmux::{
-    ApplicationClose, ConnectionClose, Frame, Record, ResetStream, StopSending,
-    Stream as StreamFrame, StreamId, TransportError, TransportParams,
+    ApplicationClose, ConnectionClose, Frame, Record, ResetStream, STREAM_REF, StopSending,
+    Stream as StreamFrame, StreamId, StreamRef as StreamRefFrame, TransportError, TransportParams,
 };
 use crate::wire::{DecodeError, Reader};
 
@@ -22,6 +22,14 @@ enum Step<'a> {
 }
 
 type FrameResult<'a> = Result<Step<'a>, TransportError>;
+
+/// What charging received stream data found.
+enum Received<'a> {
+    /// New bytes at this stream offset: report them.
+    New(u64),
+    /// Nothing to report; finish the frame with this step.
+    Dropped(Step<'a>),
+}
 
 impl<const N: usize> Connection<N> {
     /// Processes received bytes up to the next event.
@@ -118,6 +126,7 @@ impl<const N: usize> Connection<N> {
             | Frame::PingResponse(_) => Ok(Step::Done(None)),
             Frame::TransportParameters(p) => self.on_params(now, p),
             Frame::Stream(s) => self.on_stream(s),
+            Frame::StreamRef(s) => self.on_stream_ref(s),
             Frame::ResetStream(r) => self.on_reset(r),
             Frame::StopSending(s) => self.on_stop(s),
             // PROTOCOL.md §2.3: a decreasing MAX_* closes the session, as moq-dev does.
@@ -233,13 +242,51 @@ impl<const N: usize> Connection<N> {
 
     /// A STREAM frame.
     fn on_stream<'a>(&mut self, s: StreamFrame<'a>) -> FrameResult<'a> {
+        let offset = match self.receive_stream_data(s.id, s.data.len() as u64, s.fin)? {
+            Received::New(offset) => offset,
+            Received::Dropped(step) => return Ok(step),
+        };
+        Ok(Step::Done(Some(Event::StreamData {
+            id: s.id,
+            offset,
+            data: s.data,
+            fin: s.fin,
+        })))
+    }
+
+    /// STREAM_REF: stream data by reference, accounted exactly like STREAM.
+    fn on_stream_ref<'a>(&mut self, s: StreamRefFrame) -> FrameResult<'a> {
+        if !self.config.stream_refs {
+            return Err(TransportError::InvalidFrameType(STREAM_REF));
+        }
+        let offset = match self.receive_stream_data(s.id, s.len, s.fin)? {
+            Received::New(offset) => offset,
+            Received::Dropped(step) => return Ok(step),
+        };
+        Ok(Step::Done(Some(Event::StreamRef {
+            id: s.id,
+            offset,
+            len: s.len,
+            token: s.token,
+            fin: s.fin,
+        })))
+    }
+
+    /// Charges `len` stream bytes (ending the stream if `fin`) to the stream and
+    /// connection windows: where they start, or what to do instead of
+    /// reporting them.
+    fn receive_stream_data<'a>(
+        &mut self,
+        id: StreamId,
+        len: u64,
+        fin: bool,
+    ) -> Result<Received<'a>, TransportError> {
         // PROTOCOL.md §1.6: STREAM on a uni stream only we may send on is an invalid-stream error.
-        if !s.id.can_recv(self.side) {
+        if !id.can_recv(self.side) {
             return Err(TransportError::InvalidStreamId);
         }
-        let len = s.data.len() as u64;
-        let Some(stream) = self.streams.get_mut(s.id) else {
-            return self.on_unknown_stream(s.id, len);
+        let Some(stream) = self.streams.get_mut(id) else {
+            return self.on_unknown_stream(id, len).map(Received::Dropped);
         };
         let Some(recv) = stream.recv.as_mut() else {
             return Err(TransportError::InvalidStreamId);
@@ -254,13 +301,13 @@ impl<const N: usize> Connection<N> {
                     .receive(len)
                     .map_err(|_| TransportError::FlowControl)?;
                 self.discard(len)?;
-                return Ok(Step::Done(None));
+                return Ok(Received::Dropped(Step::Done(None)));
             }
             // After FIN or a reset nothing more may come; a late frame is ignored, but
             // its bytes were charged by the sender, so keep the connection window in step.
             RecvState::Finished | RecvState::Reset => {
                 self.discard(len)?;
-                return Ok(Step::Done(None));
+                return Ok(Received::Dropped(Step::Done(None)));
             }
         }
         // PROTOCOL.md §2.4: charge on arrival; over a stream or connection limit is fatal.
@@ -274,23 +321,18 @@ impl<const N: usize> Connection<N> {
         if self.config.connection_credit_on_receipt && self.conn_recv.release(len).is_some() {
             self.max_data_pending = true;
         }
-        if s.fin {
+        if fin {
             recv.state = RecvState::Finished;
             // No credit is useful once the peer has finished.
             recv.update_pending = false;
         } else if len == 0 {
             // PROTOCOL.md §2.1: an empty non-FIN frame on an existing stream is ignored.
-            return Ok(Step::Done(None));
+            return Ok(Received::Dropped(Step::Done(None)));
         }
-        if s.fin {
+        if fin {
             self.sweep();
         }
-        Ok(Step::Done(Some(Event::StreamData {
-            id: s.id,
-            offset,
-            data: s.data,
-            fin: s.fin,
-        })))
+        Ok(Received::New(offset))
     }
 
     /// A STREAM or RESET_STREAM naming a stream that is not in the table.

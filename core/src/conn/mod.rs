@@ -87,6 +87,10 @@ use timer::{Timer, Timers};
 /// Longest close reason we keep (longer ones are cut at a character boundary).
 pub const MAX_REASON_LEN: usize = 96;
 
+/// The longest STREAM_REF record [`Connection::write_stream_ref`] writes: a
+/// 1-byte size, a 4-byte type and four varints of at most 8 bytes.
+pub const MAX_STREAM_REF_RECORD: usize = 1 + 4 + 4 * 8;
+
 /// Application close code for "no common application protocol": moq-lite's
 /// VERSION_NEGOTIATION_FAILED (PROTOCOL.md §3.15).
 pub const VERSION_NEGOTIATION_FAILED: u64 = 0x15;

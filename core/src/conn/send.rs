@@ -3,13 +3,14 @@
 
 use super::streams::{RecvState, SendState, Stream};
 use super::{
-    CloseFrame, Connection, DatagramError, OpenError, State, StreamError, WriteError, Written, slot,
+    CloseFrame, Connection, DatagramError, MAX_STREAM_REF_RECORD, OpenError, State, StreamError,
+    WriteError, Written, slot,
 };
 use crate::time::Instant;
 use crate::wire::qmux::{
     ApplicationClose, ConnectionClose, DEFAULT_MAX_RECORD_SIZE, Datagram, Dir, Frame, ResetStream,
-    StopSending, Stream as StreamFrame, StreamId, encode_record, encode_stream_record_header,
-    max_datagram_payload, max_stream_payload,
+    StopSending, Stream as StreamFrame, StreamId, StreamRef, encode_record,
+    encode_stream_record_header, max_datagram_payload, max_stream_payload,
 };
 use crate::wire::varint;
 
@@ -283,7 +284,7 @@ impl<const N: usize> Connection<N> {
         fin: bool,
         out: &mut [u8],
     ) -> Result<Written, WriteError> {
-        let plan = self.plan_stream_write(id, data.len(), fin, out.len(), true)?;
+        let plan = self.plan_stream_write(id, data.len(), fin, out.len(), true, false)?;
         let payload = data.get(..plan.len).ok_or(WriteError::BufferTooSmall)?;
         let frame = Frame::Stream(StreamFrame {
             id,
@@ -319,7 +320,7 @@ impl<const N: usize> Connection<N> {
         fin: bool,
         out: &mut [u8],
     ) -> Result<Written, WriteError> {
-        let plan = self.plan_stream_write(id, len, fin, out.len(), false)?;
+        let plan = self.plan_stream_write(id, len, fin, out.len(), false, false)?;
         let written = encode_stream_record_header(id, plan.offset, plan.len, plan.fin, out)
             .map_err(|_| WriteError::BufferTooSmall)?;
         self.commit_stream_write(now, id, plan);
@@ -327,6 +328,52 @@ impl<const N: usize> Connection<N> {
             data: plan.len,
             out: written,
         })
+    }
+
+    /// Writes one STREAM_REF record (only with
+    /// [`Config::stream_refs`](super::Config::stream_refs)) for up to `len`
+    /// bytes of `id`: `lend` is told how many the credit allows and returns the
+    /// token that names them for the peer. The record is small (at most
+    /// [`MAX_STREAM_REF_RECORD`] bytes) and not bound by the record size.
+    ///
+    /// `Ok(None)` (nothing written or charged) if references are off or `lend`
+    /// returns `None`: send the bytes with a STREAM record instead.
+    ///
+    /// # Errors
+    /// As [`write_stream_header`](Self::write_stream_header).
+    pub fn write_stream_ref(
+        &mut self,
+        now: Instant,
+        id: StreamId,
+        len: usize,
+        fin: bool,
+        out: &mut [u8],
+        lend: impl FnOnce(usize) -> Option<u64>,
+    ) -> Result<Option<Written>, WriteError> {
+        if !self.config.stream_refs {
+            return Ok(None);
+        }
+        if out.len() < MAX_STREAM_REF_RECORD {
+            return Err(WriteError::BufferTooSmall);
+        }
+        let plan = self.plan_stream_write(id, len, fin, out.len(), false, true)?;
+        let Some(token) = lend(plan.len) else {
+            return Ok(None);
+        };
+        let frame = Frame::StreamRef(StreamRef {
+            id,
+            offset: plan.offset,
+            len: plan.len as u64,
+            token,
+            fin: plan.fin,
+        });
+        let written =
+            encode_record(&frame, u64::MAX, out).map_err(|_| WriteError::BufferTooSmall)?;
+        self.commit_stream_write(now, id, plan);
+        Ok(Some(Written {
+            data: plan.len,
+            out: written,
+        }))
     }
 
     /// How much of `len` bytes one STREAM record for `id` may carry now: the
@@ -340,6 +387,7 @@ impl<const N: usize> Connection<N> {
         fin: bool,
         room: usize,
         payload_in_room: bool,
+        by_ref: bool,
     ) -> Result<StreamWrite, WriteError> {
         if self.state != State::Open {
             return Err(WriteError::Closed);
@@ -358,9 +406,10 @@ impl<const N: usize> Connection<N> {
         }
         let offset = send.credit.used();
         let credit = send.credit.available().min(conn_available);
-        let mut n = len
-            .min(usize::try_from(credit).unwrap_or(usize::MAX))
-            .min(max_stream_payload(record, id, offset));
+        let mut n = len.min(usize::try_from(credit).unwrap_or(usize::MAX));
+        if !by_ref {
+            n = n.min(max_stream_payload(record, id, offset));
+        }
         // Shrink until what goes into `out` fits; each step removes at least the overrun.
         loop {
             let header = 1 + varint::len(id.value()) + varint::len(offset) + varint::len(n as u64);

@@ -66,6 +66,7 @@ impl From<Event<'_>> for Ev {
                 data: data.to_vec(),
                 fin,
             },
+            Event::StreamRef { id, .. } => panic!("unexpected STREAM_REF on {}", id.value()),
             Event::StreamReset {
                 id,
                 code,
@@ -901,6 +902,7 @@ fn sender_stops_at_credit_and_release_returns_it() {
         max_stream_data_uni: 1000,
         max_data: 1500,
         connection_credit_on_receipt: false,
+        stream_refs: false,
         ..cfg()
     };
     let mut p = Pair::connected(client, cfg());
@@ -1286,6 +1288,7 @@ fn violation_data_beyond_connection_limit() {
         max_stream_data_uni: 100,
         max_data: 150,
         connection_credit_on_receipt: false,
+        stream_refs: false,
         ..cfg()
     });
     let mut bytes = stream_rec(uni(Side::Server, 0), 0, &[0; 100], false);

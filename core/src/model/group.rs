@@ -545,24 +545,37 @@ impl<'p> State<'p> {
         done
     }
 
-    /// Links the sealed `block` (a piece of a foreign block) after the tail
-    /// and makes it the tail: its bytes join the group without a copy.
-    fn append_block(&self, block: BlockMut<'p>) {
+    /// Appends bytes `start..end` of the foreign block `src` without a copy:
+    /// the tail grows if it is a piece ending just before them, else a new
+    /// piece is linked after it. False (nothing written) if no metadata slot
+    /// is free or `src` is not a foreign block of this pool.
+    fn append_foreign(&self, src: &Block<'p>, start: usize, end: usize) -> bool {
         let mut tail = self.tail.take();
-        match tail.as_mut() {
-            Some(old) => {
-                // Cannot fail: same pool (the caller checked), `old` is the
-                // chain's tail and `block` is fresh from `Block::piece`.
-                let linked = old.link(block.as_block());
-                debug_assert!(linked.is_ok());
+        let grown = tail.as_mut().is_some_and(|t| t.grow_piece(src, start, end));
+        if !grown {
+            let piece = match src.piece(start, end) {
+                Ok(p) if core::ptr::eq(src.pool(), self.pool) => p,
+                _ => {
+                    self.tail.set(tail);
+                    return false;
+                }
+            };
+            match tail.as_mut() {
+                Some(old) => {
+                    // Cannot fail: same pool, `old` is the chain's tail and
+                    // `piece` is fresh.
+                    let linked = old.link(piece.as_block());
+                    debug_assert!(linked.is_ok());
+                }
+                None => self.head.set(Some(piece.share())),
             }
-            None => self.head.set(Some(block.share())),
+            tail = Some(piece);
         }
-        let n = block.len() as u64;
         self.patched.set(true);
-        self.tail.set(Some(block));
-        self.written.set(self.written.get() + n);
+        self.tail.set(tail);
+        self.written.set(self.written.get() + (end - start) as u64);
         self.trim_if_due();
+        true
     }
 
     /// A consumer of generation `generation` reached `pos`.
@@ -731,30 +744,68 @@ impl<'a, 'p> Producer<'a, 'p> {
         Ok(n)
     }
 
-    /// Appends payload of the streamed frame that is already in memory: `piece`
-    /// (from [`crate::pool::Block::piece`], in this group's pool) joins the
-    /// chain as it is, without a copy; returns its length.
+    /// Appends payload of the streamed frame that already lies in memory:
+    /// bytes `start..end` of the foreign block `src` (see
+    /// [`crate::pool::Pool::adopt`]) join the chain without a copy; returns
+    /// their count.
     ///
     /// # Errors
     /// [`WriteError::NoFrame`] outside a streamed frame,
-    /// [`WriteError::PayloadOverrun`] if `piece` is longer than the frame's
-    /// remaining payload, [`WriteError::PoolExhausted`] if it comes from another
-    /// pool (nothing written in either case), or the group's state.
-    pub fn write_payload_piece(&mut self, piece: BlockMut<'p>) -> Result<usize, WriteError> {
+    /// [`WriteError::PayloadOverrun`] if the range is longer than the frame's
+    /// remaining payload, [`WriteError::PoolExhausted`] if no metadata slot is
+    /// free or `src` is not a foreign block of this group's pool (nothing
+    /// written in these cases), or the group's state.
+    pub fn write_payload_from(
+        &mut self,
+        src: &Block<'p>,
+        start: usize,
+        end: usize,
+    ) -> Result<usize, WriteError> {
         self.check()?;
         if self.frame_left == 0 {
             return Err(WriteError::NoFrame);
         }
-        let n = piece.len();
+        let n = end.saturating_sub(start);
         if n > self.frame_left {
             return Err(WriteError::PayloadOverrun);
         }
-        if !core::ptr::eq(piece.as_block().pool(), self.state.pool) {
+        if n > 0 && !self.state.append_foreign(src, start, end) {
             return Err(WriteError::PoolExhausted);
         }
-        self.state.append_block(piece);
         self.frame_left -= n;
         Ok(n)
+    }
+
+    /// Like [`Producer::begin_frame`], taking the FRAME header from bytes
+    /// `start..end` of the foreign block `src` without a copy when they are
+    /// exactly the header this call would write (else it writes its own).
+    ///
+    /// # Errors
+    /// As [`Producer::begin_frame`].
+    pub fn begin_frame_from(
+        &mut self,
+        timestamp: u64,
+        len: usize,
+        src: &Block<'p>,
+        start: usize,
+        end: usize,
+    ) -> Result<(), WriteError> {
+        self.check()?;
+        if self.frame_left > 0 {
+            return Err(WriteError::InFrame);
+        }
+        let (header, n) = self.header(timestamp, len)?;
+        let same = src.data().get(start..end) == header.get(..n);
+        if !same {
+            return self.begin_frame(timestamp, len);
+        }
+        self.state.check_room(n as u64 + len as u64)?;
+        if !self.state.append_foreign(src, start, end) {
+            return Err(WriteError::PoolExhausted);
+        }
+        self.begun(timestamp);
+        self.frame_left = len;
+        Ok(())
     }
 
     /// Ends the group on a frame boundary (FIN): consumers reading to the end get [`Next::Finished`].
@@ -1256,14 +1307,17 @@ mod tests {
         let anchor = unsafe { pool.adopt(NonNull::from(&foreign).cast(), 17, 42) }.unwrap();
         p.begin_frame(5, 10).unwrap();
         p.write_payload(b"01").unwrap();
-        assert_eq!(p.write_payload_piece(anchor.piece(2, 10).unwrap()), Ok(8));
+        assert_eq!(p.write_payload_from(&anchor, 2, 6), Ok(4));
+        // Contiguous bytes grow the same piece.
+        assert_eq!(p.write_payload_from(&anchor, 6, 10), Ok(4));
+        assert_eq!(pool.in_use(), 3, "own block, foreign block, one piece");
         assert_eq!(
-            p.write_payload_piece(anchor.piece(10, 11).unwrap()),
+            p.write_payload_from(&anchor, 10, 11),
             Err(WriteError::NoFrame)
         );
         p.begin_frame(6, 7).unwrap();
         assert_eq!(
-            p.write_payload_piece(anchor.piece(10, 17).unwrap()),
+            p.write_payload_from(&anchor, 10, 17),
             Ok(7),
             "a piece may end the frame"
         );
@@ -1273,7 +1327,11 @@ mod tests {
         assert_eq!(state.bytes_written(), 2 + 10 + 2 + 7 + 4);
         // Records may gather short blocks: the count walks the chain.
         c.chunk().unwrap();
-        assert_eq!(c.readable_within(1), 4, "header (2) + `01` in the first block");
+        assert_eq!(
+            c.readable_within(1),
+            4,
+            "header (2) + `01` in the first block"
+        );
         assert_eq!(c.readable_within(2), 12);
         assert_eq!(c.readable_within(4), 21);
         assert_eq!(c.readable_within(100), 25);
@@ -1286,7 +1344,11 @@ mod tests {
             ]
         );
         drop((c, p));
-        assert_eq!(pool.take_released(), None, "the group still holds the pieces");
+        assert_eq!(
+            pool.take_released(),
+            None,
+            "the group still holds the pieces"
+        );
         state.clear();
         assert_eq!(pool.take_released(), Some(42));
         assert_eq!(pool.in_use(), 0);

@@ -106,7 +106,7 @@ use core::task::{Context, Poll, Waker};
 
 use super::frame::Header;
 use super::group;
-use crate::pool::{BlockMut, Pool};
+use crate::pool::{Block, Pool};
 use crate::time::{Duration, Instant};
 use crate::window::{End, Request, Start, Timeline, Window};
 use crate::wire::lite::TrackInfo;
@@ -1699,13 +1699,40 @@ impl<'t, 'p> GroupProducer<'t, 'p> {
     /// # Errors
     /// As [`group::Producer::begin_frame`].
     pub fn begin_frame(&mut self, timestamp: u64, len: usize) -> Result<(), group::WriteError> {
+        self.begin_frame_with(timestamp, len, |inner| inner.begin_frame(timestamp, len))
+    }
+
+    /// Like [`GroupProducer::begin_frame`], with the header taken from bytes
+    /// `start..end` of a foreign block (see [`group::Producer::begin_frame_from`]).
+    ///
+    /// # Errors
+    /// As [`group::Producer::begin_frame`].
+    pub fn begin_frame_from(
+        &mut self,
+        timestamp: u64,
+        len: usize,
+        src: &Block<'p>,
+        start: usize,
+        end: usize,
+    ) -> Result<(), group::WriteError> {
+        self.begin_frame_with(timestamp, len, |inner| {
+            inner.begin_frame_from(timestamp, len, src, start, end)
+        })
+    }
+
+    fn begin_frame_with(
+        &mut self,
+        timestamp: u64,
+        len: usize,
+        begin: impl FnOnce(&mut group::Producer<'t, 'p>) -> Result<(), group::WriteError>,
+    ) -> Result<(), group::WriteError> {
         let g = &self.slot.group;
         let first = g.frames_written() == 0;
         let header = Header::new(timestamp, len)
             .encoded_len(g.last_timestamp())
             .unwrap_or(0);
         self.before_write(header as u64);
-        self.inner.begin_frame(timestamp, len)?;
+        begin(&mut self.inner)?;
         // With an announce step, the header goes out with the payload after it.
         let defer = self.announce_step > 0 && len > 0;
         if defer {
@@ -1748,15 +1775,21 @@ impl<'t, 'p> GroupProducer<'t, 'p> {
         }
     }
 
-    /// Appends payload of the streamed frame without copying it: see
-    /// [`group::Producer::write_payload_piece`]; the track version changes as
+    /// Appends payload of the streamed frame from bytes `start..end` of a
+    /// foreign block, without copying them: see
+    /// [`group::Producer::write_payload_from`]; the track version changes as
     /// for [`GroupProducer::write_payload`].
     ///
     /// # Errors
-    /// As [`group::Producer::write_payload_piece`].
-    pub fn write_payload_piece(&mut self, piece: BlockMut<'p>) -> Result<usize, group::WriteError> {
-        self.before_write(piece.len() as u64);
-        let res = self.inner.write_payload_piece(piece);
+    /// As [`group::Producer::write_payload_from`].
+    pub fn write_payload_from(
+        &mut self,
+        src: &Block<'p>,
+        start: usize,
+        end: usize,
+    ) -> Result<usize, group::WriteError> {
+        self.before_write(end.saturating_sub(start) as u64);
+        let res = self.inner.write_payload_from(src, start, end);
         self.after_payload(res)
     }
 

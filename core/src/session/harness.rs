@@ -17,9 +17,12 @@ use std::string::{String, ToString};
 use std::vec;
 use std::vec::Vec;
 
-use super::{Gather, Session};
+use core::cell::{Cell, RefCell};
+use core::ptr::NonNull;
+
+use super::{Foreign, Gather, Session};
 use crate::conn::{self, Connection};
-use crate::pool::Slice;
+use crate::pool::{Block, Pool, Slice};
 use crate::time::{Duration, Instant};
 use crate::wire::Reader;
 use crate::wire::qmux::{Dir, Frame, Record, StreamId};
@@ -81,17 +84,90 @@ pub struct Node<'s, 'a, 'p> {
     pub gather: Option<Vec<u8>>,
     /// Payload ranges gathered so far (gather mode).
     pub gathered: usize,
+    /// Gather mode: lend payload to the peer through this table (STREAM_REF).
+    pub lender: Option<&'s Lender<'p>>,
+}
+
+/// Slices a publisher lent, by token, and the subscriber's pool that adopts
+/// them: both ends of a link inside one process, as a relay's workers are.
+pub struct Lender<'p> {
+    lent: RefCell<Vec<Option<Slice<'p>>>>,
+    pool: &'p Pool<'p>,
+    /// Slices lent so far.
+    pub count: Cell<usize>,
+}
+
+impl<'p> Lender<'p> {
+    /// A table whose tokens the subscriber adopts into `pool`.
+    pub fn new(pool: &'p Pool<'p>) -> Self {
+        Lender {
+            lent: RefCell::new(Vec::new()),
+            pool,
+            count: Cell::new(0),
+        }
+    }
+
+    fn lend(&self, slice: Slice<'p>) -> u64 {
+        let mut lent = self.lent.borrow_mut();
+        self.count.set(self.count.get() + 1);
+        match lent.iter().position(Option::is_none) {
+            Some(i) => {
+                lent[i] = Some(slice);
+                i as u64
+            }
+            None => {
+                lent.push(Some(slice));
+                (lent.len() - 1) as u64
+            }
+        }
+    }
+
+    /// Gives back the slices the subscriber's pool released.
+    pub fn reclaim(&self) {
+        while let Some(token) = self.pool.take_released() {
+            self.lent.borrow_mut()[token as usize] = None;
+        }
+    }
+
+    /// Slices lent and not given back.
+    pub fn outstanding(&self) -> usize {
+        self.lent.borrow().iter().flatten().count()
+    }
+}
+
+impl<'p> Foreign<'p> for Lender<'p> {
+    #[allow(unsafe_code)]
+    fn resolve(&self, token: u64, len: u64) -> Option<Block<'p>> {
+        let lent = self.lent.borrow();
+        let slice = lent.get(usize::try_from(token).ok()?)?.as_ref()?;
+        if slice.len() as u64 != len {
+            return None;
+        }
+        let bytes = slice.as_bytes();
+        // SAFETY: the table holds the slice (its committed bytes never change)
+        // until `reclaim` sees the token come back from `take_released`.
+        unsafe {
+            self.pool
+                .adopt(NonNull::from(bytes).cast(), bytes.len(), token)
+        }
+        .ok()
+    }
 }
 
 /// A [`Gather`] that keeps up to `limit` ranges.
-struct VecGather<'p> {
+struct VecGather<'l, 'p> {
     ranges: Vec<(usize, Slice<'p>)>,
     limit: usize,
+    lender: Option<&'l Lender<'p>>,
 }
 
-impl<'p> Gather<'p> for VecGather<'p> {
+impl<'p> Gather<'p> for VecGather<'_, 'p> {
     fn room(&self) -> usize {
         self.limit.saturating_sub(self.ranges.len())
+    }
+
+    fn lend(&mut self, slice: Slice<'p>) -> Option<u64> {
+        self.lender.map(|l| l.lend(slice))
     }
 
     fn push(&mut self, at: usize, slice: Slice<'p>) {
@@ -112,6 +188,7 @@ impl<'s, 'a, 'p> Node<'s, 'a, 'p> {
             auto_drain: true,
             gather: None,
             gathered: 0,
+            lender: None,
         }
     }
 
@@ -139,10 +216,14 @@ impl Endpoint for Node<'_, '_, '_> {
             None => self.session.poll_transmit(now, out),
             Some(spill) => {
                 if spill.is_empty() {
+                    if let Some(l) = self.lender {
+                        l.reclaim();
+                    }
                     let mut head = vec![0u8; out.len()];
                     let mut g = VecGather {
                         ranges: Vec::new(),
                         limit: 3,
+                        lender: self.lender,
                     };
                     let n = self.session.poll_transmit_gather(now, &mut head, &mut g);
                     let mut at = 0;

@@ -80,7 +80,7 @@ use heapless::{Deque, String};
 use crate::conn::{self, CloseCause, Connection};
 use crate::model::path::PathBuf;
 use crate::model::{origin, track};
-use crate::pool::Slice;
+use crate::pool::{Block, Slice};
 use crate::time::{Duration, Instant};
 use crate::wire::lite::{Role, SessionCode};
 use crate::wire::qmux::{Side, StreamId};
@@ -108,6 +108,16 @@ struct Stall {
     fin: bool,
 }
 
+/// Data received by reference that the session could not take yet.
+struct StallRef<'p> {
+    id: StreamId,
+    /// The foreign block holding the data.
+    block: Block<'p>,
+    /// Bytes of it already taken.
+    used: usize,
+    fin: bool,
+}
+
 /// What we learned from the peer's SETUP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Peer {
@@ -121,9 +131,25 @@ pub trait Gather<'p> {
     /// How many more payload ranges fit (a record whose payload spans blocks
     /// takes one per block).
     fn room(&self) -> usize;
+    /// Lends `slice` to the peer of a link in the same process: keeps it
+    /// (its block stays unchanged) until the peer gives the returned token
+    /// back. `None` (the default) sends the bytes instead.
+    fn lend(&mut self, slice: Slice<'p>) -> Option<u64> {
+        let _ = slice;
+        None
+    }
     /// The bytes of `slice` go on the wire right after the first `at` bytes
     /// the call wrote to its `out` buffer (ranges come in order).
     fn push(&mut self, at: usize, slice: Slice<'p>);
+}
+
+/// Resolves the tokens of STREAM_REF records (data passed by reference on a
+/// link inside one process, [`conn::Config::stream_refs`]) to the bytes they name.
+pub trait Foreign<'p> {
+    /// The `len` bytes `token` names, as a foreign block of the session's pool
+    /// ([`crate::pool::Pool::adopt`]); `None` if the token names nothing (the
+    /// session then closes with INTERNAL) or no metadata slot is free.
+    fn resolve(&self, token: u64, len: u64) -> Option<Block<'p>>;
 }
 
 /// A shorter-lived handle on an optional [`Gather`], for one call in a loop.
@@ -172,6 +198,9 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     /// A control slot whose held message the last `poll_event` returned.
     surfaced: Option<usize>,
     stall: Option<Stall>,
+    /// Resolves STREAM_REF tokens ([`Session::set_foreign`]).
+    foreign: Option<&'s dyn Foreign<'p>>,
+    stall_ref: Option<StallRef<'p>>,
     /// Something may need driving: set by every call that can change the
     /// session's state, cleared by a `poll_transmit` pass that wrote nothing.
     dirty: bool,
@@ -290,6 +319,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             events: Deque::new(),
             surfaced: None,
             stall: None,
+            foreign: None,
+            stall_ref: None,
             dirty: true,
             deferred: false,
             stamp: 0,
@@ -385,14 +416,14 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// subscription of its own, receives no group and holds no stalled input.
     /// Its peer's reading then matters to nobody else on this side.
     pub fn is_pure_sender(&self) -> bool {
-        self.subscription_count() == 0 && self.receiving_groups() == 0 && self.stall.is_none()
+        self.subscription_count() == 0 && self.receiving_groups() == 0 && !self.is_stalled()
     }
 
     /// True while received bytes wait at the front of the input because the
     /// session could not take them (pool exhausted, events or a held message
     /// not polled); see the module documentation on backpressure.
     pub fn is_stalled(&self) -> bool {
-        self.stall.is_some()
+        self.stall.is_some() || self.stall_ref.is_some()
     }
 
     /// Subscriptions the peer holds on our tracks.
@@ -549,7 +580,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             let Some(data) = input.get(..st.len) else {
                 return Ok(0);
             };
-            let used = self.on_stream_data(now, st.id, u64::MAX, data, st.fin);
+            let used = self.on_stream_data(now, st.id, u64::MAX, data, None, st.fin);
             if used < st.len {
                 self.stall = Some(Stall {
                     len: st.len - used,
@@ -560,6 +591,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             }
             self.stall = None;
             pos = st.len;
+        }
+        if let Some(st) = self.stall_ref.take()
+            && !self.take_ref(now, st.id, u64::MAX, st.block, st.used, st.fin)
+        {
+            self.drive();
+            return Ok(pos);
         }
         while !self.is_closed() && self.has_event_room() {
             let rest = input.get(pos..).unwrap_or(&[]);
@@ -575,7 +612,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     data,
                     fin,
                 } => {
-                    let used = self.on_stream_data(now, id, offset, data, fin);
+                    let used = self.on_stream_data(now, id, offset, data, None, fin);
                     if used < data.len() {
                         // STREAM data always ends its frame, so the unused tail is the
                         // last thing the connection consumed: hand it back.
@@ -593,6 +630,26 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                         return Ok(input.len());
                     }
                     pos += step.consumed;
+                }
+                conn::Event::StreamRef {
+                    id,
+                    offset,
+                    len,
+                    token,
+                    fin,
+                } => {
+                    pos += step.consumed;
+                    let Some(block) = self
+                        .foreign
+                        .and_then(|f| f.resolve(token, len))
+                        .filter(|b| b.len() as u64 == len)
+                    else {
+                        self.fail(SessionCode::Internal, "unresolved stream reference");
+                        return Ok(input.len());
+                    };
+                    if !self.take_ref(now, id, offset, block, 0, fin) {
+                        break;
+                    }
                 }
                 other => {
                     pos += step.consumed;
@@ -652,7 +709,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             self.resume();
         }
         let stamp = self.media_stamp();
-        if !self.dirty && stamp == self.stamp && self.stall.is_none() && !self.deferred {
+        if !self.dirty && stamp == self.stamp && !self.is_stalled() && !self.deferred {
             return self.conn.poll_transmit(now, out);
         }
         let mut pos = 0;
@@ -692,7 +749,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// media change elsewhere may then go back to sleep.
     #[must_use]
     pub fn is_quiet(&self) -> bool {
-        !self.dirty && self.stall.is_none() && !self.deferred && self.media_stamp() == self.stamp
+        !self.dirty && !self.is_stalled() && !self.deferred && self.media_stamp() == self.stamp
     }
 
     /// A digest of the local media this session depends on: the origin it
@@ -830,7 +887,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             conn::Event::StreamOpened { .. } => {
                 // Slots are taken when the stream's first byte arrives.
             }
-            conn::Event::StreamData { .. } => {}
+            conn::Event::StreamData { .. } | conn::Event::StreamRef { .. } => {}
             conn::Event::StreamReset { id, code, .. } => self.on_stream_reset(id, code),
             conn::Event::StopSending { id, code } => self.on_stop_sending(id, code),
             conn::Event::Datagram(_) => {
@@ -841,21 +898,55 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
     }
 
+    /// Takes stream data received by reference from byte `used` of `block`
+    /// on; false (keeping the rest for the next call) if the session could not
+    /// take all of it.
+    fn take_ref(
+        &mut self,
+        now: Instant,
+        id: StreamId,
+        offset: u64,
+        block: Block<'p>,
+        used: usize,
+        fin: bool,
+    ) -> bool {
+        let data = block.data().get(used..).unwrap_or(&[]);
+        let n = self.on_stream_data(now, id, offset, data, Some((&block, used)), fin);
+        if n < data.len() {
+            self.stall_ref = Some(StallRef {
+                id,
+                used: used + n,
+                block,
+                fin,
+            });
+            return false;
+        }
+        true
+    }
+
+    /// Installs the resolver of STREAM_REF tokens, for a connection with
+    /// [`conn::Config::stream_refs`] (a link inside one process).
+    pub fn set_foreign(&mut self, foreign: Option<&'s dyn Foreign<'p>>) {
+        self.foreign = foreign;
+    }
+
     /// Routes stream data to the control slot or group stream it belongs to and
-    /// returns how many bytes were taken.
+    /// returns how many bytes were taken. `src`: `data` lies in this foreign
+    /// block from this byte on (group payload joins groups without a copy).
     fn on_stream_data(
         &mut self,
         now: Instant,
         id: StreamId,
         offset: u64,
         data: &[u8],
+        src: Option<(&Block<'p>, usize)>,
         fin: bool,
     ) -> usize {
         if let Some(slot) = self.control_slot(id) {
             return self.control_data(now, slot, data, fin);
         }
         if let Some(i) = self.group_in(id) {
-            return self.group_data(now, i, data, fin);
+            return self.group_data(now, i, data, src, fin);
         }
         if offset == 0 && !id.is_local(self.side) {
             return self.new_peer_stream(now, id, data, fin);
@@ -922,6 +1013,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             self.free_served(i);
         }
         self.stall = None;
+        self.stall_ref = None;
     }
 }
 

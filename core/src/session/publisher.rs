@@ -785,7 +785,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         idx: usize,
         out: &mut [u8],
         at: usize,
-        gather: Option<&mut dyn Gather<'p>>,
+        mut gather: Option<&mut dyn Gather<'p>>,
     ) -> Wrote {
         let Some(Some(o)) = self.out.get_mut(idx) else {
             return Wrote::Idle;
@@ -805,6 +805,33 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     Wrote::Idle
                 }
             };
+        }
+        if let Some(g) = gather.as_deref_mut()
+            && self.conn.config().stream_refs
+            && let Ok(Next::Ready(slice)) = o.consumer.chunk_slice()
+        {
+            // A link inside one process: lend the block instead of sending its bytes.
+            let res = self
+                .conn
+                .write_stream_ref(now, id, slice.len(), false, out, |n| {
+                    let mut lent = slice;
+                    lent.truncate(n);
+                    g.lend(lent)
+                });
+            match res {
+                Ok(Some(w)) => {
+                    o.consumer.advance(w.data);
+                    return Wrote::Bytes(w.out);
+                }
+                // Not lent: send the bytes.
+                Ok(None) => {}
+                Err(crate::conn::WriteError::Blocked) => return Wrote::Idle,
+                Err(crate::conn::WriteError::BufferTooSmall) => return Wrote::Full,
+                Err(_) => {
+                    self.out[idx] = None;
+                    return Wrote::Idle;
+                }
+            }
         }
         let next = match &gather {
             Some(g) => {

@@ -25,6 +25,7 @@ use crate::model::frame::{Header, MAX_HEADER_LEN};
 use crate::model::group::WriteError;
 use crate::model::path::PathBuf;
 use crate::model::track;
+use crate::pool::Block;
 use crate::time::Instant;
 use crate::window::Request;
 use crate::wire::lite::{
@@ -466,12 +467,20 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             return data.len();
         };
         self.inc[i] = Some(GroupIn::new(id));
-        self.group_data(now, i, data, fin)
+        self.group_data(now, i, data, None, fin)
     }
 
     /// Stream bytes for incoming group stream `i`; returns how many were taken
     /// (fewer when the pool has no block free: backpressure).
-    pub(super) fn group_data(&mut self, now: Instant, i: usize, data: &[u8], fin: bool) -> usize {
+    /// `src`: `data` lies in this foreign block from this byte on.
+    pub(super) fn group_data(
+        &mut self,
+        now: Instant,
+        i: usize,
+        data: &[u8],
+        src: Option<(&Block<'p>, usize)>,
+        fin: bool,
+    ) -> usize {
         let mut used = 0;
         loop {
             let Some(Some(g)) = self.inc.get_mut(i) else {
@@ -528,7 +537,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     if used == data.len() {
                         break;
                     }
-                    match self.frame_step(i, rest) {
+                    let from = src.map(|(b, at)| (b, at + used));
+                    match self.frame_step(i, rest, from) {
                         Ok(0) => return used, // pool exhausted: backpressure
                         Ok(n) => used += n,
                         Err(code) => {
@@ -648,7 +658,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     ///
     /// # Errors
     /// The stream code to stop the stream with when the frame cannot be stored.
-    fn frame_step(&mut self, i: usize, data: &[u8]) -> Result<usize, StreamCode> {
+    fn frame_step(
+        &mut self,
+        i: usize,
+        data: &[u8],
+        src: Option<(&Block<'p>, usize)>,
+    ) -> Result<usize, StreamCode> {
         let max_frame = self.max_frame;
         let Some(Some(g)) = self.inc.get_mut(i) else {
             return Ok(data.len());
@@ -660,7 +675,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             let n = usize::try_from(g.frame_left)
                 .unwrap_or(usize::MAX)
                 .min(data.len());
-            return match producer.write_payload(data.get(..n).unwrap_or(&[])) {
+            let written = match src {
+                // Payload in a foreign block joins the group without a copy.
+                Some((block, at)) => producer.write_payload_from(block, at, at + n),
+                None => producer.write_payload(data.get(..n).unwrap_or(&[])),
+            };
+            return match written {
                 Ok(k) => {
                     g.frame_left -= k as u64;
                     g.received += k as u64;
@@ -683,7 +703,13 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         match Header::decode(&mut r, g.prev, max) {
             // PROTOCOL.md §3.15: FRAME_TOO_LARGE for a frame over our limit.
             Ok(h) if h.len as u64 > max_frame => Err(StreamCode::FrameTooLarge),
-            Ok(h) => match producer.begin_frame(h.timestamp, h.len) {
+            Ok(h) => match match src {
+                // A header wholly inside a foreign block is taken from there.
+                Some((block, at)) if stored == 0 => {
+                    producer.begin_frame_from(h.timestamp, h.len, block, at, at + r.position())
+                }
+                _ => producer.begin_frame(h.timestamp, h.len),
+            } {
                 Ok(()) => {
                     let n = r.position() - stored;
                     g.prev = h.timestamp;

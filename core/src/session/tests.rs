@@ -8,13 +8,13 @@ use std::string::ToString;
 use std::vec;
 use std::vec::Vec;
 
-use super::harness::{Chunking, Ev, Node, Pair, Raw, Rng, Tap, hex};
+use super::harness::{Chunking, Ev, Lender, Node, Pair, Raw, Rng, Tap, hex};
 use super::*;
 use crate::conn;
 use crate::model::group::Next;
 use crate::model::path::Path;
 use crate::model::{broadcast, origin, track};
-use crate::pool::{Pool, PoolStorage};
+use crate::pool::{BlockMeta, Pool, PoolStorage};
 use crate::time::{Duration, Instant};
 use crate::window::{End, Request, Start};
 use crate::wire::lite::{Role, SessionCode, StreamCode};
@@ -941,107 +941,150 @@ fn session_close_is_reported_to_the_peer() {
 
 #[test]
 fn parked_subscriber_holds_the_publisher_at_one_window() {
-    parked_subscriber(false);
+    parked_subscriber(Mode::Copy);
 }
 
 #[test]
 fn gathered_transmit_delivers_the_same_and_keeps_the_window() {
     // The publisher leaves payload in its pool (three ranges per call).
-    parked_subscriber(true);
+    parked_subscriber(Mode::Gather);
 }
 
-fn parked_subscriber(gather: bool) {
+#[test]
+fn lent_payload_joins_the_subscriber_groups_without_a_copy() {
+    // A link inside one process: payload travels as STREAM_REF tokens and the
+    // subscriber's groups hold pieces of the publisher's blocks.
+    parked_subscriber(Mode::Lend);
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Copy,
+    Gather,
+    Lend,
+}
+
+fn parked_subscriber(mode: Mode) {
     const WINDOW: u64 = 4096;
     const FRAME: usize = 512;
     const FRAMES: usize = 64;
     let mut ps = PoolStorage::<320, 128>::new();
     let pool = Pool::new(&mut ps);
-    let mut pc = PoolStorage::<320, 128>::new();
-    let cpool = Pool::new(&mut pc);
+    // The subscriber's pool: 320 blocks of bytes and 640 spare metadata slots
+    // (for pieces of the publisher's blocks when they are lent).
+    let mut cbytes = vec![0u8; 320 * 128];
+    let mut cmeta: Vec<BlockMeta> = (0..960).map(|_| BlockMeta::new()).collect();
+    let cpool = Pool::from_parts_with_spare(&mut cbytes, &mut cmeta, 640).unwrap();
     published!(pool, o, "cam", "video", video, tp);
     let mut gp = tp.create_group(0).unwrap();
-    let local = track::State::<2>::new(&cpool, track::Info::new("video").unwrap());
-    let ccfg = Config {
-        conn: conn::Config {
-            max_stream_data_uni: WINDOW,
-            ..conn::Config::new()
-        },
-        ..Config::new()
-    };
-    session_pair!(o.handle(), ccfg, Config::new(), pair);
-    if gather {
-        pair.b.gather = Some(Vec::new());
-    }
-    pair.a
-        .session
-        .subscribe("cam", local.handle(), Request::LIVE)
-        .unwrap();
+    let lender = Lender::new(&cpool);
+    let lend = mode == Mode::Lend;
+    {
+        let local = track::State::<2>::new(&cpool, track::Info::new("video").unwrap());
+        let ccfg = Config {
+            conn: conn::Config {
+                max_stream_data_uni: WINDOW,
+                stream_refs: lend,
+                ..conn::Config::new()
+            },
+            ..Config::new()
+        };
+        let scfg = Config {
+            conn: conn::Config {
+                stream_refs: lend,
+                ..conn::Config::new()
+            },
+            ..Config::new()
+        };
+        session_pair!(o.handle(), ccfg, scfg, pair);
+        if mode != Mode::Copy {
+            pair.b.gather = Some(Vec::new());
+        }
+        if lend {
+            pair.b.lender = Some(&lender);
+            pair.a.session.set_foreign(Some(&lender));
+        }
+        pair.a
+            .session
+            .subscribe("cam", local.handle(), Request::LIVE)
+            .unwrap();
 
-    let payload = |i: usize| vec![(i % 251) as u8; FRAME];
-    let mut written = 0usize;
-    let mut reader: Option<crate::model::group::Consumer<'_, '_>> = None;
-    let mut read = 0u64;
-    let mut parked = true;
-    let mut max_ahead = 0u64;
-    for _ in 0..20_000 {
-        // The publisher paces itself with the session's window.
-        while written < FRAMES {
-            let window = pair.b.session.pacing_window(&gp).unwrap_or(0);
-            if !gp.is_paced(window) {
-                break;
+        let payload = |i: usize| vec![(i % 251) as u8; FRAME];
+        let mut written = 0usize;
+        let mut reader: Option<crate::model::group::Consumer<'_, '_>> = None;
+        let mut read = 0u64;
+        let mut parked = true;
+        let mut max_ahead = 0u64;
+        for _ in 0..20_000 {
+            // The publisher paces itself with the session's window.
+            while written < FRAMES {
+                let window = pair.b.session.pacing_window(&gp).unwrap_or(0);
+                if !gp.is_paced(window) {
+                    break;
+                }
+                gp.write_frame(written as u64, &payload(written)).unwrap();
+                written += 1;
+                if written == FRAMES {
+                    gp.finish().unwrap();
+                }
             }
-            gp.write_frame(written as u64, &payload(written)).unwrap();
-            written += 1;
-            if written == FRAMES {
-                gp.finish().unwrap();
+            let pub_written = gp.state().bytes_written();
+            if !parked {
+                read += read_group_bytes(local.handle(), &mut reader);
+                max_ahead = max_ahead.max(pub_written.saturating_sub(read));
+            }
+            if !pair.step() {
+                if parked {
+                    // Quiet with a parked reader: check the bounds, then start reading.
+                    assert!(
+                        pub_written <= WINDOW + FRAME as u64 + 16,
+                        "publisher wrote {pub_written} with a parked subscriber"
+                    );
+                    assert!(written < FRAMES);
+                    // The subscriber stored at most one stream window (whole blocks).
+                    assert!(local.handle().held_bytes() <= WINDOW + 128);
+                    assert!(local.handle().held_bytes() >= WINDOW - 128);
+                    parked = false;
+                    continue;
+                }
+                if written == FRAMES && read == pub_written {
+                    break;
+                }
+                match pair.next_time() {
+                    Some(t) => pair.now = t,
+                    None => break,
+                }
             }
         }
-        let pub_written = gp.state().bytes_written();
-        if !parked {
-            read += read_group_bytes(local.handle(), &mut reader);
-            max_ahead = max_ahead.max(pub_written.saturating_sub(read));
+        assert_eq!(written, FRAMES);
+        let got = read_group(local.handle(), 0);
+        assert_eq!(got.len(), FRAMES);
+        for (i, (t, p)) in got.iter().enumerate() {
+            assert_eq!((*t, p), (i as u64, &payload(i)));
         }
-        if !pair.step() {
-            if parked {
-                // Quiet with a parked reader: check the bounds, then start reading.
-                assert!(
-                    pub_written <= WINDOW + FRAME as u64 + 16,
-                    "publisher wrote {pub_written} with a parked subscriber"
-                );
-                assert!(written < FRAMES);
-                // The subscriber stored at most one stream window (whole blocks).
-                assert!(local.handle().held_bytes() <= WINDOW + 128);
-                assert!(local.handle().held_bytes() >= WINDOW - 128);
-                parked = false;
-                continue;
-            }
-            if written == FRAMES && read == pub_written {
-                break;
-            }
-            match pair.next_time() {
-                Some(t) => pair.now = t,
-                None => break,
-            }
+        // Reading as it arrives, the publisher never got more than two windows ahead
+        // of the reader (one in flight to the subscriber, one unsent).
+        assert!(max_ahead <= 2 * WINDOW + FRAME as u64 + 16, "{max_ahead}");
+        // In gather mode the payload really went out as pool ranges (one per
+        // 128-byte block at least).
+        if mode == Mode::Gather {
+            assert!(
+                pair.b.gathered >= FRAMES * FRAME / 128,
+                "{}",
+                pair.b.gathered
+            );
+        }
+        if lend {
+            // Every 128-byte block went across as a token, none as bytes.
+            assert_eq!(pair.b.gathered, 0);
+            assert!(lender.count.get() >= FRAMES * FRAME / 128);
+            // The subscriber's group holds pieces of the publisher's blocks, which
+            // come back once it lets go of them.
+            assert!(lender.outstanding() > 0);
         }
     }
-    assert_eq!(written, FRAMES);
-    let got = read_group(local.handle(), 0);
-    assert_eq!(got.len(), FRAMES);
-    for (i, (t, p)) in got.iter().enumerate() {
-        assert_eq!((*t, p), (i as u64, &payload(i)));
-    }
-    // Reading as it arrives, the publisher never got more than two windows ahead
-    // of the reader (one in flight to the subscriber, one unsent).
-    assert!(max_ahead <= 2 * WINDOW + FRAME as u64 + 16, "{max_ahead}");
-    // In gather mode the payload really went out as pool ranges (one per
-    // 128-byte block at least).
-    if gather {
-        assert!(
-            pair.b.gathered >= FRAMES * FRAME / 128,
-            "{}",
-            pair.b.gathered
-        );
-    }
+    lender.reclaim();
+    assert_eq!(lender.outstanding(), 0);
 }
 
 /// A large frame reaches a reader that only reads when the local track's

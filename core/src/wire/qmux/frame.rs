@@ -55,9 +55,34 @@ pub const QX_PING_RESPONSE: u64 = 0x348c_6752_9ef8_c7be;
 /// Frame type of QX_TRANSPORT_PARAMETERS (8-byte varint `ff 51 53 30 0d 0a 0d 0a`).
 pub const QX_TRANSPORT_PARAMETERS: u64 = 0x3f51_5330_0d0a_0d0a;
 
+/// Frame type of STREAM_REF, skiff's private frame for in-process links (not
+/// QMux): stream data that lies in memory the receiver can read, named by a token.
+pub const STREAM_REF: u64 = 0x3f5c_7e10;
+/// STREAM_REF with FIN.
+pub const STREAM_REF_FIN: u64 = 0x3f5c_7e11;
+
 /// The most STREAM payload moq-dev puts in one frame; receivers it was released with enforce it.
 // PROTOCOL.md §1.3: "moq-dev never puts more than 16352 bytes of payload in a single STREAM frame".
 pub const MAX_STREAM_PAYLOAD: usize = 16352;
+
+/// Stream data passed by reference between two ends of one process (STREAM_REF).
+///
+/// Only a connection configured for it (`conn::Config::stream_refs`) accepts
+/// it; the receiver resolves `token` to the `len` bytes it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct StreamRef {
+    /// The stream the data belongs to.
+    pub id: StreamId,
+    /// Stream position of the first data byte.
+    pub offset: u64,
+    /// Number of data bytes.
+    pub len: u64,
+    /// Names the bytes for the receiver.
+    pub token: u64,
+    /// This frame ends the stream.
+    pub fin: bool,
+}
 
 /// Stream data at an offset, possibly ending the stream (types `0x08`–`0x0f`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,6 +196,8 @@ pub enum Frame<'a> {
     StopSending(StopSending),
     /// `0x08`–`0x0f`: STREAM (always encoded as `0x0e`/`0x0f`).
     Stream(Stream<'a>),
+    /// STREAM_REF (skiff links only): stream data passed by reference.
+    StreamRef(StreamRef),
     /// `0x10`: new absolute connection-wide limit on bytes the sender accepts.
     MaxData(u64),
     /// `0x11`: new absolute limit for one stream.
@@ -270,6 +297,13 @@ impl<'a> Frame<'a> {
                     fin: ty & STREAM_FIN != 0,
                 })
             }
+            STREAM_REF | STREAM_REF_FIN => Frame::StreamRef(StreamRef {
+                id: StreamId(r.varint()?),
+                offset: r.varint()?,
+                len: r.varint()?,
+                token: r.varint()?,
+                fin: ty == STREAM_REF_FIN,
+            }),
             MAX_DATA => Frame::MaxData(r.varint()?),
             MAX_STREAM_DATA => Frame::MaxStreamData {
                 id: StreamId(r.varint()?),
@@ -343,6 +377,8 @@ impl<'a> Frame<'a> {
             Frame::ResetStream(_) => RESET_STREAM,
             Frame::StopSending(_) => STOP_SENDING,
             Frame::Stream(s) => stream_type(s.fin),
+            Frame::StreamRef(s) if s.fin => STREAM_REF_FIN,
+            Frame::StreamRef(_) => STREAM_REF,
             Frame::MaxData(_) => MAX_DATA,
             Frame::MaxStreamData { .. } => MAX_STREAM_DATA,
             Frame::MaxStreams { dir: Dir::Bidi, .. } => MAX_STREAMS_BIDI,
@@ -389,6 +425,7 @@ impl<'a> Frame<'a> {
                 Frame::ResetStream(f) => v(f.id.0) + v(f.code) + v(f.final_size),
                 Frame::StopSending(f) => v(f.id.0) + v(f.code),
                 Frame::Stream(s) => v(s.id.0) + v(s.offset) + prefixed(s.data),
+                Frame::StreamRef(s) => v(s.id.0) + v(s.offset) + v(s.len) + v(s.token),
                 Frame::MaxData(x)
                 | Frame::DataBlocked(x)
                 | Frame::PingRequest(x)
@@ -434,6 +471,12 @@ impl<'a> Frame<'a> {
                 w.varint(s.id.0)?;
                 w.varint(s.offset)?;
                 prefixed(w, s.data)
+            }
+            Frame::StreamRef(s) => {
+                w.varint(s.id.0)?;
+                w.varint(s.offset)?;
+                w.varint(s.len)?;
+                w.varint(s.token)
             }
             Frame::MaxData(x)
             | Frame::DataBlocked(x)

@@ -22,7 +22,8 @@ mod stream_id;
 pub use error::{HANDSHAKE_TIMEOUT_CLOSE, TransportError, VIOLATION_CODE};
 pub use frame::{
     ApplicationClose, ConnectionClose, Datagram, Frame, MAX_STREAM_PAYLOAD, ResetStream,
-    StopSending, Stream, encode_stream_record_header, max_datagram_payload, max_stream_payload,
+    STREAM_REF, STREAM_REF_FIN, StopSending, Stream, StreamRef, encode_stream_record_header,
+    max_datagram_payload, max_stream_payload,
 };
 pub use params::{
     DEFAULT_MAX_RECORD_SIZE, ProtocolIter, Protocols, TransportParams, select_protocol,
