@@ -26,6 +26,13 @@ type Conn = Connection<CAP>;
 enum Ev {
     Established(&'static str),
     Opened(u64),
+    Ref {
+        id: u64,
+        offset: u64,
+        len: u64,
+        token: u64,
+        fin: bool,
+    },
     Data {
         id: u64,
         offset: u64,
@@ -66,7 +73,19 @@ impl From<Event<'_>> for Ev {
                 data: data.to_vec(),
                 fin,
             },
-            Event::StreamRef { id, .. } => panic!("unexpected STREAM_REF on {}", id.value()),
+            Event::StreamRef {
+                id,
+                offset,
+                len,
+                token,
+                fin,
+            } => Ev::Ref {
+                id: id.value(),
+                offset,
+                len,
+                token,
+                fin,
+            },
             Event::StreamReset {
                 id,
                 code,
@@ -1401,6 +1420,71 @@ fn violation_unknown_frame_type() {
         &[0x05, 0x24, 0x03, 0x00, 0x00, 0x00],
         TransportError::InvalidFrameType(0x24),
     );
+}
+
+#[test]
+fn stream_ref_is_a_violation_unless_configured() {
+    // STREAM_REF is skiff's private frame for in-process links: a connection
+    // that did not turn it on treats it as an unknown frame type.
+    let mut c = raw_client(cfg());
+    let bytes = rec(Frame::StreamRef(crate::wire::qmux::StreamRef {
+        id: uni(Side::Server, 0),
+        offset: 0,
+        len: 5,
+        token: 9,
+        fin: true,
+    }));
+    assert_violation(
+        &mut c,
+        &bytes,
+        TransportError::InvalidFrameType(crate::wire::qmux::STREAM_REF),
+    );
+}
+
+#[test]
+fn stream_ref_is_charged_like_stream_data() {
+    let config = Config {
+        stream_refs: true,
+        max_stream_data_uni: 1000,
+        ..cfg()
+    };
+    let r = |offset, len, token, fin| {
+        rec(Frame::StreamRef(crate::wire::qmux::StreamRef {
+            id: uni(Side::Server, 0),
+            offset,
+            len,
+            token,
+            fin,
+        }))
+    };
+    let mut c = raw_client(config);
+    let mut inbox = r(0, 600, 1, false);
+    inbox.extend_from_slice(&r(600, 400, 2, true));
+    let evs = feed(&mut c, Instant::ZERO, &mut inbox, false);
+    let id = uni(Side::Server, 0).value();
+    assert_eq!(
+        evs,
+        [
+            Ev::Opened(id),
+            Ev::Ref {
+                id,
+                offset: 0,
+                len: 600,
+                token: 1,
+                fin: false
+            },
+            Ev::Ref {
+                id,
+                offset: 600,
+                len: 400,
+                token: 2,
+                fin: true
+            },
+        ]
+    );
+    // Past the stream window it is a flow-control violation, like STREAM.
+    let mut c = raw_client(config);
+    assert_violation(&mut c, &r(0, 1001, 1, false), TransportError::FlowControl);
 }
 
 #[test]
