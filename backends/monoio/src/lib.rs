@@ -24,6 +24,8 @@
 //! - [`relay`]: the per-worker relay state (origin, cache pool, routes, the
 //!   on-demand track hook) and [`relay::RelayHandler`], which `serve` runs;
 //!   workers are linked pairwise by moq-lite sessions ([`relay::Mesh`]);
+//! - [`lend`]: zero-copy fan-out between workers: a link lends pool blocks
+//!   instead of sending their bytes;
 //! - [`notify`]: the per-thread "media changed" signal the sessions share;
 //! - [`client`]: a minimal client (dial, publish, subscribe, read frames);
 //! - [`relay_demo`]: `skiff-relay demo`, relay plus camera and viewers.
@@ -36,6 +38,7 @@ pub mod demo;
 pub mod driver;
 pub mod error;
 pub mod handler;
+pub mod lend;
 pub mod metrics;
 pub mod notify;
 pub mod relay;

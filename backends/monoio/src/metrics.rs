@@ -27,6 +27,8 @@ pub struct ThreadCounters {
     bytes_out: AtomicU64,
     cache_bytes: AtomicU64,
     cache_high_water: AtomicU64,
+    lent_bytes: AtomicU64,
+    lent_ranges: AtomicU64,
     /// 0 = not started, 1 = io_uring, 2 = legacy.
     driver: AtomicU8,
     draining: AtomicBool,
@@ -63,6 +65,13 @@ impl ThreadCounters {
     /// Counts bytes written to peers.
     pub fn add_bytes_out(&self, n: usize) {
         self.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Records the bytes the thread lent to other workers so far and the
+    /// ranges not returned yet ([`crate::lend`]).
+    pub fn set_lent(&self, bytes: u64, ranges: u64) {
+        self.lent_bytes.store(bytes, Ordering::Relaxed);
+        self.lent_ranges.store(ranges, Ordering::Relaxed);
     }
 
     /// Records the bytes of the thread's cache pool in use now and at most so far.
@@ -105,6 +114,8 @@ impl ThreadCounters {
             bytes_out: self.bytes_out.load(Ordering::Relaxed),
             cache_bytes: self.cache_bytes.load(Ordering::Relaxed),
             cache_high_water: self.cache_high_water.load(Ordering::Relaxed),
+            lent_bytes: self.lent_bytes.load(Ordering::Relaxed),
+            lent_ranges: self.lent_ranges.load(Ordering::Relaxed),
         }
     }
 }
@@ -128,6 +139,10 @@ pub struct Snapshot {
     pub cache_bytes: u64,
     /// The most cache-pool bytes ever in use at once.
     pub cache_high_water: u64,
+    /// Payload bytes lent to other workers instead of copied ([`crate::lend`]).
+    pub lent_bytes: u64,
+    /// Lent ranges not returned yet.
+    pub lent_ranges: u64,
 }
 
 impl core::ops::AddAssign for Snapshot {
@@ -140,6 +155,8 @@ impl core::ops::AddAssign for Snapshot {
         self.bytes_out += o.bytes_out;
         self.cache_bytes += o.cache_bytes;
         self.cache_high_water += o.cache_high_water;
+        self.lent_bytes += o.lent_bytes;
+        self.lent_ranges += o.lent_ranges;
     }
 }
 
@@ -204,6 +221,18 @@ const FAMILIES: &[Family] = &[
         kind: "gauge",
         help: "The most group cache pool bytes in use at once (summed over threads in the total).",
         get: |s| s.cache_high_water,
+    },
+    Family {
+        name: "lent_bytes_total",
+        kind: "counter",
+        help: "Payload bytes lent to other worker threads instead of copied, sampled every 10 ms.",
+        get: |s| s.lent_bytes,
+    },
+    Family {
+        name: "lent_ranges",
+        kind: "gauge",
+        help: "Block ranges lent to other worker threads and not returned yet.",
+        get: |s| s.lent_ranges,
     },
 ];
 

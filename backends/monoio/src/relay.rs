@@ -106,6 +106,8 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::{BlockMeta, Pool};
+
+use crate::lend::{Borrower, LEND_SLOTS, Lender, LinkShare, return_released};
 use skiff_core::session::{
     AnnounceId, Config, ConfigError, Error as SessionError, Event, Resolve, Session, SubscriptionId,
 };
@@ -191,6 +193,11 @@ pub struct Relay {
     grace: StdDuration,
     /// The next orphan timer's token.
     next_token: Cell<u64>,
+    /// What this worker lent to each other worker, by its index.
+    lenders: RefCell<Vec<Option<Rc<Lender>>>>,
+    /// What each other worker lends to this one, by its index (where the
+    /// pool's released foreign blocks go back to).
+    borrowed: RefCell<Vec<Option<Arc<LinkShare>>>>,
 }
 
 impl std::fmt::Debug for Relay {
@@ -208,17 +215,27 @@ impl std::fmt::Debug for Relay {
 /// # Panics
 /// Never for `bytes` up to `u32::MAX` blocks; smaller sizes are raised to 64 blocks.
 pub fn leak_pool(bytes: u64) -> &'static Pool<'static> {
+    leak_pool_with_spare(bytes, 0)
+}
+
+/// Like [`leak_pool`], with `spare` more metadata slots (no bytes) for
+/// blocks lent by other workers ([`crate::lend`]).
+///
+/// # Panics
+/// As [`leak_pool`].
+pub fn leak_pool_with_spare(bytes: u64, spare: usize) -> &'static Pool<'static> {
     let blocks = usize::try_from(bytes / BLOCK_BYTES as u64)
         .unwrap_or(usize::MAX)
-        .clamp(64, (u32::MAX - 1) as usize);
+        .clamp(64, (u32::MAX / 2) as usize);
+    let spare = spare.min((u32::MAX / 2) as usize - 1);
     let data: &'static mut [u8] = Box::leak(vec![0u8; blocks * BLOCK_BYTES].into_boxed_slice());
     let meta: &'static mut [BlockMeta] = Box::leak(
-        (0..blocks)
+        (0..blocks + spare)
             .map(|_| BlockMeta::new())
             .collect::<Vec<_>>()
             .into_boxed_slice(),
     );
-    match Pool::from_parts(data, meta) {
+    match Pool::from_parts_with_spare(data, meta, spare) {
         Ok(p) => Box::leak(Box::new(p)),
         Err(e) => panic!("pool layout: {e}"),
     }
@@ -236,7 +253,9 @@ impl Relay {
         Relay {
             origin: origin.handle(),
             local_origin: local.handle(),
-            pool: leak_pool(cache_bytes),
+            // Spare metadata for blocks other workers lend: a foreign block
+            // and at most two pieces of it per lent range.
+            pool: leak_pool_with_spare(cache_bytes, 3 * LEND_SLOTS * (config.threads.get() - 1)),
             hop,
             // A track may hold an eighth of the cache (at least 1 MiB); a
             // group over that is trimmed behind its readers.
@@ -249,7 +268,41 @@ impl Relay {
             metrics: None,
             grace: config.failover_grace,
             next_token: Cell::new(0),
+            lenders: RefCell::new(Vec::new()),
+            borrowed: RefCell::new(Vec::new()),
         }
+    }
+
+    /// Sends the blocks other workers lent back to them once this worker's
+    /// pool let go of them (see [`crate::lend`]).
+    pub fn return_lent(&self) {
+        if self.pool.has_released() {
+            return_released(self.pool, &self.borrowed.borrow());
+        }
+    }
+
+    /// Bytes this worker lent to other workers so far (instead of copying
+    /// them over the links), and the ranges not returned yet.
+    pub fn lent(&self) -> (u64, usize) {
+        self.lenders
+            .borrow()
+            .iter()
+            .flatten()
+            .fold((0, 0), |(b, n), l| {
+                (b + l.lent_bytes(), n + l.outstanding())
+            })
+    }
+
+    /// Registers the two directions of the link to worker `peer`.
+    fn add_link(&self, peer: usize, lender: Rc<Lender>, borrowed: Arc<LinkShare>) {
+        let mut lenders = self.lenders.borrow_mut();
+        let mut shares = self.borrowed.borrow_mut();
+        if lenders.len() <= peer {
+            lenders.resize(peer + 1, None);
+            shares.resize(peer + 1, None);
+        }
+        lenders[peer] = Some(lender);
+        shares[peer] = Some(borrowed);
     }
 
     /// The thread's origin (what subscribers see).
@@ -281,6 +334,8 @@ impl Relay {
                 self.pool.in_use() as u64 * block,
                 self.pool.high_water() as u64 * block,
             );
+            let (bytes, ranges) = self.lent();
+            m.thread(*i).set_lent(bytes, ranges as u64);
         }
     }
 
@@ -629,6 +684,8 @@ struct RelayConn {
     want_announce: bool,
     announce: Option<AnnounceId>,
     subs: Vec<UpstreamSub>,
+    /// A link: what it lends to the other worker.
+    lender: Option<Rc<Lender>>,
 }
 
 impl RelayConn {
@@ -768,8 +825,13 @@ impl<const N: usize> App<N> for RelayConn {
         }
     }
 
+    fn lender(&self) -> Option<&Lender> {
+        self.lender.as_deref()
+    }
+
     fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>) {
         self.relay.publish_gauges();
+        self.relay.return_lent();
         if self.want_announce && session.is_established() {
             match session.announce_request("") {
                 Ok(a) => {
@@ -889,11 +951,17 @@ impl RelayHandler {
     }
 
     /// Runs the link session to worker `peer` over `end` (client side on the
-    /// lower-numbered worker).
-    fn spawn_link(&self, info: &WorkerInfo, peer: usize, end: StdUnixStream) {
-        let stream = match end
+    /// lower-numbered worker). The link lends and borrows blocks
+    /// ([`crate::lend`]).
+    fn spawn_link(&self, info: &WorkerInfo, peer: usize, end: LinkEnd) {
+        let LinkEnd {
+            socket,
+            lends,
+            borrows,
+        } = end;
+        let stream = match socket
             .set_nonblocking(true)
-            .and_then(|()| monoio::net::UnixStream::from_std(end))
+            .and_then(|()| monoio::net::UnixStream::from_std(socket))
         {
             Ok(s) => s,
             Err(e) => {
@@ -909,13 +977,31 @@ impl RelayHandler {
         let ctx = self.drive_ctx(info);
         let relay = self.relay.clone();
         let id = LINK_ID_BASE + peer as u64;
+        let lender = Rc::new(Lender::new(lends));
+        relay.add_link(peer, lender.clone(), borrows.clone());
+        let borrower = Borrower::new(borrows, relay.pool, peer);
         monoio::spawn(async move {
             let (reader, writer) = split_halves(stream, 64 * 1024);
             let mut storage = Box::new(TrunkStorage::new());
             let (config, origin) = relay.session_setup(Peer::Link);
             let session: Result<TrunkSession<'_>, _> =
-                Session::new(side, config, ctx.clock.now(), &mut storage, Some(origin));
-            let res = run_session(relay, session, reader, writer, side, id, Peer::Link, &ctx);
+                Session::new(side, config, ctx.clock.now(), &mut storage, Some(origin)).map(
+                    |mut s| {
+                        s.set_foreign(Some(&borrower));
+                        s
+                    },
+                );
+            let res = run_session(
+                relay,
+                session,
+                reader,
+                writer,
+                side,
+                id,
+                Peer::Link,
+                Some(lender),
+                &ctx,
+            );
             match res.await {
                 Ok(ended) => tracing::debug!(peer, ?ended, "worker link ended"),
                 Err(e) => tracing::warn!(peer, error = %e, "worker link failed"),
@@ -967,6 +1053,7 @@ impl RelayHandler {
                             Side::Client,
                             id,
                             peer,
+                            None,
                             &ctx,
                         );
                         match res.await {
@@ -1014,7 +1101,7 @@ impl Relay {
     /// this worker's own clients' broadcasts (one hop between workers,
     /// nothing loops back up).
     fn session_setup(&self, peer: Peer) -> (Config<'static>, origin::Ref<'static, 'static>) {
-        let config = Config {
+        let mut config = Config {
             path: match peer {
                 Peer::Upstream(path) => Some(path),
                 _ => None,
@@ -1025,6 +1112,8 @@ impl Relay {
                 self.trunk_config
             }
         };
+        // Both ends of a link are this process: payload crosses by reference.
+        config.conn.stream_refs = peer == Peer::Link;
         let origin = if peer.is_local() {
             self.origin
         } else {
@@ -1045,6 +1134,7 @@ async fn run_session<R: ByteRead, W: ByteWrite, const N: usize>(
     side: Side,
     id: u64,
     peer: Peer,
+    lender: Option<Rc<Lender>>,
     ctx: &DriveCtx,
 ) -> io::Result<Ended> {
     let mut session = session.map_err(io::Error::other)?;
@@ -1063,6 +1153,7 @@ async fn run_session<R: ByteRead, W: ByteWrite, const N: usize>(
         },
         announce: None,
         subs: Vec::new(),
+        lender,
     };
     drive(session, reader, writer, &mut app, ctx).await
 }
@@ -1098,6 +1189,7 @@ impl ConnectionHandler for RelayHandler {
                 Side::Server,
                 id,
                 Peer::Client,
+                None,
                 &ctx,
             )
             .await;
@@ -1122,12 +1214,25 @@ impl ConnectionHandler for RelayHandler {
 /// link away from every worker and nothing loops. A subscriber's request for
 /// a broadcast learned over a link creates a relay track on its worker and
 /// one subscription over the link, which the publisher's worker serves from
-/// its own relay track. Cost: one payload copy (through the kernel socket
-/// pair) per worker pair and track, whatever the number of subscribers;
-/// fan-out to the subscribers of a worker is then from that worker's cache.
+/// its own relay track. Payload crosses by reference ([`crate::lend`]): the
+/// link carries small STREAM_REF records naming blocks of the publisher's
+/// worker, which the subscriber's worker links into its groups without a
+/// copy; its subscribers are served from the publisher worker's blocks.
 #[derive(Debug)]
 pub struct Mesh {
-    ends: Mutex<HashMap<(usize, usize), StdUnixStream>>,
+    ends: Mutex<HashMap<(usize, usize), LinkEnd>>,
+}
+
+/// One worker's end of the link to another: the socket, and the shares of
+/// blocks lent each way ([`crate::lend`]).
+#[derive(Debug)]
+pub struct LinkEnd {
+    /// The socket to the other worker.
+    pub socket: StdUnixStream,
+    /// What this worker lends to the other.
+    pub lends: Arc<LinkShare>,
+    /// What the other worker lends to this one.
+    pub borrows: Arc<LinkShare>,
 }
 
 impl Mesh {
@@ -1140,8 +1245,23 @@ impl Mesh {
         for i in 0..threads {
             for j in i + 1..threads {
                 let (a, b) = StdUnixStream::pair()?;
-                ends.insert((i, j), a);
-                ends.insert((j, i), b);
+                let (i_to_j, j_to_i) = (LinkShare::new(), LinkShare::new());
+                ends.insert(
+                    (i, j),
+                    LinkEnd {
+                        socket: a,
+                        lends: i_to_j.clone(),
+                        borrows: j_to_i.clone(),
+                    },
+                );
+                ends.insert(
+                    (j, i),
+                    LinkEnd {
+                        socket: b,
+                        lends: j_to_i,
+                        borrows: i_to_j,
+                    },
+                );
             }
         }
         Ok(Mesh {
@@ -1150,7 +1270,7 @@ impl Mesh {
     }
 
     /// Worker `index`'s ends, with the peer each leads to.
-    pub fn take(&self, index: usize) -> Vec<(usize, StdUnixStream)> {
+    pub fn take(&self, index: usize) -> Vec<(usize, LinkEnd)> {
         let mut ends = match self.ends.lock() {
             Ok(e) => e,
             Err(p) => p.into_inner(),

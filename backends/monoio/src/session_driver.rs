@@ -40,13 +40,15 @@ use monoio::io::{
     AsyncReadRent, AsyncWriteRent, CancelableAsyncWriteRent, Canceller, OwnedReadHalf,
     OwnedWriteHalf, Split, Splitable,
 };
-use skiff_core::session::{Event, Session, Storage};
+use skiff_core::pool::Slice;
+use skiff_core::session::{Event, Gather, Session, Storage};
 use skiff_core::time::{Duration, Instant};
 use skiff_core::wire::lite::SessionCode;
 use skiff_core::wire::qmux::Side;
 
 use crate::clock::Clock;
 use crate::conn::{Reader, Writer, race, write_all_or_stall};
+use crate::lend::Lender;
 use crate::notify::Notify;
 use crate::shutdown::Shutdown;
 use crate::staging::Staging;
@@ -306,6 +308,11 @@ pub trait App<const N: usize = STREAMS> {
     fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>);
     /// The session is over.
     fn on_close(&mut self) {}
+    /// A link to another worker of this process: lend group payload to it
+    /// instead of sending the bytes ([`crate::lend`]). The default is `None`.
+    fn lender(&self) -> Option<&Lender> {
+        None
+    }
     /// True if [`App::act`] has nothing to do unless the session's own input
     /// or local media changes: a wake-up of the thread's media signal is then
     /// skipped while the session is quiet ([`Session::is_quiet`]). The
@@ -514,9 +521,12 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
         if !session.is_closed() {
             let mut data = inbox.data.borrow_mut();
             let mut consumed = false;
-            if !data.is_empty()
+            // A session stalled on input it already took (data passed by
+            // reference) is called with no new bytes too.
+            let stalled = session.is_stalled();
+            if (!data.is_empty() || stalled)
                 && let Ok(n) = session.handle_input(now, &data)
-                && n > 0
+                && (n > 0 || (stalled && !session.is_stalled()))
             {
                 data.drain(..n);
                 progress = true;
@@ -571,7 +581,7 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             }
         }
 
-        if transmit(session, now, writer).await? {
+        if transmit(session, now, writer, app.lender()).await? {
             progress = true;
         }
         if session.is_closed() && (session.is_drained() || !progress) {
@@ -768,12 +778,36 @@ impl FilledVersions {
 /// spare room is offered at once, so a frame of a few blocks takes one call;
 /// the buffer is sent (one `writev`) once [`FLUSH_AT`] bytes or
 /// [`GATHER_RANGES`](crate::staging::GATHER_RANGES) ranges wait, and at the end.
+/// A staging buffer's gather that lends payload instead ([`crate::lend`]).
+struct Lending<'l, G> {
+    gather: G,
+    lender: &'l Lender,
+}
+
+impl<G: Gather<'static>> Gather<'static> for Lending<'_, G> {
+    fn room(&self) -> usize {
+        self.gather.room()
+    }
+
+    fn push(&mut self, at: usize, slice: Slice<'static>) {
+        self.gather.push(at, slice);
+    }
+
+    fn lend(&mut self, slice: Slice<'static>) -> Option<u64> {
+        self.lender.lend(slice)
+    }
+}
+
 async fn transmit<W: ByteWrite, const N: usize>(
     session: &mut Session<'_, 'static, 'static, N>,
     now: Instant,
     writer: &mut W,
+    lender: Option<&Lender>,
 ) -> io::Result<bool> {
     let mut any = false;
+    if let Some(l) = lender {
+        l.reclaim();
+    }
     loop {
         let staging = writer.buffer();
         if !staging.is_empty()
@@ -786,10 +820,18 @@ async fn transmit<W: ByteWrite, const N: usize>(
         }
         // Only a buffer `drive` did not size grows here.
         staging.reserve(staging.staged().len() + TRANSMIT_CHUNK);
-        let (spare, mut gather) = staging.spare_and_gather();
+        let (spare, gather) = staging.spare_and_gather();
         let room = spare.len();
-        let n = session.poll_transmit_gather(now, spare, &mut gather);
-        drop(gather);
+        let n = match lender {
+            Some(lender) => {
+                let mut lending = Lending { gather, lender };
+                session.poll_transmit_gather(now, spare, &mut lending)
+            }
+            None => {
+                let mut gather = gather;
+                session.poll_transmit_gather(now, spare, &mut gather)
+            }
+        };
         staging.commit(n);
         if n > 0 {
             any = true;

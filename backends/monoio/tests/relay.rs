@@ -221,6 +221,21 @@ fn run_on(kind: DriverKind, threads: usize) {
             eprintln!("worker {t} accepted {accepted} connections");
             assert!(accepted > 0, "worker {t} got no connection");
         }
+        // The track's payload crossed the link by reference, not as bytes:
+        // the publisher's worker lent at least every payload byte once.
+        let payload_bytes: u64 = (0..GROUPS)
+            .flat_map(|g| (0..FRAMES).map(move |i| payload(g, i).len() as u64))
+            .sum();
+        let mut lent = 0;
+        for _ in 0..100 {
+            lent = handle.metrics().total().lent_bytes;
+            if lent >= payload_bytes {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        eprintln!("lent {lent} bytes across the link for {payload_bytes} payload bytes");
+        assert!(lent >= payload_bytes, "lent {lent} of {payload_bytes}");
     }
     assert!(out.garbage_closed, "garbage connection not closed");
     assert!(

@@ -20,7 +20,7 @@ use std::vec::Vec;
 use core::cell::{Cell, RefCell};
 use core::ptr::NonNull;
 
-use super::{Foreign, Gather, Session};
+use super::{Foreign, ForeignError, Gather, Session};
 use crate::conn::{self, Connection};
 use crate::pool::{Block, Pool, Slice};
 use crate::time::{Duration, Instant};

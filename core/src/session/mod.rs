@@ -111,11 +111,19 @@ struct Stall {
 /// Data received by reference that the session could not take yet.
 struct StallRef<'p> {
     id: StreamId,
-    /// The foreign block holding the data.
-    block: Block<'p>,
-    /// Bytes of it already taken.
-    used: usize,
+    /// Stream position of the first byte (`u64::MAX` once some were taken).
+    offset: u64,
+    /// The data: a token still to resolve, or the foreign block holding it.
+    data: RefData<'p>,
     fin: bool,
+}
+
+/// Data by reference, resolved or not.
+enum RefData<'p> {
+    /// Not resolved yet (the pool had no slot): the token and length.
+    Token(u64, u64),
+    /// In this foreign block, of which this many bytes were taken.
+    Block(Block<'p>, usize),
 }
 
 /// What we learned from the peer's SETUP.
@@ -147,9 +155,23 @@ pub trait Gather<'p> {
 /// link inside one process, [`conn::Config::stream_refs`]) to the bytes they name.
 pub trait Foreign<'p> {
     /// The `len` bytes `token` names, as a foreign block of the session's pool
-    /// ([`crate::pool::Pool::adopt`]); `None` if the token names nothing (the
-    /// session then closes with INTERNAL) or no metadata slot is free.
-    fn resolve(&self, token: u64, len: u64) -> Option<Block<'p>>;
+    /// ([`crate::pool::Pool::adopt`]).
+    ///
+    /// # Errors
+    /// [`ForeignError::Unknown`] if the token names nothing (the session
+    /// closes with INTERNAL), [`ForeignError::Exhausted`] if the pool has no
+    /// metadata slot free (the session stops taking input and asks again on
+    /// its next call, as for a full pool).
+    fn resolve(&self, token: u64, len: u64) -> Result<Block<'p>, ForeignError>;
+}
+
+/// Why [`Foreign::resolve`] gave no block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForeignError {
+    /// The token names no lent bytes of that length.
+    Unknown,
+    /// No metadata slot is free in the pool right now.
+    Exhausted,
 }
 
 /// A shorter-lived handle on an optional [`Gather`], for one call in a loop.
@@ -593,7 +615,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             pos = st.len;
         }
         if let Some(st) = self.stall_ref.take()
-            && !self.take_ref(now, st.id, u64::MAX, st.block, st.used, st.fin)
+            && !self.take_ref(now, st)
         {
             self.drive();
             return Ok(pos);
@@ -639,15 +661,13 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     fin,
                 } => {
                     pos += step.consumed;
-                    let Some(block) = self
-                        .foreign
-                        .and_then(|f| f.resolve(token, len))
-                        .filter(|b| b.len() as u64 == len)
-                    else {
-                        self.fail(SessionCode::Internal, "unresolved stream reference");
-                        return Ok(input.len());
+                    let st = StallRef {
+                        id,
+                        offset,
+                        data: RefData::Token(token, len),
+                        fin,
                     };
-                    if !self.take_ref(now, id, offset, block, 0, fin) {
+                    if !self.take_ref(now, st) {
                         break;
                     }
                 }
@@ -898,26 +918,37 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
     }
 
-    /// Takes stream data received by reference from byte `used` of `block`
-    /// on; false (keeping the rest for the next call) if the session could not
-    /// take all of it.
-    fn take_ref(
-        &mut self,
-        now: Instant,
-        id: StreamId,
-        offset: u64,
-        block: Block<'p>,
-        used: usize,
-        fin: bool,
-    ) -> bool {
+    /// Takes stream data received by reference; false if the session could
+    /// not take all of it (the rest waits in `stall_ref` for the next call)
+    /// or closed because the reference names nothing.
+    fn take_ref(&mut self, now: Instant, st: StallRef<'p>) -> bool {
+        let (block, used) = match st.data {
+            RefData::Block(block, used) => (block, used),
+            RefData::Token(token, len) => {
+                let resolved = match self.foreign {
+                    Some(f) => f.resolve(token, len),
+                    None => Err(ForeignError::Unknown),
+                };
+                match resolved {
+                    Ok(block) if block.len() as u64 == len => (block, 0),
+                    Err(ForeignError::Exhausted) => {
+                        self.stall_ref = Some(st);
+                        return false;
+                    }
+                    _ => {
+                        self.fail(SessionCode::Internal, "unresolved stream reference");
+                        return false;
+                    }
+                }
+            }
+        };
         let data = block.data().get(used..).unwrap_or(&[]);
-        let n = self.on_stream_data(now, id, offset, data, Some((&block, used)), fin);
+        let n = self.on_stream_data(now, st.id, st.offset, data, Some((&block, used)), st.fin);
         if n < data.len() {
             self.stall_ref = Some(StallRef {
-                id,
-                used: used + n,
-                block,
-                fin,
+                offset: u64::MAX,
+                data: RefData::Block(block, used + n),
+                ..st
             });
             return false;
         }
