@@ -25,12 +25,17 @@
 //!   were evicted or trimmed past it), [`return_released`] puts the slot
 //!   number in the share's return ring, a single-producer single-consumer
 //!   queue of atomics, and the lender frees the slot (dropping the slice) at
-//!   its next transmit.
+//!   its next transmit, or within 20 ms while it has slots lent (the link
+//!   task looks for returns then, since the borrower does not wake it).
 //!
-//! Bounds: [`LEND_SLOTS`] slots per direction; with every slot lent, the
-//! lender sends bytes again (the old way) until slots come back, so a
-//! borrower that holds on to blocks costs the lender at most that many
-//! blocks. The return ring has room for every slot, so a return never waits.
+//! Bounds: at most [`LEND_SLOTS`] ranges lent per direction, and the relay
+//! lends at most half its pool over all its links together; with every slot
+//! lent, the lender sends bytes again (the old way, into the borrower's own
+//! blocks) until slots come back. So a borrower that holds on to blocks (its
+//! cache) costs the lender at most that many blocks, and the lender always
+//! keeps half its pool for its own groups: pinned blocks can never starve
+//! the publisher that would evict them. The return ring has room for every
+//! slot, so a return never waits.
 
 use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
@@ -118,27 +123,33 @@ pub struct Lender {
     share: Arc<LinkShare>,
     lent: RefCell<Vec<Option<Slice<'static>>>>,
     free: RefCell<Vec<u32>>,
+    /// Most ranges lent at once.
+    limit: usize,
     /// Bytes lent so far.
     lent_bytes: Cell<u64>,
 }
 
 impl Lender {
-    /// The lender over `share`, nothing lent.
-    pub fn new(share: Arc<LinkShare>) -> Self {
+    /// The lender over `share`, nothing lent, lending at most `limit`
+    /// ranges at once (at most the share's slots).
+    pub fn new(share: Arc<LinkShare>, limit: usize) -> Self {
         let n = share.slots.len();
+        let limit = limit.min(n);
         Lender {
             share,
             lent: RefCell::new((0..n).map(|_| None).collect()),
             // Popped from the end: slot 0 first.
-            free: RefCell::new((0..n as u32).rev().collect()),
+            free: RefCell::new((0..limit as u32).rev().collect()),
+            limit,
             lent_bytes: Cell::new(0),
         }
     }
 
-    /// Takes back every slot the borrower returned.
-    pub fn reclaim(&self) {
+    /// Takes back every slot the borrower returned; returns how many.
+    pub fn reclaim(&self) -> usize {
         let mut lent = self.lent.borrow_mut();
         let mut free = self.free.borrow_mut();
+        let mut n = 0;
         while let Some(slot) = self.share.pop_return() {
             if let Some(held) = lent.get_mut(slot as usize).and_then(Option::take) {
                 self.share.slots[slot as usize]
@@ -146,8 +157,10 @@ impl Lender {
                     .store(std::ptr::null_mut(), Ordering::Relaxed);
                 drop(held);
                 free.push(slot);
+                n += 1;
             }
         }
+        n
     }
 
     /// Lends `slice` (keeping it until it comes back); the token for a
@@ -173,7 +186,7 @@ impl Lender {
 
     /// Ranges lent and not returned yet.
     pub fn outstanding(&self) -> usize {
-        self.share.slots.len() - self.free.borrow().len()
+        self.limit - self.free.borrow().len()
     }
 }
 
@@ -256,7 +269,7 @@ mod tests {
         let lending = leak(4, 0);
         let borrowing = leak(2, 8);
         let share = LinkShare::with_slots(2);
-        let lender = Lender::new(share.clone());
+        let lender = Lender::new(share.clone(), 8);
         let borrower = Borrower::new(share.clone(), borrowing, 3);
         let mut w = lending.alloc().unwrap();
         w.append(b"hello world");
@@ -288,7 +301,7 @@ mod tests {
         shares[3] = Some(share);
         drop(fa);
         return_released(borrowing, &shares);
-        lender.reclaim();
+        assert_eq!(lender.reclaim(), 1);
         assert_eq!(lender.outstanding(), 1);
         drop(fb);
         return_released(borrowing, &shares);

@@ -977,7 +977,10 @@ impl RelayHandler {
         let ctx = self.drive_ctx(info);
         let relay = self.relay.clone();
         let id = LINK_ID_BASE + peer as u64;
-        let lender = Rc::new(Lender::new(lends));
+        // All links together lend at most half the pool (see `crate::lend`).
+        let links = info.config.threads.get().saturating_sub(1).max(1);
+        let limit = (self.relay.pool.capacity() / (2 * links)).max(16);
+        let lender = Rc::new(Lender::new(lends, limit));
         relay.add_link(peer, lender.clone(), borrows.clone());
         let borrower = Borrower::new(borrows, relay.pool, peer);
         monoio::spawn(async move {

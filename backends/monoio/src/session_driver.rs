@@ -618,6 +618,12 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
 
         // Sleep until something can change.
         let mut deadline = session.poll_timeout();
+        // Blocks lent to another worker come back without waking this task:
+        // look for them now and then while any are out.
+        if app.lender().is_some_and(|l| l.outstanding() > 0) {
+            let at = now.saturating_add(LEND_RECLAIM);
+            deadline = Some(deadline.map_or(at, |d| d.min(at)));
+        }
         if let Some(limit) = limit
             && !session.is_closed()
         {
@@ -778,6 +784,10 @@ impl FilledVersions {
 /// spare room is offered at once, so a frame of a few blocks takes one call;
 /// the buffer is sent (one `writev`) once [`FLUSH_AT`] bytes or
 /// [`GATHER_RANGES`](crate::staging::GATHER_RANGES) ranges wait, and at the end.
+/// How often a link with blocks lent out looks for returned ones when
+/// nothing else wakes it ([`crate::lend`]).
+const LEND_RECLAIM: Duration = Duration::from_millis(20);
+
 /// A staging buffer's gather that lends payload instead ([`crate::lend`]).
 struct Lending<'l, G> {
     gather: G,
@@ -804,10 +814,8 @@ async fn transmit<W: ByteWrite, const N: usize>(
     writer: &mut W,
     lender: Option<&Lender>,
 ) -> io::Result<bool> {
-    let mut any = false;
-    if let Some(l) = lender {
-        l.reclaim();
-    }
+    // Blocks given back free pool room: producers waiting for it may go on.
+    let mut any = lender.is_some_and(|l| l.reclaim() > 0);
     loop {
         let staging = writer.buffer();
         if !staging.is_empty()

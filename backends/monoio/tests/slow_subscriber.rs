@@ -190,15 +190,34 @@ async fn scenario(url: String) -> (Seen, Seen) {
 
 #[test]
 fn slow_subscriber_skips_ahead_and_the_fast_one_gets_everything() {
+    slow_and_fast(1);
+}
+
+/// The same on two workers: when the subscribers and the publisher land on
+/// different workers, the track crosses the link by reference (lent blocks),
+/// and neither worker's pool grows past its cache.
+#[test]
+fn slow_subscriber_across_workers_keeps_both_caches_bounded() {
+    slow_and_fast(2);
+}
+
+fn slow_and_fast(threads: usize) {
     for kind in drivers() {
         within(120, move || {
-            let mut cfg = config(1, kind);
+            let mut cfg = config(threads, kind);
             cfg.cache_bytes = CACHE;
             let handle =
-                server::start(cfg, RelayHandler::factory(1).unwrap()).expect("start relay");
+                server::start(cfg, RelayHandler::factory(threads).unwrap()).expect("start relay");
             let url = format!("tcp://{}/anon", handle.local_addr());
             let (fast, slow) = driver::block_on(kind, move |_| scenario(url)).expect("runtime");
-            let snap = handle.metrics().thread(0).snapshot();
+            let snap = (0..threads)
+                .map(|t| handle.metrics().thread(t).snapshot())
+                .max_by_key(|s| s.cache_high_water)
+                .unwrap_or_default();
+            eprintln!(
+                "{threads} workers: lent {} bytes across links",
+                handle.metrics().total().lent_bytes
+            );
             let groups = |s: &Seen| {
                 let mut g: Vec<u64> = s.frames.iter().map(|f| f.0).collect();
                 g.dedup();
