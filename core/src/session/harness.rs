@@ -137,12 +137,13 @@ impl<'p> Lender<'p> {
 
 impl<'p> Foreign<'p> for Lender<'p> {
     #[allow(unsafe_code)]
-    fn resolve(&self, token: u64, len: u64) -> Option<Block<'p>> {
+    fn resolve(&self, token: u64, len: u64) -> Result<Block<'p>, ForeignError> {
         let lent = self.lent.borrow();
-        let slice = lent.get(usize::try_from(token).ok()?)?.as_ref()?;
-        if slice.len() as u64 != len {
-            return None;
-        }
+        let slice = usize::try_from(token)
+            .ok()
+            .and_then(|t| lent.get(t)?.as_ref())
+            .filter(|s| s.len() as u64 == len)
+            .ok_or(ForeignError::Unknown)?;
         let bytes = slice.as_bytes();
         // SAFETY: the table holds the slice (its committed bytes never change)
         // until `reclaim` sees the token come back from `take_released`.
@@ -150,7 +151,7 @@ impl<'p> Foreign<'p> for Lender<'p> {
             self.pool
                 .adopt(NonNull::from(bytes).cast(), bytes.len(), token)
         }
-        .ok()
+        .map_err(|_| ForeignError::Exhausted)
     }
 }
 
