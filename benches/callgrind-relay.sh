@@ -5,6 +5,9 @@
 #
 #   benches/callgrind-relay.sh SKIFF_RELAY_BINARY
 #
+# Env: THREADS (default 1): relay worker threads; with 2, the subscribers
+# spread over both workers and the track crosses the link between them.
+#
 # Prints the total and per-delivery instruction counts and leaves the
 # callgrind file in $OUT (default: a temporary directory, printed).
 # Needs a release build of relay_load in $CARGO_TARGET_DIR (default target).
@@ -27,7 +30,7 @@ exec valgrind --tool=callgrind --callgrind-out-file=$out/callgrind.%p "$relay" "
 WRAP
 chmod +x "$wrapper"
 "${CARGO_TARGET_DIR:-target}/release/relay_load" --subscribers 30 --frame-bytes 65536 --fps 10 \
-  --seconds 32 --no-baseline --relay-bin "$wrapper" >"$out/relay_load.log" 2>&1 &
+  --seconds 32 --threads "${THREADS:-1}" --no-baseline --relay-bin "$wrapper" >"$out/relay_load.log" 2>&1 &
 load=$!
 # The dump is all we need; then stop the load and the relay under valgrind.
 for _ in $(seq 120); do
