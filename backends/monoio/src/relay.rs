@@ -34,9 +34,10 @@
 //!   and a new upstream SUBSCRIBE (new Subscribe ID).
 //! * The publisher's session fills the relay track group by group; every
 //!   downstream session serves its subscribers from that track with their
-//!   own Subscribe IDs, newest group first. Group bytes are stored once per
-//!   worker, in pool blocks, and read by every downstream session from
-//!   there. A group bigger than the track's budget (an eighth of the cache,
+//!   own Subscribe IDs, newest group first. Group bytes are stored once, in
+//!   pool blocks of the publisher's worker, and read by every downstream
+//!   session from there, on that worker and (lent over the links, see
+//!   [`crate::lend`]) on the others. A group bigger than the track's budget (an eighth of the cache,
 //!   at least 1 MiB) is trimmed behind its readers, so with pacing a relay
 //!   holds about one stream-credit window of it past its fastest reader.
 //! * If the upstream subscription fails, the relay track ends with the
@@ -70,8 +71,12 @@
 //!
 //! * Across worker threads, broadcasts travel over pairwise worker links
 //!   ([`Mesh`]): one moq-lite session per worker pair over a Unix socket
-//!   pair, copying each track's payload once per worker pair (not per
-//!   subscriber). Links and a leaf's upstream session are trunks: their
+//!   pair. Payload crosses by reference (lent blocks, [`crate::lend`]); a
+//!   link lends at most [`crate::lend::LEND_SLOTS`] block ranges at once and
+//!   the links of a worker together at most half its pool; past that, it
+//!   copies payload through the socket again until ranges come back. The
+//!   link mesh costs T×(T−1) sessions of about 430 KiB for T workers. Links
+//!   and a leaf's upstream session are trunks: their
 //!   tables ([`crate::session_driver::TrunkStorage`]) carry 128 concurrent
 //!   subscriptions each way (`tests/trunk.rs` runs about 96 across a
 //!   link); one more is refused like a full table. The upstream session's
