@@ -70,6 +70,11 @@ pub trait Endpoint {
     fn timeout(&self) -> Option<Instant>;
     /// Runs due timers.
     fn on_timeout(&mut self, now: Instant);
+    /// Holds input it took but could not use yet (call `input` again, even
+    /// with no new bytes).
+    fn stalled(&self) -> bool {
+        false
+    }
 }
 
 /// A session and the events it reported so far.
@@ -152,6 +157,26 @@ impl<'p> Foreign<'p> for Lender<'p> {
                 .adopt(NonNull::from(bytes).cast(), bytes.len(), token)
         }
         .map_err(|_| ForeignError::Exhausted)
+    }
+}
+
+/// A [`Foreign`] resolver whose pool is short of metadata every other
+/// time it is asked: the session must wait and ask again.
+pub struct Scarce<'l, 'p> {
+    /// The resolver that succeeds.
+    pub inner: &'l Lender<'p>,
+    /// Calls so far.
+    pub calls: Cell<usize>,
+}
+
+impl<'p> Foreign<'p> for Scarce<'_, 'p> {
+    fn resolve(&self, token: u64, len: u64) -> Result<Block<'p>, ForeignError> {
+        let n = self.calls.get();
+        self.calls.set(n + 1);
+        if n % 2 == 0 {
+            return Err(ForeignError::Exhausted);
+        }
+        self.inner.resolve(token, len)
     }
 }
 
@@ -265,6 +290,10 @@ impl Endpoint for Node<'_, '_, '_> {
         if self.auto_drain {
             self.drain();
         }
+    }
+
+    fn stalled(&self) -> bool {
+        self.session.is_stalled()
     }
 }
 
@@ -438,6 +467,10 @@ impl Link {
 
     fn feed(&mut self, ep: &mut impl Endpoint, now: Instant, rng: &mut Rng) -> bool {
         let mut progress = false;
+        if self.inbox.is_empty() && ep.stalled() {
+            ep.input(now, &[]);
+            progress = !ep.stalled();
+        }
         let mut full = false;
         while !self.inbox.is_empty() {
             let len = self.inbox.len();

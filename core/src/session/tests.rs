@@ -4,11 +4,12 @@
 
 extern crate std;
 
+use core::cell::Cell;
 use std::string::ToString;
 use std::vec;
 use std::vec::Vec;
 
-use super::harness::{Chunking, Ev, Lender, Node, Pair, Raw, Rng, Tap, hex};
+use super::harness::{Chunking, Ev, Lender, Node, Pair, Raw, Rng, Scarce, Tap, hex};
 use super::*;
 use crate::conn;
 use crate::model::group::Next;
@@ -957,11 +958,19 @@ fn lent_payload_joins_the_subscriber_groups_without_a_copy() {
     parked_subscriber(Mode::Lend);
 }
 
+#[test]
+fn lent_payload_waits_for_a_metadata_slot() {
+    // The subscriber's pool has no slot for every other reference at first:
+    // the session stalls on it and takes it on its next call.
+    parked_subscriber(Mode::LendScarce);
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Copy,
     Gather,
     Lend,
+    LendScarce,
 }
 
 fn parked_subscriber(mode: Mode) {
@@ -978,7 +987,11 @@ fn parked_subscriber(mode: Mode) {
     published!(pool, o, "cam", "video", video, tp);
     let mut gp = tp.create_group(0).unwrap();
     let lender = Lender::new(&cpool);
-    let lend = mode == Mode::Lend;
+    let lend = matches!(mode, Mode::Lend | Mode::LendScarce);
+    let scarce = Scarce {
+        inner: &lender,
+        calls: Cell::new(0),
+    };
     {
         let local = track::State::<2>::new(&cpool, track::Info::new("video").unwrap());
         let ccfg = Config {
@@ -1002,7 +1015,11 @@ fn parked_subscriber(mode: Mode) {
         }
         if lend {
             pair.b.lender = Some(&lender);
-            pair.a.session.set_foreign(Some(&lender));
+            if mode == Mode::LendScarce {
+                pair.a.session.set_foreign(Some(&scarce));
+            } else {
+                pair.a.session.set_foreign(Some(&lender));
+            }
         }
         pair.a
             .session
@@ -1085,6 +1102,14 @@ fn parked_subscriber(mode: Mode) {
     }
     lender.reclaim();
     assert_eq!(lender.outstanding(), 0);
+    if mode == Mode::LendScarce {
+        assert!(
+            scarce.calls.get() >= 2 * lender.count.get(),
+            "every reference waited once: {} calls for {} references",
+            scarce.calls.get(),
+            lender.count.get()
+        );
+    }
 }
 
 /// A large frame reaches a reader that only reads when the local track's
