@@ -279,10 +279,20 @@ impl Relay {
     }
 
     /// Sends the blocks other workers lent back to them once this worker's
-    /// pool let go of them (see [`crate::lend`]).
+    /// pool let go of them, and takes back what they returned (see
+    /// [`crate::lend`]; a link's own task does that too, this covers a link
+    /// whose session is over).
     pub fn return_lent(&self) {
         if self.pool.has_released() {
             return_released(self.pool, &self.borrowed.borrow());
+        }
+        let mut back = 0;
+        for lender in self.lenders.borrow().iter().flatten() {
+            back += lender.reclaim();
+        }
+        if back > 0 {
+            // Pool room: producers waiting for it may go on.
+            self.notify.bump_consumed();
         }
     }
 
