@@ -173,7 +173,7 @@ impl<'p> Foreign<'p> for Scarce<'_, 'p> {
     fn resolve(&self, token: u64, len: u64) -> Result<Block<'p>, ForeignError> {
         let n = self.calls.get();
         self.calls.set(n + 1);
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             return Err(ForeignError::Exhausted);
         }
         self.inner.resolve(token, len)
