@@ -53,7 +53,8 @@ pub struct Config {
     /// [`Connection::write_stream_ref`](super::Connection::write_stream_ref)
     /// send them (default off). Only for links between two ends in one
     /// process that both set it: any other peer would not understand them,
-    /// and with it off a STREAM_REF from the peer is a violation.
+    /// and with it off a STREAM_REF from the peer is a violation. Needs the
+    /// `stream-refs` feature (without it, this is ignored).
     pub stream_refs: bool,
 }
 

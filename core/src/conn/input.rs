@@ -256,7 +256,7 @@ impl<const N: usize> Connection<N> {
 
     /// STREAM_REF: stream data by reference, accounted exactly like STREAM.
     fn on_stream_ref<'a>(&mut self, s: StreamRefFrame) -> FrameResult<'a> {
-        if !self.config.stream_refs {
+        if !cfg!(feature = "stream-refs") || !self.config.stream_refs {
             return Err(TransportError::InvalidFrameType(STREAM_REF));
         }
         let offset = match self.receive_stream_data(s.id, s.len, s.fin)? {

@@ -350,7 +350,7 @@ impl<const N: usize> Connection<N> {
         out: &mut [u8],
         lend: impl FnOnce(usize) -> Option<u64>,
     ) -> Result<Option<Written>, WriteError> {
-        if !self.config.stream_refs {
+        if !cfg!(feature = "stream-refs") || !self.config.stream_refs {
             return Ok(None);
         }
         if out.len() < MAX_STREAM_REF_RECORD {

@@ -1442,6 +1442,7 @@ fn stream_ref_is_a_violation_unless_configured() {
 }
 
 #[test]
+#[cfg(feature = "stream-refs")]
 fn stream_ref_is_charged_like_stream_data() {
     let config = Config {
         stream_refs: true,

@@ -614,7 +614,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             self.stall = None;
             pos = st.len;
         }
-        if let Some(st) = self.stall_ref.take()
+        if cfg!(feature = "stream-refs")
+            && let Some(st) = self.stall_ref.take()
             && !self.take_ref(now, st)
         {
             self.drive();
@@ -661,6 +662,11 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     fin,
                 } => {
                     pos += step.consumed;
+                    if !cfg!(feature = "stream-refs") {
+                        // The connection refuses STREAM_REF without the feature.
+                        self.fail(SessionCode::Internal, "stream reference");
+                        return Ok(input.len());
+                    }
                     let st = StallRef {
                         id,
                         offset,

@@ -807,6 +807,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             };
         }
         if let Some(g) = gather.as_deref_mut()
+            && cfg!(feature = "stream-refs")
             && self.conn.config().stream_refs
             && let Ok(Next::Ready(slice)) = o.consumer.chunk_slice()
         {

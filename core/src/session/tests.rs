@@ -952,6 +952,7 @@ fn gathered_transmit_delivers_the_same_and_keeps_the_window() {
 }
 
 #[test]
+#[cfg(feature = "stream-refs")]
 fn lent_payload_joins_the_subscriber_groups_without_a_copy() {
     // A link inside one process: payload travels as STREAM_REF tokens and the
     // subscriber's groups hold pieces of the publisher's blocks.
@@ -959,6 +960,7 @@ fn lent_payload_joins_the_subscriber_groups_without_a_copy() {
 }
 
 #[test]
+#[cfg(feature = "stream-refs")]
 fn lent_payload_waits_for_a_metadata_slot() {
     // The subscriber's pool has no slot for every other reference at first:
     // the session stalls on it and takes it on its next call.
@@ -966,6 +968,7 @@ fn lent_payload_waits_for_a_metadata_slot() {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "stream-refs"), allow(dead_code))]
 enum Mode {
     Copy,
     Gather,
