@@ -443,7 +443,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
 
     /// True while received bytes wait at the front of the input because the
     /// session could not take them (pool exhausted, events or a held message
-    /// not polled); see the module documentation on backpressure.
+    /// not polled), or data received by reference waits inside the session;
+    /// see the module documentation on backpressure. Call
+    /// [`handle_input`](Self::handle_input) again then, even with no new bytes.
     pub fn is_stalled(&self) -> bool {
         self.stall.is_some() || self.stall_ref.is_some()
     }

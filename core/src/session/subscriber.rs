@@ -703,13 +703,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         match Header::decode(&mut r, g.prev, max) {
             // PROTOCOL.md §3.15: FRAME_TOO_LARGE for a frame over our limit.
             Ok(h) if h.len as u64 > max_frame => Err(StreamCode::FrameTooLarge),
-            Ok(h) => match match src {
-                // A header wholly inside a foreign block is taken from there.
-                Some((block, at)) if stored == 0 => {
-                    producer.begin_frame_from(h.timestamp, h.len, block, at, at + r.position())
-                }
-                _ => producer.begin_frame(h.timestamp, h.len),
-            } {
+            Ok(h) => match begin_frame(producer, h, src.filter(|_| stored == 0), r.position()) {
                 Ok(()) => {
                     let n = r.position() - stored;
                     g.prev = h.timestamp;
@@ -837,6 +831,20 @@ fn announce_if_starved(
     let unannounced = producer.unannounced();
     if unannounced > 0 && unannounced.saturating_add(credit()) < step {
         producer.announce();
+    }
+}
+
+/// Starts frame `h`, whose header is the first `len` bytes of the data: taken
+/// from the foreign block when the data lies in one (`src`), else written.
+fn begin_frame<'p>(
+    producer: &mut track::GroupProducer<'_, 'p>,
+    h: Header,
+    src: Option<(&Block<'p>, usize)>,
+    len: usize,
+) -> Result<(), WriteError> {
+    match src {
+        Some((block, at)) => producer.begin_frame_from(h.timestamp, h.len, block, at, at + len),
+        None => producer.begin_frame(h.timestamp, h.len),
     }
 }
 
