@@ -25,8 +25,10 @@
 //!   were evicted or trimmed past it), [`return_released`] puts the slot
 //!   number in the share's return ring, a single-producer single-consumer
 //!   queue of atomics, and the lender frees the slot (dropping the slice) at
-//!   its next transmit, or within 20 ms while it has slots lent (the link
-//!   task looks for returns then, since the borrower does not wake it).
+//!   its next transmit or any session pass on its worker, or when the link
+//!   task looks for returns (the borrower does not wake it): 20 ms after its
+//!   last pass while ranges are out, the wait doubling up to a second while
+//!   none come back.
 //!
 //! Bounds: at most [`LEND_SLOTS`] ranges lent per direction, and the relay
 //! lends at most half its pool over all its links together; with every slot
@@ -127,6 +129,8 @@ pub struct Lender {
     limit: usize,
     /// Bytes lent so far.
     lent_bytes: Cell<u64>,
+    /// Ranges returned so far.
+    returned: Cell<u64>,
 }
 
 impl Lender {
@@ -142,6 +146,7 @@ impl Lender {
             free: RefCell::new((0..limit as u32).rev().collect()),
             limit,
             lent_bytes: Cell::new(0),
+            returned: Cell::new(0),
         }
     }
 
@@ -160,7 +165,13 @@ impl Lender {
                 n += 1;
             }
         }
+        self.returned.set(self.returned.get() + n as u64);
         n
+    }
+
+    /// Ranges returned so far.
+    pub fn returned(&self) -> u64 {
+        self.returned.get()
     }
 
     /// Lends `slice` (keeping it until it comes back); the token for a

@@ -496,6 +496,9 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
         }
     });
     let mut drain_seen = false;
+    // A link's look for returned lent blocks: the wait, and the returns seen.
+    let mut lend_wait = LEND_RECLAIM.0;
+    let mut returns_seen = 0;
     loop {
         let seen = notify.generation();
         let seen_media = notify.media_generation();
@@ -620,8 +623,16 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
         let mut deadline = session.poll_timeout();
         // Blocks lent to another worker come back without waking this task:
         // look for them now and then while any are out.
-        if app.lender().is_some_and(|l| l.outstanding() > 0) {
-            let at = now.saturating_add(LEND_RECLAIM);
+        // The wait doubles (up to a second) while nothing comes back, so an
+        // idle link whose blocks the other worker keeps cached hardly runs.
+        if let Some(l) = app.lender().filter(|l| l.outstanding() > 0) {
+            lend_wait = if l.returned() != returns_seen {
+                LEND_RECLAIM.0
+            } else {
+                lend_wait.saturating_add(lend_wait).min(LEND_RECLAIM.1)
+            };
+            returns_seen = l.returned();
+            let at = now.saturating_add(lend_wait);
             deadline = Some(deadline.map_or(at, |d| d.min(at)));
         }
         if let Some(limit) = limit
@@ -784,9 +795,9 @@ impl FilledVersions {
 /// spare room is offered at once, so a frame of a few blocks takes one call;
 /// the buffer is sent (one `writev`) once [`FLUSH_AT`] bytes or
 /// [`GATHER_RANGES`](crate::staging::GATHER_RANGES) ranges wait, and at the end.
-/// How often a link with blocks lent out looks for returned ones when
-/// nothing else wakes it ([`crate::lend`]).
-const LEND_RECLAIM: Duration = Duration::from_millis(20);
+/// How soon a link with blocks lent out looks for returned ones when nothing
+/// else wakes it, at first and at most ([`crate::lend`]).
+const LEND_RECLAIM: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(1));
 
 /// A staging buffer's gather that lends payload instead ([`crate::lend`]).
 struct Lending<'l, G> {
