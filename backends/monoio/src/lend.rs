@@ -50,6 +50,21 @@ use skiff_core::session::{Foreign, ForeignError};
 /// Block ranges one worker may have lent to another at once.
 pub const LEND_SLOTS: usize = 4096;
 
+/// How many ranges one link may lend at once for a relay of `threads`
+/// workers whose pools hold `blocks` blocks each: the links of a worker
+/// together lend at most half its pool (at least 16 ranges per link, at most
+/// [`LEND_SLOTS`]).
+pub fn lend_limit(blocks: usize, threads: usize) -> usize {
+    let links = threads.saturating_sub(1).max(1);
+    (blocks / (2 * links)).clamp(16, LEND_SLOTS)
+}
+
+/// Spare metadata slots a worker's pool needs for what the other workers
+/// may lend it at once: a foreign block and at most two pieces per range.
+pub fn spare_slots(blocks: usize, threads: usize) -> usize {
+    3 * lend_limit(blocks, threads) * threads.saturating_sub(1)
+}
+
 /// One lent range as the borrower sees it.
 #[derive(Debug)]
 struct Slot {
@@ -323,6 +338,17 @@ mod tests {
             ForeignError::Unknown,
             "a returned slot names nothing"
         );
+    }
+
+    #[test]
+    fn links_lend_at_most_half_the_pool_together() {
+        // 256 MiB of 16 KiB blocks.
+        assert_eq!(lend_limit(16_384, 1), LEND_SLOTS);
+        assert_eq!(lend_limit(16_384, 2), LEND_SLOTS);
+        assert_eq!(lend_limit(16_384, 8), 16_384 / 14);
+        assert_eq!(lend_limit(64, 64), 16, "a floor per link");
+        assert_eq!(spare_slots(16_384, 1), 0);
+        assert_eq!(spare_slots(16_384, 8), 3 * (16_384 / 14) * 7);
     }
 
     #[test]

@@ -72,8 +72,8 @@
 //! * Across worker threads, broadcasts travel over pairwise worker links
 //!   ([`Mesh`]): one moq-lite session per worker pair over a Unix socket
 //!   pair. Payload crosses by reference (lent blocks, [`crate::lend`]); a
-//!   link lends at most [`crate::lend::LEND_SLOTS`] block ranges at once and
-//!   the links of a worker together at most half its pool; past that, it
+//!   link lends at most [`crate::lend::lend_limit`] block ranges at once (the
+//!   links of a worker together at most half its pool); past that, it
 //!   copies payload through the socket again until ranges come back. The
 //!   link mesh costs T×(T−1) sessions of about 430 KiB for T workers. Links
 //!   and a leaf's upstream session are trunks: their
@@ -112,7 +112,7 @@ use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::{BlockMeta, Pool};
 
-use crate::lend::{Borrower, LEND_SLOTS, Lender, LinkShare, return_released};
+use crate::lend::{Borrower, Lender, LinkShare, lend_limit, return_released, spare_slots};
 use skiff_core::session::{
     AnnounceId, Config, ConfigError, Error as SessionError, Event, Resolve, Session, SubscriptionId,
 };
@@ -223,15 +223,20 @@ pub fn leak_pool(bytes: u64) -> &'static Pool<'static> {
     leak_pool_with_spare(bytes, 0)
 }
 
+/// The blocks of a pool of about `bytes` bytes (at least 64).
+pub fn pool_blocks(bytes: u64) -> usize {
+    usize::try_from(bytes / BLOCK_BYTES as u64)
+        .unwrap_or(usize::MAX)
+        .clamp(64, (u32::MAX / 2) as usize)
+}
+
 /// Like [`leak_pool`], with `spare` more metadata slots (no bytes) for
 /// blocks lent by other workers ([`crate::lend`]).
 ///
 /// # Panics
 /// As [`leak_pool`].
 pub fn leak_pool_with_spare(bytes: u64, spare: usize) -> &'static Pool<'static> {
-    let blocks = usize::try_from(bytes / BLOCK_BYTES as u64)
-        .unwrap_or(usize::MAX)
-        .clamp(64, (u32::MAX / 2) as usize);
+    let blocks = pool_blocks(bytes);
     let spare = spare.min((u32::MAX / 2) as usize - 1);
     let data: &'static mut [u8] = Box::leak(vec![0u8; blocks * BLOCK_BYTES].into_boxed_slice());
     let meta: &'static mut [BlockMeta] = Box::leak(
@@ -258,9 +263,11 @@ impl Relay {
         Relay {
             origin: origin.handle(),
             local_origin: local.handle(),
-            // Spare metadata for blocks other workers lend: a foreign block
-            // and at most two pieces of it per lent range.
-            pool: leak_pool_with_spare(cache_bytes, 3 * LEND_SLOTS * (config.threads.get() - 1)),
+            // Spare metadata for the blocks other workers may lend at once.
+            pool: leak_pool_with_spare(
+                cache_bytes,
+                spare_slots(pool_blocks(cache_bytes), config.threads.get()),
+            ),
             hop,
             // A track may hold an eighth of the cache (at least 1 MiB); a
             // group over that is trimmed behind its readers.
@@ -993,8 +1000,7 @@ impl RelayHandler {
         let relay = self.relay.clone();
         let id = LINK_ID_BASE + peer as u64;
         // All links together lend at most half the pool (see `crate::lend`).
-        let links = info.config.threads.get().saturating_sub(1).max(1);
-        let limit = (self.relay.pool.capacity() / (2 * links)).max(16);
+        let limit = lend_limit(self.relay.pool.capacity(), info.config.threads.get());
         let lender = Rc::new(Lender::new(lends, limit));
         relay.add_link(peer, lender.clone(), borrows.clone());
         let borrower = Borrower::new(borrows, relay.pool, peer);
