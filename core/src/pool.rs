@@ -285,16 +285,7 @@ impl<'s> Pool<'s> {
     /// [`PoolError::InvalidLayout`] if `meta` is empty or holds `u32::MAX` or more
     /// entries, or if the block size would be 0 or above `u32::MAX`.
     pub fn from_parts(bytes: &'s mut [u8], meta: &'s mut [BlockMeta]) -> Result<Self, PoolError> {
-        let blocks = meta.len();
-        if blocks == 0 || blocks >= NONE as usize {
-            return Err(PoolError::InvalidLayout);
-        }
-        let block_size = bytes.len() / blocks;
-        if block_size == 0 || block_size > u32::MAX as usize {
-            return Err(PoolError::InvalidLayout);
-        }
-        let base = NonNull::from(bytes).cast::<u8>();
-        Ok(Self::build(base, meta, block_size, blocks))
+        Self::from_parts_with_spare(bytes, meta, 0)
     }
 
     /// Like [`Pool::from_parts`], but only the first `meta.len() - spare`
@@ -323,7 +314,8 @@ impl<'s> Pool<'s> {
     }
 
     fn build(base: NonNull<u8>, meta: &'s [BlockMeta], block_size: usize, blocks: usize) -> Self {
-        // Fits u32: both callers checked `meta.len() < NONE`.
+        // Fits u32: `meta.len() < NONE` (checked by `from_parts_with_spare`,
+        // and by `PoolStorage::LAYOUT_OK` for `new`).
         let capacity = blocks as u32;
         Pool {
             base,

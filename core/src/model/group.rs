@@ -528,21 +528,27 @@ impl<'p> State<'p> {
             let Ok(block) = self.pool.alloc() else {
                 break;
             };
-            match tail.as_mut() {
-                Some(old) => {
-                    // Cannot fail: same pool, `old` is the chain's tail (no
-                    // successor) and `block` is fresh.
-                    let linked = old.link(block.as_block());
-                    debug_assert!(linked.is_ok());
-                }
-                None => self.head.set(Some(block.share())),
-            }
-            tail = Some(block);
+            self.link_after(&mut tail, block);
         }
         self.tail.set(tail);
         self.written.set(self.written.get() + done as u64);
         self.trim_if_due();
         done
+    }
+
+    /// Links `block` (fresh from this pool) after the chain's `tail` and makes
+    /// it the tail (the head, if the chain was empty).
+    fn link_after(&self, tail: &mut Option<BlockMut<'p>>, block: BlockMut<'p>) {
+        match tail.as_mut() {
+            Some(old) => {
+                // Cannot fail: same pool, `old` is the chain's tail (no
+                // successor) and `block` is fresh.
+                let linked = old.link(block.as_block());
+                debug_assert!(linked.is_ok());
+            }
+            None => self.head.set(Some(block.share())),
+        }
+        *tail = Some(block);
     }
 
     /// Appends bytes `start..end` of the foreign block `src` without a copy:
@@ -560,16 +566,7 @@ impl<'p> State<'p> {
                     return false;
                 }
             };
-            match tail.as_mut() {
-                Some(old) => {
-                    // Cannot fail: same pool, `old` is the chain's tail and
-                    // `piece` is fresh.
-                    let linked = old.link(piece.as_block());
-                    debug_assert!(linked.is_ok());
-                }
-                None => self.head.set(Some(piece.share())),
-            }
-            tail = Some(piece);
+            self.link_after(&mut tail, piece);
         }
         self.patched.set(true);
         self.tail.set(tail);
