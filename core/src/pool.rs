@@ -431,30 +431,43 @@ impl<'s> Pool<'s> {
         m.len.set(0);
         m.ext.set(None);
         if idx >= self.capacity {
-            m.next.set(self.free_spare.get());
-            self.free_spare.set(idx);
+            self.push(&self.free_spare, idx);
             self.spare_in_use.set(self.spare_in_use.get() - 1);
-            return;
+        } else {
+            self.push(&self.free, idx);
+            self.in_use.set(self.in_use.get() - 1);
         }
-        m.next.set(self.free.get());
-        self.free.set(idx);
-        self.in_use.set(self.in_use.get() - 1);
+    }
+
+    /// Puts slot `idx` at the head of `list` (threaded through `next`).
+    fn push(&self, list: &Cell<u32>, idx: u32) {
+        self.meta[idx as usize].next.set(list.get());
+        list.set(idx);
+    }
+
+    /// Takes the head of `list`, else the next never-used slot below `end`
+    /// from the watermark `fresh`.
+    fn pop(&self, list: &Cell<u32>, fresh: &Cell<u32>, end: u32) -> Option<u32> {
+        let head = list.get();
+        if head != NONE {
+            list.set(self.meta[head as usize].next.get());
+            return Some(head);
+        }
+        let next = fresh.get();
+        if next < end {
+            fresh.set(next + 1);
+            return Some(next);
+        }
+        None
     }
 
     /// A free metadata slot for a foreign block or piece: a spare one if
     /// any is left, else one of the blocks with bytes.
     fn pop_meta(&self) -> Option<u32> {
-        let head = self.free_spare.get();
-        if head != NONE {
-            self.free_spare.set(self.meta[head as usize].next.get());
-            return Some(head);
-        }
-        let fresh = self.fresh_spare.get();
-        if (fresh as usize) < self.meta.len() {
-            self.fresh_spare.set(fresh + 1);
-            return Some(fresh);
-        }
-        self.pop_free()
+        // Fits u32: `meta.len() < NONE` (checked when the pool was built).
+        let end = self.meta.len() as u32;
+        self.pop(&self.free_spare, &self.fresh_spare, end)
+            .or_else(|| self.pop_free())
     }
 
     /// Spare metadata slots ([`Pool::from_parts_with_spare`]) in use.
@@ -511,17 +524,7 @@ impl<'s> Pool<'s> {
     }
 
     fn pop_free(&self) -> Option<u32> {
-        let head = self.free.get();
-        if head != NONE {
-            self.free.set(self.meta[head as usize].next.get());
-            return Some(head);
-        }
-        let fresh = self.fresh.get();
-        if fresh < self.capacity {
-            self.fresh.set(fresh + 1);
-            return Some(fresh);
-        }
-        None
+        self.pop(&self.free, &self.fresh, self.capacity)
     }
 
     /// Drops one reference to `idx`; frees it, and then each successor whose last
@@ -544,8 +547,7 @@ impl<'s> Pool<'s> {
             let owner = m.owner.get();
             if m.ext.get().is_some() && owner == NONE {
                 // A foreign block: its token goes back through `take_released`.
-                m.next.set(self.released.get());
-                self.released.set(idx);
+                self.push(&self.released, idx);
             } else {
                 self.push_free(idx);
             }
@@ -567,8 +569,7 @@ impl<'s> Pool<'s> {
         debug_assert!(refs > 0 && m.next.get() == NONE, "bad foreign owner");
         m.refs.set(refs - 1);
         if refs == 1 {
-            m.next.set(self.released.get());
-            self.released.set(idx);
+            self.push(&self.released, idx);
         }
     }
 

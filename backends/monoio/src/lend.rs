@@ -25,10 +25,11 @@
 //!   were evicted or trimmed past it), [`return_released`] puts the slot
 //!   number in the share's return ring, a single-producer single-consumer
 //!   queue of atomics, and the lender frees the slot (dropping the slice) at
-//!   its next transmit or any session pass on its worker, or when the link
-//!   task looks for returns (the borrower does not wake it): 20 ms after its
-//!   last pass while ranges are out, the wait doubling up to a second while
-//!   none come back.
+//!   the next session pass on its worker (`Relay::return_lent`, which also
+//!   wakes producers waiting for pool room). The borrower does not wake the
+//!   lender, so while ranges are out the link task runs a pass of its own
+//!   20 ms after its last one, the wait doubling up to a second while none
+//!   come back.
 //!
 //! Bounds: at most [`LEND_SLOTS`] ranges lent per direction, and the relay
 //! lends at most half its pool over all its links together; with every slot

@@ -825,8 +825,7 @@ async fn transmit<W: ByteWrite, const N: usize>(
     writer: &mut W,
     lender: Option<&Lender>,
 ) -> io::Result<bool> {
-    // Blocks given back free pool room: producers waiting for it may go on.
-    let mut any = lender.is_some_and(|l| l.reclaim() > 0);
+    let mut any = false;
     loop {
         let staging = writer.buffer();
         if !staging.is_empty()
