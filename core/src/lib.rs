@@ -31,6 +31,7 @@ pub mod conn;
 pub mod model;
 pub mod pacing;
 pub mod pool;
+pub mod relay;
 pub mod session;
 pub mod subscribers;
 pub mod time;

@@ -37,6 +37,11 @@ use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
 use std::task::{Poll, Waker};
 
+/// The key of a track a task follows ([`track::Ref::key`]).
+///
+/// [`track::Ref::key`]: skiff_core::model::track::Ref::key
+pub type TrackKey = skiff_core::model::track::Key;
+
 /// Tracks one waiting task can follow by key (more: it follows every change).
 pub const TRACK_KEYS: usize = 4;
 
@@ -49,18 +54,18 @@ pub const PENDING_KEYS: usize = 16;
 /// [`track::Ref::key`]: skiff_core::model::track::Ref::key
 #[derive(Debug, Clone, Copy)]
 struct Keys<const K: usize> {
-    keys: [usize; K],
+    keys: [TrackKey; K],
     len: usize,
 }
 
 impl<const K: usize> Keys<K> {
     const EMPTY: Self = Keys {
-        keys: [0; K],
+        keys: [TrackKey::NONE; K],
         len: 0,
     };
 
     /// The keys of `keys`, or `None` if there are more than `K`.
-    fn of(keys: impl IntoIterator<Item = usize>) -> Option<Self> {
+    fn of(keys: impl IntoIterator<Item = TrackKey>) -> Option<Self> {
         let mut k = Self::EMPTY;
         for key in keys {
             if !k.add(key) {
@@ -71,7 +76,7 @@ impl<const K: usize> Keys<K> {
     }
 
     /// Adds `key` (once); false if it did not fit.
-    fn add(&mut self, key: usize) -> bool {
+    fn add(&mut self, key: TrackKey) -> bool {
         if self.as_slice().contains(&key) {
             return true;
         }
@@ -85,7 +90,7 @@ impl<const K: usize> Keys<K> {
         }
     }
 
-    fn as_slice(&self) -> &[usize] {
+    fn as_slice(&self) -> &[TrackKey] {
         self.keys.get(..self.len).unwrap_or(&[])
     }
 }
@@ -121,7 +126,7 @@ enum Scope {
 
 impl Scope {
     /// Adds changes of `keys` (`None`: of every track).
-    fn add(&mut self, keys: Option<&mut dyn Iterator<Item = usize>>) {
+    fn add(&mut self, keys: Option<&mut dyn Iterator<Item = TrackKey>>) {
         let Some(keys) = keys else {
             *self = Scope::All;
             return;
@@ -209,7 +214,7 @@ impl Notify {
     /// other tracks only sleeps on (see the module docs).
     ///
     /// [`track::Ref::key`]: skiff_core::model::track::Ref::key
-    pub fn bump_tracks(&self, keys: impl IntoIterator<Item = usize>) {
+    pub fn bump_tracks(&self, keys: impl IntoIterator<Item = TrackKey>) {
         self.mark(true, Some(&mut keys.into_iter()));
     }
 
@@ -222,12 +227,12 @@ impl Notify {
     /// Records that a task read these tracks and changed no media: like
     /// [`Notify::bump_consumed`], but a task following other tracks only
     /// sleeps on.
-    pub fn bump_consumed_tracks(&self, keys: impl IntoIterator<Item = usize>) {
+    pub fn bump_consumed_tracks(&self, keys: impl IntoIterator<Item = TrackKey>) {
         self.mark(false, Some(&mut keys.into_iter()));
     }
 
     /// Marks a change of either kind for the flusher (or wakes at once without one).
-    fn mark(&self, media: bool, keys: Option<&mut dyn Iterator<Item = usize>>) {
+    fn mark(&self, media: bool, keys: Option<&mut dyn Iterator<Item = TrackKey>>) {
         let pending = if media {
             &self.pending_media
         } else {
@@ -346,7 +351,7 @@ impl Waiter<'_> {
     /// Like [`Waiter::register`], but a bump naming other tracks only
     /// ([`Notify::bump_tracks`], [`Notify::bump_consumed_tracks`]) does not
     /// wake it. More than [`TRACK_KEYS`] keys follow every track.
-    pub fn register_for(&self, waker: &Waker, keys: impl IntoIterator<Item = usize>) {
+    pub fn register_for(&self, waker: &Waker, keys: impl IntoIterator<Item = TrackKey>) {
         self.place(waker, false, Keys::of(keys));
     }
 
@@ -358,7 +363,7 @@ impl Waiter<'_> {
 
     /// Like [`Waiter::register_media`], but a bump naming other tracks only
     /// does not wake it.
-    pub fn register_media_for(&self, waker: &Waker, keys: impl IntoIterator<Item = usize>) {
+    pub fn register_media_for(&self, waker: &Waker, keys: impl IntoIterator<Item = TrackKey>) {
         self.place(waker, true, Keys::of(keys));
     }
 
@@ -399,6 +404,10 @@ impl Drop for Waiter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn k(n: usize) -> TrackKey {
+        TrackKey::from_parts(n, 0)
+    }
 
     #[test]
     fn slots_are_reused_and_bump_changes_generation() {
@@ -453,28 +462,28 @@ mod tests {
         // 0 serves track 1 (media only), 1 fills track 2, 2 follows every
         // track, 3 serves more tracks than a place names (so: every track).
         let register = || {
-            places[0].register_media_for(&wakers[0], [1]);
-            places[1].register_for(&wakers[1], [2]);
+            places[0].register_media_for(&wakers[0], [k(1)]);
+            places[1].register_for(&wakers[1], [k(2)]);
             places[2].register(&wakers[2]);
-            places[3].register_media_for(&wakers[3], 10..10 + TRACK_KEYS + 1);
+            places[3].register_media_for(&wakers[3], (10..10 + TRACK_KEYS + 1).map(k));
         };
         register();
-        n.bump_tracks([1]);
+        n.bump_tracks([k(1)]);
         assert_eq!(woken(), [1, 0, 1, 1]);
         register();
         // Reading track 1 concerns its filler (none here) and 2, which
         // follows everything; media-only waiters sleep through consumption.
-        n.bump_consumed_tracks([1]);
+        n.bump_consumed_tracks([k(1)]);
         assert_eq!(woken(), [1, 0, 2, 1]);
         register();
-        n.bump_consumed_tracks([2]);
+        n.bump_consumed_tracks([k(2)]);
         assert_eq!(woken(), [1, 1, 3, 1]);
         register();
-        n.bump_tracks([2, 3]);
+        n.bump_tracks([k(2), k(3)]);
         assert_eq!(woken(), [1, 2, 4, 2]);
         register();
         // A bump of every track, or of more than a flush names, wakes everyone.
-        n.bump_tracks(100..100 + PENDING_KEYS + 1);
+        n.bump_tracks((100..100 + PENDING_KEYS + 1).map(k));
         assert_eq!(woken(), [2, 3, 5, 3]);
         register();
         n.bump();

@@ -49,7 +49,7 @@ use skiff_core::wire::qmux::Side;
 use crate::clock::Clock;
 use crate::conn::{Reader, Writer, race, write_all_or_stall};
 use crate::lend::Lender;
-use crate::notify::Notify;
+use crate::notify::{Notify, TrackKey};
 use crate::shutdown::Shutdown;
 use crate::staging::Staging;
 
@@ -716,7 +716,7 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
 /// The tracks a session fills, with their versions at the start of a pass
 /// (at most [`FILLED_TRACKS`]; `None` past that, and then its media stamp).
 struct FilledVersions {
-    entries: Option<([(usize, u64); FILLED_TRACKS], usize)>,
+    entries: Option<([(TrackKey, u64); FILLED_TRACKS], usize)>,
     stamp: u64,
 }
 
@@ -726,12 +726,12 @@ const FILLED_TRACKS: usize = 8;
 
 /// Keys of the filled tracks a pass changed.
 struct ChangedTracks {
-    keys: [usize; FILLED_TRACKS],
+    keys: [TrackKey; FILLED_TRACKS],
     len: usize,
 }
 
 impl ChangedTracks {
-    fn keys(&self) -> impl Iterator<Item = usize> + '_ {
+    fn keys(&self) -> impl Iterator<Item = TrackKey> + '_ {
         self.keys.iter().take(self.len).copied()
     }
 }
@@ -743,7 +743,7 @@ impl FilledVersions {
     };
 
     fn of<const N: usize>(session: &Session<'_, 'static, 'static, N>) -> Self {
-        let mut entries = [(0, 0); FILLED_TRACKS];
+        let mut entries = [(TrackKey::NONE, 0); FILLED_TRACKS];
         let mut len = 0;
         for t in session.filled_tracks() {
             let Some(e) = entries.get_mut(len) else {
@@ -771,7 +771,7 @@ impl FilledVersions {
         let (entries, len) = self.entries.as_ref()?;
         let before = entries.get(..*len).unwrap_or(&[]);
         let mut changed = ChangedTracks {
-            keys: [0; FILLED_TRACKS],
+            keys: [TrackKey::NONE; FILLED_TRACKS],
             len: 0,
         };
         for t in session.filled_tracks() {

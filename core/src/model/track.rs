@@ -819,6 +819,7 @@ impl<'p, const G: usize> State<'p, G> {
         Ref {
             core: &self.core,
             slots: &self.slots,
+            epoch: self.core.epoch.get(),
         }
     }
 
@@ -866,21 +867,71 @@ impl<const G: usize> fmt::Debug for State<'_, G> {
 // Ref
 // ---------------------------------------------------------------------------
 
-/// A borrowed handle to a [`State`] of any ring size; `Copy`, two pointers.
+/// A borrowed handle to one generation of a [`State`] of any ring size;
+/// `Copy`, two pointers and the generation.
 ///
 /// Read-only queries, the producer and consumer constructors and the
-/// session-facing helpers live here.
+/// session-facing helpers live here. Once the state is reused for another
+/// track ([`Ref::reopen`]), the handle is stale ([`Ref::is_current`]): its
+/// producer and consumers fail with `Stale`, and it no longer counts in or
+/// changes the new track's subscriber books.
 #[derive(Clone, Copy)]
 pub struct Ref<'t, 'p> {
     core: &'t Core,
     slots: &'t [Slot<'p>],
+    /// The generation this handle was made for.
+    epoch: u64,
+}
+
+/// The identity of one track: its state's address and the generation of it,
+/// so a table keyed by track never confuses a reused state with the track it
+/// held before.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default)]
+pub struct Key {
+    addr: usize,
+    epoch: u64,
+}
+
+impl Key {
+    /// A key no track has (a placeholder in fixed tables).
+    pub const NONE: Key = Key { addr: 0, epoch: 0 };
+
+    /// A key from raw parts (an address and a generation), for tests of
+    /// tables keyed by track; real keys come from [`Ref::key`].
+    pub const fn from_parts(addr: usize, epoch: u64) -> Key {
+        Key { addr, epoch }
+    }
+
+    /// The address part (where the track's state lives).
+    pub(crate) fn addr(&self) -> usize {
+        self.addr
+    }
 }
 
 impl<'t, 'p> Ref<'t, 'p> {
-    /// An identity of the track: the same for every handle to it while it
-    /// lives (the address of its state), for tables keyed by track.
-    pub fn key(&self) -> usize {
-        core::ptr::from_ref(self.core) as usize
+    /// The identity of this track (state and generation), for tables keyed by
+    /// track: the same for every handle to it, different from every handle to
+    /// another track or to another generation of the same state.
+    pub fn key(&self) -> Key {
+        Key {
+            addr: core::ptr::from_ref(self.core) as usize,
+            epoch: self.epoch,
+        }
+    }
+
+    /// True while the state still holds the track this handle was made for
+    /// (it was not reopened for another one since).
+    pub fn is_current(&self) -> bool {
+        self.core.epoch.get() == self.epoch
+    }
+
+    /// A handle to whatever track the state holds now (this one's state, the
+    /// current generation).
+    pub fn current(&self) -> Ref<'t, 'p> {
+        Ref {
+            epoch: self.core.epoch.get(),
+            ..*self
+        }
     }
 
     /// The track's one producer.
@@ -892,13 +943,13 @@ impl<'t, 'p> Ref<'t, 'p> {
     /// [`Producer::create_group`]).
     ///
     /// # Errors
-    /// [`ProducerTaken`] while another producer of this track is alive. A
-    /// second writer would race the first for sequence numbers; a relay that
+    /// [`ProducerTaken`] while another producer of this track is alive, or
+    /// when the handle is stale ([`Ref::is_current`]). A second writer would race the first for sequence numbers; a relay that
     /// re-splices a track onto a new upstream (PROTOCOL.md §4.4) either keeps
     /// the producer and feeds it from the new source, or sets failover mode
     /// and lets the old producer go first.
     pub fn producer(self) -> Result<Producer<'t, 'p>, ProducerTaken> {
-        if self.core.has_producer.get() {
+        if self.core.has_producer.get() || !self.is_current() {
             return Err(ProducerTaken);
         }
         self.core.has_producer.set(true);
@@ -906,7 +957,7 @@ impl<'t, 'p> Ref<'t, 'p> {
         self.core.producer_id.set(id);
         Ok(Producer {
             track: self,
-            epoch: self.core.epoch.get(),
+            epoch: self.epoch,
             id,
         })
     }
@@ -946,15 +997,16 @@ impl<'t, 'p> Ref<'t, 'p> {
         };
         Consumer {
             track: self,
-            epoch: self.core.epoch.get(),
+            epoch: self.epoch,
             cursor,
             exhausted: false,
         }
     }
 
-    /// Whether `self` and `other` are handles to the same track storage.
+    /// Whether `self` and `other` are handles to the same track (same state,
+    /// same generation).
     pub fn same_track(&self, other: &Ref<'_, '_>) -> bool {
-        core::ptr::eq(self.core, other.core)
+        core::ptr::eq(self.core, other.core) && self.epoch == other.epoch
     }
 
     /// The track's name and TRACK_INFO values.
@@ -1208,6 +1260,9 @@ impl<'t, 'p> Ref<'t, 'p> {
     /// session calls it when it starts serving one; balance it with
     /// [`Ref::remove_subscriber`] with the same request).
     pub(crate) fn add_subscriber(&self, request: &Request) {
+        if !self.is_current() {
+            return;
+        }
         let mut d = self.core.demand.get();
         d.count(request, true);
         self.core.demand.set(d);
@@ -1216,6 +1271,9 @@ impl<'t, 'p> Ref<'t, 'p> {
     /// Unregisters a subscription registered with `request` (it is no longer
     /// served). The last one leaving clears the aggregate.
     pub(crate) fn remove_subscriber(&self, request: &Request) {
+        if !self.is_current() {
+            return;
+        }
         let mut d = self.core.demand.get();
         d.count(request, false);
         if d.subscribers == 0 {
@@ -1226,7 +1284,7 @@ impl<'t, 'p> Ref<'t, 'p> {
 
     /// Replaces registered request `old` with `new` (a SUBSCRIBE_UPDATE).
     pub(crate) fn update_subscriber(&self, old: &Request, new: &Request) {
-        if old == new {
+        if old == new || !self.is_current() {
             return;
         }
         let mut d = self.core.demand.get();
@@ -1235,15 +1293,17 @@ impl<'t, 'p> Ref<'t, 'p> {
         self.core.demand.set(d);
     }
 
-    /// Reuses the storage for the track `info`: every group is dropped, the
-    /// track is open and empty, failover mode is off, and every existing handle
-    /// (producer, consumers, group producers and readers) becomes stale. The
-    /// byte budget is kept, and so are the subscriber books ([`Ref::demand`]):
-    /// sessions still serving the old track unregister as they stop.
+    /// Reuses the storage for the track `info` and returns the handle to it:
+    /// every group is dropped, the track is open and empty, failover mode is
+    /// off, its subscriber books are empty, and every existing handle (this
+    /// one, producers, consumers, group producers and readers) becomes stale.
+    /// The byte budget is kept.
     ///
     /// A relay keeps a fixed table of track states and reopens a free one when
-    /// a new track appears, instead of allocating.
-    pub fn reopen(&self, info: Info) {
+    /// a new track appears, instead of allocating; it reopens a state only once
+    /// no subscription is served from it ([`Ref::subscribers`] is 0), since
+    /// stale handles no longer unregister.
+    pub fn reopen(&self, info: Info) -> Ref<'t, 'p> {
         let c = self.core;
         c.epoch.set(c.epoch.get().wrapping_add(1));
         c.info.set(info);
@@ -1253,11 +1313,13 @@ impl<'t, 'p> Ref<'t, 'p> {
         c.evicted_max.set(None);
         c.has_producer.set(false);
         c.failover.set(false);
+        c.demand.set(Demand::NONE);
         for s in self.slots {
             s.group.clear();
             s.begin.set(None);
         }
         self.changed();
+        self.current()
     }
 
     // --- internals ---
@@ -2637,7 +2699,16 @@ mod tests {
         let mut g = p.append_group().unwrap();
         let mut c = track.consumer(Start::Group(0));
         let mut reader = t.group(0).unwrap();
-        t.reopen(info("new"));
+        let old = t;
+        let t = t.reopen(info("new"));
+        assert!(!old.is_current() && t.is_current());
+        assert_ne!(old.key(), t.key());
+        assert!(!old.same_track(&t));
+        assert!(old.producer().is_err(), "a stale handle makes no producer");
+        assert_eq!(
+            old.consumer(Start::Latest).next_group().unwrap_err(),
+            ReadError::Stale
+        );
         assert_eq!(pool.in_use(), 1, "the reader anchors group 0's first block");
         assert!(t.has_name("new") && !t.has_name("old"));
         assert_eq!((t.latest(), t.len(), t.status()), (None, 0, Status::Open));
@@ -2834,7 +2905,7 @@ mod tests {
             Err(group::WriteError::Aborted(0x7))
         );
         drop(q);
-        t.reopen(info("w"));
+        let t = t.reopen(info("w"));
         assert!(!t.failover());
         let p = t.producer().unwrap();
         drop(p);
@@ -3082,10 +3153,16 @@ mod tests {
             Some(Request::test(1, 10, Start::Group(4), End::Group(8)))
         );
         let b2 = b3;
-        // Reopening keeps the books: the serving sessions still unregister.
-        t.reopen(info("w"));
-        assert_eq!(t.subscribers(), 2);
-        t.remove_subscriber(&b2);
+        // Reopening empties the books; the stale handle's unregistering no
+        // longer reaches the new track's.
+        let old = t;
+        let t = t.reopen(info("w"));
+        assert_eq!(t.subscribers(), 0);
+        t.add_subscriber(&a2);
+        old.remove_subscriber(&b2);
+        old.add_subscriber(&b2);
+        assert_eq!(t.subscribers(), 1);
+        assert_eq!(t.demand(), Some(a2));
         t.remove_subscriber(&a2);
         assert_eq!(t.demand(), None);
     }
