@@ -418,6 +418,32 @@ pub struct Flags {
     /// peer that stopped reading can hold in the kernel [default: autotuned].
     #[arg(long, value_name = "BYTES", global = true)]
     pub send_buffer: Option<ByteSize>,
+    /// Open connections allowed from one IP address per worker thread; more
+    /// are closed at once [default: 256].
+    #[arg(long, value_name = "N", global = true)]
+    pub max_connections_per_ip: Option<u32>,
+    /// Connections per worker thread that have not finished their QMux
+    /// handshake and SETUP; more are closed at once [default: 1024].
+    #[arg(long, value_name = "N", global = true)]
+    pub max_handshakes: Option<u32>,
+    /// Relay tracks per worker thread (the table is made at start, about
+    /// 6 KiB each); a request for a new track past it is refused with
+    /// EVICTED (0x35) [default: 1024].
+    #[arg(long, value_name = "N", global = true)]
+    pub max_relay_tracks: Option<u32>,
+    /// Broadcasts one connection may announce at once; more are ignored
+    /// [default: 64].
+    #[arg(long, value_name = "N", global = true)]
+    pub max_announces: Option<u32>,
+    /// Track requests of one connection waiting for their source's first
+    /// answer; more are refused with EVICTED (0x35) [default: 32].
+    #[arg(long, value_name = "N", global = true)]
+    pub max_pending_tracks: Option<u32>,
+    /// Track requests waiting for their source's first answer in one
+    /// broadcast, from all connections; more are refused with EVICTED (0x35)
+    /// [default: 32].
+    #[arg(long, value_name = "N", global = true)]
+    pub max_pending_tracks_per_broadcast: Option<u32>,
 }
 
 // ---------------------------------------------------------------------------
@@ -487,6 +513,24 @@ pub struct FileConfig {
     /// See [`Flags::send_buffer`].
     #[serde(alias = "send_buffer")]
     pub send_buffer: Option<ByteSize>,
+    /// See [`Flags::max_connections_per_ip`].
+    #[serde(alias = "max_connections_per_ip")]
+    pub max_connections_per_ip: Option<u32>,
+    /// See [`Flags::max_handshakes`].
+    #[serde(alias = "max_handshakes")]
+    pub max_handshakes: Option<u32>,
+    /// See [`Flags::max_relay_tracks`].
+    #[serde(alias = "max_relay_tracks")]
+    pub max_relay_tracks: Option<u32>,
+    /// See [`Flags::max_announces`].
+    #[serde(alias = "max_announces")]
+    pub max_announces: Option<u32>,
+    /// See [`Flags::max_pending_tracks`].
+    #[serde(alias = "max_pending_tracks")]
+    pub max_pending_tracks: Option<u32>,
+    /// See [`Flags::max_pending_tracks_per_broadcast`].
+    #[serde(alias = "max_pending_tracks_per_broadcast")]
+    pub max_pending_tracks_per_broadcast: Option<u32>,
 }
 
 impl FileConfig {
@@ -580,6 +624,40 @@ pub struct RelayConfig {
     pub connection_credit: Option<u64>,
     /// SO_SNDBUF of accepted connections (`None`: kernel autotuning).
     pub send_buffer: Option<u64>,
+    /// What one peer may take of the relay.
+    pub quotas: Quotas,
+}
+
+/// What one peer may take of the relay; each limit refuses only the new
+/// request (or connection) that goes past it, counted in the metrics
+/// (`skiff_relay_quota_refused_total`) and logged at debug level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    /// Open connections from one IP address, per worker thread.
+    pub connections_per_ip: u32,
+    /// Connections that have not finished their handshake, per worker thread.
+    pub handshakes: u32,
+    /// Relay tracks per worker thread (the size of its track table).
+    pub relay_tracks: u32,
+    /// Broadcasts one connection announces at once.
+    pub announces: u32,
+    /// Track requests of one connection waiting for their source's answer.
+    pub pending_tracks: u32,
+    /// Track requests waiting for their source's answer in one broadcast.
+    pub pending_tracks_per_broadcast: u32,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas {
+            connections_per_ip: 256,
+            handshakes: 1024,
+            relay_tracks: 1024,
+            announces: 64,
+            pending_tracks: 32,
+            pending_tracks_per_broadcast: 32,
+        }
+    }
 }
 
 /// Most worker threads accepted (a sanity bound, far above any core count here).
@@ -613,6 +691,7 @@ impl Default for RelayConfig {
             stream_credit: DEFAULT_STREAM_CREDIT,
             connection_credit: None,
             send_buffer: None,
+            quotas: Quotas::default(),
         }
     }
 }
@@ -831,7 +910,49 @@ impl RelayConfig {
                 .or(file.connection_credit)
                 .map(|b| b.0),
             send_buffer: flags.send_buffer.or(file.send_buffer).map(|b| b.0),
+            quotas: Quotas {
+                connections_per_ip: flags
+                    .max_connections_per_ip
+                    .or(file.max_connections_per_ip)
+                    .unwrap_or(d.quotas.connections_per_ip),
+                handshakes: flags
+                    .max_handshakes
+                    .or(file.max_handshakes)
+                    .unwrap_or(d.quotas.handshakes),
+                relay_tracks: flags
+                    .max_relay_tracks
+                    .or(file.max_relay_tracks)
+                    .unwrap_or(d.quotas.relay_tracks),
+                announces: flags
+                    .max_announces
+                    .or(file.max_announces)
+                    .unwrap_or(d.quotas.announces),
+                pending_tracks: flags
+                    .max_pending_tracks
+                    .or(file.max_pending_tracks)
+                    .unwrap_or(d.quotas.pending_tracks),
+                pending_tracks_per_broadcast: flags
+                    .max_pending_tracks_per_broadcast
+                    .or(file.max_pending_tracks_per_broadcast)
+                    .unwrap_or(d.quotas.pending_tracks_per_broadcast),
+            },
         };
+        let q = cfg.quotas;
+        for (key, v) in [
+            ("max-connections-per-ip", q.connections_per_ip),
+            ("max-handshakes", q.handshakes),
+            ("max-relay-tracks", q.relay_tracks),
+            ("max-announces", q.announces),
+            ("max-pending-tracks", q.pending_tracks),
+            ("max-pending-tracks-per-broadcast", q.pending_tracks_per_broadcast),
+        ] {
+            if v == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        if q.relay_tracks > 1 << 20 {
+            return Err(invalid("max-relay-tracks", "must be at most 1048576"));
+        }
         for (key, d) in [
             ("handshake-timeout", cfg.timeouts.handshake),
             ("idle-timeout", cfg.timeouts.idle),

@@ -30,6 +30,10 @@ use crate::worker::WorkerShared;
 
 /// Capacity of each connection's read buffer (one kernel read at most).
 pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Capacity of the buffer a connection's first read uses
+/// ([`Reader::wait_first`]): a connection that has sent nothing holds no
+/// more than this of user-space buffer.
+pub const FIRST_READ_BYTES: usize = 1024;
 /// Initial capacity of each connection's write buffer.
 pub const WRITE_BUFFER_BYTES: usize = 64 * 1024;
 /// A write buffer that grew past this is freed rather than pooled.
@@ -125,16 +129,20 @@ impl Connection {
         // Latency matters more than segment count for a relay.
         let _ = stream.set_nodelay(true);
         let (r, w) = stream.into_split();
+        // Buffers are taken from the pool when bytes come or go, not before:
+        // a connection that has sent nothing holds none.
         let reader = Reader {
             half: r,
-            buf: shared.pool.take(READ_BUFFER_BYTES),
+            buf: Vec::new(),
+            pending: 0,
             canceller: Canceller::new(),
             shared: shared.clone(),
             id,
+            handshake: Some(HandshakeToken::new(shared.clone())),
         };
         let writer = Writer {
             half: w,
-            buf: Staging::new(shared.pool.take(WRITE_BUFFER_BYTES)),
+            buf: None,
             canceller: Canceller::new(),
             shared,
             id,
@@ -196,9 +204,54 @@ impl Connection {
 pub struct Reader {
     half: OwnedReadHalf<TcpStream>,
     buf: Vec<u8>,
+    /// Bytes at the front of `buf` received by [`Reader::wait_first`] and
+    /// not returned by a read yet.
+    pending: usize,
     canceller: Canceller,
     shared: Rc<WorkerShared>,
     id: u64,
+    /// Counts the connection among those still in their handshake.
+    handshake: Option<HandshakeToken>,
+}
+
+/// Counts one connection among its worker's connections that have not
+/// finished their handshake ([`crate::config::Quotas::handshakes`]) until
+/// [`HandshakeToken::done`] or its drop.
+pub struct HandshakeToken {
+    shared: Rc<WorkerShared>,
+    counted: bool,
+}
+
+impl std::fmt::Debug for HandshakeToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandshakeToken")
+            .field("counted", &self.counted)
+            .finish()
+    }
+}
+
+impl HandshakeToken {
+    fn new(shared: Rc<WorkerShared>) -> Self {
+        shared.handshaking.set(shared.handshaking.get().saturating_add(1));
+        HandshakeToken {
+            shared,
+            counted: true,
+        }
+    }
+
+    /// The handshake is over: the connection no longer counts.
+    pub fn done(&mut self) {
+        if std::mem::take(&mut self.counted) {
+            let s = &self.shared;
+            s.handshaking.set(s.handshaking.get().saturating_sub(1));
+        }
+    }
+}
+
+impl Drop for HandshakeToken {
+    fn drop(&mut self) {
+        self.done();
+    }
 }
 
 impl Reader {
@@ -213,14 +266,81 @@ impl Reader {
         self.shared.config.timeouts.handshake
     }
 
+    /// The token counting this connection among those in their handshake;
+    /// the session driver marks it done once the session is established.
+    pub fn take_handshake(&mut self) -> Option<HandshakeToken> {
+        self.handshake.take()
+    }
+
+    /// Waits for the peer's first bytes, with only a
+    /// [`FIRST_READ_BYTES`] buffer, and keeps them for the next
+    /// [`Reader::read`]: true once bytes arrived; false if the peer closed,
+    /// the handshake timeout passed or the server started draining first.
+    /// A handler calls it before it takes any per-connection state.
+    ///
+    /// # Errors
+    /// Whatever the socket reports.
+    pub async fn wait_first(&mut self) -> io::Result<bool> {
+        if self.pending > 0 {
+            return Ok(true);
+        }
+        let limit = self.shared.config.timeouts.handshake;
+        let stop = self.shared.shutdown.clone();
+        let buf = Vec::with_capacity(FIRST_READ_BYTES);
+        let half = &mut self.half;
+        let canceller = &mut self.canceller;
+        let (res, buf) = {
+            let mut read = pin!(half.cancelable_read(buf, canceller.handle()));
+            let mut timer = pin!(monoio::time::sleep(limit));
+            let mut stop_wait = pin!(stop.wait());
+            let mut armed = true;
+            poll_fn(|cx| {
+                if armed
+                    && (stop.is_fired()
+                        || stop_wait.as_mut().poll(cx).is_ready()
+                        || timer.as_mut().poll(cx).is_ready())
+                {
+                    armed = false;
+                    // Cancel, then wait for the read to hand the buffer back.
+                    *canceller = std::mem::take(canceller).cancel();
+                }
+                read.as_mut().poll(cx)
+            })
+            .await
+        };
+        self.buf = buf;
+        match res {
+            Ok(n) => {
+                self.shared.counters().add_bytes_in(n);
+                self.pending = n;
+                Ok(n > 0)
+            }
+            Err(e) if is_cancelled(&e) || e.kind() == io::ErrorKind::Interrupted => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The read buffer, taken from the pool at the first full read.
+    fn full_buffer(&mut self) -> Vec<u8> {
+        let mut buf = std::mem::take(&mut self.buf);
+        if buf.capacity() < READ_BUFFER_BYTES {
+            buf = self.shared.pool.take(READ_BUFFER_BYTES);
+        }
+        buf.clear();
+        buf
+    }
+
     /// Reads what the peer sent next (at most [`READ_BUFFER_BYTES`]).
     /// An empty slice means the peer closed its sending side.
     ///
     /// # Errors
     /// Whatever the socket reports (reset, timeout...).
     pub async fn read(&mut self) -> io::Result<&[u8]> {
-        let mut buf = std::mem::take(&mut self.buf);
-        buf.clear();
+        if self.pending > 0 {
+            let n = std::mem::take(&mut self.pending);
+            return Ok(self.buf.get(..n).unwrap_or(&[]));
+        }
+        let buf = self.full_buffer();
         let (res, buf) = self.half.read(buf).await;
         self.buf = buf;
         let n = res?;
@@ -237,9 +357,12 @@ impl Reader {
     /// Whatever the socket reports.
     pub async fn read_or_drain(&mut self) -> io::Result<Option<&[u8]>> {
         let stop = self.shared.shutdown.clone();
+        if self.pending > 0 {
+            let n = std::mem::take(&mut self.pending);
+            return Ok(Some(self.buf.get(..n).unwrap_or(&[])));
+        }
         let n = {
-            let mut buf = std::mem::take(&mut self.buf);
-            buf.clear();
+            let buf = self.full_buffer();
             let half = &mut self.half;
             let (res, buf) =
                 cancel_on(&stop, &mut self.canceller, |h| half.cancelable_read(buf, h)).await;
@@ -257,7 +380,10 @@ impl Reader {
 
 impl Drop for Reader {
     fn drop(&mut self) {
-        self.shared.pool.give(std::mem::take(&mut self.buf));
+        let buf = std::mem::take(&mut self.buf);
+        if buf.capacity() >= READ_BUFFER_BYTES {
+            self.shared.pool.give(buf);
+        }
     }
 }
 
@@ -265,10 +391,11 @@ impl Drop for Reader {
 // Writer
 // ---------------------------------------------------------------------------
 
-/// The sending half of a [`Connection`] with its reusable write buffer.
+/// The sending half of a [`Connection`] with its reusable write buffer
+/// (taken from the pool at the first write).
 pub struct Writer {
     half: OwnedWriteHalf<TcpStream>,
-    buf: Staging,
+    buf: Option<Staging>,
     canceller: Canceller,
     shared: Rc<WorkerShared>,
     id: u64,
@@ -278,7 +405,9 @@ impl Writer {
     /// The staging buffer: stage bytes here, then [`Writer::flush`]. A
     /// sans-IO session's `poll_transmit` writes straight into its spare room.
     pub fn buffer(&mut self) -> &mut Staging {
-        &mut self.buf
+        let pool = &self.shared.pool;
+        self.buf
+            .get_or_insert_with(|| Staging::new(pool.take(WRITE_BUFFER_BYTES)))
     }
 
     /// Writes every staged byte, then empties the buffer (keeping its allocation).
@@ -288,15 +417,17 @@ impl Writer {
     /// [`io::ErrorKind::TimedOut`] if the socket accepted no byte for the
     /// relay's write timeout (`--write-timeout`): the peer stopped reading.
     pub async fn flush(&mut self) -> io::Result<()> {
-        if self.buf.is_empty() {
+        let Some(buf) = self.buf.as_mut().filter(|b| !b.is_empty()) else {
             return Ok(());
-        }
+        };
         let stall = self.shared.config.timeouts.write;
-        let out = self.buf.take();
+        let out = buf.take();
         let (res, out) =
             write_all_or_stall(&mut self.half, out, Some((stall, &mut self.canceller))).await;
         self.shared.counters().add_bytes_out(out.sent());
-        self.buf.restore(out);
+        if let Some(buf) = self.buf.as_mut() {
+            buf.restore(out);
+        }
         if let Err(e) = &res
             && e.kind() == io::ErrorKind::TimedOut
         {
@@ -314,7 +445,7 @@ impl Writer {
     /// # Errors
     /// As [`Writer::flush`].
     pub async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
-        self.buf.extend_from_slice(data);
+        self.buffer().extend_from_slice(data);
         self.flush().await
     }
 
@@ -330,9 +461,9 @@ impl Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        self.shared
-            .pool
-            .give(std::mem::take(&mut self.buf).into_vec());
+        if let Some(buf) = self.buf.take() {
+            self.shared.pool.give(buf.into_vec());
+        }
     }
 }
 

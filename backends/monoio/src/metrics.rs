@@ -29,6 +29,9 @@ pub struct ThreadCounters {
     cache_high_water: AtomicU64,
     lent_bytes: AtomicU64,
     lent_ranges: AtomicU64,
+    quota_refused: AtomicU64,
+    relay_tracks: AtomicU64,
+    broadcasts: AtomicU64,
     /// 0 = not started, 1 = io_uring, 2 = legacy.
     driver: AtomicU8,
     draining: AtomicBool,
@@ -74,6 +77,19 @@ impl ThreadCounters {
         self.lent_ranges.store(ranges, Ordering::Relaxed);
     }
 
+    /// Counts one request or connection refused by a quota
+    /// ([`crate::config::Quotas`]).
+    pub fn add_quota_refused(&self) {
+        self.quota_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records the relay tracks the thread holds (claimed or still serving
+    /// their last readers) and the broadcasts it routes.
+    pub fn set_tables(&self, relay_tracks: u64, broadcasts: u64) {
+        self.relay_tracks.store(relay_tracks, Ordering::Relaxed);
+        self.broadcasts.store(broadcasts, Ordering::Relaxed);
+    }
+
     /// Records the bytes of the thread's cache pool in use now and at most so far.
     pub fn set_cache(&self, in_use: u64, high_water: u64) {
         self.cache_bytes.store(in_use, Ordering::Relaxed);
@@ -116,6 +132,9 @@ impl ThreadCounters {
             cache_high_water: self.cache_high_water.load(Ordering::Relaxed),
             lent_bytes: self.lent_bytes.load(Ordering::Relaxed),
             lent_ranges: self.lent_ranges.load(Ordering::Relaxed),
+            quota_refused: self.quota_refused.load(Ordering::Relaxed),
+            relay_tracks: self.relay_tracks.load(Ordering::Relaxed),
+            broadcasts: self.broadcasts.load(Ordering::Relaxed),
         }
     }
 }
@@ -143,6 +162,12 @@ pub struct Snapshot {
     pub lent_bytes: u64,
     /// Lent ranges not returned yet.
     pub lent_ranges: u64,
+    /// Requests and connections refused by a quota.
+    pub quota_refused: u64,
+    /// Relay tracks held (claimed, or retired and still serving readers).
+    pub relay_tracks: u64,
+    /// Broadcasts routed.
+    pub broadcasts: u64,
 }
 
 impl core::ops::AddAssign for Snapshot {
@@ -157,6 +182,9 @@ impl core::ops::AddAssign for Snapshot {
         self.cache_high_water += o.cache_high_water;
         self.lent_bytes += o.lent_bytes;
         self.lent_ranges += o.lent_ranges;
+        self.quota_refused += o.quota_refused;
+        self.relay_tracks += o.relay_tracks;
+        self.broadcasts += o.broadcasts;
     }
 }
 
@@ -233,6 +261,24 @@ const FAMILIES: &[Family] = &[
         kind: "gauge",
         help: "Block ranges lent to other worker threads and not returned yet.",
         get: |s| s.lent_ranges,
+    },
+    Family {
+        name: "quota_refused_total",
+        kind: "counter",
+        help: "Requests and connections refused by a per-peer quota.",
+        get: |s| s.quota_refused,
+    },
+    Family {
+        name: "relay_tracks",
+        kind: "gauge",
+        help: "Relay tracks held: in use, or given up and still serving their last readers.",
+        get: |s| s.relay_tracks,
+    },
+    Family {
+        name: "broadcasts",
+        kind: "gauge",
+        help: "Broadcasts routed (their source present or within the failover grace).",
+        get: |s| s.broadcasts,
     },
 ];
 

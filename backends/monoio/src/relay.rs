@@ -111,6 +111,7 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::{BlockMeta, Pool};
+use skiff_core::relay::{TrackSlot, TrackTable};
 
 use crate::lend::{Borrower, Lender, LinkShare, lend_limit, return_released, spare_slots};
 use skiff_core::session::{
@@ -121,7 +122,7 @@ use skiff_core::wire::lite::{Role, StreamCode};
 use skiff_core::wire::qmux::Side;
 
 use crate::clock::Clock;
-use crate::config::{RelayConfig, Upstream as UpstreamAddr};
+use crate::config::{Quotas, RelayConfig, Upstream as UpstreamAddr};
 use crate::conn::Connection;
 use crate::handler::{ConnectionHandler, WorkerInfo};
 use crate::metrics::Metrics;
@@ -182,7 +183,6 @@ pub struct Relay {
     local_origin: origin::Ref<'static, 'static>,
     pool: &'static Pool<'static>,
     hop: u64,
-    track_limits: track::Limits,
     /// The configuration of every client session of this worker.
     session_config: Config<'static>,
     /// The configuration of its trunks (links, upstream).
@@ -203,7 +203,38 @@ pub struct Relay {
     /// What each other worker lends to this one, by its index (where the
     /// pool's released foreign blocks go back to).
     borrowed: RefCell<Vec<Option<Arc<LinkShare>>>>,
+    /// Every relay track of this worker (sized by `--max-relay-tracks`).
+    tracks: TrackTable<'static, 'static, GROUPS>,
+    /// Relay tracks created on a client's request that wait for their
+    /// source's first answer (TRACK_INFO or refusal): at most
+    /// [`Quotas::relay_tracks`] entries, room reserved at start.
+    pending: RefCell<Vec<PendingTrack>>,
+    /// What one peer may take.
+    quotas: Quotas,
+    /// When retired relay tracks were last taken back.
+    last_reclaim: Cell<StdInstant>,
 }
+
+/// A relay track made for a client's request, until its source answers.
+struct PendingTrack {
+    track: track::Ref<'static, 'static>,
+    /// The connection that asked.
+    conn: u64,
+    broadcast: broadcast::Ref<'static, 'static>,
+}
+
+impl PendingTrack {
+    /// Still waiting: the same track, open, without its TRACK_INFO.
+    fn waits(&self) -> bool {
+        self.track.is_current()
+            && !self.track.info_known()
+            && self.track.status() == track::Status::Open
+    }
+}
+
+/// How often retired relay tracks are looked at again (they are also taken
+/// back whenever a new one is needed and none is free).
+const RECLAIM_EVERY: StdDuration = StdDuration::from_millis(250);
 
 impl std::fmt::Debug for Relay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -260,18 +291,27 @@ impl Relay {
         let local: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
             Box::leak(Box::new(origin::State::new()));
         let cache_bytes = config.cache_bytes;
+        let pool = leak_pool_with_spare(
+            cache_bytes,
+            spare_slots(pool_blocks(cache_bytes), config.threads.get()),
+        );
+        // A track may hold an eighth of the cache (at least 1 MiB); a
+        // group over that is trimmed behind its readers.
+        let track_limits = config.track_limits((cache_bytes / 8).max(1 << 20));
+        let quotas = config.quotas;
+        // The track table: made once here, reused for the worker's life.
+        let slots: &'static [TrackSlot<'static, GROUPS>] = Box::leak(
+            (0..quotas.relay_tracks)
+                .map(|_| TrackSlot::new(pool, track_limits))
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+        );
         Relay {
             origin: origin.handle(),
             local_origin: local.handle(),
             // Spare metadata for the blocks other workers may lend at once.
-            pool: leak_pool_with_spare(
-                cache_bytes,
-                spare_slots(pool_blocks(cache_bytes), config.threads.get()),
-            ),
+            pool,
             hop,
-            // A track may hold an eighth of the cache (at least 1 MiB); a
-            // group over that is trimmed behind its readers.
-            track_limits: config.track_limits((cache_bytes / 8).max(1 << 20)),
             session_config: config.session_config(hop),
             trunk_config: config.trunk_session_config(hop),
             notify,
@@ -282,7 +322,41 @@ impl Relay {
             next_token: Cell::new(0),
             lenders: RefCell::new(Vec::new()),
             borrowed: RefCell::new(Vec::new()),
+            tracks: TrackTable::new(slots),
+            pending: RefCell::new(Vec::with_capacity(quotas.relay_tracks as usize)),
+            quotas,
+            last_reclaim: Cell::new(StdInstant::now()),
         }
+    }
+
+    /// Counts a refusal by a quota (metric, debug log).
+    fn quota_refused(&self, what: &'static str, conn: u64, path: &str) {
+        tracing::debug!(conn, path, quota = what, "over quota: request refused");
+        if let Some((m, i)) = &self.metrics {
+            m.thread(*i).add_quota_refused();
+        }
+    }
+
+    /// Takes back retired relay tracks nobody uses any more, at most every
+    /// [`RECLAIM_EVERY`] (O(retired tracks)).
+    fn reclaim_tracks(&self) {
+        if self.tracks.counts().retired == 0 {
+            return;
+        }
+        let now = StdInstant::now();
+        if now.duration_since(self.last_reclaim.get()) < RECLAIM_EVERY {
+            return;
+        }
+        self.last_reclaim.set(now);
+        if self.tracks.reclaim() > 0 {
+            self.publish_gauges();
+        }
+    }
+
+    /// Relay tracks held now (claimed, or retired and not idle yet).
+    pub fn relay_tracks(&self) -> usize {
+        let c = self.tracks.counts();
+        c.claimed + c.retired
     }
 
     /// Sends the blocks other workers lent back to them once this worker's
@@ -358,6 +432,10 @@ impl Relay {
             );
             let (bytes, ranges) = self.lent();
             m.thread(*i).set_lent(bytes, ranges as u64);
+            m.thread(*i).set_tables(
+                self.relay_tracks() as u64,
+                self.entries.borrow().len() as u64,
+            );
         }
     }
 
@@ -384,6 +462,14 @@ impl Relay {
             return;
         };
         let mut routed = true;
+        if local {
+            let held = self.entries.borrow().iter().filter(|e| e.owner == owner).count()
+                + self.spares.borrow().iter().filter(|s| s.owner == owner).count();
+            if held >= self.quotas.announces as usize {
+                self.quota_refused("max-announces", owner, path);
+                return;
+            }
+        }
         {
             let mut entries = self.entries.borrow_mut();
             if let Some(e) = entries.iter_mut().find(|e| e.routed && e.path == path) {
@@ -571,6 +657,8 @@ impl Relay {
         }
         for t in e.handle.tracks() {
             end_track(t, code);
+            // Served on to its last readers, then reused.
+            self.tracks.retire(t);
         }
         e.producer.finish();
         self.notify.bump();
@@ -587,6 +675,7 @@ impl Relay {
                 .is_some_and(|x| x.same_track(&t))
             {
                 e.producer.remove(name.as_str());
+                self.tracks.retire(t);
                 return;
             }
         }
@@ -604,32 +693,105 @@ fn end_track(t: track::Ref<'static, 'static>, code: StreamCode) {
     }
 }
 
+impl Relay {
+    /// The relay track `name` of `broadcast`, made now for connection `conn`
+    /// (`None`: a trunk, whose requests are not held to the client quotas),
+    /// and one upstream SUBSCRIBE queued for it.
+    ///
+    /// # Errors
+    /// NOT_FOUND for a broadcast this worker does not route or a name that
+    /// cannot be a track; EVICTED (0x35, "dropped under memory pressure",
+    /// the closest code for a refusal to hold more state) when the track
+    /// table is full or the connection or broadcast has
+    /// [`Quotas::pending_tracks`] / [`Quotas::pending_tracks_per_broadcast`]
+    /// requests waiting for their source already. Nothing is kept for a
+    /// refused request.
+    fn resolve_for(
+        &self,
+        conn: Option<u64>,
+        broadcast: broadcast::Ref<'static, 'static>,
+        name: &str,
+    ) -> Result<track::Ref<'static, 'static>, StreamCode> {
+        let entries = self.entries.borrow();
+        let e = entries
+            .iter()
+            .find(|e| e.handle.same_broadcast(&broadcast))
+            .ok_or(StreamCode::NotFound)?;
+        let info = track::Info::new(name).map_err(|_| StreamCode::NotFound)?;
+        let mut pending = self.pending.borrow_mut();
+        pending.retain(PendingTrack::waits);
+        if let Some(conn) = conn {
+            if pending.iter().filter(|p| p.conn == conn).count()
+                >= self.quotas.pending_tracks as usize
+            {
+                self.quota_refused("max-pending-tracks", conn, &e.path);
+                return Err(StreamCode::Evicted);
+            }
+            if pending
+                .iter()
+                .filter(|p| p.broadcast.same_broadcast(&broadcast))
+                .count()
+                >= self.quotas.pending_tracks_per_broadcast as usize
+            {
+                self.quota_refused("max-pending-tracks-per-broadcast", conn, &e.path);
+                return Err(StreamCode::Evicted);
+            }
+        }
+        let Ok(t) = self.tracks.claim(info) else {
+            self.quota_refused("max-relay-tracks", conn.unwrap_or(0), &e.path);
+            return Err(StreamCode::Evicted);
+        };
+        // Its TRACK_INFO is the source's: TRACK requests wait for it.
+        t.await_info();
+        // The track outlives a source that goes away (publisher failover).
+        t.set_failover(true);
+        if e.producer.add(t).is_err() {
+            // The broadcast's track places are all taken.
+            self.tracks.retire(t);
+            return Err(StreamCode::NotFound);
+        }
+        tracing::debug!(path = %e.path, track = name, "relay track created");
+        if let Some(conn) = conn
+            && pending.len() < pending.capacity()
+        {
+            pending.push(PendingTrack {
+                track: t,
+                conn,
+                broadcast,
+            });
+        }
+        if e.orphan.is_none() {
+            e.upstream.pending.borrow_mut().push((e.path.clone(), t));
+        }
+        self.notify.bump();
+        Ok(t)
+    }
+}
+
 impl Resolve<'static, 'static> for Relay {
     fn resolve(
         &self,
         broadcast: broadcast::Ref<'static, 'static>,
         name: &str,
-    ) -> Option<track::Ref<'static, 'static>> {
-        let entries = self.entries.borrow();
-        let e = entries
-            .iter()
-            .find(|e| e.handle.same_broadcast(&broadcast))?;
-        let info = track::Info::new(name).ok()?;
-        let state: &'static track::State<'static, GROUPS> = Box::leak(Box::new(
-            track::State::with_limits(self.pool, info, self.track_limits),
-        ));
-        let t = state.handle();
-        // Its TRACK_INFO is the source's: TRACK requests wait for it.
-        t.await_info();
-        // The track outlives a source that goes away (publisher failover).
-        t.set_failover(true);
-        e.producer.add(t).ok()?;
-        tracing::debug!(path = %e.path, track = name, "relay track created");
-        if e.orphan.is_none() {
-            e.upstream.pending.borrow_mut().push((e.path.clone(), t));
-        }
-        self.notify.bump();
-        Some(t)
+    ) -> Result<track::Ref<'static, 'static>, StreamCode> {
+        self.resolve_for(None, broadcast, name)
+    }
+}
+
+/// The on-demand hook of one client connection: [`Relay::resolve_for`] with
+/// the connection's id, so its requests count against its quotas.
+struct ClientResolver {
+    relay: Rc<Relay>,
+    conn: u64,
+}
+
+impl Resolve<'static, 'static> for ClientResolver {
+    fn resolve(
+        &self,
+        broadcast: broadcast::Ref<'static, 'static>,
+        name: &str,
+    ) -> Result<track::Ref<'static, 'static>, StreamCode> {
+        self.relay.resolve_for(Some(self.conn), broadcast, name)
     }
 }
 
@@ -854,6 +1016,7 @@ impl<const N: usize> App<N> for RelayConn {
     fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>) {
         self.relay.publish_gauges();
         self.relay.return_lent();
+        self.relay.reclaim_tracks();
         if self.want_announce && session.is_established() {
             match session.announce_request("") {
                 Ok(a) => {
@@ -869,6 +1032,11 @@ impl<const N: usize> App<N> for RelayConn {
         }
         let mut pending = self.upstream.pending.borrow_mut();
         while let Some((path, t)) = pending.first().cloned() {
+            if !t.is_current() {
+                // Given up and reused before it was asked for.
+                pending.remove(0);
+                continue;
+            }
             let request = upstream_request(t);
             match session.subscribe(&path, t, request) {
                 Ok(id) => self.subs.push(UpstreamSub {
@@ -1024,6 +1192,7 @@ impl RelayHandler {
                 id,
                 Peer::Link,
                 Some(lender),
+                None,
                 &ctx,
             );
             match res.await {
@@ -1077,6 +1246,7 @@ impl RelayHandler {
                             Side::Client,
                             id,
                             peer,
+                            None,
                             None,
                             &ctx,
                         );
@@ -1150,19 +1320,24 @@ impl Relay {
 /// Runs one relay session (a client connection, a worker link or the
 /// upstream), made from [`Relay::session_setup`].
 #[allow(clippy::too_many_arguments)]
-async fn run_session<R: ByteRead, W: ByteWrite, const N: usize>(
+async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize>(
     relay: Rc<Relay>,
-    session: Result<Session<'_, 'static, 'static, N>, ConfigError>,
+    session: Result<Session<'s, 'static, 'static, N>, ConfigError>,
     reader: R,
     writer: W,
     side: Side,
     id: u64,
     peer: Peer,
     lender: Option<Rc<Lender>>,
+    resolver: Option<&'s dyn Resolve<'static, 'static>>,
     ctx: &DriveCtx,
 ) -> io::Result<Ended> {
     let mut session = session.map_err(io::Error::other)?;
-    session.set_resolver(Some(&*relay));
+    if peer.is_local() {
+        session.set_resolver(resolver);
+    } else {
+        session.set_resolver(Some(&*relay));
+    }
     let mut app = RelayConn {
         relay: relay.clone(),
         id,
@@ -1194,7 +1369,16 @@ impl ConnectionHandler for RelayHandler {
                 notify: self.relay.notify.clone(),
                 shutdown: Some(conn.shutdown()),
             };
-            let (reader, writer) = conn.into_split();
+            let (mut reader, writer) = conn.into_split();
+            // Nothing is taken for a connection before it sends something.
+            if !reader.wait_first().await? {
+                tracing::debug!(conn = id, "connection closed before it sent anything");
+                return Ok(());
+            }
+            let resolver = ClientResolver {
+                relay: self.relay.clone(),
+                conn: id,
+            };
             let mut storage = self.storage.take();
             let (config, origin) = self.relay.session_setup(Peer::Client);
             let session: Result<MoqSession<'_>, _> = Session::new(
@@ -1214,6 +1398,7 @@ impl ConnectionHandler for RelayHandler {
                 id,
                 Peer::Client,
                 None,
+                Some(&resolver),
                 &ctx,
             )
             .await;

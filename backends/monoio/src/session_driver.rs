@@ -47,7 +47,7 @@ use skiff_core::wire::lite::SessionCode;
 use skiff_core::wire::qmux::Side;
 
 use crate::clock::Clock;
-use crate::conn::{Reader, Writer, race, write_all_or_stall};
+use crate::conn::{HandshakeToken, Reader, Writer, race, write_all_or_stall};
 use crate::lend::Lender;
 use crate::notify::{Notify, TrackKey};
 use crate::shutdown::Shutdown;
@@ -154,6 +154,12 @@ pub trait ByteRead: 'static {
     /// a trusted link or our own client).
     fn guard(&self) -> Guard {
         Guard::default()
+    }
+    /// The token counting the connection among those still in their
+    /// handshake, if the peer is counted ([`crate::conn::HandshakeToken`]);
+    /// [`drive`] marks it done once the session is established.
+    fn take_handshake(&mut self) -> Option<HandshakeToken> {
+        None
     }
 }
 
@@ -279,6 +285,9 @@ impl ByteRead for Reader {
             conn: self.id(),
             handshake: Some(self.handshake_timeout()),
         }
+    }
+    fn take_handshake(&mut self) -> Option<HandshakeToken> {
+        Reader::take_handshake(self)
     }
 }
 
@@ -443,7 +452,7 @@ pub struct DriveCtx {
 /// The writer's error if sending failed.
 pub async fn drive<R: ByteRead, W: ByteWrite, A: App<N>, const N: usize>(
     mut session: Session<'_, 'static, 'static, N>,
-    reader: R,
+    mut reader: R,
     mut writer: W,
     app: &mut A,
     ctx: &DriveCtx,
@@ -457,8 +466,18 @@ pub async fn drive<R: ByteRead, W: ByteWrite, A: App<N>, const N: usize>(
     });
     writer.buffer().reserve(STAGING_BYTES);
     let guard = reader.guard();
+    let mut handshake = reader.take_handshake();
     monoio::spawn(read_loop(reader, inbox.clone()));
-    let res = session_loop(&mut session, &inbox, &mut writer, app, ctx, guard).await;
+    let res = session_loop(
+        &mut session,
+        &inbox,
+        &mut writer,
+        app,
+        ctx,
+        guard,
+        &mut handshake,
+    )
+    .await;
     // Let the reader go (its in-flight read is dropped with it).
     inbox.stop.set(true);
     inbox.wake_reader();
@@ -476,6 +495,7 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
     app: &mut A,
     ctx: &DriveCtx,
     guard: Guard,
+    handshake: &mut Option<HandshakeToken>,
 ) -> io::Result<Ended> {
     let notify = &*ctx.notify;
     let limit = guard
@@ -561,6 +581,11 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
                 progress = true;
                 media_kept = false;
             }
+        }
+        if session.is_setup()
+            && let Some(mut h) = handshake.take()
+        {
+            h.done();
         }
         if session.poll_timeout().is_some_and(|t| t <= now) {
             session.handle_timeout(now);

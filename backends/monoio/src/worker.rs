@@ -2,9 +2,10 @@
 //! accept loop that enforces the per-thread connection limit, one task per
 //! connection running the [`ConnectionHandler`], and the drain on stop.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::io;
-use std::net::TcpListener as StdTcpListener;
+use std::net::{IpAddr, TcpListener as StdTcpListener};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
@@ -37,6 +38,11 @@ pub(crate) struct WorkerShared {
     /// Notified whenever a connection ends while draining.
     pub(crate) closed: LocalEvent,
     pub(crate) open: Cell<u32>,
+    /// Open connections by peer IP address (an address leaves at 0).
+    pub(crate) per_ip: RefCell<HashMap<IpAddr, u32>>,
+    /// Connections that have not finished their handshake
+    /// ([`crate::conn::HandshakeToken`]).
+    pub(crate) handshaking: Cell<u32>,
     pub(crate) next_id: Cell<u64>,
     pub(crate) pool: BufPool,
 }
@@ -47,14 +53,16 @@ impl WorkerShared {
     }
 }
 
-/// Counts a connection open for as long as its task lives.
-struct OpenGuard(Rc<WorkerShared>);
+/// Counts a connection open (in all and for its peer's address) for as long
+/// as its task lives.
+struct OpenGuard(Rc<WorkerShared>, IpAddr);
 
 impl OpenGuard {
-    fn new(shared: Rc<WorkerShared>) -> Self {
+    fn new(shared: Rc<WorkerShared>, ip: IpAddr) -> Self {
         shared.open.set(shared.open.get().saturating_add(1));
+        *shared.per_ip.borrow_mut().entry(ip).or_insert(0) += 1;
         shared.counters().connection_opened();
-        OpenGuard(shared)
+        OpenGuard(shared, ip)
     }
 }
 
@@ -62,6 +70,15 @@ impl Drop for OpenGuard {
     fn drop(&mut self) {
         let s = &self.0;
         s.open.set(s.open.get().saturating_sub(1));
+        {
+            let mut per_ip = s.per_ip.borrow_mut();
+            if let Some(n) = per_ip.get_mut(&self.1) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    per_ip.remove(&self.1);
+                }
+            }
+        }
         s.counters().connection_closed();
         if s.shutdown.is_fired() {
             s.closed.notify();
@@ -168,6 +185,8 @@ where
         force: LocalEvent::new(),
         closed: LocalEvent::new(),
         open: Cell::new(0),
+        per_ip: RefCell::new(HashMap::new()),
+        handshaking: Cell::new(0),
         next_id: Cell::new(0),
         pool: BufPool::new(),
     });
@@ -264,9 +283,25 @@ async fn accept_loop<H: ConnectionHandler>(
             drop(stream);
             continue;
         }
+        let quotas = shared.config.quotas;
+        let from_ip = shared.per_ip.borrow().get(&peer.ip()).copied().unwrap_or(0);
+        let over = if from_ip >= quotas.connections_per_ip {
+            Some("max-connections-per-ip")
+        } else if shared.handshaking.get() >= quotas.handshakes {
+            Some("max-handshakes")
+        } else {
+            None
+        };
+        if let Some(quota) = over {
+            shared.counters().connection_refused();
+            shared.counters().add_quota_refused();
+            tracing::debug!(worker = index, %peer, quota, "over quota: connection refused");
+            drop(stream);
+            continue;
+        }
         let id = shared.next_id.get();
         shared.next_id.set(id.wrapping_add(1));
-        let guard = OpenGuard::new(shared.clone());
+        let guard = OpenGuard::new(shared.clone(), peer.ip());
         let conn = Connection::new(stream, peer, id, shared.clone());
         let handler = handler.clone();
         let force = shared.force.clone();

@@ -1220,6 +1220,9 @@ impl<'t, 'p> Ref<'t, 'p> {
     /// A relay cancels its upstream subscription once this stays 0
     /// (PROTOCOL.md §4.5).
     pub fn subscribers(&self) -> u32 {
+        if !self.is_current() {
+            return 0;
+        }
         self.core.demand.get().subscribers
     }
 
@@ -1236,7 +1239,7 @@ impl<'t, 'p> Ref<'t, 'p> {
     /// until the track has no subscriber). Counts are always exact.
     pub fn demand(&self) -> Option<Request> {
         let d = self.core.demand.get();
-        if d.subscribers == 0 {
+        if d.subscribers == 0 || !self.is_current() {
             return None;
         }
         Some(Request {

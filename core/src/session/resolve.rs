@@ -22,10 +22,18 @@ use crate::wire::lite::StreamCode;
 
 /// Creates a track of a known broadcast on demand, for a relay whose tracks appear as subscribers ask.
 pub trait Resolve<'a, 'p> {
-    /// The track `name` of `broadcast`, created now, or `None` to refuse the
-    /// request with NOT_FOUND (0x33). The track should be added to the
-    /// broadcast so later requests find it without asking again.
-    fn resolve(&self, broadcast: broadcast::Ref<'a, 'p>, name: &str) -> Option<track::Ref<'a, 'p>>;
+    /// The track `name` of `broadcast`, created now, or the code to refuse
+    /// the request with (NOT_FOUND 0x33 for a track that cannot exist; a
+    /// relay over a quota picks its own, see its docs). The track should be
+    /// added to the broadcast so later requests find it without asking again.
+    ///
+    /// # Errors
+    /// The stream code the request is refused with.
+    fn resolve(
+        &self,
+        broadcast: broadcast::Ref<'a, 'p>,
+        name: &str,
+    ) -> Result<track::Ref<'a, 'p>, StreamCode>;
 }
 
 impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
@@ -47,10 +55,10 @@ pub(super) fn lookup_or_resolve<'a, 'p>(
     name: &str,
 ) -> Result<track::Ref<'a, 'p>, StreamCode> {
     match super::control::lookup(origin, path, name) {
-        Err(StreamCode::NotFound) => resolver
-            .zip(origin.and_then(|o| o.get(path)))
-            .and_then(|(r, b)| r.resolve(b, name))
-            .ok_or(StreamCode::NotFound),
+        Err(StreamCode::NotFound) => match resolver.zip(origin.and_then(|o| o.get(path))) {
+            Some((r, b)) => r.resolve(b, name),
+            None => Err(StreamCode::NotFound),
+        },
         found => found,
     }
 }
@@ -84,13 +92,15 @@ mod tests {
             &self,
             broadcast: broadcast::Ref<'a, 'p>,
             name: &str,
-        ) -> Option<track::Ref<'a, 'p>> {
+        ) -> Result<track::Ref<'a, 'p>, StreamCode> {
             self.asked.set(self.asked.get() + 1);
             if name != "audio" || !broadcast.same_broadcast(&self.producer.broadcast()) {
-                return None;
+                return Err(StreamCode::NotFound);
             }
-            self.producer.add(self.track).ok()?;
-            Some(self.track)
+            self.producer
+                .add(self.track)
+                .map_err(|_| StreamCode::NotFound)?;
+            Ok(self.track)
         }
     }
 
