@@ -1375,38 +1375,55 @@ impl ConnectionHandler for RelayHandler {
                 tracing::debug!(conn = id, "connection closed before it sent anything");
                 return Ok(());
             }
-            let resolver = ClientResolver {
-                relay: self.relay.clone(),
-                conn: id,
-            };
-            let mut storage = self.storage.take();
-            let (config, origin) = self.relay.session_setup(Peer::Client);
-            let session: Result<MoqSession<'_>, _> = Session::new(
-                Side::Server,
-                config,
-                ctx.clock.now(),
-                &mut storage,
-                Some(origin),
-            );
-            let relay = self.relay.clone();
-            let ended = run_session(
-                relay,
-                session,
-                reader,
-                writer,
-                Side::Server,
-                id,
-                Peer::Client,
-                None,
-                Some(&resolver),
-                &ctx,
-            )
-            .await;
-            self.storage.give(storage);
+            // The session's state (its future, its tables) exists only from
+            // here on, in an allocation of its own: a connection waiting for
+            // its first byte holds just the small future above.
+            let ended = Box::pin(self.clone().serve_session(id, reader, writer, ctx)).await;
             let ended = ended?;
             tracing::debug!(conn = id, ?ended, "connection done");
             Ok(())
         }
+    }
+}
+
+impl RelayHandler {
+    /// Runs the session of client connection `id` once it has sent its first bytes.
+    async fn serve_session(
+        self: Rc<Self>,
+        id: u64,
+        reader: crate::conn::Reader,
+        writer: crate::conn::Writer,
+        ctx: DriveCtx,
+    ) -> io::Result<Ended> {
+        let resolver = ClientResolver {
+            relay: self.relay.clone(),
+            conn: id,
+        };
+        let mut storage = self.storage.take();
+        let (config, origin) = self.relay.session_setup(Peer::Client);
+        let session: Result<MoqSession<'_>, _> = Session::new(
+            Side::Server,
+            config,
+            ctx.clock.now(),
+            &mut storage,
+            Some(origin),
+        );
+        let relay = self.relay.clone();
+        let ended = run_session(
+            relay,
+            session,
+            reader,
+            writer,
+            Side::Server,
+            id,
+            Peer::Client,
+            None,
+            Some(&resolver),
+            &ctx,
+        )
+        .await;
+        self.storage.give(storage);
+        ended
     }
 }
 

@@ -610,12 +610,17 @@ fn bad_peers_scenario(kind: DriverKind) {
         stalled >= WRITE_STALL && stalled < WRITE_STALL * 4,
         "stalled subscriber dropped after {stalled:?}"
     );
+    // A peer that never sent a byte has no session (nothing was taken for
+    // it): its socket is just closed at the handshake timeout.
+    assert_eq!(by("silent").close, None, "silent: closed without a session");
     for n in ["silent", "slowloris-handshake", "slowloris-control"] {
-        assert_eq!(
-            by(n).close,
-            Some((CONTROL_MESSAGE_TIMEOUT, true)),
-            "{n}: close code"
-        );
+        if n != "silent" {
+            assert_eq!(
+                by(n).close,
+                Some((CONTROL_MESSAGE_TIMEOUT, true)),
+                "{n}: close code"
+            );
+        }
         let after = by(n).closed_after.unwrap();
         assert!(after < HANDSHAKE * 3, "{n}: closed only after {after:?}");
     }
@@ -845,4 +850,195 @@ fn oversized_frames_and_groups_are_dropped() {
             handle.shutdown().expect("relay stops");
         });
     }
+}
+
+// ---------------------------------------------------------------------------
+// Against a real skiff-relay process
+// ---------------------------------------------------------------------------
+
+/// A `skiff-relay serve` child process on loopback, killed when dropped.
+struct RelayProcess {
+    child: std::process::Child,
+    addr: SocketAddr,
+    metrics: SocketAddr,
+}
+
+impl RelayProcess {
+    fn start(extra: &[&str]) -> RelayProcess {
+        use std::io::BufRead;
+        // A free port for the metrics endpoint (bound and released here).
+        let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_skiff-relay"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--threads", "1"])
+            .arg("--metrics")
+            .arg(metrics.to_string())
+            .args(["--log", "info"])
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn skiff-relay");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for l in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if !sent && let Some(i) = l.find("listening on ") {
+                    let addr: String = l[i + 13..]
+                        .chars()
+                        .take_while(|c| !c.is_whitespace())
+                        .collect();
+                    let _ = tx.send(addr);
+                    sent = true;
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("relay startup line")
+            .parse()
+            .expect("listen address");
+        RelayProcess {
+            child,
+            addr,
+            metrics,
+        }
+    }
+
+    /// Resident memory of the relay process, bytes (VmRSS).
+    fn rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .expect("VmRSS")
+            * 1024
+    }
+
+    /// One series of the relay's metrics.
+    fn metric(&self, series: &str) -> u64 {
+        let (_, body) = http_get(self.metrics, "/metrics");
+        sample(&body, series).unwrap_or_else(|| panic!("no {series} in the metrics"))
+    }
+}
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// 2,000 connections that never send a byte hold almost nothing, and give
+/// it back when they close, while ten subscribers lose no frame.
+#[test]
+fn an_idle_connection_flood_holds_little_and_gives_it_back() {
+    const IDLE: usize = 2000;
+    within(150, || {
+        let relay = RelayProcess::start(&[
+            "--max-connections-per-ip",
+            "5000",
+            "--max-handshakes",
+            "5000",
+            "--handshake-timeout",
+            "60s",
+        ]);
+        let addr = relay.addr;
+        let url = format!("tcp://{addr}/anon");
+        let flag = Arc::new(AtomicBool::new(true));
+        let clients = {
+            let flag = flag.clone();
+            std::thread::spawn(move || {
+                driver::block_on(DriverKind::Legacy, move |_| good_clients(url, flag, 8))
+                    .expect("client runtime")
+            })
+        };
+        eventually_within(Duration::from_secs(20), "good subscribers started", || {
+            !flag.load(Ordering::SeqCst)
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let before = relay.rss();
+        let idle: Vec<TcpStream> = (0..IDLE).map(|_| connect(addr)).collect();
+        let open = GOOD as u64 + 1 + IDLE as u64;
+        eventually_within(Duration::from_secs(30), "idle connections accepted", || {
+            relay.metric("skiff_relay_connections_open") >= open
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let during = relay.rss();
+        drop(idle);
+        eventually_within(Duration::from_secs(30), "idle connections closed", || {
+            relay.metric("skiff_relay_connections_open") == GOOD as u64 + 1
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let after = relay.rss();
+        flag.store(true, Ordering::SeqCst);
+        let seen = clients.join().expect("clients");
+        let per_idle = during.saturating_sub(before) / IDLE as u64;
+        eprintln!(
+            "idle flood: RSS {} KiB before, {} KiB with {IDLE} idle connections ({} B each), {} KiB after they closed",
+            before / 1024,
+            during / 1024,
+            per_idle,
+            after / 1024
+        );
+        check_good(&seen);
+        assert!(per_idle <= 16 * 1024, "{per_idle} bytes per idle connection");
+        assert!(
+            after <= before + (32 << 20),
+            "RSS {after} after the flood, {before} before"
+        );
+    });
+}
+
+/// Connections from one address past `--max-connections-per-ip` are closed
+/// at once and counted; the ones before keep working.
+#[test]
+fn connections_per_ip_over_the_quota_are_refused() {
+    within(60, || {
+        let relay = RelayProcess::start(&["--max-connections-per-ip", "3"]);
+        let mut first: Vec<TcpStream> = (0..3).map(|_| connect(relay.addr)).collect();
+        eventually_within(Duration::from_secs(10), "three open", || {
+            relay.metric("skiff_relay_connections_open") == 3
+        });
+        let mut extra = connect(relay.addr);
+        assert!(closed_by_peer(&mut extra), "the fourth connection stays open");
+        assert_eq!(relay.metric("skiff_relay_quota_refused_total"), 1);
+        // The first three are still served: a raw session completes its handshake.
+        drop(first.pop());
+        eventually_within(Duration::from_secs(10), "one closed", || {
+            relay.metric("skiff_relay_connections_open") == 2
+        });
+        let mut raw = Raw::connect(relay.addr, Config::new(), None);
+        raw.handshake();
+        drop(first);
+    });
+}
+
+/// Connections still in their handshake past `--max-handshakes` are closed
+/// at once; once one finishes its SETUP, room is made.
+#[test]
+fn handshakes_over_the_quota_are_refused() {
+    within(60, || {
+        let relay = RelayProcess::start(&["--max-handshakes", "2"]);
+        let mut done = Raw::connect(relay.addr, Config::new(), None);
+        done.handshake();
+        let silent: Vec<TcpStream> = (0..2).map(|_| connect(relay.addr)).collect();
+        eventually_within(Duration::from_secs(10), "three open", || {
+            relay.metric("skiff_relay_connections_open") == 3
+        });
+        let mut extra = connect(relay.addr);
+        assert!(closed_by_peer(&mut extra), "a third handshake was let in");
+        assert_eq!(relay.metric("skiff_relay_quota_refused_total"), 1);
+        drop(silent);
+        eventually_within(Duration::from_secs(10), "silent ones gone", || {
+            relay.metric("skiff_relay_connections_open") == 1
+        });
+        let mut again = Raw::connect(relay.addr, Config::new(), None);
+        again.handshake();
+    });
 }
