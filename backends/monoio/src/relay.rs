@@ -994,6 +994,9 @@ impl<const N: usize> App<N> for RelayConn {
                     if !finished {
                         end_track(t, code.map_or(StreamCode::Internal, StreamCode::from_code));
                         self.relay.drop_track(&path, t);
+                        // The sessions serving it pass the code on now (the
+                        // track left this session's filled set with its end).
+                        self.relay.notify.bump_tracks([t.key()]);
                     }
                 }
             }

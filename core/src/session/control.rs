@@ -89,8 +89,10 @@ pub(super) enum Kind {
     AnnounceIn { state: AnnounceState },
     /// Our TRACK request for subscription `sub`; `done` once TRACK_INFO arrived.
     TrackOut { sub: u64, done: bool },
-    /// The peer's TRACK request; `done` once answered.
-    TrackIn { done: bool },
+    /// The peer's TRACK request; `done` once answered; `deferred` once it
+    /// waits for a relay track's TRACK_INFO (it is then looked up again, never
+    /// resolved again: a track that went away meanwhile answers NOT_FOUND).
+    TrackIn { done: bool, deferred: bool },
     /// Our SUBSCRIBE for subscription `sub`.
     SubscribeOut { sub: u64 },
     /// The peer's SUBSCRIBE and its serving state.
@@ -614,7 +616,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 Kind::Peer => self.parse_stream_type(slot),
                 Kind::SetupIn { done } => self.parse_setup(slot, done, limit),
                 Kind::AnnounceIn { state } => self.parse_announce_request(slot, state, limit),
-                Kind::TrackIn { done } => self.parse_track(slot, done, limit),
+                Kind::TrackIn { done, deferred } => self.parse_track(slot, done, deferred, limit),
                 Kind::SubscribeIn { served } => self.parse_subscribe(slot, served, limit),
                 Kind::GoawayIn { done } => self.parse_goaway(slot, done, limit),
                 Kind::AnnounceOut { id, publisher } => {
@@ -686,7 +688,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             Some(BidiStreamType::Announce) => Kind::AnnounceIn {
                 state: AnnounceState::Request,
             },
-            Some(BidiStreamType::Track) => Kind::TrackIn { done: false },
+            Some(BidiStreamType::Track) => Kind::TrackIn {
+                done: false,
+                deferred: false,
+            },
             Some(BidiStreamType::Subscribe) => Kind::SubscribeIn {
                 served: SubState::Waiting,
             },
@@ -1150,7 +1155,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     }
 
     /// Parses the peer's TRACK request and answers it (PROTOCOL.md §3.7).
-    fn parse_track(&mut self, slot: usize, done: bool, limit: usize) -> Step {
+    fn parse_track(&mut self, slot: usize, done: bool, deferred: bool, limit: usize) -> Step {
         if done {
             self.fail(SessionCode::ProtocolViolation, "data after TRACK");
             return Step::Stop;
@@ -1161,6 +1166,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         let answer = match decode_within::<Track<'_>>(data, limit) {
             Ok((t, n)) => {
                 let found = match normalize(t.broadcast, &mut self.scratch) {
+                    // Asked again while waiting for TRACK_INFO: only the
+                    // track resolved then (or a newer one of its name).
+                    Some(path) if deferred => lookup(origin, path, t.track),
                     Some(path) => {
                         super::resolve::lookup_or_resolve(origin, resolver, path, t.track)
                     }
@@ -1174,7 +1182,13 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         // §3.7): wait for it, unless the track ended without it.
         let answer = match answer {
             Ok((n, Ok(track))) if !track.info_known() => match track.status() {
-                track::Status::Open => return Step::Defer,
+                track::Status::Open => {
+                    self.control[slot].kind = Kind::TrackIn {
+                        done: false,
+                        deferred: true,
+                    };
+                    return Step::Defer;
+                }
                 track::Status::Aborted(code) => Ok((n, Err(StreamCode::from_code(code)))),
                 track::Status::Finished => Ok((n, Err(StreamCode::NotFound))),
             },
@@ -1184,7 +1198,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         };
         match answer {
             Ok((n, Ok(info))) => {
-                self.control[slot].kind = Kind::TrackIn { done: true };
+                self.control[slot].kind = Kind::TrackIn {
+                    done: true,
+                    deferred: false,
+                };
                 if self.tx_write(slot, |w| write_message(&info, w)).is_err() {
                     self.refuse(slot, StreamCode::Internal);
                     return Step::Stop;

@@ -234,18 +234,27 @@ impl RelayProcess {
             .args(["serve", "--listen", "127.0.0.1:0", "--threads", "1"])
             .arg("--metrics")
             .arg(metrics.to_string())
-            .args(["--log", "info"])
+            // SKIFF_RELAY_LOG=debug shows the relay's log on the test's stderr.
+            .args(["--log", &std::env::var("SKIFF_RELAY_LOG").unwrap_or("info".into())])
             .args(extra)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(if std::env::var_os("SKIFF_RELAY_LOG").is_some() {
+                std::process::Stdio::inherit()
+            } else {
+                std::process::Stdio::null()
+            })
             .spawn()
             .expect("spawn skiff-relay");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut sent = false;
+            let echo = std::env::var_os("SKIFF_RELAY_LOG").is_some();
             for l in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if echo {
+                    eprintln!("relay: {l}");
+                }
                 if !sent && let Some(i) = l.find("listening on ") {
                     let addr: String = l[i + 13..]
                         .chars()
@@ -314,6 +323,16 @@ pub struct Raw {
 
 impl Raw {
     pub fn connect(addr: SocketAddr, config: Config<'static>, rcvbuf: Option<usize>) -> Raw {
+        Raw::connect_with(addr, config, rcvbuf, None)
+    }
+
+    /// [`Raw::connect`], publishing the broadcasts of `origin`.
+    pub fn connect_with(
+        addr: SocketAddr,
+        config: Config<'static>,
+        rcvbuf: Option<usize>,
+        origin: Option<skiff_core::model::origin::Ref<'static, 'static>>,
+    ) -> Raw {
         let s = match rcvbuf {
             None => connect(addr),
             Some(n) => {
@@ -331,7 +350,7 @@ impl Raw {
         s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
         s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
         let storage: &'static mut SessionStorage = Box::leak(Box::new(SessionStorage::new()));
-        let session = Session::new(Side::Client, config, Instant::from_micros(0), storage, None)
+        let session = Session::new(Side::Client, config, Instant::from_micros(0), storage, origin)
             .expect("client session");
         Raw {
             s,
