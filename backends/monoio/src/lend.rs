@@ -20,7 +20,12 @@
 //!   socket;
 //! * the borrower ([`Borrower`], the other worker's session's
 //!   [`Foreign`] resolver) reads the slot with acquire ordering and adopts
-//!   the bytes into its pool, tagged with a token naming the link and slot;
+//!   the bytes into its pool, tagged with a token naming the link and slot,
+//!   and marks the slot adopted: a second STREAM_REF naming it before the
+//!   lender lends it again is refused ([`BorrowError::Adopted`]), so one
+//!   lending is never adopted twice (two foreign blocks over the same bytes
+//!   would return the slot twice, the second time while the lender may
+//!   already have freed or relent it);
 //! * once the borrower's pool has released the foreign block (its groups
 //!   were evicted or trimmed past it), [`return_released`] puts the slot
 //!   number in the share's return ring, a single-producer single-consumer
@@ -43,7 +48,7 @@
 use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 
 use skiff_core::pool::{Block, Pool, Slice};
 use skiff_core::session::{Foreign, ForeignError};
@@ -66,11 +71,23 @@ pub fn spare_slots(blocks: usize, threads: usize) -> usize {
     3 * lend_limit(blocks, threads) * threads.saturating_sub(1)
 }
 
+/// [`Slot::state`]: not lent (the lender holds nothing for it).
+const FREE: u8 = 0;
+/// [`Slot::state`]: lent, and not adopted by the borrower yet.
+const LENT: u8 = 1;
+/// [`Slot::state`]: adopted by the borrower; stays so until the lender takes
+/// the slot back ([`Lender::reclaim`]).
+const ADOPTED: u8 = 2;
+
 /// One lent range as the borrower sees it.
 #[derive(Debug)]
 struct Slot {
     ptr: AtomicPtr<u8>,
     len: AtomicUsize,
+    /// [`FREE`] → [`LENT`] (lender, release: publishes `ptr` and `len`) →
+    /// [`ADOPTED`] (borrower) → [`FREE`] (lender, once the slot came back
+    /// through the return ring, so after the borrower's store).
+    state: AtomicU8,
 }
 
 /// What the two workers of one link direction share: the lent slots and the
@@ -97,6 +114,7 @@ impl LinkShare {
                 .map(|_| Slot {
                     ptr: AtomicPtr::new(std::ptr::null_mut()),
                     len: AtomicUsize::new(0),
+                    state: AtomicU8::new(FREE),
                 })
                 .collect(),
             // One more than the slots: a full ring never looks empty.
@@ -173,9 +191,12 @@ impl Lender {
         let mut n = 0;
         while let Some(slot) = self.share.pop_return() {
             if let Some(held) = lent.get_mut(slot as usize).and_then(Option::take) {
-                self.share.slots[slot as usize]
-                    .ptr
-                    .store(std::ptr::null_mut(), Ordering::Relaxed);
+                let s = &self.share.slots[slot as usize];
+                // The borrower marked the slot adopted before it sent the
+                // slot back (the ring's release/acquire orders the two), so
+                // this store comes after its own.
+                s.state.store(FREE, Ordering::Relaxed);
+                s.ptr.store(std::ptr::null_mut(), Ordering::Relaxed);
                 drop(held);
                 free.push(slot);
                 n += 1;
@@ -197,9 +218,10 @@ impl Lender {
         let bytes = slice.as_bytes();
         let s = &self.share.slots[slot as usize];
         s.len.store(bytes.len(), Ordering::Relaxed);
-        // Release: the bytes and the length are visible to a borrower that
-        // loads this pointer with acquire ordering.
-        s.ptr.store(bytes.as_ptr().cast_mut(), Ordering::Release);
+        s.ptr.store(bytes.as_ptr().cast_mut(), Ordering::Relaxed);
+        // Release: the bytes, the pointer and the length are visible to a
+        // borrower that loads the state with acquire ordering.
+        s.state.store(LENT, Ordering::Release);
         self.lent_bytes
             .set(self.lent_bytes.get() + bytes.len() as u64);
         self.lent.borrow_mut()[slot as usize] = Some(slice);
@@ -228,6 +250,30 @@ pub struct Borrower {
     peer: u32,
 }
 
+/// Why [`Borrower::adopt`] gave no block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BorrowError {
+    /// The token names no lent range of that length.
+    #[error("the token names no lent range of that length")]
+    Unknown,
+    /// The token's range is adopted already and has not been taken back by
+    /// the lender (a repeated or forged STREAM_REF).
+    #[error("the lent range is adopted already")]
+    Adopted,
+    /// The pool has no metadata slot free right now.
+    #[error("no metadata slot free in the pool")]
+    Exhausted,
+}
+
+impl From<BorrowError> for ForeignError {
+    fn from(e: BorrowError) -> Self {
+        match e {
+            BorrowError::Unknown | BorrowError::Adopted => ForeignError::Unknown,
+            BorrowError::Exhausted => ForeignError::Exhausted,
+        }
+    }
+}
+
 impl Borrower {
     /// The borrower over `share`, adopting into `pool` from worker `peer`.
     pub fn new(share: Arc<LinkShare>, pool: &'static Pool<'static>, peer: usize) -> Self {
@@ -237,28 +283,57 @@ impl Borrower {
             peer: u32::try_from(peer).unwrap_or(u32::MAX),
         }
     }
-}
 
-impl Foreign<'static> for Borrower {
-    fn resolve(&self, token: u64, len: u64) -> Result<Block<'static>, ForeignError> {
+    /// The `len` lent bytes `token` names, as a foreign block of the pool;
+    /// each lending is adopted at most once.
+    ///
+    /// # Errors
+    /// [`BorrowError::Unknown`] if the token names no lent range of that
+    /// length, [`BorrowError::Adopted`] if its range was adopted already and
+    /// has not been taken back and lent again by the lender, and
+    /// [`BorrowError::Exhausted`] if the pool has no metadata slot free (the
+    /// range stays unadopted: ask again later).
+    pub fn adopt(&self, token: u64, len: u64) -> Result<Block<'static>, BorrowError> {
         let slot = usize::try_from(token)
             .ok()
             .and_then(|t| self.share.slots.get(t))
-            .ok_or(ForeignError::Unknown)?;
+            .ok_or(BorrowError::Unknown)?;
         // Acquire: pairs with the lender's release store (see `Lender::lend`).
-        let ptr = NonNull::new(slot.ptr.load(Ordering::Acquire)).ok_or(ForeignError::Unknown)?;
+        match slot.state.load(Ordering::Acquire) {
+            LENT => {}
+            ADOPTED => return Err(BorrowError::Adopted),
+            _ => return Err(BorrowError::Unknown),
+        }
+        let ptr = NonNull::new(slot.ptr.load(Ordering::Relaxed)).ok_or(BorrowError::Unknown)?;
         let n = slot.len.load(Ordering::Relaxed);
         if n as u64 != len {
-            return Err(ForeignError::Unknown);
+            return Err(BorrowError::Unknown);
         }
         let tag = (u64::from(self.peer) << 32) | token;
         // SAFETY: the lender keeps the slice behind this slot, whose
         // committed bytes never change, until the slot comes back through
         // the return ring, which happens only after this pool released the
         // foreign block (`return_released`); its writes happened before the
-        // release store this load synchronizes with. The lending worker's
-        // pool is leaked, so the memory outlives both threads.
-        unsafe { self.pool.adopt(ptr, n, tag) }.map_err(|_| ForeignError::Exhausted)
+        // release store the state load above synchronizes with. The slot is
+        // marked adopted below, so no second foreign block is made over
+        // these bytes for this lending. The lending worker's pool is
+        // leaked, so the memory outlives both threads.
+        let block = unsafe { self.pool.adopt(ptr, n, tag) }.map_err(|_| BorrowError::Exhausted)?;
+        // Only this thread moves a slot from LENT, and the lender leaves it
+        // alone until it comes back, so no other store races this one.
+        slot.state.store(ADOPTED, Ordering::Relaxed);
+        Ok(block)
+    }
+}
+
+impl Foreign<'static> for Borrower {
+    fn resolve(&self, token: u64, len: u64) -> Result<Block<'static>, ForeignError> {
+        self.adopt(token, len).map_err(|e| {
+            if e == BorrowError::Adopted {
+                tracing::warn!(token, "stream reference names a range adopted already");
+            }
+            ForeignError::from(e)
+        })
     }
 }
 
@@ -339,6 +414,63 @@ mod tests {
             ForeignError::Unknown,
             "a returned slot names nothing"
         );
+    }
+
+    #[test]
+    fn a_lent_range_is_adopted_once_per_lending() {
+        let lending = leak(2, 0);
+        // One data block and one spare slot: room for two foreign blocks,
+        // or one once the data block is in use.
+        let borrowing = leak(1, 1);
+        let share = LinkShare::with_slots(2);
+        let lender = Lender::new(share.clone(), 2);
+        let borrower = Borrower::new(share.clone(), borrowing, 1);
+        let mut shares = vec![None; 2];
+        shares[1] = Some(share);
+        let mut w = lending.alloc().unwrap();
+        w.append(b"hello world");
+        let block = w.into_shared();
+        let a = lender.lend(block.clone().slice(0, 5).unwrap()).unwrap();
+        let b = lender.lend(block.clone().slice(6, 11).unwrap()).unwrap();
+
+        let fa = borrower.adopt(a, 5).unwrap();
+        assert_eq!(
+            borrower.adopt(a, 5).unwrap_err(),
+            BorrowError::Adopted,
+            "a second resolve of one lending"
+        );
+        assert_eq!(
+            borrower.resolve(a, 5).unwrap_err(),
+            ForeignError::Unknown,
+            "the session closes on it"
+        );
+        let _own = borrowing.alloc().unwrap();
+        assert_eq!(borrower.adopt(b, 5).unwrap_err(), BorrowError::Exhausted);
+
+        // Released and on its way back: still refused until the lender has
+        // taken it back, which frees the bytes.
+        drop(fa);
+        return_released(borrowing, &shares);
+        assert_eq!(borrower.adopt(a, 5).unwrap_err(), BorrowError::Adopted);
+        // A range the pool had no room for was not adopted: it is now.
+        let fb = borrower.adopt(b, 5).unwrap();
+        assert_eq!(fb.data(), b"world");
+        assert_eq!(lender.reclaim(), 1);
+        assert_eq!(borrower.adopt(a, 5).unwrap_err(), BorrowError::Unknown);
+        assert_eq!(borrowing.take_released(), None, "one return per lending");
+
+        // Lent again, the slot is adopted again (once).
+        let again = lender.lend(block.clone().slice(0, 5).unwrap()).unwrap();
+        assert_eq!(again, a, "the slot is reused");
+        drop(fb);
+        return_released(borrowing, &shares);
+        let fa = borrower.adopt(a, 5).unwrap();
+        assert_eq!(fa.data(), b"hello");
+        assert_eq!(borrower.adopt(a, 5).unwrap_err(), BorrowError::Adopted);
+        drop((fa, block));
+        return_released(borrowing, &shares);
+        assert_eq!(lender.reclaim(), 2);
+        assert_eq!((lender.outstanding(), lending.in_use()), (0, 0));
     }
 
     #[test]

@@ -3,15 +3,16 @@
 //! Each worker thread owns one cache-line-aligned [`ThreadCounters`] and
 //! updates it with relaxed atomics (no cross-core traffic on the hot path);
 //! a scrape sums them. [`MetricsServer`] answers any HTTP/1.1 GET with the
-//! Prometheus text exposition, from its own OS thread.
+//! Prometheus text exposition, from OS threads of its own: a few connections
+//! at once, each within a total deadline.
 
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::driver::ActiveDriver;
 
@@ -385,29 +386,66 @@ impl Metrics {
 
 /// Longest request head read before answering 431.
 const MAX_REQUEST_HEAD: usize = 8 * 1024;
-/// Read and write timeout per scrape connection.
-const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Time one scrape connection may take in all, from accept to the response
+/// written: a client sending (or reading) a byte now and then is cut off.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// Scrape connections served at once; past that a new one is refused.
+const MAX_CONNECTIONS: usize = 16;
+/// Timeout of the connect that wakes the accept loop when the server stops.
+const WAKE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The answer to a connection over [`MAX_CONNECTIONS`].
+const BUSY: &[u8] =
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+
+/// How much the endpoint serves at once and for how long.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// Time a connection may take, from accept to the response written.
+    deadline: Duration,
+    /// Connections served at once.
+    connections: usize,
+}
+
+impl Limits {
+    const DEFAULT: Self = Limits {
+        deadline: REQUEST_DEADLINE,
+        connections: MAX_CONNECTIONS,
+    };
+}
 
 /// A tiny blocking HTTP/1.1 server answering every GET or HEAD, whatever the
 /// path, with [`Metrics::render`]. Stops when dropped.
+///
+/// The accept loop runs on its own thread and hands each connection to a
+/// short-lived thread of its own: up to 16 at once, each cut off 5 s after
+/// it was accepted, whatever it sent by then. A connection past the limit is
+/// closed at once, after a 503 written without waiting (best effort), so a
+/// few slow or stuck clients cannot hold the endpoint for the scraper.
 #[derive(Debug)]
 pub struct MetricsServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// Connections being served now.
+    active: Arc<AtomicUsize>,
 }
 
 impl MetricsServer {
-    /// Binds `addr` and serves `metrics` from a new thread, one request per
-    /// connection, connections one at a time (each bounded by a 2 s timeout).
+    /// Binds `addr` and serves `metrics` from new threads, one request per
+    /// connection (see the type's docs for the limits).
     ///
     /// # Errors
     /// The address cannot be bound or the thread cannot be spawned.
     pub fn start(addr: SocketAddr, metrics: Arc<Metrics>) -> io::Result<Self> {
+        Self::start_with(addr, metrics, Limits::DEFAULT)
+    }
+
+    fn start_with(addr: SocketAddr, metrics: Arc<Metrics>, limits: Limits) -> io::Result<Self> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
+        let active = Arc::new(AtomicUsize::new(0));
+        let (stop2, active2) = (stop.clone(), active.clone());
         let thread = std::thread::Builder::new()
             .name("skiff-metrics".into())
             .spawn(move || {
@@ -416,11 +454,7 @@ impl MetricsServer {
                         break;
                     }
                     match conn {
-                        Ok(s) => {
-                            if let Err(e) = serve_one(s, &metrics) {
-                                tracing::debug!(error = %e, "metrics request failed");
-                            }
-                        }
+                        Ok(s) => admit(s, &metrics, &active2, limits),
                         Err(e) => {
                             tracing::warn!(error = %e, "metrics accept failed");
                             std::thread::sleep(Duration::from_millis(50));
@@ -432,6 +466,7 @@ impl MetricsServer {
             addr,
             stop,
             thread: Some(thread),
+            active,
         })
     }
 
@@ -439,22 +474,80 @@ impl MetricsServer {
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }
+
+    /// Scrape connections being served now.
+    pub fn connections(&self) -> usize {
+        self.active.load(Ordering::Acquire)
+    }
 }
 
 impl Drop for MetricsServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         // Wake the blocking accept; failure means it is already gone.
-        let _ = TcpStream::connect_timeout(&self.addr, IO_TIMEOUT);
+        let _ = TcpStream::connect_timeout(&self.addr, WAKE_TIMEOUT);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        // Connection threads still running end by their deadline.
     }
 }
 
-fn serve_one(mut s: TcpStream, metrics: &Metrics) -> io::Result<()> {
-    s.set_read_timeout(Some(IO_TIMEOUT))?;
-    s.set_write_timeout(Some(IO_TIMEOUT))?;
+/// One connection counted in [`MetricsServer::connections`] while it lives.
+struct Active(Arc<AtomicUsize>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Serves `s` on a thread of its own, or refuses it at once when
+/// `limits.connections` are being served.
+fn admit(s: TcpStream, metrics: &Arc<Metrics>, active: &Arc<AtomicUsize>, limits: Limits) {
+    let deadline = Instant::now() + limits.deadline;
+    // Only the accept thread adds, so the count cannot pass the limit
+    // between this check and the add.
+    if active.load(Ordering::Acquire) >= limits.connections {
+        tracing::debug!("metrics connection refused: too many at once");
+        // Non-blocking: a peer that reads nothing cannot stall the accept loop.
+        if s.set_nonblocking(true).is_ok() {
+            let _ = (&s).write(BUSY);
+        }
+        return;
+    }
+    active.fetch_add(1, Ordering::AcqRel);
+    let counted = Active(active.clone());
+    let metrics = metrics.clone();
+    let spawned = std::thread::Builder::new()
+        .name("skiff-metrics-conn".into())
+        .spawn(move || {
+            let _counted = counted;
+            if let Err(e) = serve_one(s, &metrics, deadline) {
+                tracing::debug!(error = %e, "metrics request failed");
+            }
+        });
+    // On failure the closure is dropped: the connection closes and its
+    // count is given back.
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "metrics connection thread not spawned");
+    }
+}
+
+/// The time left until `deadline`, or a timed-out error once it passed.
+fn time_left(deadline: Instant) -> io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "metrics request deadline passed",
+        ));
+    }
+    Ok(left)
+}
+
+/// Answers the one request of `s`, giving up at `deadline`.
+fn serve_one(mut s: TcpStream, metrics: &Metrics, deadline: Instant) -> io::Result<()> {
     let mut head = [0u8; MAX_REQUEST_HEAD];
     let mut len = 0;
     let complete = loop {
@@ -464,6 +557,8 @@ fn serve_one(mut s: TcpStream, metrics: &Metrics) -> io::Result<()> {
         if free.is_empty() {
             break false;
         }
+        // Each read waits at most for what is left of the whole request's time.
+        s.set_read_timeout(Some(time_left(deadline)?))?;
         let n = s.read(free)?;
         if n == 0 {
             // Peer closed before finishing the head (e.g. our own wake-up connect).
@@ -477,6 +572,7 @@ fn serve_one(mut s: TcpStream, metrics: &Metrics) -> io::Result<()> {
     if !complete {
         return respond(
             &mut s,
+            deadline,
             "431 Request Header Fields Too Large",
             "text/plain",
             b"request head too large\n",
@@ -491,6 +587,7 @@ fn serve_one(mut s: TcpStream, metrics: &Metrics) -> io::Result<()> {
             let body = metrics.render();
             respond(
                 &mut s,
+                deadline,
                 "200 OK",
                 "text/plain; version=0.0.4; charset=utf-8",
                 body.as_bytes(),
@@ -499,6 +596,7 @@ fn serve_one(mut s: TcpStream, metrics: &Metrics) -> io::Result<()> {
         }
         _ => respond(
             &mut s,
+            deadline,
             "405 Method Not Allowed",
             "text/plain",
             b"use GET\n",
@@ -509,6 +607,7 @@ fn serve_one(mut s: TcpStream, metrics: &Metrics) -> io::Result<()> {
 
 fn respond(
     s: &mut TcpStream,
+    deadline: Instant,
     status: &str,
     ctype: &str,
     body: &[u8],
@@ -518,11 +617,26 @@ fn respond(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    s.write_all(head.as_bytes())?;
+    write_by(s, head.as_bytes(), deadline)?;
     if with_body {
-        s.write_all(body)?;
+        write_by(s, body, deadline)?;
     }
-    s.flush()
+    Ok(())
+}
+
+/// Writes all of `buf` to `s`, giving up at `deadline` (however slowly the
+/// peer reads).
+fn write_by(s: &mut TcpStream, mut buf: &[u8], deadline: Instant) -> io::Result<()> {
+    while !buf.is_empty() {
+        s.set_write_timeout(Some(time_left(deadline)?))?;
+        match s.write(buf) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = buf.get(n..).unwrap_or(&[]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -556,6 +670,135 @@ mod tests {
         }
         assert!(!text.contains("skiff_relay_thread_io_uring{thread=\"0\"}"));
         assert_eq!(m.total().accepted, 3);
+    }
+
+    /// Sends a GET and reads the whole response (empty if the server closed
+    /// the connection without one).
+    fn get(addr: SocketAddr) -> io::Result<String> {
+        let mut s = TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(15)))?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: relay\r\n\r\n")?;
+        let mut out = String::new();
+        s.read_to_string(&mut out)?;
+        Ok(out)
+    }
+
+    /// Waits (at most 10 s) until `server` serves `n` connections.
+    fn wait_connections(server: &MetricsServer, n: usize) {
+        let start = Instant::now();
+        while server.connections() != n {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{} connections served, not {n}",
+                server.connections()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_trickling_client_neither_holds_up_others_nor_outlasts_its_deadline() {
+        let deadline = Duration::from_secs(3);
+        let limits = Limits {
+            deadline,
+            connections: 4,
+        };
+        let metrics = Arc::new(Metrics::new(1));
+        let server =
+            MetricsServer::start_with("127.0.0.1:0".parse().unwrap(), metrics, limits).unwrap();
+        let addr = server.local_addr();
+
+        // One byte of a request head that never ends, every 200 ms, until
+        // the server cuts the connection (or 15 s passed).
+        let connected = Instant::now();
+        let trickler = TcpStream::connect(addr).unwrap();
+        let mut writer = trickler.try_clone().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let trickle = std::thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) && connected.elapsed() < Duration::from_secs(15) {
+                if writer.write_all(b"G").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        // When the server closed the trickler's connection (`None`: not
+        // within 15 s).
+        let cut = std::thread::spawn(move || {
+            let mut r = trickler;
+            r.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+            let mut buf = [0u8; 256];
+            loop {
+                match r.read(&mut buf) {
+                    Ok(0) => return Some(Instant::now()),
+                    Ok(_) => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        return None;
+                    }
+                    Err(_) => return Some(Instant::now()),
+                }
+            }
+        });
+        // The server is busy with the trickler before the scrape comes.
+        std::thread::sleep(Duration::from_millis(300));
+
+        let response = get(addr).expect("scrape while a client trickles");
+        let answered = Instant::now();
+        assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+        assert!(
+            response.contains("skiff_relay_worker_threads 1\n"),
+            "{response}"
+        );
+
+        let cut = cut.join().unwrap().expect("trickler not cut off");
+        stop.store(true, Ordering::Relaxed);
+        trickle.join().unwrap();
+        assert!(
+            answered < cut,
+            "the scrape waited for the trickler to be cut off"
+        );
+        assert!(
+            cut.duration_since(connected) >= deadline / 2,
+            "cut off after {:?}, before its deadline",
+            cut.duration_since(connected)
+        );
+    }
+
+    #[test]
+    fn connections_past_the_limit_are_refused_at_once() {
+        let limits = Limits {
+            deadline: Duration::from_secs(30),
+            connections: 2,
+        };
+        let metrics = Arc::new(Metrics::new(1));
+        let server =
+            MetricsServer::start_with("127.0.0.1:0".parse().unwrap(), metrics, limits).unwrap();
+        let addr = server.local_addr();
+        let idle: Vec<_> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        wait_connections(&server, 2);
+        // Refused long before the idle ones' deadline: a 503, or the
+        // connection closed (or reset) before it could be read.
+        let start = Instant::now();
+        let refused = get(addr).unwrap_or_default();
+        assert!(
+            refused.is_empty() || refused.starts_with("HTTP/1.1 503 "),
+            "{refused}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "not refused at once"
+        );
+        assert_eq!(server.connections(), 2);
+        drop(idle);
+        wait_connections(&server, 0);
+        let response = get(addr).unwrap();
+        assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
     }
 
     #[test]

@@ -32,12 +32,21 @@
 //! sessions for its frames, not everyone's. Up to [`TRACK_KEYS`] tracks per
 //! task and [`PENDING_KEYS`] per flush; past that a bump or a task counts
 //! as "every track".
+//!
+//! The tasks are indexed by the tracks they follow (a table from track key
+//! to its followers, plus the list of tasks following every track), so a
+//! flush naming k tracks visits the followers of those k and the tasks
+//! following everything; only a change of every track walks every task.
+//! The index is intrusive and keeps its room: once the thread's tasks and
+//! tracks have been seen, bumps, flushes and registrations allocate nothing.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::future::poll_fn;
 use std::task::{Poll, Waker};
 
-/// The key of a track a task follows ([`track::Ref::key`]).
+/// A track's identity, as bumps and waiters name it ([`track::Ref::key`]);
+/// this module relies on it being `Copy + Eq + Hash` only.
 ///
 /// [`track::Ref::key`]: skiff_core::model::track::Ref::key
 pub type TrackKey = skiff_core::model::track::Key;
@@ -49,18 +58,17 @@ pub const TRACK_KEYS: usize = 4;
 /// wakes every media waiter).
 pub const PENDING_KEYS: usize = 16;
 
-/// Up to `K` track keys ([`track::Ref::key`]).
-///
-/// [`track::Ref::key`]: skiff_core::model::track::Ref::key
+/// Up to `K` distinct track keys.
 #[derive(Debug, Clone, Copy)]
 struct Keys<const K: usize> {
-    keys: [TrackKey; K],
+    /// The first `len` are `Some`.
+    keys: [Option<TrackKey>; K],
     len: usize,
 }
 
 impl<const K: usize> Keys<K> {
     const EMPTY: Self = Keys {
-        keys: [TrackKey::NONE; K],
+        keys: [None; K],
         len: 0,
     };
 
@@ -77,12 +85,12 @@ impl<const K: usize> Keys<K> {
 
     /// Adds `key` (once); false if it did not fit.
     fn add(&mut self, key: TrackKey) -> bool {
-        if self.as_slice().contains(&key) {
+        if self.contains(key) {
             return true;
         }
         match self.keys.get_mut(self.len) {
             Some(place) => {
-                *place = key;
+                *place = Some(key);
                 self.len += 1;
                 true
             }
@@ -90,8 +98,17 @@ impl<const K: usize> Keys<K> {
         }
     }
 
-    fn as_slice(&self) -> &[TrackKey] {
-        self.keys.get(..self.len).unwrap_or(&[])
+    fn contains(&self, key: TrackKey) -> bool {
+        self.iter().any(|k| k == key)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = TrackKey> + '_ {
+        self.keys.iter().flatten().copied()
+    }
+
+    /// The same keys, in any order.
+    fn same<const L: usize>(&self, other: &Keys<L>) -> bool {
+        self.len == other.len && self.iter().all(|k| other.contains(k))
     }
 }
 
@@ -102,6 +119,8 @@ struct Place {
     waker: Option<Waker>,
     media_only: bool,
     follows: Option<Keys<TRACK_KEYS>>,
+    /// In the index's lists by `follows` (a place not registered yet is in none).
+    listed: bool,
 }
 
 impl Place {
@@ -109,10 +128,205 @@ impl Place {
         waker: None,
         media_only: false,
         follows: None,
+        listed: false,
     };
 }
 
+/// No link: the end of a list, or an empty one.
+const NIL: usize = usize::MAX;
+
+/// A place's entry in one list of the index: the neighbouring links.
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    prev: usize,
+    next: usize,
+}
+
+impl Link {
+    const NONE: Self = Link {
+        prev: NIL,
+        next: NIL,
+    };
+}
+
+/// Puts `link` first in the list starting at `head`.
+fn push_front(links: &mut [Link], head: &mut usize, link: usize) {
+    links[link] = Link {
+        prev: NIL,
+        next: *head,
+    };
+    if let Some(old) = links.get_mut(*head) {
+        old.prev = link;
+    }
+    *head = link;
+}
+
+/// Takes `link` out of the list starting at `head`.
+fn unlink(links: &mut [Link], head: &mut usize, link: usize) {
+    let Link { prev, next } = links[link];
+    match links.get_mut(prev) {
+        Some(p) => p.next = next,
+        None => *head = next,
+    }
+    if let Some(n) = links.get_mut(next) {
+        n.prev = prev;
+    }
+    links[link] = Link::NONE;
+}
+
+/// The registered tasks, indexed by the tracks they follow: a flush naming
+/// tracks visits their followers and the tasks following every track, not
+/// every task of the thread.
+///
+/// The lists are intrusive: place `slot` owns links `slot * TRACK_KEYS ..`,
+/// the `i`-th for its `i`-th followed track (the first also for the
+/// follow-everything list), so following and unfollowing take no allocation
+/// once the places and the table have grown to the thread's needs.
+#[derive(Debug)]
+struct Places {
+    places: Vec<Place>,
+    links: Vec<Link>,
+    /// The first link of each followed track's list.
+    followers: HashMap<TrackKey, usize>,
+    /// The first link of the list of places following every track.
+    everything: usize,
+    /// Places visited by flushes so far.
+    #[cfg(test)]
+    visits: usize,
+}
+
+impl Default for Places {
+    fn default() -> Self {
+        Places {
+            places: Vec::new(),
+            links: Vec::new(),
+            followers: HashMap::new(),
+            everything: NIL,
+            #[cfg(test)]
+            visits: 0,
+        }
+    }
+}
+
+impl Places {
+    /// A new place at the end.
+    fn push(&mut self) -> usize {
+        self.places.push(Place::FREE);
+        self.links
+            .extend(std::iter::repeat_n(Link::NONE, TRACK_KEYS));
+        self.places.len() - 1
+    }
+
+    /// Makes place `slot` follow `follows` (`None`: every track).
+    fn follow(&mut self, slot: usize, follows: Option<Keys<TRACK_KEYS>>) {
+        let Some(place) = self.places.get(slot) else {
+            return;
+        };
+        let same = match (&place.follows, &follows) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.same(b),
+            _ => false,
+        };
+        if place.listed && same {
+            return;
+        }
+        self.unlist(slot);
+        self.places[slot].follows = follows;
+        let first = slot * TRACK_KEYS;
+        match follows {
+            None => push_front(&mut self.links, &mut self.everything, first),
+            Some(keys) => {
+                for (i, key) in keys.iter().enumerate() {
+                    let head = self.followers.entry(key).or_insert(NIL);
+                    push_front(&mut self.links, head, first + i);
+                }
+            }
+        }
+        self.places[slot].listed = true;
+    }
+
+    /// Takes place `slot` out of every list.
+    fn unlist(&mut self, slot: usize) {
+        let Some(place) = self.places.get_mut(slot) else {
+            return;
+        };
+        if !std::mem::take(&mut place.listed) {
+            return;
+        }
+        let first = slot * TRACK_KEYS;
+        match place.follows {
+            None => unlink(&mut self.links, &mut self.everything, first),
+            Some(keys) => {
+                for (i, key) in keys.iter().enumerate() {
+                    if let Some(head) = self.followers.get_mut(&key) {
+                        unlink(&mut self.links, head, first + i);
+                        if *head == NIL {
+                            self.followers.remove(&key);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Wakes every waiting task concerned by the media changes of `media`,
+    /// or (unless it waits for media only) by the consumption of `consumed`.
+    fn wake(&mut self, media: &Scope, consumed: &Scope) {
+        if matches!(media, Scope::All) || matches!(consumed, Scope::All) {
+            for slot in 0..self.places.len() {
+                self.visit(slot, media, consumed);
+            }
+            return;
+        }
+        self.visit_list(self.everything, media, consumed);
+        for scope in [media, consumed] {
+            if let Scope::Tracks(keys) = scope {
+                for key in keys.iter() {
+                    if let Some(&head) = self.followers.get(&key) {
+                        self.visit_list(head, media, consumed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Visits the places of the list starting at `head`.
+    fn visit_list(&mut self, head: usize, media: &Scope, consumed: &Scope) {
+        let mut link = head;
+        while let Some(l) = self.links.get(link) {
+            let next = l.next;
+            self.visit(link / TRACK_KEYS, media, consumed);
+            link = next;
+        }
+    }
+
+    /// Wakes the task of place `slot` if it waits and is concerned (a place
+    /// visited twice in one flush is woken once: the first visit takes its
+    /// waker).
+    fn visit(&mut self, slot: usize, media: &Scope, consumed: &Scope) {
+        #[cfg(test)]
+        {
+            self.visits += 1;
+        }
+        let Some(place) = self.places.get_mut(slot) else {
+            return;
+        };
+        if place.waker.is_none() {
+            return;
+        }
+        let follows = place.follows.as_ref();
+        let concerned =
+            media.concerns(follows) || (!place.media_only && consumed.concerns(follows));
+        if concerned && let Some(w) = place.waker.take() {
+            w.wake();
+        }
+    }
+}
+
 /// Which tracks bumps waiting for a flush concern.
+// Kept by value in a `Cell` and copied per bump: boxing the keys would
+// allocate per bump.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Copy, Default)]
 enum Scope {
     /// No bump of this kind waits.
@@ -150,10 +364,7 @@ impl Scope {
     fn concerns(&self, follows: Option<&Keys<TRACK_KEYS>>) -> bool {
         match (self, follows) {
             (Scope::Nothing, _) => false,
-            (Scope::Tracks(changed), Some(follows)) => follows
-                .as_slice()
-                .iter()
-                .any(|k| changed.as_slice().contains(k)),
+            (Scope::Tracks(changed), Some(follows)) => follows.iter().any(|k| changed.contains(k)),
             _ => true,
         }
     }
@@ -174,7 +385,7 @@ pub struct Notify {
     flusher: Cell<bool>,
     flusher_waker: RefCell<Option<Waker>>,
     /// One place per registered task (no waker: free or not waiting).
-    wakers: RefCell<Vec<Place>>,
+    places: RefCell<Places>,
     free: RefCell<Vec<usize>>,
 }
 
@@ -297,29 +508,20 @@ impl Notify {
         }
         self.generation.set(self.generation.get().wrapping_add(1));
         // A woken waker may not re-enter (it only schedules).
-        let mut wakers = self.wakers.borrow_mut();
-        for place in wakers.iter_mut() {
-            if place.waker.is_none() {
-                continue;
-            }
-            let follows = place.follows.as_ref();
-            let concerned =
-                media.concerns(follows) || (!place.media_only && consumed.concerns(follows));
-            if concerned && let Some(w) = place.waker.take() {
-                w.wake();
-            }
-        }
+        self.places.borrow_mut().wake(&media, &consumed);
+    }
+
+    /// Places visited by flushes so far.
+    #[cfg(test)]
+    fn visits(&self) -> usize {
+        self.places.borrow().visits
     }
 
     /// A place to wait from (one per task).
     pub fn waiter(&self) -> Waiter<'_> {
         let slot = match self.free.borrow_mut().pop() {
             Some(s) => s,
-            None => {
-                let mut w = self.wakers.borrow_mut();
-                w.push(Place::FREE);
-                w.len() - 1
-            }
+            None => self.places.borrow_mut().push(),
         };
         Waiter { notify: self, slot }
     }
@@ -338,7 +540,7 @@ impl Notify {
 
     /// Tasks registered (for tests and metrics).
     pub fn waiters(&self) -> usize {
-        self.wakers.borrow().len() - self.free.borrow().len()
+        self.places.borrow().places.len() - self.free.borrow().len()
     }
 }
 
@@ -368,10 +570,10 @@ impl Waiter<'_> {
     }
 
     fn place(&self, waker: &Waker, media_only: bool, follows: Option<Keys<TRACK_KEYS>>) {
-        let mut w = self.notify.wakers.borrow_mut();
-        if let Some(place) = w.get_mut(self.slot) {
+        let mut places = self.notify.places.borrow_mut();
+        places.follow(self.slot, follows);
+        if let Some(place) = places.places.get_mut(self.slot) {
             place.media_only = media_only;
-            place.follows = follows;
             match &place.waker {
                 Some(old) if old.will_wake(waker) => {}
                 _ => place.waker = Some(waker.clone()),
@@ -394,9 +596,16 @@ impl Waiter<'_> {
 
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
-        if let Some(place) = self.notify.wakers.borrow_mut().get_mut(self.slot) {
-            *place = Place::FREE;
-        }
+        let mut places = self.notify.places.borrow_mut();
+        places.unlist(self.slot);
+        let old = places
+            .places
+            .get_mut(self.slot)
+            .map(|place| std::mem::replace(place, Place::FREE));
+        drop(places);
+        // Dropped unborrowed: the last reference to a task may drop its
+        // future, which may hold a waiter of its own.
+        drop(old);
         self.notify.free.borrow_mut().push(self.slot);
     }
 }
@@ -488,6 +697,189 @@ mod tests {
         register();
         n.bump();
         assert_eq!(woken(), [3, 4, 6, 4]);
+    }
+
+    #[test]
+    fn a_track_bump_visits_only_that_tracks_followers() {
+        const N: usize = 1000;
+        let (counters, wakers) = Counters::new(N + 1);
+        // The waiters woken so far, with how often.
+        let woken = || -> Vec<(usize, usize)> {
+            counters
+                .woken()
+                .into_iter()
+                .enumerate()
+                .filter(|&(_, w)| w > 0)
+                .collect()
+        };
+        let n = Notify::new();
+        let places: Vec<_> = (0..=N).map(|_| n.waiter()).collect();
+        let key = |i: usize| -> TrackKey { k(5000 + i) };
+        // Waiter i < N follows track i alone; waiter N follows every track.
+        let register = |i: usize| {
+            if i == N {
+                places[i].register(&wakers[i]);
+            } else {
+                places[i].register_for(&wakers[i], [key(i)]);
+            }
+        };
+        (0..=N).for_each(register);
+
+        let before = n.visits();
+        n.bump_tracks([key(500)]);
+        assert_eq!(
+            n.visits() - before,
+            2,
+            "its follower and the one following all"
+        );
+        assert_eq!(woken(), [(500, 1), (N, 1)]);
+
+        register(500);
+        register(N);
+        let before = n.visits();
+        n.bump_consumed_tracks([key(7), key(8)]);
+        assert_eq!(n.visits() - before, 3);
+        assert_eq!(woken(), [(7, 1), (8, 1), (500, 1), (N, 2)]);
+
+        // A bump of every track visits everyone.
+        (0..=N).for_each(register);
+        let before = n.visits();
+        n.bump();
+        assert!(n.visits() - before > N);
+        assert_eq!(woken().len(), N + 1);
+    }
+
+    #[test]
+    fn followers_move_with_their_registration() {
+        let (counters, w) = Counters::new(2);
+        let n = Notify::new();
+        let (a, b) = (n.waiter(), n.waiter());
+        a.register_for(&w[0], [k(1), k(2)]);
+        b.register_media_for(&w[1], [k(2)]);
+        // Named twice by one flush, woken once.
+        n.bump_tracks([k(1), k(2)]);
+        assert_eq!(counters.woken(), [1, 1]);
+
+        // Following other tracks: the old ones no longer wake it.
+        a.register_for(&w[0], [k(3)]);
+        n.bump_tracks([k(1), k(2)]);
+        assert_eq!(counters.woken(), [1, 1]);
+        n.bump_tracks([k(3)]);
+        assert_eq!(counters.woken(), [2, 1]);
+        // Following everything.
+        a.register(&w[0]);
+        n.bump_tracks([k(9)]);
+        assert_eq!(counters.woken(), [3, 1]);
+
+        // Switching back and forth reuses the index's room.
+        let room = |n: &Notify| {
+            let p = n.places.borrow();
+            (
+                p.links.capacity(),
+                p.followers.capacity(),
+                p.places.capacity(),
+            )
+        };
+        a.register_for(&w[0], [k(4), k(5)]);
+        let warm = room(&n);
+        for round in 0..100 {
+            if round % 2 == 0 {
+                a.register_for(&w[0], [k(6)]);
+            } else {
+                a.register_for(&w[0], [k(4), k(5)]);
+            }
+            b.register_media_for(&w[1], [k(round % 3)]);
+            n.bump_tracks([k(6), k(round % 3)]);
+        }
+        assert_eq!(room(&n), warm);
+
+        // A dropped waiter is in no list.
+        drop((a, b));
+        let before = n.visits();
+        n.bump_tracks([k(4), k(5), k(6), k(0), k(1), k(2)]);
+        assert_eq!(n.visits(), before);
+        assert!(n.places.borrow().followers.is_empty());
+    }
+
+    #[test]
+    fn the_index_wakes_whom_a_walk_of_every_waiter_would() {
+        /// What a waiter registered: media only, the tracks it follows
+        /// (`None`: all), and whether it waits.
+        #[derive(Clone)]
+        struct Model {
+            media_only: bool,
+            follows: Option<Vec<TrackKey>>,
+            waiting: bool,
+        }
+        const W: usize = 24;
+        let (counters, wakers) = Counters::new(W);
+        let n = Notify::new();
+        let mut waiters: Vec<Option<(Waiter<'_>, Model)>> = (0..W).map(|_| None).collect();
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |below: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % below as u64) as usize
+        };
+        for _ in 0..20_000 {
+            let i = next(W);
+            match next(10) {
+                0 => waiters[i] = None,
+                1..=5 => {
+                    let w = waiters[i].get_or_insert_with(|| {
+                        let model = Model {
+                            media_only: false,
+                            follows: None,
+                            waiting: false,
+                        };
+                        (n.waiter(), model)
+                    });
+                    let media_only = next(2) == 0;
+                    let keys: Vec<TrackKey> = (0..next(TRACK_KEYS + 2)).map(|_| k(next(8))).collect();
+                    let all = next(4) == 0;
+                    match (media_only, all) {
+                        (false, true) => w.0.register(&wakers[i]),
+                        (false, false) => w.0.register_for(&wakers[i], keys.iter().copied()),
+                        (true, true) => w.0.register_media(&wakers[i]),
+                        (true, false) => w.0.register_media_for(&wakers[i], keys.iter().copied()),
+                    }
+                    let mut distinct = keys.clone();
+                    distinct.sort_unstable();
+                    distinct.dedup();
+                    w.1 = Model {
+                        media_only,
+                        follows: (!all && distinct.len() <= TRACK_KEYS).then_some(distinct),
+                        waiting: true,
+                    };
+                }
+                kind => {
+                    let media = kind % 2 == 0;
+                    let named: Option<Vec<TrackKey>> =
+                        (next(5) != 0).then(|| (0..1 + next(3)).map(|_| k(next(8))).collect());
+                    let before = counters.woken();
+                    match (media, &named) {
+                        (true, Some(k)) => n.bump_tracks(k.iter().copied()),
+                        (false, Some(k)) => n.bump_consumed_tracks(k.iter().copied()),
+                        (true, None) => n.bump(),
+                        (false, None) => n.bump_consumed(),
+                    }
+                    let after = counters.woken();
+                    for (j, w) in waiters.iter_mut().enumerate() {
+                        let want = w.as_mut().is_some_and(|(_, m)| {
+                            let follows = match (&m.follows, &named) {
+                                (Some(f), Some(k)) => f.iter().any(|t| k.contains(t)),
+                                _ => true,
+                            };
+                            let woken = m.waiting && follows && (media || !m.media_only);
+                            m.waiting &= !woken;
+                            woken
+                        });
+                        assert_eq!(after[j] - before[j], usize::from(want), "waiter {j}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
