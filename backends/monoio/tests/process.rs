@@ -169,6 +169,12 @@ fn help_and_version_exit_0() {
         "--max-connections",
         "--metrics",
         "--config",
+        "--max-connections-per-ip",
+        "--max-handshakes",
+        "--max-announces",
+        "--max-pending-tracks",
+        "--max-pending-tracks-per-broadcast",
+        "--max-relay-tracks",
     ] {
         assert!(help.contains(flag), "help lacks {flag}");
     }
