@@ -11,6 +11,7 @@ use std::vec::Vec;
 
 use super::harness::{Chunking, Ev, Lender, Node, Pair, Raw, Rng, Scarce, Tap, hex};
 use super::*;
+use crate::session::Resolve;
 use crate::conn;
 use crate::model::group::Next;
 use crate::model::path::Path;
@@ -577,6 +578,73 @@ fn track_request_waits_for_track_info_still_to_come() {
     assert!(gp.abort(0x36));
     pair.settle(Duration::from_millis(50));
     assert!(pair.b.resets.contains(&(gone_id.value(), 0x36)));
+    assert_eq!(pair.b.closed, None);
+}
+
+/// Hands out `first` for the first request of any name, `later` for any
+/// other request, counting them.
+struct ResolveOnce<'b, 'a, 'p> {
+    first: track::Ref<'a, 'p>,
+    later: track::Ref<'a, 'p>,
+    producer: &'b broadcast::Producer<'a, 'p>,
+    asked: Cell<usize>,
+}
+
+impl<'a, 'p> Resolve<'a, 'p> for ResolveOnce<'_, 'a, 'p> {
+    fn resolve(
+        &self,
+        _broadcast: broadcast::Ref<'a, 'p>,
+        _name: &str,
+    ) -> Result<track::Ref<'a, 'p>, StreamCode> {
+        self.asked.set(self.asked.get() + 1);
+        let t = if self.asked.get() == 1 {
+            self.first
+        } else {
+            self.later
+        };
+        t.await_info();
+        self.producer.add(t).map_err(|_| StreamCode::NotFound)?;
+        Ok(t)
+    }
+}
+
+#[test]
+fn a_waiting_track_request_is_not_resolved_again() {
+    // A relay track made for a TRACK request leaves its broadcast before its
+    // TRACK_INFO came (the source refused it): the request is refused, and
+    // the relay is not asked to make another track for it.
+    let mut ps = PoolStorage::<8, 64>::new();
+    let pool = Pool::new(&mut ps);
+    let first = track::State::<2>::new(&pool, track::Info::new("t").unwrap());
+    let later = track::State::<2>::new(&pool, track::Info::new("t").unwrap());
+    let b = broadcast::State::<2>::new(Path::new("b").unwrap()).unwrap();
+    let o = origin::State::<2, 4>::new();
+    let bp = b.producer().unwrap();
+    o.handle().announce(b.handle()).unwrap();
+    let hook = ResolveOnce {
+        first: first.handle(),
+        later: later.handle(),
+        producer: &bp,
+        asked: Cell::new(0),
+    };
+    raw_pair!(Side::Server, Config::new(), Some(o.handle()), st, pair);
+    pair.a.session.set_resolver(Some(&hook));
+    pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+    let id = pair.b.open(Dir::Bidi, &hex("06 04 01 62 01 74"), false);
+    pair.settle(Duration::from_millis(50));
+    assert!(pair.b.received(id.value()).is_empty(), "waits for TRACK_INFO");
+    assert_eq!(hook.asked.get(), 1);
+    // The source refused: the relay drops the track from the broadcast.
+    let mut fp = first.producer().unwrap();
+    assert!(fp.abort(StreamCode::NotFound.to_code()));
+    bp.remove("t").unwrap();
+    pair.settle(Duration::from_millis(50));
+    assert!(
+        pair.b
+            .resets
+            .contains(&(id.value(), StreamCode::NotFound.to_code()))
+    );
+    assert_eq!(hook.asked.get(), 1, "the relay was asked again");
     assert_eq!(pair.b.closed, None);
 }
 
