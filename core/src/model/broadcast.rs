@@ -18,10 +18,16 @@
 //! (the table is interior-mutable, so the two cannot differ): declare the
 //! tracks first, or keep everything in `static`s.
 //!
-//! The path never changes (an [`origin`](super::origin) keys broadcasts by
-//! it). Adding, removing and finishing bump [`Ref::version`].
+//! The path of a broadcast never changes while it lives (an
+//! [`origin`](super::origin) keys broadcasts by it). A relay reuses the
+//! storage for another broadcast once nothing refers to it any more
+//! ([`Ref::reopen`]): that starts a new generation, and handles to the old
+//! one are stale ([`Ref::is_current`]). Paths are read as copies
+//! ([`Ref::path`]) or compared in place ([`Ref::has_path`]), so no borrow of
+//! the old path can outlive a reuse. Adding, removing and finishing bump
+//! [`Ref::version`].
 
-use core::cell::Cell;
+use core::cell::{Cell, RefCell};
 use core::fmt;
 
 use super::path::{Path, PathBuf, PathError};
@@ -77,12 +83,36 @@ impl fmt::Display for ProducerTaken {
 
 impl core::error::Error for ProducerTaken {}
 
+/// Why [`Ref::reopen`] refused; the broadcast is unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ReopenError {
+    /// The new path does not fit.
+    Path(PathError),
+    /// A producer of the broadcast is still alive.
+    Producer,
+}
+
+impl fmt::Display for ReopenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReopenError::Path(e) => write!(f, "broadcast path: {e}"),
+            ReopenError::Producer => f.write_str("broadcast still has a producer"),
+        }
+    }
+}
+
+impl core::error::Error for ReopenError {}
+
 /// Broadcast-wide fields, independent of the table size.
 struct Core {
-    path: PathBuf<MAX_PATH_LEN>,
+    /// Borrowed only inside this module's calls, never across them.
+    path: RefCell<PathBuf<MAX_PATH_LEN>>,
     status: Cell<Status>,
     has_producer: Cell<bool>,
     version: Cell<u64>,
+    /// Bumped by [`Ref::reopen`]; handles compare it to detect reuse.
+    epoch: Cell<u64>,
 }
 
 type Place<'a, 'p> = Cell<Option<track::Ref<'a, 'p>>>;
@@ -101,10 +131,11 @@ impl<'a, 'p, const T: usize> State<'a, 'p, T> {
     pub fn new(path: Path<'_>) -> Result<Self, PathError> {
         Ok(State {
             core: Core {
-                path: PathBuf::from_path(path)?,
+                path: RefCell::new(PathBuf::from_path(path)?),
                 status: Cell::new(Status::Open),
                 has_producer: Cell::new(false),
                 version: Cell::new(0),
+                epoch: Cell::new(0),
             },
             tracks: [const { Cell::new(None) }; T],
         })
@@ -115,6 +146,7 @@ impl<'a, 'p, const T: usize> State<'a, 'p, T> {
         Ref {
             core: &self.core,
             tracks: &self.tracks,
+            epoch: self.core.epoch.get(),
         }
     }
 
@@ -130,19 +162,21 @@ impl<'a, 'p, const T: usize> State<'a, 'p, T> {
 impl<const T: usize> fmt::Debug for State<'_, '_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("broadcast::State")
-            .field("path", &self.core.path)
+            .field("path", &*self.core.path.borrow())
             .field("status", &self.core.status.get())
             .field("capacity", &T)
             .finish_non_exhaustive()
     }
 }
 
-/// A borrowed handle to a broadcast [`State`] of any table size; `Copy`, and
-/// the consumer side (track lookup).
+/// A borrowed handle to one generation of a broadcast [`State`] of any table
+/// size; `Copy`, and the consumer side (track lookup).
 #[derive(Clone, Copy)]
 pub struct Ref<'a, 'p> {
     core: &'a Core,
     tracks: &'a [Place<'a, 'p>],
+    /// The generation this handle was made for.
+    epoch: u64,
 }
 
 impl<'a, 'p> Ref<'a, 'p> {
@@ -151,21 +185,75 @@ impl<'a, 'p> Ref<'a, 'p> {
     /// # Errors
     /// [`ProducerTaken`] while another producer is alive.
     pub fn producer(self) -> Result<Producer<'a, 'p>, ProducerTaken> {
-        if self.core.has_producer.get() {
+        if self.core.has_producer.get() || !self.is_current() {
             return Err(ProducerTaken);
         }
         self.core.has_producer.set(true);
         Ok(Producer { broadcast: self })
     }
 
-    /// The broadcast path.
-    pub fn path(&self) -> Path<'a> {
-        self.core.path.as_path()
+    /// A copy of the broadcast path.
+    pub fn path(&self) -> PathBuf<MAX_PATH_LEN> {
+        self.core.path.borrow().clone()
     }
 
-    /// Whether `self` and `other` are handles to the same broadcast storage.
+    /// Whether the broadcast's path is exactly `path` (compared in place).
+    pub fn has_path(&self, path: Path<'_>) -> bool {
+        self.core.path.borrow().as_path() == path
+    }
+
+    /// The broadcast's path relative to the whole-segment `prefix`, if it is
+    /// under it (PROTOCOL.md §3.6: `""` is the prefix itself).
+    pub fn suffix(&self, prefix: Path<'_>) -> Option<PathBuf<MAX_PATH_LEN>> {
+        let path = self.core.path.borrow();
+        let suffix = path.as_path().strip_prefix(prefix)?;
+        PathBuf::from_path(suffix).ok()
+    }
+
+    /// Whether the broadcast's path is under the whole-segment `prefix`.
+    pub fn is_under(&self, prefix: Path<'_>) -> bool {
+        self.core.path.borrow().as_path().strip_prefix(prefix).is_some()
+    }
+
+    /// Whether `self` and `other` are handles to the same broadcast (same
+    /// storage, same generation).
     pub fn same_broadcast(&self, other: &Ref<'_, '_>) -> bool {
-        core::ptr::eq(self.core, other.core)
+        core::ptr::eq(self.core, other.core) && self.epoch == other.epoch
+    }
+
+    /// True while the storage still holds the broadcast this handle was
+    /// made for.
+    pub fn is_current(&self) -> bool {
+        self.core.epoch.get() == self.epoch
+    }
+
+    /// Reuses the storage for the broadcast at `path` and returns the handle
+    /// to it: open, with no track, a new generation (every existing handle is
+    /// stale). The caller makes sure nothing still looks the old broadcast up:
+    /// it is in no origin, and no origin's change log still holds it (a relay
+    /// waits until the log has moved on by its length).
+    ///
+    /// # Errors
+    /// [`ReopenError::Path`] beyond [`MAX_PATH_LEN`] bytes;
+    /// [`ReopenError::Producer`] while a [`Producer`] of it is alive. The
+    /// broadcast is unchanged on error.
+    pub fn reopen(&self, path: Path<'_>) -> Result<Ref<'a, 'p>, ReopenError> {
+        if self.core.has_producer.get() {
+            return Err(ReopenError::Producer);
+        }
+        let path = PathBuf::from_path(path).map_err(ReopenError::Path)?;
+        *self.core.path.borrow_mut() = path;
+        for place in self.tracks {
+            place.set(None);
+        }
+        let c = self.core;
+        c.status.set(Status::Open);
+        c.epoch.set(c.epoch.get().wrapping_add(1));
+        self.changed();
+        Ok(Ref {
+            epoch: c.epoch.get(),
+            ..*self
+        })
     }
 
     /// Where the broadcast is in its life.
@@ -218,7 +306,7 @@ impl<'a, 'p> Ref<'a, 'p> {
 impl fmt::Debug for Ref<'_, '_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("broadcast::Ref")
-            .field("path", &self.core.path)
+            .field("path", &*self.core.path.borrow())
             .field("status", &self.core.status.get())
             .field("tracks", &self.len())
             .finish()
@@ -329,7 +417,8 @@ mod tests {
         let extra = track::State::<2>::new(&pool, track::Info::new("extra").unwrap());
         let bc = State::<2>::new(path("/room/cam/")).unwrap();
         let b = bc.handle();
-        assert_eq!(b.path(), "room/cam");
+        assert_eq!(b.path().as_str(), "room/cam");
+        assert!(b.has_path(path("room/cam")) && !b.has_path(path("room")));
         let p = bc.producer().unwrap();
         assert_eq!(b.producer().unwrap_err(), ProducerTaken);
         let v0 = b.version();
@@ -389,6 +478,29 @@ mod tests {
         let bc = State::<1>::new(path("a")).unwrap();
         drop(bc.producer().unwrap());
         assert_eq!(bc.handle().status(), Status::Finished);
+    }
+
+    #[test]
+    fn reopen_is_a_new_broadcast_and_old_handles_are_stale() {
+        let mut storage = PoolStorage::<2, 32>::new();
+        let pool = Pool::new(&mut storage);
+        let video = track::State::<1>::new(&pool, track::Info::new("video").unwrap());
+        let bc = State::<2>::new(path("old")).unwrap();
+        let old = bc.handle();
+        let mut p = old.producer().unwrap();
+        p.add(video.handle()).unwrap();
+        assert_eq!(old.reopen(path("new")).unwrap_err(), ReopenError::Producer);
+        assert!(p.finish());
+        drop(p);
+        let new = old.reopen(path("new")).unwrap();
+        assert!(new.is_current() && !old.is_current());
+        assert!(!new.same_broadcast(&old));
+        assert!(new.has_path(path("new")) && new.is_empty());
+        assert_eq!(new.status(), Status::Open);
+        assert!(old.producer().is_err(), "a stale handle makes no producer");
+        assert!(new.producer().is_ok());
+        assert_eq!(new.suffix(path("")).unwrap().as_str(), "new");
+        assert!(new.reopen(path(&"x".repeat(MAX_PATH_LEN + 1))).is_err());
     }
 
     #[test]

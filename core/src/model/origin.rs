@@ -26,16 +26,17 @@
 //! `L` changes in a ring, and a cursor is just a change count.
 //!
 //! A broadcast is keyed by its own path ([`broadcast::Ref::path`], which never
-//! changes), so a change still names its path after the broadcast was
-//! unannounced. Matching is by whole segment ([`Path::strip_prefix`]).
+//! changes while it lives). Each change keeps a copy of the path, so it still
+//! names it after the broadcast was unannounced, and after its storage was
+//! reused for another broadcast ([`broadcast::Ref::reopen`]). Matching is by whole segment ([`Path::strip_prefix`]).
 //! Lookups and announcements are O(B); reading a change is O(1).
 
 use core::cell::Cell;
 use core::fmt;
 use core::task::{Context, Poll};
 
-use super::broadcast;
-use super::path::Path;
+use super::broadcast::{self, MAX_PATH_LEN};
+use super::path::{Path, PathBuf};
 use super::track::{WAKERS, Wakers};
 
 /// Why [`Ref::announce`] refused a broadcast; nothing changed.
@@ -78,31 +79,59 @@ impl fmt::Display for Lagged {
 
 impl core::error::Error for Lagged {}
 
-/// One entry of the change log.
-#[derive(Debug, Clone, Copy)]
-pub enum Change<'a, 'p> {
-    /// The broadcast was announced (ANNOUNCE status 1).
-    Active(broadcast::Ref<'a, 'p>),
-    /// The broadcast was unannounced (ANNOUNCE status 0).
-    Ended(broadcast::Ref<'a, 'p>),
+/// One entry of the change log: a broadcast became active or ended, with a
+/// copy of its path (the log keeps naming the path after the broadcast's
+/// storage was reused for another one).
+#[derive(Clone, Copy)]
+pub struct Change<'a, 'p> {
+    broadcast: broadcast::Ref<'a, 'p>,
+    active: bool,
+    path: [u8; MAX_PATH_LEN],
+    len: u8,
 }
 
 impl<'a, 'p> Change<'a, 'p> {
-    /// The broadcast concerned.
-    pub fn broadcast(&self) -> broadcast::Ref<'a, 'p> {
-        match *self {
-            Change::Active(b) | Change::Ended(b) => b,
+    fn new(broadcast: broadcast::Ref<'a, 'p>, active: bool) -> Self {
+        let mut path = [0u8; MAX_PATH_LEN];
+        let held = broadcast.path();
+        let bytes = held.as_str().as_bytes();
+        let len = bytes.len().min(MAX_PATH_LEN);
+        if let (Some(dst), Some(src)) = (path.get_mut(..len), bytes.get(..len)) {
+            dst.copy_from_slice(src);
+        }
+        Change {
+            broadcast,
+            active,
+            path,
+            len: len as u8,
         }
     }
 
-    /// The broadcast's full path.
-    pub fn path(&self) -> Path<'a> {
-        self.broadcast().path()
+    /// The broadcast concerned. Stale ([`broadcast::Ref::is_current`]) once
+    /// its storage was reused; the change still names its path.
+    pub fn broadcast(&self) -> broadcast::Ref<'a, 'p> {
+        self.broadcast
+    }
+
+    /// The broadcast's full path as it was when the change happened.
+    pub fn path(&self) -> Path<'_> {
+        let bytes = self.path.get(..usize::from(self.len)).unwrap_or(&[]);
+        // Copied from a valid path, whole.
+        Path::new(core::str::from_utf8(bytes).unwrap_or("")).unwrap_or(Path::EMPTY)
     }
 
     /// Whether the broadcast became active (as opposed to ended).
     pub fn is_active(&self) -> bool {
-        matches!(self, Change::Active(_))
+        self.active
+    }
+}
+
+impl fmt::Debug for Change<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Change")
+            .field("path", &self.path().as_str())
+            .field("active", &self.active)
+            .finish()
     }
 }
 
@@ -190,7 +219,7 @@ impl<'a, 'p> Ref<'a, 'p> {
     /// [`AnnounceError::Duplicate`] if that path is announced already (unannounce
     /// it first); [`AnnounceError::Full`] if every place is taken.
     pub fn announce(&self, broadcast: broadcast::Ref<'a, 'p>) -> Result<(), AnnounceError> {
-        if self.get(broadcast.path()).is_some() {
+        if self.get(broadcast.path().as_path()).is_some() {
             return Err(AnnounceError::Duplicate);
         }
         let place = self
@@ -200,7 +229,7 @@ impl<'a, 'p> Ref<'a, 'p> {
             .ok_or(AnnounceError::Full)?;
         place.set(Some(broadcast));
         debug!("announced {}", broadcast.path().as_str());
-        self.log(Change::Active(broadcast));
+        self.log(Change::new(broadcast, true));
         Ok(())
     }
 
@@ -209,16 +238,16 @@ impl<'a, 'p> Ref<'a, 'p> {
         let place = self
             .entries
             .iter()
-            .find(|p| p.get().is_some_and(|b| b.path() == path))?;
+            .find(|p| p.get().is_some_and(|b| b.has_path(path)))?;
         let broadcast = place.take()?;
         debug!("unannounced {}", path.as_str());
-        self.log(Change::Ended(broadcast));
+        self.log(Change::new(broadcast, false));
         Some(broadcast)
     }
 
     /// The broadcast announced at exactly `path`.
     pub fn get(&self, path: Path<'_>) -> Option<broadcast::Ref<'a, 'p>> {
-        self.iter().find(|b| b.path() == path)
+        self.iter().find(|b| b.has_path(path))
     }
 
     /// Every announced broadcast, in catalog order.
@@ -226,19 +255,21 @@ impl<'a, 'p> Ref<'a, 'p> {
         self.entries.iter().filter_map(Cell::get)
     }
 
-    /// The announced broadcasts under the whole-segment `prefix`, each with its
-    /// path relative to the prefix (PROTOCOL.md §3.6: `""` is the prefix itself).
+    /// The announced broadcasts under the whole-segment `prefix`, each with a
+    /// copy of its path relative to the prefix (PROTOCOL.md §3.6: `""` is the
+    /// prefix itself).
     pub fn under<'q>(
         &self,
         prefix: Path<'q>,
-    ) -> impl Iterator<Item = (Path<'a>, broadcast::Ref<'a, 'p>)> + use<'a, 'p, 'q> {
+    ) -> impl Iterator<Item = (PathBuf<MAX_PATH_LEN>, broadcast::Ref<'a, 'p>)> + use<'a, 'p, 'q>
+    {
         self.iter()
-            .filter_map(move |b| b.path().strip_prefix(prefix).map(|s| (s, b)))
+            .filter_map(move |b| b.suffix(prefix).map(|s| (s, b)))
     }
 
     /// How many broadcasts are announced under `prefix` (ANNOUNCE_OK's Active Count).
     pub fn count_under(&self, prefix: Path<'_>) -> usize {
-        self.under(prefix).count()
+        self.iter().filter(|b| b.is_under(prefix)).count()
     }
 
     /// How many broadcasts are announced.
@@ -317,7 +348,7 @@ impl<'a, 'p> Ref<'a, 'p> {
     }
 
     /// The next change under the whole-segment `prefix` after `cursor`, with
-    /// its path relative to the prefix; changes elsewhere are skipped.
+    /// a copy of its path relative to the prefix; changes elsewhere are skipped.
     ///
     /// # Errors
     /// As [`Ref::next_change`].
@@ -325,9 +356,11 @@ impl<'a, 'p> Ref<'a, 'p> {
         &self,
         cursor: &mut Cursor,
         prefix: Path<'_>,
-    ) -> Result<Option<(Path<'a>, Change<'a, 'p>)>, Lagged> {
+    ) -> Result<Option<(PathBuf<MAX_PATH_LEN>, Change<'a, 'p>)>, Lagged> {
         while let Some(change) = self.next_change(cursor)? {
-            if let Some(suffix) = change.path().strip_prefix(prefix) {
+            if let Some(suffix) = change.path().strip_prefix(prefix)
+                && let Ok(suffix) = PathBuf::from_path(suffix)
+            {
                 return Ok(Some((suffix, change)));
             }
         }

@@ -25,7 +25,10 @@ use super::control::{AnnounceState, Kind, Step, SubState, decode_within, normali
 use super::{Gather, Session};
 use crate::model::group::{self, Next, ReadError};
 use crate::model::path::{Path, PathBuf};
-use crate::model::{origin, track};
+use crate::model::{broadcast, origin, track};
+
+/// A copy of a broadcast path (or of its part under a prefix).
+type BroadcastPath = PathBuf<{ broadcast::MAX_PATH_LEN }>;
 use crate::pool::Slice;
 use crate::time::{Duration, Instant};
 use crate::window::{self, GroupRange, Request, Timeline, Window, WindowError};
@@ -104,15 +107,15 @@ fn announceable(suffix: Path<'_>) -> bool {
 }
 
 /// The first active broadcast under `prefix` whose path sorts after `after`.
-fn next_active<'a, 'p>(
-    origin: origin::Ref<'a, 'p>,
+fn next_active(
+    origin: origin::Ref<'_, '_>,
     prefix: Path<'_>,
     after: Option<Path<'_>>,
-) -> Option<(Path<'a>, Path<'a>)> {
+) -> Option<(BroadcastPath, BroadcastPath)> {
     origin
         .under(prefix)
         .map(|(suffix, b)| (b.path(), suffix))
-        .filter(|(path, _)| after.is_none_or(|a| *path > a))
+        .filter(|(path, _)| after.is_none_or(|a| path.as_path() > a))
         .min_by(|x, y| x.0.cmp(&y.0))
 }
 
@@ -261,7 +264,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     // PROTOCOL.md §3.6: our Hop ID, and how many ANNOUNCEs follow.
                     let active = origin
                         .under(prefix)
-                        .filter(|(suffix, _)| announceable(*suffix))
+                        .filter(|(suffix, _)| announceable(suffix.as_path()))
                         .count() as u64;
                     let ok = AnnounceOk {
                         hop: self.hop,
@@ -302,7 +305,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                         self.control[slot].kind = Kind::AnnounceIn { state };
                         continue;
                     };
-                    if announceable(suffix) {
+                    if announceable(suffix.as_path()) {
                         let msg = Announce {
                             status: AnnounceStatus::Active,
                             suffix: suffix.as_str(),
@@ -348,7 +351,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                         }
                     };
                     let (suffix, change) = change;
-                    if announceable(suffix) {
+                    if announceable(suffix.as_path()) {
                         // moq-dev sends an empty hop list with Ended.
                         let msg = Announce {
                             status: if change.is_active() {
