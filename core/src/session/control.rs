@@ -39,13 +39,17 @@ use crate::wire::{DecodeError, EncodeError, Writer, varint};
 pub(super) enum AnnounceState {
     /// Waiting for ANNOUNCE_REQUEST.
     Request,
-    /// Sending the initial set. The receive buffer keeps the prefix (`prefix`
-    /// bytes) and then the path of the last broadcast sent (`after` bytes, none
-    /// before the first). `cursor` was taken with the set, so every later
-    /// change is seen.
+    /// Sending the initial set: the broadcasts under the prefix in catalog
+    /// order. The receive buffer keeps the prefix (`prefix` bytes) and then
+    /// the path of the last broadcast sent (`after` bytes, none before the
+    /// first); `next` is the position (among the broadcasts under the prefix)
+    /// of the next one to send, as of the origin's state at `mark`. `cursor`
+    /// was taken with the set, so every later change is seen.
     Initial {
         prefix: usize,
         after: Option<usize>,
+        next: usize,
+        mark: origin::Cursor,
         exclude: u64,
         cursor: origin::Cursor,
         ok_sent: bool,

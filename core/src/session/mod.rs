@@ -245,6 +245,17 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     closed: bool,
     next_subscribe: u64,
     next_announce: u64,
+    /// Work counters a test reads to bound a scan's cost.
+    #[cfg(test)]
+    visits: Visits,
+}
+
+/// Entries the session's scans visited, for tests that bound their cost.
+#[cfg(test)]
+#[derive(Debug, Default, Clone, Copy)]
+struct Visits {
+    /// Origin entries walked to send announce requests' initial sets.
+    announce: usize,
 }
 
 impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
@@ -358,6 +369,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             closed: false,
             next_subscribe: 0,
             next_announce: 0,
+            #[cfg(test)]
+            visits: Visits::default(),
         };
         if session.setup_len().is_none_or(|n| n > BUF) {
             return Err(ConfigError::SetupTooLarge);
@@ -844,6 +857,16 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     }
 
     // ---- internals shared by the submodules ----
+
+    /// Counts origin entries visited for announce requests' initial sets (tests only).
+    #[cfg(test)]
+    fn count_announce_visits(&mut self, n: usize) {
+        self.visits.announce += n;
+    }
+
+    /// Counts origin entries visited for announce requests' initial sets (tests only).
+    #[cfg(not(test))]
+    fn count_announce_visits(&mut self, _n: usize) {}
 
     /// Room for the events one more input event or message may queue.
     fn has_event_room(&self) -> bool {

@@ -103,17 +103,49 @@ fn announceable(suffix: Path<'_>) -> bool {
     !suffix.segments().any(|s| s.starts_with('.'))
 }
 
-/// The first active broadcast under `prefix` whose path sorts after `after`.
-fn next_active<'a, 'p>(
-    origin: origin::Ref<'a, 'p>,
+/// Where the initial set's walk over `origin.under(prefix)` resumes, and how
+/// many entries finding it visited.
+///
+/// `next` was the position to resume at when the origin was at `mark`, and
+/// `last` the path of the broadcast sent last. Unchanged origin: `next`.
+/// Otherwise positions may have moved (a change fills or frees one place, so
+/// moves a position by at most one): right after `last` if no change since
+/// `mark` names it (its place, and so the split between sent and unsent
+/// places, is the same); else early enough that nothing unsent is skipped,
+/// at the cost of sending a few broadcasts again.
+fn resume_at(
+    origin: origin::Ref<'_, '_>,
     prefix: Path<'_>,
-    after: Option<Path<'_>>,
-) -> Option<(Path<'a>, Path<'a>)> {
-    origin
-        .under(prefix)
-        .map(|(suffix, b)| (b.path(), suffix))
-        .filter(|(path, _)| after.is_none_or(|a| *path > a))
-        .min_by(|x, y| x.0.cmp(&y.0))
+    next: usize,
+    mark: origin::Cursor,
+    last: Option<Path<'_>>,
+) -> (usize, usize) {
+    let changes = origin.version().wrapping_sub(mark.position());
+    if changes == 0 {
+        return (next, 0);
+    }
+    let early = next.saturating_sub(usize::try_from(changes).unwrap_or(usize::MAX));
+    let Some(last) = last else {
+        return (early, 0);
+    };
+    let mut log = mark;
+    loop {
+        match origin.next_change(&mut log) {
+            Ok(Some(change)) if change.path() == last => return (early, 0),
+            Ok(Some(_)) => {}
+            Ok(None) => break,
+            // The log moved on: following it fails anyway (the stream is reset).
+            Err(_) => return (early, 0),
+        }
+    }
+    let mut visited = 0;
+    for (i, (_, b)) in origin.under(prefix).enumerate() {
+        visited += 1;
+        if b.path() == last {
+            return (i + 1, visited);
+        }
+    }
+    (early, visited)
 }
 
 /// The next bytes of a group stream: borrowed (to copy behind the record
@@ -182,6 +214,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             Some(o) => AnnounceState::Initial {
                 prefix: prefix.as_str().len(),
                 after: None,
+                next: 0,
+                mark: o.cursor(),
                 exclude,
                 cursor: o.cursor(),
                 ok_sent: false,
@@ -252,11 +286,13 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             match state {
                 AnnounceState::Request | AnnounceState::Quiet => return,
                 AnnounceState::Initial {
+                    ok_sent: false,
                     prefix: plen,
                     after,
+                    next,
+                    mark,
                     exclude,
                     cursor,
-                    ok_sent: false,
                 } => {
                     // PROTOCOL.md §3.6: our Hop ID, and how many ANNOUNCEs follow.
                     let active = origin
@@ -273,59 +309,90 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     state = AnnounceState::Initial {
                         prefix: plen,
                         after,
+                        next,
+                        mark,
                         exclude,
                         cursor,
                         ok_sent: true,
                     };
                 }
                 AnnounceState::Initial {
+                    ok_sent: true,
                     prefix: plen,
                     after,
+                    next,
+                    mark,
                     exclude,
                     cursor,
-                    ok_sent: true,
                 } => {
-                    let after_buf = after.and_then(|n| {
+                    // Resume only with half the send buffer free, so that each
+                    // resumption (which walks past the entries sent before)
+                    // sends a good part of a buffer.
+                    let c = self.control[slot];
+                    if next > 0 && c.tx_keep + c.tx_len > self.buf / 2 {
+                        self.control[slot].kind = Kind::AnnounceIn { state };
+                        return;
+                    }
+                    let last_buf = after.and_then(|n| {
                         self.rx_kept(slot)
                             .get(plen..plen + n)
                             .and_then(|b| core::str::from_utf8(b).ok())
                             .and_then(|s| PathBuf::<{ super::MAX_PATH }>::normalize(s).ok())
                     });
-                    let next = next_active(origin, prefix, after_buf.as_ref().map(|p| p.as_path()));
-                    let Some((path, suffix)) = next else {
-                        state = AnnounceState::Live {
-                            prefix: plen,
-                            exclude,
-                            cursor,
-                        };
-                        self.control[slot].rx_keep = plen;
-                        self.control[slot].kind = Kind::AnnounceIn { state };
-                        continue;
-                    };
-                    if announceable(suffix) {
-                        let msg = Announce {
-                            status: AnnounceStatus::Active,
-                            suffix: suffix.as_str(),
-                            hops: Hops::EMPTY,
-                        };
-                        if self.tx_write(slot, |w| write_message(&msg, w)).is_err() {
-                            self.control[slot].kind = Kind::AnnounceIn { state };
+                    let last = last_buf.as_ref().map(|p| p.as_path());
+                    let (start, found) = resume_at(origin, prefix, next, mark, last);
+                    self.count_announce_visits(found);
+                    // One pass over the catalog from there, as far as the send
+                    // buffer takes it.
+                    let mut pos = start;
+                    let mut sent: Option<Path<'a>> = None;
+                    let mut full = false;
+                    for (suffix, b) in origin.under(prefix).skip(start) {
+                        if announceable(suffix) {
+                            let msg = Announce {
+                                status: AnnounceStatus::Active,
+                                suffix: suffix.as_str(),
+                                hops: Hops::EMPTY,
+                            };
+                            if self.tx_write(slot, |w| write_message(&msg, w)).is_err() {
+                                full = true;
+                                break;
+                            }
+                            sent = Some(b.path());
+                        }
+                        pos += 1;
+                    }
+                    // Skipped to `start`, walked to `pos`, and one more if it did not fit.
+                    self.count_announce_visits(pos + usize::from(full));
+                    let mut after = after;
+                    if let Some(path) = sent {
+                        // Remember the broadcast sent last, after the prefix.
+                        let path = path.as_str().as_bytes();
+                        if !self.set_rx_kept_at(slot, plen, path) {
+                            self.refuse(slot, StreamCode::Internal);
                             return;
                         }
+                        after = Some(path.len());
                     }
-                    // Remember where the initial set got to, after the prefix.
-                    let path = path.as_str().as_bytes();
-                    if !self.set_rx_kept_at(slot, plen, path) {
-                        self.refuse(slot, StreamCode::Internal);
+                    if full {
+                        state = AnnounceState::Initial {
+                            prefix: plen,
+                            after,
+                            next: pos,
+                            mark: origin.cursor(),
+                            exclude,
+                            cursor,
+                            ok_sent: true,
+                        };
+                        self.control[slot].kind = Kind::AnnounceIn { state };
                         return;
                     }
-                    state = AnnounceState::Initial {
+                    state = AnnounceState::Live {
                         prefix: plen,
-                        after: Some(path.len()),
                         exclude,
                         cursor,
-                        ok_sent: true,
                     };
+                    self.control[slot].rx_keep = plen;
                 }
                 AnnounceState::Live {
                     prefix: plen,

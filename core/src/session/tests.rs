@@ -852,6 +852,150 @@ fn announce_initial_set_larger_than_a_buffer() {
     assert_eq!(&s2c.stream(0)[..3], &hex("02 00 07")[..]);
 }
 
+/// The paths announced through `req` so far, in order.
+fn announced(events: &[Ev], req: AnnounceId) -> Vec<std::string::String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Ev::Announced { request, path, .. } if *request == req => Some(path.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn announce_initial_set_walks_the_origin_once() {
+    // 500 broadcasts: sending the initial set walks the catalog once (plus the
+    // entries skipped again each time a full send buffer makes it resume), not
+    // once per broadcast (~B * B / 2 entries).
+    const B: usize = 500;
+    let names: Vec<std::string::String> = (0..B).map(|i| std::format!("b/{i:03}")).collect();
+    let bs: Vec<_> = names
+        .iter()
+        .map(|n| broadcast::State::<1>::new(Path::new(n).unwrap()).unwrap())
+        .collect();
+    let o = origin::State::<512, 8>::new();
+    for b in &bs {
+        o.handle().announce(b.handle()).unwrap();
+    }
+    // 4 KiB control buffers: the set goes out in a few buffers' worth.
+    let mut cst = Storage::<'_, '_, 16, 4096, 4, 4, 8, 8>::new();
+    let mut sst = Storage::<'_, '_, 16, 4096, 4, 4, 8, 8>::new();
+    let client = Session::new(Side::Client, Config::new(), Instant::ZERO, &mut cst, None).unwrap();
+    let server = Session::new(
+        Side::Server,
+        Config::new(),
+        Instant::ZERO,
+        &mut sst,
+        Some(o.handle()),
+    )
+    .unwrap();
+    let mut pair = Pair::new(Node::new(client), Node::new(server));
+    assert!(pair.run(1000, |p| p.a.session.is_setup() && p.b.session.is_setup()));
+    let req = pair.a.session.announce_request("").unwrap();
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(announced(&pair.a.events, req), names);
+    let visits = pair.b.session.visits.announce;
+    assert!(
+        visits <= 3 * B,
+        "{visits} entries visited for {B} broadcasts"
+    );
+}
+
+/// The path of the broadcast the initial-set walk of `s` sent last, while one
+/// is under way.
+fn walk_last(s: &Session<'_, '_, '_, 32>) -> Option<std::string::String> {
+    use super::control::{AnnounceState, Kind};
+    (0..s.control.span()).find_map(|slot| match s.control[slot].kind {
+        Kind::AnnounceIn {
+            state:
+                AnnounceState::Initial {
+                    prefix,
+                    after: Some(n),
+                    ..
+                },
+        } => s
+            .rx_kept(slot)
+            .get(prefix..prefix + n)
+            .map(|b| std::string::String::from_utf8(b.to_vec()).unwrap()),
+        _ => None,
+    })
+}
+
+#[test]
+fn catalog_changes_during_the_initial_set_lose_no_broadcast() {
+    // The initial set of 60 broadcasts takes many sends (64 bytes of credit at
+    // a time); between two of them the catalog changes. Every broadcast active
+    // at the end is announced; while the broadcast sent last is untouched,
+    // none that did not change is announced twice.
+    // Long names: a send buffer holds a few ANNOUNCEs, the walk stays well
+    // ahead of the changes.
+    let names: Vec<std::string::String> = (0..60)
+        .map(|i| std::format!("b/{}{i:02}", "x".repeat(30)))
+        .collect();
+    let ccfg = Config {
+        conn: conn::Config {
+            max_stream_data_bidi_local: 64,
+            ..conn::Config::new()
+        },
+        ..Config::new()
+    };
+    for touch_last in [false, true] {
+        let bs: Vec<_> = names
+            .iter()
+            .map(|n| broadcast::State::<1>::new(Path::new(n).unwrap()).unwrap())
+            .collect();
+        let late = broadcast::State::<1>::new(Path::new("b/late").unwrap()).unwrap();
+        let later = broadcast::State::<1>::new(Path::new("b/later").unwrap()).unwrap();
+        let latest = broadcast::State::<1>::new(Path::new("b/latest").unwrap()).unwrap();
+        let o = origin::State::<64, 64>::new();
+        for b in &bs {
+            o.handle().announce(b.handle()).unwrap();
+        }
+        session_pair!(o.handle(), ccfg, Config::new(), pair);
+        let req = pair.a.session.announce_request("").unwrap();
+        assert!(pair.run(1000, |p| announced(&p.a.events, req).len() >= 10));
+        let sent = announced(&pair.a.events, req);
+        assert!(sent.len() < 40, "the set went out at once");
+        // The last one the server queued (it runs ahead of what arrived).
+        let last = walk_last(&pair.b.session).expect("the walk is under way");
+        let o = o.handle();
+        let gone = |p: &str| o.unannounce(Path::new(p).unwrap()).unwrap();
+        // Two sent already go, one still to send goes; a new one takes the
+        // first freed place (behind the walk: only the change log has it).
+        // The walk's positions past it moved down by one.
+        gone(&sent[1]);
+        gone(&sent[2]);
+        gone(&names[50]);
+        o.announce(late.handle()).unwrap();
+        if touch_last {
+            // The broadcast sent last goes, new ones take the freed places up
+            // to its own, and it comes back further on (where `names[50]` was).
+            let b = gone(&last);
+            o.announce(later.handle()).unwrap();
+            o.announce(latest.handle()).unwrap();
+            o.announce(b).unwrap();
+            assert_eq!(o.iter().position(|x| x.path().as_str() == last), Some(50));
+        }
+        pair.settle(Duration::from_millis(50));
+        let got = announced(&pair.a.events, req);
+        for b in o.iter() {
+            let path = b.path().as_str();
+            let n = got.iter().filter(|p| *p == path).count();
+            assert!(n >= 1, "{path} never announced");
+            if !touch_last && path != "b/late" {
+                assert_eq!(n, 1, "{path} announced {n} times");
+            }
+        }
+        for path in [&sent[1], &sent[2]] {
+            assert!(pair.a.events.contains(&Ev::Unannounced {
+                request: req,
+                path: path.clone()
+            }));
+        }
+    }
+}
+
 #[test]
 fn goaway_is_reported_and_blocks_new_requests() {
     let mut ps = PoolStorage::<16, 64>::new();
