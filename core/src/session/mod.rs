@@ -256,6 +256,8 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
 struct Visits {
     /// Origin entries walked to send announce requests' initial sets.
     announce: usize,
+    /// The most group-stream slots one `flush_groups` call visited.
+    groups: usize,
 }
 
 impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
@@ -867,6 +869,16 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// Counts origin entries visited for announce requests' initial sets (tests only).
     #[cfg(not(test))]
     fn count_announce_visits(&mut self, _n: usize) {}
+
+    /// Records how many group-stream slots one `flush_groups` call visited (tests only).
+    #[cfg(test)]
+    fn count_group_visits(&mut self, n: usize) {
+        self.visits.groups = self.visits.groups.max(n);
+    }
+
+    /// Records how many group-stream slots one `flush_groups` call visited (tests only).
+    #[cfg(not(test))]
+    fn count_group_visits(&mut self, _n: usize) {}
 
     /// Room for the events one more input event or message may queue.
     fn has_event_room(&self) -> bool {

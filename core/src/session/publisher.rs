@@ -19,7 +19,7 @@
 //! priority order within each stream's QMux credit; reading the group there is
 //! what advances its furthest-read position and so paces the local producer.
 
-use core::cmp::{Ordering, Reverse, min};
+use core::cmp::{Reverse, min};
 
 use super::control::{AnnounceState, Kind, Step, SubState, decode_within, normalize, rx_of};
 use super::{Gather, Session};
@@ -784,18 +784,40 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         true
     }
 
-    /// The scheduling rank of group stream `idx` (PROTOCOL.md §4.6): subscriber
-    /// priority (higher first), then Subscribe ID (older first), then group
-    /// sequence (newest first); the index breaks ties.
-    fn rank(&self, idx: usize) -> Option<(Reverse<u8>, u64, Reverse<u64>, usize)> {
-        let o = self.out.get(idx)?.as_ref()?;
-        let s = self.served.get(o.served)?.as_ref()?;
-        Some((
-            Reverse(s.window.request().priority),
-            s.id,
-            Reverse(o.seq),
-            idx,
-        ))
+    /// Sorts the group-stream table into sending order (PROTOCOL.md §4.6):
+    /// subscriber priority (higher first), then Subscribe ID (older first),
+    /// then group sequence (newest first), the stream ID breaking ties;
+    /// streams of no served subscription (never sent) and free slots last.
+    /// Returns how many ranks it computed.
+    ///
+    /// The table is usually in that order already (streams are opened newest
+    /// first and keep their rank), which the sort checks in one pass.
+    fn sort_out(&mut self) -> usize {
+        let served = &self.served;
+        let mut ranked = 0;
+        self.out.as_mut_slice().sort_unstable_by_key(|o| {
+            ranked += 1;
+            let rank = o.as_ref().and_then(|o| {
+                let s = served.get(o.served)?.as_ref()?;
+                Some((
+                    Reverse(s.window.request().priority),
+                    s.id,
+                    Reverse(o.seq),
+                    o.id.value(),
+                ))
+            });
+            (rank.is_none(), rank)
+        });
+        self.out.trim();
+        ranked
+    }
+
+    /// Whether group stream `idx` belongs to a served subscription (only those are sent).
+    fn is_ranked(&self, idx: usize) -> bool {
+        self.out
+            .get(idx)
+            .and_then(Option::as_ref)
+            .is_some_and(|o| self.served.get(o.served).is_some_and(Option::is_some))
     }
 
     /// Writes group data into `out` in priority order; returns the bytes written.
@@ -803,6 +825,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// With `gather`, payload stays in the pool: `out` gets the record headers
     /// and `gather` the payload ranges, `base` being where `out` starts in the
     /// caller's buffer.
+    ///
+    /// The table is sorted into sending order, then each stream in turn writes
+    /// until it has nothing to send now (or `out` is full). Taking the streams
+    /// in one pass is the same as always going back to the best-ranked stream
+    /// that can send: no write here lets a stream that could not send go on
+    /// (writing only uses up connection credit and `out`, and brings no data).
     pub(super) fn flush_groups(
         &mut self,
         now: Instant,
@@ -810,37 +838,24 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         base: usize,
         mut gather: Option<&mut dyn Gather<'p>>,
     ) -> usize {
+        let mut visited = self.sort_out();
         let mut pos = 0;
-        'pass: loop {
-            let mut last: Option<(Reverse<u8>, u64, Reverse<u64>, usize)> = None;
+        'streams: for idx in 0..self.out.span() {
+            visited += 1;
+            if !self.is_ranked(idx) {
+                // Sorted last: nothing after it is sent either.
+                break;
+            }
             loop {
-                // The best-ranked stream after `last`.
-                let mut best = None;
-                for idx in 0..self.out.span() {
-                    let Some(r) = self.rank(idx) else { continue };
-                    if last.is_some_and(|l| r.cmp(&l) != Ordering::Greater) {
-                        continue;
-                    }
-                    if best.is_none_or(|b| r < b) {
-                        best = Some(r);
-                    }
-                }
-                let Some(r) = best else {
-                    break 'pass;
-                };
-                last = Some(r);
                 let room = out.get_mut(pos..).unwrap_or(&mut []);
-                match self.write_group(now, r.3, room, base + pos, super::reborrow(&mut gather)) {
-                    Wrote::Bytes(n) => {
-                        pos += n;
-                        // Start again from the top: the best stream may have more.
-                        continue 'pass;
-                    }
-                    Wrote::Idle => {}
-                    Wrote::Full => break 'pass,
+                match self.write_group(now, idx, room, base + pos, super::reborrow(&mut gather)) {
+                    Wrote::Bytes(n) => pos += n,
+                    Wrote::Idle => break,
+                    Wrote::Full => break 'streams,
                 }
             }
         }
+        self.count_group_visits(visited);
         pos
     }
 
