@@ -21,7 +21,7 @@
 
 use core::cmp::min;
 
-use super::event::{AnnounceId, Event, Queued};
+use super::event::{AnnounceId, Event, Queued, Waiting};
 use super::{Error, Session};
 use crate::model::path::{Path, PathBuf};
 use crate::model::{origin, track};
@@ -131,6 +131,9 @@ pub(crate) struct Control {
     /// Since when the front of the receive buffer holds an incomplete message
     /// (see `Config::control_timeout`).
     pub(super) partial_since: Option<Instant>,
+    /// Our announce request's end, waiting for room in the event queue: the
+    /// slot is not freed before it is queued.
+    pub(super) ended: Option<Waiting>,
 }
 
 impl Control {
@@ -150,6 +153,7 @@ impl Control {
         held: false,
         event: 0,
         partial_since: None,
+        ended: None,
     };
 
     /// True if received bytes or a FIN wait to be processed.
@@ -395,6 +399,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
 
     /// Marks a slot unused.
     pub(super) fn free_slot(&mut self, slot: usize) {
+        debug_assert!(
+            self.control[slot].ended.is_none(),
+            "a waiting end is never freed"
+        );
         if self.surfaced == Some(slot) {
             self.surfaced = None;
         }
@@ -409,6 +417,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 && c.tx_done
                 && c.rx_done
                 && c.event == 0
+                && c.ended.is_none()
                 && self.surfaced != Some(slot)
             {
                 self.detach_control(slot, StreamCode::Cancel);
@@ -569,6 +578,14 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
     }
 
+    /// Our announce request `id` on `slot` ended: queue
+    /// [`Event::AnnounceEnded`], or keep it in the slot until the queue has room.
+    pub(super) fn announce_ended(&mut self, slot: usize, id: u64, code: Option<u64>) {
+        if let Some(end) = self.queue_end(Queued::AnnounceEnded(AnnounceId(id), code)) {
+            self.control[slot].ended = Some(end);
+        }
+    }
+
     /// A message longer than the buffer: refuse the stream (or close the session
     /// for the streams it cannot do without).
     fn too_large(&mut self, slot: usize) {
@@ -577,11 +594,14 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 self.fail(SessionCode::Internal, "control message too large")
             }
             Kind::AnnounceOut { id, .. } => {
-                self.queue(Queued::AnnounceEnded(
-                    AnnounceId(id),
-                    Some(StreamCode::Internal.to_code()),
-                ));
-                self.refuse(slot, StreamCode::Internal);
+                self.announce_ended(slot, id, Some(StreamCode::Internal.to_code()));
+                if self.control[slot].ended.is_some() {
+                    // The end waits in the slot: stop both halves, keep it.
+                    self.reset_tx(slot, StreamCode::Internal);
+                    self.stop_rx(slot, StreamCode::Internal);
+                } else {
+                    self.refuse(slot, StreamCode::Internal);
+                }
             }
             Kind::SubscribeOut { sub } => {
                 self.refuse(slot, StreamCode::Internal);
@@ -866,7 +886,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 }
             }
             Kind::AnnounceOut { id, .. } => {
-                self.queue(Queued::AnnounceEnded(AnnounceId(id), None));
+                self.announce_ended(slot, id, None);
                 self.control[slot].fin = true;
             }
             Kind::TrackOut { sub, done } => {
@@ -909,7 +929,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     self.fail(SessionCode::ProtocolViolation, "SETUP stream reset");
                 }
                 Kind::AnnounceOut { id, .. } => {
-                    self.queue(Queued::AnnounceEnded(AnnounceId(id), Some(code)));
+                    self.announce_ended(slot, id, Some(code));
                     self.reset_tx(slot, StreamCode::Cancel);
                 }
                 Kind::TrackOut { sub, done } => {

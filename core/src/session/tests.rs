@@ -1402,6 +1402,132 @@ fn unpolled_events_backpressure_the_input() {
 }
 
 #[test]
+fn ends_are_never_lost_on_a_full_event_queue() {
+    // 40 subscriptions cancelled before their TRACK_INFO, the events not
+    // polled: 40 SubscriptionClosed for a 32-event queue. Then the SETUP
+    // timeout closes the session, the queue still full. Every end is
+    // reported once, in order, the close last.
+    const SUBS: usize = 40;
+    let mut pc = PoolStorage::<8, 64>::new();
+    let cpool = Pool::new(&mut pc);
+    let locals: Vec<_> = (0..SUBS)
+        .map(|_| track::State::<2>::new(&cpool, track::Info::new("t").unwrap()))
+        .collect();
+    let config = Config {
+        setup_timeout: Duration::from_secs(2),
+        ..Config::new()
+    };
+    let mut st = Storage::<'_, '_, { 2 * SUBS + 4 }, 64, 1, SUBS, 1, 8>::new();
+    let session = Session::new(Side::Client, config, Instant::ZERO, &mut st, None).unwrap();
+    let raw = Raw::new(Side::Server, conn::Config::new());
+    let mut pair = Pair::new(Node::new(session), raw);
+    assert!(pair.run(1000, |p| p.b.established && p.a.session.is_established()));
+    pair.a.auto_drain = false;
+    let mut subs = Vec::new();
+    for local in &locals {
+        let sub = pair
+            .a
+            .session
+            .subscribe("b", local.handle(), Request::LIVE)
+            .unwrap();
+        pair.a.session.unsubscribe(sub).unwrap();
+        subs.push(sub);
+    }
+    // The peer never sends SETUP: the timeout closes the session.
+    assert!(pair.run(1000, |p| p.a.session.is_closed()));
+    let mut events = Vec::new();
+    while let Some(e) = pair.a.session.poll_event() {
+        events.push(Ev::from(e));
+    }
+    let mut want: Vec<Ev> = subs
+        .iter()
+        .map(|&subscription| Ev::SubscriptionClosed {
+            subscription,
+            code: Some(StreamCode::Cancel.to_code()),
+        })
+        .collect();
+    want.push(Ev::Closed {
+        code: SessionCode::ControlMessageTimeout.to_code(),
+        reason: "setup timeout".into(),
+        application: true,
+        local: true,
+    });
+    assert_eq!(events, want);
+    // Every track was let go at once (not when its event was polled).
+    for local in &locals {
+        assert!(local.producer().is_ok());
+    }
+}
+
+#[test]
+fn an_announce_end_on_a_full_queue_waits_in_its_slot() {
+    // The queue is full of subscription ends (8 more waiting) when an
+    // announce request ends: its end waits in the request's slot, which is
+    // not freed meanwhile, and is reported once, after the ends before it.
+    const SUBS: usize = 40;
+    let mut pc = PoolStorage::<8, 64>::new();
+    let cpool = Pool::new(&mut pc);
+    let locals: Vec<_> = (0..SUBS)
+        .map(|_| track::State::<2>::new(&cpool, track::Info::new("t").unwrap()))
+        .collect();
+    let mut st = Storage::<'_, '_, { 2 * SUBS + 4 }, 64, 1, SUBS, 1, 8>::new();
+    let session = Session::new(Side::Client, Config::new(), Instant::ZERO, &mut st, None).unwrap();
+    let raw = Raw::new(Side::Server, conn::Config::new());
+    let mut pair = Pair::new(Node::new(session), raw);
+    assert!(pair.run(1000, |p| p.b.established && p.a.session.is_established()));
+    pair.a.auto_drain = false;
+    let req = pair.a.session.announce_request("").unwrap();
+    let mut subs = Vec::new();
+    for local in &locals {
+        let sub = pair
+            .a
+            .session
+            .subscribe("b", local.handle(), Request::LIVE)
+            .unwrap();
+        pair.a.session.unsubscribe(sub).unwrap();
+        subs.push(sub);
+    }
+    // (Input stops while the queue is nearly full, so only a call or a timer
+    // can end a request now; this one ends it directly.)
+    let slot = pair
+        .a
+        .session
+        .control
+        .iter()
+        .position(|c| matches!(c.kind, super::control::Kind::AnnounceOut { .. }))
+        .unwrap();
+    pair.a.session.announce_ended(slot, req.0, Some(7));
+    pair.a.session.cancel_announce(req).unwrap();
+    pair.settle(Duration::from_millis(50));
+    assert!(
+        pair.a.session.control[slot].ended.is_some(),
+        "kept in its slot"
+    );
+    let mut events = Vec::new();
+    while let Some(e) = pair.a.session.poll_event() {
+        events.push(Ev::from(e));
+    }
+    let mut want: Vec<Ev> = subs
+        .iter()
+        .map(|&subscription| Ev::SubscriptionClosed {
+            subscription,
+            code: Some(StreamCode::Cancel.to_code()),
+        })
+        .collect();
+    want.push(Ev::AnnounceEnded {
+        request: req,
+        code: Some(7),
+    });
+    assert_eq!(events, want);
+    // Queued: the slot goes at the next pass.
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(
+        pair.a.session.control[slot].kind,
+        super::control::Kind::Free
+    );
+}
+
+#[test]
 fn max_served_refuses_subscriptions_over_the_limit() {
     let mut ps = PoolStorage::<8, 64>::new();
     let pool = Pool::new(&mut ps);
