@@ -111,7 +111,7 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::{BlockMeta, Pool};
-use skiff_core::relay::{TrackSlot, TrackTable};
+use skiff_core::relay::{BroadcastSlot, BroadcastTable, TrackSlot, TrackTable};
 
 use crate::lend::{Borrower, Lender, LinkShare, lend_limit, return_released, spare_slots};
 use skiff_core::session::{
@@ -142,6 +142,9 @@ pub const TRACKS: usize = 64;
 pub const GROUPS: usize = 32;
 /// Bytes per cache block.
 pub const BLOCK_BYTES: usize = 16384;
+/// Broadcast states per worker: its origin's [`BROADCASTS`] and as many
+/// standbys (local sources of paths served over a link), about 2.2 KiB each.
+pub const BROADCAST_SLOTS: usize = 2 * BROADCASTS;
 
 /// A session's queue of upstream subscriptions to make.
 #[derive(Debug, Default)]
@@ -205,6 +208,9 @@ pub struct Relay {
     borrowed: RefCell<Vec<Option<Arc<LinkShare>>>>,
     /// Every relay track of this worker (sized by `--max-relay-tracks`).
     tracks: TrackTable<'static, 'static, GROUPS>,
+    /// Every broadcast this worker routes or keeps as a standby
+    /// ([`BROADCAST_SLOTS`]).
+    broadcasts: BroadcastTable<'static, 'static, TRACKS>,
     /// Relay tracks created on a client's request that wait for their
     /// source's first answer (TRACK_INFO or refusal): at most
     /// [`Quotas::relay_tracks`] entries, room reserved at start.
@@ -306,6 +312,12 @@ impl Relay {
                 .collect::<Vec<_>>()
                 .into_boxed_slice(),
         );
+        let broadcast_slots: &'static [BroadcastSlot<'static, 'static, TRACKS>] = Box::leak(
+            (0..BROADCAST_SLOTS)
+                .map(|_| BroadcastSlot::new())
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+        );
         Relay {
             origin: origin.handle(),
             local_origin: local.handle(),
@@ -323,6 +335,7 @@ impl Relay {
             lenders: RefCell::new(Vec::new()),
             borrowed: RefCell::new(Vec::new()),
             tracks: TrackTable::new(slots),
+            broadcasts: BroadcastTable::new(broadcast_slots),
             pending: RefCell::new(Vec::with_capacity(quotas.relay_tracks as usize)),
             quotas,
             last_reclaim: Cell::new(StdInstant::now()),
@@ -340,7 +353,7 @@ impl Relay {
     /// Takes back retired relay tracks nobody uses any more, at most every
     /// [`RECLAIM_EVERY`] (O(retired tracks)).
     fn reclaim_tracks(&self) {
-        if self.tracks.counts().retired == 0 {
+        if self.tracks.counts().retired == 0 && self.broadcasts.counts().retired == 0 {
             return;
         }
         let now = StdInstant::now();
@@ -348,6 +361,7 @@ impl Relay {
             return;
         }
         self.last_reclaim.set(now);
+        self.broadcasts.reclaim();
         if self.tracks.reclaim() > 0 {
             self.publish_gauges();
         }
@@ -505,19 +519,25 @@ impl Relay {
                 routed = false;
             }
         }
-        let state: &'static broadcast::State<'static, 'static, TRACKS> =
-            match broadcast::State::new(p) {
-                Ok(s) => Box::leak(Box::new(s)),
-                Err(_) => return,
-            };
-        let Ok(producer) = state.producer() else {
+        let handle = match self.broadcasts.claim(p) {
+            Ok(b) => b,
+            Err(e) => {
+                self.quota_refused("broadcast table", owner, path);
+                tracing::debug!(path, error = %e, "announcement ignored");
+                return;
+            }
+        };
+        let Ok(producer) = handle.producer() else {
+            self.broadcasts.retire(handle);
             return;
         };
-        if routed && let Err(e) = self.origin.announce(state.handle()) {
+        if routed && let Err(e) = self.origin.announce(handle) {
             tracing::warn!(path, error = %e, "cannot route broadcast");
+            drop(producer);
+            self.broadcasts.retire(handle);
             return;
         }
-        if local && let Err(e) = self.local_origin.announce(state.handle()) {
+        if local && let Err(e) = self.local_origin.announce(handle) {
             tracing::warn!(path, error = %e, "cannot offer broadcast to other workers");
         }
         tracing::info!(path, owner, local, routed, "broadcast announced");
@@ -525,7 +545,7 @@ impl Relay {
             path: path.to_owned(),
             local,
             routed,
-            handle: state.handle(),
+            handle,
             producer,
             owner,
             upstream: upstream.clone(),
@@ -540,7 +560,8 @@ impl Relay {
         e.owner = owner;
         e.orphan = None;
         e.upstream = upstream.clone();
-        let path = e.handle.path();
+        let held = e.handle.path();
+        let path = held.as_path();
         if self.origin.get(path).is_none()
             && let Err(err) = self.origin.announce(e.handle)
         {
@@ -610,7 +631,8 @@ impl Relay {
                 self.adopt(e, s.owner, &s.upstream, s.local);
                 continue;
             }
-            let path = e.handle.path();
+            let held = e.handle.path();
+            let path = held.as_path();
             self.origin.unannounce(path);
             if e.local {
                 self.local_origin.unannounce(path);
@@ -661,6 +683,8 @@ impl Relay {
             self.tracks.retire(t);
         }
         e.producer.finish();
+        // Out of both origins now; reused once its producer (with the entry) is gone.
+        self.broadcasts.retire(e.handle);
         self.notify.bump();
     }
 

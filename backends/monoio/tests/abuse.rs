@@ -9,6 +9,7 @@
 //! timeouts so the whole test takes seconds.
 
 mod common;
+mod peers;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -18,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant as StdInstant};
 
 use common::*;
+use peers::*;
 use skiff_core::model::track;
 use skiff_core::session::Config;
 use skiff_core::window::{End, Request, Start};

@@ -6,6 +6,7 @@
 //! and its tables must come back to where they were.
 
 mod common;
+mod peers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant as StdInstant};
 
 use common::*;
+use peers::*;
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::relay::{TrackSlot, TrackTable};

@@ -3,11 +3,13 @@
 //! it, and what runs already (and other peers) goes on.
 
 mod common;
+mod peers;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::*;
+use peers::*;
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::session::Config;

@@ -159,6 +159,42 @@ impl<'a, 'p, const T: usize> State<'a, 'p, T> {
     }
 }
 
+impl<const T: usize> State<'_, '_, T> {
+    /// True while a [`Producer`] of the broadcast is alive.
+    pub fn has_producer(&self) -> bool {
+        self.core.has_producer.get()
+    }
+
+    /// [`Ref::reopen`] without a handle to the new generation (for a table
+    /// that makes one when it hands the broadcast out).
+    ///
+    /// # Errors
+    /// As [`Ref::reopen`].
+    pub fn reuse(&self, path: Path<'_>) -> Result<(), ReopenError> {
+        reopen(&self.core, &self.tracks, path)
+    }
+}
+
+/// Reuses `core` and `tracks` for the broadcast at `path` (see [`Ref::reopen`]).
+fn reopen<'a, 'p>(
+    core: &Core,
+    tracks: &[Place<'a, 'p>],
+    path: Path<'_>,
+) -> Result<(), ReopenError> {
+    if core.has_producer.get() {
+        return Err(ReopenError::Producer);
+    }
+    let path = PathBuf::from_path(path).map_err(ReopenError::Path)?;
+    *core.path.borrow_mut() = path;
+    for place in tracks {
+        place.set(None);
+    }
+    core.status.set(Status::Open);
+    core.epoch.set(core.epoch.get().wrapping_add(1));
+    core.version.set(core.version.get().wrapping_add(1));
+    Ok(())
+}
+
 impl<const T: usize> fmt::Debug for State<'_, '_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("broadcast::State")
@@ -195,6 +231,11 @@ impl<'a, 'p> Ref<'a, 'p> {
     /// A copy of the broadcast path.
     pub fn path(&self) -> PathBuf<MAX_PATH_LEN> {
         self.core.path.borrow().clone()
+    }
+
+    /// True while a [`Producer`] of the broadcast is alive.
+    pub fn has_producer(&self) -> bool {
+        self.core.has_producer.get()
     }
 
     /// Whether the broadcast's path is exactly `path` (compared in place).
@@ -238,18 +279,8 @@ impl<'a, 'p> Ref<'a, 'p> {
     /// [`ReopenError::Producer`] while a [`Producer`] of it is alive. The
     /// broadcast is unchanged on error.
     pub fn reopen(&self, path: Path<'_>) -> Result<Ref<'a, 'p>, ReopenError> {
-        if self.core.has_producer.get() {
-            return Err(ReopenError::Producer);
-        }
-        let path = PathBuf::from_path(path).map_err(ReopenError::Path)?;
-        *self.core.path.borrow_mut() = path;
-        for place in self.tracks {
-            place.set(None);
-        }
+        reopen(self.core, self.tracks, path)?;
         let c = self.core;
-        c.status.set(Status::Open);
-        c.epoch.set(c.epoch.get().wrapping_add(1));
-        self.changed();
         Ok(Ref {
             epoch: c.epoch.get(),
             ..*self

@@ -14,53 +14,57 @@
 //! Claiming is O(1) while free slots remain; when none does, one pass over
 //! the retired slots takes back those that became idle. No allocation.
 
-use core::cell::Cell;
 use core::fmt;
 
+use super::table::{Counts, Link, Lists, Slot};
 use crate::model::track::{self, Info, Limits, State};
 use crate::pool::Pool;
-
-/// Marks the end of a slot list.
-const NIL: u32 = u32::MAX;
-
-/// Where a slot is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Use {
-    /// On the free list: holds no track.
-    Free,
-    /// Handed out by [`TrackTable::claim`].
-    Claimed,
-    /// Given back by [`TrackTable::retire`]; reused once idle.
-    Retired,
-}
 
 /// One entry of a [`TrackTable`]: a track state with a ring of `G` groups.
 pub struct TrackSlot<'p, const G: usize> {
     state: State<'p, G>,
-    use_: Cell<Use>,
-    /// The next slot on the free or retired list.
-    next: Cell<u32>,
+    link: Link,
 }
 
 impl<'p, const G: usize> TrackSlot<'p, G> {
     /// A free slot whose tracks store groups in `pool` under `limits`.
     pub fn new(pool: &'p Pool<'p>, limits: Limits) -> Self {
-        let placeholder = match Info::new("") {
-            Ok(info) => info,
-            Err(_) => unreachable!("the empty name fits"),
-        };
         TrackSlot {
-            state: State::with_limits(pool, placeholder, limits),
-            use_: Cell::new(Use::Free),
-            next: Cell::new(NIL),
+            state: State::with_limits(pool, placeholder(), limits),
+            link: Link::new(),
         }
+    }
+}
+
+/// The info of a slot that holds no track.
+fn placeholder() -> Info {
+    match Info::new("") {
+        Ok(info) => info,
+        Err(_) => unreachable!("the empty name fits"),
+    }
+}
+
+impl<const G: usize> Slot for TrackSlot<'_, G> {
+    fn link(&self) -> &Link {
+        &self.link
+    }
+
+    fn idle(&self) -> bool {
+        let t = self.state.handle();
+        t.subscribers() == 0 && !t.has_producer()
+    }
+
+    fn clear(&self) {
+        // A new generation with no group: the pool blocks come back (but
+        // for those a reader still holds).
+        let _ = self.state.handle().reopen(placeholder());
     }
 }
 
 impl<const G: usize> fmt::Debug for TrackSlot<'_, G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TrackSlot")
-            .field("use", &self.use_.get())
+            .field("link", &self.link)
             .field("track", &self.state.handle())
             .finish()
     }
@@ -80,44 +84,19 @@ impl fmt::Display for TracksFull {
 
 impl core::error::Error for TracksFull {}
 
-/// Counts of a [`TrackTable`]'s slots, for metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct TrackCounts {
-    /// Slots handed out and not retired.
-    pub claimed: usize,
-    /// Slots retired and not reused yet (some still serve their last readers).
-    pub retired: usize,
-    /// Slots holding no track.
-    pub free: usize,
-}
-
 /// A fixed table of relay tracks over caller-provided slots (see the module docs).
 pub struct TrackTable<'a, 'p, const G: usize> {
     slots: &'a [TrackSlot<'p, G>],
-    free: Cell<u32>,
-    retired: Cell<u32>,
-    counts: Cell<TrackCounts>,
+    lists: Lists,
 }
 
 impl<'a, 'p, const G: usize> TrackTable<'a, 'p, G> {
     /// A table over `slots`, all free. At most `u32::MAX - 1` slots are used.
     pub fn new(slots: &'a [TrackSlot<'p, G>]) -> Self {
-        let n = slots.len().min(NIL as usize - 1);
-        let slots = slots.get(..n).unwrap_or(&[]);
-        for (i, s) in slots.iter().enumerate() {
-            s.use_.set(Use::Free);
-            s.next.set(if i + 1 < n { (i + 1) as u32 } else { NIL });
-        }
+        let (lists, n) = Lists::new(slots);
         TrackTable {
-            slots,
-            free: Cell::new(if n > 0 { 0 } else { NIL }),
-            retired: Cell::new(NIL),
-            counts: Cell::new(TrackCounts {
-                claimed: 0,
-                retired: 0,
-                free: n,
-            }),
+            slots: slots.get(..n).unwrap_or(&[]),
+            lists,
         }
     }
 
@@ -127,8 +106,8 @@ impl<'a, 'p, const G: usize> TrackTable<'a, 'p, G> {
     }
 
     /// How many slots are claimed, retired and free.
-    pub fn counts(&self) -> TrackCounts {
-        self.counts.get()
+    pub fn counts(&self) -> Counts {
+        self.lists.counts()
     }
 
     /// A fresh track `info` in a free slot (taking back idle retired slots
@@ -137,18 +116,8 @@ impl<'a, 'p, const G: usize> TrackTable<'a, 'p, G> {
     /// # Errors
     /// [`TracksFull`] when every slot is claimed or still in use.
     pub fn claim(&self, info: Info) -> Result<track::Ref<'a, 'p>, TracksFull> {
-        if self.free.get() == NIL {
-            self.reclaim();
-        }
-        let i = self.free.get();
-        let slot = self.slots.get(i as usize).ok_or(TracksFull)?;
-        self.free.set(slot.next.get());
-        slot.next.set(NIL);
-        slot.use_.set(Use::Claimed);
-        self.count(|c| {
-            c.free -= 1;
-            c.claimed += 1;
-        });
+        let i = self.lists.claim(self.slots).ok_or(TracksFull)?;
+        let slot = self.slots.get(i).ok_or(TracksFull)?;
         Ok(slot.state.handle().reopen(info))
     }
 
@@ -156,23 +125,8 @@ impl<'a, 'p, const G: usize> TrackTable<'a, 'p, G> {
     /// producer. False (and nothing changes) if `t` is not a current track
     /// claimed from this table.
     pub fn retire(&self, t: track::Ref<'_, '_>) -> bool {
-        let Some(i) = self.index_of(t) else {
-            return false;
-        };
-        let Some(slot) = self.slots.get(i) else {
-            return false;
-        };
-        if slot.use_.get() != Use::Claimed {
-            return false;
-        }
-        slot.use_.set(Use::Retired);
-        slot.next.set(self.retired.get());
-        self.retired.set(i as u32);
-        self.count(|c| {
-            c.claimed -= 1;
-            c.retired += 1;
-        });
-        true
+        self.index_of(t)
+            .is_some_and(|i| self.lists.retire(self.slots, i))
     }
 
     /// Takes back every retired slot whose track is idle (no subscriber, no
@@ -180,36 +134,7 @@ impl<'a, 'p, const G: usize> TrackTable<'a, 'p, G> {
     /// back, but for those a reader still holds) and the slot is free.
     /// Returns how many came back. O(retired).
     pub fn reclaim(&self) -> usize {
-        let mut back = 0;
-        let mut prev: Option<&TrackSlot<'p, G>> = None;
-        let mut i = self.retired.get();
-        while let Some(slot) = self.slots.get(i as usize) {
-            let next = slot.next.get();
-            let t = slot.state.handle();
-            if t.subscribers() == 0 && !t.has_producer() {
-                match prev {
-                    Some(p) => p.next.set(next),
-                    None => self.retired.set(next),
-                }
-                let placeholder = t.info();
-                let _ = t.reopen(Info {
-                    name: track::Name::default(),
-                    ..placeholder
-                });
-                slot.use_.set(Use::Free);
-                slot.next.set(self.free.get());
-                self.free.set(i);
-                self.count(|c| {
-                    c.retired -= 1;
-                    c.free += 1;
-                });
-                back += 1;
-            } else {
-                prev = Some(slot);
-            }
-            i = next;
-        }
-        back
+        self.lists.reclaim(self.slots)
     }
 
     /// The slot holding the current generation of `t`, if it is one of ours.
@@ -228,19 +153,13 @@ impl<'a, 'p, const G: usize> TrackTable<'a, 'p, G> {
         let slot = self.slots.get(i)?;
         slot.state.handle().same_track(&t).then_some(i)
     }
-
-    fn count(&self, f: impl FnOnce(&mut TrackCounts)) {
-        let mut c = self.counts.get();
-        f(&mut c);
-        self.counts.set(c);
-    }
 }
 
 impl<const G: usize> fmt::Debug for TrackTable<'_, '_, G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TrackTable")
             .field("capacity", &self.slots.len())
-            .field("counts", &self.counts.get())
+            .field("counts", &self.lists.counts())
             .finish()
     }
 }
@@ -287,7 +206,7 @@ mod tests {
         assert!(!table.retire(a));
         assert_eq!(
             table.counts(),
-            TrackCounts {
+            Counts {
                 claimed: 2,
                 retired: 0,
                 free: 0

@@ -6,7 +6,7 @@ use crate::wire::lite::Role;
 
 use super::control::Control;
 use super::publisher::{GroupOut, Served};
-use super::subscriber::{GroupIn, Subscription};
+use super::subscriber::{GroupIn, SubEntry};
 
 /// The smallest control buffer [`Storage`] may have: room for a SETUP with a
 /// Hop and a short path, and for the small fixed-size messages.
@@ -85,7 +85,9 @@ impl Default for Config<'static> {
 ///   buffered elsewhere. At least [`MIN_BUF`].
 /// * `SERVE`: subscriptions the peer holds on our tracks (publisher side).
 /// * `SUBS`: subscriptions we hold on the peer's tracks (subscriber side);
-///   finished ones linger until their slot is needed.
+///   a closed one keeps its entry while its
+///   [`Event::SubscriptionClosed`](super::Event::SubscriptionClosed) waits
+///   for room in the event queue.
 /// * `OUT`: group streams we send at once (publisher side).
 /// * `IN`: group streams we receive at once (subscriber side); keep it at least
 ///   the connection's `max_streams_uni` so a compliant peer never finds it full.
@@ -108,7 +110,7 @@ pub struct Storage<
     pub(super) rx: [[u8; BUF]; CONTROL],
     pub(super) tx: [[u8; BUF]; CONTROL],
     pub(super) served: [Option<Served<'a, 'p>>; SERVE],
-    pub(super) subs: [Option<Subscription<'a, 'p>>; SUBS],
+    pub(super) subs: [Option<SubEntry<'a, 'p>>; SUBS],
     pub(super) out: [Option<GroupOut<'a, 'p>>; OUT],
     pub(super) inc: [Option<GroupIn<'a, 'p>>; IN],
 }

@@ -21,7 +21,7 @@
 
 use core::cmp::min;
 
-use super::event::{AnnounceId, Event, Queued};
+use super::event::{AnnounceId, Event, Queued, Waiting};
 use super::{Error, Session};
 use crate::model::path::{Path, PathBuf};
 use crate::model::{origin, track};
@@ -39,13 +39,17 @@ use crate::wire::{DecodeError, EncodeError, Writer, varint};
 pub(super) enum AnnounceState {
     /// Waiting for ANNOUNCE_REQUEST.
     Request,
-    /// Sending the initial set. The receive buffer keeps the prefix (`prefix`
-    /// bytes) and then the path of the last broadcast sent (`after` bytes, none
-    /// before the first). `cursor` was taken with the set, so every later
-    /// change is seen.
+    /// Sending the initial set: the broadcasts under the prefix in catalog
+    /// order. The receive buffer keeps the prefix (`prefix` bytes) and then
+    /// the path of the last broadcast sent (`after` bytes, none before the
+    /// first); `next` is the position (among the broadcasts under the prefix)
+    /// of the next one to send, as of the origin's state at `mark`. `cursor`
+    /// was taken with the set, so every later change is seen.
     Initial {
         prefix: usize,
         after: Option<usize>,
+        next: usize,
+        mark: origin::Cursor,
         exclude: u64,
         cursor: origin::Cursor,
         ok_sent: bool,
@@ -129,6 +133,9 @@ pub(crate) struct Control {
     /// Since when the front of the receive buffer holds an incomplete message
     /// (see `Config::control_timeout`).
     pub(super) partial_since: Option<Instant>,
+    /// Our announce request's end, waiting for room in the event queue: the
+    /// slot is not freed before it is queued.
+    pub(super) ended: Option<Waiting>,
 }
 
 impl Control {
@@ -148,6 +155,7 @@ impl Control {
         held: false,
         event: 0,
         partial_since: None,
+        ended: None,
     };
 
     /// True if received bytes or a FIN wait to be processed.
@@ -393,6 +401,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
 
     /// Marks a slot unused.
     pub(super) fn free_slot(&mut self, slot: usize) {
+        debug_assert!(
+            self.control[slot].ended.is_none(),
+            "a waiting end is never freed"
+        );
         if self.surfaced == Some(slot) {
             self.surfaced = None;
         }
@@ -407,6 +419,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 && c.tx_done
                 && c.rx_done
                 && c.event == 0
+                && c.ended.is_none()
                 && self.surfaced != Some(slot)
             {
                 self.detach_control(slot, StreamCode::Cancel);
@@ -567,6 +580,14 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
     }
 
+    /// Our announce request `id` on `slot` ended: queue
+    /// [`Event::AnnounceEnded`], or keep it in the slot until the queue has room.
+    pub(super) fn announce_ended(&mut self, slot: usize, id: u64, code: Option<u64>) {
+        if let Some(end) = self.queue_end(Queued::AnnounceEnded(AnnounceId(id), code)) {
+            self.control[slot].ended = Some(end);
+        }
+    }
+
     /// A message longer than the buffer: refuse the stream (or close the session
     /// for the streams it cannot do without).
     fn too_large(&mut self, slot: usize) {
@@ -575,11 +596,14 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 self.fail(SessionCode::Internal, "control message too large")
             }
             Kind::AnnounceOut { id, .. } => {
-                self.queue(Queued::AnnounceEnded(
-                    AnnounceId(id),
-                    Some(StreamCode::Internal.to_code()),
-                ));
-                self.refuse(slot, StreamCode::Internal);
+                self.announce_ended(slot, id, Some(StreamCode::Internal.to_code()));
+                if self.control[slot].ended.is_some() {
+                    // The end waits in the slot: stop both halves, keep it.
+                    self.reset_tx(slot, StreamCode::Internal);
+                    self.stop_rx(slot, StreamCode::Internal);
+                } else {
+                    self.refuse(slot, StreamCode::Internal);
+                }
             }
             Kind::SubscribeOut { sub } => {
                 self.refuse(slot, StreamCode::Internal);
@@ -867,7 +891,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 }
             }
             Kind::AnnounceOut { id, .. } => {
-                self.queue(Queued::AnnounceEnded(AnnounceId(id), None));
+                self.announce_ended(slot, id, None);
                 self.control[slot].fin = true;
             }
             Kind::TrackOut { sub, done } => {
@@ -910,7 +934,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     self.fail(SessionCode::ProtocolViolation, "SETUP stream reset");
                 }
                 Kind::AnnounceOut { id, .. } => {
-                    self.queue(Queued::AnnounceEnded(AnnounceId(id), Some(code)));
+                    self.announce_ended(slot, id, Some(code));
                     self.reset_tx(slot, StreamCode::Cancel);
                 }
                 Kind::TrackOut { sub, done } => {

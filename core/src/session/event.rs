@@ -16,6 +16,16 @@ pub struct SubscriptionId(pub u64);
 /// Something the application must learn about, from [`Session::poll_event`](super::Session::poll_event).
 ///
 /// Events with borrowed text borrow the session until the next call on it.
+///
+/// No event is lost. The session stops taking input while its event queue
+/// is nearly full, so what input reports always fits. The ends a caller's
+/// bookkeeping depends on ([`Event::SubscriptionClosed`],
+/// [`Event::AnnounceEnded`], [`Event::Closed`]) may also come from calls such
+/// as [`Session::unsubscribe`](super::Session::unsubscribe) or from
+/// timers, with the queue full: such an end waits in what it ends (a
+/// subscription keeps its table entry until its end is queued), ends are
+/// queued in the order they happened, and each is reported exactly once;
+/// [`Event::Closed`] comes after every other event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event<'a> {
     /// The QMux connection is up (PROTOCOL.md §1.5): requests may be made now.
@@ -101,7 +111,7 @@ pub enum Event<'a> {
         /// The first sequence that will never be delivered.
         end: u64,
     },
-    /// A subscription is over.
+    /// A subscription is over (reported exactly once per subscription).
     SubscriptionClosed {
         /// The subscription.
         subscription: SubscriptionId,
@@ -127,6 +137,16 @@ pub enum Event<'a> {
         /// True if we closed (the peer broke a rule or a timer ran out), false if the peer did.
         local: bool,
     },
+}
+
+/// An end that found the event queue full, waiting in what it ends: its
+/// place among the ends that waited, and its code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Waiting {
+    /// Ends that found the queue full are queued in this order.
+    pub(super) order: u64,
+    /// The end's code (`None`: finished normally).
+    pub(super) code: Option<u64>,
 }
 
 /// An event without borrowed data, queued until [`Session::poll_event`](super::Session::poll_event).

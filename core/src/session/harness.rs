@@ -78,8 +78,8 @@ pub trait Endpoint {
 }
 
 /// A session and the events it reported so far.
-pub struct Node<'s, 'a, 'p> {
-    pub session: Session<'s, 'a, 'p, 32>,
+pub struct Node<'s, 'a, 'p, const N: usize = 32> {
+    pub session: Session<'s, 'a, 'p, N>,
     pub events: Vec<Ev>,
     /// Poll events after every call (a test may turn it off to let them pile up).
     pub auto_drain: bool,
@@ -207,7 +207,15 @@ impl<'p> Gather<'p> for VecGather<'_, 'p> {
 }
 
 impl<'s, 'a, 'p> Node<'s, 'a, 'p> {
+    /// A node on a session with the usual 32-slot stream table.
     pub fn new(session: Session<'s, 'a, 'p, 32>) -> Self {
+        Node::with_streams(session)
+    }
+}
+
+impl<'s, 'a, 'p, const N: usize> Node<'s, 'a, 'p, N> {
+    /// A node on a session with an `N`-slot stream table.
+    pub fn with_streams(session: Session<'s, 'a, 'p, N>) -> Self {
         Node {
             session,
             events: Vec::new(),
@@ -236,7 +244,7 @@ impl<'s, 'a, 'p> Node<'s, 'a, 'p> {
     }
 }
 
-impl Endpoint for Node<'_, '_, '_> {
+impl<const N: usize> Endpoint for Node<'_, '_, '_, N> {
     fn transmit(&mut self, now: Instant, out: &mut [u8]) -> usize {
         let n = match self.gather.as_mut() {
             None => self.session.poll_transmit(now, out),

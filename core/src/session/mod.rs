@@ -85,12 +85,15 @@ use crate::time::{Duration, Instant};
 use crate::wire::lite::{Role, SessionCode};
 use crate::wire::qmux::{Side, StreamId};
 use control::Control;
-use event::Queued;
+use event::{Queued, Waiting};
 use publisher::{GroupOut, Served};
 use slots::Slots;
-use subscriber::{GroupIn, Subscription};
+use subscriber::{GroupIn, SubEntry};
 
 /// Events queued until [`Session::poll_event`]; input stops while it is nearly full.
+///
+/// Ends (of a subscription, an announce request) that find it full wait in
+/// what they end, and the close in its own place (see [`Event`]).
 const EVENTS: usize = 32;
 
 /// Free event slots required before another input event or control message is processed.
@@ -212,11 +215,18 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     tx: &'s mut [u8],
     buf: usize,
     served: Slots<'s, Option<Served<'a, 'p>>>,
-    subs: Slots<'s, Option<Subscription<'a, 'p>>>,
+    subs: Slots<'s, Option<SubEntry<'a, 'p>>>,
     out: Slots<'s, Option<GroupOut<'a, 'p>>>,
     inc: Slots<'s, Option<GroupIn<'a, 'p>>>,
 
     events: Deque<Queued, EVENTS>,
+    /// Ends waiting for room in `events` (in subscription entries and control
+    /// slots); while there are any, `events` is full.
+    waiting: usize,
+    /// The order number of the next end to wait.
+    next_waiting: u64,
+    /// [`Event::Closed`], reported after every other event.
+    close_event: Option<Queued>,
     /// A control slot whose held message the last `poll_event` returned.
     surfaced: Option<usize>,
     stall: Option<Stall>,
@@ -245,6 +255,19 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     closed: bool,
     next_subscribe: u64,
     next_announce: u64,
+    /// Work counters a test reads to bound a scan's cost.
+    #[cfg(test)]
+    visits: Visits,
+}
+
+/// Entries the session's scans visited, for tests that bound their cost.
+#[cfg(test)]
+#[derive(Debug, Default, Clone, Copy)]
+struct Visits {
+    /// Origin entries walked to send announce requests' initial sets.
+    announce: usize,
+    /// The most group-stream slots one `flush_groups` call visited.
+    groups: usize,
 }
 
 impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
@@ -339,6 +362,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             out: Slots::new(out.as_mut_slice()),
             inc: Slots::new(inc.as_mut_slice()),
             events: Deque::new(),
+            waiting: 0,
+            next_waiting: 0,
+            close_event: None,
             surfaced: None,
             stall: None,
             foreign: None,
@@ -358,6 +384,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             closed: false,
             next_subscribe: 0,
             next_announce: 0,
+            #[cfg(test)]
+            visits: Visits::default(),
         };
         if session.setup_len().is_none_or(|n| n > BUF) {
             return Err(ConfigError::SetupTooLarge);
@@ -421,7 +449,11 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// The local tracks our subscriptions fill (their versions change only
     /// through this session).
     pub fn filled_tracks(&self) -> impl Iterator<Item = track::Ref<'a, 'p>> + '_ {
-        self.subs.iter().flatten().map(|s| s.producer.track())
+        self.subs
+            .iter()
+            .flatten()
+            .filter_map(SubEntry::open)
+            .map(|s| s.producer.track())
     }
 
     /// The local tracks the peer's subscriptions are served from.
@@ -431,7 +463,11 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
 
     /// Our subscriptions (requests to the peer) still open.
     pub fn subscription_count(&self) -> usize {
-        self.subs.iter().flatten().count()
+        self.subs
+            .iter()
+            .flatten()
+            .filter_map(SubEntry::open)
+            .count()
     }
 
     /// True if the session only sends local media to its peer: it has no
@@ -616,12 +652,19 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             self.stall = None;
             pos = st.len;
         }
-        if cfg!(feature = "stream-refs")
-            && let Some(st) = self.stall_ref.take()
-            && !self.take_ref(now, st)
-        {
-            self.drive();
-            return Ok(pos);
+        if cfg!(feature = "stream-refs") && self.stall_ref.is_some() {
+            // Data by reference may still open its stream (a Group event):
+            // like other input, it waits while the event queue is nearly full.
+            if !self.has_event_room() {
+                self.drive();
+                return Ok(pos);
+            }
+            if let Some(st) = self.stall_ref.take()
+                && !self.take_ref(now, st)
+            {
+                self.drive();
+                return Ok(pos);
+            }
         }
         while !self.is_closed() && self.has_event_room() {
             let rest = input.get(pos..).unwrap_or(&[]);
@@ -792,7 +835,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         for s in self.served.iter().flatten() {
             h = mix(h, s.source.version());
         }
-        for s in self.subs.iter().flatten() {
+        for s in self.subs.iter().flatten().filter_map(SubEntry::open) {
             h = mix(h, s.producer.track().version());
         }
         for g in self.inc.iter().flatten() {
@@ -813,16 +856,16 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     pub fn poll_event(&mut self) -> Option<Event<'_>> {
         self.release_surfaced();
         self.dirty = true;
-        // A close is reported after everything that arrived before it.
-        let closing = matches!(self.events.front(), Some(Queued::Closed { .. }));
-        if !closing && let Some(q) = self.events.pop_front() {
+        if let Some(q) = self.events.pop_front() {
+            self.queue_waiting();
             return Some(self.queued_event(q));
         }
         if let Some(slot) = self.next_held() {
             self.surfaced = Some(slot);
             return self.held_event(slot);
         }
-        let q = self.events.pop_front()?;
+        // A close is reported after everything that arrived before it.
+        let q = self.close_event.take()?;
         Some(self.queued_event(q))
     }
 
@@ -845,15 +888,119 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
 
     // ---- internals shared by the submodules ----
 
+    /// Counts origin entries visited for announce requests' initial sets (tests only).
+    #[cfg(test)]
+    fn count_announce_visits(&mut self, n: usize) {
+        self.visits.announce += n;
+    }
+
+    /// Counts origin entries visited for announce requests' initial sets (tests only).
+    #[cfg(not(test))]
+    fn count_announce_visits(&mut self, _n: usize) {}
+
+    /// Records how many group-stream slots one `flush_groups` call visited (tests only).
+    #[cfg(test)]
+    fn count_group_visits(&mut self, n: usize) {
+        self.visits.groups = self.visits.groups.max(n);
+    }
+
+    /// Records how many group-stream slots one `flush_groups` call visited (tests only).
+    #[cfg(not(test))]
+    fn count_group_visits(&mut self, _n: usize) {}
+
     /// Room for the events one more input event or message may queue.
     fn has_event_room(&self) -> bool {
         self.events.len() + EVENT_MARGIN <= EVENTS
     }
 
-    /// Queues an event (the margin checks keep room; a full queue drops it with a log).
+    /// Queues an informational event (connected, track info, subscription
+    /// progress). Those are queued only while handling input, which stops
+    /// while the queue is nearly full, so the queue has room; were it full,
+    /// the event would be dropped with a log. Ends go through
+    /// [`queue_end`](Self::queue_end), the close through `close_event`.
     fn queue(&mut self, q: Queued) {
+        debug_assert!(!matches!(
+            q,
+            Queued::SubscriptionClosed(..) | Queued::AnnounceEnded(..) | Queued::Closed { .. }
+        ));
         if self.events.push_back(q).is_err() {
             warn!("session: event queue full, event dropped");
+        }
+    }
+
+    /// Queues the end of a subscription or an announce request, which may
+    /// come from a call on a full queue; if it is full, returns where the end
+    /// waits in line, for the caller to keep in the entry it ends (see
+    /// [`queue_waiting`](Self::queue_waiting)).
+    fn queue_end(&mut self, q: Queued) -> Option<Waiting> {
+        let code = match q {
+            Queued::SubscriptionClosed(_, code) | Queued::AnnounceEnded(_, code) => code,
+            _ => None,
+        };
+        // While ends wait, the queue is full: a new one waits behind them.
+        if self.waiting == 0 && self.events.push_back(q).is_ok() {
+            return None;
+        }
+        let order = self.next_waiting;
+        self.next_waiting += 1;
+        self.waiting += 1;
+        Some(Waiting { order, code })
+    }
+
+    /// Moves waiting ends into the event queue, oldest first, while it has room.
+    fn queue_waiting(&mut self) {
+        while self.waiting > 0 && !self.events.is_full() {
+            // The oldest: in a subscription entry or a control slot.
+            let mut oldest: Option<(u64, bool, usize)> = None;
+            for (i, s) in self.subs.iter().enumerate() {
+                if let Some(SubEntry::Closed { end, .. }) = s
+                    && oldest.is_none_or(|(o, ..)| end.order < o)
+                {
+                    oldest = Some((end.order, true, i));
+                }
+            }
+            for (slot, c) in self.control.iter().enumerate() {
+                if let Some(end) = c.ended
+                    && oldest.is_none_or(|(o, ..)| end.order < o)
+                {
+                    oldest = Some((end.order, false, slot));
+                }
+            }
+            let q = match oldest {
+                Some((_, true, i)) => match self.subs[i].take() {
+                    Some(SubEntry::Closed { id, end }) => {
+                        Queued::SubscriptionClosed(SubscriptionId(id), end.code)
+                    }
+                    _ => break,
+                },
+                Some((_, false, slot)) => {
+                    let end = self.control[slot].ended.take();
+                    match (self.control[slot].kind, end) {
+                        (control::Kind::AnnounceOut { id, .. }, Some(end)) => {
+                            Queued::AnnounceEnded(AnnounceId(id), end.code)
+                        }
+                        _ => break,
+                    }
+                }
+                None => {
+                    debug_assert!(false, "a waiting end was lost");
+                    self.waiting = 0;
+                    break;
+                }
+            };
+            self.waiting -= 1;
+            let _ = self.events.push_back(q);
+        }
+    }
+
+    /// Keeps the close for [`Event::Closed`], reported after every other event.
+    fn queue_close(&mut self, code: u64, application: bool, local: bool) {
+        if self.close_event.is_none() {
+            self.close_event = Some(Queued::Closed {
+                code,
+                application,
+                local,
+            });
         }
     }
 
@@ -867,15 +1014,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         self.conn.close(code.to_code(), reason);
         self.closed = true;
         self.set_reason(reason);
-        // Make room: the close must be reported.
-        while self.events.is_full() {
-            self.events.pop_back();
-        }
-        self.queue(Queued::Closed {
-            code: code.to_code(),
-            application: true,
-            local: true,
-        });
+        self.queue_close(code.to_code(), true, true);
         self.teardown();
     }
 
@@ -893,14 +1032,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         let local = !matches!(c.cause, CloseCause::Peer);
         self.set_reason(c.reason);
         self.closed = true;
-        while self.events.is_full() {
-            self.events.pop_back();
-        }
-        self.queue(Queued::Closed {
-            code: c.code,
-            application: c.application,
-            local,
-        });
+        self.queue_close(c.code, c.application, local);
         self.teardown();
     }
 
@@ -1041,7 +1173,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             }
         }
         for s in self.subs.iter_mut() {
-            if let Some(mut sub) = s.take() {
+            // Ends still waiting to be queued stay.
+            if let Some(SubEntry::Open(_)) = s
+                && let Some(SubEntry::Open(mut sub)) = s.take()
+            {
                 sub.producer.abort(code);
             }
         }

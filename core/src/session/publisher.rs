@@ -19,7 +19,7 @@
 //! priority order within each stream's QMux credit; reading the group there is
 //! what advances its furthest-read position and so paces the local producer.
 
-use core::cmp::{Ordering, Reverse, min};
+use core::cmp::{Reverse, min};
 
 use super::control::{AnnounceState, Kind, Step, SubState, decode_within, normalize, rx_of};
 use super::{Gather, Session};
@@ -106,17 +106,49 @@ fn announceable(suffix: Path<'_>) -> bool {
     !suffix.segments().any(|s| s.starts_with('.'))
 }
 
-/// The first active broadcast under `prefix` whose path sorts after `after`.
-fn next_active(
+/// Where the initial set's walk over `origin.under(prefix)` resumes, and how
+/// many entries finding it visited.
+///
+/// `next` was the position to resume at when the origin was at `mark`, and
+/// `last` the path of the broadcast sent last. Unchanged origin: `next`.
+/// Otherwise positions may have moved (a change fills or frees one place, so
+/// moves a position by at most one): right after `last` if no change since
+/// `mark` names it (its place, and so the split between sent and unsent
+/// places, is the same); else early enough that nothing unsent is skipped,
+/// at the cost of sending a few broadcasts again.
+fn resume_at(
     origin: origin::Ref<'_, '_>,
     prefix: Path<'_>,
-    after: Option<Path<'_>>,
-) -> Option<(BroadcastPath, BroadcastPath)> {
-    origin
-        .under(prefix)
-        .map(|(suffix, b)| (b.path(), suffix))
-        .filter(|(path, _)| after.is_none_or(|a| path.as_path() > a))
-        .min_by(|x, y| x.0.cmp(&y.0))
+    next: usize,
+    mark: origin::Cursor,
+    last: Option<Path<'_>>,
+) -> (usize, usize) {
+    let changes = origin.version().wrapping_sub(mark.position());
+    if changes == 0 {
+        return (next, 0);
+    }
+    let early = next.saturating_sub(usize::try_from(changes).unwrap_or(usize::MAX));
+    let Some(last) = last else {
+        return (early, 0);
+    };
+    let mut log = mark;
+    loop {
+        match origin.next_change(&mut log) {
+            Ok(Some(change)) if change.path() == last => return (early, 0),
+            Ok(Some(_)) => {}
+            Ok(None) => break,
+            // The log moved on: following it fails anyway (the stream is reset).
+            Err(_) => return (early, 0),
+        }
+    }
+    let mut visited = 0;
+    for (i, b) in origin.iter().filter(|b| b.is_under(prefix)).enumerate() {
+        visited += 1;
+        if b.has_path(last) {
+            return (i + 1, visited);
+        }
+    }
+    (early, visited)
 }
 
 /// The next bytes of a group stream: borrowed (to copy behind the record
@@ -185,6 +217,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             Some(o) => AnnounceState::Initial {
                 prefix: prefix.as_str().len(),
                 after: None,
+                next: 0,
+                mark: o.cursor(),
                 exclude,
                 cursor: o.cursor(),
                 ok_sent: false,
@@ -255,11 +289,13 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             match state {
                 AnnounceState::Request | AnnounceState::Quiet => return,
                 AnnounceState::Initial {
+                    ok_sent: false,
                     prefix: plen,
                     after,
+                    next,
+                    mark,
                     exclude,
                     cursor,
-                    ok_sent: false,
                 } => {
                     // PROTOCOL.md §3.6: our Hop ID, and how many ANNOUNCEs follow.
                     let active = origin
@@ -276,59 +312,91 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     state = AnnounceState::Initial {
                         prefix: plen,
                         after,
+                        next,
+                        mark,
                         exclude,
                         cursor,
                         ok_sent: true,
                     };
                 }
                 AnnounceState::Initial {
+                    ok_sent: true,
                     prefix: plen,
                     after,
+                    next,
+                    mark,
                     exclude,
                     cursor,
-                    ok_sent: true,
                 } => {
-                    let after_buf = after.and_then(|n| {
+                    // Resume only with half the send buffer free, so that each
+                    // resumption (which walks past the entries sent before)
+                    // sends a good part of a buffer.
+                    let c = self.control[slot];
+                    if next > 0 && c.tx_keep + c.tx_len > self.buf / 2 {
+                        self.control[slot].kind = Kind::AnnounceIn { state };
+                        return;
+                    }
+                    let last_buf = after.and_then(|n| {
                         self.rx_kept(slot)
                             .get(plen..plen + n)
                             .and_then(|b| core::str::from_utf8(b).ok())
                             .and_then(|s| PathBuf::<{ super::MAX_PATH }>::normalize(s).ok())
                     });
-                    let next = next_active(origin, prefix, after_buf.as_ref().map(|p| p.as_path()));
-                    let Some((path, suffix)) = next else {
-                        state = AnnounceState::Live {
-                            prefix: plen,
-                            exclude,
-                            cursor,
-                        };
-                        self.control[slot].rx_keep = plen;
-                        self.control[slot].kind = Kind::AnnounceIn { state };
-                        continue;
-                    };
-                    if announceable(suffix.as_path()) {
-                        let msg = Announce {
-                            status: AnnounceStatus::Active,
-                            suffix: suffix.as_str(),
-                            hops: Hops::EMPTY,
-                        };
-                        if self.tx_write(slot, |w| write_message(&msg, w)).is_err() {
-                            self.control[slot].kind = Kind::AnnounceIn { state };
+                    let last = last_buf.as_ref().map(|p| p.as_path());
+                    let (start, found) = resume_at(origin, prefix, next, mark, last);
+                    self.count_announce_visits(found);
+                    // One pass over the catalog from there, as far as the send
+                    // buffer takes it.
+                    let mut pos = start;
+                    let mut sent: Option<BroadcastPath> = None;
+                    let mut full = false;
+                    let unsent = origin.iter().filter(|b| b.is_under(prefix)).skip(start);
+                    for (suffix, b) in unsent.filter_map(|b| b.suffix(prefix).map(|s| (s, b))) {
+                        if announceable(suffix.as_path()) {
+                            let msg = Announce {
+                                status: AnnounceStatus::Active,
+                                suffix: suffix.as_str(),
+                                hops: Hops::EMPTY,
+                            };
+                            if self.tx_write(slot, |w| write_message(&msg, w)).is_err() {
+                                full = true;
+                                break;
+                            }
+                            sent = Some(b.path());
+                        }
+                        pos += 1;
+                    }
+                    // Skipped to `start`, walked to `pos`, and one more if it did not fit.
+                    self.count_announce_visits(pos + usize::from(full));
+                    let mut after = after;
+                    if let Some(path) = sent {
+                        // Remember the broadcast sent last, after the prefix.
+                        let path = path.as_str().as_bytes();
+                        if !self.set_rx_kept_at(slot, plen, path) {
+                            self.refuse(slot, StreamCode::Internal);
                             return;
                         }
+                        after = Some(path.len());
                     }
-                    // Remember where the initial set got to, after the prefix.
-                    let path = path.as_str().as_bytes();
-                    if !self.set_rx_kept_at(slot, plen, path) {
-                        self.refuse(slot, StreamCode::Internal);
+                    if full {
+                        state = AnnounceState::Initial {
+                            prefix: plen,
+                            after,
+                            next: pos,
+                            mark: origin.cursor(),
+                            exclude,
+                            cursor,
+                            ok_sent: true,
+                        };
+                        self.control[slot].kind = Kind::AnnounceIn { state };
                         return;
                     }
-                    state = AnnounceState::Initial {
+                    state = AnnounceState::Live {
                         prefix: plen,
-                        after: Some(path.len()),
                         exclude,
                         cursor,
-                        ok_sent: true,
                     };
+                    self.control[slot].rx_keep = plen;
                 }
                 AnnounceState::Live {
                     prefix: plen,
@@ -720,18 +788,40 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         true
     }
 
-    /// The scheduling rank of group stream `idx` (PROTOCOL.md §4.6): subscriber
-    /// priority (higher first), then Subscribe ID (older first), then group
-    /// sequence (newest first); the index breaks ties.
-    fn rank(&self, idx: usize) -> Option<(Reverse<u8>, u64, Reverse<u64>, usize)> {
-        let o = self.out.get(idx)?.as_ref()?;
-        let s = self.served.get(o.served)?.as_ref()?;
-        Some((
-            Reverse(s.window.request().priority),
-            s.id,
-            Reverse(o.seq),
-            idx,
-        ))
+    /// Sorts the group-stream table into sending order (PROTOCOL.md §4.6):
+    /// subscriber priority (higher first), then Subscribe ID (older first),
+    /// then group sequence (newest first), the stream ID breaking ties;
+    /// streams of no served subscription (never sent) and free slots last.
+    /// Returns how many ranks it computed.
+    ///
+    /// The table is usually in that order already (streams are opened newest
+    /// first and keep their rank), which the sort checks in one pass.
+    fn sort_out(&mut self) -> usize {
+        let served = &self.served;
+        let mut ranked = 0;
+        self.out.as_mut_slice().sort_unstable_by_key(|o| {
+            ranked += 1;
+            let rank = o.as_ref().and_then(|o| {
+                let s = served.get(o.served)?.as_ref()?;
+                Some((
+                    Reverse(s.window.request().priority),
+                    s.id,
+                    Reverse(o.seq),
+                    o.id.value(),
+                ))
+            });
+            (rank.is_none(), rank)
+        });
+        self.out.trim();
+        ranked
+    }
+
+    /// Whether group stream `idx` belongs to a served subscription (only those are sent).
+    fn is_ranked(&self, idx: usize) -> bool {
+        self.out
+            .get(idx)
+            .and_then(Option::as_ref)
+            .is_some_and(|o| self.served.get(o.served).is_some_and(Option::is_some))
     }
 
     /// Writes group data into `out` in priority order; returns the bytes written.
@@ -739,6 +829,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// With `gather`, payload stays in the pool: `out` gets the record headers
     /// and `gather` the payload ranges, `base` being where `out` starts in the
     /// caller's buffer.
+    ///
+    /// The table is sorted into sending order, then each stream in turn writes
+    /// until it has nothing to send now (or `out` is full). Taking the streams
+    /// in one pass is the same as always going back to the best-ranked stream
+    /// that can send: no write here lets a stream that could not send go on
+    /// (writing only uses up connection credit and `out`, and brings no data).
     pub(super) fn flush_groups(
         &mut self,
         now: Instant,
@@ -746,37 +842,24 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         base: usize,
         mut gather: Option<&mut dyn Gather<'p>>,
     ) -> usize {
+        let mut visited = self.sort_out();
         let mut pos = 0;
-        'pass: loop {
-            let mut last: Option<(Reverse<u8>, u64, Reverse<u64>, usize)> = None;
+        'streams: for idx in 0..self.out.span() {
+            visited += 1;
+            if !self.is_ranked(idx) {
+                // Sorted last: nothing after it is sent either.
+                break;
+            }
             loop {
-                // The best-ranked stream after `last`.
-                let mut best = None;
-                for idx in 0..self.out.span() {
-                    let Some(r) = self.rank(idx) else { continue };
-                    if last.is_some_and(|l| r.cmp(&l) != Ordering::Greater) {
-                        continue;
-                    }
-                    if best.is_none_or(|b| r < b) {
-                        best = Some(r);
-                    }
-                }
-                let Some(r) = best else {
-                    break 'pass;
-                };
-                last = Some(r);
                 let room = out.get_mut(pos..).unwrap_or(&mut []);
-                match self.write_group(now, r.3, room, base + pos, super::reborrow(&mut gather)) {
-                    Wrote::Bytes(n) => {
-                        pos += n;
-                        // Start again from the top: the best stream may have more.
-                        continue 'pass;
-                    }
-                    Wrote::Idle => {}
-                    Wrote::Full => break 'pass,
+                match self.write_group(now, idx, room, base + pos, super::reborrow(&mut gather)) {
+                    Wrote::Bytes(n) => pos += n,
+                    Wrote::Idle => break,
+                    Wrote::Full => break 'streams,
                 }
             }
         }
+        self.count_group_visits(visited);
         pos
     }
 

@@ -62,6 +62,12 @@ impl<'s, T: Slot> Slots<'s, T> {
         self.items[..self.span].iter_mut()
     }
 
+    /// The slots that may be in use, as one writable slice (to reorder them;
+    /// the watermark stays where it is).
+    pub(super) fn as_mut_slice(&mut self) -> &mut [T] {
+        &mut self.items[..self.span]
+    }
+
     /// Slot `i`, if the table has it.
     pub(super) fn get(&self, i: usize) -> Option<&T> {
         self.items.get(i)

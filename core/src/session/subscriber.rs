@@ -19,7 +19,7 @@
 use core::cmp::min;
 
 use super::control::Kind;
-use super::event::{AnnounceId, Queued, SubscriptionId};
+use super::event::{AnnounceId, Queued, SubscriptionId, Waiting};
 use super::{Error, Session};
 use crate::model::frame::{Header, MAX_HEADER_LEN};
 use crate::model::group::WriteError;
@@ -49,6 +49,39 @@ pub(crate) struct Subscription<'a, 'p> {
     /// The control slot of the TRACK request, until TRACK_INFO.
     pub(super) track: Option<usize>,
     pub(super) info: Option<TrackInfo>,
+}
+
+/// An entry of our subscription table.
+pub(crate) enum SubEntry<'a, 'p> {
+    /// A subscription still open.
+    Open(Subscription<'a, 'p>),
+    /// A subscription that closed while the event queue was full: its track
+    /// was let go, and the entry stays taken until its
+    /// [`Event::SubscriptionClosed`](super::Event::SubscriptionClosed) is queued.
+    Closed {
+        /// The Subscribe ID.
+        id: u64,
+        /// Its place in line and its code.
+        end: Waiting,
+    },
+}
+
+impl<'a, 'p> SubEntry<'a, 'p> {
+    /// The subscription, if still open.
+    pub(super) fn open(&self) -> Option<&Subscription<'a, 'p>> {
+        match self {
+            SubEntry::Open(s) => Some(s),
+            SubEntry::Closed { .. } => None,
+        }
+    }
+
+    /// The subscription, writable, if still open.
+    pub(super) fn open_mut(&mut self) -> Option<&mut Subscription<'a, 'p>> {
+        match self {
+            SubEntry::Open(s) => Some(s),
+            SubEntry::Closed { .. } => None,
+        }
+    }
 }
 
 /// Where an incoming uni stream's parse stands.
@@ -218,7 +251,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// [`Error::TrackBusy`] if `track` already has a producer; [`Error::Invalid`]
     /// for a malformed broadcast path; [`Error::TooLarge`] if the request does
     /// not fit a control buffer; [`Error::ControlFull`] (it needs two free
-    /// slots); [`Error::SubscriptionsFull`]; [`Error::GoingAway`];
+    /// slots); [`Error::SubscriptionsFull`] (a closed subscription whose
+    /// [`Event::SubscriptionClosed`](super::Event::SubscriptionClosed) waits
+    /// for room in the event queue still holds its entry); [`Error::GoingAway`];
     /// [`Error::NotReady`]; [`Error::Closed`]. Nothing is taken on error.
     pub fn subscribe(
         &mut self,
@@ -294,13 +329,13 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             self.free_slot(s);
             return Err(Error::TrackBusy);
         };
-        self.subs[entry] = Some(Subscription {
+        self.subs[entry] = Some(SubEntry::Open(Subscription {
             id,
             producer,
             slot: Some(s),
             track: Some(t),
             info: None,
-        });
+        }));
         self.next_subscribe += 1;
         self.open_pending();
         Ok(SubscriptionId(id))
@@ -318,6 +353,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             .subs
             .iter()
             .flatten()
+            .filter_map(SubEntry::open)
             .find(|s| s.id == subscription.0)
             .and_then(|s| s.slot)
             .ok_or(Error::Unknown)?;
@@ -346,6 +382,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             .subs
             .iter()
             .flatten()
+            .filter_map(SubEntry::open)
             .find(|s| s.id == subscription.0)
             .ok_or(Error::Unknown)?;
         let (slot, track) = (sub.slot, sub.track);
@@ -373,15 +410,17 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     // ---- responses ----
 
     fn sub_index(&self, id: u64) -> Option<usize> {
-        self.subs
-            .iter()
-            .position(|s| s.as_ref().is_some_and(|s| s.id == id))
+        self.subs.iter().position(|s| {
+            s.as_ref()
+                .and_then(SubEntry::open)
+                .is_some_and(|s| s.id == id)
+        })
     }
 
     /// TRACK_INFO arrived: report it, then release the SUBSCRIBE.
     pub(super) fn on_track_info(&mut self, sub: u64, info: TrackInfo) {
         let Some(i) = self.sub_index(sub) else { return };
-        let Some(s) = self.subs[i].as_mut() else {
+        let Some(s) = self.subs[i].as_mut().and_then(SubEntry::open_mut) else {
             return;
         };
         s.info = Some(info);
@@ -396,7 +435,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// The TRACK request failed (reset with `code`, or finished without an answer).
     pub(super) fn track_failed(&mut self, sub: u64, code: u64) {
         let Some(i) = self.sub_index(sub) else { return };
-        let Some(s) = self.subs[i].as_mut() else {
+        let Some(s) = self.subs[i].as_mut().and_then(SubEntry::open_mut) else {
             return;
         };
         s.track = None;
@@ -428,9 +467,13 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     ///
     /// Group streams already under way complete; later ones name an unknown
     /// subscription and are stopped (PROTOCOL.md §3.9).
+    ///
+    /// The event is reported exactly once: if the event queue is full (calls
+    /// such as `unsubscribe` add to it without limit), it waits in the entry,
+    /// which stays taken until the event is queued.
     pub(super) fn subscription_closed(&mut self, sub: u64, code: Option<u64>) {
         let Some(i) = self.sub_index(sub) else { return };
-        let Some(mut s) = self.subs[i].take() else {
+        let Some(SubEntry::Open(mut s)) = self.subs[i].take() else {
             return;
         };
         match code {
@@ -441,7 +484,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 s.producer.abort(code);
             }
         }
-        self.queue(Queued::SubscriptionClosed(SubscriptionId(sub), code));
+        drop(s);
+        if let Some(end) = self.queue_end(Queued::SubscriptionClosed(SubscriptionId(sub), code)) {
+            self.subs[i] = Some(SubEntry::Closed { id: sub, end });
+        }
     }
 
     // ---- group streams (PROTOCOL.md §3.9) ----
@@ -614,6 +660,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             .subs
             .iter()
             .flatten()
+            .filter_map(SubEntry::open)
             .find(|s| s.id == header.subscribe)
         else {
             debug!(

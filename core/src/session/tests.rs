@@ -920,6 +920,151 @@ fn announce_initial_set_larger_than_a_buffer() {
     assert_eq!(&s2c.stream(0)[..3], &hex("02 00 07")[..]);
 }
 
+/// The paths announced through `req` so far, in order.
+fn announced(events: &[Ev], req: AnnounceId) -> Vec<std::string::String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Ev::Announced { request, path, .. } if *request == req => Some(path.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn announce_initial_set_walks_the_origin_once() {
+    // 500 broadcasts: sending the initial set walks the catalog once (plus the
+    // entries skipped again each time a full send buffer makes it resume), not
+    // once per broadcast (~B * B / 2 entries).
+    const B: usize = 500;
+    let names: Vec<std::string::String> = (0..B).map(|i| std::format!("b/{i:03}")).collect();
+    let bs: Vec<_> = names
+        .iter()
+        .map(|n| broadcast::State::<1>::new(Path::new(n).unwrap()).unwrap())
+        .collect();
+    let o = origin::State::<512, 8>::new();
+    for b in &bs {
+        o.handle().announce(b.handle()).unwrap();
+    }
+    // 4 KiB control buffers: the set goes out in a few buffers' worth.
+    let mut cst = Storage::<'_, '_, 16, 4096, 4, 4, 8, 8>::new();
+    let mut sst = Storage::<'_, '_, 16, 4096, 4, 4, 8, 8>::new();
+    let client = Session::new(Side::Client, Config::new(), Instant::ZERO, &mut cst, None).unwrap();
+    let server = Session::new(
+        Side::Server,
+        Config::new(),
+        Instant::ZERO,
+        &mut sst,
+        Some(o.handle()),
+    )
+    .unwrap();
+    let mut pair = Pair::new(Node::new(client), Node::new(server));
+    assert!(pair.run(1000, |p| p.a.session.is_setup() && p.b.session.is_setup()));
+    let req = pair.a.session.announce_request("").unwrap();
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(announced(&pair.a.events, req), names);
+    let visits = pair.b.session.visits.announce;
+    assert!(
+        visits <= 3 * B,
+        "{visits} entries visited for {B} broadcasts"
+    );
+}
+
+/// The path of the broadcast the initial-set walk of `s` sent last, while one
+/// is under way.
+fn walk_last(s: &Session<'_, '_, '_, 32>) -> Option<std::string::String> {
+    use super::control::{AnnounceState, Kind};
+    (0..s.control.span()).find_map(|slot| match s.control[slot].kind {
+        Kind::AnnounceIn {
+            state:
+                AnnounceState::Initial {
+                    prefix,
+                    after: Some(n),
+                    ..
+                },
+        } => s
+            .rx_kept(slot)
+            .get(prefix..prefix + n)
+            .map(|b| std::string::String::from_utf8(b.to_vec()).unwrap()),
+        _ => None,
+    })
+}
+
+#[test]
+fn catalog_changes_during_the_initial_set_lose_no_broadcast() {
+    // The initial set of 60 broadcasts takes many sends (64 bytes of credit at
+    // a time); between two of them the catalog changes. Every broadcast active
+    // at the end is announced; while the broadcast sent last is untouched,
+    // none that did not change is announced twice.
+    // Long names: a send buffer holds a few ANNOUNCEs, the walk stays well
+    // ahead of the changes.
+    let names: Vec<std::string::String> = (0..60)
+        .map(|i| std::format!("b/{}{i:02}", "x".repeat(30)))
+        .collect();
+    let ccfg = Config {
+        conn: conn::Config {
+            max_stream_data_bidi_local: 64,
+            ..conn::Config::new()
+        },
+        ..Config::new()
+    };
+    for touch_last in [false, true] {
+        let bs: Vec<_> = names
+            .iter()
+            .map(|n| broadcast::State::<1>::new(Path::new(n).unwrap()).unwrap())
+            .collect();
+        let late = broadcast::State::<1>::new(Path::new("b/late").unwrap()).unwrap();
+        let later = broadcast::State::<1>::new(Path::new("b/later").unwrap()).unwrap();
+        let latest = broadcast::State::<1>::new(Path::new("b/latest").unwrap()).unwrap();
+        let o = origin::State::<64, 64>::new();
+        for b in &bs {
+            o.handle().announce(b.handle()).unwrap();
+        }
+        session_pair!(o.handle(), ccfg, Config::new(), pair);
+        let req = pair.a.session.announce_request("").unwrap();
+        assert!(pair.run(1000, |p| announced(&p.a.events, req).len() >= 10));
+        let sent = announced(&pair.a.events, req);
+        assert!(sent.len() < 40, "the set went out at once");
+        // The last one the server queued (it runs ahead of what arrived).
+        let last = walk_last(&pair.b.session).expect("the walk is under way");
+        let o = o.handle();
+        let gone = |p: &str| o.unannounce(Path::new(p).unwrap()).unwrap();
+        // Two sent already go, one still to send goes; a new one takes the
+        // first freed place (behind the walk: only the change log has it).
+        // The walk's positions past it moved down by one.
+        gone(&sent[1]);
+        gone(&sent[2]);
+        gone(&names[50]);
+        o.announce(late.handle()).unwrap();
+        if touch_last {
+            // The broadcast sent last goes, new ones take the freed places up
+            // to its own, and it comes back further on (where `names[50]` was).
+            let b = gone(&last);
+            o.announce(later.handle()).unwrap();
+            o.announce(latest.handle()).unwrap();
+            o.announce(b).unwrap();
+            assert_eq!(o.iter().position(|x| x.path().as_str() == last), Some(50));
+        }
+        pair.settle(Duration::from_millis(50));
+        let got = announced(&pair.a.events, req);
+        for b in o.iter() {
+            let held = b.path();
+            let path = held.as_str();
+            let n = got.iter().filter(|p| *p == path).count();
+            assert!(n >= 1, "{path} never announced");
+            if !touch_last && path != "b/late" {
+                assert_eq!(n, 1, "{path} announced {n} times");
+            }
+        }
+        for path in [&sent[1], &sent[2]] {
+            assert!(pair.a.events.contains(&Ev::Unannounced {
+                request: req,
+                path: path.clone()
+            }));
+        }
+    }
+}
+
 #[test]
 fn goaway_is_reported_and_blocks_new_requests() {
     let mut ps = PoolStorage::<16, 64>::new();
@@ -1326,6 +1471,132 @@ fn unpolled_events_backpressure_the_input() {
 }
 
 #[test]
+fn ends_are_never_lost_on_a_full_event_queue() {
+    // 40 subscriptions cancelled before their TRACK_INFO, the events not
+    // polled: 40 SubscriptionClosed for a 32-event queue. Then the SETUP
+    // timeout closes the session, the queue still full. Every end is
+    // reported once, in order, the close last.
+    const SUBS: usize = 40;
+    let mut pc = PoolStorage::<8, 64>::new();
+    let cpool = Pool::new(&mut pc);
+    let locals: Vec<_> = (0..SUBS)
+        .map(|_| track::State::<2>::new(&cpool, track::Info::new("t").unwrap()))
+        .collect();
+    let config = Config {
+        setup_timeout: Duration::from_secs(2),
+        ..Config::new()
+    };
+    let mut st = Storage::<'_, '_, { 2 * SUBS + 4 }, 64, 1, SUBS, 1, 8>::new();
+    let session = Session::new(Side::Client, config, Instant::ZERO, &mut st, None).unwrap();
+    let raw = Raw::new(Side::Server, conn::Config::new());
+    let mut pair = Pair::new(Node::new(session), raw);
+    assert!(pair.run(1000, |p| p.b.established && p.a.session.is_established()));
+    pair.a.auto_drain = false;
+    let mut subs = Vec::new();
+    for local in &locals {
+        let sub = pair
+            .a
+            .session
+            .subscribe("b", local.handle(), Request::LIVE)
+            .unwrap();
+        pair.a.session.unsubscribe(sub).unwrap();
+        subs.push(sub);
+    }
+    // The peer never sends SETUP: the timeout closes the session.
+    assert!(pair.run(1000, |p| p.a.session.is_closed()));
+    let mut events = Vec::new();
+    while let Some(e) = pair.a.session.poll_event() {
+        events.push(Ev::from(e));
+    }
+    let mut want: Vec<Ev> = subs
+        .iter()
+        .map(|&subscription| Ev::SubscriptionClosed {
+            subscription,
+            code: Some(StreamCode::Cancel.to_code()),
+        })
+        .collect();
+    want.push(Ev::Closed {
+        code: SessionCode::ControlMessageTimeout.to_code(),
+        reason: "setup timeout".into(),
+        application: true,
+        local: true,
+    });
+    assert_eq!(events, want);
+    // Every track was let go at once (not when its event was polled).
+    for local in &locals {
+        assert!(local.producer().is_ok());
+    }
+}
+
+#[test]
+fn an_announce_end_on_a_full_queue_waits_in_its_slot() {
+    // The queue is full of subscription ends (8 more waiting) when an
+    // announce request ends: its end waits in the request's slot, which is
+    // not freed meanwhile, and is reported once, after the ends before it.
+    const SUBS: usize = 40;
+    let mut pc = PoolStorage::<8, 64>::new();
+    let cpool = Pool::new(&mut pc);
+    let locals: Vec<_> = (0..SUBS)
+        .map(|_| track::State::<2>::new(&cpool, track::Info::new("t").unwrap()))
+        .collect();
+    let mut st = Storage::<'_, '_, { 2 * SUBS + 4 }, 64, 1, SUBS, 1, 8>::new();
+    let session = Session::new(Side::Client, Config::new(), Instant::ZERO, &mut st, None).unwrap();
+    let raw = Raw::new(Side::Server, conn::Config::new());
+    let mut pair = Pair::new(Node::new(session), raw);
+    assert!(pair.run(1000, |p| p.b.established && p.a.session.is_established()));
+    pair.a.auto_drain = false;
+    let req = pair.a.session.announce_request("").unwrap();
+    let mut subs = Vec::new();
+    for local in &locals {
+        let sub = pair
+            .a
+            .session
+            .subscribe("b", local.handle(), Request::LIVE)
+            .unwrap();
+        pair.a.session.unsubscribe(sub).unwrap();
+        subs.push(sub);
+    }
+    // (Input stops while the queue is nearly full, so only a call or a timer
+    // can end a request now; this one ends it directly.)
+    let slot = pair
+        .a
+        .session
+        .control
+        .iter()
+        .position(|c| matches!(c.kind, super::control::Kind::AnnounceOut { .. }))
+        .unwrap();
+    pair.a.session.announce_ended(slot, req.0, Some(7));
+    pair.a.session.cancel_announce(req).unwrap();
+    pair.settle(Duration::from_millis(50));
+    assert!(
+        pair.a.session.control[slot].ended.is_some(),
+        "kept in its slot"
+    );
+    let mut events = Vec::new();
+    while let Some(e) = pair.a.session.poll_event() {
+        events.push(Ev::from(e));
+    }
+    let mut want: Vec<Ev> = subs
+        .iter()
+        .map(|&subscription| Ev::SubscriptionClosed {
+            subscription,
+            code: Some(StreamCode::Cancel.to_code()),
+        })
+        .collect();
+    want.push(Ev::AnnounceEnded {
+        request: req,
+        code: Some(7),
+    });
+    assert_eq!(events, want);
+    // Queued: the slot goes at the next pass.
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(
+        pair.a.session.control[slot].kind,
+        super::control::Kind::Free
+    );
+}
+
+#[test]
 fn max_served_refuses_subscriptions_over_the_limit() {
     let mut ps = PoolStorage::<8, 64>::new();
     let pool = Pool::new(&mut ps);
@@ -1479,6 +1750,93 @@ fn dropping_the_session_releases_local_tracks() {
         track::Status::Aborted(StreamCode::SessionClosed.to_code())
     );
     assert!(local.producer().is_ok());
+}
+
+#[test]
+fn group_streams_are_chosen_in_one_pass_by_priority() {
+    // 64 group streams open at once, 32 for each of two subscriptions: they
+    // are sent by priority (higher first), then newest group first. Choosing
+    // them sorts the stream table once per `flush_groups` call (S log S ranks
+    // for a table out of order, as here; S for one in order) instead of
+    // scanning it again for every record written (~3 * S * S).
+    const S: usize = 64;
+    let mut ps = PoolStorage::<256, 64>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<256, 64>::new();
+    let cpool = Pool::new(&mut pc);
+    let low = track::State::<32>::new(&pool, track::Info::new("low").unwrap());
+    let high = track::State::<32>::new(&pool, track::Info::new("high").unwrap());
+    let bcast = broadcast::State::<2>::new(Path::new("b").unwrap()).unwrap();
+    let o = origin::State::<2, 4>::new();
+    let bp = bcast.producer().unwrap();
+    bp.add(low.handle()).unwrap();
+    bp.add(high.handle()).unwrap();
+    o.handle().announce(bcast.handle()).unwrap();
+    let (lp, hp) = (low.producer().unwrap(), high.producer().unwrap());
+    let local_low = track::State::<32>::new(&cpool, track::Info::new("low").unwrap());
+    let local_high = track::State::<32>::new(&cpool, track::Info::new("high").unwrap());
+    // Room for 64 group streams at once on both ends.
+    let ccfg = Config {
+        conn: conn::Config {
+            max_streams_uni: Some(80),
+            ..conn::Config::new()
+        },
+        ..Config::new()
+    };
+    let mut cst = Storage::<'_, '_, 16, 256, 4, 4, 8, 80>::new();
+    let mut sst = Storage::<'_, '_, 16, 256, 4, 4, S, 8>::new();
+    let client: Session<'_, '_, '_, 128> =
+        Session::new(Side::Client, ccfg, Instant::ZERO, &mut cst, None).unwrap();
+    let server: Session<'_, '_, '_, 160> = Session::new(
+        Side::Server,
+        Config::new(),
+        Instant::ZERO,
+        &mut sst,
+        Some(o.handle()),
+    )
+    .unwrap();
+    let mut pair = Pair::new(Node::with_streams(client), Node::with_streams(server));
+    assert!(pair.run(1000, |p| p.a.session.is_setup() && p.b.session.is_setup()));
+    let req = |priority| Request::test(priority, 3_600_000, Start::Group(0), End::Open);
+    let sub_low = pair
+        .a
+        .session
+        .subscribe("b", local_low.handle(), req(1))
+        .unwrap();
+    let sub_high = pair
+        .a
+        .session
+        .subscribe("b", local_high.handle(), req(5))
+        .unwrap();
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(pair.b.session.served_count(), 2);
+    // Both tracks get their groups at once: the next pass opens all 64 streams.
+    for seq in 0..(S / 2) as u64 {
+        write_group(&lp, seq, &[(0, b"low")]);
+        write_group(&hp, seq, &[(0, b"high")]);
+    }
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(local_low.handle().sequences().count(), S / 2);
+    assert_eq!(local_high.handle().sequences().count(), S / 2);
+    // Wire order of the group streams: (Subscribe ID, sequence).
+    let s2c = Tap::new(&pair.ba.log);
+    let order: Vec<(u64, u64)> = s2c
+        .order
+        .iter()
+        .filter(|&&id| id % 4 == 3)
+        .filter_map(|&id| match s2c.stream(id) {
+            [0, _, sub, seq, ..] => Some((u64::from(*sub), u64::from(*seq))),
+            _ => None,
+        })
+        .collect();
+    let mut want: Vec<(u64, u64)> = (0..32).rev().map(|seq| (sub_high.0, seq)).collect();
+    want.extend((0..32).rev().map(|seq| (sub_low.0, seq)));
+    assert_eq!(order, want);
+    let visits = pair.b.session.visits.groups;
+    assert!(
+        visits <= 16 * S,
+        "{visits} slots visited in one call for {S} streams"
+    );
 }
 
 // ---------------------------------------------------------------------------
