@@ -11,10 +11,13 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Paths, broadcasts and tracks made here live until the process exits (the
-//! core's media model hands out plain references); a client makes a handful.
+//! Tracks, broadcasts and origins come from fixed tables made with the
+//! [`ClientCtx`] ([`ClientLimits`]); a dropped context's tables (and pool) are
+//! kept for the next context of the same sizes on the thread, so making
+//! contexts, tracks, publications and dials again and again never grows the
+//! process.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -37,22 +40,128 @@ use crate::session_driver::{
     App, DriveCtx, Ended, HalfReader, HalfWriter, MoqSession, StoragePool, drive, split_halves,
 };
 use crate::shutdown::{LocalEvent, Shutdown};
+use skiff_core::relay::{BroadcastSlot, BroadcastTable, TrackSlot, TrackTable};
 
-/// Per-thread client state: clock, media-change signal, block pool, session storage.
+/// How many tracks, publications and origins a [`ClientCtx`] holds at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClientLimits {
+    /// Local tracks ([`ClientCtx::track`], and one per published track),
+    /// about 6 KiB each.
+    pub tracks: usize,
+    /// Publications ([`ClientCtx::publication`]) at once.
+    pub publications: usize,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        ClientLimits {
+            tracks: 256,
+            publications: 16,
+        }
+    }
+}
+
+/// The origin a publication hands to [`run`]: one broadcast, its changes.
+type PublicationOrigin = origin::State<'static, 'static, 4, 16>;
+
+/// The media tables of a context: made once, kept for the thread's next
+/// context of the same sizes when this one is dropped.
+#[derive(Debug, Clone, Copy)]
+struct Tables {
+    pool: &'static Pool<'static>,
+    tracks: &'static TrackTable<'static, 'static, GROUPS>,
+    broadcasts: &'static BroadcastTable<'static, 'static, TRACKS>,
+    /// Origins and whether a live publication holds each.
+    origins: &'static [(PublicationOrigin, Cell<bool>)],
+}
+
+thread_local! {
+    /// Tables of dropped contexts, by pool size and limits.
+    static SPARE_TABLES: RefCell<Vec<((u64, ClientLimits), Tables)>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Tables {
+    fn make(pool_bytes: u64, limits: ClientLimits) -> Tables {
+        let reused = SPARE_TABLES.with(|spare| {
+            let mut spare = spare.borrow_mut();
+            let i = spare.iter().position(|(k, _)| *k == (pool_bytes, limits))?;
+            Some(spare.swap_remove(i).1)
+        });
+        if let Some(t) = reused {
+            return t;
+        }
+        let pool = leak_pool(pool_bytes);
+        let track_slots: &'static [TrackSlot<'static, GROUPS>] = Box::leak(
+            (0..limits.tracks)
+                .map(|_| TrackSlot::new(pool, track::Limits::NONE))
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+        );
+        let broadcast_slots: &'static [BroadcastSlot<'static, 'static, TRACKS>] = Box::leak(
+            (0..limits.publications)
+                .map(|_| BroadcastSlot::new())
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+        );
+        Tables {
+            pool,
+            tracks: Box::leak(Box::new(TrackTable::new(track_slots))),
+            broadcasts: Box::leak(Box::new(BroadcastTable::new(broadcast_slots))),
+            origins: Box::leak(
+                (0..limits.publications)
+                    .map(|_| (origin::State::new(), Cell::new(false)))
+                    .collect::<Vec<_>>()
+                    .into_boxed_slice(),
+            ),
+        }
+    }
+}
+
+/// Per-thread client state: clock, media-change signal, block pool, session
+/// storage, and the tables its tracks and publications come from.
 #[derive(Debug)]
 pub struct ClientCtx {
     /// What every session and media task of the thread shares.
     pub drive: DriveCtx,
-    pool: &'static Pool<'static>,
+    tables: Tables,
+    /// The sizes `tables` were made for; `None` for a sibling (it shares them).
+    owns: Option<(u64, ClientLimits)>,
+    /// The producers of the broadcasts published, with their origin slot.
+    published: RefCell<Vec<(broadcast::Producer<'static, 'static>, usize)>>,
     storage: Rc<StoragePool>,
     closing: LocalEvent,
     transport: Cell<conn::Config>,
 }
 
+impl Drop for ClientCtx {
+    fn drop(&mut self) {
+        // The context is gone, and with it every session that borrowed it:
+        // its publications end and its tables go to the thread's next context.
+        for (producer, slot) in self.published.get_mut().drain(..) {
+            let b = producer.broadcast();
+            if let Some((o, used)) = self.tables.origins.get(slot) {
+                o.handle().unannounce(b.path().as_path());
+                used.set(false);
+            }
+            drop(producer);
+            self.tables.broadcasts.retire(b);
+        }
+        if let Some(key) = self.owns {
+            self.tables.tracks.retire_all();
+            SPARE_TABLES.with(|spare| spare.borrow_mut().push((key, self.tables)));
+        }
+    }
+}
+
 impl ClientCtx {
-    /// Client state with a pool of about `pool_bytes`; call it on the
-    /// monoio runtime that will run the sessions.
+    /// Client state with a pool of about `pool_bytes` and the default
+    /// [`ClientLimits`]; call it on the monoio runtime that will run the sessions.
     pub fn new(pool_bytes: u64) -> Self {
+        Self::with_limits(pool_bytes, ClientLimits::default())
+    }
+
+    /// Client state with a pool of about `pool_bytes` and tables of `limits`.
+    pub fn with_limits(pool_bytes: u64, limits: ClientLimits) -> Self {
         let closing = LocalEvent::new();
         ClientCtx {
             drive: DriveCtx {
@@ -60,7 +169,9 @@ impl ClientCtx {
                 notify: Notify::shared(),
                 shutdown: Some(Shutdown::new(closing.clone())),
             },
-            pool: leak_pool(pool_bytes),
+            tables: Tables::make(pool_bytes, limits),
+            owns: Some((pool_bytes, limits)),
+            published: RefCell::new(Vec::new()),
             storage: Rc::new(StoragePool::new()),
             closing,
             transport: Cell::new(conn::Config::new()),
@@ -84,7 +195,9 @@ impl ClientCtx {
                 shutdown: Some(Shutdown::new(closing.clone())),
                 ..self.drive.clone()
             },
-            pool: self.pool,
+            tables: self.tables,
+            owns: None,
+            published: RefCell::new(Vec::new()),
             storage: self.storage.clone(),
             closing,
             transport: Cell::new(self.transport.get()),
@@ -103,18 +216,27 @@ impl ClientCtx {
 
     /// The block pool.
     pub fn pool(&self) -> &'static Pool<'static> {
-        self.pool
+        self.tables.pool
     }
 
-    /// A new local track named `name` (for a subscription to fill or to publish).
+    /// A new local track named `name` (for a subscription to fill or to
+    /// publish), from the context's table; [`ClientCtx::release`] gives it back.
     ///
     /// # Panics
-    /// If `name` is longer than [`track::MAX_NAME_LEN`].
+    /// If `name` is longer than [`track::MAX_NAME_LEN`], or every track of the
+    /// table ([`ClientLimits::tracks`]) is in use.
     pub fn track(&self, name: &str) -> track::Ref<'static, 'static> {
         let info = track::Info::new(name).expect("track name too long");
-        let state: &'static track::State<'static, GROUPS> =
-            Box::leak(Box::new(track::State::new(self.pool, info)));
-        state.handle()
+        self.tables
+            .tracks
+            .claim(info)
+            .expect("the context's track table is full (ClientLimits::tracks)")
+    }
+
+    /// Gives local track `t` back: its slot is reused once nothing reads or
+    /// writes it any more.
+    pub fn release(&self, t: track::Ref<'static, 'static>) {
+        self.tables.tracks.retire(t);
     }
 
     /// An origin holding one broadcast `path` with one track `name`, and the
@@ -147,11 +269,20 @@ impl ClientCtx {
         origin::Ref<'static, 'static>,
         Vec<track::Producer<'static, 'static>>,
     ) {
-        let b: &'static broadcast::State<'static, 'static, TRACKS> = Box::leak(Box::new(
-            broadcast::State::new(Path::new(path).expect("path")).expect("path"),
-        ));
-        let o: &'static origin::State<'static, 'static, 4, 16> =
-            Box::leak(Box::new(origin::State::new()));
+        let path = Path::new(path).expect("path");
+        let b = self
+            .tables
+            .broadcasts
+            .claim(path)
+            .expect("the context's broadcast table is full (ClientLimits::publications)");
+        let slot = self
+            .tables
+            .origins
+            .iter()
+            .position(|(_, used)| !used.get())
+            .expect("every origin of the context is in use (ClientLimits::publications)");
+        let (o, used) = &self.tables.origins[slot];
+        used.set(true);
         let bp = b.producer().expect("fresh broadcast");
         let producers = names
             .iter()
@@ -161,9 +292,9 @@ impl ClientCtx {
                 t.producer().expect("fresh track")
             })
             .collect();
-        // The broadcast stays live for the process (its producer is never dropped).
-        std::mem::forget(bp);
-        o.handle().announce(b.handle()).expect("fresh origin");
+        o.handle().announce(b).expect("fresh origin");
+        // The broadcast lives as long as the context.
+        self.published.borrow_mut().push((bp, slot));
         (o.handle(), producers)
     }
 }
@@ -219,12 +350,11 @@ pub async fn run<A: App>(
     ctx: &ClientCtx,
 ) -> io::Result<Ended> {
     let (reader, writer, path) = connect(url).await?;
-    let path: &'static str = Box::leak(path.into_boxed_str());
     let mut storage = ctx.storage.take();
     let res = {
         let config = Config {
             conn: ctx.transport.get(),
-            path: Some(path),
+            path: Some(&path),
             role: Role::Both,
             ..Config::new()
         };

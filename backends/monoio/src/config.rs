@@ -944,7 +944,10 @@ impl RelayConfig {
             ("max-relay-tracks", q.relay_tracks),
             ("max-announces", q.announces),
             ("max-pending-tracks", q.pending_tracks),
-            ("max-pending-tracks-per-broadcast", q.pending_tracks_per_broadcast),
+            (
+                "max-pending-tracks-per-broadcast",
+                q.pending_tracks_per_broadcast,
+            ),
         ] {
             if v == 0 {
                 return Err(invalid(key, "must be at least 1"));

@@ -232,7 +232,9 @@ impl std::fmt::Debug for HandshakeToken {
 
 impl HandshakeToken {
     fn new(shared: Rc<WorkerShared>) -> Self {
-        shared.handshaking.set(shared.handshaking.get().saturating_add(1));
+        shared
+            .handshaking
+            .set(shared.handshaking.get().saturating_add(1));
         HandshakeToken {
             shared,
             counted: true,

@@ -836,7 +836,8 @@ mod tests {
                         (n.waiter(), model)
                     });
                     let media_only = next(2) == 0;
-                    let keys: Vec<TrackKey> = (0..next(TRACK_KEYS + 2)).map(|_| k(next(8))).collect();
+                    let keys: Vec<TrackKey> =
+                        (0..next(TRACK_KEYS + 2)).map(|_| k(next(8))).collect();
                     let all = next(4) == 0;
                     match (media_only, all) {
                         (false, true) => w.0.register(&wakers[i]),

@@ -477,8 +477,18 @@ impl Relay {
         };
         let mut routed = true;
         if local {
-            let held = self.entries.borrow().iter().filter(|e| e.owner == owner).count()
-                + self.spares.borrow().iter().filter(|s| s.owner == owner).count();
+            let held = self
+                .entries
+                .borrow()
+                .iter()
+                .filter(|e| e.owner == owner)
+                .count()
+                + self
+                    .spares
+                    .borrow()
+                    .iter()
+                    .filter(|s| s.owner == owner)
+                    .count();
             if held >= self.quotas.announces as usize {
                 self.quota_refused("max-announces", owner, path);
                 return;

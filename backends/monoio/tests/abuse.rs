@@ -603,7 +603,10 @@ fn an_idle_connection_flood_holds_little_and_gives_it_back() {
             after / 1024
         );
         check_good(&seen);
-        assert!(per_idle <= 16 * 1024, "{per_idle} bytes per idle connection");
+        assert!(
+            per_idle <= 16 * 1024,
+            "{per_idle} bytes per idle connection"
+        );
         assert!(
             after <= before + (32 << 20),
             "RSS {after} after the flood, {before} before"
@@ -622,7 +625,10 @@ fn connections_per_ip_over_the_quota_are_refused() {
             relay.metric("skiff_relay_connections_open") == 3
         });
         let mut extra = connect(relay.addr);
-        assert!(closed_by_peer(&mut extra), "the fourth connection stays open");
+        assert!(
+            closed_by_peer(&mut extra),
+            "the fourth connection stays open"
+        );
         assert_eq!(relay.metric("skiff_relay_quota_refused_total"), 1);
         // The first three are still served: a raw session completes its handshake.
         drop(first.pop());

@@ -237,8 +237,14 @@ fn churn_leaves_the_relay_where_it_was() {
             end / 1024,
         );
         check_good(&seen);
-        assert!(per_k <= 64.0, "RSS grew {per_k:.1} KiB per 1,000 operations");
-        assert_eq!(end_broadcasts, base_broadcasts, "broadcast table back to its base");
+        assert!(
+            per_k <= 64.0,
+            "RSS grew {per_k:.1} KiB per 1,000 operations"
+        );
+        assert_eq!(
+            end_broadcasts, base_broadcasts,
+            "broadcast table back to its base"
+        );
         assert!(
             end_tracks <= warm_tracks,
             "relay tracks {end_tracks} at the end, {warm_tracks} after warm-up"

@@ -46,14 +46,19 @@ fn publisher(h: &ServerHandle, paths: &[&str], want: u64) -> Raw {
     let o: &'static origin::State<'static, 'static, 8, 64> =
         Box::leak(Box::new(origin::State::new()));
     for p in paths {
-        let b: &'static broadcast::State<'static, 'static, 1> =
-            Box::leak(Box::new(broadcast::State::new(Path::new(p).unwrap()).unwrap()));
+        let b: &'static broadcast::State<'static, 'static, 1> = Box::leak(Box::new(
+            broadcast::State::new(Path::new(p).unwrap()).unwrap(),
+        ));
         o.handle().announce(b.handle()).unwrap();
     }
     let mut raw = Raw::connect_with(h.local_addr(), Config::new(), None, Some(o.handle()));
     raw.handshake();
     let ok = raw.pump_until(IO_TIMEOUT, |_| h.metrics().total().broadcasts == want);
-    assert!(ok, "{} broadcasts routed, wanted {want}", h.metrics().total().broadcasts);
+    assert!(
+        ok,
+        "{} broadcasts routed, wanted {want}",
+        h.metrics().total().broadcasts
+    );
     raw
 }
 

@@ -129,7 +129,11 @@ async fn scenario(url: String) -> (Seen, Seen) {
         monoio::time::sleep(Duration::from_millis(5)).await;
     }
     // A group every 20 ms: 160 KiB each, 8 MB/s; the slow reader takes 100 ms
-    // per group.
+    // per group. Frames are due on a fixed schedule from the start, so a
+    // loaded machine that oversleeps catches up instead of stretching the
+    // publication (the slow reader's pauses only grow under load: it falls
+    // behind either way).
+    let start = Instant::now();
     for g in 0..GROUPS {
         let mut w = if g == 0 {
             None
@@ -145,7 +149,8 @@ async fn scenario(url: String) -> (Seen, Seen) {
                 .write_frame(g * 100 + i, &payload(g, i))
                 .expect("frame");
             ctx.notify().bump();
-            monoio::time::sleep(Duration::from_millis(2)).await;
+            let due = start + Duration::from_millis(2) * (g * FRAMES + i + 1) as u32;
+            monoio::time::sleep(due.saturating_duration_since(Instant::now())).await;
         }
         match w.as_mut() {
             Some(w) => w.finish().expect("finish"),

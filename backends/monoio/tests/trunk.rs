@@ -15,7 +15,7 @@ use skiff_core::model::group::Next;
 use skiff_core::model::track;
 use skiff_core::session::{Event, Session};
 use skiff_core::window::Request;
-use skiff_monoio::client::{self, ClientCtx, Publisher};
+use skiff_monoio::client::{self, ClientCtx, ClientLimits, Publisher};
 use skiff_monoio::driver;
 use skiff_monoio::relay::RelayHandler;
 use skiff_monoio::server;
@@ -93,7 +93,13 @@ fn a_hundred_tracks_cross_the_worker_link() {
                 server::start(cfg, RelayHandler::factory(2).unwrap()).expect("start relay");
             let url = format!("tcp://{}/anon", handle.local_addr());
             let missing = driver::block_on(kind, move |_| async move {
-                let base = Rc::new(ClientCtx::new(64 << 20));
+                let base = Rc::new(ClientCtx::with_limits(
+                    64 << 20,
+                    ClientLimits {
+                        tracks: 1024,
+                        ..ClientLimits::default()
+                    },
+                ));
                 // The publishers: one group of one frame per track, kept live.
                 for p in 0..PUBLISHERS {
                     let names: Vec<String> = (0..TRACKS).map(|t| format!("t{t}")).collect();

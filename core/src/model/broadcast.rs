@@ -253,7 +253,12 @@ impl<'a, 'p> Ref<'a, 'p> {
 
     /// Whether the broadcast's path is under the whole-segment `prefix`.
     pub fn is_under(&self, prefix: Path<'_>) -> bool {
-        self.core.path.borrow().as_path().strip_prefix(prefix).is_some()
+        self.core
+            .path
+            .borrow()
+            .as_path()
+            .strip_prefix(prefix)
+            .is_some()
     }
 
     /// Whether `self` and `other` are handles to the same broadcast (same

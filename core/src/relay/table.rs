@@ -127,6 +127,13 @@ impl Lists {
         true
     }
 
+    /// Moves every claimed slot to the retired list. O(slots).
+    pub(crate) fn retire_all<S: Slot>(&self, slots: &[S]) {
+        for i in 0..slots.len() {
+            self.retire(slots, i);
+        }
+    }
+
     /// Frees every idle retired slot; returns how many. O(retired).
     pub(crate) fn reclaim<S: Slot>(&self, slots: &[S]) -> usize {
         let mut back = 0;

@@ -129,6 +129,12 @@ impl<'a, 'p, const G: usize> TrackTable<'a, 'p, G> {
             .is_some_and(|i| self.lists.retire(self.slots, i))
     }
 
+    /// Gives every claimed track back at once (their owner is gone), as
+    /// [`TrackTable::retire`] does for one. O(slots).
+    pub fn retire_all(&self) {
+        self.lists.retire_all(self.slots);
+    }
+
     /// Takes back every retired slot whose track is idle (no subscriber, no
     /// producer): its groups are dropped at once (their pool blocks come
     /// back, but for those a reader still holds) and the slot is free.
@@ -179,8 +185,9 @@ mod tests {
     fn claimed_tracks_come_back_once_idle_and_stale_handles_stay_out() {
         let mut storage = PoolStorage::<8, 64>::new();
         let pool = Pool::new(&mut storage);
-        let slots: Vec<TrackSlot<'_, 4>> =
-            (0..2).map(|_| TrackSlot::new(&pool, Limits::NONE)).collect();
+        let slots: Vec<TrackSlot<'_, 4>> = (0..2)
+            .map(|_| TrackSlot::new(&pool, Limits::NONE))
+            .collect();
         let table = TrackTable::new(&slots);
         let a = table.claim(info("a")).unwrap();
         let b = table.claim(info("b")).unwrap();
@@ -194,7 +201,11 @@ mod tests {
         assert!(pool.in_use() > 0);
         assert!(table.retire(a));
         assert!(!table.retire(a), "retired once");
-        assert_eq!(table.claim(info("c")).unwrap_err(), TracksFull, "a has a producer");
+        assert_eq!(
+            table.claim(info("c")).unwrap_err(),
+            TracksFull,
+            "a has a producer"
+        );
         assert!(p.finish());
         drop(p);
         let c = table.claim(info("c")).unwrap();
@@ -219,8 +230,9 @@ mod tests {
     fn a_retired_track_with_a_subscriber_waits_for_it_to_leave() {
         let mut storage = PoolStorage::<8, 64>::new();
         let pool = Pool::new(&mut storage);
-        let slots: Vec<TrackSlot<'_, 4>> =
-            (0..1).map(|_| TrackSlot::new(&pool, Limits::NONE)).collect();
+        let slots: Vec<TrackSlot<'_, 4>> = (0..1)
+            .map(|_| TrackSlot::new(&pool, Limits::NONE))
+            .collect();
         let table = TrackTable::new(&slots);
         let a = table.claim(info("a")).unwrap();
         let r = crate::window::Request::LIVE;
@@ -244,8 +256,9 @@ mod tests {
     fn foreign_handles_are_not_retired() {
         let mut storage = PoolStorage::<8, 64>::new();
         let pool = Pool::new(&mut storage);
-        let slots: Vec<TrackSlot<'_, 4>> =
-            (0..1).map(|_| TrackSlot::new(&pool, Limits::NONE)).collect();
+        let slots: Vec<TrackSlot<'_, 4>> = (0..1)
+            .map(|_| TrackSlot::new(&pool, Limits::NONE))
+            .collect();
         let table = TrackTable::new(&slots);
         let other = State::<4>::new(&pool, info("x"));
         assert!(!table.retire(other.handle()));

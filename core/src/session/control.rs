@@ -1086,7 +1086,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
 
     /// Our SETUP parameters (PROTOCOL.md §3.5): client Path and Role, both Hop;
     /// no Probe (we do not implement probing, §3.11).
-    fn setup_params(&self) -> ([Param<'a>; 3], usize) {
+    fn setup_params(&self) -> ([Param<'s>; 3], usize) {
         let mut params = [Param::Hop(0); 3];
         let mut n = 0;
         if let Some(path) = self.path {

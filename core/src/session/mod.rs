@@ -187,15 +187,15 @@ fn reborrow<'b, 'p>(gather: &'b mut Option<&mut dyn Gather<'p>>) -> Option<&'b m
 
 /// A moq-lite-05 session over one QMux connection with room for `N` live streams.
 ///
-/// `'s` borrows the [`Storage`]; `'a` is how long the local media (origin,
-/// broadcasts, tracks) and the client path outlive the session; `'p` is the
+/// `'s` borrows the [`Storage`] and the client path; `'a` is how long the
+/// local media (origin, broadcasts, tracks) outlive the session; `'p` is the
 /// lifetime of the block pool behind the groups. See the
 /// [module documentation](self) for how to drive it.
 pub struct Session<'s, 'a, 'p, const N: usize> {
     conn: Connection<N>,
     side: Side,
     hop: u64,
-    path: Option<&'a str>,
+    path: Option<&'s str>,
     role: Role,
     setup_timeout: Duration,
     /// Largest FRAME payload accepted on a received group stream.
@@ -291,7 +291,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         const IN: usize,
     >(
         side: Side,
-        config: Config<'a>,
+        config: Config<'s>,
         now: Instant,
         storage: &'s mut Storage<'a, 'p, CONTROL, BUF, SERVE, SUBS, OUT, IN>,
         origin: Option<origin::Ref<'a, 'p>>,

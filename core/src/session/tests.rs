@@ -11,12 +11,12 @@ use std::vec::Vec;
 
 use super::harness::{Chunking, Ev, Lender, Node, Pair, Raw, Rng, Scarce, Tap, hex};
 use super::*;
-use crate::session::Resolve;
 use crate::conn;
 use crate::model::group::Next;
 use crate::model::path::Path;
 use crate::model::{broadcast, origin, track};
 use crate::pool::{BlockMeta, Pool, PoolStorage};
+use crate::session::Resolve;
 use crate::time::{Duration, Instant};
 use crate::window::{End, Request, Start};
 use crate::wire::lite::{Role, SessionCode, StreamCode};
@@ -632,7 +632,10 @@ fn a_waiting_track_request_is_not_resolved_again() {
     pair.b.open(Dir::Uni, &hex("01 01 00"), true);
     let id = pair.b.open(Dir::Bidi, &hex("06 04 01 62 01 74"), false);
     pair.settle(Duration::from_millis(50));
-    assert!(pair.b.received(id.value()).is_empty(), "waits for TRACK_INFO");
+    assert!(
+        pair.b.received(id.value()).is_empty(),
+        "waits for TRACK_INFO"
+    );
     assert_eq!(hook.asked.get(), 1);
     // The source refused: the relay drops the track from the broadcast.
     let mut fp = first.producer().unwrap();

@@ -49,7 +49,10 @@ impl RelayProcess {
             .arg("--metrics")
             .arg(metrics.to_string())
             // SKIFF_RELAY_LOG=debug shows the relay's log on the test's stderr.
-            .args(["--log", &std::env::var("SKIFF_RELAY_LOG").unwrap_or("info".into())])
+            .args([
+                "--log",
+                &std::env::var("SKIFF_RELAY_LOG").unwrap_or("info".into()),
+            ])
             .args(extra)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
@@ -65,7 +68,10 @@ impl RelayProcess {
         std::thread::spawn(move || {
             let mut sent = false;
             let echo = std::env::var_os("SKIFF_RELAY_LOG").is_some();
-            for l in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            for l in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
                 if echo {
                     eprintln!("relay: {l}");
                 }
@@ -116,7 +122,6 @@ impl Drop for RelayProcess {
     }
 }
 
-
 // ---------------------------------------------------------------------------
 // A raw peer: a blocking socket driven by skiff's sans-IO session
 // ---------------------------------------------------------------------------
@@ -164,8 +169,14 @@ impl Raw {
         s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
         s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
         let storage: &'static mut SessionStorage = Box::leak(Box::new(SessionStorage::new()));
-        let session = Session::new(Side::Client, config, Instant::from_micros(0), storage, origin)
-            .expect("client session");
+        let session = Session::new(
+            Side::Client,
+            config,
+            Instant::from_micros(0),
+            storage,
+            origin,
+        )
+        .expect("client session");
         Raw {
             s,
             session,
@@ -272,7 +283,6 @@ impl Raw {
     }
 }
 
-
 /// A throwaway local track for a raw peer's subscription.
 pub fn scratch_track() -> track::Ref<'static, 'static> {
     let pool = leak_pool(1 << 20);
@@ -282,7 +292,6 @@ pub fn scratch_track() -> track::Ref<'static, 'static> {
     )));
     state.handle()
 }
-
 
 // ---------------------------------------------------------------------------
 // A steady audience: one publisher, ten subscribers checking every frame
@@ -296,7 +305,6 @@ pub const FRAMES_PER_GROUP: u64 = 25;
 pub const FRAME_BYTES: usize = 8 * 1024;
 /// Pause between frames: about 1 MiB/s per subscriber.
 pub const FRAME_GAP: Duration = Duration::from_millis(8);
-
 
 pub fn payload(g: u64, i: u64) -> Vec<u8> {
     let mut p = Vec::with_capacity(FRAME_BYTES);
@@ -437,4 +445,3 @@ pub fn eventually_within(limit: Duration, what: &str, mut cond: impl FnMut() -> 
         std::thread::sleep(Duration::from_millis(5));
     }
 }
-
