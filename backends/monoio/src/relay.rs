@@ -111,18 +111,22 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::{BlockMeta, Pool};
-use skiff_core::relay::{BroadcastSlot, BroadcastTable, TrackSlot, TrackTable};
+use skiff_core::relay::{
+    AnnounceRefused, Announced, BroadcastSlot, BroadcastTable, Follow, LINGER, ResolveRefused,
+    Router, RouterLimits, RouterStorage, SourceId, Step, TrackSlot, TrackTable, Upstreams,
+    end_track, upstream_request,
+};
+use skiff_core::time::{Duration, Instant};
 
 use crate::lend::{Borrower, Lender, LinkShare, lend_limit, return_released, spare_slots};
 use skiff_core::session::{
     AnnounceId, Config, ConfigError, Error as SessionError, Event, Resolve, Session, SubscriptionId,
 };
-use skiff_core::window::{Request, Start};
 use skiff_core::wire::lite::{Role, StreamCode};
 use skiff_core::wire::qmux::Side;
 
 use crate::clock::Clock;
-use crate::config::{Quotas, RelayConfig, Upstream as UpstreamAddr};
+use crate::config::{RelayConfig, Upstream as UpstreamAddr};
 use crate::conn::Connection;
 use crate::handler::{ConnectionHandler, WorkerInfo};
 use crate::metrics::Metrics;
@@ -152,38 +156,32 @@ pub struct PendingSubscribes {
     pending: RefCell<Vec<(String, track::Ref<'static, 'static>)>>,
 }
 
-/// A source announcing a path that another source serves: the next source
-/// if that one goes away.
-struct Spare {
-    path: String,
-    owner: u64,
-    upstream: Rc<PendingSubscribes>,
-    local: bool,
+/// The upstream SUBSCRIBE queues of this worker's sessions, by source: where
+/// the router's decisions go ([`Upstreams`]).
+#[derive(Debug, Default)]
+struct Queues {
+    by_source: RefCell<HashMap<SourceId, Rc<PendingSubscribes>>>,
 }
 
-struct Entry {
-    path: String,
-    /// Announced by a client of this worker (not learned over a link).
-    local: bool,
-    /// In the worker's origin (what its subscribers see). False for a
-    /// standby: a local source of a path this worker already reaches over a
-    /// link, offered only to the other workers (see [`Relay::add_broadcast`]).
-    routed: bool,
-    handle: broadcast::Ref<'static, 'static>,
-    producer: broadcast::Producer<'static, 'static>,
-    owner: u64,
-    upstream: Rc<PendingSubscribes>,
-    /// While the source is gone and the failover grace period runs: the
-    /// token of that period's timer.
-    orphan: Option<u64>,
+impl Upstreams<'static, 'static> for Queues {
+    fn subscribe(&self, owner: SourceId, path: Path<'_>, track: track::Ref<'static, 'static>) {
+        if let Some(q) = self.by_source.borrow().get(&owner) {
+            q.pending
+                .borrow_mut()
+                .push((path.as_str().to_owned(), track));
+        }
+    }
 }
 
-/// The relay state of one worker thread: origin, cache pool, routes.
+/// The tables the router works in, made once per worker.
+type WorkerRouter = Router<'static, 'static, 'static, TRACKS, GROUPS>;
+
+/// The relay state of one worker thread: origin, cache pool, and the glue
+/// between its sessions and the core's [`Router`], which decides routing,
+/// failover and relay tracks.
 pub struct Relay {
-    origin: origin::Ref<'static, 'static>,
-    /// The broadcasts of this worker's own clients: what links announce to
-    /// the other workers (one hop, so nothing loops).
-    local_origin: origin::Ref<'static, 'static>,
+    router: WorkerRouter,
+    queues: Queues,
     pool: &'static Pool<'static>,
     hop: u64,
     /// The configuration of every client session of this worker.
@@ -191,62 +189,30 @@ pub struct Relay {
     /// The configuration of its trunks (links, upstream).
     trunk_config: Config<'static>,
     notify: Rc<Notify>,
-    entries: RefCell<Vec<Entry>>,
-    /// Sources waiting to take over a path (oldest first; at most
-    /// [`BROADCASTS`], one per owner and path).
-    spares: RefCell<Vec<Spare>>,
+    clock: Clock,
     /// Where to publish the cache gauges: all counters and this worker's index.
     metrics: Option<(Arc<Metrics>, usize)>,
-    /// How long a broadcast whose source left waits for a new source.
-    grace: StdDuration,
-    /// The next orphan timer's token.
-    next_token: Cell<u64>,
     /// What this worker lent to each other worker, by its index.
     lenders: RefCell<Vec<Option<Rc<Lender>>>>,
     /// What each other worker lends to this one, by its index (where the
     /// pool's released foreign blocks go back to).
     borrowed: RefCell<Vec<Option<Arc<LinkShare>>>>,
-    /// Every relay track of this worker (sized by `--max-relay-tracks`).
-    tracks: TrackTable<'static, 'static, GROUPS>,
-    /// Every broadcast this worker routes or keeps as a standby
-    /// ([`BROADCAST_SLOTS`]).
-    broadcasts: BroadcastTable<'static, 'static, TRACKS>,
-    /// Relay tracks created on a client's request that wait for their
-    /// source's first answer (TRACK_INFO or refusal): at most
-    /// [`Quotas::relay_tracks`] entries, room reserved at start.
-    pending: RefCell<Vec<PendingTrack>>,
-    /// What one peer may take.
-    quotas: Quotas,
-    /// When retired relay tracks were last taken back.
+    tracks: &'static TrackTable<'static, 'static, GROUPS>,
+    /// When given-up relay tracks and broadcasts were last taken back.
     last_reclaim: Cell<StdInstant>,
+    /// The grace deadline a timer is armed for, if any.
+    timer: Cell<Option<Instant>>,
 }
 
-/// A relay track made for a client's request, until its source answers.
-struct PendingTrack {
-    track: track::Ref<'static, 'static>,
-    /// The connection that asked.
-    conn: u64,
-    broadcast: broadcast::Ref<'static, 'static>,
-}
-
-impl PendingTrack {
-    /// Still waiting: the same track, open, without its TRACK_INFO.
-    fn waits(&self) -> bool {
-        self.track.is_current()
-            && !self.track.info_known()
-            && self.track.status() == track::Status::Open
-    }
-}
-
-/// How often retired relay tracks are looked at again (they are also taken
-/// back whenever a new one is needed and none is free).
+/// How often given-up relay tracks and broadcasts are looked at again (they
+/// are also taken back whenever a new one is needed and none is free).
 const RECLAIM_EVERY: StdDuration = StdDuration::from_millis(250);
 
 impl std::fmt::Debug for Relay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Relay")
             .field("hop", &self.hop)
-            .field("broadcasts", &self.entries.borrow().len())
+            .field("router", &self.router)
             .field("pool_in_use", &self.pool.in_use())
             .finish()
     }
@@ -288,15 +254,28 @@ pub fn leak_pool_with_spare(bytes: u64, spare: usize) -> &'static Pool<'static> 
     }
 }
 
+/// `n` values of `make()` in a slice that lives for the rest of the process
+/// (a worker's tables, made once at its start).
+fn leak_slice<T>(n: usize, make: impl FnMut() -> T) -> &'static [T] {
+    Box::leak(
+        std::iter::repeat_with(make)
+            .take(n)
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    )
+}
+
 impl Relay {
     /// The relay state of one thread, configured by `config` (cache size,
-    /// session limits and credit, failover grace).
-    pub fn new(hop: u64, config: &RelayConfig, notify: Rc<Notify>) -> Self {
+    /// session limits and credit, failover grace, quotas). Every table is
+    /// made here, once.
+    pub fn new(hop: u64, config: &RelayConfig, notify: Rc<Notify>, clock: Clock) -> Self {
         let origin: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
             Box::leak(Box::new(origin::State::new()));
         let local: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
             Box::leak(Box::new(origin::State::new()));
         let cache_bytes = config.cache_bytes;
+        // Spare metadata for the blocks other workers may lend at once.
         let pool = leak_pool_with_spare(
             cache_bytes,
             spare_slots(pool_blocks(cache_bytes), config.threads.get()),
@@ -305,40 +284,47 @@ impl Relay {
         // group over that is trimmed behind its readers.
         let track_limits = config.track_limits((cache_bytes / 8).max(1 << 20));
         let quotas = config.quotas;
-        // The track table: made once here, reused for the worker's life.
-        let slots: &'static [TrackSlot<'static, GROUPS>] = Box::leak(
-            (0..quotas.relay_tracks)
-                .map(|_| TrackSlot::new(pool, track_limits))
-                .collect::<Vec<_>>()
-                .into_boxed_slice(),
-        );
-        let broadcast_slots: &'static [BroadcastSlot<'static, 'static, TRACKS>] = Box::leak(
-            (0..BROADCAST_SLOTS)
-                .map(|_| BroadcastSlot::new())
-                .collect::<Vec<_>>()
-                .into_boxed_slice(),
-        );
+        let tracks: &'static TrackTable<'static, 'static, GROUPS> = Box::leak(Box::new(
+            TrackTable::new(leak_slice(quotas.relay_tracks as usize, || {
+                TrackSlot::new(pool, track_limits)
+            })),
+        ));
+        let broadcasts: &'static BroadcastTable<'static, 'static, TRACKS> = Box::leak(Box::new(
+            BroadcastTable::new(leak_slice(BROADCAST_SLOTS, BroadcastSlot::new)),
+        ));
+        let storage = RouterStorage {
+            routes: leak_slice(BROADCAST_SLOTS, || RefCell::new(None)),
+            spares: leak_slice(BROADCASTS, || RefCell::new(None)),
+            pending: leak_slice(quotas.relay_tracks as usize, || Cell::new(None)),
+        };
+        let limits = RouterLimits {
+            announces: quotas.announces as usize,
+            pending_per_conn: quotas.pending_tracks as usize,
+            pending_per_broadcast: quotas.pending_tracks_per_broadcast as usize,
+            grace: core_duration(config.failover_grace),
+        };
         Relay {
-            origin: origin.handle(),
-            local_origin: local.handle(),
-            // Spare metadata for the blocks other workers may lend at once.
+            router: Router::new(
+                origin.handle(),
+                local.handle(),
+                broadcasts,
+                tracks,
+                storage,
+                limits,
+            ),
+            queues: Queues::default(),
             pool,
             hop,
             session_config: config.session_config(hop),
             trunk_config: config.trunk_session_config(hop),
             notify,
-            entries: RefCell::new(Vec::new()),
-            spares: RefCell::new(Vec::new()),
+            clock,
             metrics: None,
-            grace: config.failover_grace,
-            next_token: Cell::new(0),
             lenders: RefCell::new(Vec::new()),
             borrowed: RefCell::new(Vec::new()),
-            tracks: TrackTable::new(slots),
-            broadcasts: BroadcastTable::new(broadcast_slots),
-            pending: RefCell::new(Vec::with_capacity(quotas.relay_tracks as usize)),
-            quotas,
+            tracks,
             last_reclaim: Cell::new(StdInstant::now()),
+            timer: Cell::new(None),
         }
     }
 
@@ -350,10 +336,10 @@ impl Relay {
         }
     }
 
-    /// Takes back retired relay tracks nobody uses any more, at most every
-    /// [`RECLAIM_EVERY`] (O(retired tracks)).
-    fn reclaim_tracks(&self) {
-        if self.tracks.counts().retired == 0 && self.broadcasts.counts().retired == 0 {
+    /// Takes back given-up relay tracks and broadcasts nobody uses any more,
+    /// at most every [`RECLAIM_EVERY`] (O(given up)).
+    fn reclaim_tables(&self) {
+        if self.tracks.counts().retired == 0 {
             return;
         }
         let now = StdInstant::now();
@@ -361,8 +347,7 @@ impl Relay {
             return;
         }
         self.last_reclaim.set(now);
-        self.broadcasts.reclaim();
-        if self.tracks.reclaim() > 0 {
+        if self.router.reclaim() > 0 {
             self.publish_gauges();
         }
     }
@@ -417,7 +402,7 @@ impl Relay {
 
     /// The thread's origin (what subscribers see).
     pub fn origin(&self) -> origin::Ref<'static, 'static> {
-        self.origin
+        self.router.origin()
     }
 
     /// The cache pool.
@@ -446,359 +431,131 @@ impl Relay {
             );
             let (bytes, ranges) = self.lent();
             m.thread(*i).set_lent(bytes, ranges as u64);
-            m.thread(*i).set_tables(
-                self.relay_tracks() as u64,
-                self.entries.borrow().len() as u64,
-            );
+            m.thread(*i)
+                .set_tables(self.relay_tracks() as u64, self.broadcasts() as u64);
         }
     }
 
-    /// Broadcasts routed now.
+    /// Broadcasts routed now (standbys and those within their grace included).
     pub fn broadcasts(&self) -> usize {
-        self.entries.borrow().len()
+        self.router.routes()
     }
 
-    /// Registers broadcast `path` announced by connection `owner` (`local`:
-    /// a client of this worker, not a link or the upstream).
-    ///
-    /// If the path is routed already:
-    /// * its source is gone (failover grace period): the new announcement
-    ///   becomes its source, and every track of it is asked for again from
-    ///   the new source; subscribers stay where they are and go on with the
-    ///   new source's groups (O(tracks), nothing per subscriber);
-    /// * it is learned from another worker and this announcement is local: it
-    ///   becomes a standby, offered only to the other workers, so the worker
-    ///   serving the route can fail over to it;
-    /// * otherwise the first source is kept.
-    fn add_broadcast(&self, path: &str, owner: u64, upstream: &Rc<PendingSubscribes>, local: bool) {
+    /// Registers the upstream SUBSCRIBE queue of source `owner` (a session
+    /// of this worker), where the router's requests for it go.
+    fn add_source(&self, owner: SourceId, queue: Rc<PendingSubscribes>) {
+        self.queues.by_source.borrow_mut().insert(owner, queue);
+    }
+
+    /// Broadcast `path` announced by source `owner` (`local`: a client of
+    /// this worker, not a link or the upstream); the router decides
+    /// ([`Router::announce`]).
+    fn add_broadcast(&self, path: &str, owner: SourceId, local: bool) {
         let Ok(p) = Path::new(path) else {
             tracing::debug!(path, "announced path refused");
             return;
         };
-        let mut routed = true;
-        if local {
-            let held = self
-                .entries
-                .borrow()
-                .iter()
-                .filter(|e| e.owner == owner)
-                .count()
-                + self
-                    .spares
-                    .borrow()
-                    .iter()
-                    .filter(|s| s.owner == owner)
-                    .count();
-            if held >= self.quotas.announces as usize {
-                self.quota_refused("max-announces", owner, path);
-                return;
+        match self.router.announce(p, owner, local, &self.queues) {
+            Ok(Announced::Route { routed }) => {
+                tracing::info!(path, owner, local, routed, "broadcast announced")
             }
-        }
-        {
-            let mut entries = self.entries.borrow_mut();
-            if let Some(e) = entries.iter_mut().find(|e| e.routed && e.path == path) {
-                if e.orphan.is_some() {
-                    self.adopt(e, owner, upstream, local);
-                    return;
-                }
-                if !local || e.local || self.local_origin.get(p).is_some() {
-                    // Kept as the next source, should the current one go away
-                    // (a publisher that reconnects before its old connection
-                    // is known to be dead).
-                    tracing::debug!(
-                        path,
-                        owner,
-                        "broadcast already routed; this source waits as a spare"
-                    );
-                    let mut spares = self.spares.borrow_mut();
-                    if spares.iter().any(|s| s.owner == owner && s.path == path) {
-                        return;
-                    }
-                    if spares.len() >= BROADCASTS {
-                        tracing::debug!(path, owner, "spare table full: announcement ignored");
-                        return;
-                    }
-                    spares.push(Spare {
-                        path: path.to_owned(),
-                        owner,
-                        upstream: upstream.clone(),
-                        local,
-                    });
-                    return;
-                }
-                routed = false;
+            Ok(Announced::Adopted { tracks }) => {
+                tracing::info!(
+                    path,
+                    owner,
+                    tracks,
+                    "broadcast announced again: subscribers spliced to the new source"
+                )
             }
-        }
-        let handle = match self.broadcasts.claim(p) {
-            Ok(b) => b,
+            Ok(Announced::Spare) => {
+                tracing::debug!(
+                    path,
+                    owner,
+                    "broadcast already routed; this source waits as a spare"
+                )
+            }
+            Err(AnnounceRefused::Quota) => self.quota_refused("max-announces", owner, path),
             Err(e) => {
                 self.quota_refused("broadcast table", owner, path);
-                tracing::debug!(path, error = %e, "announcement ignored");
-                return;
-            }
-        };
-        let Ok(producer) = handle.producer() else {
-            self.broadcasts.retire(handle);
-            return;
-        };
-        if routed && let Err(e) = self.origin.announce(handle) {
-            tracing::warn!(path, error = %e, "cannot route broadcast");
-            drop(producer);
-            self.broadcasts.retire(handle);
-            return;
-        }
-        if local && let Err(e) = self.local_origin.announce(handle) {
-            tracing::warn!(path, error = %e, "cannot offer broadcast to other workers");
-        }
-        tracing::info!(path, owner, local, routed, "broadcast announced");
-        self.entries.borrow_mut().push(Entry {
-            path: path.to_owned(),
-            local,
-            routed,
-            handle,
-            producer,
-            owner,
-            upstream: upstream.clone(),
-            orphan: None,
-        });
-        self.notify.bump();
-    }
-
-    /// Makes `owner` the source of orphaned broadcast `e`: every track of it
-    /// is subscribed again through `upstream`'s session.
-    fn adopt(&self, e: &mut Entry, owner: u64, upstream: &Rc<PendingSubscribes>, local: bool) {
-        e.owner = owner;
-        e.orphan = None;
-        e.upstream = upstream.clone();
-        let held = e.handle.path();
-        let path = held.as_path();
-        if self.origin.get(path).is_none()
-            && let Err(err) = self.origin.announce(e.handle)
-        {
-            tracing::warn!(path = %e.path, error = %err, "cannot route broadcast again");
-        }
-        if e.local && !local {
-            self.local_origin.unannounce(path);
-        }
-        if local
-            && self.local_origin.get(path).is_none()
-            && let Err(err) = self.local_origin.announce(e.handle)
-        {
-            tracing::warn!(path = %e.path, error = %err, "cannot offer broadcast to other workers");
-        }
-        e.local = local;
-        let mut queue = upstream.pending.borrow_mut();
-        let mut spliced = 0usize;
-        for t in e.handle.tracks() {
-            if t.status() == track::Status::Open {
-                queue.push((e.path.clone(), t));
-                spliced += 1;
+                tracing::debug!(path, owner, error = %e, "announcement ignored");
             }
         }
-        tracing::info!(path = %e.path, owner, tracks = spliced, "broadcast announced again: subscribers spliced to the new source");
         self.notify.bump();
     }
 
     /// Withdraws `path` if `owner` announced it (the publisher ended it).
-    fn remove_broadcast(&self, path: &str, owner: u64) {
-        self.spares
-            .borrow_mut()
-            .retain(|s| !(s.owner == owner && s.path == path));
-        let mut entries = self.entries.borrow_mut();
-        if let Some(i) = entries
-            .iter()
-            .position(|e| e.owner == owner && e.orphan.is_none() && e.path == path)
+    fn remove_broadcast(&self, path: &str, owner: SourceId) {
+        if let Ok(p) = Path::new(path)
+            && self.router.unannounce(p, owner)
         {
-            let mut e = entries.swap_remove(i);
-            self.withdraw(&mut e, StreamCode::Cancel);
+            tracing::info!(path, owner, "broadcast withdrawn");
+            self.notify.bump();
         }
     }
 
-    /// The source `owner` of some broadcasts is gone. Each is unannounced
-    /// at once (ANNOUNCE Ended downstream, PROTOCOL.md §4.4), but its tracks
-    /// stay open and their subscriptions in flight wait, for the failover
-    /// grace period: announced again in time, it continues from the new
-    /// source ([`Relay::adopt`]); otherwise its tracks end.
-    fn orphan_owned(self: &Rc<Self>, owner: u64) {
-        self.spares.borrow_mut().retain(|s| s.owner != owner);
-        let mut entries = self.entries.borrow_mut();
-        // A standby source: nothing waits on it.
-        while let Some(i) = entries.iter().position(|e| e.owner == owner && !e.routed) {
-            let mut e = entries.swap_remove(i);
-            self.withdraw(&mut e, StreamCode::SessionClosed);
+    /// Source `owner` is gone ([`Router::source_gone`]): its broadcasts wait
+    /// for the grace period (a timer is armed for the router's deadline).
+    fn orphan_owned(self: &Rc<Self>, owner: SourceId) {
+        self.queues.by_source.borrow_mut().remove(&owner);
+        let now = self.clock.now();
+        let orphaned = self.router.source_gone(owner, now, &self.queues);
+        if orphaned > 0 {
+            tracing::info!(
+                owner,
+                broadcasts = orphaned,
+                "broadcast source gone; waiting for it to be announced again"
+            );
         }
-        for e in entries
-            .iter_mut()
-            .filter(|e| e.owner == owner && e.orphan.is_none())
-        {
-            let spare = {
-                let mut spares = self.spares.borrow_mut();
-                let i = spares.iter().position(|s| s.path == e.path);
-                i.map(|i| spares.remove(i))
-            };
-            if let Some(s) = spare {
-                // The announcement stays: the spare takes over at once.
-                self.adopt(e, s.owner, &s.upstream, s.local);
-                continue;
-            }
-            let held = e.handle.path();
-            let path = held.as_path();
-            self.origin.unannounce(path);
-            if e.local {
-                self.local_origin.unannounce(path);
-            }
-            let token = self.next_token.get();
-            self.next_token.set(token + 1);
-            e.orphan = Some(token);
-            // Requests made while orphaned wait for the next source (which
-            // subscribes every track of the broadcast anyway).
-            e.upstream = Rc::new(PendingSubscribes::default());
-            tracing::info!(path = %e.path, owner, grace = ?self.grace, "broadcast source gone; waiting for it to be announced again");
-            let relay = self.clone();
-            monoio::spawn(async move {
-                monoio::time::sleep(relay.grace).await;
-                relay.expire(token);
-            });
-        }
-    }
-
-    /// The grace period of orphan timer `token` is over: withdraw its
-    /// broadcast if it found no new source.
-    fn expire(&self, token: u64) {
-        let mut entries = self.entries.borrow_mut();
-        if let Some(i) = entries.iter().position(|e| e.orphan == Some(token)) {
-            let mut e = entries.swap_remove(i);
-            tracing::info!(path = %e.path, "broadcast found no new source in time");
-            self.withdraw(&mut e, StreamCode::SessionClosed);
-        }
-    }
-
-    /// Ends a broadcast: unannounced everywhere, tracks still waiting for a
-    /// source aborted with `code`.
-    fn withdraw(&self, e: &mut Entry, code: StreamCode) {
-        tracing::info!(path = %e.path, "broadcast withdrawn");
-        if e.orphan.is_none()
-            && let Ok(p) = Path::new(&e.path)
-        {
-            if e.routed {
-                self.origin.unannounce(p);
-            }
-            if e.local {
-                self.local_origin.unannounce(p);
-            }
-        }
-        for t in e.handle.tracks() {
-            end_track(t, code);
-            // Served on to its last readers, then reused.
-            self.tracks.retire(t);
-        }
-        e.producer.finish();
-        // Out of both origins now; reused once its producer (with the entry) is gone.
-        self.broadcasts.retire(e.handle);
+        self.arm_timer();
         self.notify.bump();
     }
 
-    /// Forgets relay track `t` of `path` (its upstream subscription ended or
-    /// was cancelled), so the next request for its name resolves a new one.
-    /// A newer track of the same name is left alone.
-    fn drop_track(&self, path: &str, t: track::Ref<'static, 'static>) {
-        let name = t.info().name;
-        for e in self.entries.borrow().iter().filter(|e| e.path == path) {
-            if e.handle
-                .track(name.as_str())
-                .is_some_and(|x| x.same_track(&t))
-            {
-                e.producer.remove(name.as_str());
-                self.tracks.retire(t);
-                return;
-            }
+    /// Makes sure a task wakes at the router's next deadline.
+    fn arm_timer(self: &Rc<Self>) {
+        let Some(at) = self.router.poll_timeout() else {
+            return;
+        };
+        if self.timer.get().is_some_and(|t| t <= at) {
+            return;
         }
+        self.timer.set(Some(at));
+        let relay = self.clone();
+        monoio::spawn(async move {
+            let wait = at.saturating_duration_since(relay.clock.now());
+            monoio::time::sleep(StdDuration::from_micros(wait.as_micros())).await;
+            if relay.timer.get() == Some(at) {
+                relay.timer.set(None);
+            }
+            let ended = relay.router.handle_timeout(relay.clock.now());
+            if ended > 0 {
+                tracing::info!(broadcasts = ended, "broadcast found no new source in time");
+                relay.notify.bump();
+            }
+            relay.arm_timer();
+        });
     }
-}
 
-/// Ends relay track `t` with `code` unless it finished or has a source:
-/// readers get the error, downstream subscriptions pass it on (§4.4).
-fn end_track(t: track::Ref<'static, 'static>, code: StreamCode) {
-    t.set_failover(false);
-    if t.status() == track::Status::Open
-        && let Ok(mut p) = t.producer()
-    {
-        p.abort(code.to_code());
-    }
-}
-
-impl Relay {
-    /// The relay track `name` of `broadcast`, made now for connection `conn`
-    /// (`None`: a trunk, whose requests are not held to the client quotas),
-    /// and one upstream SUBSCRIBE queued for it.
-    ///
-    /// # Errors
-    /// NOT_FOUND for a broadcast this worker does not route or a name that
-    /// cannot be a track; EVICTED (0x35, "dropped under memory pressure",
-    /// the closest code for a refusal to hold more state) when the track
-    /// table is full or the connection or broadcast has
-    /// [`Quotas::pending_tracks`] / [`Quotas::pending_tracks_per_broadcast`]
-    /// requests waiting for their source already. Nothing is kept for a
-    /// refused request.
+    /// The relay track `name` of `broadcast` for connection `conn` (`None`:
+    /// a trunk): [`Router::resolve`], with its refusals counted.
     fn resolve_for(
         &self,
-        conn: Option<u64>,
+        conn: Option<SourceId>,
         broadcast: broadcast::Ref<'static, 'static>,
         name: &str,
     ) -> Result<track::Ref<'static, 'static>, StreamCode> {
-        let entries = self.entries.borrow();
-        let e = entries
-            .iter()
-            .find(|e| e.handle.same_broadcast(&broadcast))
-            .ok_or(StreamCode::NotFound)?;
-        let info = track::Info::new(name).map_err(|_| StreamCode::NotFound)?;
-        let mut pending = self.pending.borrow_mut();
-        pending.retain(PendingTrack::waits);
-        if let Some(conn) = conn {
-            if pending.iter().filter(|p| p.conn == conn).count()
-                >= self.quotas.pending_tracks as usize
-            {
-                self.quota_refused("max-pending-tracks", conn, &e.path);
-                return Err(StreamCode::Evicted);
+        match self.router.resolve(conn, broadcast, name, &self.queues) {
+            Ok(t) => {
+                tracing::debug!(path = %broadcast.path(), track = name, "relay track created");
+                self.notify.bump();
+                Ok(t)
             }
-            if pending
-                .iter()
-                .filter(|p| p.broadcast.same_broadcast(&broadcast))
-                .count()
-                >= self.quotas.pending_tracks_per_broadcast as usize
-            {
-                self.quota_refused("max-pending-tracks-per-broadcast", conn, &e.path);
-                return Err(StreamCode::Evicted);
+            Err(e) => {
+                if let ResolveRefused::Quota(quota) = e {
+                    self.quota_refused(quota, conn.unwrap_or(0), broadcast.path().as_str());
+                }
+                Err(e.code())
             }
         }
-        let Ok(t) = self.tracks.claim(info) else {
-            self.quota_refused("max-relay-tracks", conn.unwrap_or(0), &e.path);
-            return Err(StreamCode::Evicted);
-        };
-        // Its TRACK_INFO is the source's: TRACK requests wait for it.
-        t.await_info();
-        // The track outlives a source that goes away (publisher failover).
-        t.set_failover(true);
-        if e.producer.add(t).is_err() {
-            // The broadcast's track places are all taken.
-            self.tracks.retire(t);
-            return Err(StreamCode::NotFound);
-        }
-        tracing::debug!(path = %e.path, track = name, "relay track created");
-        if let Some(conn) = conn
-            && pending.len() < pending.capacity()
-        {
-            pending.push(PendingTrack {
-                track: t,
-                conn,
-                broadcast,
-            });
-        }
-        if e.orphan.is_none() {
-            e.upstream.pending.borrow_mut().push((e.path.clone(), t));
-        }
-        self.notify.bump();
-        Ok(t)
     }
 }
 
@@ -829,48 +586,24 @@ impl Resolve<'static, 'static> for ClientResolver {
     }
 }
 
-/// The upstream request of a relay track nobody subscribes to yet (a TRACK
-/// request created it, the SUBSCRIBE follows; or a new source re-splices
-/// it): the live edge, priority 0, with the publisher's default max age
-/// (PROTOCOL.md §4.5, §4.7), so groups published before the first
-/// SUBSCRIBE_UPDATE arrives are not given up; the first subscriber's
-/// preferences follow as SUBSCRIBE_UPDATE.
-const UPSTREAM: Request = Request {
-    max_latency: track::DEFAULT_MAX_AGE,
-    ..Request::LIVE
-};
-
 /// How long an upstream subscription is kept after its relay track lost its
-/// last downstream subscriber, before it is cancelled (PROTOCOL.md §4.5): a
-/// subscriber that switches away and back, or reconnects, finds the track
-/// still warm.
-pub const UPSTREAM_LINGER: StdDuration = StdDuration::from_secs(2);
+/// last downstream subscriber, before it is cancelled ([`LINGER`]).
+pub const UPSTREAM_LINGER: StdDuration = StdDuration::from_micros(LINGER.as_micros());
 
-/// The SUBSCRIBE for relay track `t` (PROTOCOL.md §4.5): the aggregate of
-/// its downstream subscriptions ([`track::Ref::demand`]), or [`UPSTREAM`]
-/// while it has none. A track that holds groups already (a new source takes
-/// over, §4.4) continues from the new source's latest group.
-fn upstream_request(t: track::Ref<'static, 'static>) -> Request {
-    match t.demand() {
-        None => UPSTREAM,
-        Some(d) if t.latest().is_some() => Request {
-            start: Start::Latest,
-            ..d
-        },
-        Some(d) => d,
-    }
+/// A std duration as a core one.
+fn core_duration(d: StdDuration) -> Duration {
+    Duration::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 /// One upstream subscription of a session: it fills relay track `track` of
-/// broadcast `path`.
+/// broadcast `path`, following its demand ([`Follow`]).
 struct UpstreamSub {
     id: SubscriptionId,
     path: String,
     track: track::Ref<'static, 'static>,
-    /// The preferences last sent (SUBSCRIBE or SUBSCRIBE_UPDATE).
-    sent: Request,
-    /// Since when the track has had no downstream subscriber.
-    idle_since: Option<StdInstant>,
+    follow: Follow,
+    /// The linger deadline a wake-up is armed for.
+    armed: Option<Instant>,
 }
 
 /// What is at the other end of a relay session.
@@ -908,63 +641,59 @@ struct RelayConn {
 
 impl RelayConn {
     /// Keeps each upstream subscription in line with its relay track's
-    /// downstream subscriptions (PROTOCOL.md §4.5): a changed aggregate goes
-    /// out as SUBSCRIBE_UPDATE; a track without subscriber for
-    /// [`UPSTREAM_LINGER`] has its upstream subscription cancelled (FIN) and
-    /// leaves the broadcast, so the next subscriber resolves a new track and
-    /// a new upstream SUBSCRIBE. O(subscriptions) per call, no allocation
-    /// (but one timer task when a track becomes idle).
+    /// downstream subscriptions ([`Follow::step`]): a changed aggregate goes
+    /// out as SUBSCRIBE_UPDATE; a track without subscriber for [`LINGER`]
+    /// has its upstream subscription cancelled (FIN) and leaves the
+    /// broadcast, so the next subscriber resolves a new track and a new
+    /// upstream SUBSCRIBE. O(subscriptions) per call, no allocation (but one
+    /// timer task when a linger starts).
     fn follow_demand<const N: usize>(&mut self, session: &mut Session<'_, 'static, 'static, N>) {
-        let mut now = None;
+        let now = self.relay.clock.now();
         let mut i = 0;
         while let Some(s) = self.subs.get_mut(i) {
-            let Some(demand) = s.track.demand() else {
-                let now = *now.get_or_insert_with(StdInstant::now);
-                match s.idle_since {
-                    None => {
-                        s.idle_since = Some(now);
+            match s.follow.step(s.track, now) {
+                Step::Wait(None) => {}
+                Step::Wait(Some(at)) => {
+                    if s.armed != Some(at) {
+                        s.armed = Some(at);
                         // The session may not wake on its own by then.
                         let notify = self.relay.notify.clone();
+                        let wait = at.saturating_duration_since(now);
                         monoio::spawn(async move {
-                            monoio::time::sleep(UPSTREAM_LINGER).await;
+                            monoio::time::sleep(StdDuration::from_micros(wait.as_micros())).await;
                             notify.bump();
                         });
                     }
-                    Some(since) if now.duration_since(since) >= UPSTREAM_LINGER => {
-                        let UpstreamSub {
-                            id, path, track, ..
-                        } = self.subs.swap_remove(i);
-                        tracing::debug!(path, track = %track.info().name, "no subscriber left: upstream subscription cancelled");
-                        // Out of the broadcast first, so nobody new is
-                        // served from it; then the FIN finishes it.
-                        self.relay.drop_track(&path, track);
-                        track.set_failover(false);
-                        if session.unsubscribe(id).is_err() {
-                            end_track(track, StreamCode::Cancel);
-                        }
-                        continue;
-                    }
-                    Some(_) => {}
                 }
-                i += 1;
-                continue;
-            };
-            s.idle_since = None;
-            // The start stays what the SUBSCRIBE asked (an update with
-            // another start would reposition the upstream window).
-            let want = Request {
-                start: s.sent.start,
-                ..demand
-            };
-            // Refused while the send buffer is full (tried again next round)
-            // or once the subscription is over (its close event follows).
-            if want != s.sent && session.update(s.id, want).is_ok() {
-                tracing::trace!(
-                    path = s.path,
-                    priority = want.priority,
-                    "upstream subscription updated"
-                );
-                s.sent = want;
+                Step::Update(want) => {
+                    // Refused while the send buffer is full (tried again next
+                    // round) or once the subscription is over (its close
+                    // event follows).
+                    if session.update(s.id, want).is_ok() {
+                        tracing::trace!(
+                            path = s.path,
+                            priority = want.priority,
+                            "upstream subscription updated"
+                        );
+                        s.follow.updated(want);
+                    }
+                }
+                Step::Cancel => {
+                    let UpstreamSub {
+                        id, path, track, ..
+                    } = self.subs.swap_remove(i);
+                    tracing::debug!(path, track = %track.info().name, "no subscriber left: upstream subscription cancelled");
+                    // Out of the broadcast first, so nobody new is served
+                    // from it; then the FIN finishes it.
+                    if let Ok(p) = Path::new(&path) {
+                        self.relay.router.drop_track(p, track);
+                    }
+                    track.set_failover(false);
+                    if session.unsubscribe(id).is_err() {
+                        end_track(track, StreamCode::Cancel);
+                    }
+                    continue;
+                }
             }
             i += 1;
         }
@@ -975,21 +704,10 @@ impl<const N: usize> App<N> for RelayConn {
     /// Idle unless an announce request, an upstream subscription to make, or
     /// a change of demand (an update, a linger to start or to end) waits.
     fn is_idle(&self) -> bool {
+        let now = self.relay.clock.now();
         !self.want_announce
             && self.upstream.pending.borrow().is_empty()
-            && self
-                .subs
-                .iter()
-                .all(|s| match (s.track.demand(), s.idle_since) {
-                    (None, Some(since)) => since.elapsed() < UPSTREAM_LINGER,
-                    (Some(d), None) => {
-                        Request {
-                            start: s.sent.start,
-                            ..d
-                        } == s.sent
-                    }
-                    _ => false,
-                })
+            && self.subs.iter().all(|s| s.follow.is_quiet(s.track, now))
     }
 
     fn on_event(&mut self, event: &Event<'_>) {
@@ -1002,7 +720,7 @@ impl<const N: usize> App<N> for RelayConn {
             }
             Event::Announced { path, .. } => {
                 self.relay
-                    .add_broadcast(path, self.id, &self.upstream, self.peer.is_local())
+                    .add_broadcast(path, self.id, self.peer.is_local())
             }
             Event::Unannounced { path, .. } => self.relay.remove_broadcast(path, self.id),
             Event::AnnounceEnded { request, .. } if Some(request) == self.announce => {
@@ -1020,14 +738,12 @@ impl<const N: usize> App<N> for RelayConn {
                 if let Some(i) = self.subs.iter().position(|s| s.id == subscription) {
                     let UpstreamSub { path, track: t, .. } = self.subs.swap_remove(i);
                     tracing::debug!(path, track = %t.info().name, ?code, "upstream subscription over");
-                    // A track that ended normally stays in the cache, so a subscriber
-                    // whose request arrives after the end still gets the cached groups
-                    // and SUBSCRIBE_END; one the source refused or abandoned ends
-                    // (its subscribers get the code) and is asked for again next time.
-                    let finished = code.is_none() && t.status() == track::Status::Finished;
-                    if !finished {
-                        end_track(t, code.map_or(StreamCode::Internal, StreamCode::from_code));
-                        self.relay.drop_track(&path, t);
+                    let ended = Path::new(&path).is_ok_and(|p| {
+                        self.relay
+                            .router
+                            .upstream_closed(p, t, code.map(StreamCode::from_code))
+                    });
+                    if ended {
                         // The sessions serving it pass the code on now (the
                         // track left this session's filled set with its end).
                         self.relay.notify.bump_tracks([t.key()]);
@@ -1053,7 +769,7 @@ impl<const N: usize> App<N> for RelayConn {
     fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>) {
         self.relay.publish_gauges();
         self.relay.return_lent();
-        self.relay.reclaim_tracks();
+        self.relay.reclaim_tables();
         if self.want_announce && session.is_established() {
             match session.announce_request("") {
                 Ok(a) => {
@@ -1080,8 +796,8 @@ impl<const N: usize> App<N> for RelayConn {
                     id,
                     path,
                     track: t,
-                    sent: request,
-                    idle_since: None,
+                    follow: Follow::new(request, LINGER),
+                    armed: None,
                 }),
                 // Control slots come back as TRACK requests are answered:
                 // the rest waits for the next round, in order.
@@ -1089,7 +805,9 @@ impl<const N: usize> App<N> for RelayConn {
                 Err(e) => {
                     tracing::debug!(path, error = %e, "upstream subscribe failed");
                     end_track(t, StreamCode::Internal);
-                    self.relay.drop_track(&path, t);
+                    if let Ok(p) = Path::new(&path) {
+                        self.relay.router.drop_track(p, t);
+                    }
                 }
             }
             pending.remove(0);
@@ -1133,12 +851,13 @@ impl RelayHandler {
         let notify = Notify::shared();
         // A stable non-zero Hop ID per worker (PROTOCOL.md §4.3).
         let hop = 0x5c1f_0000_0000 | ((std::process::id() as u64) << 8) | (info.index as u64 + 1);
-        let mut relay = Relay::new(hop, &info.config, notify);
+        let clock = Clock::new();
+        let mut relay = Relay::new(hop, &info.config, notify, clock);
         relay.metrics = Some((info.metrics.clone(), info.index));
         RelayHandler {
             relay: Rc::new(relay),
             storage: Rc::new(StoragePool::new()),
-            clock: Clock::new(),
+            clock,
         }
     }
 
@@ -1346,9 +1065,9 @@ impl Relay {
         // Both ends of a link are this process: payload crosses by reference.
         config.conn.stream_refs = peer == Peer::Link;
         let origin = if peer.is_local() {
-            self.origin
+            self.router.origin()
         } else {
-            self.local_origin
+            self.router.local_origin()
         };
         (config, origin)
     }
@@ -1375,11 +1094,13 @@ async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize>(
     } else {
         session.set_resolver(Some(&*relay));
     }
+    let upstream = Rc::new(PendingSubscribes::default());
+    relay.add_source(id, upstream.clone());
     let mut app = RelayConn {
         relay: relay.clone(),
         id,
         peer,
-        upstream: Rc::new(PendingSubscribes::default()),
+        upstream,
         // The dialing side of a link, and a leaf towards its upstream, ask
         // at once; accepted clients after SETUP.
         want_announce: match peer {

@@ -7,11 +7,25 @@
 //! * [`broadcasts`]: the broadcasts it routes, reused the same way
 //!   ([`crate::model::broadcast::Ref::reopen`]), so ever new broadcast paths
 //!   never grow memory either.
+//! * [`routes`]: which source serves each path, standbys and spares,
+//!   publisher failover within a grace period, relay tracks made on demand
+//!   and the per-peer quotas on them ([`routes::Router`]).
+//! * [`demand`]: one upstream subscription per relay track, following the
+//!   merged downstream demand and lingering after the last subscriber.
+//!
+//! Everything here is sans-IO: time is passed in, deadlines come out.
 
 pub mod broadcasts;
+pub mod demand;
+pub mod routes;
 mod table;
 pub mod tracks;
 
 pub use broadcasts::{BroadcastSlot, BroadcastTable, ClaimError};
+pub use demand::{Follow, LINGER, Step, UPSTREAM, upstream_request};
+pub use routes::{
+    AnnounceRefused, Announced, Pending, ResolveRefused, Route, Router, RouterLimits,
+    RouterStorage, SourceId, Spare, Upstreams, end_track,
+};
 pub use table::Counts;
 pub use tracks::{TrackSlot, TrackTable, TracksFull};

@@ -1,0 +1,693 @@
+//! Which source serves each broadcast path a relay worker knows, and what
+//! happens when sources come and go: routing by announcement, standbys and
+//! spares, publisher failover within a grace period, and relay tracks made
+//! on demand (see `docs/protocol.md`, "relays").
+//!
+//! Sans-IO: the caller passes every event in (an announcement, a withdrawal,
+//! a source gone, a track request, an upstream subscription over) with the
+//! time, and asks [`Router::poll_timeout`] when to call
+//! [`Router::handle_timeout`]. The upstream SUBSCRIBEs a decision needs go out
+//! through the caller's [`Upstreams`]. Every table is fixed at start-up
+//! ([`RouterStorage`]), and every entry comes back once nothing uses it.
+//!
+//! # Rules
+//!
+//! * A path announced by a source for the first time is routed: a broadcast
+//!   in the worker's origin (what its subscribers see), and, for a source of
+//!   this worker (`local`), in its local origin too (what its links offer the
+//!   other workers).
+//! * A path routed already: while its source is gone (the grace period
+//!   runs), the new source adopts it (every open track is asked for again
+//!   from it, subscribers stay where they are); a local source of a path
+//!   learned from another worker becomes a standby (in the local origin
+//!   only, so the worker serving the route can fail over to it); any other
+//!   source waits as a spare, next in line when the current one goes away.
+//! * A source gone: its standbys are withdrawn, and each of its routes is
+//!   adopted by a spare at once, or unannounced and kept for the grace
+//!   period, then withdrawn (its tracks end with SESSION_CLOSED).
+//! * A track request for a name the broadcast lacks makes a relay track
+//!   (from the [`TrackTable`]) and one upstream SUBSCRIBE from the route's
+//!   source; while the source has not answered, the request counts against
+//!   the asking connection's and the broadcast's quotas.
+
+use core::cell::{Cell, RefCell};
+use core::fmt;
+
+use super::broadcasts::{BroadcastTable, ClaimError};
+use super::tracks::TrackTable;
+use crate::model::path::{Path, PathBuf};
+use crate::model::{broadcast, origin, track};
+use crate::time::{Duration, Instant};
+use crate::wire::lite::StreamCode;
+
+/// Who announced a route: a connection, a worker link or the upstream, as
+/// the caller numbers them.
+pub type SourceId = u64;
+
+/// Where the upstream SUBSCRIBEs a routing decision needs go.
+pub trait Upstreams<'a, 'p> {
+    /// Asks source `owner` for relay track `track` of broadcast `path` (one
+    /// SUBSCRIBE, made by the session of that source).
+    fn subscribe(&self, owner: SourceId, path: Path<'_>, track: track::Ref<'a, 'p>);
+}
+
+/// One route: a broadcast, who serves it, and where it is offered.
+pub struct Route<'a, 'p> {
+    broadcast: broadcast::Ref<'a, 'p>,
+    producer: broadcast::Producer<'a, 'p>,
+    owner: SourceId,
+    /// Announced by a source of this worker.
+    local: bool,
+    /// In the worker's origin; false for a standby.
+    routed: bool,
+    /// While the source is gone: when the grace period ends.
+    orphan_until: Option<Instant>,
+}
+
+impl fmt::Debug for Route<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Route")
+            .field("path", &self.broadcast.path())
+            .field("owner", &self.owner)
+            .field("local", &self.local)
+            .field("routed", &self.routed)
+            .field("orphan_until", &self.orphan_until)
+            .finish()
+    }
+}
+
+/// A source announcing a path another source serves: next in line for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spare {
+    path: PathBuf<{ broadcast::MAX_PATH_LEN }>,
+    owner: SourceId,
+    local: bool,
+    /// Order of arrival: the oldest spare of a path takes over first.
+    seq: u64,
+}
+
+/// A relay track made for a client's request, until its source answers.
+#[derive(Clone, Copy)]
+pub struct Pending<'a, 'p> {
+    track: track::Ref<'a, 'p>,
+    conn: SourceId,
+    broadcast: broadcast::Ref<'a, 'p>,
+}
+
+impl Pending<'_, '_> {
+    /// Still waiting: the same track, open, without its TRACK_INFO.
+    fn waits(&self) -> bool {
+        self.track.is_current()
+            && !self.track.info_known()
+            && self.track.status() == track::Status::Open
+    }
+}
+
+/// The tables of a [`Router`], made once by the caller (sizes are its
+/// configuration): routes, spares, pending track requests.
+pub struct RouterStorage<'r, 'a, 'p> {
+    /// Routes (routed broadcasts and standbys).
+    pub routes: &'r [RefCell<Option<Route<'a, 'p>>>],
+    /// Spare sources.
+    pub spares: &'r [RefCell<Option<Spare>>],
+    /// Track requests waiting for their source's first answer.
+    pub pending: &'r [Cell<Option<Pending<'a, 'p>>>],
+}
+
+/// What one peer may take of a [`Router`]'s tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouterLimits {
+    /// Routes and spares one local source holds at once.
+    pub announces: usize,
+    /// Track requests of one connection waiting for their source.
+    pub pending_per_conn: usize,
+    /// Track requests waiting for their source in one broadcast.
+    pub pending_per_broadcast: usize,
+    /// How long a broadcast whose source left waits for a new one.
+    pub grace: Duration,
+}
+
+/// Why an announcement was not taken; nothing changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum AnnounceRefused {
+    /// The source holds [`RouterLimits::announces`] routes and spares already.
+    Quota,
+    /// The route, spare or broadcast table is full.
+    Full,
+    /// The path does not fit a broadcast.
+    Path,
+}
+
+impl fmt::Display for AnnounceRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AnnounceRefused::Quota => "max-announces",
+            AnnounceRefused::Full => "route table full",
+            AnnounceRefused::Path => "path too long",
+        })
+    }
+}
+
+/// What became of an announcement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Announced {
+    /// A new route (`routed`: in the worker's origin; false: a standby).
+    Route {
+        /// In the worker's origin (false: a standby, in the local origin only).
+        routed: bool,
+    },
+    /// The source adopted a route whose source was gone; this many open
+    /// tracks were asked for again from it.
+    Adopted {
+        /// Open tracks asked for again.
+        tracks: usize,
+    },
+    /// Kept as a spare (or was one already).
+    Spare,
+}
+
+/// Why a track request was refused, with the code the request gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ResolveRefused {
+    /// No such broadcast routed, a name that cannot be a track, or every
+    /// track place of the broadcast taken: NOT_FOUND.
+    NotFound,
+    /// Over a quota (named as the relay's flag): EVICTED (0x35, "dropped
+    /// under memory pressure", the closest code for a refusal to hold more
+    /// state).
+    Quota(&'static str),
+}
+
+impl ResolveRefused {
+    /// The stream code the request is refused with.
+    pub fn code(self) -> StreamCode {
+        match self {
+            ResolveRefused::NotFound => StreamCode::NotFound,
+            ResolveRefused::Quota(_) => StreamCode::Evicted,
+        }
+    }
+}
+
+/// The routing state of one relay worker (see the module docs).
+pub struct Router<'r, 'a, 'p, const T: usize, const G: usize> {
+    origin: origin::Ref<'a, 'p>,
+    local_origin: origin::Ref<'a, 'p>,
+    broadcasts: &'r BroadcastTable<'a, 'p, T>,
+    tracks: &'r TrackTable<'a, 'p, G>,
+    storage: RouterStorage<'r, 'a, 'p>,
+    limits: RouterLimits,
+    /// The next spare's arrival number.
+    next_spare: Cell<u64>,
+}
+
+impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
+    /// A router over the worker's `origin` (what its subscribers see) and
+    /// `local_origin` (what its links offer other workers), with its tables.
+    pub fn new(
+        origin: origin::Ref<'a, 'p>,
+        local_origin: origin::Ref<'a, 'p>,
+        broadcasts: &'r BroadcastTable<'a, 'p, T>,
+        tracks: &'r TrackTable<'a, 'p, G>,
+        storage: RouterStorage<'r, 'a, 'p>,
+        limits: RouterLimits,
+    ) -> Self {
+        Router {
+            origin,
+            local_origin,
+            broadcasts,
+            tracks,
+            storage,
+            limits,
+            next_spare: Cell::new(0),
+        }
+    }
+
+    /// The worker's origin.
+    pub fn origin(&self) -> origin::Ref<'a, 'p> {
+        self.origin
+    }
+
+    /// The broadcasts of this worker's own sources.
+    pub fn local_origin(&self) -> origin::Ref<'a, 'p> {
+        self.local_origin
+    }
+
+    /// Routes held now (routed broadcasts, standbys, orphans in their grace).
+    pub fn routes(&self) -> usize {
+        self.storage
+            .routes
+            .iter()
+            .filter(|r| r.borrow().is_some())
+            .count()
+    }
+
+    /// Spare sources waiting now.
+    pub fn spares(&self) -> usize {
+        self.storage
+            .spares
+            .iter()
+            .filter(|s| s.borrow().is_some())
+            .count()
+    }
+
+    /// Registers broadcast `path` announced by `owner` (`local`: a source of
+    /// this worker, not a link or the upstream) at `now`; see the module docs.
+    ///
+    /// # Errors
+    /// [`AnnounceRefused`]; nothing changed then.
+    pub fn announce(
+        &self,
+        path: Path<'_>,
+        owner: SourceId,
+        local: bool,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> Result<Announced, AnnounceRefused> {
+        if local && self.held_by(owner) >= self.limits.announces {
+            return Err(AnnounceRefused::Quota);
+        }
+        let mut routed = true;
+        for slot in self.storage.routes {
+            let mut r = slot.borrow_mut();
+            let Some(route) = r
+                .as_mut()
+                .filter(|r| r.routed && r.broadcast.has_path(path))
+            else {
+                continue;
+            };
+            if route.orphan_until.is_some() {
+                let tracks = self.adopt(route, owner, local, upstreams);
+                return Ok(Announced::Adopted { tracks });
+            }
+            if !local || route.local || self.local_origin.get(path).is_some() {
+                drop(r);
+                return self.add_spare(path, owner, local);
+            }
+            routed = false;
+            break;
+        }
+        let slot = self
+            .storage
+            .routes
+            .iter()
+            .find(|s| s.borrow().is_none())
+            .ok_or(AnnounceRefused::Full)?;
+        let broadcast = self.broadcasts.claim(path).map_err(|e| match e {
+            ClaimError::Full => AnnounceRefused::Full,
+            ClaimError::Path => AnnounceRefused::Path,
+        })?;
+        let Ok(producer) = broadcast.producer() else {
+            self.broadcasts.retire(broadcast);
+            return Err(AnnounceRefused::Full);
+        };
+        if routed && self.origin.announce(broadcast).is_err() {
+            drop(producer);
+            self.broadcasts.retire(broadcast);
+            return Err(AnnounceRefused::Full);
+        }
+        if local {
+            // A full local origin only means the other workers do not see it.
+            let _ = self.local_origin.announce(broadcast);
+        }
+        *slot.borrow_mut() = Some(Route {
+            broadcast,
+            producer,
+            owner,
+            local,
+            routed,
+            orphan_until: None,
+        });
+        Ok(Announced::Route { routed })
+    }
+
+    /// Routes and spares `owner` holds.
+    fn held_by(&self, owner: SourceId) -> usize {
+        let routes = self
+            .storage
+            .routes
+            .iter()
+            .filter(|r| r.borrow().as_ref().is_some_and(|r| r.owner == owner))
+            .count();
+        let spares = self
+            .storage
+            .spares
+            .iter()
+            .filter(|s| s.borrow().as_ref().is_some_and(|s| s.owner == owner))
+            .count();
+        routes + spares
+    }
+
+    fn add_spare(
+        &self,
+        path: Path<'_>,
+        owner: SourceId,
+        local: bool,
+    ) -> Result<Announced, AnnounceRefused> {
+        let known = self.storage.spares.iter().any(|s| {
+            s.borrow()
+                .as_ref()
+                .is_some_and(|s| s.owner == owner && s.path.as_path() == path)
+        });
+        if known {
+            return Ok(Announced::Spare);
+        }
+        let slot = self
+            .storage
+            .spares
+            .iter()
+            .find(|s| s.borrow().is_none())
+            .ok_or(AnnounceRefused::Full)?;
+        let path = PathBuf::from_path(path).map_err(|_| AnnounceRefused::Path)?;
+        let seq = self.next_spare.get();
+        self.next_spare.set(seq.wrapping_add(1));
+        *slot.borrow_mut() = Some(Spare {
+            path,
+            owner,
+            local,
+            seq,
+        });
+        Ok(Announced::Spare)
+    }
+
+    /// Makes `owner` the source of orphaned `route`: every open track of it
+    /// is asked for again from `owner`. Returns how many.
+    fn adopt(
+        &self,
+        route: &mut Route<'a, 'p>,
+        owner: SourceId,
+        local: bool,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> usize {
+        route.owner = owner;
+        route.orphan_until = None;
+        let b = route.broadcast;
+        let held = b.path();
+        let path = held.as_path();
+        if self.origin.get(path).is_none() {
+            let _ = self.origin.announce(b);
+        }
+        if route.local && !local {
+            self.local_origin.unannounce(path);
+        }
+        if local && self.local_origin.get(path).is_none() {
+            let _ = self.local_origin.announce(b);
+        }
+        route.local = local;
+        let mut asked = 0;
+        for t in b.tracks() {
+            if t.status() == track::Status::Open {
+                upstreams.subscribe(owner, path, t);
+                asked += 1;
+            }
+        }
+        asked
+    }
+
+    /// Withdraws `path` if `owner` announced it (the source ended it); its
+    /// tracks end with CANCEL. True if a route was withdrawn.
+    pub fn unannounce(&self, path: Path<'_>, owner: SourceId) -> bool {
+        for s in self.storage.spares {
+            let mine = s
+                .borrow()
+                .as_ref()
+                .is_some_and(|s| s.owner == owner && s.path.as_path() == path);
+            if mine {
+                *s.borrow_mut() = None;
+            }
+        }
+        for slot in self.storage.routes {
+            let mine = slot.borrow().as_ref().is_some_and(|r| {
+                r.owner == owner && r.orphan_until.is_none() && r.broadcast.has_path(path)
+            });
+            if mine && let Some(route) = slot.borrow_mut().take() {
+                self.withdraw(route, StreamCode::Cancel);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Source `owner` is gone (its session ended, or its announce stream):
+    /// see the module docs. Returns how many of its routes now wait for a
+    /// new source until `now` plus the grace period.
+    pub fn source_gone(
+        &self,
+        owner: SourceId,
+        now: Instant,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> usize {
+        for s in self.storage.spares {
+            if s.borrow().as_ref().is_some_and(|s| s.owner == owner) {
+                *s.borrow_mut() = None;
+            }
+        }
+        let mut orphaned = 0;
+        for slot in self.storage.routes {
+            let mut r = slot.borrow_mut();
+            let Some(route) = r.as_mut().filter(|r| r.owner == owner) else {
+                continue;
+            };
+            if !route.routed {
+                // A standby: nothing waits on it.
+                if let Some(route) = r.take() {
+                    drop(r);
+                    self.withdraw(route, StreamCode::SessionClosed);
+                }
+                continue;
+            }
+            if route.orphan_until.is_some() {
+                continue;
+            }
+            if let Some(spare) = self.take_spare(route.broadcast) {
+                // The announcement stays: the spare takes over at once.
+                self.adopt(route, spare.owner, spare.local, upstreams);
+                continue;
+            }
+            let held = route.broadcast.path();
+            self.origin.unannounce(held.as_path());
+            if route.local {
+                self.local_origin.unannounce(held.as_path());
+            }
+            route.orphan_until = Some(now.saturating_add(self.limits.grace));
+            orphaned += 1;
+        }
+        orphaned
+    }
+
+    /// The oldest spare of `b`'s path, taken off the spare list.
+    fn take_spare(&self, b: broadcast::Ref<'_, '_>) -> Option<Spare> {
+        self.storage
+            .spares
+            .iter()
+            .filter_map(|s| {
+                let seq = s
+                    .borrow()
+                    .as_ref()
+                    .filter(|s| b.has_path(s.path.as_path()))
+                    .map(|s| s.seq)?;
+                Some((seq, s))
+            })
+            .min_by_key(|(seq, _)| *seq)
+            .and_then(|(_, s)| s.borrow_mut().take())
+    }
+
+    /// When [`Router::handle_timeout`] has something to do: the end of the
+    /// earliest grace period running.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.storage
+            .routes
+            .iter()
+            .filter_map(|r| r.borrow().as_ref().and_then(|r| r.orphan_until))
+            .min()
+    }
+
+    /// Withdraws every route whose grace period is over at `now` (its tracks
+    /// end with SESSION_CLOSED); returns how many.
+    pub fn handle_timeout(&self, now: Instant) -> usize {
+        let mut ended = 0;
+        for slot in self.storage.routes {
+            let due = slot
+                .borrow()
+                .as_ref()
+                .is_some_and(|r| r.orphan_until.is_some_and(|t| t <= now));
+            if due && let Some(route) = slot.borrow_mut().take() {
+                self.withdraw(route, StreamCode::SessionClosed);
+                ended += 1;
+            }
+        }
+        ended
+    }
+
+    /// Ends a route: out of both origins, tracks still waiting for a source
+    /// aborted with `code`, the broadcast and tracks given back to their
+    /// tables (reused once their last users are gone).
+    fn withdraw(&self, route: Route<'a, 'p>, code: StreamCode) {
+        let Route {
+            broadcast,
+            mut producer,
+            routed,
+            local,
+            orphan_until,
+            ..
+        } = route;
+        if orphan_until.is_none() {
+            let held = broadcast.path();
+            if routed {
+                self.origin.unannounce(held.as_path());
+            }
+            if local {
+                self.local_origin.unannounce(held.as_path());
+            }
+        }
+        for t in broadcast.tracks() {
+            end_track(t, code);
+            self.tracks.retire(t);
+        }
+        producer.finish();
+        drop(producer);
+        self.broadcasts.retire(broadcast);
+    }
+
+    /// The relay track `name` of `broadcast`, made now for connection `conn`
+    /// (`None`: a trunk, not held to the client quotas), and one upstream
+    /// SUBSCRIBE for it from the route's source (unless the route waits for
+    /// a new source, which asks for every track anyway).
+    ///
+    /// # Errors
+    /// [`ResolveRefused`]; nothing is kept for a refused request.
+    pub fn resolve(
+        &self,
+        conn: Option<SourceId>,
+        broadcast: broadcast::Ref<'a, 'p>,
+        name: &str,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> Result<track::Ref<'a, 'p>, ResolveRefused> {
+        let found = self.storage.routes.iter().find(|r| {
+            r.borrow()
+                .as_ref()
+                .is_some_and(|r| r.broadcast.same_broadcast(&broadcast))
+        });
+        let slot = found.ok_or(ResolveRefused::NotFound)?;
+        let route = slot.borrow();
+        let route = route.as_ref().ok_or(ResolveRefused::NotFound)?;
+        let info = track::Info::new(name).map_err(|_| ResolveRefused::NotFound)?;
+        let pending = self.storage.pending;
+        for p in pending {
+            if p.get().is_some_and(|p| !p.waits()) {
+                p.set(None);
+            }
+        }
+        let waiting = || pending.iter().filter_map(Cell::get);
+        if let Some(conn) = conn {
+            if waiting().filter(|p| p.conn == conn).count() >= self.limits.pending_per_conn {
+                return Err(ResolveRefused::Quota("max-pending-tracks"));
+            }
+            if waiting()
+                .filter(|p| p.broadcast.same_broadcast(&broadcast))
+                .count()
+                >= self.limits.pending_per_broadcast
+            {
+                return Err(ResolveRefused::Quota("max-pending-tracks-per-broadcast"));
+            }
+        }
+        let t = self
+            .tracks
+            .claim(info)
+            .map_err(|_| ResolveRefused::Quota("max-relay-tracks"))?;
+        // Its TRACK_INFO is the source's: TRACK requests wait for it.
+        t.await_info();
+        // The track outlives a source that goes away (failover).
+        t.set_failover(true);
+        if route.producer.add(t).is_err() {
+            // The broadcast's track places are all taken.
+            self.tracks.retire(t);
+            return Err(ResolveRefused::NotFound);
+        }
+        if let Some(conn) = conn
+            && let Some(free) = pending.iter().find(|p| p.get().is_none())
+        {
+            free.set(Some(Pending {
+                track: t,
+                conn,
+                broadcast,
+            }));
+        }
+        if route.orphan_until.is_none() {
+            upstreams.subscribe(route.owner, broadcast.path().as_path(), t);
+        }
+        Ok(t)
+    }
+
+    /// The upstream subscription of relay track `t` of `path` is over (`code`:
+    /// its error, `None` for a clean end). A track that finished stays in the
+    /// cache (late subscribers still get its groups and end); one the source
+    /// refused or abandoned ends with the code and leaves its broadcast, so
+    /// the next request asks again. True if the track ended here.
+    pub fn upstream_closed(
+        &self,
+        path: Path<'_>,
+        t: track::Ref<'a, 'p>,
+        code: Option<StreamCode>,
+    ) -> bool {
+        let finished = code.is_none() && t.status() == track::Status::Finished;
+        if finished {
+            return false;
+        }
+        end_track(t, code.unwrap_or(StreamCode::Internal));
+        self.drop_track(path, t);
+        true
+    }
+
+    /// Forgets relay track `t` of `path` (its upstream subscription ended or
+    /// was cancelled): out of its broadcast and back to the track table, so
+    /// the next request for its name makes a new one. A newer track of the
+    /// same name is left alone.
+    pub fn drop_track(&self, path: Path<'_>, t: track::Ref<'a, 'p>) {
+        let name = t.info().name;
+        for slot in self.storage.routes {
+            let r = slot.borrow();
+            let Some(route) = r.as_ref().filter(|r| r.broadcast.has_path(path)) else {
+                continue;
+            };
+            if route
+                .broadcast
+                .track(name.as_str())
+                .is_some_and(|x| x.same_track(&t))
+            {
+                route.producer.remove(name.as_str());
+                self.tracks.retire(t);
+                return;
+            }
+        }
+    }
+
+    /// Takes back the broadcasts and tracks given up whose last users are
+    /// gone; returns how many tracks came back.
+    pub fn reclaim(&self) -> usize {
+        self.broadcasts.reclaim();
+        self.tracks.reclaim()
+    }
+}
+
+impl<const T: usize, const G: usize> fmt::Debug for Router<'_, '_, '_, T, G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Router")
+            .field("routes", &self.routes())
+            .field("spares", &self.spares())
+            .field("tracks", &self.tracks.counts())
+            .finish()
+    }
+}
+
+/// Ends relay track `t` with `code` unless it finished or has a source:
+/// readers get the error, downstream subscriptions pass it on.
+pub fn end_track(t: track::Ref<'_, '_>, code: StreamCode) {
+    t.set_failover(false);
+    if t.status() == track::Status::Open
+        && let Ok(mut p) = t.producer()
+    {
+        p.abort(code.to_code());
+    }
+}
