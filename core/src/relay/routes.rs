@@ -691,3 +691,308 @@ pub fn end_track(t: track::Ref<'_, '_>, code: StreamCode) {
         p.abort(code.to_code());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The router's rules in simulated time: producers and consumers of the
+    //! media model stand in for the sessions around it.
+    extern crate std;
+
+    use core::cell::RefCell;
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::pool::{Pool, PoolStorage};
+    use crate::relay::{BroadcastSlot, TrackSlot};
+    use crate::window::Start;
+
+    const T: usize = 4;
+    const G: usize = 4;
+    const GRACE: Duration = Duration::from_secs(10);
+
+    fn path(s: &str) -> Path<'_> {
+        Path::new(s).unwrap()
+    }
+
+    /// Upstream SUBSCRIBEs asked for, as (owner, path, track).
+    #[derive(Default)]
+    struct Asked<'a, 'p>(RefCell<Vec<(SourceId, std::string::String, track::Ref<'a, 'p>)>>);
+
+    impl<'a, 'p> Upstreams<'a, 'p> for Asked<'a, 'p> {
+        fn subscribe(&self, owner: SourceId, path: Path<'_>, t: track::Ref<'a, 'p>) {
+            self.0.borrow_mut().push((owner, path.as_str().into(), t));
+        }
+    }
+
+    impl Asked<'_, '_> {
+        fn take(&self) -> Vec<(SourceId, std::string::String)> {
+            self.0
+                .borrow_mut()
+                .drain(..)
+                .map(|(o, p, _)| (o, p))
+                .collect()
+        }
+    }
+
+    /// A router over small tables, built in the caller's frame.
+    macro_rules! router {
+        ($pool:ident, $r:ident, $limits:expr) => {
+            let mut ps = PoolStorage::<32, 64>::new();
+            let $pool = Pool::new(&mut ps);
+            let o = origin::State::<8, 16>::new();
+            let lo = origin::State::<8, 16>::new();
+            let bslots: Vec<BroadcastSlot<'_, '_, T>> =
+                (0..4).map(|_| BroadcastSlot::new()).collect();
+            let tslots: Vec<TrackSlot<'_, G>> = (0..4)
+                .map(|_| TrackSlot::new(&$pool, track::Limits::NONE))
+                .collect();
+            let broadcasts = BroadcastTable::new(&bslots);
+            let tracks = TrackTable::new(&tslots);
+            let routes: Vec<RefCell<Option<Route<'_, '_>>>> =
+                (0..4).map(|_| RefCell::new(None)).collect();
+            let spares: Vec<RefCell<Option<Spare>>> = (0..4).map(|_| RefCell::new(None)).collect();
+            let pending: Vec<Cell<Option<Pending<'_, '_>>>> =
+                (0..4).map(|_| Cell::new(None)).collect();
+            let $r = Router::new(
+                o.handle(),
+                lo.handle(),
+                &broadcasts,
+                &tracks,
+                RouterStorage {
+                    routes: &routes,
+                    spares: &spares,
+                    pending: &pending,
+                },
+                $limits,
+            );
+        };
+    }
+
+    fn limits() -> RouterLimits {
+        RouterLimits {
+            announces: 8,
+            pending_per_conn: 8,
+            pending_per_broadcast: 8,
+            grace: GRACE,
+        }
+    }
+
+    #[test]
+    fn a_killed_source_is_adopted_within_the_grace_and_subscribers_stay() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        let t0 = Instant::ZERO;
+        assert_eq!(
+            r.announce(path("cam"), 1, true, &up),
+            Ok(Announced::Route { routed: true })
+        );
+        let b = r.origin().get(path("cam")).unwrap();
+        // A subscriber asks for "video": one relay track, one SUBSCRIBE to source 1.
+        let t = r.resolve(Some(7), b, "video", &up).unwrap();
+        assert_eq!(up.take(), [(1, "cam".into())]);
+        assert!(
+            !t.info_known(),
+            "TRACK requests wait for the source's TRACK_INFO"
+        );
+        t.set_info(crate::wire::lite::TrackInfo {
+            priority: 3,
+            max_age: Duration::from_secs(2),
+            timescale: core::num::NonZeroU64::new(1000).unwrap(),
+        });
+        let mut reader = t.consumer(Start::Latest);
+        // Source 1 fills group 0, then dies in the middle of group 1.
+        let p = t.producer().unwrap();
+        let mut g = p.create_group(0).unwrap();
+        g.write_frame(0, b"a").unwrap();
+        g.finish().unwrap();
+        drop(g);
+        let mut g1 = p.create_group(1).unwrap();
+        g1.write_frame(0, b"b").unwrap();
+        drop(g1);
+        drop(p);
+        assert_eq!(r.source_gone(1, t0, &up), 1);
+        assert!(r.origin().get(path("cam")).is_none(), "unannounced at once");
+        assert_eq!(r.poll_timeout(), Some(t0.saturating_add(GRACE)));
+        assert_eq!(t.status(), track::Status::Open, "the track waits");
+        // Source 2 announces the path in time: it adopts, and is asked for
+        // every open track; the subscriber reads on.
+        let t1 = t0.saturating_add(Duration::from_secs(3));
+        assert_eq!(r.handle_timeout(t1), 0);
+        assert_eq!(
+            r.announce(path("cam"), 2, true, &up),
+            Ok(Announced::Adopted { tracks: 1 })
+        );
+        assert_eq!(up.take(), [(2, "cam".into())]);
+        assert!(r.origin().get(path("cam")).is_some());
+        assert_eq!(r.poll_timeout(), None);
+        let p2 = t.producer().unwrap();
+        let mut g2 = p2.create_group(2).unwrap();
+        g2.write_frame(0, b"c").unwrap();
+        g2.finish().unwrap();
+        let mut seqs = Vec::new();
+        for _ in 0..8 {
+            match reader.next_group() {
+                Ok(track::Next::Ready(c)) => seqs.push(c.sequence()),
+                Ok(track::Next::Lagged(_)) => {}
+                _ => break,
+            }
+        }
+        let _ = pool;
+        assert!(
+            seqs.contains(&2),
+            "the subscriber got the new source's group: {seqs:?}"
+        );
+    }
+
+    #[test]
+    fn after_the_grace_the_broadcast_ends_and_its_tables_come_back() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        let t0 = Instant::ZERO;
+        r.announce(path("cam"), 1, true, &up).unwrap();
+        let b = r.origin().get(path("cam")).unwrap();
+        let t = r.resolve(None, b, "video", &up).unwrap();
+        assert_eq!(r.source_gone(1, t0, &up), 1);
+        let due = r.poll_timeout().unwrap();
+        assert_eq!(r.handle_timeout(due.saturating_add(Duration::ZERO)), 1);
+        assert_eq!(
+            t.status(),
+            track::Status::Aborted(StreamCode::SessionClosed.to_code())
+        );
+        assert_eq!(r.routes(), 0);
+        // Both tables take their entries back; the stale handles reach nothing.
+        assert!(r.reclaim() >= 1);
+        let again = r.announce(path("other"), 3, true, &up);
+        assert_eq!(again, Ok(Announced::Route { routed: true }));
+        let b2 = r.origin().get(path("other")).unwrap();
+        assert!(!b.is_current() || !b.same_broadcast(&b2));
+        let t2 = r.resolve(None, b2, "video", &up).unwrap();
+        assert!(!t.same_track(&t2));
+        assert!(t.producer().is_err() || !t.is_current());
+        let _ = pool;
+    }
+
+    #[test]
+    fn a_spare_takes_over_at_once_and_the_oldest_goes_first() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        let t0 = Instant::ZERO;
+        r.announce(path("cam"), 1, true, &up).unwrap();
+        assert_eq!(r.announce(path("cam"), 2, true, &up), Ok(Announced::Spare));
+        assert_eq!(r.announce(path("cam"), 3, true, &up), Ok(Announced::Spare));
+        assert_eq!(r.announce(path("cam"), 2, true, &up), Ok(Announced::Spare));
+        assert_eq!(r.spares(), 2);
+        let b = r.origin().get(path("cam")).unwrap();
+        r.resolve(None, b, "video", &up).unwrap();
+        up.take();
+        // Source 1 goes: spare 2 (the oldest) takes over, nothing waits.
+        assert_eq!(r.source_gone(1, t0, &up), 0);
+        assert_eq!(up.take(), [(2, "cam".into())]);
+        assert!(
+            r.origin().get(path("cam")).is_some(),
+            "the announcement stays"
+        );
+        assert_eq!(r.poll_timeout(), None);
+        // Then 2 goes: 3 takes over.
+        assert_eq!(r.source_gone(2, t0, &up), 0);
+        assert_eq!(up.take(), [(3, "cam".into())]);
+        // A spare that withdraws is forgotten.
+        assert_eq!(r.announce(path("cam"), 4, true, &up), Ok(Announced::Spare));
+        assert!(!r.unannounce(path("cam"), 4));
+        assert_eq!(r.spares(), 0);
+        let _ = pool;
+    }
+
+    #[test]
+    fn a_local_source_of_a_linked_path_is_a_standby() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        // Learned from another worker (not local), then a client of ours.
+        r.announce(path("cam"), 100, false, &up).unwrap();
+        assert_eq!(
+            r.announce(path("cam"), 1, true, &up),
+            Ok(Announced::Route { routed: false })
+        );
+        assert!(
+            r.local_origin().get(path("cam")).is_some(),
+            "offered to the other workers"
+        );
+        assert_eq!(r.routes(), 2);
+        // The standby's source goes: withdrawn at once, nothing waits.
+        assert_eq!(r.source_gone(1, Instant::ZERO, &up), 0);
+        assert!(r.local_origin().get(path("cam")).is_none());
+        assert_eq!(r.routes(), 1);
+        let _ = pool;
+    }
+
+    #[test]
+    fn quotas_refuse_the_request_past_them_and_keep_nothing() {
+        router!(
+            pool,
+            r,
+            RouterLimits {
+                announces: 1,
+                pending_per_conn: 1,
+                pending_per_broadcast: 2,
+                grace: GRACE,
+            }
+        );
+        let up = Asked::default();
+        r.announce(path("a"), 1, true, &up).unwrap();
+        assert_eq!(
+            r.announce(path("b"), 1, true, &up),
+            Err(AnnounceRefused::Quota)
+        );
+        // Trunks (not local) are not held to it.
+        assert!(r.announce(path("c"), 9, false, &up).is_ok());
+        let a = r.origin().get(path("a")).unwrap();
+        r.resolve(Some(7), a, "x", &up).unwrap();
+        assert_eq!(
+            r.resolve(Some(7), a, "y", &up).unwrap_err(),
+            ResolveRefused::Quota("max-pending-tracks")
+        );
+        r.resolve(Some(8), a, "y", &up).unwrap();
+        assert_eq!(
+            r.resolve(Some(9), a, "z", &up).unwrap_err(),
+            ResolveRefused::Quota("max-pending-tracks-per-broadcast")
+        );
+        assert_eq!(a.len(), 2, "nothing kept for the refused requests");
+        // Once the source answers (TRACK_INFO), the request no longer waits.
+        let x = a.track("x").unwrap();
+        x.set_info(crate::wire::lite::TrackInfo {
+            priority: 0,
+            max_age: Duration::from_secs(1),
+            timescale: core::num::NonZeroU64::new(1000).unwrap(),
+        });
+        r.resolve(Some(7), a, "w", &up).unwrap();
+        // The track table (4 slots) refuses past its size.
+        r.resolve(None, a, "v", &up).unwrap();
+        assert_eq!(
+            r.resolve(None, a, "u", &up).unwrap_err(),
+            ResolveRefused::Quota("max-relay-tracks")
+        );
+        assert_eq!(ResolveRefused::Quota("x").code(), StreamCode::Evicted);
+        let _ = pool;
+    }
+
+    #[test]
+    fn a_refused_track_leaves_its_broadcast_and_a_finished_one_stays() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        r.announce(path("a"), 1, true, &up).unwrap();
+        let a = r.origin().get(path("a")).unwrap();
+        let nope = r.resolve(Some(7), a, "nope", &up).unwrap();
+        assert!(r.upstream_closed(path("a"), nope, Some(StreamCode::NotFound)));
+        assert!(a.track("nope").is_none());
+        assert_eq!(
+            nope.status(),
+            track::Status::Aborted(StreamCode::NotFound.to_code())
+        );
+        let done = r.resolve(Some(7), a, "done", &up).unwrap();
+        let mut p = done.producer().unwrap();
+        p.finish();
+        assert!(!r.upstream_closed(path("a"), done, None));
+        assert!(a.track("done").is_some(), "late subscribers still get it");
+        let _ = pool;
+    }
+}
