@@ -108,21 +108,18 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
-use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::{BlockMeta, Pool};
 use skiff_core::relay::{
-    AnnounceRefused, Announced, BroadcastSlot, BroadcastTable, Follow, LINGER, ResolveRefused,
-    Router, RouterLimits, RouterStorage, SourceId, Step, TrackSlot, TrackTable, Upstreams,
-    end_track, upstream_request,
+    AnnounceRefused, BroadcastSlot, BroadcastTable, LINGER, Peer, PeerKind, ResolveRefused,
+    Resolver, Router, RouterLimits, RouterStorage, SourceId, SubscribeQueue, TrackSlot, TrackTable,
+    Upstreams, Wake,
 };
 use skiff_core::time::{Duration, Instant};
 
 use crate::lend::{Borrower, Lender, LinkShare, lend_limit, return_released, spare_slots};
-use skiff_core::session::{
-    AnnounceId, Config, ConfigError, Error as SessionError, Event, Resolve, Session, SubscriptionId,
-};
-use skiff_core::wire::lite::{Role, StreamCode};
+use skiff_core::session::{Config, ConfigError, Event, Resolve, Session};
+use skiff_core::wire::lite::StreamCode;
 use skiff_core::wire::qmux::Side;
 
 use crate::clock::Clock;
@@ -150,25 +147,50 @@ pub const BLOCK_BYTES: usize = 16384;
 /// standbys (local sources of paths served over a link), about 2.2 KiB each.
 pub const BROADCAST_SLOTS: usize = 2 * BROADCASTS;
 
+/// Upstream subscriptions a client session's peer holds at once (its
+/// table's size); a trunk's hold [`TRUNK_UPSTREAM`].
+const CLIENT_UPSTREAM: usize = 64;
+/// Upstream subscriptions a trunk session's peer holds at once.
+const TRUNK_UPSTREAM: usize = 128;
+
 /// A session's queue of upstream subscriptions to make.
-#[derive(Debug, Default)]
-pub struct PendingSubscribes {
-    pending: RefCell<Vec<(String, track::Ref<'static, 'static>)>>,
+trait Queue {
+    /// Queues relay track `t` of `b`.
+    fn push(&self, b: broadcast::Ref<'static, 'static>, t: track::Ref<'static, 'static>);
+}
+
+impl<const Q: usize> Queue for SubscribeQueue<'static, 'static, Q> {
+    fn push(&self, b: broadcast::Ref<'static, 'static>, t: track::Ref<'static, 'static>) {
+        SubscribeQueue::push(self, b, t);
+    }
 }
 
 /// The upstream SUBSCRIBE queues of this worker's sessions, by source: where
 /// the router's decisions go ([`Upstreams`]).
-#[derive(Debug, Default)]
 struct Queues {
-    by_source: RefCell<HashMap<SourceId, Rc<PendingSubscribes>>>,
+    by_source: RefCell<HashMap<SourceId, Rc<dyn Queue>>>,
+    /// Wakes the session that is to make a queued SUBSCRIBE.
+    notify: Rc<Notify>,
+}
+
+impl std::fmt::Debug for Queues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queues")
+            .field("sources", &self.by_source.borrow().len())
+            .finish()
+    }
 }
 
 impl Upstreams<'static, 'static> for Queues {
-    fn subscribe(&self, owner: SourceId, path: Path<'_>, track: track::Ref<'static, 'static>) {
+    fn subscribe(
+        &self,
+        owner: SourceId,
+        broadcast: broadcast::Ref<'static, 'static>,
+        track: track::Ref<'static, 'static>,
+    ) {
         if let Some(q) = self.by_source.borrow().get(&owner) {
-            q.pending
-                .borrow_mut()
-                .push((path.as_str().to_owned(), track));
+            q.push(broadcast, track);
+            self.notify.bump();
         }
     }
 }
@@ -312,7 +334,10 @@ impl Relay {
                 storage,
                 limits,
             ),
-            queues: Queues::default(),
+            queues: Queues {
+                by_source: RefCell::new(HashMap::new()),
+                notify: notify.clone(),
+            },
             pool,
             hop,
             session_config: config.session_config(hop),
@@ -443,74 +468,17 @@ impl Relay {
 
     /// Registers the upstream SUBSCRIBE queue of source `owner` (a session
     /// of this worker), where the router's requests for it go.
-    fn add_source(&self, owner: SourceId, queue: Rc<PendingSubscribes>) {
+    fn add_source(&self, owner: SourceId, queue: Rc<dyn Queue>) {
         self.queues.by_source.borrow_mut().insert(owner, queue);
     }
 
-    /// Broadcast `path` announced by source `owner` (`local`: a client of
-    /// this worker, not a link or the upstream); the router decides
-    /// ([`Router::announce`]).
-    fn add_broadcast(&self, path: &str, owner: SourceId, local: bool) {
-        let Ok(p) = Path::new(path) else {
-            tracing::debug!(path, "announced path refused");
-            return;
-        };
-        match self.router.announce(p, owner, local, &self.queues) {
-            Ok(Announced::Route { routed }) => {
-                tracing::info!(path, owner, local, routed, "broadcast announced")
-            }
-            Ok(Announced::Adopted { tracks }) => {
-                tracing::info!(
-                    path,
-                    owner,
-                    tracks,
-                    "broadcast announced again: subscribers spliced to the new source"
-                )
-            }
-            Ok(Announced::Spare) => {
-                tracing::debug!(
-                    path,
-                    owner,
-                    "broadcast already routed; this source waits as a spare"
-                )
-            }
-            Err(AnnounceRefused::Quota) => self.quota_refused("max-announces", owner, path),
-            Err(e) => {
-                self.quota_refused("broadcast table", owner, path);
-                tracing::debug!(path, owner, error = %e, "announcement ignored");
-            }
-        }
-        self.notify.bump();
-    }
-
-    /// Withdraws `path` if `owner` announced it (the publisher ended it).
-    fn remove_broadcast(&self, path: &str, owner: SourceId) {
-        if let Ok(p) = Path::new(path)
-            && self.router.unannounce(p, owner)
-        {
-            tracing::info!(path, owner, "broadcast withdrawn");
-            self.notify.bump();
-        }
-    }
-
-    /// Source `owner` is gone ([`Router::source_gone`]): its broadcasts wait
-    /// for the grace period (a timer is armed for the router's deadline).
-    fn orphan_owned(self: &Rc<Self>, owner: SourceId) {
+    /// Forgets the queue of source `owner` (its session is over).
+    fn remove_source(&self, owner: SourceId) {
         self.queues.by_source.borrow_mut().remove(&owner);
-        let now = self.clock.now();
-        let orphaned = self.router.source_gone(owner, now, &self.queues);
-        if orphaned > 0 {
-            tracing::info!(
-                owner,
-                broadcasts = orphaned,
-                "broadcast source gone; waiting for it to be announced again"
-            );
-        }
-        self.arm_timer();
-        self.notify.bump();
     }
 
-    /// Makes sure a task wakes at the router's next deadline.
+    /// Makes sure a task wakes at the router's next deadline (the end of a
+    /// failover grace period).
     fn arm_timer(self: &Rc<Self>) {
         let Some(at) = self.router.poll_timeout() else {
             return;
@@ -535,26 +503,11 @@ impl Relay {
         });
     }
 
-    /// The relay track `name` of `broadcast` for connection `conn` (`None`:
-    /// a trunk): [`Router::resolve`], with its refusals counted.
-    fn resolve_for(
-        &self,
-        conn: Option<SourceId>,
-        broadcast: broadcast::Ref<'static, 'static>,
-        name: &str,
-    ) -> Result<track::Ref<'static, 'static>, StreamCode> {
-        match self.router.resolve(conn, broadcast, name, &self.queues) {
-            Ok(t) => {
-                tracing::debug!(path = %broadcast.path(), track = name, "relay track created");
-                self.notify.bump();
-                Ok(t)
-            }
-            Err(e) => {
-                if let ResolveRefused::Quota(quota) = e {
-                    self.quota_refused(quota, conn.unwrap_or(0), broadcast.path().as_str());
-                }
-                Err(e.code())
-            }
+    /// Counts a refused track request and logs it.
+    fn track_refused(&self, conn: Option<SourceId>, e: ResolveRefused, path: &str) {
+        match e {
+            ResolveRefused::Quota(quota) => self.quota_refused(quota, conn.unwrap_or(0), path),
+            ResolveRefused::NotFound => tracing::debug!(path, "track request refused: not found"),
         }
     }
 }
@@ -565,24 +518,12 @@ impl Resolve<'static, 'static> for Relay {
         broadcast: broadcast::Ref<'static, 'static>,
         name: &str,
     ) -> Result<track::Ref<'static, 'static>, StreamCode> {
-        self.resolve_for(None, broadcast, name)
-    }
-}
-
-/// The on-demand hook of one client connection: [`Relay::resolve_for`] with
-/// the connection's id, so its requests count against its quotas.
-struct ClientResolver {
-    relay: Rc<Relay>,
-    conn: u64,
-}
-
-impl Resolve<'static, 'static> for ClientResolver {
-    fn resolve(
-        &self,
-        broadcast: broadcast::Ref<'static, 'static>,
-        name: &str,
-    ) -> Result<track::Ref<'static, 'static>, StreamCode> {
-        self.relay.resolve_for(Some(self.conn), broadcast, name)
+        self.router
+            .resolve(None, broadcast, name, &self.queues)
+            .map_err(|e| {
+                self.track_refused(None, e, broadcast.path().as_str());
+                e.code()
+            })
     }
 }
 
@@ -595,20 +536,9 @@ fn core_duration(d: StdDuration) -> Duration {
     Duration::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
-/// One upstream subscription of a session: it fills relay track `track` of
-/// broadcast `path`, following its demand ([`Follow`]).
-struct UpstreamSub {
-    id: SubscriptionId,
-    path: String,
-    track: track::Ref<'static, 'static>,
-    follow: Follow,
-    /// The linger deadline a wake-up is armed for.
-    armed: Option<Instant>,
-}
-
 /// What is at the other end of a relay session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Peer {
+enum Remote {
     /// An accepted client: a publisher, a subscriber, or a leaf relay.
     Client,
     /// Another worker of this relay, over a socket pair.
@@ -618,137 +548,72 @@ enum Peer {
     Upstream(&'static str),
 }
 
-impl Peer {
+impl Remote {
     /// Broadcasts learned from this peer belong to this worker's clients
     /// (and so are offered to the other workers and to the upstream).
     fn is_local(self) -> bool {
-        self == Peer::Client
+        self == Remote::Client
     }
 }
 
-/// The relay side of one connection.
-struct RelayConn {
+/// The relay side of one connection: the core's [`Peer`] for it, and its
+/// upstream SUBSCRIBE queue (`S` subscriptions at most).
+struct RelayConn<const S: usize> {
     relay: Rc<Relay>,
     id: u64,
-    peer: Peer,
-    upstream: Rc<PendingSubscribes>,
-    want_announce: bool,
-    announce: Option<AnnounceId>,
-    subs: Vec<UpstreamSub>,
+    peer: Peer<'static, 'static, S>,
+    queue: Rc<SubscribeQueue<'static, 'static, S>>,
+    /// The linger deadline a wake-up is armed for.
+    armed: Option<Instant>,
     /// A link: what it lends to the other worker.
     lender: Option<Rc<Lender>>,
 }
 
-impl RelayConn {
-    /// Keeps each upstream subscription in line with its relay track's
-    /// downstream subscriptions ([`Follow::step`]): a changed aggregate goes
-    /// out as SUBSCRIBE_UPDATE; a track without subscriber for [`LINGER`]
-    /// has its upstream subscription cancelled (FIN) and leaves the
-    /// broadcast, so the next subscriber resolves a new track and a new
-    /// upstream SUBSCRIBE. O(subscriptions) per call, no allocation (but one
-    /// timer task when a linger starts).
-    fn follow_demand<const N: usize>(&mut self, session: &mut Session<'_, 'static, 'static, N>) {
-        let now = self.relay.clock.now();
-        let mut i = 0;
-        while let Some(s) = self.subs.get_mut(i) {
-            match s.follow.step(s.track, now) {
-                Step::Wait(None) => {}
-                Step::Wait(Some(at)) => {
-                    if s.armed != Some(at) {
-                        s.armed = Some(at);
-                        // The session may not wake on its own by then.
-                        let notify = self.relay.notify.clone();
-                        let wait = at.saturating_duration_since(now);
-                        monoio::spawn(async move {
-                            monoio::time::sleep(StdDuration::from_micros(wait.as_micros())).await;
-                            notify.bump();
-                        });
-                    }
-                }
-                Step::Update(want) => {
-                    // Refused while the send buffer is full (tried again next
-                    // round) or once the subscription is over (its close
-                    // event follows).
-                    if session.update(s.id, want).is_ok() {
-                        tracing::trace!(
-                            path = s.path,
-                            priority = want.priority,
-                            "upstream subscription updated"
-                        );
-                        s.follow.updated(want);
-                    }
-                }
-                Step::Cancel => {
-                    let UpstreamSub {
-                        id, path, track, ..
-                    } = self.subs.swap_remove(i);
-                    tracing::debug!(path, track = %track.info().name, "no subscriber left: upstream subscription cancelled");
-                    // Out of the broadcast first, so nobody new is served
-                    // from it; then the FIN finishes it.
-                    if let Ok(p) = Path::new(&path) {
-                        self.relay.router.drop_track(p, track);
-                    }
-                    track.set_failover(false);
-                    if session.unsubscribe(id).is_err() {
-                        end_track(track, StreamCode::Cancel);
-                    }
-                    continue;
-                }
+impl<const S: usize> RelayConn<S> {
+    /// The relay side of session `id` (its queue registered with the relay).
+    fn new(relay: Rc<Relay>, id: u64, kind: PeerKind, lender: Option<Rc<Lender>>) -> Self {
+        let queue = Rc::new(SubscribeQueue::new());
+        relay.add_source(id, queue.clone());
+        RelayConn {
+            relay,
+            id,
+            peer: Peer::new(id, kind),
+            queue,
+            armed: None,
+            lender,
+        }
+    }
+
+    /// Wakes whom a core call says to.
+    fn wake(&self, wake: Wake) {
+        match wake {
+            Wake::Nobody => {}
+            Wake::Track(key) => self.relay.notify.bump_tracks([key]),
+            Wake::All => {
+                self.relay.notify.bump();
+                self.relay.arm_timer();
             }
-            i += 1;
         }
     }
 }
 
-impl<const N: usize> App<N> for RelayConn {
+impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
     /// Idle unless an announce request, an upstream subscription to make, or
     /// a change of demand (an update, a linger to start or to end) waits.
     fn is_idle(&self) -> bool {
-        let now = self.relay.clock.now();
-        !self.want_announce
-            && self.upstream.pending.borrow().is_empty()
-            && self.subs.iter().all(|s| s.follow.is_quiet(s.track, now))
+        self.peer.is_idle(&self.queue, self.relay.clock.now())
     }
 
     fn on_event(&mut self, event: &Event<'_>) {
         match *event {
             Event::Setup { role, path, .. } => {
-                tracing::debug!(conn = self.id, ?role, path, "client setup");
-                // PROTOCOL.md §4.1: a client that only subscribes has nothing to announce.
-                self.want_announce =
-                    self.announce.is_none() && (!self.peer.is_local() || role != Role::Subscriber);
+                tracing::debug!(conn = self.id, ?role, path, "client setup")
             }
             Event::Announced { path, .. } => {
-                self.relay
-                    .add_broadcast(path, self.id, self.peer.is_local())
+                tracing::info!(conn = self.id, path, "broadcast announced")
             }
-            Event::Unannounced { path, .. } => self.relay.remove_broadcast(path, self.id),
-            Event::AnnounceEnded { request, .. } if Some(request) == self.announce => {
-                self.announce = None;
-                self.relay.orphan_owned(self.id);
-            }
-            Event::TrackInfo { subscription, info } => {
-                // PROTOCOL.md §3.7: the relay track re-serves what its source
-                // said; TRACK requests waiting for it are answered now.
-                if let Some(s) = self.subs.iter().find(|s| s.id == subscription) {
-                    s.track.set_info(info);
-                }
-            }
-            Event::SubscriptionClosed { subscription, code } => {
-                if let Some(i) = self.subs.iter().position(|s| s.id == subscription) {
-                    let UpstreamSub { path, track: t, .. } = self.subs.swap_remove(i);
-                    tracing::debug!(path, track = %t.info().name, ?code, "upstream subscription over");
-                    let ended = Path::new(&path).is_ok_and(|p| {
-                        self.relay
-                            .router
-                            .upstream_closed(p, t, code.map(StreamCode::from_code))
-                    });
-                    if ended {
-                        // The sessions serving it pass the code on now (the
-                        // track left this session's filled set with its end).
-                        self.relay.notify.bump_tracks([t.key()]);
-                    }
-                }
+            Event::Unannounced { path, .. } => {
+                tracing::info!(conn = self.id, path, "broadcast withdrawn")
             }
             Event::Closed {
                 code,
@@ -760,6 +625,18 @@ impl<const N: usize> App<N> for RelayConn {
             }
             _ => {}
         }
+        let relay = self.relay.clone();
+        let effect = self
+            .peer
+            .on_event(event, &relay.router, relay.clock.now(), &relay.queues);
+        if let (Some(e), Event::Announced { path, .. }) = (effect.refused, event) {
+            let quota = match e {
+                AnnounceRefused::Quota => "max-announces",
+                _ => "broadcast table",
+            };
+            relay.quota_refused(quota, self.id, path);
+        }
+        self.wake(effect.wake);
     }
 
     fn lender(&self) -> Option<&Lender> {
@@ -767,64 +644,33 @@ impl<const N: usize> App<N> for RelayConn {
     }
 
     fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>) {
-        self.relay.publish_gauges();
-        self.relay.return_lent();
-        self.relay.reclaim_tables();
-        if self.want_announce && session.is_established() {
-            match session.announce_request("") {
-                Ok(a) => {
-                    self.announce = Some(a);
-                    self.want_announce = false;
-                }
-                Err(SessionError::NotReady) => {}
-                Err(e) => {
-                    tracing::debug!(error = %e, "announce request failed");
-                    self.want_announce = false;
-                }
-            }
+        let relay = self.relay.clone();
+        relay.publish_gauges();
+        relay.return_lent();
+        relay.reclaim_tables();
+        let now = relay.clock.now();
+        let next = self.peer.act(session, &relay.router, &self.queue, now);
+        if let Some(at) = next
+            && self.armed != Some(at)
+        {
+            // The session may not wake on its own by then.
+            self.armed = Some(at);
+            let notify = relay.notify.clone();
+            let wait = at.saturating_duration_since(now);
+            monoio::spawn(async move {
+                monoio::time::sleep(StdDuration::from_micros(wait.as_micros())).await;
+                notify.bump();
+            });
         }
-        let mut pending = self.upstream.pending.borrow_mut();
-        while let Some((path, t)) = pending.first().cloned() {
-            if !t.is_current() {
-                // Given up and reused before it was asked for.
-                pending.remove(0);
-                continue;
-            }
-            let request = upstream_request(t);
-            match session.subscribe(&path, t, request) {
-                Ok(id) => self.subs.push(UpstreamSub {
-                    id,
-                    path,
-                    track: t,
-                    follow: Follow::new(request, LINGER),
-                    armed: None,
-                }),
-                // Control slots come back as TRACK requests are answered:
-                // the rest waits for the next round, in order.
-                Err(SessionError::ControlFull | SessionError::NotReady) => break,
-                Err(e) => {
-                    tracing::debug!(path, error = %e, "upstream subscribe failed");
-                    end_track(t, StreamCode::Internal);
-                    if let Ok(p) = Path::new(&path) {
-                        self.relay.router.drop_track(p, t);
-                    }
-                }
-            }
-            pending.remove(0);
-        }
-        drop(pending);
-        self.follow_demand(session);
     }
 
     fn on_close(&mut self) {
-        // The session's tracks were detached from it, not ended (they are
-        // failover tracks): they wait with their broadcasts for a new source.
-        self.subs.clear();
-        self.relay.orphan_owned(self.id);
-        // Requests queued for this session will never be made; a new source
-        // asks for every track of the broadcast.
-        self.upstream.pending.borrow_mut().clear();
-        self.relay.publish_gauges();
+        let relay = self.relay.clone();
+        relay.remove_source(self.id);
+        self.peer
+            .on_close(&relay.router, &self.queue, relay.clock.now(), &relay.queues);
+        self.wake(Wake::All);
+        relay.publish_gauges();
     }
 }
 
@@ -931,7 +777,7 @@ impl RelayHandler {
         monoio::spawn(async move {
             let (reader, writer) = split_halves(stream, 64 * 1024);
             let mut storage = Box::new(TrunkStorage::new());
-            let (config, origin) = relay.session_setup(Peer::Link);
+            let (config, origin) = relay.session_setup(Remote::Link);
             let session: Result<TrunkSession<'_>, _> =
                 Session::new(side, config, ctx.clock.now(), &mut storage, Some(origin)).map(
                     |mut s| {
@@ -946,7 +792,7 @@ impl RelayHandler {
                 writer,
                 side,
                 id,
-                Peer::Link,
+                Remote::Link,
                 Some(lender),
                 None,
                 &ctx,
@@ -985,7 +831,7 @@ impl RelayHandler {
                         tracing::info!(worker, upstream = %up, "upstream connected");
                         let (reader, writer) = split_halves(stream, 64 * 1024);
                         let id = UPSTREAM_ID_BASE + dial;
-                        let peer = Peer::Upstream(path);
+                        let peer = Remote::Upstream(path);
                         let (config, origin) = relay.session_setup(peer);
                         let session: Result<TrunkSession<'_>, _> = Session::new(
                             Side::Client,
@@ -1050,10 +896,10 @@ impl Relay {
     /// or a trunk's configuration; links and the upstream are offered only
     /// this worker's own clients' broadcasts (one hop between workers,
     /// nothing loops back up).
-    fn session_setup(&self, peer: Peer) -> (Config<'static>, origin::Ref<'static, 'static>) {
+    fn session_setup(&self, peer: Remote) -> (Config<'static>, origin::Ref<'static, 'static>) {
         let mut config = Config {
             path: match peer {
-                Peer::Upstream(path) => Some(path),
+                Remote::Upstream(path) => Some(path),
                 _ => None,
             },
             ..if peer.is_local() {
@@ -1063,7 +909,7 @@ impl Relay {
             }
         };
         // Both ends of a link are this process: payload crosses by reference.
-        config.conn.stream_refs = peer == Peer::Link;
+        config.conn.stream_refs = peer == Remote::Link;
         let origin = if peer.is_local() {
             self.router.origin()
         } else {
@@ -1083,7 +929,7 @@ async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize>(
     writer: W,
     side: Side,
     id: u64,
-    peer: Peer,
+    peer: Remote,
     lender: Option<Rc<Lender>>,
     resolver: Option<&'s dyn Resolve<'static, 'static>>,
     ctx: &DriveCtx,
@@ -1094,25 +940,22 @@ async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize>(
     } else {
         session.set_resolver(Some(&*relay));
     }
-    let upstream = Rc::new(PendingSubscribes::default());
-    relay.add_source(id, upstream.clone());
-    let mut app = RelayConn {
-        relay: relay.clone(),
-        id,
-        peer,
-        upstream,
+    let kind = match peer {
+        Remote::Client => PeerKind::Client,
         // The dialing side of a link, and a leaf towards its upstream, ask
-        // at once; accepted clients after SETUP.
-        want_announce: match peer {
-            Peer::Link => side == Side::Client,
-            Peer::Upstream(_) => true,
-            Peer::Client => false,
+        // for announcements at once; accepted clients after their SETUP.
+        Remote::Link => PeerKind::Trunk {
+            ask_first: side == Side::Client,
         },
-        announce: None,
-        subs: Vec::new(),
-        lender,
+        Remote::Upstream(_) => PeerKind::Trunk { ask_first: true },
     };
-    drive(session, reader, writer, &mut app, ctx).await
+    if peer.is_local() {
+        let mut app = RelayConn::<CLIENT_UPSTREAM>::new(relay.clone(), id, kind, lender);
+        drive(session, reader, writer, &mut app, ctx).await
+    } else {
+        let mut app = RelayConn::<TRUNK_UPSTREAM>::new(relay.clone(), id, kind, lender);
+        drive(session, reader, writer, &mut app, ctx).await
+    }
 }
 
 impl ConnectionHandler for RelayHandler {
@@ -1153,12 +996,12 @@ impl RelayHandler {
         writer: crate::conn::Writer,
         ctx: DriveCtx,
     ) -> io::Result<Ended> {
-        let resolver = ClientResolver {
-            relay: self.relay.clone(),
-            conn: id,
-        };
+        let relay = self.relay.clone();
+        let refused = |e: ResolveRefused, path: &str| relay.track_refused(Some(id), e, path);
+        let resolver =
+            Resolver::new(&self.relay.router, Some(id), &self.relay.queues).on_refused(&refused);
         let mut storage = self.storage.take();
-        let (config, origin) = self.relay.session_setup(Peer::Client);
+        let (config, origin) = self.relay.session_setup(Remote::Client);
         let session: Result<MoqSession<'_>, _> = Session::new(
             Side::Server,
             config,
@@ -1174,7 +1017,7 @@ impl RelayHandler {
             writer,
             Side::Server,
             id,
-            Peer::Client,
+            Remote::Client,
             None,
             Some(&resolver),
             &ctx,

@@ -12,17 +12,21 @@
 //!   and the per-peer quotas on them ([`routes::Router`]).
 //! * [`demand`]: one upstream subscription per relay track, following the
 //!   merged downstream demand and lingering after the last subscriber.
+//! * [`peer`]: the relay's side of one session: its events for the router,
+//!   its upstream subscriptions, its on-demand hook ([`peer::Resolver`]).
 //!
 //! Everything here is sans-IO: time is passed in, deadlines come out.
 
 pub mod broadcasts;
 pub mod demand;
+pub mod peer;
 pub mod routes;
 mod table;
 pub mod tracks;
 
 pub use broadcasts::{BroadcastSlot, BroadcastTable, ClaimError};
 pub use demand::{Follow, LINGER, Step, UPSTREAM, upstream_request};
+pub use peer::{Effect, Peer, PeerKind, RefusedHook, Resolver, SubscribeQueue, Wake};
 pub use routes::{
     AnnounceRefused, Announced, Pending, ResolveRefused, Route, Router, RouterLimits,
     RouterStorage, SourceId, Spare, Upstreams, end_track,

@@ -46,9 +46,14 @@ pub type SourceId = u64;
 
 /// Where the upstream SUBSCRIBEs a routing decision needs go.
 pub trait Upstreams<'a, 'p> {
-    /// Asks source `owner` for relay track `track` of broadcast `path` (one
+    /// Asks source `owner` for relay track `track` of `broadcast` (one
     /// SUBSCRIBE, made by the session of that source).
-    fn subscribe(&self, owner: SourceId, path: Path<'_>, track: track::Ref<'a, 'p>);
+    fn subscribe(
+        &self,
+        owner: SourceId,
+        broadcast: broadcast::Ref<'a, 'p>,
+        track: track::Ref<'a, 'p>,
+    );
 }
 
 /// One route: a broadcast, who serves it, and where it is offered.
@@ -398,7 +403,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         let mut asked = 0;
         for t in b.tracks() {
             if t.status() == track::Status::Open {
-                upstreams.subscribe(owner, path, t);
+                upstreams.subscribe(owner, b, t);
                 asked += 1;
             }
         }
@@ -615,40 +620,35 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             }));
         }
         if route.orphan_until.is_none() {
-            upstreams.subscribe(route.owner, broadcast.path().as_path(), t);
+            upstreams.subscribe(route.owner, broadcast, t);
         }
         Ok(t)
     }
 
-    /// The upstream subscription of relay track `t` of `path` is over (`code`:
-    /// its error, `None` for a clean end). A track that finished stays in the
+    /// The upstream subscription of relay track `t` is over (`code`: its
+    /// error, `None` for a clean end). A track that finished stays in the
     /// cache (late subscribers still get its groups and end); one the source
     /// refused or abandoned ends with the code and leaves its broadcast, so
     /// the next request asks again. True if the track ended here.
-    pub fn upstream_closed(
-        &self,
-        path: Path<'_>,
-        t: track::Ref<'a, 'p>,
-        code: Option<StreamCode>,
-    ) -> bool {
+    pub fn upstream_closed(&self, t: track::Ref<'a, 'p>, code: Option<StreamCode>) -> bool {
         let finished = code.is_none() && t.status() == track::Status::Finished;
         if finished {
             return false;
         }
         end_track(t, code.unwrap_or(StreamCode::Internal));
-        self.drop_track(path, t);
+        self.drop_track(t);
         true
     }
 
-    /// Forgets relay track `t` of `path` (its upstream subscription ended or
-    /// was cancelled): out of its broadcast and back to the track table, so
-    /// the next request for its name makes a new one. A newer track of the
-    /// same name is left alone.
-    pub fn drop_track(&self, path: Path<'_>, t: track::Ref<'a, 'p>) {
+    /// Forgets relay track `t` (its upstream subscription ended or was
+    /// cancelled): out of its broadcast and back to the track table, so the
+    /// next request for its name makes a new one. A newer track of the same
+    /// name is left alone. O(routes).
+    pub fn drop_track(&self, t: track::Ref<'a, 'p>) {
         let name = t.info().name;
         for slot in self.storage.routes {
             let r = slot.borrow();
-            let Some(route) = r.as_ref().filter(|r| r.broadcast.has_path(path)) else {
+            let Some(route) = r.as_ref() else {
                 continue;
             };
             if route
@@ -719,8 +719,10 @@ mod tests {
     struct Asked<'a, 'p>(RefCell<Vec<(SourceId, std::string::String, track::Ref<'a, 'p>)>>);
 
     impl<'a, 'p> Upstreams<'a, 'p> for Asked<'a, 'p> {
-        fn subscribe(&self, owner: SourceId, path: Path<'_>, t: track::Ref<'a, 'p>) {
-            self.0.borrow_mut().push((owner, path.as_str().into(), t));
+        fn subscribe(&self, owner: SourceId, b: broadcast::Ref<'a, 'p>, t: track::Ref<'a, 'p>) {
+            self.0
+                .borrow_mut()
+                .push((owner, b.path().as_str().into(), t));
         }
     }
 
@@ -982,7 +984,7 @@ mod tests {
         r.announce(path("a"), 1, true, &up).unwrap();
         let a = r.origin().get(path("a")).unwrap();
         let nope = r.resolve(Some(7), a, "nope", &up).unwrap();
-        assert!(r.upstream_closed(path("a"), nope, Some(StreamCode::NotFound)));
+        assert!(r.upstream_closed(nope, Some(StreamCode::NotFound)));
         assert!(a.track("nope").is_none());
         assert_eq!(
             nope.status(),
@@ -991,7 +993,7 @@ mod tests {
         let done = r.resolve(Some(7), a, "done", &up).unwrap();
         let mut p = done.producer().unwrap();
         p.finish();
-        assert!(!r.upstream_closed(path("a"), done, None));
+        assert!(!r.upstream_closed(done, None));
         assert!(a.track("done").is_some(), "late subscribers still get it");
         let _ = pool;
     }

@@ -1,0 +1,417 @@
+//! The relay's side of one session: what its events mean for the
+//! [`Router`], and the upstream subscriptions it makes and keeps in line
+//! with their demand ([`Follow`]). A driver calls [`Peer::on_event`] for
+//! every event of the session, [`Peer::act`] after each pass, and
+//! [`Peer::on_close`] when it ends; the time is passed in.
+//!
+//! The requests the router makes of this session's source wait in its
+//! [`SubscribeQueue`], which the driver registers with its [`Upstreams`]
+//! (the router may queue into it while another session runs).
+
+use core::cell::RefCell;
+use core::fmt;
+
+use super::demand::{Follow, LINGER, Step, upstream_request};
+use super::routes::{AnnounceRefused, ResolveRefused, Router, SourceId, Upstreams, end_track};
+use crate::model::path::Path;
+use crate::model::{broadcast, track};
+use crate::session::{AnnounceId, Error as SessionError, Event, Resolve, Session, SubscriptionId};
+use crate::time::Instant;
+use crate::wire::lite::{Role, StreamCode};
+
+/// Relay tracks waiting for this session to subscribe them upstream, oldest
+/// first, at most `Q`; one past that is ended with INTERNAL (its requests get
+/// the code instead of waiting for ever).
+pub struct SubscribeQueue<'a, 'p, const Q: usize> {
+    queue: RefCell<heapless::Deque<(broadcast::Ref<'a, 'p>, track::Ref<'a, 'p>), Q>>,
+}
+
+impl<const Q: usize> Default for SubscribeQueue<'_, '_, Q> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<'a, 'p, const Q: usize> SubscribeQueue<'a, 'p, Q> {
+    /// An empty queue.
+    pub const fn new() -> Self {
+        SubscribeQueue {
+            queue: RefCell::new(heapless::Deque::new()),
+        }
+    }
+
+    /// Queues relay track `t` of `b`.
+    pub fn push(&self, b: broadcast::Ref<'a, 'p>, t: track::Ref<'a, 'p>) {
+        if self.queue.borrow_mut().push_back((b, t)).is_err() {
+            debug!("relay: subscribe queue full, ending a relay track");
+            end_track(t, StreamCode::Internal);
+        }
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.queue.borrow().is_empty()
+    }
+
+    /// Forgets what waits (the session is over; a new source asks for every
+    /// track of a broadcast anyway).
+    pub fn clear(&self) {
+        self.queue.borrow_mut().clear();
+    }
+
+    fn front(&self) -> Option<(broadcast::Ref<'a, 'p>, track::Ref<'a, 'p>)> {
+        self.queue.borrow().front().copied()
+    }
+
+    fn pop(&self) {
+        self.queue.borrow_mut().pop_front();
+    }
+}
+
+impl<const Q: usize> fmt::Debug for SubscribeQueue<'_, '_, Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubscribeQueue")
+            .field("len", &self.queue.borrow().len())
+            .finish()
+    }
+}
+
+/// What is at the other end of a relay session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum PeerKind {
+    /// An accepted client: a publisher, a subscriber or a leaf relay. Its
+    /// broadcasts are this worker's own; its requests count against the
+    /// client quotas.
+    Client,
+    /// A trunk (a link to another worker, the upstream relay); `ask_first`:
+    /// this side asks for its announcements at once (the dialing side of a
+    /// link, a leaf towards its upstream), else after the peer's SETUP.
+    Trunk {
+        /// Ask for the peer's announcements without waiting for its SETUP.
+        ask_first: bool,
+    },
+}
+
+/// Whom a driver should wake after a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Wake {
+    /// Nobody.
+    Nobody,
+    /// The sessions serving this track (its source ended it).
+    Track(track::Key),
+    /// Every session of the worker (routes changed).
+    All,
+}
+
+/// What a driver should do after [`Peer::on_event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Effect {
+    /// Whom to wake.
+    pub wake: Wake,
+    /// An announcement of the peer's that was not taken (count it, log it).
+    pub refused: Option<AnnounceRefused>,
+}
+
+impl From<Wake> for Effect {
+    fn from(wake: Wake) -> Self {
+        Effect {
+            wake,
+            refused: None,
+        }
+    }
+}
+
+/// One upstream subscription of the session: it fills a relay track.
+#[derive(Debug, Clone, Copy)]
+struct Upstream<'a, 'p> {
+    id: SubscriptionId,
+    track: track::Ref<'a, 'p>,
+    follow: Follow,
+}
+
+/// The relay's side of one session, with at most `S` upstream subscriptions
+/// (see the module docs).
+pub struct Peer<'a, 'p, const S: usize> {
+    id: SourceId,
+    kind: PeerKind,
+    want_announce: bool,
+    announce: Option<AnnounceId>,
+    subs: heapless::Vec<Upstream<'a, 'p>, S>,
+}
+
+impl<const S: usize> fmt::Debug for Peer<'_, '_, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Peer")
+            .field("id", &self.id)
+            .field("kind", &self.kind)
+            .field("upstream", &self.subs.len())
+            .finish()
+    }
+}
+
+impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
+    /// The relay side of session `id` with a peer of `kind`.
+    pub fn new(id: SourceId, kind: PeerKind) -> Self {
+        Peer {
+            id,
+            kind,
+            want_announce: matches!(kind, PeerKind::Trunk { ask_first: true }),
+            announce: None,
+            subs: heapless::Vec::new(),
+        }
+    }
+
+    /// The source id the router knows this session by.
+    pub fn id(&self) -> SourceId {
+        self.id
+    }
+
+    /// Whether the peer's broadcasts are this worker's own.
+    fn local(&self) -> bool {
+        self.kind == PeerKind::Client
+    }
+
+    /// Upstream subscriptions made and not over.
+    pub fn upstream(&self) -> usize {
+        self.subs.len()
+    }
+
+    /// Takes an event of the session.
+    pub fn on_event<const T: usize, const G: usize>(
+        &mut self,
+        event: &Event<'_>,
+        router: &Router<'_, 'a, 'p, T, G>,
+        now: Instant,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> Effect {
+        let wake = match *event {
+            Event::Setup { role, .. } => {
+                // A client that only subscribes has nothing to announce.
+                self.want_announce =
+                    self.announce.is_none() && (!self.local() || role != Role::Subscriber);
+                Wake::Nobody
+            }
+            Event::Announced { path, .. } => {
+                let Ok(p) = Path::new(path) else {
+                    return Effect {
+                        wake: Wake::Nobody,
+                        refused: Some(AnnounceRefused::Path),
+                    };
+                };
+                if let Err(e) = router.announce(p, self.id, self.local(), upstreams) {
+                    debug!("relay: announcement of {} ignored: {}", path, e);
+                    return Effect {
+                        wake: Wake::Nobody,
+                        refused: Some(e),
+                    };
+                }
+                Wake::All
+            }
+            Event::Unannounced { path, .. } => match Path::new(path) {
+                Ok(p) if router.unannounce(p, self.id) => Wake::All,
+                _ => Wake::Nobody,
+            },
+            Event::AnnounceEnded { request, .. } if Some(request) == self.announce => {
+                self.announce = None;
+                router.source_gone(self.id, now, upstreams);
+                Wake::All
+            }
+            Event::TrackInfo { subscription, info } => {
+                // Relays re-serve what their source said; TRACK requests
+                // waiting for it are answered now.
+                if let Some(s) = self.subs.iter().find(|s| s.id == subscription) {
+                    s.track.set_info(info);
+                }
+                Wake::Nobody
+            }
+            Event::SubscriptionClosed { subscription, code } => {
+                let Some(i) = self.subs.iter().position(|s| s.id == subscription) else {
+                    return Wake::Nobody.into();
+                };
+                let s = self.subs.swap_remove(i);
+                if router.upstream_closed(s.track, code.map(StreamCode::from_code)) {
+                    // The sessions serving it pass the code on now.
+                    Wake::Track(s.track.key())
+                } else {
+                    Wake::Nobody
+                }
+            }
+            _ => Wake::Nobody,
+        };
+        wake.into()
+    }
+
+    /// After a pass of the session: asks for announcements when due, makes
+    /// the upstream SUBSCRIBEs `queue` holds, and keeps each upstream
+    /// subscription in line with its track's demand. Returns the next time
+    /// this must run even if nothing else happens (a linger to end).
+    pub fn act<const T: usize, const G: usize, const N: usize, const Q: usize>(
+        &mut self,
+        session: &mut Session<'_, 'a, 'p, N>,
+        router: &Router<'_, 'a, 'p, T, G>,
+        queue: &SubscribeQueue<'a, 'p, Q>,
+        now: Instant,
+    ) -> Option<Instant> {
+        if self.want_announce && session.is_established() {
+            match session.announce_request("") {
+                Ok(a) => {
+                    self.announce = Some(a);
+                    self.want_announce = false;
+                }
+                Err(SessionError::NotReady) => {}
+                Err(_) => self.want_announce = false,
+            }
+        }
+        while let Some((b, t)) = queue.front() {
+            if !t.is_current() || !b.is_current() {
+                // Given up and reused before it was asked for.
+                queue.pop();
+                continue;
+            }
+            if self.subs.is_full() {
+                break;
+            }
+            let request = upstream_request(t);
+            let held = b.path();
+            match session.subscribe(held.as_str(), t, request) {
+                Ok(id) => {
+                    // Room checked above.
+                    let _ = self.subs.push(Upstream {
+                        id,
+                        track: t,
+                        follow: Follow::new(request, LINGER),
+                    });
+                }
+                // Control slots come back as requests are answered: the rest
+                // waits for the next pass, in order.
+                Err(SessionError::ControlFull | SessionError::NotReady) => break,
+                Err(_) => {
+                    end_track(t, StreamCode::Internal);
+                    router.drop_track(t);
+                }
+            }
+            queue.pop();
+        }
+        self.follow_demand(session, router, now)
+    }
+
+    /// [`Follow::step`] for every upstream subscription; the earliest
+    /// linger deadline.
+    fn follow_demand<const T: usize, const G: usize, const N: usize>(
+        &mut self,
+        session: &mut Session<'_, 'a, 'p, N>,
+        router: &Router<'_, 'a, 'p, T, G>,
+        now: Instant,
+    ) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut i = 0;
+        while let Some(s) = self.subs.get_mut(i) {
+            match s.follow.step(s.track, now) {
+                Step::Wait(at) => {
+                    next = match (next, at) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                Step::Update(want) => {
+                    // Refused while the send buffer is full (tried again next
+                    // pass) or once the subscription is over (its close
+                    // event follows).
+                    if session.update(s.id, want).is_ok() {
+                        s.follow.updated(want);
+                    }
+                }
+                Step::Cancel => {
+                    let s = self.subs.swap_remove(i);
+                    // Out of the broadcast first, so nobody new is served
+                    // from it; then the FIN finishes it.
+                    router.drop_track(s.track);
+                    s.track.set_failover(false);
+                    if session.unsubscribe(s.id).is_err() {
+                        end_track(s.track, StreamCode::Cancel);
+                    }
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        next
+    }
+
+    /// Whether [`Peer::act`] has nothing to do before `now` unless the
+    /// session's input or the media changes.
+    pub fn is_idle<const Q: usize>(&self, queue: &SubscribeQueue<'a, 'p, Q>, now: Instant) -> bool {
+        !self.want_announce
+            && queue.is_empty()
+            && self.subs.iter().all(|s| s.follow.is_quiet(s.track, now))
+    }
+
+    /// The session is over: its tracks were detached from it, not ended
+    /// (they are failover tracks), and wait with their broadcasts for a new
+    /// source ([`Router::source_gone`]).
+    pub fn on_close<const T: usize, const G: usize, const Q: usize>(
+        &mut self,
+        router: &Router<'_, 'a, 'p, T, G>,
+        queue: &SubscribeQueue<'a, 'p, Q>,
+        now: Instant,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) {
+        self.subs.clear();
+        queue.clear();
+        router.source_gone(self.id, now, upstreams);
+    }
+}
+
+/// The on-demand hook of a relay session ([`Resolve`]): [`Router::resolve`]
+/// for connection `conn` (`None`: a trunk, not held to the client quotas).
+pub struct Resolver<'r, 'a, 'p, const T: usize, const G: usize> {
+    router: &'r Router<'r, 'a, 'p, T, G>,
+    conn: Option<SourceId>,
+    upstreams: &'r dyn Upstreams<'a, 'p>,
+    on_refused: Option<&'r RefusedHook<'r>>,
+}
+
+/// What a [`Resolver`] tells of each refusal: why, and the broadcast's path.
+pub type RefusedHook<'r> = dyn Fn(ResolveRefused, &str) + 'r;
+
+impl<'r, 'a, 'p, const T: usize, const G: usize> Resolver<'r, 'a, 'p, T, G> {
+    /// The hook of connection `conn`, queueing through `upstreams`.
+    pub fn new(
+        router: &'r Router<'r, 'a, 'p, T, G>,
+        conn: Option<SourceId>,
+        upstreams: &'r dyn Upstreams<'a, 'p>,
+    ) -> Self {
+        Resolver {
+            router,
+            conn,
+            upstreams,
+            on_refused: None,
+        }
+    }
+
+    /// Calls `f` with each refusal and the broadcast path (metrics, logs).
+    pub fn on_refused(mut self, f: &'r RefusedHook<'r>) -> Self {
+        self.on_refused = Some(f);
+        self
+    }
+}
+
+impl<'a, 'p, const T: usize, const G: usize> Resolve<'a, 'p> for Resolver<'_, 'a, 'p, T, G> {
+    fn resolve(
+        &self,
+        broadcast: broadcast::Ref<'a, 'p>,
+        name: &str,
+    ) -> Result<track::Ref<'a, 'p>, StreamCode> {
+        self.router
+            .resolve(self.conn, broadcast, name, self.upstreams)
+            .map_err(|e| {
+                if let Some(f) = self.on_refused {
+                    f(e, broadcast.path().as_str());
+                }
+                e.code()
+            })
+    }
+}
