@@ -19,6 +19,8 @@
 
 pub mod broadcasts;
 pub mod demand;
+#[cfg(test)]
+mod mesh;
 pub mod peer;
 pub mod routes;
 mod table;

@@ -64,7 +64,7 @@ mod slots;
 mod subscriber;
 
 #[cfg(test)]
-mod harness;
+pub(crate) mod harness;
 #[cfg(test)]
 mod tests;
 

@@ -1,0 +1,618 @@
+//! A relay worker in simulated time (tests only): client sessions, each wired
+//! in memory to a relay-side session driven by a [`Peer`], around one
+//! [`Router`]. Time jumps to the next delivery, session timer, linger or
+//! grace deadline, so the relay's policy is tested on real sessions without
+//! a wall clock.
+
+extern crate std;
+
+use core::cell::Cell;
+use std::vec::Vec;
+
+use super::peer::{Peer, PeerKind, Resolver, SubscribeQueue};
+use super::routes::{Router, SourceId, Upstreams};
+use crate::model::{broadcast, track};
+use crate::session::Session;
+use crate::session::harness::{Endpoint, Node, Pair};
+use crate::time::{Duration, Instant};
+
+/// Upstream subscriptions one relay session holds (and its queue).
+pub const Q: usize = 8;
+
+/// The relay side of one connection: its session, the core's peer for it,
+/// and the router the worker shares.
+pub struct RelayEnd<'s, 'r, 'a, 'p, const T: usize, const G: usize> {
+    pub node: Node<'s, 'a, 'p>,
+    pub peer: Peer<'a, 'p, Q>,
+    pub router: &'r Router<'r, 'a, 'p, T, G>,
+    pub queues: &'r Queues<'r, 'a, 'p>,
+    /// The peer's next linger deadline.
+    linger: Option<Instant>,
+}
+
+impl<'s, 'r, 'a, 'p, const T: usize, const G: usize> RelayEnd<'s, 'r, 'a, 'p, T, G> {
+    /// Wraps `session` (its events are the peer's, not the node's).
+    pub fn new(
+        session: Session<'s, 'a, 'p, 32>,
+        id: SourceId,
+        router: &'r Router<'r, 'a, 'p, T, G>,
+        queues: &'r Queues<'r, 'a, 'p>,
+    ) -> Self {
+        let mut node = Node::new(session);
+        node.auto_drain = false;
+        RelayEnd {
+            node,
+            peer: Peer::new(id, PeerKind::Client),
+            router,
+            queues,
+            linger: None,
+        }
+    }
+
+    /// What a relay driver does after every call into the session.
+    fn pass(&mut self, now: Instant) {
+        while let Some(ev) = self.node.session.poll_event() {
+            self.node.events.push(ev.into());
+            let _ = self.peer.on_event(&ev, self.router, now, self.queues);
+        }
+        let queue = self.queues.of(self.peer.id());
+        self.linger = self
+            .peer
+            .act(&mut self.node.session, self.router, queue, now);
+    }
+
+    /// The session ended: the router hears of it.
+    pub fn close(&mut self, now: Instant) {
+        let queue = self.queues.of(self.peer.id());
+        self.peer.on_close(self.router, queue, now, self.queues);
+    }
+}
+
+impl<const T: usize, const G: usize> Endpoint for RelayEnd<'_, '_, '_, '_, T, G> {
+    fn transmit(&mut self, now: Instant, out: &mut [u8]) -> usize {
+        self.pass(now);
+        self.node.transmit(now, out)
+    }
+    fn input(&mut self, now: Instant, data: &[u8]) -> Option<usize> {
+        let r = self.node.input(now, data);
+        self.pass(now);
+        r
+    }
+    fn timeout(&self) -> Option<Instant> {
+        [self.node.timeout(), self.linger]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+    fn on_timeout(&mut self, now: Instant) {
+        if self.node.timeout().is_some_and(|t| t <= now) {
+            self.node.on_timeout(now);
+        }
+        self.pass(now);
+    }
+    fn stalled(&self) -> bool {
+        self.node.stalled()
+    }
+}
+
+/// The upstream SUBSCRIBE queue of every relay session, by source id (the
+/// index).
+pub struct Queues<'r, 'a, 'p> {
+    pub queues: &'r [SubscribeQueue<'a, 'p, Q>],
+}
+
+impl<'a, 'p> Queues<'_, 'a, 'p> {
+    fn of(&self, id: SourceId) -> &SubscribeQueue<'a, 'p, Q> {
+        &self.queues[id as usize]
+    }
+}
+
+impl<'a, 'p> Upstreams<'a, 'p> for Queues<'_, 'a, 'p> {
+    fn subscribe(&self, owner: SourceId, b: broadcast::Ref<'a, 'p>, t: track::Ref<'a, 'p>) {
+        if let Some(q) = self.queues.get(owner as usize) {
+            q.push(b, t);
+        }
+    }
+}
+
+/// The connections of one relay worker, stepped together on one clock.
+pub struct Mesh<'c, 's, 'r, 'a, 'p, const T: usize, const G: usize> {
+    pub now: Instant,
+    pub pairs: Vec<Option<Pair<Node<'c, 'a, 'p>, RelayEnd<'s, 'r, 'a, 'p, T, G>>>>,
+    pub router: &'r Router<'r, 'a, 'p, T, G>,
+    /// Latency of every link.
+    pub latency: Duration,
+    /// Steps taken (a bound for the tests).
+    pub steps: Cell<usize>,
+}
+
+impl<'c, 's, 'r, 'a, 'p, const T: usize, const G: usize> Mesh<'c, 's, 'r, 'a, 'p, T, G> {
+    /// An empty worker around `router`.
+    pub fn new(router: &'r Router<'r, 'a, 'p, T, G>, latency: Duration) -> Self {
+        Mesh {
+            now: Instant::ZERO,
+            pairs: Vec::new(),
+            router,
+            latency,
+            steps: Cell::new(0),
+        }
+    }
+
+    /// Adds a connection: `client` wired to `relay`; returns its index.
+    pub fn connect(
+        &mut self,
+        client: Node<'c, 'a, 'p>,
+        relay: RelayEnd<'s, 'r, 'a, 'p, T, G>,
+    ) -> usize {
+        let mut pair = Pair::new(client, relay);
+        pair.now = self.now;
+        pair.ab.latency = self.latency;
+        pair.ba.latency = self.latency;
+        self.pairs.push(Some(pair));
+        self.pairs.len() - 1
+    }
+
+    /// Connection `i`.
+    pub fn pair(
+        &mut self,
+        i: usize,
+    ) -> &mut Pair<Node<'c, 'a, 'p>, RelayEnd<'s, 'r, 'a, 'p, T, G>> {
+        self.pairs[i].as_mut().expect("connection closed")
+    }
+
+    /// Cuts connection `i` (as a dead TCP connection does): both sessions
+    /// are dropped, and the relay learns its source is gone.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut p) = self.pairs[i].take() {
+            p.b.close(self.now);
+        }
+    }
+
+    fn step(&mut self) -> bool {
+        self.steps.set(self.steps.get() + 1);
+        let now = self.now;
+        let mut progress = false;
+        for p in self.pairs.iter_mut().flatten() {
+            p.now = now;
+            progress |= p.step();
+        }
+        if self.router.poll_timeout().is_some_and(|t| t <= now) {
+            self.router.handle_timeout(now);
+            progress = true;
+        }
+        progress
+    }
+
+    fn next_time(&self) -> Option<Instant> {
+        self.pairs
+            .iter()
+            .flatten()
+            .filter_map(|p| p.next_time())
+            .chain(self.router.poll_timeout())
+            .min()
+    }
+
+    /// Steps (jumping the clock when nothing moves) until `until` holds;
+    /// false if it did not within `max` steps or everything went quiet.
+    pub fn run(&mut self, max: usize, mut until: impl FnMut(&mut Self) -> bool) -> bool {
+        for _ in 0..max {
+            if until(self) {
+                return true;
+            }
+            if !self.step() {
+                match self.next_time() {
+                    Some(t) => self.now = self.now.max(t),
+                    None => return until(self),
+                }
+            }
+        }
+        until(self)
+    }
+}
+
+/// The resolver of relay connection `id` (its requests count against its quotas).
+pub fn resolver<'r, 'a, 'p, const T: usize, const G: usize>(
+    router: &'r Router<'r, 'a, 'p, T, G>,
+    id: SourceId,
+    queues: &'r Queues<'r, 'a, 'p>,
+) -> Resolver<'r, 'a, 'p, T, G> {
+    Resolver::new(router, Some(id), queues)
+}
+
+#[cfg(test)]
+mod tests {
+    use core::cell::RefCell;
+    use std::boxed::Box;
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::model::group;
+    use crate::model::path::Path;
+    use crate::model::{broadcast, origin, track};
+    use crate::pool::{Pool, PoolStorage};
+    use crate::relay::routes::{Pending, Route, RouterLimits, RouterStorage, Spare};
+    use crate::relay::{BroadcastSlot, BroadcastTable, LINGER, TrackSlot, TrackTable};
+    use crate::session::harness::Ev;
+    use crate::session::{Config, Storage};
+    use crate::window::{End, Request, Start};
+    use crate::wire::lite::StreamCode;
+    use crate::wire::qmux::Side;
+
+    type St = Storage<'static, 'static, 16, 512, 8, 8, 8, 8>;
+    const T: usize = 4;
+    const G: usize = 8;
+    const GRACE: Duration = Duration::from_secs(10);
+    const CONNS: usize = 4;
+
+    type R = Router<'static, 'static, 'static, T, G>;
+    type M = Mesh<'static, 'static, 'static, 'static, 'static, T, G>;
+
+    fn leak<X>(x: X) -> &'static X {
+        Box::leak(Box::new(x))
+    }
+
+    fn leak_vec<X>(n: usize, f: impl FnMut() -> X) -> &'static [X] {
+        Box::leak(
+            std::iter::repeat_with(f)
+                .take(n)
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+        )
+    }
+
+    fn pool() -> &'static Pool<'static> {
+        let storage = Box::leak(Box::new(PoolStorage::<64, 256>::new()));
+        leak(Pool::new(storage))
+    }
+
+    /// A relay worker: its router over small tables, and its queues.
+    fn worker() -> (&'static R, &'static Queues<'static, 'static, 'static>) {
+        let relay_pool = pool();
+        let o = leak(origin::State::<8, 32>::new());
+        let lo = leak(origin::State::<8, 32>::new());
+        let broadcasts = leak(BroadcastTable::new(leak_vec(4, BroadcastSlot::<T>::new)));
+        let tracks = leak(TrackTable::new(leak_vec(8, || {
+            TrackSlot::<G>::new(relay_pool, track::Limits::NONE)
+        })));
+        let router = leak(Router::new(
+            o.handle(),
+            lo.handle(),
+            broadcasts,
+            tracks,
+            RouterStorage {
+                routes: leak_vec(4, || RefCell::new(None::<Route<'static, 'static>>)),
+                spares: leak_vec(4, || RefCell::new(None::<Spare>)),
+                pending: leak_vec(8, || Cell::new(None::<Pending<'static, 'static>>)),
+            },
+            RouterLimits {
+                announces: 4,
+                pending_per_conn: 4,
+                pending_per_broadcast: 4,
+                grace: GRACE,
+            },
+        ));
+        let queues = leak(Queues {
+            queues: leak_vec(CONNS, SubscribeQueue::new),
+        });
+        (router, queues)
+    }
+
+    /// A publisher's media: broadcast `path` with one track "video".
+    fn publication(
+        pool: &'static Pool<'static>,
+        path: &str,
+    ) -> (
+        origin::Ref<'static, 'static>,
+        track::Producer<'static, 'static>,
+    ) {
+        let t = leak(track::State::<G>::new(
+            pool,
+            track::Info::new("video").unwrap(),
+        ));
+        let b = leak(broadcast::State::<T>::new(Path::new(path).unwrap()).unwrap());
+        let o = leak(origin::State::<4, 8>::new());
+        let bp = b.producer().unwrap();
+        bp.add(t.handle()).unwrap();
+        core::mem::forget(bp);
+        o.handle().announce(b.handle()).unwrap();
+        (o.handle(), t.producer().unwrap())
+    }
+
+    fn local(pool: &'static Pool<'static>, name: &str) -> track::Ref<'static, 'static> {
+        leak(track::State::<G>::new(
+            pool,
+            track::Info::new(name).unwrap(),
+        ))
+        .handle()
+    }
+
+    /// Connects a client (publishing `origin`, if any) as relay source `id`.
+    fn connect(
+        mesh: &mut M,
+        router: &'static R,
+        queues: &'static Queues<'static, 'static, 'static>,
+        id: SourceId,
+        origin: Option<origin::Ref<'static, 'static>>,
+    ) -> usize {
+        let cst: &'static mut St = Box::leak(Box::new(St::new()));
+        let rst: &'static mut St = Box::leak(Box::new(St::new()));
+        let client = Session::new(Side::Client, Config::new(), mesh.now, cst, origin).unwrap();
+        let mut relay = Session::new(
+            Side::Server,
+            Config::new(),
+            mesh.now,
+            rst,
+            Some(router.origin()),
+        )
+        .unwrap();
+        relay.set_resolver(Some(leak(resolver(router, id, queues))));
+        mesh.connect(Node::new(client), RelayEnd::new(relay, id, router, queues))
+    }
+
+    fn live() -> Request {
+        Request {
+            start: Start::Latest,
+            end: End::Open,
+            ordered: false,
+            priority: 1,
+            max_latency: Duration::from_secs(5),
+        }
+    }
+
+    /// Frames of group `seq` of `t` received whole so far.
+    fn frames(t: track::Ref<'_, '_>, seq: u64) -> usize {
+        let Some(mut g) = t.group(seq) else {
+            return 0;
+        };
+        let mut n = 0;
+        let mut buf = [0u8; 64];
+        loop {
+            match g.read_frame_header() {
+                Ok(group::Next::Ready(_)) => {}
+                _ => return n,
+            }
+            while g.payload_remaining() > 0 {
+                match g.read_payload(&mut buf) {
+                    Ok(group::Next::Ready(_)) => {}
+                    _ => return n,
+                }
+            }
+            n += 1;
+        }
+    }
+
+    fn closed_with(mesh: &mut M, i: usize, code: StreamCode) -> bool {
+        mesh.pair(i).a.saw(
+            |e| matches!(e, Ev::SubscriptionClosed { code: Some(c), .. } if *c == code.to_code()),
+        )
+    }
+
+    fn cam() -> Path<'static> {
+        Path::new("cam").unwrap()
+    }
+
+    #[test]
+    fn a_source_killed_mid_group_is_adopted_and_the_subscriber_goes_on() {
+        let (router, queues) = worker();
+        let cpool = pool();
+        let (first_origin, first) = publication(cpool, "cam");
+        let (second_origin, second) = publication(cpool, "cam");
+        let sub_track = local(cpool, "video");
+        let mut mesh = M::new(router, Duration::from_millis(5));
+        let p1 = connect(&mut mesh, router, queues, 0, Some(first_origin));
+        let sub = connect(&mut mesh, router, queues, 1, None);
+        assert!(mesh.run(10_000, |m| m.router.origin().get(cam()).is_some()));
+        mesh.pair(sub)
+            .a
+            .session
+            .subscribe("cam", sub_track, live())
+            .unwrap();
+        // The source writes group 0 whole and starts group 1.
+        let mut g0 = first.create_group(0).unwrap();
+        g0.write_frame(0, b"g0f0").unwrap();
+        g0.write_frame(1, b"g0f1").unwrap();
+        g0.finish().unwrap();
+        drop(g0);
+        assert!(mesh.run(10_000, |_| frames(sub_track, 0) == 2));
+        let mut g1 = first.create_group(1).unwrap();
+        g1.write_frame(10, b"g1f0").unwrap();
+        assert!(mesh.run(10_000, |_| frames(sub_track, 1) == 1));
+        // The source dies in the middle of group 1.
+        mesh.kill(p1);
+        drop(g1);
+        drop(first);
+        let killed = mesh.now;
+        assert_eq!(router.poll_timeout(), Some(killed.saturating_add(GRACE)));
+        // A new source announces the path within the grace period: it adopts
+        // the route, and is asked for the track.
+        let p2 = connect(&mut mesh, router, queues, 2, Some(second_origin));
+        assert!(mesh.run(10_000, |m| m.router.poll_timeout().is_none()));
+        assert!(
+            mesh.run(10_000, |m| m.pair(p2).a.session.served_tracks().count()
+                == 1)
+        );
+        assert!(mesh.now < killed.saturating_add(GRACE));
+        let mut g2 = second.create_group(2).unwrap();
+        g2.write_frame(20, b"g2f0").unwrap();
+        g2.finish().unwrap();
+        assert!(mesh.run(10_000, |_| frames(sub_track, 2) == 1));
+        // The subscriber was never told anything went wrong.
+        assert!(
+            !mesh
+                .pair(sub)
+                .a
+                .saw(|e| matches!(e, Ev::SubscriptionClosed { .. })),
+            "the subscriber was cut off"
+        );
+    }
+
+    #[test]
+    fn without_a_new_source_the_subscriber_gets_session_closed_at_the_end_of_the_grace() {
+        let (router, queues) = worker();
+        let cpool = pool();
+        let (origin, source) = publication(cpool, "cam");
+        let sub_track = local(cpool, "video");
+        let mut mesh = M::new(router, Duration::from_millis(5));
+        let p = connect(&mut mesh, router, queues, 0, Some(origin));
+        let sub = connect(&mut mesh, router, queues, 1, None);
+        assert!(mesh.run(10_000, |m| m.router.routes() == 1));
+        mesh.pair(sub)
+            .a
+            .session
+            .subscribe("cam", sub_track, live())
+            .unwrap();
+        let mut g0 = source.create_group(0).unwrap();
+        g0.write_frame(0, b"x").unwrap();
+        assert!(mesh.run(10_000, |_| frames(sub_track, 0) == 1));
+        mesh.kill(p);
+        drop(g0);
+        drop(source);
+        let killed = mesh.now;
+        // Simulated time runs on to the end of the grace period.
+        assert!(mesh.run(100_000, |m| {
+            m.pair(sub)
+                .a
+                .saw(|e| matches!(e, Ev::SubscriptionClosed { .. }))
+        }));
+        assert!(mesh.now >= killed.saturating_add(GRACE));
+        assert!(closed_with(&mut mesh, sub, StreamCode::SessionClosed));
+        assert_eq!(router.routes(), 0, "the route is gone");
+    }
+
+    #[test]
+    fn demand_follows_the_subscribers_and_lingers_out_after_the_last() {
+        let (router, queues) = worker();
+        let cpool = pool();
+        let (origin, source) = publication(cpool, "cam");
+        let (a, b) = (local(cpool, "video"), local(cpool, "video"));
+        let mut mesh = M::new(router, Duration::from_millis(5));
+        connect(&mut mesh, router, queues, 0, Some(origin));
+        let sa = connect(&mut mesh, router, queues, 1, None);
+        let sb = connect(&mut mesh, router, queues, 2, None);
+        assert!(mesh.run(10_000, |m| m.router.routes() == 1));
+        let src = source.track();
+        let high = Request {
+            priority: 9,
+            ..live()
+        };
+        let ida = mesh.pair(sa).a.session.subscribe("cam", a, live()).unwrap();
+        assert!(mesh.run(10_000, |_| src.demand().is_some_and(|d| d.priority == 1)));
+        // A second subscriber asks for more: one upstream subscription, updated.
+        let idb = mesh.pair(sb).a.session.subscribe("cam", b, high).unwrap();
+        assert!(mesh.run(10_000, |_| src.demand().is_some_and(|d| d.priority == 9)));
+        assert_eq!(src.subscribers(), 1, "one upstream subscription for both");
+        // It leaves: the demand comes back down.
+        mesh.pair(sb).a.session.unsubscribe(idb).unwrap();
+        assert!(mesh.run(10_000, |_| src.demand().is_some_and(|d| d.priority == 1)));
+        // The last one leaves: the upstream subscription stays for the
+        // linger, then is cancelled.
+        mesh.pair(sa).a.session.unsubscribe(ida).unwrap();
+        let left = mesh.now;
+        assert!(mesh.run(100_000, |_| src.subscribers() == 0));
+        assert!(mesh.now >= left.saturating_add(LINGER));
+    }
+
+    #[test]
+    fn a_track_the_source_lacks_is_refused_promptly_and_leaves_nothing() {
+        let (router, queues) = worker();
+        let cpool = pool();
+        let (origin, _source) = publication(cpool, "cam");
+        let nope = local(cpool, "nope");
+        let mut mesh = M::new(router, Duration::from_millis(5));
+        connect(&mut mesh, router, queues, 0, Some(origin));
+        let sub = connect(&mut mesh, router, queues, 1, None);
+        assert!(mesh.run(10_000, |m| m.router.routes() == 1));
+        let asked = mesh.now;
+        mesh.pair(sub)
+            .a
+            .session
+            .subscribe("cam", nope, live())
+            .unwrap();
+        assert!(mesh.run(10_000, |m| {
+            m.pair(sub)
+                .a
+                .saw(|e| matches!(e, Ev::SubscriptionClosed { .. }))
+        }));
+        assert!(closed_with(&mut mesh, sub, StreamCode::NotFound));
+        // A few round trips of 2 x 5 ms, not a timeout.
+        assert!(mesh.now <= asked.saturating_add(Duration::from_millis(100)));
+        // The relay track went back to its table.
+        let b = router.origin().get(cam()).unwrap();
+        assert!(b.track("nope").is_none());
+    }
+
+    #[test]
+    fn a_spare_connected_first_takes_over_without_waiting() {
+        let (router, queues) = worker();
+        let cpool = pool();
+        let (first_origin, first) = publication(cpool, "cam");
+        let (spare_origin, spare) = publication(cpool, "cam");
+        let sub_track = local(cpool, "video");
+        let mut mesh = M::new(router, Duration::from_millis(5));
+        let p1 = connect(&mut mesh, router, queues, 0, Some(first_origin));
+        assert!(mesh.run(10_000, |m| m.router.routes() == 1));
+        // A restarted camera reconnects before its old connection is known dead.
+        let p2 = connect(&mut mesh, router, queues, 2, Some(spare_origin));
+        assert!(mesh.run(10_000, |m| m.router.spares() == 1));
+        let sub = connect(&mut mesh, router, queues, 1, None);
+        assert!(mesh.run(10_000, |m| m.pair(sub).a.session.is_setup()));
+        mesh.pair(sub)
+            .a
+            .session
+            .subscribe("cam", sub_track, live())
+            .unwrap();
+        let mut g0 = first.create_group(0).unwrap();
+        g0.write_frame(0, b"a").unwrap();
+        g0.finish().unwrap();
+        assert!(mesh.run(10_000, |_| frames(sub_track, 0) == 1));
+        mesh.kill(p1);
+        drop(first);
+        // No grace period: the spare is asked at once, and its groups flow.
+        assert_eq!(router.poll_timeout(), None);
+        assert!(router.origin().get(cam()).is_some(), "never unannounced");
+        assert!(
+            mesh.run(10_000, |m| m.pair(p2).a.session.served_tracks().count()
+                == 1)
+        );
+        let mut g1 = spare.create_group(1).unwrap();
+        g1.write_frame(10, b"b").unwrap();
+        g1.finish().unwrap();
+        assert!(mesh.run(10_000, |_| frames(sub_track, 1) == 1));
+        assert!(
+            !mesh
+                .pair(sub)
+                .a
+                .saw(|e| matches!(e, Ev::SubscriptionClosed { .. }))
+        );
+    }
+
+    #[test]
+    fn track_info_is_served_from_the_source() {
+        let (router, queues) = worker();
+        let cpool = pool();
+        let (origin, source) = publication(cpool, "cam");
+        source.track().set_info(crate::wire::lite::TrackInfo {
+            priority: 60,
+            max_age: Duration::from_secs(30),
+            timescale: core::num::NonZeroU64::new(1_000_000).unwrap(),
+        });
+        let sub_track = local(cpool, "video");
+        let mut mesh = M::new(router, Duration::from_millis(5));
+        connect(&mut mesh, router, queues, 0, Some(origin));
+        let sub = connect(&mut mesh, router, queues, 1, None);
+        assert!(mesh.run(10_000, |m| m.router.routes() == 1));
+        mesh.pair(sub)
+            .a
+            .session
+            .subscribe("cam", sub_track, live())
+            .unwrap();
+        // The relay's TRACK answer waits for the source's values, then
+        // carries them.
+        assert!(mesh.run(10_000, |m| {
+            m.pair(sub).a.saw(|e| {
+                matches!(e, Ev::TrackInfo { info, .. }
+                    if info.priority == 60 && info.timescale.get() == 1_000_000)
+            })
+        }));
+    }
+}
