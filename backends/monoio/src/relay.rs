@@ -2,6 +2,14 @@
 //! [`RelayHandler`] (the [`ConnectionHandler`] that drives a session per
 //! connection with it).
 //!
+//! The policy below lives in the core, sans-IO: [`skiff_core::relay::Router`]
+//! (routes, spares, failover, relay tracks and their quotas),
+//! [`skiff_core::relay::Peer`] (one session's events and upstream
+//! subscriptions) and [`skiff_core::relay::demand`]. This module is the glue:
+//! it makes the worker's tables once, registers each session's SUBSCRIBE
+//! queue, forwards events and passes, arms timers at the deadlines the core
+//! gives, and publishes the metrics.
+//!
 //! # Routing (PROTOCOL.md §4)
 //!
 //! * Every client that may publish (SETUP role not "subscriber") is sent an
@@ -94,10 +102,11 @@
 //!   the track has no subscriber. Updates keep the start of the SUBSCRIBE:
 //!   a later subscriber asking for an older start than the upstream one is
 //!   served from what the cache holds.
-//! * Broadcast and track states are allocated once each and never freed (the
-//!   session's media model hands out plain references); a long-running relay
-//!   with many short-lived broadcasts grows by a few hundred bytes per
-//!   broadcast and track (group bytes live in the pool and are freed).
+//! * Broadcast and track states live in tables made at the worker's start
+//!   ([`BROADCAST_SLOTS`] broadcasts, `--max-relay-tracks` tracks) and are
+//!   reused once nothing uses them (generation-checked handles): a relay
+//!   with ever new broadcasts and track names stays flat
+//!   (`tests/churn.rs`). A full table refuses the new broadcast or track.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;

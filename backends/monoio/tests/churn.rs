@@ -33,7 +33,7 @@ const VISITORS: usize = 1_000;
 /// per-connection quota of pending track requests).
 const PATH_BATCH: usize = 50;
 const NAME_BATCH: usize = 16;
-/// NOT_FOUND (PROTOCOL notes: stream codes).
+/// NOT_FOUND (PROTOCOL.md §3.15).
 const NOT_FOUND: u64 = 0x33;
 
 fn live() -> Request {
