@@ -43,6 +43,8 @@ pub(crate) struct WorkerShared {
     /// Connections that have not finished their handshake
     /// ([`crate::conn::HandshakeToken`]).
     pub(crate) handshaking: Cell<u32>,
+    /// Connections closed since the allocator last gave memory back.
+    pub(crate) closes_since_trim: Cell<u32>,
     pub(crate) next_id: Cell<u64>,
     pub(crate) pool: BufPool,
 }
@@ -66,10 +68,34 @@ impl OpenGuard {
     }
 }
 
+/// Connections closed since the allocator was last asked to give memory
+/// back, past which a close asks again ([`give_back_memory`]).
+const CLOSES_PER_TRIM: u32 = 256;
+
+/// Asks the allocator to return freed memory to the system (glibc keeps the
+/// memory of many small frees, such as a flood of short connections, in its
+/// heap for ever otherwise). O(heap); called after a burst of closes only.
+fn give_back_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes a plain integer and only rearranges the
+    // allocator's free lists; it is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 impl Drop for OpenGuard {
     fn drop(&mut self) {
         let s = &self.0;
         s.open.set(s.open.get().saturating_sub(1));
+        let closes = s.closes_since_trim.get() + 1;
+        if closes >= CLOSES_PER_TRIM && s.open.get() < closes {
+            // Most of what those connections held is free now.
+            s.closes_since_trim.set(0);
+            give_back_memory();
+        } else {
+            s.closes_since_trim.set(closes);
+        }
         {
             let mut per_ip = s.per_ip.borrow_mut();
             if let Some(n) = per_ip.get_mut(&self.1) {
@@ -187,6 +213,7 @@ where
         open: Cell::new(0),
         per_ip: RefCell::new(HashMap::new()),
         handshaking: Cell::new(0),
+        closes_since_trim: Cell::new(0),
         next_id: Cell::new(0),
         pool: BufPool::new(),
     });
