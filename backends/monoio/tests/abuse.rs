@@ -22,7 +22,6 @@ use common::*;
 use peers::*;
 use skiff_core::model::track;
 use skiff_core::session::Config;
-use skiff_core::window::{End, Request, Start};
 use skiff_monoio::client::{self, ClientCtx, Publisher, Subscriber};
 use skiff_monoio::config::RelayConfig;
 use skiff_monoio::driver::{self, DriverKind};
@@ -53,16 +52,6 @@ fn relay_config(kind: DriverKind) -> RelayConfig {
 fn start(cfg: RelayConfig) -> ServerHandle {
     let threads = cfg.threads.get();
     server::start(cfg, RelayHandler::factory(threads).unwrap()).expect("start relay")
-}
-
-fn subscribe_request() -> Request {
-    Request {
-        start: Start::Latest,
-        end: End::Open,
-        ordered: false,
-        priority: 0,
-        max_latency: track::DEFAULT_MAX_AGE,
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -174,7 +163,7 @@ fn greedy_subscriber(addr: SocketAddr, what: &str) -> Raw {
     let mut raw = Raw::connect(addr, config, Some(4096));
     raw.handshake();
     raw.session
-        .subscribe("demo", scratch_track(), subscribe_request())
+        .subscribe("demo", scratch_track(), live_request())
         .expect("subscribe");
     raw.send_output();
     let ok = raw.pump_until(IO_TIMEOUT, |r| !r.started.is_empty());
@@ -407,7 +396,7 @@ fn subscriptions_over_the_limit_are_refused() {
             raw.handshake();
             for _ in 0..3 {
                 raw.session
-                    .subscribe("demo", scratch_track(), subscribe_request())
+                    .subscribe("demo", scratch_track(), live_request())
                     .expect("subscribe");
             }
             raw.send_output();
@@ -565,18 +554,7 @@ fn an_idle_connection_flood_holds_little_and_gives_it_back() {
             "60s",
         ]);
         let addr = relay.addr;
-        let url = format!("tcp://{addr}/anon");
-        let flag = Arc::new(AtomicBool::new(true));
-        let clients = {
-            let flag = flag.clone();
-            std::thread::spawn(move || {
-                driver::block_on(DriverKind::Legacy, move |_| good_clients(url, flag, 8))
-                    .expect("client runtime")
-            })
-        };
-        eventually_within(Duration::from_secs(20), "good subscribers started", || {
-            !flag.load(Ordering::SeqCst)
-        });
+        let audience = SteadyAudience::start(addr);
         std::thread::sleep(Duration::from_millis(300));
         let before = relay.rss();
         let idle: Vec<TcpStream> = (0..IDLE).map(|_| connect(addr)).collect();
@@ -592,8 +570,7 @@ fn an_idle_connection_flood_holds_little_and_gives_it_back() {
         });
         std::thread::sleep(Duration::from_millis(300));
         let after = relay.rss();
-        flag.store(true, Ordering::SeqCst);
-        let seen = clients.join().expect("clients");
+        let seen = audience.finish();
         let per_idle = during.saturating_sub(before) / IDLE as u64;
         eprintln!(
             "idle flood: RSS {} KiB before, {} KiB with {IDLE} idle connections ({} B each), {} KiB after they closed",

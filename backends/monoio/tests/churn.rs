@@ -9,8 +9,6 @@ mod common;
 mod peers;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant as StdInstant};
 
 use common::*;
@@ -19,8 +17,6 @@ use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::relay::{TrackSlot, TrackTable};
 use skiff_core::session::Config;
-use skiff_core::window::{End, Request, Start};
-use skiff_monoio::driver::{self, DriverKind};
 use skiff_monoio::relay::leak_pool;
 
 /// Broadcast paths announced and withdrawn.
@@ -35,16 +31,6 @@ const PATH_BATCH: usize = 50;
 const NAME_BATCH: usize = 16;
 /// NOT_FOUND (PROTOCOL.md §3.15).
 const NOT_FOUND: u64 = 0x33;
-
-fn live() -> Request {
-    Request {
-        start: Start::Latest,
-        end: End::Open,
-        ordered: false,
-        priority: 0,
-        max_latency: track::DEFAULT_MAX_AGE,
-    }
-}
 
 /// A publisher announcing and withdrawing made-up broadcast paths.
 struct PathChurn {
@@ -139,7 +125,7 @@ impl NameChurn {
                 .expect("local track");
             self.raw
                 .session
-                .subscribe("demo", local, live())
+                .subscribe("demo", local, live_request())
                 .expect("subscribe");
             locals.push(local);
         }
@@ -169,7 +155,7 @@ fn visit(addr: SocketAddr, local: track::Ref<'static, 'static>) {
     let mut raw = Raw::connect(addr, Config::new(), None);
     raw.handshake();
     raw.session
-        .subscribe("demo", local, live())
+        .subscribe("demo", local, live_request())
         .expect("subscribe");
     raw.send_output();
     let ok = raw.pump_until(IO_TIMEOUT, |r| !r.started.is_empty());
@@ -181,18 +167,7 @@ fn churn_leaves_the_relay_where_it_was() {
     within(300, || {
         let relay = RelayProcess::start(&[]);
         let addr = relay.addr;
-        let url = format!("tcp://{addr}/anon");
-        let flag = Arc::new(AtomicBool::new(true));
-        let clients = {
-            let flag = flag.clone();
-            std::thread::spawn(move || {
-                driver::block_on(DriverKind::Legacy, move |_| good_clients(url, flag, 8))
-                    .expect("client runtime")
-            })
-        };
-        eventually_within(Duration::from_secs(20), "good subscribers started", || {
-            !flag.load(Ordering::SeqCst)
-        });
+        let audience = SteadyAudience::start(addr);
         let t0 = StdInstant::now();
         let base_broadcasts = relay.metric("skiff_relay_broadcasts");
         let mut paths = PathChurn::new(addr);
@@ -224,8 +199,7 @@ fn churn_leaves_the_relay_where_it_was() {
         let elapsed = t0.elapsed();
         drop(paths);
         drop(names);
-        flag.store(true, Ordering::SeqCst);
-        let seen = clients.join().expect("clients");
+        let seen = audience.finish();
         let ops = (PATHS + NAMES + VISITORS) / 2;
         let per_k = end.saturating_sub(warm) as f64 / 1024.0 / (ops as f64 / 1000.0);
         eprintln!(

@@ -13,7 +13,6 @@ use peers::*;
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::session::Config;
-use skiff_core::window::{End, Request, Start};
 use skiff_monoio::config::{Quotas, RelayConfig};
 use skiff_monoio::driver::DriverKind;
 use skiff_monoio::relay::RelayHandler;
@@ -28,16 +27,6 @@ fn start(quotas: Quotas) -> ServerHandle {
         ..config(1, DriverKind::Legacy)
     };
     server::start(cfg, RelayHandler::factory(1).unwrap()).expect("start relay")
-}
-
-fn live() -> Request {
-    Request {
-        start: Start::Latest,
-        end: End::Open,
-        ordered: false,
-        priority: 0,
-        max_latency: track::DEFAULT_MAX_AGE,
-    }
 }
 
 /// A publisher announcing `paths`, pumped until the relay routes `want`
@@ -68,7 +57,7 @@ fn ask(raw: &mut Raw, path: &str, name: &str) {
     let local = scratch_track();
     local.reopen(track::Info::new(name).unwrap());
     raw.session
-        .subscribe(path, local.current(), live())
+        .subscribe(path, local.current(), live_request())
         .expect("subscribe");
     raw.send_output();
 }

@@ -10,7 +10,7 @@
 
 use core::fmt;
 
-use super::table::{Counts, Link, Lists, Slot};
+use super::table::{Counts, Link, Slot, Table};
 use crate::model::broadcast::{self, State};
 use crate::model::path::Path;
 
@@ -86,28 +86,25 @@ impl core::error::Error for ClaimError {}
 
 /// A fixed table of relay broadcasts over caller-provided slots (see the module docs).
 pub struct BroadcastTable<'a, 'p, const T: usize> {
-    slots: &'a [BroadcastSlot<'a, 'p, T>],
-    lists: Lists,
+    table: Table<'a, BroadcastSlot<'a, 'p, T>>,
 }
 
 impl<'a, 'p, const T: usize> BroadcastTable<'a, 'p, T> {
     /// A table over `slots`, all free. At most `u32::MAX - 1` slots are used.
     pub fn new(slots: &'a [BroadcastSlot<'a, 'p, T>]) -> Self {
-        let (lists, n) = Lists::new(slots);
         BroadcastTable {
-            slots: slots.get(..n).unwrap_or(&[]),
-            lists,
+            table: Table::new(slots),
         }
     }
 
     /// The number of slots.
     pub fn capacity(&self) -> usize {
-        self.slots.len()
+        self.table.capacity()
     }
 
     /// How many slots are claimed, retired and free.
     pub fn counts(&self) -> Counts {
-        self.lists.counts()
+        self.table.counts()
     }
 
     /// A fresh, open broadcast at `path` with no track, in a free slot
@@ -120,8 +117,7 @@ impl<'a, 'p, const T: usize> BroadcastTable<'a, 'p, T> {
         if path.as_str().len() > broadcast::MAX_PATH_LEN {
             return Err(ClaimError::Path);
         }
-        let i = self.lists.claim(self.slots).ok_or(ClaimError::Full)?;
-        let slot = self.slots.get(i).ok_or(ClaimError::Full)?;
+        let slot = self.table.claim().ok_or(ClaimError::Full)?;
         // A claimed slot has no producer: its last one was gone when it was
         // taken back, and nobody makes one between.
         slot.state.reuse(path).map_err(|_| ClaimError::Path)?;
@@ -132,14 +128,13 @@ impl<'a, 'p, const T: usize> BroadcastTable<'a, 'p, T> {
     /// is reused once its producer is gone. False (and nothing changes) if
     /// `b` is not a current broadcast claimed from this table.
     pub fn retire(&self, b: broadcast::Ref<'_, '_>) -> bool {
-        self.index_of(b)
-            .is_some_and(|i| self.lists.retire(self.slots, i))
+        self.index_of(b).is_some_and(|i| self.table.retire(i))
     }
 
     /// Takes back every retired slot whose producer is gone; returns how
     /// many came back. O(retired).
     pub fn reclaim(&self) -> usize {
-        self.lists.reclaim(self.slots)
+        self.table.reclaim()
     }
 
     fn index_of(&self, b: broadcast::Ref<'_, '_>) -> Option<usize> {
@@ -147,7 +142,8 @@ impl<'a, 'p, const T: usize> BroadcastTable<'a, 'p, T> {
             return None;
         }
         // O(slots), once per broadcast's life.
-        self.slots
+        self.table
+            .slots
             .iter()
             .position(|s| s.state.handle().same_broadcast(&b))
     }
@@ -156,8 +152,7 @@ impl<'a, 'p, const T: usize> BroadcastTable<'a, 'p, T> {
 impl<const T: usize> fmt::Debug for BroadcastTable<'_, '_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BroadcastTable")
-            .field("capacity", &self.slots.len())
-            .field("counts", &self.lists.counts())
+            .field("table", &self.table)
             .finish()
     }
 }

@@ -169,3 +169,60 @@ impl Lists {
         self.counts.set(c);
     }
 }
+
+/// A table over caller-provided slots: the slots and their lists.
+pub(crate) struct Table<'a, S> {
+    pub(crate) slots: &'a [S],
+    lists: Lists,
+}
+
+impl<'a, S: Slot> Table<'a, S> {
+    /// Every one of `slots` free (at most `u32::MAX - 1` are used).
+    pub(crate) fn new(slots: &'a [S]) -> Self {
+        let (lists, n) = Lists::new(slots);
+        Table {
+            slots: slots.get(..n).unwrap_or(&[]),
+            lists,
+        }
+    }
+
+    /// The number of slots.
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The counts of each list.
+    pub(crate) fn counts(&self) -> Counts {
+        self.lists.counts()
+    }
+
+    /// A free slot, taken (idle retired ones are taken back first if none is free).
+    pub(crate) fn claim(&self) -> Option<&'a S> {
+        let i = self.lists.claim(self.slots)?;
+        self.slots.get(i)
+    }
+
+    /// Moves claimed slot `i` to the retired list; false if it was not claimed.
+    pub(crate) fn retire(&self, i: usize) -> bool {
+        self.lists.retire(self.slots, i)
+    }
+
+    /// Retires every claimed slot.
+    pub(crate) fn retire_all(&self) {
+        self.lists.retire_all(self.slots);
+    }
+
+    /// Frees every idle retired slot; returns how many.
+    pub(crate) fn reclaim(&self) -> usize {
+        self.lists.reclaim(self.slots)
+    }
+}
+
+impl<S> core::fmt::Debug for Table<'_, S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Table")
+            .field("capacity", &self.slots.len())
+            .field("counts", &self.lists.counts())
+            .finish()
+    }
+}

@@ -16,7 +16,7 @@
 
 use core::fmt;
 
-use super::table::{Counts, Link, Lists, Slot};
+use super::table::{Counts, Link, Slot, Table};
 use crate::model::track::{self, Info, Limits, State};
 use crate::pool::Pool;
 
@@ -86,28 +86,25 @@ impl core::error::Error for TracksFull {}
 
 /// A fixed table of relay tracks over caller-provided slots (see the module docs).
 pub struct TrackTable<'a, 'p, const G: usize> {
-    slots: &'a [TrackSlot<'p, G>],
-    lists: Lists,
+    table: Table<'a, TrackSlot<'p, G>>,
 }
 
 impl<'a, 'p, const G: usize> TrackTable<'a, 'p, G> {
     /// A table over `slots`, all free. At most `u32::MAX - 1` slots are used.
     pub fn new(slots: &'a [TrackSlot<'p, G>]) -> Self {
-        let (lists, n) = Lists::new(slots);
         TrackTable {
-            slots: slots.get(..n).unwrap_or(&[]),
-            lists,
+            table: Table::new(slots),
         }
     }
 
     /// The number of slots.
     pub fn capacity(&self) -> usize {
-        self.slots.len()
+        self.table.capacity()
     }
 
     /// How many slots are claimed, retired and free.
     pub fn counts(&self) -> Counts {
-        self.lists.counts()
+        self.table.counts()
     }
 
     /// A fresh track `info` in a free slot (taking back idle retired slots
@@ -116,8 +113,7 @@ impl<'a, 'p, const G: usize> TrackTable<'a, 'p, G> {
     /// # Errors
     /// [`TracksFull`] when every slot is claimed or still in use.
     pub fn claim(&self, info: Info) -> Result<track::Ref<'a, 'p>, TracksFull> {
-        let i = self.lists.claim(self.slots).ok_or(TracksFull)?;
-        let slot = self.slots.get(i).ok_or(TracksFull)?;
+        let slot = self.table.claim().ok_or(TracksFull)?;
         Ok(slot.state.handle().reopen(info))
     }
 
@@ -125,14 +121,13 @@ impl<'a, 'p, const G: usize> TrackTable<'a, 'p, G> {
     /// producer. False (and nothing changes) if `t` is not a current track
     /// claimed from this table.
     pub fn retire(&self, t: track::Ref<'_, '_>) -> bool {
-        self.index_of(t)
-            .is_some_and(|i| self.lists.retire(self.slots, i))
+        self.index_of(t).is_some_and(|i| self.table.retire(i))
     }
 
     /// Gives every claimed track back at once (their owner is gone), as
     /// [`TrackTable::retire`] does for one. O(slots).
     pub fn retire_all(&self) {
-        self.lists.retire_all(self.slots);
+        self.table.retire_all();
     }
 
     /// Takes back every retired slot whose track is idle (no subscriber, no
@@ -140,7 +135,7 @@ impl<'a, 'p, const G: usize> TrackTable<'a, 'p, G> {
     /// back, but for those a reader still holds) and the slot is free.
     /// Returns how many came back. O(retired).
     pub fn reclaim(&self) -> usize {
-        self.lists.reclaim(self.slots)
+        self.table.reclaim()
     }
 
     /// The slot holding the current generation of `t`, if it is one of ours.
@@ -148,24 +143,22 @@ impl<'a, 'p, const G: usize> TrackTable<'a, 'p, G> {
         if !t.is_current() {
             return None;
         }
-        let first = self.slots.first()?;
-        let base = first.state.handle().key().addr();
+        let slots = self.table.slots;
+        let base = slots.first()?.state.handle().key().addr();
         let stride = core::mem::size_of::<TrackSlot<'p, G>>();
         let offset = t.key().addr().checked_sub(base)?;
         if stride == 0 || offset % stride != 0 {
             return None;
         }
         let i = offset / stride;
-        let slot = self.slots.get(i)?;
-        slot.state.handle().same_track(&t).then_some(i)
+        slots.get(i)?.state.handle().same_track(&t).then_some(i)
     }
 }
 
 impl<const G: usize> fmt::Debug for TrackTable<'_, '_, G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TrackTable")
-            .field("capacity", &self.slots.len())
-            .field("counts", &self.lists.counts())
+            .field("table", &self.table)
             .finish()
     }
 }

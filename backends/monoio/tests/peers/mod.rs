@@ -445,3 +445,51 @@ pub fn eventually_within(limit: Duration, what: &str, mut cond: impl FnMut() -> 
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// A subscription to the live edge: latest group on, priority 0, the
+/// publisher's default max age.
+pub fn live_request() -> skiff_core::window::Request {
+    skiff_core::window::Request {
+        start: skiff_core::window::Start::Latest,
+        end: skiff_core::window::End::Open,
+        ordered: false,
+        priority: 0,
+        max_latency: track::DEFAULT_MAX_AGE,
+    }
+}
+
+/// The steady audience ([`good_clients`]) on a thread of its own, through the
+/// relay at `addr`, once every subscriber receives.
+pub struct SteadyAudience {
+    flag: Arc<AtomicBool>,
+    clients: std::thread::JoinHandle<Vec<Seen>>,
+}
+
+impl SteadyAudience {
+    /// Starts it and waits until all ten subscribers receive.
+    pub fn start(addr: SocketAddr) -> SteadyAudience {
+        let url = format!("tcp://{addr}/anon");
+        let flag = Arc::new(AtomicBool::new(true));
+        let clients = {
+            let flag = flag.clone();
+            std::thread::spawn(move || {
+                skiff_monoio::driver::block_on(
+                    skiff_monoio::driver::DriverKind::Legacy,
+                    move |_| good_clients(url, flag, 8),
+                )
+                .expect("client runtime")
+            })
+        };
+        eventually_within(Duration::from_secs(20), "good subscribers started", || {
+            !flag.load(Ordering::SeqCst)
+        });
+        SteadyAudience { flag, clients }
+    }
+
+    /// Stops the publisher (after its current group) and returns what each
+    /// subscriber saw.
+    pub fn finish(self) -> Vec<Seen> {
+        self.flag.store(true, Ordering::SeqCst);
+        self.clients.join().expect("clients")
+    }
+}
