@@ -444,6 +444,10 @@ pub struct Flags {
     /// [default: 32].
     #[arg(long, value_name = "N", global = true)]
     pub max_pending_tracks_per_broadcast: Option<u32>,
+    /// TRACK requests of one connection waiting at once for a relay track's
+    /// TRACK_INFO; more are refused with EVICTED (0x35) [default: 16].
+    #[arg(long, value_name = "N", global = true)]
+    pub max_waiting_track_requests: Option<u32>,
 }
 
 // ---------------------------------------------------------------------------
@@ -531,6 +535,9 @@ pub struct FileConfig {
     /// See [`Flags::max_pending_tracks_per_broadcast`].
     #[serde(alias = "max_pending_tracks_per_broadcast")]
     pub max_pending_tracks_per_broadcast: Option<u32>,
+    /// See [`Flags::max_waiting_track_requests`].
+    #[serde(alias = "max_waiting_track_requests")]
+    pub max_waiting_track_requests: Option<u32>,
 }
 
 impl FileConfig {
@@ -645,6 +652,8 @@ pub struct Quotas {
     pub pending_tracks: u32,
     /// Track requests waiting for their source's answer in one broadcast.
     pub pending_tracks_per_broadcast: u32,
+    /// TRACK requests of one connection waiting for TRACK_INFO at once.
+    pub waiting_track_requests: u32,
 }
 
 impl Default for Quotas {
@@ -656,6 +665,7 @@ impl Default for Quotas {
             announces: 64,
             pending_tracks: 32,
             pending_tracks_per_broadcast: 32,
+            waiting_track_requests: 16,
         }
     }
 }
@@ -760,6 +770,7 @@ impl RelayConfig {
             control_timeout: core(self.timeouts.handshake),
             max_served: usize::try_from(self.limits.max_subscriptions).unwrap_or(usize::MAX),
             max_frame_bytes: self.limits.max_frame_bytes,
+            max_waiting_tracks: self.quotas.waiting_track_requests as usize,
             ..skiff_core::session::Config::new()
         }
     }
@@ -935,6 +946,10 @@ impl RelayConfig {
                     .max_pending_tracks_per_broadcast
                     .or(file.max_pending_tracks_per_broadcast)
                     .unwrap_or(d.quotas.pending_tracks_per_broadcast),
+                waiting_track_requests: flags
+                    .max_waiting_track_requests
+                    .or(file.max_waiting_track_requests)
+                    .unwrap_or(d.quotas.waiting_track_requests),
             },
         };
         let q = cfg.quotas;

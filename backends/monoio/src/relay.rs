@@ -574,6 +574,8 @@ struct RelayConn<const S: usize> {
     queue: Rc<SubscribeQueue<'static, 'static, S>>,
     /// The linger deadline a wake-up is armed for.
     armed: Option<Instant>,
+    /// The session's refused TRACK requests already counted.
+    refused_tracks: u64,
     /// A link: what it lends to the other worker.
     lender: Option<Rc<Lender>>,
 }
@@ -589,6 +591,7 @@ impl<const S: usize> RelayConn<S> {
             peer: Peer::new(id, kind),
             queue,
             armed: None,
+            refused_tracks: 0,
             lender,
         }
     }
@@ -657,6 +660,11 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
         relay.publish_gauges();
         relay.return_lent();
         relay.reclaim_tables();
+        let refused = session.refused_track_requests();
+        for _ in self.refused_tracks..refused {
+            relay.quota_refused("max-waiting-track-requests", self.id, "");
+        }
+        self.refused_tracks = refused;
         let now = relay.clock.now();
         let next = self.peer.act(session, &relay.router, &self.queue, now);
         if let Some(at) = next

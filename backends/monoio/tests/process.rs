@@ -175,6 +175,7 @@ fn help_and_version_exit_0() {
         "--max-pending-tracks",
         "--max-pending-tracks-per-broadcast",
         "--max-relay-tracks",
+        "--max-waiting-track-requests",
     ] {
         assert!(help.contains(flag), "help lacks {flag}");
     }

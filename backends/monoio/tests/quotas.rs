@@ -161,3 +161,25 @@ fn a_full_track_table_refuses_new_tracks() {
         h.shutdown().unwrap();
     });
 }
+
+#[test]
+fn track_requests_waiting_past_the_quota_are_refused() {
+    within(30, || {
+        let h = start(Quotas {
+            waiting_track_requests: 2,
+            ..Quotas::default()
+        });
+        let _src = publisher(&h, &["live"], 1);
+        let mut s = subscriber(h.local_addr());
+        for n in ["x", "y", "z"] {
+            ask(&mut s, "live", n);
+        }
+        let ok = s.pump_until(IO_TIMEOUT, |r| !r.refused.is_empty());
+        assert!(ok, "the third TRACK request was not refused");
+        assert_eq!(s.refused, [Some(EVICTED)]);
+        eventually("counted", || refused(&h) == 1);
+        // Nothing was made for the refused one.
+        eventually("two relay tracks", || h.metrics().total().relay_tracks == 2);
+        h.shutdown().unwrap();
+    });
+}

@@ -49,6 +49,11 @@ pub struct Config<'c> {
     /// once per frame, not once per piece. Default 64 KiB; 0 wakes readers on
     /// every piece.
     pub announce_step: u64,
+    /// The peer's TRACK requests that may wait at once for a relay track's
+    /// TRACK_INFO (see [`super::Resolve`]); one more is refused with EVICTED
+    /// (0x35) and counted ([`super::Session::refused_track_requests`]).
+    /// Default: no limit but the control streams.
+    pub max_waiting_tracks: usize,
 }
 
 impl Config<'static> {
@@ -64,6 +69,7 @@ impl Config<'static> {
             max_frame_bytes: u64::MAX,
             control_timeout: Duration::ZERO,
             announce_step: 64 * 1024,
+            max_waiting_tracks: usize::MAX,
         }
     }
 }

@@ -1178,6 +1178,14 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         Ok(())
     }
 
+    /// The peer's TRACK requests waiting for TRACK_INFO now.
+    fn waiting_tracks(&self) -> usize {
+        self.control
+            .iter()
+            .filter(|c| matches!(c.kind, Kind::TrackIn { deferred: true, .. }))
+            .count()
+    }
+
     /// Parses the peer's TRACK request and answers it (PROTOCOL.md §3.7).
     fn parse_track(&mut self, slot: usize, done: bool, deferred: bool, limit: usize) -> Step {
         if done {
@@ -1186,10 +1194,17 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
         let origin = self.origin;
         let resolver = self.resolver;
+        // Over the limit of waiting requests, a new one is not resolved:
+        // only a track whose values are known can answer it.
+        let over = !deferred && self.waiting_tracks() >= self.max_waiting_tracks;
         let data = rx_of(self.rx, &self.control[slot], self.buf, slot);
         let answer = match decode_within::<Track<'_>>(data, limit) {
             Ok((t, n)) => {
                 let found = match normalize(t.broadcast, &mut self.scratch) {
+                    Some(path) if over => match lookup(origin, path, t.track) {
+                        Err(StreamCode::NotFound) => Err(StreamCode::Evicted),
+                        found => found,
+                    },
                     // Asked again while waiting for TRACK_INFO: only the
                     // track resolved then (or a newer one of its name).
                     Some(path) if deferred => lookup(origin, path, t.track),
@@ -1206,6 +1221,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         // §3.7): wait for it, unless the track ended without it.
         let answer = match answer {
             Ok((n, Ok(track))) if !track.info_known() => match track.status() {
+                track::Status::Open if over => Ok((n, Err(StreamCode::Evicted))),
                 track::Status::Open => {
                     self.control[slot].kind = Kind::TrackIn {
                         done: false,
@@ -1220,6 +1236,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             Ok((n, Err(code))) => Ok((n, Err(code))),
             Err(e) => Err(e),
         };
+        if over && matches!(answer, Ok((_, Err(StreamCode::Evicted)))) {
+            debug!("session: too many TRACK requests waiting, refusing one");
+            self.refused_tracks += 1;
+        }
         match answer {
             Ok((n, Ok(info))) => {
                 self.control[slot].kind = Kind::TrackIn {

@@ -238,6 +238,10 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     dirty: bool,
     /// A TRACK request waits for its track's TRACK_INFO (retried every pass).
     deferred: bool,
+    /// See [`Config::max_waiting_tracks`].
+    max_waiting_tracks: usize,
+    /// TRACK requests refused by [`Config::max_waiting_tracks`] so far.
+    refused_tracks: u64,
     /// [`Session::media_stamp`] when `dirty` was last cleared.
     stamp: u64,
     /// Served subscriptions started, updated or ended so far.
@@ -350,6 +354,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             max_frame: config.max_frame_bytes,
             announce_step: config.announce_step,
             control_timeout: config.control_timeout,
+            max_waiting_tracks: config.max_waiting_tracks,
+            refused_tracks: 0,
             now,
             origin,
             resolver: None,
@@ -475,6 +481,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// Its peer's reading then matters to nobody else on this side.
     pub fn is_pure_sender(&self) -> bool {
         self.subscription_count() == 0 && self.receiving_groups() == 0 && !self.is_stalled()
+    }
+
+    /// The peer's TRACK requests refused so far because
+    /// [`Config::max_waiting_tracks`] were waiting already.
+    pub fn refused_track_requests(&self) -> u64 {
+        self.refused_tracks
     }
 
     /// True while received bytes wait at the front of the input because the

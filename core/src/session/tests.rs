@@ -652,6 +652,40 @@ fn a_waiting_track_request_is_not_resolved_again() {
 }
 
 #[test]
+fn track_requests_past_the_waiting_limit_are_refused() {
+    let mut ps = PoolStorage::<8, 64>::new();
+    let pool = Pool::new(&mut ps);
+    let t = track::State::<2>::new(&pool, track::Info::new("t").unwrap());
+    let u = track::State::<2>::new(&pool, track::Info::new("u").unwrap());
+    let b = broadcast::State::<2>::new(Path::new("b").unwrap()).unwrap();
+    let o = origin::State::<2, 4>::new();
+    let bp = b.producer().unwrap();
+    bp.add(t.handle()).unwrap();
+    bp.add(u.handle()).unwrap();
+    o.handle().announce(b.handle()).unwrap();
+    t.handle().await_info();
+    u.handle().await_info();
+    let config = Config {
+        max_waiting_tracks: 1,
+        ..Config::new()
+    };
+    raw_pair!(Side::Server, config, Some(o.handle()), st, pair);
+    pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+    let first = pair.b.open(Dir::Bidi, &hex("06 04 01 62 01 74"), false);
+    let second = pair.b.open(Dir::Bidi, &hex("06 04 01 62 01 75"), false);
+    pair.settle(Duration::from_millis(50));
+    // The first waits for its values; the second is over the limit.
+    assert!(pair.b.resets.iter().all(|(s, _)| *s != first.value()));
+    assert!(
+        pair.b
+            .resets
+            .contains(&(second.value(), StreamCode::Evicted.to_code()))
+    );
+    assert_eq!(pair.a.session.refused_track_requests(), 1);
+    assert_eq!(pair.b.closed, None);
+}
+
+#[test]
 fn oversized_request_is_refused_not_buffered() {
     raw_pair!(Side::Server, Config::new(), None, st, pair);
     pair.b.open(Dir::Uni, &hex("01 01 00"), true);
