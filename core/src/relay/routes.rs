@@ -206,6 +206,8 @@ pub struct Router<'r, 'a, 'p, const T: usize, const G: usize> {
     limits: RouterLimits,
     /// The next spare's arrival number.
     next_spare: Cell<u64>,
+    /// Routes and spares held (kept as they change: read on every pass).
+    held: Cell<(usize, usize)>,
 }
 
 impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
@@ -227,6 +229,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             storage,
             limits,
             next_spare: Cell::new(0),
+            held: Cell::new((0, 0)),
         }
     }
 
@@ -240,22 +243,31 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         self.local_origin
     }
 
-    /// Routes held now (routed broadcasts, standbys, orphans in their grace).
+    /// Routes held now (routed broadcasts, standbys, orphans in their grace). O(1).
     pub fn routes(&self) -> usize {
-        self.storage
-            .routes
-            .iter()
-            .filter(|r| r.borrow().is_some())
-            .count()
+        self.held.get().0
     }
 
-    /// Spare sources waiting now.
+    /// Spare sources waiting now. O(1).
     pub fn spares(&self) -> usize {
-        self.storage
-            .spares
-            .iter()
-            .filter(|s| s.borrow().is_some())
-            .count()
+        self.held.get().1
+    }
+
+    fn count(&self, routes: isize, spares: isize) {
+        let (r, s) = self.held.get();
+        self.held.set((
+            r.saturating_add_signed(routes),
+            s.saturating_add_signed(spares),
+        ));
+    }
+
+    /// Empties spare slot `s`, if it holds one.
+    fn clear_spare(&self, s: &RefCell<Option<Spare>>) -> Option<Spare> {
+        let spare = s.borrow_mut().take();
+        if spare.is_some() {
+            self.count(0, -1);
+        }
+        spare
     }
 
     /// Registers broadcast `path` announced by `owner` (`local`: a source of
@@ -316,6 +328,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             // A full local origin only means the other workers do not see it.
             let _ = self.local_origin.announce(broadcast);
         }
+        self.count(1, 0);
         *slot.borrow_mut() = Some(Route {
             broadcast,
             producer,
@@ -367,6 +380,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         let path = PathBuf::from_path(path).map_err(|_| AnnounceRefused::Path)?;
         let seq = self.next_spare.get();
         self.next_spare.set(seq.wrapping_add(1));
+        self.count(0, 1);
         *slot.borrow_mut() = Some(Spare {
             path,
             owner,
@@ -419,7 +433,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
                 .as_ref()
                 .is_some_and(|s| s.owner == owner && s.path.as_path() == path);
             if mine {
-                *s.borrow_mut() = None;
+                self.clear_spare(s);
             }
         }
         for slot in self.storage.routes {
@@ -445,7 +459,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
     ) -> usize {
         for s in self.storage.spares {
             if s.borrow().as_ref().is_some_and(|s| s.owner == owner) {
-                *s.borrow_mut() = None;
+                self.clear_spare(s);
             }
         }
         let mut orphaned = 0;
@@ -495,7 +509,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
                 Some((seq, s))
             })
             .min_by_key(|(seq, _)| *seq)
-            .and_then(|(_, s)| s.borrow_mut().take())
+            .and_then(|(_, s)| self.clear_spare(s))
     }
 
     /// When [`Router::handle_timeout`] has something to do: the end of the
@@ -529,6 +543,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
     /// aborted with `code`, the broadcast and tracks given back to their
     /// tables (reused once their last users are gone).
     fn withdraw(&self, route: Route<'a, 'p>, code: StreamCode) {
+        self.count(-1, 0);
         let Route {
             broadcast,
             mut producer,

@@ -99,6 +99,52 @@ fn highest_wanted(window: &Window<WINDOW_RANGES>, latest: u64) -> Option<u64> {
         .map(|r| min(r.last(), latest))
 }
 
+/// Sorts `v` by `key` in place, no allocation: one pass when it is in order
+/// already (each key computed once), else a heapsort (O(n log n) keys). A
+/// few hundred bytes of code, where core's `sort_unstable` brings several KiB
+/// into a firmware image.
+fn sort_by_key<T, K: Ord>(v: &mut [T], mut key: impl FnMut(&T) -> K) {
+    let mut sorted = true;
+    let mut prev: Option<K> = None;
+    for x in v.iter() {
+        let k = key(x);
+        if prev.as_ref().is_some_and(|p| *p > k) {
+            sorted = false;
+            break;
+        }
+        prev = Some(k);
+    }
+    if sorted {
+        return;
+    }
+    let n = v.len();
+    for root in (0..n / 2).rev() {
+        sift_down(v, root, n, &mut key);
+    }
+    for end in (1..n).rev() {
+        v.swap(0, end);
+        sift_down(v, 0, end, &mut key);
+    }
+}
+
+/// Moves `v[root]` down the max-heap `v[..end]` to its place.
+fn sift_down<T, K: Ord>(v: &mut [T], mut root: usize, end: usize, key: &mut impl FnMut(&T) -> K) {
+    loop {
+        let mut child = 2 * root + 1;
+        if child >= end {
+            return;
+        }
+        if child + 1 < end && key(&v[child]) < key(&v[child + 1]) {
+            child += 1;
+        }
+        if key(&v[root]) >= key(&v[child]) {
+            return;
+        }
+        v.swap(root, child);
+        root = child;
+    }
+}
+
 /// Whether an announcement may go to a peer (PROTOCOL.md §3.6: no path with a
 /// segment starting with `.` below the prefix to lite-05 peers). Local
 /// broadcasts have no hops, so the Exclude Hop filter never applies.
@@ -795,11 +841,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// Returns how many ranks it computed.
     ///
     /// The table is usually in that order already (streams are opened newest
-    /// first and keep their rank), which the sort checks in one pass.
+    /// first and keep their rank), which the sort checks in one pass; else a
+    /// heapsort, O(S log S).
     fn sort_out(&mut self) -> usize {
         let served = &self.served;
         let mut ranked = 0;
-        self.out.as_mut_slice().sort_unstable_by_key(|o| {
+        sort_by_key(self.out.as_mut_slice(), |o| {
             ranked += 1;
             let rank = o.as_ref().and_then(|o| {
                 let s = served.get(o.served)?.as_ref()?;

@@ -1871,7 +1871,7 @@ fn group_streams_are_chosen_in_one_pass_by_priority() {
     assert_eq!(order, want);
     let visits = pair.b.session.visits.groups;
     assert!(
-        visits <= 16 * S,
+        visits <= 32 * S,
         "{visits} slots visited in one call for {S} streams"
     );
 }
