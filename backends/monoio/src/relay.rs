@@ -613,7 +613,8 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
     /// Idle unless an announce request, an upstream subscription to make, or
     /// a change of demand (an update, a linger to start or to end) waits.
     fn is_idle(&self) -> bool {
-        self.peer.is_idle(&self.queue, self.relay.clock.now())
+        let clock = self.relay.clock;
+        self.peer.is_idle(&self.queue, || clock.now())
     }
 
     fn on_event(&mut self, event: &Event<'_>) {
@@ -665,15 +666,17 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
             relay.quota_refused("max-waiting-track-requests", self.id, "");
         }
         self.refused_tracks = refused;
-        let now = relay.clock.now();
-        let next = self.peer.act(session, &relay.router, &self.queue, now);
+        let clock = relay.clock;
+        let next = self
+            .peer
+            .act(session, &relay.router, &self.queue, || clock.now());
         if let Some(at) = next
             && self.armed != Some(at)
         {
             // The session may not wake on its own by then.
             self.armed = Some(at);
             let notify = relay.notify.clone();
-            let wait = at.saturating_duration_since(now);
+            let wait = at.saturating_duration_since(clock.now());
             monoio::spawn(async move {
                 monoio::time::sleep(StdDuration::from_micros(wait.as_micros())).await;
                 notify.bump();

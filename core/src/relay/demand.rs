@@ -73,11 +73,12 @@ impl Follow {
         self.sent
     }
 
-    /// What to do at `now` for relay track `t`. The start stays what the
-    /// SUBSCRIBE asked (an update with another start would reposition the
-    /// upstream window).
-    pub fn step(&mut self, t: track::Ref<'_, '_>, now: Instant) -> Step {
+    /// What to do now for relay track `t` (`now` is asked only while the
+    /// track has no subscriber). The start stays what the SUBSCRIBE asked (an
+    /// update with another start would reposition the upstream window).
+    pub fn step(&mut self, t: track::Ref<'_, '_>, now: impl FnOnce() -> Instant) -> Step {
         let Some(demand) = t.demand() else {
+            let now = now();
             let since = *self.idle_since.get_or_insert(now);
             let end = since.saturating_add(self.linger);
             return if now >= end {
@@ -104,10 +105,10 @@ impl Follow {
     }
 
     /// Whether [`Follow::step`] would do nothing before `now` (no update
-    /// due, no linger to end).
-    pub fn is_quiet(&self, t: track::Ref<'_, '_>, now: Instant) -> bool {
+    /// due, no linger to end); `now` is asked only while a linger runs.
+    pub fn is_quiet(&self, t: track::Ref<'_, '_>, now: impl FnOnce() -> Instant) -> bool {
         match (t.demand(), self.idle_since) {
-            (None, Some(since)) => now < since.saturating_add(self.linger),
+            (None, Some(since)) => now() < since.saturating_add(self.linger),
             (Some(d), None) => {
                 Request {
                     start: self.sent.start,
@@ -138,14 +139,14 @@ mod tests {
         let low = Request::test(1, 100, Start::Latest, End::Open);
         let high = Request::test(9, 4000, Start::Latest, End::Open);
         t.add_subscriber(&low);
-        let Step::Update(r) = f.step(t, t0) else {
+        let Step::Update(r) = f.step(t, || t0) else {
             panic!("no update for the first subscriber")
         };
         assert_eq!(r.priority, 1);
         f.updated(r);
-        assert_eq!(f.step(t, t0), Step::Wait(None));
+        assert_eq!(f.step(t, || t0), Step::Wait(None));
         t.add_subscriber(&high);
-        let Step::Update(r) = f.step(t, t0) else {
+        let Step::Update(r) = f.step(t, || t0) else {
             panic!("no update for a higher priority")
         };
         assert_eq!(
@@ -154,7 +155,7 @@ mod tests {
         );
         f.updated(r);
         t.remove_subscriber(&high);
-        let Step::Update(r) = f.step(t, t0) else {
+        let Step::Update(r) = f.step(t, || t0) else {
             panic!("no update back down")
         };
         assert_eq!(r.priority, 1);
@@ -163,17 +164,20 @@ mod tests {
         t.remove_subscriber(&low);
         let t1 = t0.saturating_add(Duration::from_millis(10));
         let end = t1.saturating_add(LINGER);
-        assert_eq!(f.step(t, t1), Step::Wait(Some(end)));
-        assert!(f.is_quiet(t, t1));
+        assert_eq!(f.step(t, || t1), Step::Wait(Some(end)));
+        assert!(f.is_quiet(t, || t1));
         // Someone comes back within the linger: kept.
         t.add_subscriber(&low);
         assert_eq!(
-            f.step(t, t1.saturating_add(Duration::from_millis(1999))),
+            f.step(t, || t1.saturating_add(Duration::from_millis(1999))),
             Step::Wait(None)
         );
         t.remove_subscriber(&low);
         let t2 = end;
-        assert_eq!(f.step(t, t2), Step::Wait(Some(t2.saturating_add(LINGER))));
-        assert_eq!(f.step(t, t2.saturating_add(LINGER)), Step::Cancel);
+        assert_eq!(
+            f.step(t, || t2),
+            Step::Wait(Some(t2.saturating_add(LINGER)))
+        );
+        assert_eq!(f.step(t, || t2.saturating_add(LINGER)), Step::Cancel);
     }
 }

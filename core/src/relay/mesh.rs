@@ -58,7 +58,7 @@ impl<'s, 'r, 'a, 'p, const T: usize, const G: usize> RelayEnd<'s, 'r, 'a, 'p, T,
         let queue = self.queues.of(self.peer.id());
         self.linger = self
             .peer
-            .act(&mut self.node.session, self.router, queue, now);
+            .act(&mut self.node.session, self.router, queue, || now);
     }
 
     /// The session ended: the router hears of it.

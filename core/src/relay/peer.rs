@@ -140,6 +140,9 @@ pub struct Peer<'a, 'p, const S: usize> {
     want_announce: bool,
     announce: Option<AnnounceId>,
     subs: heapless::Vec<Upstream<'a, 'p>, S>,
+    /// Whether the router took an announcement of this peer's (else its end
+    /// concerns no route and costs the router nothing).
+    announced: bool,
 }
 
 impl<const S: usize> fmt::Debug for Peer<'_, '_, S> {
@@ -161,6 +164,7 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
             want_announce: matches!(kind, PeerKind::Trunk { ask_first: true }),
             announce: None,
             subs: heapless::Vec::new(),
+            announced: false,
         }
     }
 
@@ -208,6 +212,7 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
                         refused: Some(e),
                     };
                 }
+                self.announced = true;
                 Wake::All
             }
             Event::Unannounced { path, .. } => match Path::new(path) {
@@ -216,6 +221,9 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
             },
             Event::AnnounceEnded { request, .. } if Some(request) == self.announce => {
                 self.announce = None;
+                if !core::mem::take(&mut self.announced) {
+                    return Wake::Nobody.into();
+                }
                 router.source_gone(self.id, now, upstreams);
                 Wake::All
             }
@@ -247,14 +255,19 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
     /// After a pass of the session: asks for announcements when due, makes
     /// the upstream SUBSCRIBEs `queue` holds, and keeps each upstream
     /// subscription in line with its track's demand. Returns the next time
-    /// this must run even if nothing else happens (a linger to end).
+    /// this must run even if nothing else happens (a linger to end). `now`
+    /// is read only if a linger needs it (at most once).
     pub fn act<const T: usize, const G: usize, const N: usize, const Q: usize>(
         &mut self,
         session: &mut Session<'_, 'a, 'p, N>,
         router: &Router<'_, 'a, 'p, T, G>,
         queue: &SubscribeQueue<'a, 'p, Q>,
-        now: Instant,
+        now: impl Fn() -> Instant,
     ) -> Option<Instant> {
+        if !self.want_announce && self.subs.is_empty() && queue.is_empty() {
+            // A session that only subscribes: nothing to do, every pass.
+            return None;
+        }
         if self.want_announce && session.is_established() {
             match session.announce_request("") {
                 Ok(a) => {
@@ -304,9 +317,18 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
         &mut self,
         session: &mut Session<'_, 'a, 'p, N>,
         router: &Router<'_, 'a, 'p, T, G>,
-        now: Instant,
+        now: impl Fn() -> Instant,
     ) -> Option<Instant> {
         let mut next: Option<Instant> = None;
+        let read = core::cell::Cell::new(None);
+        let now = || match read.get() {
+            Some(t) => t,
+            None => {
+                let t = now();
+                read.set(Some(t));
+                t
+            }
+        };
         let mut i = 0;
         while let Some(s) = self.subs.get_mut(i) {
             match s.follow.step(s.track, now) {
@@ -342,11 +364,16 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
     }
 
     /// Whether [`Peer::act`] has nothing to do before `now` unless the
-    /// session's input or the media changes.
-    pub fn is_idle<const Q: usize>(&self, queue: &SubscribeQueue<'a, 'p, Q>, now: Instant) -> bool {
+    /// session's input or the media changes (`now` is read only if a linger
+    /// runs).
+    pub fn is_idle<const Q: usize>(
+        &self,
+        queue: &SubscribeQueue<'a, 'p, Q>,
+        now: impl Fn() -> Instant,
+    ) -> bool {
         !self.want_announce
             && queue.is_empty()
-            && self.subs.iter().all(|s| s.follow.is_quiet(s.track, now))
+            && self.subs.iter().all(|s| s.follow.is_quiet(s.track, &now))
     }
 
     /// The session is over: its tracks were detached from it, not ended
@@ -361,7 +388,9 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
     ) {
         self.subs.clear();
         queue.clear();
-        router.source_gone(self.id, now, upstreams);
+        if core::mem::take(&mut self.announced) {
+            router.source_gone(self.id, now, upstreams);
+        }
     }
 }
 

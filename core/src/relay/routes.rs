@@ -208,6 +208,8 @@ pub struct Router<'r, 'a, 'p, const T: usize, const G: usize> {
     next_spare: Cell<u64>,
     /// Routes and spares held (kept as they change: read on every pass).
     held: Cell<(usize, usize)>,
+    /// Routes waiting for a new source (their grace running).
+    orphans: Cell<usize>,
 }
 
 impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
@@ -230,6 +232,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             limits,
             next_spare: Cell::new(0),
             held: Cell::new((0, 0)),
+            orphans: Cell::new(0),
         }
     }
 
@@ -400,7 +403,9 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         upstreams: &dyn Upstreams<'a, 'p>,
     ) -> usize {
         route.owner = owner;
-        route.orphan_until = None;
+        if route.orphan_until.take().is_some() {
+            self.orphans.set(self.orphans.get().saturating_sub(1));
+        }
         let b = route.broadcast;
         let held = b.path();
         let path = held.as_path();
@@ -490,6 +495,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
                 self.local_origin.unannounce(held.as_path());
             }
             route.orphan_until = Some(now.saturating_add(self.limits.grace));
+            self.orphans.set(self.orphans.get() + 1);
             orphaned += 1;
         }
         orphaned
@@ -515,6 +521,9 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
     /// When [`Router::handle_timeout`] has something to do: the end of the
     /// earliest grace period running.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.orphans.get() == 0 {
+            return None;
+        }
         self.storage
             .routes
             .iter()
@@ -525,6 +534,9 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
     /// Withdraws every route whose grace period is over at `now` (its tracks
     /// end with SESSION_CLOSED); returns how many.
     pub fn handle_timeout(&self, now: Instant) -> usize {
+        if self.orphans.get() == 0 {
+            return 0;
+        }
         let mut ended = 0;
         for slot in self.storage.routes {
             let due = slot
@@ -552,7 +564,9 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             orphan_until,
             ..
         } = route;
-        if orphan_until.is_none() {
+        if orphan_until.is_some() {
+            self.orphans.set(self.orphans.get().saturating_sub(1));
+        } else {
             let held = broadcast.path();
             if routed {
                 self.origin.unannounce(held.as_path());
