@@ -779,14 +779,16 @@ impl RelayConfig {
     /// leaf's upstream): as [`RelayConfig::session_config`], but with the
     /// stream counts of a trunk's table
     /// ([`crate::session_driver::TRUNK_STREAMS`], a quarter each way) and
-    /// no subscription limit but the table's: it carries every track that
-    /// crosses it, not one client's.
+    /// no subscription or waiting-TRACK limit but the table's: it carries
+    /// every track that crosses it, not one client's.
     pub fn trunk_session_config(&self, hop: u64) -> skiff_core::session::Config<'static> {
         let mut config = self.session_config(hop);
         let streams = Some((crate::session_driver::TRUNK_STREAMS / 4) as u64);
         config.conn.max_streams_bidi = streams;
         config.conn.max_streams_uni = streams;
         config.max_served = usize::MAX;
+        // A trunk asks for every track that crosses it: no per-peer quota.
+        config.max_waiting_tracks = usize::MAX;
         config
     }
 
@@ -1222,6 +1224,8 @@ mod tests {
         assert_eq!(trunk.conn.max_streams_bidi, Some(quarter));
         assert_eq!(trunk.conn.max_streams_uni, Some(quarter));
         assert_eq!(trunk.max_served, usize::MAX);
+        assert_eq!(s.max_waiting_tracks, 16);
+        assert_eq!(trunk.max_waiting_tracks, usize::MAX);
         assert_eq!(trunk.conn.max_stream_data_uni, s.conn.max_stream_data_uni);
         let t = cfg.track_limits(5 << 20);
         assert_eq!((t.group_bytes, t.cache_bytes), (16 << 20, 5 << 20));
