@@ -887,6 +887,7 @@ pub struct Ref<'t, 'p> {
 /// so a table keyed by track never confuses a reused state with the track it
 /// held before.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Key {
     addr: usize,
     epoch: u64,
