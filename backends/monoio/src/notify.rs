@@ -378,9 +378,9 @@ pub struct Notify {
     /// Media changes.
     media: Cell<u64>,
     /// Media bumps waiting for the flusher.
-    pending_media: Cell<Scope>,
+    pending_media: RefCell<Scope>,
     /// Consumption-only bumps waiting for the flusher.
-    pending_consumed: Cell<Scope>,
+    pending_consumed: RefCell<Scope>,
     /// The flusher task was spawned (on first bump) and its waker.
     flusher: Cell<bool>,
     flusher_waker: RefCell<Option<Waker>>,
@@ -449,9 +449,8 @@ impl Notify {
         } else {
             &self.pending_consumed
         };
-        let mut scope = pending.get();
-        scope.add(keys);
-        pending.set(scope);
+        // In place: a scope is a few hundred bytes, copied on every bump otherwise.
+        pending.borrow_mut().add(keys);
         if self.flusher.get() {
             self.wake_flusher();
         } else {
