@@ -35,7 +35,7 @@ use skiff_core::wire::qmux::Side;
 
 use crate::clock::Clock;
 use crate::notify::Notify;
-use crate::relay::{GROUPS, TRACKS, leak_pool};
+use crate::relay::{GROUPS, TRACKS, leak_pool, leak_slice};
 use crate::session_driver::{
     App, DriveCtx, Ended, HalfReader, HalfWriter, MoqSession, StoragePool, drive, split_halves,
 };
@@ -91,28 +91,15 @@ impl Tables {
             return t;
         }
         let pool = leak_pool(pool_bytes);
-        let track_slots: &'static [TrackSlot<'static, GROUPS>] = Box::leak(
-            (0..limits.tracks)
-                .map(|_| TrackSlot::new(pool, track::Limits::NONE))
-                .collect::<Vec<_>>()
-                .into_boxed_slice(),
-        );
-        let broadcast_slots: &'static [BroadcastSlot<'static, 'static, TRACKS>] = Box::leak(
-            (0..limits.publications)
-                .map(|_| BroadcastSlot::new())
-                .collect::<Vec<_>>()
-                .into_boxed_slice(),
-        );
+        let track_slots = leak_slice(limits.tracks, || TrackSlot::new(pool, track::Limits::NONE));
+        let broadcast_slots = leak_slice(limits.publications, BroadcastSlot::new);
         Tables {
             pool,
             tracks: Box::leak(Box::new(TrackTable::new(track_slots))),
             broadcasts: Box::leak(Box::new(BroadcastTable::new(broadcast_slots))),
-            origins: Box::leak(
-                (0..limits.publications)
-                    .map(|_| (origin::State::new(), Cell::new(false)))
-                    .collect::<Vec<_>>()
-                    .into_boxed_slice(),
-            ),
+            origins: leak_slice(limits.publications, || {
+                (origin::State::new(), Cell::new(false))
+            }),
         }
     }
 }

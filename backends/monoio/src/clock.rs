@@ -1,8 +1,18 @@
 //! Converts the operating system's monotonic clock into core [`Instant`]s.
 
-use std::time::Instant as StdInstant;
+use std::time::{Duration as StdDuration, Instant as StdInstant};
 
-use skiff_core::time::Instant;
+use skiff_core::time::{Duration, Instant};
+
+/// A std duration as a core one (saturating at `u64::MAX` microseconds).
+pub fn to_core(d: StdDuration) -> Duration {
+    Duration::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// A core duration as a std one.
+pub fn to_std(d: Duration) -> StdDuration {
+    StdDuration::from_micros(d.as_micros())
+}
 
 /// A monotonic clock whose epoch is the moment it was created.
 #[derive(Debug, Clone, Copy)]
@@ -21,6 +31,11 @@ impl Clock {
     /// The current time as a core instant.
     pub fn now(&self) -> Instant {
         self.at(StdInstant::now())
+    }
+
+    /// Sleeps (on the monoio runtime) until this clock reads `at`.
+    pub async fn sleep_until(&self, at: Instant) {
+        monoio::time::sleep(to_std(at.saturating_duration_since(self.now()))).await;
     }
 
     /// Converts a std instant taken from the same monotonic clock.

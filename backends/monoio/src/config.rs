@@ -745,10 +745,8 @@ impl RelayConfig {
     /// Groups over `--max-group-bytes` are refused by the relay track (see
     /// [`RelayConfig::track_limits`]).
     pub fn session_config(&self, hop: u64) -> skiff_core::session::Config<'static> {
+        use crate::clock::to_core as core;
         use skiff_core::conn;
-        use skiff_core::time::Duration as CoreDuration;
-        let core =
-            |d: Duration| CoreDuration::from_micros(d.as_micros().min(u64::MAX as u128) as u64);
         let streams = u64::from(self.limits.max_streams)
             .min((crate::session_driver::STREAMS / 4) as u64)
             .max(1);

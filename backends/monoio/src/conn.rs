@@ -290,26 +290,10 @@ impl Reader {
         let stop = self.shared.shutdown.clone();
         let buf = Vec::with_capacity(FIRST_READ_BYTES);
         let half = &mut self.half;
-        let canceller = &mut self.canceller;
-        let (res, buf) = {
-            let mut read = pin!(half.cancelable_read(buf, canceller.handle()));
-            let mut timer = pin!(monoio::time::sleep(limit));
-            let mut stop_wait = pin!(stop.wait());
-            let mut armed = true;
-            poll_fn(|cx| {
-                if armed
-                    && (stop.is_fired()
-                        || stop_wait.as_mut().poll(cx).is_ready()
-                        || timer.as_mut().poll(cx).is_ready())
-                {
-                    armed = false;
-                    // Cancel, then wait for the read to hand the buffer back.
-                    *canceller = std::mem::take(canceller).cancel();
-                }
-                read.as_mut().poll(cx)
-            })
-            .await
-        };
+        let (res, buf) = cancel_on_or_after(&stop, Some(limit), &mut self.canceller, |h| {
+            half.cancelable_read(buf, h)
+        })
+        .await;
         self.buf = buf;
         match res {
             Ok(n) => {
@@ -487,11 +471,32 @@ pub(crate) async fn cancel_on<F, T>(
 where
     F: Future<Output = T>,
 {
+    cancel_on_or_after(stop, None, canceller, op).await
+}
+
+/// [`cancel_on`], cancelling also once `limit` (if any) has passed.
+pub(crate) async fn cancel_on_or_after<F, T>(
+    stop: &LocalEvent,
+    limit: Option<Duration>,
+    canceller: &mut Canceller,
+    op: impl FnOnce(monoio::io::CancelHandle) -> F,
+) -> T
+where
+    F: Future<Output = T>,
+{
     let mut fut = pin!(op(canceller.handle()));
     let mut stop_wait = pin!(stop.wait());
+    let mut timer = pin!(limit.map(monoio::time::sleep));
     let mut armed = true;
     poll_fn(|cx| {
-        if armed && (stop.is_fired() || stop_wait.as_mut().poll(cx).is_ready()) {
+        if armed
+            && (stop.is_fired()
+                || stop_wait.as_mut().poll(cx).is_ready()
+                || timer
+                    .as_mut()
+                    .as_pin_mut()
+                    .is_some_and(|t| t.poll(cx).is_ready()))
+        {
             armed = false;
             // `cancel` hands back a fresh canceller for any later operation.
             *canceller = std::mem::take(canceller).cancel();

@@ -124,7 +124,7 @@ use skiff_core::relay::{
     Resolver, Router, RouterLimits, RouterStorage, SourceId, SubscribeQueue, TrackSlot, TrackTable,
     Upstreams, Wake,
 };
-use skiff_core::time::{Duration, Instant};
+use skiff_core::time::Instant;
 
 use crate::lend::{Borrower, Lender, LinkShare, lend_limit, return_released, spare_slots};
 use skiff_core::session::{Config, ConfigError, Event, Resolve, Session};
@@ -228,7 +228,6 @@ pub struct Relay {
     /// What each other worker lends to this one, by its index (where the
     /// pool's released foreign blocks go back to).
     borrowed: RefCell<Vec<Option<Arc<LinkShare>>>>,
-    tracks: &'static TrackTable<'static, 'static, GROUPS>,
     /// When given-up relay tracks and broadcasts were last taken back.
     last_reclaim: Cell<StdInstant>,
     /// The grace deadline a timer is armed for, if any.
@@ -273,12 +272,7 @@ pub fn leak_pool_with_spare(bytes: u64, spare: usize) -> &'static Pool<'static> 
     let blocks = pool_blocks(bytes);
     let spare = spare.min((u32::MAX / 2) as usize - 1);
     let data: &'static mut [u8] = Box::leak(vec![0u8; blocks * BLOCK_BYTES].into_boxed_slice());
-    let meta: &'static mut [BlockMeta] = Box::leak(
-        (0..blocks + spare)
-            .map(|_| BlockMeta::new())
-            .collect::<Vec<_>>()
-            .into_boxed_slice(),
-    );
+    let meta = leak_slice_mut(blocks + spare, BlockMeta::new);
     match Pool::from_parts_with_spare(data, meta, spare) {
         Ok(p) => Box::leak(Box::new(p)),
         Err(e) => panic!("pool layout: {e}"),
@@ -286,14 +280,19 @@ pub fn leak_pool_with_spare(bytes: u64, spare: usize) -> &'static Pool<'static> 
 }
 
 /// `n` values of `make()` in a slice that lives for the rest of the process
-/// (a worker's tables, made once at its start).
-fn leak_slice<T>(n: usize, make: impl FnMut() -> T) -> &'static [T] {
+/// (tables sized once at start-up: a worker's, a client context's).
+pub(crate) fn leak_slice_mut<T>(n: usize, make: impl FnMut() -> T) -> &'static mut [T] {
     Box::leak(
         std::iter::repeat_with(make)
             .take(n)
             .collect::<Vec<_>>()
             .into_boxed_slice(),
     )
+}
+
+/// [`leak_slice_mut`], shared.
+pub(crate) fn leak_slice<T>(n: usize, make: impl FnMut() -> T) -> &'static [T] {
+    leak_slice_mut(n, make)
 }
 
 impl Relay {
@@ -332,7 +331,7 @@ impl Relay {
             announces: quotas.announces as usize,
             pending_per_conn: quotas.pending_tracks as usize,
             pending_per_broadcast: quotas.pending_tracks_per_broadcast as usize,
-            grace: core_duration(config.failover_grace),
+            grace: crate::clock::to_core(config.failover_grace),
         };
         Relay {
             router: Router::new(
@@ -356,7 +355,6 @@ impl Relay {
             metrics: None,
             lenders: RefCell::new(Vec::new()),
             borrowed: RefCell::new(Vec::new()),
-            tracks,
             last_reclaim: Cell::new(StdInstant::now()),
             timer: Cell::new(None),
         }
@@ -373,7 +371,7 @@ impl Relay {
     /// Takes back given-up relay tracks and broadcasts nobody uses any more,
     /// at most every [`RECLAIM_EVERY`] (O(given up)).
     fn reclaim_tables(&self) {
-        if self.tracks.counts().retired == 0 {
+        if self.router.track_counts().retired == 0 {
             return;
         }
         let now = StdInstant::now();
@@ -388,7 +386,7 @@ impl Relay {
 
     /// Relay tracks held now (claimed, or retired and not idle yet).
     pub fn relay_tracks(&self) -> usize {
-        let c = self.tracks.counts();
+        let c = self.router.track_counts();
         c.claimed + c.retired
     }
 
@@ -498,8 +496,7 @@ impl Relay {
         self.timer.set(Some(at));
         let relay = self.clone();
         monoio::spawn(async move {
-            let wait = at.saturating_duration_since(relay.clock.now());
-            monoio::time::sleep(StdDuration::from_micros(wait.as_micros())).await;
+            relay.clock.sleep_until(at).await;
             if relay.timer.get() == Some(at) {
                 relay.timer.set(None);
             }
@@ -539,11 +536,6 @@ impl Resolve<'static, 'static> for Relay {
 /// How long an upstream subscription is kept after its relay track lost its
 /// last downstream subscriber, before it is cancelled ([`LINGER`]).
 pub const UPSTREAM_LINGER: StdDuration = StdDuration::from_micros(LINGER.as_micros());
-
-/// A std duration as a core one.
-fn core_duration(d: StdDuration) -> Duration {
-    Duration::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-}
 
 /// What is at the other end of a relay session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -676,9 +668,8 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
             // The session may not wake on its own by then.
             self.armed = Some(at);
             let notify = relay.notify.clone();
-            let wait = at.saturating_duration_since(clock.now());
             monoio::spawn(async move {
-                monoio::time::sleep(StdDuration::from_micros(wait.as_micros())).await;
+                clock.sleep_until(at).await;
                 notify.bump();
             });
         }

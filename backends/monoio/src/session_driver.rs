@@ -498,9 +498,7 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
     handshake: &mut Option<HandshakeToken>,
 ) -> io::Result<Ended> {
     let notify = &*ctx.notify;
-    let limit = guard
-        .handshake
-        .map(|d| Duration::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX)));
+    let limit = guard.handshake.map(crate::clock::to_core);
     let started = ctx.clock.now();
     // Since when the front of the input is a record that has not completed.
     let mut partial_since: Option<Instant> = None;
@@ -678,7 +676,7 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             && armed.is_none_or(|a| at < a)
         {
             armed = Some(at);
-            let wait = StdDuration::from_micros(at.saturating_duration_since(now).as_micros());
+            let wait = crate::clock::to_std(at.saturating_duration_since(now));
             sleep
                 .as_mut()
                 .reset(monoio::time::Instant::from_std(StdInstant::now() + wait));

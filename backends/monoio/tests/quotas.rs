@@ -68,6 +68,17 @@ fn subscriber(addr: SocketAddr) -> Raw {
     raw
 }
 
+/// Asks for tracks x, y and z of `live`: the third must be refused with
+/// EVICTED, the first two must not.
+fn third_is_evicted(s: &mut Raw, what: &str) {
+    for n in ["x", "y", "z"] {
+        ask(s, "live", n);
+    }
+    let ok = s.pump_until(IO_TIMEOUT, |r| !r.refused.is_empty());
+    assert!(ok, "the third {what} was not refused");
+    assert_eq!(s.refused, [Some(EVICTED)]);
+}
+
 fn refused(h: &ServerHandle) -> u64 {
     h.metrics().total().quota_refused
 }
@@ -97,19 +108,14 @@ fn pending_track_requests_past_the_connection_quota_are_refused() {
         });
         let _src = publisher(&h, &["live"], 1);
         let mut s = subscriber(h.local_addr());
-        for n in ["x", "y", "z"] {
-            ask(&mut s, "live", n);
-        }
-        let ok = s.pump_until(IO_TIMEOUT, |r| !r.refused.is_empty());
-        assert!(ok, "the third request was not refused");
-        assert_eq!(s.refused, [Some(EVICTED)]);
+        third_is_evicted(&mut s, "request");
         assert_eq!(refused(&h), 1);
         // Nothing kept for the refused request: two relay tracks, not three.
         eventually("gauges published", || h.metrics().total().relay_tracks == 2);
         // Another connection asks for its own.
         let mut t = subscriber(h.local_addr());
         ask(&mut t, "live", "w");
-        s.pump_until(Duration::from_millis(300), |_| false);
+        t.pump_until(Duration::from_millis(300), |_| false);
         assert!(t.refused.is_empty());
         eventually("a third track", || h.metrics().total().relay_tracks == 3);
         h.shutdown().unwrap();
@@ -151,12 +157,7 @@ fn a_full_track_table_refuses_new_tracks() {
         });
         let _src = publisher(&h, &["live"], 1);
         let mut s = subscriber(h.local_addr());
-        ask(&mut s, "live", "x");
-        ask(&mut s, "live", "y");
-        ask(&mut s, "live", "z");
-        let ok = s.pump_until(IO_TIMEOUT, |r| !r.refused.is_empty());
-        assert!(ok, "the third track was not refused");
-        assert_eq!(s.refused, [Some(EVICTED)]);
+        third_is_evicted(&mut s, "track");
         assert_eq!(refused(&h), 1);
         h.shutdown().unwrap();
     });
@@ -171,12 +172,7 @@ fn track_requests_waiting_past_the_quota_are_refused() {
         });
         let _src = publisher(&h, &["live"], 1);
         let mut s = subscriber(h.local_addr());
-        for n in ["x", "y", "z"] {
-            ask(&mut s, "live", n);
-        }
-        let ok = s.pump_until(IO_TIMEOUT, |r| !r.refused.is_empty());
-        assert!(ok, "the third TRACK request was not refused");
-        assert_eq!(s.refused, [Some(EVICTED)]);
+        third_is_evicted(&mut s, "TRACK request");
         eventually("counted", || refused(&h) == 1);
         // Nothing was made for the refused one.
         eventually("two relay tracks", || h.metrics().total().relay_tracks == 2);

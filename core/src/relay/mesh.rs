@@ -13,7 +13,7 @@ use super::peer::{Peer, PeerKind, Resolver, SubscribeQueue};
 use super::routes::{Router, SourceId, Upstreams};
 use crate::model::{broadcast, track};
 use crate::session::Session;
-use crate::session::harness::{Endpoint, Node, Pair};
+use crate::session::harness::{Endpoint, Node, Pair, Stepped, run_until};
 use crate::time::{Duration, Instant};
 
 /// Upstream subscriptions one relay session holds (and its queue).
@@ -194,19 +194,20 @@ impl<'c, 's, 'r, 'a, 'p, const T: usize, const G: usize> Mesh<'c, 's, 'r, 'a, 'p
 
     /// Steps (jumping the clock when nothing moves) until `until` holds;
     /// false if it did not within `max` steps or everything went quiet.
-    pub fn run(&mut self, max: usize, mut until: impl FnMut(&mut Self) -> bool) -> bool {
-        for _ in 0..max {
-            if until(self) {
-                return true;
-            }
-            if !self.step() {
-                match self.next_time() {
-                    Some(t) => self.now = self.now.max(t),
-                    None => return until(self),
-                }
-            }
-        }
-        until(self)
+    pub fn run(&mut self, max: usize, until: impl FnMut(&mut Self) -> bool) -> bool {
+        run_until(self, max, until)
+    }
+}
+
+impl<const T: usize, const G: usize> Stepped for Mesh<'_, '_, '_, '_, '_, T, G> {
+    fn step(&mut self) -> bool {
+        Mesh::step(self)
+    }
+    fn next_time(&self) -> Option<Instant> {
+        Mesh::next_time(self)
+    }
+    fn clock(&mut self) -> &mut Instant {
+        &mut self.now
     }
 }
 
@@ -536,9 +537,10 @@ mod tests {
         assert!(closed_with(&mut mesh, sub, StreamCode::NotFound));
         // A few round trips of 2 x 5 ms, not a timeout.
         assert!(mesh.now <= asked.saturating_add(Duration::from_millis(100)));
-        // The relay track went back to its table.
+        // The relay track left its broadcast and went back to its table.
         let b = router.origin().get(cam()).unwrap();
         assert!(b.track("nope").is_none());
+        assert_eq!(router.track_counts().claimed, 0);
     }
 
     #[test]

@@ -515,6 +515,49 @@ impl Link {
     }
 }
 
+/// Something stepped in simulated time (a [`Pair`], a relay mesh).
+pub trait Stepped {
+    /// One round; true if anything moved.
+    fn step(&mut self) -> bool;
+    /// When something is next due.
+    fn next_time(&self) -> Option<Instant>;
+    /// The clock.
+    fn clock(&mut self) -> &mut Instant;
+}
+
+/// Steps `s` (jumping its clock to the next due time when nothing moves)
+/// until `until` holds; false if it did not within `max` steps or everything
+/// went quiet for good.
+pub fn run_until<S: Stepped>(s: &mut S, max: usize, mut until: impl FnMut(&mut S) -> bool) -> bool {
+    for _ in 0..max {
+        if until(s) {
+            return true;
+        }
+        if !s.step() {
+            match s.next_time() {
+                Some(t) => {
+                    let now = s.clock();
+                    *now = (*now).max(t);
+                }
+                None => return until(s),
+            }
+        }
+    }
+    until(s)
+}
+
+impl<A: Endpoint, B: Endpoint> Stepped for Pair<A, B> {
+    fn step(&mut self) -> bool {
+        Pair::step(self)
+    }
+    fn next_time(&self) -> Option<Instant> {
+        Pair::next_time(self)
+    }
+    fn clock(&mut self) -> &mut Instant {
+        &mut self.now
+    }
+}
+
 /// Two endpoints, `a` (normally the client) and `b`, and the links between them.
 pub struct Pair<A: Endpoint, B: Endpoint> {
     pub now: Instant,
@@ -591,19 +634,8 @@ impl<A: Endpoint, B: Endpoint> Pair<A, B> {
 
     /// Steps (jumping the clock when idle) until `until` holds; false if it
     /// did not within `max` steps or the pair went quiet for good.
-    pub fn run(&mut self, max: usize, mut until: impl FnMut(&mut Self) -> bool) -> bool {
-        for _ in 0..max {
-            if until(self) {
-                return true;
-            }
-            if !self.step() {
-                match self.next_time() {
-                    Some(t) => self.now = self.now.max(t),
-                    None => return until(self),
-                }
-            }
-        }
-        until(self)
+    pub fn run(&mut self, max: usize, until: impl FnMut(&mut Self) -> bool) -> bool {
+        run_until(self, max, until)
     }
 
     /// Steps until nothing moves without advancing the clock past `horizon`.
