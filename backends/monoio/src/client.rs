@@ -286,6 +286,61 @@ impl ClientCtx {
     }
 }
 
+impl ClientCtx {
+    /// A free origin of the context's tables and its slot, for
+    /// [`ClientCtx::release_origin`]; `None` if every one is in use.
+    pub(crate) fn claim_origin(&self) -> Option<(origin::Ref<'static, 'static>, usize)> {
+        let slot = self
+            .tables
+            .origins
+            .iter()
+            .position(|(_, used)| !used.get())?;
+        let (o, used) = self.tables.origins.get(slot)?;
+        used.set(true);
+        Some((o.handle(), slot))
+    }
+
+    /// Gives origin `slot` back (its broadcasts must be unannounced).
+    pub(crate) fn release_origin(&self, slot: usize) {
+        if let Some((_, used)) = self.tables.origins.get(slot) {
+            used.set(false);
+        }
+    }
+
+    /// A broadcast at `path` from the context's table.
+    pub(crate) fn claim_broadcast(
+        &self,
+        path: Path<'_>,
+    ) -> Option<broadcast::Ref<'static, 'static>> {
+        self.tables.broadcasts.claim(path).ok()
+    }
+
+    /// Gives broadcast `b` back to the table.
+    pub(crate) fn retire_broadcast(&self, b: broadcast::Ref<'static, 'static>) {
+        self.tables.broadcasts.retire(b);
+    }
+
+    /// A track described by `info` from the context's table.
+    pub(crate) fn claim_track(&self, info: track::Info) -> Option<track::Ref<'static, 'static>> {
+        self.tables.tracks.claim(info).ok()
+    }
+
+    /// Session storage, reused if one is free.
+    pub(crate) fn take_storage(&self) -> Box<crate::session_driver::SessionStorage> {
+        self.storage.take()
+    }
+
+    /// Gives session storage back for the next session.
+    pub(crate) fn give_storage(&self, storage: Box<crate::session_driver::SessionStorage>) {
+        self.storage.give(storage);
+    }
+
+    /// The QMux settings sessions start with.
+    pub(crate) fn transport(&self) -> conn::Config {
+        self.transport.get()
+    }
+}
+
 /// Splits `tcp://host:port/path` into the address and the SETUP path (`/path`).
 ///
 /// # Errors

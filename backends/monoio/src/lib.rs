@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod notify;
 pub mod relay;
 pub mod relay_demo;
+pub mod sdk;
 pub mod server;
 pub mod session_driver;
 pub mod shutdown;
@@ -50,4 +51,5 @@ pub mod signals;
 pub mod staging;
 mod worker;
 
+pub use sdk::{Client, Config, Error, Runner, connect};
 pub use worker::WorkerExit;

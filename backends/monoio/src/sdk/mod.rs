@@ -1,0 +1,372 @@
+//! The client SDK: publish and subscribe through a relay with linear async code.
+//!
+//! [`connect`] gives a [`Client`] (the handle the application uses) and a
+//! [`Runner`] (the task that owns the connection). Nothing is spawned for
+//! you: spawn [`Runner::run`] on the same monoio runtime, and it dials,
+//! runs the moq-lite session, and dials again with backoff when the
+//! connection ends, re-subscribing what is still wanted.
+//!
+//! ```no_run
+//! # async fn publish() -> Result<(), skiff_monoio::Error> {
+//! use skiff_monoio::{Config, connect};
+//! use skiff_core::model::track::Info;
+//!
+//! let (client, runner) = connect("tcp://127.0.0.1:4443/anon", Config::default())?;
+//! monoio::spawn(runner.run());
+//! let broadcast = client.publish("camera")?;
+//! let mut track = broadcast.create_track(Info::new("video").unwrap())?;
+//! for gop in 0..10u64 {
+//!     let mut group = track.append_group()?;
+//!     for i in 0..30u64 {
+//!         let timestamp = (gop * 30 + i) * 33_333;
+//!         group.write_frame(timestamp, b"frame bytes").await?;
+//!     }
+//!     group.finish()?;
+//! }
+//! track.finish();
+//! client.flushed().await;
+//! client.close().await;
+//! # Ok(()) }
+//! ```
+//!
+//! A write waits while the newest group is a credit window ahead of its
+//! fastest reader (pacing) and while the block pool is full (backpressure);
+//! it never fails for either. A read hands out the payload as pool blocks
+//! ([`Payload`]), with no copy.
+
+mod error;
+mod publish;
+mod runner;
+mod subscribe;
+
+use std::cell::{Cell, RefCell};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::rc::Rc;
+use std::task::Waker;
+use std::time::Duration;
+
+use skiff_core::conn;
+use skiff_core::model::path::Path;
+use skiff_core::model::{origin, track};
+
+pub use error::Error;
+pub use publish::{BroadcastProducer, GroupProducer, TrackProducer};
+pub use runner::Runner;
+pub use skiff_core::window::{End, Request, Start};
+pub use subscribe::{Frame, GroupConsumer, Payload, TrackConsumer};
+
+use crate::client::{ClientCtx, ClientLimits};
+use publish::Published;
+use subscribe::Wanted;
+
+/// What a [`Client`] is sized and tuned with.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Config {
+    /// Bytes of the block pool every published and received frame lives in.
+    pub pool_bytes: u64,
+    /// Tracks (published and subscribed) and broadcasts held at once.
+    pub limits: ClientLimits,
+    /// QMux settings: credit windows, timeouts (moq-dev's defaults).
+    pub transport: conn::Config,
+    /// The first wait before dialing again after a failed connection.
+    pub backoff_min: Duration,
+    /// The longest wait between attempts (the wait doubles per failure).
+    pub backoff_max: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            pool_bytes: 16 << 20,
+            limits: ClientLimits::default(),
+            transport: conn::Config::new(),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Where the client dials: the socket address and the SETUP path.
+#[derive(Debug, Clone)]
+struct Target {
+    url: String,
+    host: String,
+    path: String,
+}
+
+impl Target {
+    fn parse(url: &str) -> Result<Target, Error> {
+        let bad = |reason| Error::InvalidUrl {
+            url: url.to_owned(),
+            reason,
+        };
+        let rest = url
+            .strip_prefix("tcp://")
+            .ok_or_else(|| bad("only tcp:// URLs are supported"))?;
+        let (host, path) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, ""),
+        };
+        if host.is_empty() || !host.contains(':') {
+            return Err(bad("expected host:port"));
+        }
+        Ok(Target {
+            url: url.to_owned(),
+            host: host.to_owned(),
+            path: path.to_owned(),
+        })
+    }
+
+    /// Resolves the host (again at every dial: an address may change).
+    fn resolve(&self) -> Result<SocketAddr, Error> {
+        let bad = |reason| Error::InvalidUrl {
+            url: self.url.clone(),
+            reason,
+        };
+        self.host
+            .to_socket_addrs()
+            .map_err(|_| bad("the host does not resolve"))?
+            .next()
+            .ok_or_else(|| bad("the host has no address"))
+    }
+}
+
+/// How often a write on a full pool looks again when no session passes.
+const ROOM_RETRY: Duration = Duration::from_millis(10);
+
+/// What the client handles and the runner share (one thread).
+pub(crate) struct Shared {
+    ctx: ClientCtx,
+    target: Target,
+    config: Config,
+    /// The origin every broadcast of the client is announced in.
+    origin: origin::Ref<'static, 'static>,
+    origin_slot: usize,
+    /// Published tracks, for pacing and [`Client::flushed`].
+    published: RefCell<Vec<Rc<Published>>>,
+    /// Subscriptions the application holds.
+    wanted: RefCell<Vec<Rc<Wanted>>>,
+    /// Sessions that reached SETUP.
+    sessions: Cell<u64>,
+    /// A session is set up now.
+    connected: Cell<bool>,
+    /// Runner passes since the start ([`Shared::wait_pass`]).
+    passes: Cell<u64>,
+    pass_wakers: RefCell<Vec<Waker>>,
+    /// The client was closed; the runner stops.
+    closed: Cell<bool>,
+    /// The runner is inside [`Runner::run`].
+    running: Cell<bool>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("url", &self.target.url)
+            .field("sessions", &self.sessions.get())
+            .field("closed", &self.closed.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// Wakes everything waiting for a runner pass or a state change.
+    fn wake_all(&self) {
+        for w in self.pass_wakers.borrow_mut().drain(..) {
+            w.wake();
+        }
+        for w in self.wanted.borrow().iter() {
+            w.wake();
+        }
+        for p in self.published.borrow().iter() {
+            p.wake();
+        }
+    }
+
+    /// Records a runner pass and wakes whoever waits for one.
+    fn passed(&self) {
+        self.passes.set(self.passes.get().wrapping_add(1));
+        for w in self.pass_wakers.borrow_mut().drain(..) {
+            w.wake();
+        }
+    }
+
+    /// Waits until the runner passes at least once more (or the client closes).
+    async fn wait_pass(&self) {
+        let seen = self.passes.get();
+        std::future::poll_fn(|cx| {
+            if self.passes.get() != seen || self.closed.get() {
+                return std::task::Poll::Ready(());
+            }
+            let mut w = self.pass_wakers.borrow_mut();
+            if !w.iter().any(|x| x.will_wake(cx.waker())) {
+                w.push(cx.waker().clone());
+            }
+            std::task::Poll::Pending
+        })
+        .await;
+    }
+
+    /// Waits for a runner pass, or [`ROOM_RETRY`] when no session runs: what
+    /// a write on a full pool waits for before trying again.
+    async fn wait_room(&self) {
+        let tick = monoio::time::sleep(ROOM_RETRY);
+        let _ = crate::conn::race(self.wait_pass(), tick).await;
+    }
+
+    /// Tells the runner's session that local state changed.
+    fn kick(&self) {
+        self.ctx.notify().bump();
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        for w in self.wanted.get_mut().drain(..) {
+            self.ctx.release(w.local());
+        }
+        self.ctx.release_origin(self.origin_slot);
+    }
+}
+
+/// The application's handle on a connection: publish, subscribe, close.
+///
+/// Clones share the connection. Everything runs on the thread that called
+/// [`connect`].
+#[derive(Debug, Clone)]
+pub struct Client {
+    shared: Rc<Shared>,
+}
+
+/// A client of the relay at `url` (`tcp://host:port/path`; the path is sent
+/// in SETUP and scopes the session) and the [`Runner`] that connects it.
+///
+/// Call it on the monoio runtime that will run the runner; nothing is dialed
+/// until [`Runner::run`] runs.
+///
+/// # Errors
+/// [`Error::InvalidUrl`] for another scheme or a URL without a port;
+/// [`Error::Full`] if every origin of the thread's client tables is taken.
+pub fn connect(url: &str, config: Config) -> Result<(Client, Runner), Error> {
+    let target = Target::parse(url)?;
+    let ctx = ClientCtx::with_limits(config.pool_bytes, config.limits);
+    ctx.set_transport(config.transport);
+    let (origin, origin_slot) = ctx.claim_origin().ok_or(Error::Full("origin"))?;
+    let shared = Rc::new(Shared {
+        ctx,
+        target,
+        config,
+        origin,
+        origin_slot,
+        published: RefCell::new(Vec::new()),
+        wanted: RefCell::new(Vec::new()),
+        sessions: Cell::new(0),
+        connected: Cell::new(false),
+        passes: Cell::new(0),
+        pass_wakers: RefCell::new(Vec::new()),
+        closed: Cell::new(false),
+        running: Cell::new(false),
+    });
+    Ok((
+        Client {
+            shared: shared.clone(),
+        },
+        Runner::new(shared),
+    ))
+}
+
+impl Client {
+    /// Publishes the broadcast `path`: it is announced to the relay at once
+    /// (and again after every reconnection) and lives until the producer is
+    /// finished or dropped.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for a bad path, [`Error::Duplicate`] if this
+    /// client publishes it already, [`Error::Full`] past the broadcast limit.
+    pub fn publish(&self, path: &str) -> Result<BroadcastProducer, Error> {
+        BroadcastProducer::new(self.shared.clone(), path)
+    }
+
+    /// Subscribes to `track` of broadcast `path` with `request`: waits until
+    /// the broadcast is announced and the relay accepted the subscription.
+    /// The consumer follows the track across reconnections and a new source
+    /// of the broadcast.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`], [`Error::Full`] past the track limit,
+    /// [`Error::Refused`] if the relay refused the subscription (no such
+    /// track), [`Error::Closed`] if the client closed meanwhile.
+    pub async fn subscribe(
+        &self,
+        path: &str,
+        track: &str,
+        request: Request,
+    ) -> Result<TrackConsumer, Error> {
+        TrackConsumer::subscribe(self.shared.clone(), path, track, request).await
+    }
+
+    /// True while a session with the relay is set up.
+    pub fn is_connected(&self) -> bool {
+        self.shared.connected.get() && !self.shared.closed.get()
+    }
+
+    /// Waits until every group written so far was read by each session that
+    /// serves its track (handed to the socket), so finishing and closing
+    /// loses nothing; returns at once for a track nobody subscribes to.
+    pub async fn flushed(&self) {
+        loop {
+            let done = self
+                .shared
+                .published
+                .borrow()
+                .iter()
+                .all(|p| p.is_flushed());
+            if done || self.shared.closed.get() {
+                // One more pass: what the sessions read is written out in it.
+                self.shared.wait_pass().await;
+                return;
+            }
+            self.shared.wait_pass().await;
+        }
+    }
+
+    /// Closes the session (moq-lite close, NO_ERROR) and stops the runner;
+    /// returns once it stopped.
+    pub async fn close(&self) {
+        self.shared.closed.set(true);
+        self.shared.ctx.close_all();
+        self.shared.wake_all();
+        let shared = &*self.shared;
+        std::future::poll_fn(|cx| {
+            if !shared.running.get() {
+                return std::task::Poll::Ready(());
+            }
+            let mut w = shared.pass_wakers.borrow_mut();
+            if !w.iter().any(|x| x.will_wake(cx.waker())) {
+                w.push(cx.waker().clone());
+            }
+            std::task::Poll::Pending
+        })
+        .await;
+    }
+
+    /// The block pool's blocks in use and its capacity, for monitoring.
+    pub fn pool_usage(&self) -> (usize, usize) {
+        let pool = self.shared.ctx.pool();
+        (pool.in_use(), pool.capacity())
+    }
+}
+
+/// Checks a broadcast path the way the session will.
+fn check_path(path: &str) -> Result<(), Error> {
+    match Path::new(path) {
+        Ok(p) if !p.as_str().is_empty() => Ok(()),
+        _ => Err(Error::InvalidName(path.to_owned())),
+    }
+}
+
+/// Checks a track name.
+fn track_info(name: &str) -> Result<track::Info, Error> {
+    track::Info::new(name).map_err(|_| Error::InvalidName(name.to_owned()))
+}

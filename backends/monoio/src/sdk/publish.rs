@@ -1,0 +1,344 @@
+//! Publishing: a broadcast, its tracks, their groups and frames.
+
+use std::cell::{Cell, RefCell};
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+
+use skiff_core::model::path::Path;
+use skiff_core::model::{broadcast, group, track};
+
+use super::{Error, Shared, check_path};
+
+/// A broadcast this client publishes; dropping it (or [`BroadcastProducer::finish`])
+/// unannounces it.
+#[derive(Debug)]
+pub struct BroadcastProducer {
+    shared: Rc<Shared>,
+    producer: Option<broadcast::Producer<'static, 'static>>,
+}
+
+/// A published track as the runner and [`super::Client::flushed`] see it.
+pub(crate) struct Published {
+    track: track::Ref<'static, 'static>,
+    /// How far the newest group may run ahead of its fastest reader, from the
+    /// session serving it; `None` while no stream carries it.
+    window: Cell<Option<u64>>,
+    /// The newest group's state and generation (for [`Published::is_flushed`]).
+    newest: Cell<Option<(&'static group::State<'static>, u64)>>,
+    /// A writer waiting for a new window.
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Published {
+    /// The track.
+    pub(crate) fn track(&self) -> track::Ref<'static, 'static> {
+        self.track
+    }
+
+    /// Sets the pacing window the serving session reports; wakes a waiting
+    /// writer when it changed.
+    pub(crate) fn set_window(&self, window: Option<u64>) {
+        if self.window.replace(window) != window {
+            self.wake();
+        }
+    }
+
+    /// Wakes a writer waiting for the window.
+    pub(crate) fn wake(&self) {
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    /// True once nobody subscribes to the track, or its newest group was read
+    /// to its end.
+    pub(crate) fn is_flushed(&self) -> bool {
+        if self.track.subscribers() == 0 {
+            return true;
+        }
+        match self.newest.get() {
+            Some((state, generation)) if state.generation() == generation => {
+                state.furthest_read() >= state.bytes_written()
+            }
+            _ => true,
+        }
+    }
+}
+
+impl BroadcastProducer {
+    pub(super) fn new(shared: Rc<Shared>, path: &str) -> Result<Self, Error> {
+        check_path(path)?;
+        let p = Path::new(path).map_err(|_| Error::InvalidName(path.to_owned()))?;
+        if shared.origin.get(p).is_some() {
+            return Err(Error::Duplicate(path.to_owned()));
+        }
+        let b = shared
+            .ctx
+            .claim_broadcast(p)
+            .ok_or(Error::Full("broadcast"))?;
+        let producer = match b.producer() {
+            Ok(producer) => producer,
+            Err(_) => {
+                shared.ctx.retire_broadcast(b);
+                return Err(Error::Duplicate(path.to_owned()));
+            }
+        };
+        if shared.origin.announce(b).is_err() {
+            drop(producer);
+            shared.ctx.retire_broadcast(b);
+            return Err(Error::Full("broadcast"));
+        }
+        shared.kick();
+        Ok(BroadcastProducer {
+            shared,
+            producer: Some(producer),
+        })
+    }
+
+    /// The broadcast's path.
+    pub fn path(&self) -> String {
+        self.producer
+            .as_ref()
+            .map(|p| p.broadcast().path().as_str().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// Adds a track described by `info` (name, priority, timescale, max age).
+    ///
+    /// # Errors
+    /// [`Error::Duplicate`] for a name the broadcast has, [`Error::Full`]
+    /// past the client's track limit or the broadcast's track places.
+    pub fn create_track(&self, info: track::Info) -> Result<TrackProducer, Error> {
+        let producer = self.producer.as_ref().ok_or(Error::Closed)?;
+        if producer.broadcast().track(info.name.as_str()).is_some() {
+            return Err(Error::Duplicate(info.name.as_str().to_owned()));
+        }
+        let t = self
+            .shared
+            .ctx
+            .claim_track(info)
+            .ok_or(Error::Full("track"))?;
+        if producer.add(t).is_err() {
+            self.shared.ctx.release(t);
+            return Err(Error::Full("broadcast track"));
+        }
+        // The track keeps at most a quarter of the pool cached, so a full
+        // pool frees up as readers move on, connected or not.
+        t.set_budget(self.shared.config.pool_bytes / 4);
+        let Ok(track_producer) = t.producer() else {
+            producer.remove(info.name.as_str());
+            self.shared.ctx.release(t);
+            return Err(Error::Full("track"));
+        };
+        let published = Rc::new(Published {
+            track: t,
+            window: Cell::new(None),
+            newest: Cell::new(None),
+            waker: RefCell::new(None),
+        });
+        self.shared.published.borrow_mut().push(published.clone());
+        self.shared.kick();
+        Ok(TrackProducer {
+            shared: self.shared.clone(),
+            published,
+            producer: Some(track_producer),
+        })
+    }
+
+    /// Unannounces the broadcast; its tracks end as their producers do.
+    pub fn finish(mut self) {
+        self.end();
+    }
+
+    fn end(&mut self) {
+        let Some(mut producer) = self.producer.take() else {
+            return;
+        };
+        let b = producer.broadcast();
+        self.shared.origin.unannounce(b.path().as_path());
+        producer.finish();
+        drop(producer);
+        self.shared.ctx.retire_broadcast(b);
+        self.shared.kick();
+    }
+}
+
+impl Drop for BroadcastProducer {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// A published track: append groups to it; dropping it unfinished aborts it.
+#[derive(Debug)]
+pub struct TrackProducer {
+    shared: Rc<Shared>,
+    published: Rc<Published>,
+    producer: Option<track::Producer<'static, 'static>>,
+}
+
+impl std::fmt::Debug for Published {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Published")
+            .field("track", &self.track.info().name)
+            .field("window", &self.window.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TrackProducer {
+    /// Starts the next group (sequence one past the newest); the previous
+    /// group should be finished first.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] after the track ended.
+    pub fn append_group(&mut self) -> Result<GroupProducer, Error> {
+        let producer = self.producer.as_ref().ok_or(Error::Closed)?;
+        let group = producer
+            .append_group()
+            .map_err(|_| Error::Write(group::WriteError::Finished))?;
+        let state = group.state();
+        self.published.newest.set(Some((state, state.generation())));
+        self.shared
+            .ctx
+            .notify()
+            .bump_tracks([self.published.track.key()]);
+        Ok(GroupProducer {
+            shared: self.shared.clone(),
+            published: self.published.clone(),
+            group: Some(group),
+        })
+    }
+
+    /// The track's name and properties.
+    pub fn info(&self) -> track::Info {
+        self.published.track.info()
+    }
+
+    /// How many subscriptions the client's sessions serve from the track.
+    pub fn subscribers(&self) -> u32 {
+        self.published.track.subscribers()
+    }
+
+    /// Ends the track: subscribers get its end after the last group.
+    pub fn finish(mut self) {
+        if let Some(mut p) = self.producer.take() {
+            p.finish();
+        }
+        self.shared
+            .ctx
+            .notify()
+            .bump_tracks([self.published.track.key()]);
+    }
+}
+
+impl Drop for TrackProducer {
+    fn drop(&mut self) {
+        // An unfinished producer aborts its track as it drops.
+        drop(self.producer.take());
+        self.shared
+            .ctx
+            .notify()
+            .bump_tracks([self.published.track.key()]);
+        let track = self.published.track;
+        self.shared
+            .published
+            .borrow_mut()
+            .retain(|p| !Rc::ptr_eq(p, &self.published));
+        self.shared.ctx.release(track);
+    }
+}
+
+/// A group being written: frames in order, then [`GroupProducer::finish`];
+/// dropping it unfinished aborts the group.
+#[derive(Debug)]
+pub struct GroupProducer {
+    shared: Rc<Shared>,
+    published: Rc<Published>,
+    group: Option<track::GroupProducer<'static, 'static>>,
+}
+
+impl GroupProducer {
+    /// The group's sequence number.
+    pub fn sequence(&self) -> u64 {
+        self.group.as_ref().map_or(0, |g| g.sequence())
+    }
+
+    /// Appends a frame with `timestamp` (in the track's timescale) and
+    /// `payload`. Waits while the group is a credit window ahead of its
+    /// fastest reader, and while the block pool has no room.
+    ///
+    /// # Errors
+    /// [`Error::GroupTooLarge`] past the group size limit, [`Error::Write`]
+    /// after the group ended or for a timestamp too far from the previous
+    /// one, [`Error::Closed`] if the client closed.
+    pub async fn write_frame(&mut self, timestamp: u64, payload: &[u8]) -> Result<(), Error> {
+        loop {
+            if self.shared.closed.get() {
+                return Err(Error::Closed);
+            }
+            let group = self
+                .group
+                .as_mut()
+                .ok_or(Error::Write(group::WriteError::Finished))?;
+            // Pacing: wait for the readers to come within a window.
+            if let Some(window) = self.published.window.get()
+                && !group.is_paced(window)
+            {
+                let published = &self.published;
+                let group = &*group;
+                poll_fn(|cx| {
+                    if published.window.get() != Some(window) {
+                        return Poll::Ready(());
+                    }
+                    *published.waker.borrow_mut() = Some(cx.waker().clone());
+                    group.poll_paced(cx, window)
+                })
+                .await;
+                continue;
+            }
+            match group.write_frame(timestamp, payload) {
+                Ok(()) => {
+                    self.shared
+                        .ctx
+                        .notify()
+                        .bump_tracks([self.published.track.key()]);
+                    return Ok(());
+                }
+                // Backpressure: blocks come back as sessions send and readers move on.
+                Err(group::WriteError::PoolExhausted) => self.shared.wait_room().await,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Ends the group after its last frame.
+    ///
+    /// # Errors
+    /// [`Error::Write`] if it already ended.
+    pub fn finish(mut self) -> Result<(), Error> {
+        let mut group = self
+            .group
+            .take()
+            .ok_or(Error::Write(group::WriteError::Finished))?;
+        let res = group.finish();
+        drop(group);
+        self.shared
+            .ctx
+            .notify()
+            .bump_tracks([self.published.track.key()]);
+        res.map_err(Error::from)
+    }
+}
+
+impl Drop for GroupProducer {
+    fn drop(&mut self) {
+        if self.group.take().is_some() {
+            self.shared
+                .ctx
+                .notify()
+                .bump_tracks([self.published.track.key()]);
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! The task that owns the connection: dial, run the session, dial again.
+
+use std::rc::Rc;
+
+use monoio::net::TcpStream;
+use skiff_core::session::{Config as SessionConfig, Event, Session};
+use skiff_core::wire::lite::Role;
+use skiff_core::wire::qmux::Side;
+
+use super::subscribe::Phase;
+use super::{Error, Shared};
+use crate::conn::race;
+use crate::session_driver::{App, MoqSession, drive, split_halves};
+
+/// Socket buffer of a client connection, each way.
+const SOCKET_BUFFER: usize = 64 * 1024;
+
+/// Drives a [`super::Client`]'s connection; spawn [`Runner::run`] on the
+/// client's runtime (nothing is spawned for you).
+#[derive(Debug)]
+pub struct Runner {
+    shared: Rc<Shared>,
+}
+
+impl Runner {
+    pub(super) fn new(shared: Rc<Shared>) -> Self {
+        Runner { shared }
+    }
+
+    /// Connects and keeps the connection up until the client is closed:
+    /// after a session that reached SETUP it dials again after
+    /// [`super::Config::backoff_min`]; after a failed attempt, after the
+    /// current backoff, which doubles up to [`super::Config::backoff_max`].
+    pub async fn run(self) {
+        let s = &*self.shared;
+        s.running.set(true);
+        let mut backoff = s.config.backoff_min;
+        while !s.closed.get() {
+            let before = s.sessions.get();
+            match race(self.connect_once(), self.closed()).await {
+                Ok(Ok(())) => tracing::debug!(url = %s.target.url, "session ended"),
+                Ok(Err(e)) => tracing::debug!(url = %s.target.url, error = %e, "connection failed"),
+                Err(()) => break,
+            }
+            let wait = if s.sessions.get() != before {
+                backoff = s.config.backoff_min;
+                backoff
+            } else {
+                let wait = backoff;
+                backoff = backoff.saturating_mul(2).min(s.config.backoff_max);
+                wait
+            };
+            let _ = race(monoio::time::sleep(wait), self.closed()).await;
+        }
+        s.running.set(false);
+        s.connected.set(false);
+        s.wake_all();
+        s.passed();
+    }
+
+    /// Resolves once the client is closed.
+    async fn closed(&self) {
+        while !self.shared.closed.get() {
+            self.shared.wait_pass().await;
+        }
+    }
+
+    /// One connection, from the dial to the end of its session.
+    async fn connect_once(&self) -> Result<(), Error> {
+        let s = &*self.shared;
+        let addr = s.target.resolve()?;
+        let stream = TcpStream::connect(addr).await?;
+        let _ = stream.set_nodelay(true);
+        let (reader, writer) = split_halves(stream, SOCKET_BUFFER);
+        let mut storage = s.ctx.take_storage();
+        let res = {
+            let config = SessionConfig {
+                conn: s.ctx.transport(),
+                path: Some(&s.target.path),
+                role: Role::Both,
+                ..SessionConfig::new()
+            };
+            let session: MoqSession<'_> = Session::new(
+                Side::Client,
+                config,
+                s.ctx.drive.clock.now(),
+                &mut *storage,
+                Some(s.origin),
+            )
+            .map_err(std::io::Error::other)?;
+            let mut app = SessionApp {
+                shared: &self.shared,
+                asked: Vec::new(),
+                announced: Vec::new(),
+            };
+            drive(session, reader, writer, &mut app, &s.ctx.drive).await
+        };
+        s.ctx.give_storage(storage);
+        res.map(|_| ()).map_err(Error::from)
+    }
+}
+
+/// The client's requests on one session: announcements asked for and seen.
+struct SessionApp<'c> {
+    shared: &'c Shared,
+    /// Broadcasts whose announcement this session asked for.
+    asked: Vec<String>,
+    /// Broadcasts announced in this session.
+    announced: Vec<String>,
+}
+
+impl SessionApp<'_> {
+    /// The subscription `id` of this session belongs to, and its phase.
+    fn find(
+        &self,
+        id: skiff_core::session::SubscriptionId,
+    ) -> Option<Rc<super::subscribe::Wanted>> {
+        self.shared
+            .wanted
+            .borrow()
+            .iter()
+            .find(|w| matches!(w.phase.get(), Phase::Requested(x) | Phase::Active(x) if x == id))
+            .cloned()
+    }
+}
+
+impl App for SessionApp<'_> {
+    fn on_event(&mut self, event: &Event<'_>) {
+        match *event {
+            Event::Setup { .. } => {
+                self.shared.sessions.set(self.shared.sessions.get() + 1);
+                self.shared.connected.set(true);
+            }
+            Event::Announced { path, .. } => {
+                if !self.announced.iter().any(|p| p == path) {
+                    self.announced.push(path.to_owned());
+                }
+            }
+            Event::Unannounced { path, .. } => self.announced.retain(|p| p != path),
+            Event::TrackInfo { subscription, .. } | Event::Started { subscription, .. } => {
+                if let Some(w) = self.find(subscription) {
+                    w.phase.set(Phase::Active(subscription));
+                    w.accepted.set(true);
+                    w.wake();
+                }
+            }
+            Event::SubscriptionClosed { subscription, code } => {
+                let Some(w) = self.find(subscription) else {
+                    return;
+                };
+                let was = w.phase.get();
+                let next = match code {
+                    None => Phase::Finished,
+                    Some(c) if !w.accepted.get() => Phase::Refused(c),
+                    Some(_) => {
+                        // Refused on a retry: wait for the broadcast's next
+                        // announcement (a new source) before asking again.
+                        if matches!(was, Phase::Requested(_)) {
+                            self.announced.retain(|p| *p != w.broadcast);
+                        }
+                        Phase::Waiting
+                    }
+                };
+                w.phase.set(next);
+                w.wake();
+            }
+            _ => {}
+        }
+    }
+
+    fn act(&mut self, session: &mut MoqSession<'_>) {
+        let shared = self.shared;
+        if session.is_setup() && session.is_established() {
+            // Subscriptions the application dropped.
+            if shared.wanted.borrow().iter().any(|w| w.dropped.get()) {
+                let gone: Vec<_> = {
+                    let mut wanted = shared.wanted.borrow_mut();
+                    let (gone, kept) = wanted.drain(..).partition(|w| w.dropped.get());
+                    *wanted = kept;
+                    gone
+                };
+                for w in gone {
+                    if let Phase::Requested(id) | Phase::Active(id) = w.phase.get() {
+                        let _ = session.unsubscribe(id);
+                    }
+                    shared.ctx.release(w.local());
+                }
+            }
+            // By index: a request may not hold the list borrowed.
+            let mut i = 0;
+            while let Some(w) = shared.wanted.borrow().get(i).cloned() {
+                i += 1;
+                if w.phase.get() != Phase::Waiting {
+                    continue;
+                }
+                if !self.asked.contains(&w.broadcast)
+                    && session.announce_request(&w.broadcast).is_ok()
+                {
+                    self.asked.push(w.broadcast.clone());
+                }
+                if self.announced.contains(&w.broadcast) {
+                    let local = w.fresh_local();
+                    if let Ok(id) = session.subscribe(&w.broadcast, local, w.request) {
+                        w.phase.set(Phase::Requested(id));
+                    }
+                    // The consumer follows the new local track.
+                    w.wake();
+                }
+            }
+        }
+        for p in shared.published.borrow().iter() {
+            let t = p.track();
+            p.set_window(t.latest().and_then(|seq| session.pacing_window_of(&t, seq)));
+        }
+        shared.passed();
+    }
+
+    fn on_close(&mut self) {
+        let shared = self.shared;
+        shared.connected.set(false);
+        for w in shared.wanted.borrow().iter() {
+            if let Phase::Requested(_) | Phase::Active(_) = w.phase.get() {
+                w.phase.set(Phase::Waiting);
+            }
+        }
+        for p in shared.published.borrow().iter() {
+            p.set_window(None);
+        }
+        shared.wake_all();
+    }
+}
