@@ -124,7 +124,7 @@ impl WorkerShared {
 
 /// One accepted TCP connection, owned by the handler that serves it.
 ///
-/// Use [`Connection::parts`] to read and write at once (e.g. echo), or
+/// Use [`Connection::parts`] to read and write in one task, or
 /// [`Connection::into_split`] to move the halves into separate tasks (a
 /// session driver: one task reading into the state machine, one writing
 /// what it transmits).
