@@ -46,7 +46,7 @@ fi
 echo "e2e: building firmware (relay port $port), skiff-relay and viewer"
 (cd "$board" && MPS2_HOST_PORT="$port" cargo build --release --quiet)
 elf="${CARGO_TARGET_DIR:-$board/target}/thumbv7em-none-eabihf/release/qemu-mps2-an386"
-(cd "$root" && cargo build --release --quiet -p skiff-monoio --bin skiff-relay -p skiff-examples --bin viewer)
+(cd "$root" && cargo build --release --quiet -p skiff-relay --bin skiff-relay -p skiff-examples --bin viewer)
 bin="${CARGO_TARGET_DIR:-$root/target}/release"
 
 # The relay on loopback only; one worker thread keeps it small.

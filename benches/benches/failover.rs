@@ -23,10 +23,10 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use skiff_core::model::{origin, track};
 use skiff_monoio::client::{self, ClientCtx, Publisher, Subscriber};
-use skiff_monoio::config::RelayConfig;
 use skiff_monoio::driver::{self, DriverKind};
-use skiff_monoio::relay::RelayHandler;
-use skiff_monoio::server;
+use skiff_relay::config::RelayConfig;
+use skiff_relay::relay::RelayHandler;
+use skiff_relay::server;
 
 const TRACKS_PER_SESSION: usize = 16;
 const SIZES: [usize; 5] = [1, 8, 32, 64, 128];

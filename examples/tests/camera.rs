@@ -11,17 +11,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 // The relay tests' helpers (bounded test threads, loopback configs).
-#[path = "../../backends/monoio/tests/common/mod.rs"]
+#[path = "../../backends/relay/tests/common/mod.rs"]
 mod common;
 
 use common::within;
 use skiff_examples::camera::{self, Decoder, Format};
 use skiff_examples::node::{self, NodeOptions, Progress};
 use skiff_monoio::client::{self, ClientCtx, FrameReader, ReadState, Subscriber};
-use skiff_monoio::config::RelayConfig;
 use skiff_monoio::driver::{self, DriverKind};
-use skiff_monoio::relay::RelayHandler;
-use skiff_monoio::server::{self, ServerHandle};
+use skiff_relay::config::RelayConfig;
+use skiff_relay::relay::RelayHandler;
+use skiff_relay::server::{self, ServerHandle};
 
 /// Frames the subscriber must decode and check.
 const WANT: u64 = 45;

@@ -17,10 +17,10 @@ use skiff_interop::ALPN_LITE_05;
 use skiff_interop::reference::{
     self, End, Frame, Group, Options, Received, SubscribeRequest, TrackInfo,
 };
-use skiff_monoio::config::RelayConfig;
 use skiff_monoio::driver::DriverKind;
-use skiff_monoio::relay::RelayHandler;
-use skiff_monoio::server;
+use skiff_relay::config::RelayConfig;
+use skiff_relay::relay::RelayHandler;
+use skiff_relay::server;
 
 /// Bound on every wait in these tests.
 const WAIT: Duration = Duration::from_secs(20);

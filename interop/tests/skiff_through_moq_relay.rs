@@ -16,7 +16,7 @@
 //! fails instead.
 
 // The relay tests' helpers (the in-order frame check).
-#[path = "../../backends/monoio/tests/common/mod.rs"]
+#[path = "../../backends/relay/tests/common/mod.rs"]
 mod common;
 
 use common::{check_in_order, spawn_subscriber};
@@ -33,10 +33,10 @@ use std::time::{Duration, Instant};
 use std::num::NonZeroUsize;
 
 use skiff_monoio::client::{self, ClientCtx, Publisher, ReadState};
-use skiff_monoio::config::RelayConfig;
 use skiff_monoio::driver::{self, DriverKind};
-use skiff_monoio::relay::RelayHandler;
-use skiff_monoio::server;
+use skiff_relay::config::RelayConfig;
+use skiff_relay::relay::RelayHandler;
+use skiff_relay::server;
 
 /// How to get the relay (PROTOCOL.md §7.1; default features off builds much faster).
 const INSTALL: &str = "cargo install moq-relay --version 0.17.10 --no-default-features \

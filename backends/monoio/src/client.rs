@@ -35,11 +35,11 @@ use skiff_core::wire::qmux::Side;
 
 use crate::clock::Clock;
 use crate::notify::Notify;
-use crate::relay::{GROUPS, TRACKS, leak_pool, leak_slice};
 use crate::session_driver::{
     App, DriveCtx, Ended, HalfReader, HalfWriter, MoqSession, StoragePool, drive, split_halves,
 };
 use crate::shutdown::{LocalEvent, Shutdown};
+use crate::tables::{GROUPS, TRACKS, leak_pool, leak_slice};
 use skiff_core::relay::{BroadcastSlot, BroadcastTable, TrackSlot, TrackTable};
 
 /// How many tracks, publications and origins a [`ClientCtx`] holds at once.

@@ -8,8 +8,6 @@ use std::str::FromStr;
 
 use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
 
-use crate::config::ParseValueError;
-
 /// Submission-queue entries of each io_uring runtime.
 pub const URING_ENTRIES: u32 = 1024;
 
@@ -25,17 +23,31 @@ pub enum DriverKind {
     Legacy,
 }
 
+/// A driver name [`DriverKind`] does not know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownDriver(pub String);
+
+impl fmt::Display for UnknownDriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown driver `{}` (use auto, io-uring or legacy)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownDriver {}
+
 impl FromStr for DriverKind {
-    type Err = ParseValueError;
+    type Err = UnknownDriver;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "auto" => Ok(DriverKind::Auto),
             "io-uring" | "io_uring" | "iouring" | "uring" => Ok(DriverKind::IoUring),
             "legacy" | "epoll" => Ok(DriverKind::Legacy),
-            _ => Err(ParseValueError(format!(
-                "unknown driver `{s}` (use auto, io-uring or legacy)"
-            ))),
+            _ => Err(UnknownDriver(s.to_owned())),
         }
     }
 }

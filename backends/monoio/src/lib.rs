@@ -1,55 +1,46 @@
-//! skiff-monoio: the Linux server and client backend of skiff.
+//! skiff-monoio: the monoio runtime glue of skiff on Linux, and a moq-lite
+//! client.
 //!
 //! It drives `skiff-core`'s sans-IO sessions from monoio runtimes, one per
-//! core. The relay server (`skiff-relay`) is built from:
+//! thread. The relay server (`skiff-relay`) and the client are both built on
+//! these modules:
 //!
-//! - [`config`]: flags, the TOML file and the validated [`config::RelayConfig`];
-//! - [`driver`]: io_uring runtime with a fallback to epoll;
-//! - [`server`]: SO_REUSEPORT listeners, one worker thread each
-//!   ([`server::start`] → [`server::ServerHandle`]);
-//! - [`handler`]: **the seam** — [`handler::ConnectionHandler`], built once
-//!   per worker thread and called once per accepted connection;
-//! - [`conn`]: the [`conn::Connection`] a handler gets, with owned,
-//!   reusable read and write buffers;
-//! - [`shutdown`] and [`signals`]: SIGINT/SIGTERM → stop accepting, drain,
-//!   exit;
-//! - [`metrics`]: per-thread atomic counters and the Prometheus endpoint;
-//! - [`demo`]: the echo server under a loopback load (`echo-demo`).
-//!
-//! # The moq-lite relay
-//!
-//! - [`session_driver`]: runs one skiff-core `Session` over a socket (a
+//! - [`driver`]: builds a thread's runtime on io_uring, with a fallback to
+//!   epoll ([`driver::DriverKind`], [`driver::block_on`]);
+//! - [`clock`]: the monotonic clock sessions take their instants from, and
+//!   conversions between std and core durations;
+//! - [`shutdown`]: the drain signal a stop trigger fires on every thread
+//!   ([`shutdown::StopTrigger`] → [`shutdown::Shutdown`]);
+//! - [`cancel`]: monoio operations cancelled on a drain signal or a time
+//!   limit, writes that give up on a peer that stopped reading, and a race
+//!   of two futures;
+//! - [`staging`]: a connection's staging buffer, whose bytes and gathered
+//!   pool ranges go out in one vectored write;
+//! - [`session_driver`]: runs one skiff-core `Session` over a byte stream (a
 //!   reader task into an inbox, a session task for input, timers, events,
-//!   transmit; GOAWAY on drain), with an [`session_driver::App`] on top;
-//! - [`relay`]: the per-worker relay state (origin, cache pool, routes, the
-//!   on-demand track hook) and [`relay::RelayHandler`], which `serve` runs;
-//!   workers are linked pairwise by moq-lite sessions ([`relay::Mesh`]);
-//! - [`lend`]: zero-copy fan-out between workers: a link lends pool blocks
-//!   instead of sending their bytes;
+//!   transmit; GOAWAY on drain) with an [`session_driver::App`] on top;
 //! - [`notify`]: the per-thread "media changed" signal the sessions share;
-//! - [`client`]: a minimal client (dial, publish, subscribe, read frames);
-//! - [`relay_demo`]: `skiff-relay demo`, relay plus camera and viewers.
+//! - [`tables`]: the table sizes of an endpoint (tracks, groups, block size)
+//!   and the block pools and slices it allocates once at start-up;
+//! - [`sdk`]: the client SDK ([`connect`] → [`Client`] and [`Runner`]):
+//!   publish and subscribe with linear async code;
+//! - [`client`]: sessions driven by hand with ready-made [`session_driver::App`]s
+//!   (the tests' and tools' lower-level client).
 
+pub mod cancel;
 pub mod client;
 pub mod clock;
-pub mod config;
-pub mod conn;
-pub mod demo;
 pub mod driver;
-pub mod error;
-pub mod handler;
-pub mod lend;
-pub mod metrics;
 pub mod notify;
-pub mod relay;
-pub mod relay_demo;
 pub mod sdk;
-pub mod server;
 pub mod session_driver;
 pub mod shutdown;
-pub mod signals;
 pub mod staging;
-mod worker;
+pub mod tables;
 
 pub use sdk::{Client, Config, Error, Runner, connect};
-pub use worker::WorkerExit;
+
+/// The README's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;

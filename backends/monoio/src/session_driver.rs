@@ -18,7 +18,7 @@
 //! QMux record once begun must complete, within the handshake timeout; else
 //! the session closes with CONTROL_MESSAGE_TIMEOUT (a slowloris peer resets
 //! the idle timer with every byte, so that alone would not catch it). A peer
-//! that stops reading is caught by the writer ([`crate::conn::Writer::flush`]
+//! that stops reading is caught by the writer ([`ByteWrite::flush`]
 //! fails with `TimedOut`), which ends the session and returns its memory.
 //!
 //! On drain the session sends GOAWAY and keeps serving until the peer closes
@@ -46,9 +46,8 @@ use skiff_core::time::{Duration, Instant};
 use skiff_core::wire::lite::SessionCode;
 use skiff_core::wire::qmux::Side;
 
+use crate::cancel::{race, write_all_or_stall};
 use crate::clock::Clock;
-use crate::conn::{HandshakeToken, Reader, Writer, race, write_all_or_stall};
-use crate::lend::Lender;
 use crate::notify::{Notify, TrackKey};
 use crate::shutdown::Shutdown;
 use crate::staging::Staging;
@@ -86,6 +85,13 @@ pub type TrunkSession<'s> = Session<'s, 'static, 'static, TRUNK_STREAMS>;
 /// The reader stops reading while this many received bytes wait in the inbox.
 pub const INBOX_BYTES: usize = 256 * 1024;
 
+/// Most bytes one [`ByteRead::read`] of a connection returns (its read
+/// buffer's capacity): [`drive`] sizes the inbox for [`INBOX_BYTES`] plus one.
+pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Capacity of a connection's staging buffer ([`ByteWrite::buffer`]).
+pub const WRITE_BUFFER_BYTES: usize = 64 * 1024;
+
 /// Room offered to one `poll_transmit` call (two full QMux records).
 const TRANSMIT_CHUNK: usize = 2 * 16390;
 
@@ -96,7 +102,7 @@ const FLUSH_AT: usize = 128 * 1024;
 /// Room of the staging buffer: control bytes and record headers (group
 /// payload is gathered from the pool, not staged). `transmit` flushes once
 /// less than a [`TRANSMIT_CHUNK`] is left, so the buffer never grows.
-const STAGING_BYTES: usize = crate::conn::WRITE_BUFFER_BYTES;
+const STAGING_BYTES: usize = WRITE_BUFFER_BYTES;
 const _: () = assert!(STAGING_BYTES >= TRANSMIT_CHUNK);
 
 // ---------------------------------------------------------------------------
@@ -156,8 +162,8 @@ pub trait ByteRead: 'static {
         Guard::default()
     }
     /// The token counting the connection among those still in their
-    /// handshake, if the peer is counted ([`crate::conn::HandshakeToken`]);
-    /// [`drive`] marks it done once the session is established.
+    /// handshake, if the peer is counted ([`HandshakeToken`]); [`drive`]
+    /// marks it done once the session is established.
     fn take_handshake(&mut self) -> Option<HandshakeToken> {
         None
     }
@@ -176,6 +182,46 @@ pub struct Guard {
     /// closed with CONTROL_MESSAGE_TIMEOUT 0x11 (PROTOCOL.md §2.6, §3.15).
     /// `None`: no such deadline.
     pub handshake: Option<StdDuration>,
+}
+
+/// Counts one connection among those that have not finished their handshake
+/// (a server's quota of such connections) until [`HandshakeToken::done`] or
+/// its drop.
+pub struct HandshakeToken {
+    count: Rc<Cell<u32>>,
+    counted: bool,
+}
+
+impl std::fmt::Debug for HandshakeToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandshakeToken")
+            .field("counted", &self.counted)
+            .finish()
+    }
+}
+
+impl HandshakeToken {
+    /// Counts one more connection in `count` until the token is done.
+    pub fn new(count: Rc<Cell<u32>>) -> Self {
+        count.set(count.get().saturating_add(1));
+        HandshakeToken {
+            count,
+            counted: true,
+        }
+    }
+
+    /// The handshake is over: the connection no longer counts.
+    pub fn done(&mut self) {
+        if std::mem::take(&mut self.counted) {
+            self.count.set(self.count.get().saturating_sub(1));
+        }
+    }
+}
+
+impl Drop for HandshakeToken {
+    fn drop(&mut self) {
+        self.done();
+    }
 }
 
 /// The sending half of a byte stream, with a staging buffer.
@@ -276,36 +322,22 @@ impl<S: CancelableAsyncWriteRent> ByteWrite for HalfWriter<S> {
     }
 }
 
-impl ByteRead for Reader {
-    fn read(&mut self) -> impl Future<Output = io::Result<&[u8]>> {
-        Reader::read(self)
-    }
-    fn guard(&self) -> Guard {
-        Guard {
-            conn: self.id(),
-            handshake: Some(self.handshake_timeout()),
-        }
-    }
-    fn take_handshake(&mut self) -> Option<HandshakeToken> {
-        Reader::take_handshake(self)
-    }
-}
-
-impl ByteWrite for Writer {
-    fn buffer(&mut self) -> &mut Staging {
-        Writer::buffer(self)
-    }
-    fn flush(&mut self) -> impl Future<Output = io::Result<()>> {
-        Writer::flush(self)
-    }
-    fn close(&mut self) -> impl Future<Output = io::Result<()>> {
-        Writer::close(self)
-    }
-}
-
 // ---------------------------------------------------------------------------
 // The application seam
 // ---------------------------------------------------------------------------
+
+/// The lending end of a link between two workers of one process: group
+/// payload crosses as references to pool blocks the peer adopts, instead of
+/// bytes (STREAM_REF).
+pub trait Lend {
+    /// Lends `slice` to the peer: the token that names it in a STREAM_REF
+    /// record, or `None` to send its bytes instead (every slot lent).
+    fn lend(&self, slice: Slice<'static>) -> Option<u64>;
+    /// Ranges lent and not taken back yet.
+    fn outstanding(&self) -> usize;
+    /// Ranges the peer has given back so far (a count that only grows).
+    fn returned(&self) -> u64;
+}
 
 /// What runs on top of a driven session of `N` stream slots (the relay, a
 /// client; [`MoqSession`] unless it is a trunk).
@@ -318,8 +350,8 @@ pub trait App<const N: usize = STREAMS> {
     /// The session is over.
     fn on_close(&mut self) {}
     /// A link to another worker of this process: lend group payload to it
-    /// instead of sending the bytes ([`crate::lend`]). The default is `None`.
-    fn lender(&self) -> Option<&Lender> {
+    /// instead of sending the bytes ([`Lend`]). The default is `None`.
+    fn lender(&self) -> Option<&dyn Lend> {
         None
     }
     /// True if [`App::act`] has nothing to do unless the session's own input
@@ -459,9 +491,7 @@ pub async fn drive<R: ByteRead, W: ByteWrite, A: App<N>, const N: usize>(
 ) -> io::Result<Ended> {
     // Size both buffers for their bounds now, so a burst never grows them.
     let inbox = Rc::new(Inbox {
-        data: RefCell::new(Vec::with_capacity(
-            INBOX_BYTES + crate::conn::READ_BUFFER_BYTES,
-        )),
+        data: RefCell::new(Vec::with_capacity(INBOX_BYTES + READ_BUFFER_BYTES)),
         ..Inbox::default()
     });
     writer.buffer().reserve(STAGING_BYTES);
@@ -819,13 +849,13 @@ impl FilledVersions {
 /// the buffer is sent (one `writev`) once [`FLUSH_AT`] bytes or
 /// [`GATHER_RANGES`](crate::staging::GATHER_RANGES) ranges wait, and at the end.
 /// How soon a link with blocks lent out looks for returned ones when nothing
-/// else wakes it, at first and at most ([`crate::lend`]).
+/// else wakes it, at first and at most ([`Lend`]).
 const LEND_RECLAIM: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(1));
 
-/// A staging buffer's gather that lends payload instead ([`crate::lend`]).
+/// A staging buffer's gather that lends payload instead ([`Lend`]).
 struct Lending<'l, G> {
     gather: G,
-    lender: &'l Lender,
+    lender: &'l dyn Lend,
 }
 
 impl<G: Gather<'static>> Gather<'static> for Lending<'_, G> {
@@ -846,7 +876,7 @@ async fn transmit<W: ByteWrite, const N: usize>(
     session: &mut Session<'_, 'static, 'static, N>,
     now: Instant,
     writer: &mut W,
-    lender: Option<&Lender>,
+    lender: Option<&dyn Lend>,
 ) -> io::Result<bool> {
     let mut any = false;
     loop {

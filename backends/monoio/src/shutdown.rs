@@ -164,7 +164,8 @@ pub struct Shutdown {
 }
 
 impl Shutdown {
-    pub(crate) fn new(event: LocalEvent) -> Self {
+    /// The drain signal that fires with `event`.
+    pub fn new(event: LocalEvent) -> Self {
         Shutdown { event }
     }
 

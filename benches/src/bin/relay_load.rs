@@ -13,7 +13,7 @@
 //!   delivered GB;
 //! - the relay's RSS (`VmRSS`) at the end minus at start, divided by N;
 //! - publish-to-read latency p50 and p99 (each payload carries its send
-//!   time; a fixed-size histogram, `skiff_monoio::relay_demo::LatencyHistogram`).
+//!   time; a fixed-size histogram, `skiff_relay::relay_demo::LatencyHistogram`).
 //!
 //! Then it runs `copy_relay bench` (a plain blocking one-to-many byte copier,
 //! one thread) for the same N, frame size, rate and duration and prints both
@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
 use skiff_monoio::driver::{self, DriverKind};
-use skiff_monoio::relay_demo::{LATENCY_BUCKETS, LatencyHistogram};
+use skiff_relay::relay_demo::{LATENCY_BUCKETS, LatencyHistogram};
 
 /// Frames per group, like a 30-frame GOP.
 const FRAMES_PER_GROUP: u64 = 30;

@@ -13,13 +13,13 @@
 //! `skiff_examples::camera` for the payload format.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use clap::Parser;
+use signal_hook::consts::{SIGINT, SIGTERM};
 use skiff_examples::camera::Format;
 use skiff_examples::node::{self, NodeOptions};
 use skiff_monoio::driver::{self, DriverKind};
-use skiff_monoio::signals::SignalWatcher;
 
 /// Command-line options.
 #[derive(Parser, Debug)]
@@ -62,13 +62,15 @@ fn main() {
     };
     let stop = Arc::new(AtomicBool::new(false));
     // Ctrl-C / SIGTERM: end the track and close the session cleanly (a second one exits).
-    let _signals = {
-        let stop = stop.clone();
-        SignalWatcher::install()
-            .and_then(|w| w.on_signal(move || stop.store(true, Ordering::Relaxed)))
-            .map_err(|e| eprintln!("camera: no signal handling ({e}); Ctrl-C kills"))
-            .ok()
-    };
+    for signal in [SIGINT, SIGTERM] {
+        // Registered first, so it sees `stop` before this signal sets it: a
+        // signal after the first exits at once.
+        let installed = signal_hook::flag::register_conditional_shutdown(signal, 130, stop.clone())
+            .and_then(|_| signal_hook::flag::register(signal, stop.clone()));
+        if let Err(e) = installed {
+            eprintln!("camera: no signal handling ({e}); Ctrl-C kills");
+        }
+    }
     println!(
         "camera: publishing {}/{} to {} ({}x{} grey, {} fps, {} frames per group)",
         args.broadcast, args.track, args.url, format.width, format.height, format.fps, format.gop

@@ -212,7 +212,7 @@ impl Shared {
     /// a write on a full pool waits for before trying again.
     async fn wait_room(&self) {
         let tick = monoio::time::sleep(ROOM_RETRY);
-        let _ = crate::conn::race(self.wait_pass(), tick).await;
+        let _ = crate::cancel::race(self.wait_pass(), tick).await;
     }
 
     /// Tells the runner's session that local state changed.

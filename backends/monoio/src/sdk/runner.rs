@@ -9,7 +9,7 @@ use skiff_core::wire::qmux::Side;
 
 use super::subscribe::Phase;
 use super::{Error, Shared};
-use crate::conn::race;
+use crate::cancel::race;
 use crate::session_driver::{App, MoqSession, drive, split_halves};
 
 /// Socket buffer of a client connection, each way.

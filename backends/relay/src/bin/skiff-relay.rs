@@ -1,0 +1,106 @@
+//! `skiff-relay`: the thread-per-core io_uring relay of skiff.
+//!
+//! Subcommands: `serve` (default; the moq-lite relay, one worker per core
+//! linked pairwise) and `demo` (the relay with a camera publisher and
+//! viewers in one process). Run with `--help`.
+//!
+//! Exit status: 0 after a clean stop (SIGINT/SIGTERM and drain), 2 for bad
+//! flags or configuration, 1 for other failures, 130 when a second signal
+//! cuts the drain short.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use clap::Parser;
+use skiff_relay::config::{Cli, Command, RelayConfig};
+use skiff_relay::error::RelayError;
+use skiff_relay::relay::RelayHandler;
+use skiff_relay::signals::SignalWatcher;
+use skiff_relay::{relay_demo, server};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Prints usage errors to stderr (exit 2) and --help/--version to stdout (exit 0).
+        Err(e) => e.exit(),
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("skiff-relay: error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), RelayError> {
+    let mut config = RelayConfig::load(&cli.flags)?;
+    init_logging(&config);
+    let command = cli.command.unwrap_or(Command::Serve);
+    // Install handlers before anything listens, so an early signal is kept.
+    let signals = SignalWatcher::install().map_err(RelayError::Signals)?;
+    match command {
+        Command::Serve => {
+            let threads = config.threads.get();
+            let handle = server::start(
+                config,
+                RelayHandler::factory(threads).map_err(RelayError::Spawn)?,
+            )?;
+            announce(&handle);
+            let _signal_thread = signals
+                .stop_on_signal(handle.stop_trigger())
+                .map_err(RelayError::Spawn)?;
+            let report = handle.wait()?;
+            if report.forced() > 0 {
+                tracing::warn!(forced = report.forced(), "drain timeout closed connections");
+            }
+            tracing::info!("stopped");
+            Ok(())
+        }
+        Command::Demo(args) => {
+            if cli.flags.listen.is_none() && config.listen == RelayConfig::default().listen {
+                // Pick a free port so the demo never collides with a running relay.
+                config.listen.set_port(0);
+            }
+            let stop = Arc::new(AtomicBool::new(false));
+            let stop2 = stop.clone();
+            let _signal_thread = signals
+                .on_signal(move || stop2.store(true, Ordering::Relaxed))
+                .map_err(RelayError::Spawn)?;
+            let report = relay_demo::run(config, args, stop)?;
+            print!("{report}");
+            let _ = std::io::stdout().flush();
+            if report.failures.is_empty() {
+                Ok(())
+            } else {
+                Err(RelayError::DemoFailed {
+                    failed: report.failures.len(),
+                    viewers: report.viewers,
+                })
+            }
+        }
+    }
+}
+
+/// Prints the bound addresses on stdout (one line each) for scripts and tests.
+fn announce(handle: &server::ServerHandle) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "listening on {}", handle.local_addr());
+    if let Some(m) = handle.metrics_addr() {
+        let _ = writeln!(out, "metrics on {m}");
+    }
+    let _ = out.flush();
+}
+
+fn init_logging(config: &RelayConfig) {
+    // `try_init` fails only if a subscriber is already set, which cannot
+    // happen here; ignore rather than panic.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(config.log.0)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .try_init();
+}

@@ -1,0 +1,492 @@
+//! An accepted connection as a handler sees it: the socket split into a
+//! [`Reader`] and a [`Writer`], each with one reusable owned buffer.
+//!
+//! Buffers move the io_uring way: a read hands the whole `Vec` to the kernel
+//! and gets it back with the completion (monoio's `AsyncReadRent`); a write
+//! does the same with the staged bytes. The `Vec`s come from a per-thread
+//! [`BufPool`] and go back to it when the halves drop, so after warm-up
+//! neither a read, a write nor a new connection allocates.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use monoio::io::{
+    AsyncReadRent, AsyncWriteRent, CancelableAsyncReadRent, Canceller, OwnedReadHalf,
+    OwnedWriteHalf, Splitable,
+};
+use monoio::net::TcpStream;
+use skiff_monoio::cancel::{cancel_on, cancel_on_or_after, is_cancelled, write_all_or_stall};
+use skiff_monoio::session_driver::{
+    ByteRead, ByteWrite, Guard, HandshakeToken, READ_BUFFER_BYTES, WRITE_BUFFER_BYTES,
+};
+use skiff_monoio::shutdown::{LocalEvent, Shutdown};
+use skiff_monoio::staging::Staging;
+
+use crate::config::{Limits, RelayConfig};
+use crate::metrics::{Metrics, ThreadCounters};
+
+/// Capacity of the buffer a connection's first read uses
+/// ([`Reader::wait_first`]): a connection that has sent nothing holds no
+/// more than this of user-space buffer.
+pub const FIRST_READ_BYTES: usize = 1024;
+/// A write buffer that grew past this is freed rather than pooled.
+const MAX_POOLED_CAPACITY: usize = 4 * WRITE_BUFFER_BYTES;
+/// Most buffers a thread keeps for reuse (bounds idle memory after a burst).
+pub const MAX_POOLED_BUFFERS: usize = 512;
+
+// ---------------------------------------------------------------------------
+// Buffer pool
+// ---------------------------------------------------------------------------
+
+/// A per-thread free list of byte buffers (no locking, `!Send`).
+#[derive(Debug, Default)]
+pub struct BufPool {
+    free: RefCell<Vec<Vec<u8>>>,
+}
+
+impl BufPool {
+    /// An empty pool.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty buffer with at least `cap` bytes of capacity, reused if one is free.
+    pub fn take(&self, cap: usize) -> Vec<u8> {
+        let reused = self.free.borrow_mut().pop();
+        match reused {
+            Some(mut b) => {
+                b.clear();
+                b.reserve(cap);
+                b
+            }
+            None => Vec::with_capacity(cap),
+        }
+    }
+
+    /// Returns a buffer for reuse; dropped instead if the pool is full or it grew large.
+    pub fn give(&self, buf: Vec<u8>) {
+        let mut free = self.free.borrow_mut();
+        if buf.capacity() <= MAX_POOLED_CAPACITY && free.len() < MAX_POOLED_BUFFERS {
+            free.push(buf);
+        }
+    }
+
+    /// Buffers currently free.
+    pub fn len(&self) -> usize {
+        self.free.borrow().len()
+    }
+
+    /// Whether no buffer is free.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Connection
+// ---------------------------------------------------------------------------
+
+/// State shared by the tasks of one worker thread, its connections among
+/// them (never leaves the thread).
+pub(crate) struct WorkerShared {
+    pub(crate) index: usize,
+    pub(crate) config: Arc<RelayConfig>,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Fires when the server stops accepting: handlers drain.
+    pub(crate) shutdown: LocalEvent,
+    /// Fires when the drain timeout ran out: remaining handlers are dropped.
+    pub(crate) force: LocalEvent,
+    /// Notified whenever a connection ends while draining.
+    pub(crate) closed: LocalEvent,
+    pub(crate) open: Cell<u32>,
+    /// Open connections by peer IP address (an address leaves at 0).
+    pub(crate) per_ip: RefCell<HashMap<IpAddr, u32>>,
+    /// Connections that have not finished their handshake
+    /// ([`HandshakeToken`]).
+    pub(crate) handshaking: Rc<Cell<u32>>,
+    /// Connections closed since the allocator last gave memory back.
+    pub(crate) closes_since_trim: Cell<u32>,
+    pub(crate) next_id: Cell<u64>,
+    pub(crate) pool: BufPool,
+}
+
+impl WorkerShared {
+    pub(crate) fn counters(&self) -> &ThreadCounters {
+        self.metrics.thread(self.index)
+    }
+}
+
+/// One accepted TCP connection, owned by the handler that serves it.
+///
+/// Use [`Connection::parts`] to read and write in one task, or
+/// [`Connection::into_split`] to move the halves into separate tasks (a
+/// session driver: one task reading into the state machine, one writing
+/// what it transmits).
+pub struct Connection {
+    reader: Reader,
+    writer: Writer,
+    peer: SocketAddr,
+    id: u64,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("id", &self.id)
+            .field("peer", &self.peer)
+            .field("worker", &self.reader.shared.index)
+            .finish()
+    }
+}
+
+impl Connection {
+    pub(crate) fn new(
+        stream: TcpStream,
+        peer: SocketAddr,
+        id: u64,
+        shared: Rc<WorkerShared>,
+    ) -> Self {
+        // Latency matters more than segment count for a relay.
+        let _ = stream.set_nodelay(true);
+        let (r, w) = stream.into_split();
+        // Buffers are taken from the pool when bytes come or go, not before:
+        // a connection that has sent nothing holds none.
+        let reader = Reader {
+            half: r,
+            buf: Vec::new(),
+            pending: 0,
+            canceller: Canceller::new(),
+            shared: shared.clone(),
+            id,
+            handshake: Some(HandshakeToken::new(shared.handshaking.clone())),
+        };
+        let writer = Writer {
+            half: w,
+            buf: None,
+            canceller: Canceller::new(),
+            shared,
+            id,
+        };
+        Connection {
+            reader,
+            writer,
+            peer,
+            id,
+        }
+    }
+
+    /// A number unique among this worker's connections.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Index of the worker thread serving this connection.
+    pub fn worker(&self) -> usize {
+        self.reader.shared.index
+    }
+
+    /// The relay configuration.
+    pub fn config(&self) -> &RelayConfig {
+        &self.reader.shared.config
+    }
+
+    /// The limits the handler must enforce on this connection.
+    pub fn limits(&self) -> &Limits {
+        &self.reader.shared.config.limits
+    }
+
+    /// The server's drain signal, as seen from this thread.
+    pub fn shutdown(&self) -> Shutdown {
+        Shutdown::new(self.reader.shared.shutdown.clone())
+    }
+
+    /// Both halves, borrowed, for handlers that read and write in one task.
+    pub fn parts(&mut self) -> (&mut Reader, &mut Writer) {
+        (&mut self.reader, &mut self.writer)
+    }
+
+    /// Both halves, owned, for handlers that read and write in separate tasks.
+    pub fn into_split(self) -> (Reader, Writer) {
+        (self.reader, self.writer)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Reader
+// ---------------------------------------------------------------------------
+
+/// The receiving half of a [`Connection`] with its reusable read buffer.
+pub struct Reader {
+    half: OwnedReadHalf<TcpStream>,
+    buf: Vec<u8>,
+    /// Bytes at the front of `buf` received by [`Reader::wait_first`] and
+    /// not returned by a read yet.
+    pending: usize,
+    canceller: Canceller,
+    shared: Rc<WorkerShared>,
+    id: u64,
+    /// Counts the connection among those still in their handshake.
+    handshake: Option<HandshakeToken>,
+}
+
+impl Reader {
+    /// The id of the connection this half belongs to.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The relay's handshake timeout (`--handshake-timeout`), which a session
+    /// driver enforces on this connection.
+    pub fn handshake_timeout(&self) -> Duration {
+        self.shared.config.timeouts.handshake
+    }
+
+    /// The token counting this connection among those in their handshake;
+    /// the session driver marks it done once the session is established.
+    pub fn take_handshake(&mut self) -> Option<HandshakeToken> {
+        self.handshake.take()
+    }
+
+    /// Waits for the peer's first bytes, with only a
+    /// [`FIRST_READ_BYTES`] buffer, and keeps them for the next
+    /// [`Reader::read`]: true once bytes arrived; false if the peer closed,
+    /// the handshake timeout passed or the server started draining first.
+    /// A handler calls it before it takes any per-connection state.
+    ///
+    /// # Errors
+    /// Whatever the socket reports.
+    pub async fn wait_first(&mut self) -> io::Result<bool> {
+        if self.pending > 0 {
+            return Ok(true);
+        }
+        let limit = self.shared.config.timeouts.handshake;
+        let stop = self.shared.shutdown.clone();
+        let buf = Vec::with_capacity(FIRST_READ_BYTES);
+        let half = &mut self.half;
+        let (res, buf) = cancel_on_or_after(&stop, Some(limit), &mut self.canceller, |h| {
+            half.cancelable_read(buf, h)
+        })
+        .await;
+        self.buf = buf;
+        match res {
+            Ok(n) => {
+                self.shared.counters().add_bytes_in(n);
+                self.pending = n;
+                Ok(n > 0)
+            }
+            Err(e) if is_cancelled(&e) || e.kind() == io::ErrorKind::Interrupted => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The read buffer, taken from the pool at the first full read.
+    fn full_buffer(&mut self) -> Vec<u8> {
+        let mut buf = std::mem::take(&mut self.buf);
+        if buf.capacity() < READ_BUFFER_BYTES {
+            buf = self.shared.pool.take(READ_BUFFER_BYTES);
+        }
+        buf.clear();
+        buf
+    }
+
+    /// Reads what the peer sent next (at most [`READ_BUFFER_BYTES`]).
+    /// An empty slice means the peer closed its sending side.
+    ///
+    /// # Errors
+    /// Whatever the socket reports (reset, timeout...).
+    pub async fn read(&mut self) -> io::Result<&[u8]> {
+        if self.pending > 0 {
+            let n = std::mem::take(&mut self.pending);
+            return Ok(self.buf.get(..n).unwrap_or(&[]));
+        }
+        let buf = self.full_buffer();
+        let (res, buf) = self.half.read(buf).await;
+        self.buf = buf;
+        let n = res?;
+        self.shared.counters().add_bytes_in(n);
+        Ok(self.buf.get(..n).unwrap_or(&[]))
+    }
+
+    /// Like [`Reader::read`], but gives up when the server starts draining:
+    /// `Ok(None)` then. The in-flight read is cancelled, not abandoned, so
+    /// the buffer comes back and no received byte is lost (bytes that won
+    /// the race are returned; the next call returns `None`).
+    ///
+    /// # Errors
+    /// Whatever the socket reports.
+    pub async fn read_or_drain(&mut self) -> io::Result<Option<&[u8]>> {
+        let stop = self.shared.shutdown.clone();
+        if self.pending > 0 {
+            let n = std::mem::take(&mut self.pending);
+            return Ok(Some(self.buf.get(..n).unwrap_or(&[])));
+        }
+        let n = {
+            let buf = self.full_buffer();
+            let half = &mut self.half;
+            let (res, buf) =
+                cancel_on(&stop, &mut self.canceller, |h| half.cancelable_read(buf, h)).await;
+            self.buf = buf;
+            match res {
+                Ok(n) => n,
+                Err(e) if is_cancelled(&e) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        };
+        self.shared.counters().add_bytes_in(n);
+        Ok(Some(self.buf.get(..n).unwrap_or(&[])))
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        if buf.capacity() >= READ_BUFFER_BYTES {
+            self.shared.pool.give(buf);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Writer
+// ---------------------------------------------------------------------------
+
+/// The sending half of a [`Connection`] with its reusable write buffer
+/// (taken from the pool at the first write).
+pub struct Writer {
+    half: OwnedWriteHalf<TcpStream>,
+    buf: Option<Staging>,
+    canceller: Canceller,
+    shared: Rc<WorkerShared>,
+    id: u64,
+}
+
+impl Writer {
+    /// The staging buffer: stage bytes here, then [`Writer::flush`]. A
+    /// sans-IO session's `poll_transmit` writes straight into its spare room.
+    pub fn buffer(&mut self) -> &mut Staging {
+        let pool = &self.shared.pool;
+        self.buf
+            .get_or_insert_with(|| Staging::new(pool.take(WRITE_BUFFER_BYTES)))
+    }
+
+    /// Writes every staged byte, then empties the buffer (keeping its allocation).
+    ///
+    /// # Errors
+    /// Whatever the socket reports; the staged bytes are dropped then.
+    /// [`io::ErrorKind::TimedOut`] if the socket accepted no byte for the
+    /// relay's write timeout (`--write-timeout`): the peer stopped reading.
+    pub async fn flush(&mut self) -> io::Result<()> {
+        let Some(buf) = self.buf.as_mut().filter(|b| !b.is_empty()) else {
+            return Ok(());
+        };
+        let stall = self.shared.config.timeouts.write;
+        let out = buf.take();
+        let (res, out) =
+            write_all_or_stall(&mut self.half, out, Some((stall, &mut self.canceller))).await;
+        self.shared.counters().add_bytes_out(out.sent());
+        if let Some(buf) = self.buf.as_mut() {
+            buf.restore(out);
+        }
+        if let Err(e) = &res
+            && e.kind() == io::ErrorKind::TimedOut
+        {
+            tracing::info!(
+                worker = self.shared.index,
+                conn = self.id,
+                "peer stopped reading: no byte accepted for {stall:?}; dropping the connection"
+            );
+        }
+        res
+    }
+
+    /// Stages `data` and flushes.
+    ///
+    /// # Errors
+    /// As [`Writer::flush`].
+    pub async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        self.buffer().extend_from_slice(data);
+        self.flush().await
+    }
+
+    /// Flushes, then shuts the sending direction (the peer reads EOF).
+    ///
+    /// # Errors
+    /// As [`Writer::flush`], or the shutdown call's error.
+    pub async fn close(&mut self) -> io::Result<()> {
+        self.flush().await?;
+        self.half.shutdown().await
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            self.shared.pool.give(buf.into_vec());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The session driver's byte I/O
+// ---------------------------------------------------------------------------
+
+impl ByteRead for Reader {
+    fn read(&mut self) -> impl Future<Output = io::Result<&[u8]>> {
+        Reader::read(self)
+    }
+    fn guard(&self) -> Guard {
+        Guard {
+            conn: self.id(),
+            handshake: Some(self.handshake_timeout()),
+        }
+    }
+    fn take_handshake(&mut self) -> Option<HandshakeToken> {
+        Reader::take_handshake(self)
+    }
+}
+
+impl ByteWrite for Writer {
+    fn buffer(&mut self) -> &mut Staging {
+        Writer::buffer(self)
+    }
+    fn flush(&mut self) -> impl Future<Output = io::Result<()>> {
+        Writer::flush(self)
+    }
+    fn close(&mut self) -> impl Future<Output = io::Result<()>> {
+        Writer::close(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_reuses_and_bounds() {
+        let pool = BufPool::new();
+        let a = pool.take(1024);
+        let ptr = a.as_ptr();
+        pool.give(a);
+        assert_eq!(pool.len(), 1);
+        let b = pool.take(512);
+        assert_eq!(b.as_ptr(), ptr);
+        assert!(b.is_empty());
+        pool.give(Vec::with_capacity(MAX_POOLED_CAPACITY + 1));
+        assert!(pool.is_empty());
+        for _ in 0..MAX_POOLED_BUFFERS + 5 {
+            pool.give(Vec::with_capacity(8));
+        }
+        assert_eq!(pool.len(), MAX_POOLED_BUFFERS);
+    }
+}

@@ -1,0 +1,54 @@
+//! The seam where a protocol plugs into the server: [`ConnectionHandler`].
+//!
+//! Each worker thread builds its own handler (so it may hold `Rc`/`RefCell`
+//! per-thread state such as the relay's group cache and subscriber tables)
+//! and calls [`ConnectionHandler::serve`] once per accepted connection, in a
+//! task of its own on that thread.
+
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use skiff_monoio::driver::ActiveDriver;
+use skiff_monoio::shutdown::Shutdown;
+
+use crate::config::RelayConfig;
+use crate::conn::Connection;
+use crate::metrics::Metrics;
+
+/// What a worker thread knows when it builds its handler.
+#[derive(Debug, Clone)]
+pub struct WorkerInfo {
+    /// Worker index, `0..threads`.
+    pub index: usize,
+    /// The driver this worker's runtime runs on.
+    pub driver: ActiveDriver,
+    /// The relay configuration.
+    pub config: Arc<RelayConfig>,
+    /// The drain signal of this thread (fires for every handler at once).
+    pub shutdown: Shutdown,
+    /// Every worker's counters (this one's is `metrics.thread(index)`).
+    pub metrics: Arc<Metrics>,
+}
+
+/// Serves connections accepted on one worker thread.
+///
+/// Contract:
+/// - `serve` runs in its own task on the accepting thread; the returned
+///   future completing means the connection is finished (its socket closes
+///   when the [`Connection`] halves drop).
+/// - Once [`Connection::shutdown`] fires the handler should wind down (a
+///   moq-lite session sends GOAWAY and waits for the peer); after the drain
+///   timeout the server drops the future, closing the socket.
+/// - Enforce [`Connection::limits`] (streams, subscriptions, frame and group
+///   sizes); the server only enforces the connection count.
+pub trait ConnectionHandler: 'static {
+    /// Why a connection ended abnormally (logged at debug level by the server).
+    type Error: std::fmt::Display;
+
+    /// Serves one connection until it ends.
+    fn serve(
+        self: Rc<Self>,
+        conn: Connection,
+    ) -> impl Future<Output = Result<(), Self::Error>> + 'static;
+}

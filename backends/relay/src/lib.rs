@@ -1,0 +1,39 @@
+//! skiff-relay: the thread-per-core io_uring moq-lite relay of skiff, built
+//! on the runtime glue of `skiff-monoio`.
+//!
+//! - [`config`]: flags, the TOML file and the validated
+//!   [`config::RelayConfig`];
+//! - [`error`]: the errors that stop the relay process ([`error::RelayError`]);
+//! - [`server`]: SO_REUSEPORT listeners, one worker thread each
+//!   ([`server::start`] → [`server::ServerHandle`]);
+//! - [`handler`]: **the seam** — [`handler::ConnectionHandler`], built once
+//!   per worker thread and called once per accepted connection;
+//! - [`conn`]: the [`conn::Connection`] a handler gets, with owned,
+//!   reusable read and write buffers;
+//! - [`signals`]: SIGINT/SIGTERM → stop accepting, drain, exit;
+//! - [`metrics`]: per-thread atomic counters and the Prometheus endpoint;
+//! - [`relay`]: the per-worker relay state (origin, cache pool, routes, the
+//!   on-demand track hook) and [`relay::RelayHandler`], which `serve` runs;
+//!   workers are linked pairwise by moq-lite sessions ([`relay::Mesh`]), and
+//!   a leaf keeps a session to its upstream relay;
+//! - [`lend`]: zero-copy fan-out between workers: a link lends pool blocks
+//!   instead of sending their bytes;
+//! - [`relay_demo`]: `skiff-relay demo`, the relay plus a camera publisher
+//!   and viewers in one process.
+//!
+//! The worker thread itself (its runtime, accept loop and drain) is private;
+//! [`WorkerExit`] is what each reports when it stops.
+
+pub mod config;
+pub mod conn;
+pub mod error;
+pub mod handler;
+pub mod lend;
+pub mod metrics;
+pub mod relay;
+pub mod relay_demo;
+pub mod server;
+pub mod signals;
+mod worker;
+
+pub use worker::WorkerExit;

@@ -1,0 +1,808 @@
+//! Relay counters and the Prometheus text endpoint.
+//!
+//! Each worker thread owns one cache-line-aligned [`ThreadCounters`] and
+//! updates it with relaxed atomics (no cross-core traffic on the hot path);
+//! a scrape sums them. [`MetricsServer`] answers any HTTP/1.1 GET with the
+//! Prometheus text exposition, from OS threads of its own: a few connections
+//! at once, each within a total deadline.
+
+use std::fmt::Write as _;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use skiff_monoio::driver::ActiveDriver;
+
+/// Counters of one worker thread, on their own cache line.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct ThreadCounters {
+    accepted: AtomicU64,
+    open: AtomicU64,
+    refused: AtomicU64,
+    accept_errors: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    cache_bytes: AtomicU64,
+    cache_high_water: AtomicU64,
+    lent_bytes: AtomicU64,
+    lent_ranges: AtomicU64,
+    quota_refused: AtomicU64,
+    relay_tracks: AtomicU64,
+    broadcasts: AtomicU64,
+    /// 0 = not started, 1 = io_uring, 2 = legacy.
+    driver: AtomicU8,
+    draining: AtomicBool,
+}
+
+impl ThreadCounters {
+    /// Counts a connection handed to the handler (and now open).
+    pub fn connection_opened(&self) {
+        self.accepted.fetch_add(1, Ordering::Relaxed);
+        self.open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a handled connection that ended.
+    pub fn connection_closed(&self) {
+        self.open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection closed at once because the thread was at its limit
+    /// (or draining).
+    pub fn connection_refused(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a failed `accept`.
+    pub fn accept_error(&self) {
+        self.accept_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts bytes read from peers.
+    pub fn add_bytes_in(&self, n: usize) {
+        self.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Counts bytes written to peers.
+    pub fn add_bytes_out(&self, n: usize) {
+        self.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Records the bytes the thread lent to other workers so far and the
+    /// ranges not returned yet ([`crate::lend`]).
+    pub fn set_lent(&self, bytes: u64, ranges: u64) {
+        self.lent_bytes.store(bytes, Ordering::Relaxed);
+        self.lent_ranges.store(ranges, Ordering::Relaxed);
+    }
+
+    /// Counts one request or connection refused by a quota
+    /// ([`crate::config::Quotas`]).
+    pub fn add_quota_refused(&self) {
+        self.quota_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records the relay tracks the thread holds (claimed or still serving
+    /// their last readers) and the broadcasts it routes.
+    pub fn set_tables(&self, relay_tracks: u64, broadcasts: u64) {
+        self.relay_tracks.store(relay_tracks, Ordering::Relaxed);
+        self.broadcasts.store(broadcasts, Ordering::Relaxed);
+    }
+
+    /// Records the bytes of the thread's cache pool in use now and at most so far.
+    pub fn set_cache(&self, in_use: u64, high_water: u64) {
+        self.cache_bytes.store(in_use, Ordering::Relaxed);
+        self.cache_high_water.store(high_water, Ordering::Relaxed);
+    }
+
+    /// Records which driver the thread's runtime uses.
+    pub fn set_driver(&self, d: ActiveDriver) {
+        let v = match d {
+            ActiveDriver::IoUring => 1,
+            ActiveDriver::Legacy => 2,
+        };
+        self.driver.store(v, Ordering::Relaxed);
+    }
+
+    /// Records that the thread stopped accepting and is draining.
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// The driver recorded by [`ThreadCounters::set_driver`], if the thread started.
+    pub fn driver(&self) -> Option<ActiveDriver> {
+        match self.driver.load(Ordering::Relaxed) {
+            1 => Some(ActiveDriver::IoUring),
+            2 => Some(ActiveDriver::Legacy),
+            _ => None,
+        }
+    }
+
+    /// A consistent-enough copy of the counters (each read is relaxed).
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            accepted: self.accepted.load(Ordering::Relaxed),
+            open: self.open.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            accept_errors: self.accept_errors.load(Ordering::Relaxed),
+            bytes_in: self.bytes_in.load(Ordering::Relaxed),
+            bytes_out: self.bytes_out.load(Ordering::Relaxed),
+            cache_bytes: self.cache_bytes.load(Ordering::Relaxed),
+            cache_high_water: self.cache_high_water.load(Ordering::Relaxed),
+            lent_bytes: self.lent_bytes.load(Ordering::Relaxed),
+            lent_ranges: self.lent_ranges.load(Ordering::Relaxed),
+            quota_refused: self.quota_refused.load(Ordering::Relaxed),
+            relay_tracks: self.relay_tracks.load(Ordering::Relaxed),
+            broadcasts: self.broadcasts.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Plain values of the counters, per thread or summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Connections accepted and handed to the handler.
+    pub accepted: u64,
+    /// Connections currently open.
+    pub open: u64,
+    /// Connections closed at once (over the limit or draining).
+    pub refused: u64,
+    /// Failed accepts.
+    pub accept_errors: u64,
+    /// Bytes read from peers.
+    pub bytes_in: u64,
+    /// Bytes written to peers.
+    pub bytes_out: u64,
+    /// Bytes of the cache pool in use (group bytes held), whole blocks.
+    pub cache_bytes: u64,
+    /// The most cache-pool bytes ever in use at once.
+    pub cache_high_water: u64,
+    /// Payload bytes lent to other workers instead of copied ([`crate::lend`]).
+    pub lent_bytes: u64,
+    /// Lent ranges not returned yet.
+    pub lent_ranges: u64,
+    /// Requests and connections refused by a quota.
+    pub quota_refused: u64,
+    /// Relay tracks held (claimed, or retired and still serving readers).
+    pub relay_tracks: u64,
+    /// Broadcasts routed.
+    pub broadcasts: u64,
+}
+
+impl core::ops::AddAssign for Snapshot {
+    fn add_assign(&mut self, o: Snapshot) {
+        self.accepted += o.accepted;
+        self.open += o.open;
+        self.refused += o.refused;
+        self.accept_errors += o.accept_errors;
+        self.bytes_in += o.bytes_in;
+        self.bytes_out += o.bytes_out;
+        self.cache_bytes += o.cache_bytes;
+        self.cache_high_water += o.cache_high_water;
+        self.lent_bytes += o.lent_bytes;
+        self.lent_ranges += o.lent_ranges;
+        self.quota_refused += o.quota_refused;
+        self.relay_tracks += o.relay_tracks;
+        self.broadcasts += o.broadcasts;
+    }
+}
+
+/// All worker threads' counters.
+#[derive(Debug)]
+pub struct Metrics {
+    threads: Box<[ThreadCounters]>,
+}
+
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    get: fn(&Snapshot) -> u64,
+}
+
+const FAMILIES: &[Family] = &[
+    Family {
+        name: "connections_accepted_total",
+        kind: "counter",
+        help: "Connections accepted and handed to the connection handler.",
+        get: |s| s.accepted,
+    },
+    Family {
+        name: "connections_open",
+        kind: "gauge",
+        help: "Connections currently open.",
+        get: |s| s.open,
+    },
+    Family {
+        name: "connections_refused_total",
+        kind: "counter",
+        help: "Connections accepted and closed at once: over max-connections or draining.",
+        get: |s| s.refused,
+    },
+    Family {
+        name: "accept_errors_total",
+        kind: "counter",
+        help: "Failed accept calls.",
+        get: |s| s.accept_errors,
+    },
+    Family {
+        name: "received_bytes_total",
+        kind: "counter",
+        help: "Bytes read from peers.",
+        get: |s| s.bytes_in,
+    },
+    Family {
+        name: "sent_bytes_total",
+        kind: "counter",
+        help: "Bytes written to peers.",
+        get: |s| s.bytes_out,
+    },
+    Family {
+        name: "cache_bytes",
+        kind: "gauge",
+        help: "Bytes of the group cache pool in use (whole blocks), sampled every 10 ms.",
+        get: |s| s.cache_bytes,
+    },
+    Family {
+        name: "cache_high_water_bytes",
+        kind: "gauge",
+        help: "The most group cache pool bytes in use at once (summed over threads in the total).",
+        get: |s| s.cache_high_water,
+    },
+    Family {
+        name: "lent_bytes_total",
+        kind: "counter",
+        help: "Payload bytes lent to other worker threads instead of copied, sampled every 10 ms.",
+        get: |s| s.lent_bytes,
+    },
+    Family {
+        name: "lent_ranges",
+        kind: "gauge",
+        help: "Block ranges lent to other worker threads and not returned yet.",
+        get: |s| s.lent_ranges,
+    },
+    Family {
+        name: "quota_refused_total",
+        kind: "counter",
+        help: "Requests and connections refused by a per-peer quota.",
+        get: |s| s.quota_refused,
+    },
+    Family {
+        name: "relay_tracks",
+        kind: "gauge",
+        help: "Relay tracks held: in use, or given up and still serving their last readers.",
+        get: |s| s.relay_tracks,
+    },
+    Family {
+        name: "broadcasts",
+        kind: "gauge",
+        help: "Broadcasts routed (their source present or within the failover grace).",
+        get: |s| s.broadcasts,
+    },
+];
+
+impl Metrics {
+    /// Counters for `threads` workers, all zero.
+    pub fn new(threads: usize) -> Self {
+        Metrics {
+            threads: (0..threads).map(|_| ThreadCounters::default()).collect(),
+        }
+    }
+
+    /// Number of worker threads counted.
+    pub fn threads(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// The counters of worker `i`.
+    ///
+    /// # Panics
+    /// If `i >= self.threads()` (worker indices come from the server, not the network).
+    pub fn thread(&self, i: usize) -> &ThreadCounters {
+        &self.threads[i]
+    }
+
+    /// Every thread's counters summed.
+    pub fn total(&self) -> Snapshot {
+        let mut sum = Snapshot::default();
+        for t in self.threads.iter() {
+            sum += t.snapshot();
+        }
+        sum
+    }
+
+    /// The Prometheus text exposition (format 0.0.4) of all counters:
+    /// `skiff_relay_*` totals and `skiff_relay_thread_*{thread="i"}` per thread.
+    pub fn render(&self) -> String {
+        let snaps: Vec<Snapshot> = self.threads.iter().map(ThreadCounters::snapshot).collect();
+        let mut total = Snapshot::default();
+        for s in &snaps {
+            total += *s;
+        }
+        let mut out = String::with_capacity(4096);
+        // Writing to a String cannot fail.
+        let _ = writeln!(
+            out,
+            "# HELP skiff_relay_worker_threads Worker threads, each with its own runtime."
+        );
+        let _ = writeln!(out, "# TYPE skiff_relay_worker_threads gauge");
+        let _ = writeln!(out, "skiff_relay_worker_threads {}", self.threads.len());
+        for f in FAMILIES {
+            let _ = writeln!(out, "# HELP skiff_relay_{} {}", f.name, f.help);
+            let _ = writeln!(out, "# TYPE skiff_relay_{} {}", f.name, f.kind);
+            let _ = writeln!(out, "skiff_relay_{} {}", f.name, (f.get)(&total));
+        }
+        for f in FAMILIES {
+            let _ = writeln!(
+                out,
+                "# HELP skiff_relay_thread_{} {} Per worker thread.",
+                f.name, f.help
+            );
+            let _ = writeln!(out, "# TYPE skiff_relay_thread_{} {}", f.name, f.kind);
+            for (i, s) in snaps.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "skiff_relay_thread_{}{{thread=\"{i}\"}} {}",
+                    f.name,
+                    (f.get)(s)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP skiff_relay_thread_io_uring 1 if the worker runs on io_uring, 0 if on epoll."
+        );
+        let _ = writeln!(out, "# TYPE skiff_relay_thread_io_uring gauge");
+        for (i, t) in self.threads.iter().enumerate() {
+            if let Some(d) = t.driver() {
+                let _ = writeln!(
+                    out,
+                    "skiff_relay_thread_io_uring{{thread=\"{i}\"}} {}",
+                    u8::from(d == ActiveDriver::IoUring)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP skiff_relay_thread_draining 1 once the worker stopped accepting."
+        );
+        let _ = writeln!(out, "# TYPE skiff_relay_thread_draining gauge");
+        for (i, t) in self.threads.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "skiff_relay_thread_draining{{thread=\"{i}\"}} {}",
+                u8::from(t.draining.load(Ordering::Relaxed))
+            );
+        }
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------
+// HTTP endpoint
+// ---------------------------------------------------------------------------
+
+/// Longest request head read before answering 431.
+const MAX_REQUEST_HEAD: usize = 8 * 1024;
+/// Time one scrape connection may take in all, from accept to the response
+/// written: a client sending (or reading) a byte now and then is cut off.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// Scrape connections served at once; past that a new one is refused.
+const MAX_CONNECTIONS: usize = 16;
+/// Timeout of the connect that wakes the accept loop when the server stops.
+const WAKE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The answer to a connection over [`MAX_CONNECTIONS`].
+const BUSY: &[u8] =
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+
+/// How much the endpoint serves at once and for how long.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// Time a connection may take, from accept to the response written.
+    deadline: Duration,
+    /// Connections served at once.
+    connections: usize,
+}
+
+impl Limits {
+    const DEFAULT: Self = Limits {
+        deadline: REQUEST_DEADLINE,
+        connections: MAX_CONNECTIONS,
+    };
+}
+
+/// A tiny blocking HTTP/1.1 server answering every GET or HEAD, whatever the
+/// path, with [`Metrics::render`]. Stops when dropped.
+///
+/// The accept loop runs on its own thread and hands each connection to a
+/// short-lived thread of its own: up to 16 at once, each cut off 5 s after
+/// it was accepted, whatever it sent by then. A connection past the limit is
+/// closed at once, after a 503 written without waiting (best effort), so a
+/// few slow or stuck clients cannot hold the endpoint for the scraper.
+#[derive(Debug)]
+pub struct MetricsServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    /// Connections being served now.
+    active: Arc<AtomicUsize>,
+}
+
+impl MetricsServer {
+    /// Binds `addr` and serves `metrics` from new threads, one request per
+    /// connection (see the type's docs for the limits).
+    ///
+    /// # Errors
+    /// The address cannot be bound or the thread cannot be spawned.
+    pub fn start(addr: SocketAddr, metrics: Arc<Metrics>) -> io::Result<Self> {
+        Self::start_with(addr, metrics, Limits::DEFAULT)
+    }
+
+    fn start_with(addr: SocketAddr, metrics: Arc<Metrics>, limits: Limits) -> io::Result<Self> {
+        let listener = TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let active = Arc::new(AtomicUsize::new(0));
+        let (stop2, active2) = (stop.clone(), active.clone());
+        let thread = std::thread::Builder::new()
+            .name("skiff-metrics".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    if stop2.load(Ordering::Acquire) {
+                        break;
+                    }
+                    match conn {
+                        Ok(s) => admit(s, &metrics, &active2, limits),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "metrics accept failed");
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                    }
+                }
+            })?;
+        Ok(MetricsServer {
+            addr,
+            stop,
+            thread: Some(thread),
+            active,
+        })
+    }
+
+    /// The address actually bound (resolves port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Scrape connections being served now.
+    pub fn connections(&self) -> usize {
+        self.active.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // Wake the blocking accept; failure means it is already gone.
+        let _ = TcpStream::connect_timeout(&self.addr, WAKE_TIMEOUT);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        // Connection threads still running end by their deadline.
+    }
+}
+
+/// One connection counted in [`MetricsServer::connections`] while it lives.
+struct Active(Arc<AtomicUsize>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Serves `s` on a thread of its own, or refuses it at once when
+/// `limits.connections` are being served.
+fn admit(s: TcpStream, metrics: &Arc<Metrics>, active: &Arc<AtomicUsize>, limits: Limits) {
+    let deadline = Instant::now() + limits.deadline;
+    // Only the accept thread adds, so the count cannot pass the limit
+    // between this check and the add.
+    if active.load(Ordering::Acquire) >= limits.connections {
+        tracing::debug!("metrics connection refused: too many at once");
+        // Non-blocking: a peer that reads nothing cannot stall the accept loop.
+        if s.set_nonblocking(true).is_ok() {
+            let _ = (&s).write(BUSY);
+        }
+        return;
+    }
+    active.fetch_add(1, Ordering::AcqRel);
+    let counted = Active(active.clone());
+    let metrics = metrics.clone();
+    let spawned = std::thread::Builder::new()
+        .name("skiff-metrics-conn".into())
+        .spawn(move || {
+            let _counted = counted;
+            if let Err(e) = serve_one(s, &metrics, deadline) {
+                tracing::debug!(error = %e, "metrics request failed");
+            }
+        });
+    // On failure the closure is dropped: the connection closes and its
+    // count is given back.
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "metrics connection thread not spawned");
+    }
+}
+
+/// The time left until `deadline`, or a timed-out error once it passed.
+fn time_left(deadline: Instant) -> io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "metrics request deadline passed",
+        ));
+    }
+    Ok(left)
+}
+
+/// Answers the one request of `s`, giving up at `deadline`.
+fn serve_one(mut s: TcpStream, metrics: &Metrics, deadline: Instant) -> io::Result<()> {
+    let mut head = [0u8; MAX_REQUEST_HEAD];
+    let mut len = 0;
+    let complete = loop {
+        let Some(free) = head.get_mut(len..) else {
+            break false;
+        };
+        if free.is_empty() {
+            break false;
+        }
+        // Each read waits at most for what is left of the whole request's time.
+        s.set_read_timeout(Some(time_left(deadline)?))?;
+        let n = s.read(free)?;
+        if n == 0 {
+            // Peer closed before finishing the head (e.g. our own wake-up connect).
+            return Ok(());
+        }
+        len += n;
+        if head[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+            break true;
+        }
+    };
+    if !complete {
+        return respond(
+            &mut s,
+            deadline,
+            "431 Request Header Fields Too Large",
+            "text/plain",
+            b"request head too large\n",
+            true,
+        );
+    }
+    let line_end = head[..len].iter().position(|&b| b == b'\r').unwrap_or(len);
+    let line = std::str::from_utf8(&head[..line_end]).unwrap_or("");
+    let method = line.split(' ').next().unwrap_or("");
+    match method {
+        "GET" | "HEAD" => {
+            let body = metrics.render();
+            respond(
+                &mut s,
+                deadline,
+                "200 OK",
+                "text/plain; version=0.0.4; charset=utf-8",
+                body.as_bytes(),
+                method == "GET",
+            )
+        }
+        _ => respond(
+            &mut s,
+            deadline,
+            "405 Method Not Allowed",
+            "text/plain",
+            b"use GET\n",
+            true,
+        ),
+    }
+}
+
+fn respond(
+    s: &mut TcpStream,
+    deadline: Instant,
+    status: &str,
+    ctype: &str,
+    body: &[u8],
+    with_body: bool,
+) -> io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    write_by(s, head.as_bytes(), deadline)?;
+    if with_body {
+        write_by(s, body, deadline)?;
+    }
+    Ok(())
+}
+
+/// Writes all of `buf` to `s`, giving up at `deadline` (however slowly the
+/// peer reads).
+fn write_by(s: &mut TcpStream, mut buf: &[u8], deadline: Instant) -> io::Result<()> {
+    while !buf.is_empty() {
+        s.set_write_timeout(Some(time_left(deadline)?))?;
+        match s.write(buf) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = buf.get(n..).unwrap_or(&[]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_sums_threads_and_labels_each() {
+        let m = Metrics::new(2);
+        m.thread(0).connection_opened();
+        m.thread(1).connection_opened();
+        m.thread(1).connection_opened();
+        m.thread(1).connection_closed();
+        m.thread(0).connection_refused();
+        m.thread(0).add_bytes_in(10);
+        m.thread(1).add_bytes_out(7);
+        m.thread(1).set_driver(ActiveDriver::Legacy);
+        let text = m.render();
+        for want in [
+            "skiff_relay_worker_threads 2\n",
+            "skiff_relay_connections_accepted_total 3\n",
+            "skiff_relay_connections_open 2\n",
+            "skiff_relay_connections_refused_total 1\n",
+            "skiff_relay_received_bytes_total 10\n",
+            "skiff_relay_sent_bytes_total 7\n",
+            "skiff_relay_thread_connections_accepted_total{thread=\"1\"} 2\n",
+            "skiff_relay_thread_io_uring{thread=\"1\"} 0\n",
+            "# TYPE skiff_relay_connections_open gauge\n",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+        assert!(!text.contains("skiff_relay_thread_io_uring{thread=\"0\"}"));
+        assert_eq!(m.total().accepted, 3);
+    }
+
+    /// Sends a GET and reads the whole response (empty if the server closed
+    /// the connection without one).
+    fn get(addr: SocketAddr) -> io::Result<String> {
+        let mut s = TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(15)))?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: relay\r\n\r\n")?;
+        let mut out = String::new();
+        s.read_to_string(&mut out)?;
+        Ok(out)
+    }
+
+    /// Waits (at most 10 s) until `server` serves `n` connections.
+    fn wait_connections(server: &MetricsServer, n: usize) {
+        let start = Instant::now();
+        while server.connections() != n {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{} connections served, not {n}",
+                server.connections()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_trickling_client_neither_holds_up_others_nor_outlasts_its_deadline() {
+        let deadline = Duration::from_secs(3);
+        let limits = Limits {
+            deadline,
+            connections: 4,
+        };
+        let metrics = Arc::new(Metrics::new(1));
+        let server =
+            MetricsServer::start_with("127.0.0.1:0".parse().unwrap(), metrics, limits).unwrap();
+        let addr = server.local_addr();
+
+        // One byte of a request head that never ends, every 200 ms, until
+        // the server cuts the connection (or 15 s passed).
+        let connected = Instant::now();
+        let trickler = TcpStream::connect(addr).unwrap();
+        let mut writer = trickler.try_clone().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let trickle = std::thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) && connected.elapsed() < Duration::from_secs(15) {
+                if writer.write_all(b"G").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        // When the server closed the trickler's connection (`None`: not
+        // within 15 s).
+        let cut = std::thread::spawn(move || {
+            let mut r = trickler;
+            r.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+            let mut buf = [0u8; 256];
+            loop {
+                match r.read(&mut buf) {
+                    Ok(0) => return Some(Instant::now()),
+                    Ok(_) => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        return None;
+                    }
+                    Err(_) => return Some(Instant::now()),
+                }
+            }
+        });
+        // The server is busy with the trickler before the scrape comes.
+        std::thread::sleep(Duration::from_millis(300));
+
+        let response = get(addr).expect("scrape while a client trickles");
+        let answered = Instant::now();
+        assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+        assert!(
+            response.contains("skiff_relay_worker_threads 1\n"),
+            "{response}"
+        );
+
+        let cut = cut.join().unwrap().expect("trickler not cut off");
+        stop.store(true, Ordering::Relaxed);
+        trickle.join().unwrap();
+        assert!(
+            answered < cut,
+            "the scrape waited for the trickler to be cut off"
+        );
+        assert!(
+            cut.duration_since(connected) >= deadline / 2,
+            "cut off after {:?}, before its deadline",
+            cut.duration_since(connected)
+        );
+    }
+
+    #[test]
+    fn connections_past_the_limit_are_refused_at_once() {
+        let limits = Limits {
+            deadline: Duration::from_secs(30),
+            connections: 2,
+        };
+        let metrics = Arc::new(Metrics::new(1));
+        let server =
+            MetricsServer::start_with("127.0.0.1:0".parse().unwrap(), metrics, limits).unwrap();
+        let addr = server.local_addr();
+        let idle: Vec<_> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        wait_connections(&server, 2);
+        // Refused long before the idle ones' deadline: a 503, or the
+        // connection closed (or reset) before it could be read.
+        let start = Instant::now();
+        let refused = get(addr).unwrap_or_default();
+        assert!(
+            refused.is_empty() || refused.starts_with("HTTP/1.1 503 "),
+            "{refused}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "not refused at once"
+        );
+        assert_eq!(server.connections(), 2);
+        drop(idle);
+        wait_connections(&server, 0);
+        let response = get(addr).unwrap();
+        assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+    }
+
+    #[test]
+    fn counters_are_cache_line_aligned() {
+        assert_eq!(core::mem::align_of::<ThreadCounters>(), 64);
+    }
+}

@@ -1,0 +1,1068 @@
+//! The moq-lite relay on one worker thread: [`Relay`] (per-thread state) and
+//! [`RelayHandler`] (the [`ConnectionHandler`] that drives a session per
+//! connection with it).
+//!
+//! The policy below lives in the core, sans-IO: [`skiff_core::relay::Router`]
+//! (routes, spares, failover, relay tracks and their quotas),
+//! [`skiff_core::relay::Peer`] (one session's events and upstream
+//! subscriptions) and [`skiff_core::relay::demand`]. This module is the glue:
+//! it makes the worker's tables once, registers each session's SUBSCRIBE
+//! queue, forwards events and passes, arms timers at the deadlines the core
+//! gives, and publishes the metrics.
+//!
+//! # Routing (PROTOCOL.md §4)
+//!
+//! * Every client that may publish (SETUP role not "subscriber") is sent an
+//!   ANNOUNCE_REQUEST for everything (`""`). Each broadcast it announces
+//!   ([`Event::Announced`]) becomes a relay broadcast in the thread's origin,
+//!   so every session's announce streams (ANNOUNCE_REQUEST from subscribers)
+//!   list it. It is withdrawn (ANNOUNCE Ended) when the publisher
+//!   unannounces it, ends the announce stream, or goes away.
+//! * A downstream TRACK or SUBSCRIBE for a track the relay broadcast does
+//!   not have yet reaches the session's on-demand hook
+//!   ([`skiff_core::session::Resolve`]): the relay creates a relay track in
+//!   the thread's block pool (the cache, `--cache-bytes` per thread), adds it
+//!   to the broadcast and queues **one** upstream SUBSCRIBE on the
+//!   publisher's session (§4.5: requests are merged; later subscribers find
+//!   the track in the broadcast and never reach the hook). TRACK requests
+//!   for it are answered once the upstream's TRACK_INFO arrived, with its
+//!   values (§3.7: relays re-serve what they received), or refused with the
+//!   track's code if it ends first.
+//! * Each session task wakes for the tracks it serves and fills
+//!   ([`skiff_monoio::notify`]): a frame stored in a relay track wakes the sessions
+//!   serving that track, not every session of the worker.
+//! * The upstream subscription follows the downstream ones (§4.5): every
+//!   session registers the subscriptions it serves on the relay track
+//!   ([`track::Ref::subscribers`], [`track::Ref::demand`]); the SUBSCRIBE
+//!   asks for their aggregate (highest priority and max age, latest start
+//!   if any asks for latest, open end if any is open), and a change of it
+//!   goes out as SUBSCRIBE_UPDATE. Once the track has had no subscriber for
+//!   [`UPSTREAM_LINGER`], the upstream subscription is cancelled (FIN) and
+//!   the track leaves the broadcast; the next subscriber creates a new track
+//!   and a new upstream SUBSCRIBE (new Subscribe ID).
+//! * The publisher's session fills the relay track group by group; every
+//!   downstream session serves its subscribers from that track with their
+//!   own Subscribe IDs, newest group first. Group bytes are stored once, in
+//!   pool blocks of the publisher's worker, and read by every downstream
+//!   session from there, on that worker and (lent over the links, see
+//!   [`crate::lend`]) on the others. A group bigger than the track's budget (an eighth of the cache,
+//!   at least 1 MiB) is trimmed behind its readers, so with pacing a relay
+//!   holds about one stream-credit window of it past its fastest reader.
+//! * If the upstream subscription fails, the relay track ends with the
+//!   upstream code, which every downstream subscription passes on (§4.4);
+//!   the track is removed from the broadcast so a later request tries again.
+//!
+//! # Leaf mode (`--upstream`)
+//!
+//! Each worker keeps one session to the upstream relay (skiff or moq-relay),
+//! dialed again with a growing pause when it ends. Over it the worker asks
+//! for every announcement, so its subscribers reach the upstream's
+//! broadcasts with one upstream subscription per track, and it announces
+//! its own clients' broadcasts, so the upstream's subscribers reach them.
+//!
+//! # Publisher failover (§4.4)
+//!
+//! When a publisher's session ends (or its announce stream does), its
+//! broadcasts are unannounced at once, but their relay tracks are
+//! failover tracks ([`track::Ref::set_failover`]): the session's loss
+//! aborts their open groups and detaches the source, and the tracks, with
+//! every downstream subscription on them, wait for `--failover-grace`. A
+//! source announcing the same path in time (another connection, the
+//! upstream, another worker) is adopted: each track of the broadcast is
+//! subscribed again from it, at its latest group, and the subscribers go on
+//! with the new source's groups without being touched (O(tracks)). A source
+//! that announces a path already served waits as a spare and takes over at
+//! once when the current source goes away. With no new source in time, the
+//! tracks end with SESSION_CLOSED.
+//!
+//! # Limits (known)
+//!
+//! * Across worker threads, broadcasts travel over pairwise worker links
+//!   ([`Mesh`]): one moq-lite session per worker pair over a Unix socket
+//!   pair. Payload crosses by reference (lent blocks, [`crate::lend`]); a
+//!   link lends at most [`crate::lend::lend_limit`] block ranges at once (the
+//!   links of a worker together at most half its pool); past that, it
+//!   copies payload through the socket again until ranges come back. The
+//!   link mesh costs T×(T−1) sessions of about 430 KiB for T workers. Links
+//!   and a leaf's upstream session are trunks: their
+//!   tables ([`skiff_monoio::session_driver::TrunkStorage`]) carry 128 concurrent
+//!   subscriptions each way (`tests/trunk.rs` runs about 96 across a
+//!   link); one more is refused like a full table. The upstream session's
+//!   control buffers are 2 KiB ([`skiff_monoio::session_driver::UpstreamStorage`]):
+//!   its SETUP carries the upstream URL's path and query. A client connection's
+//!   session is smaller (128 stream slots, 64 subscriptions each way): a
+//!   client may hold 32 subscriptions on the relay at once, and the relay
+//!   up to 64 on a publishing client (32 on skiff's own client, which
+//!   advertises a quarter of its 128 slots). Its control messages are at
+//!   most 1 KiB: a client whose SETUP is longer (a URL with a long token)
+//!   is closed with INTERNAL (0x0).
+//! * The upstream aggregate is exact while the subscribers of a track use at
+//!   most four distinct values of each preference (priority, max age, start,
+//!   end); past that, the values that did not fit are kept as a bound until
+//!   the track has no subscriber. Updates keep the start of the SUBSCRIBE:
+//!   a later subscriber asking for an older start than the upstream one is
+//!   served from what the cache holds.
+//! * Broadcast and track states live in tables made at the worker's start
+//!   ([`BROADCAST_SLOTS`] broadcasts, `--max-relay-tracks` tracks) and are
+//!   reused once nothing uses them (generation-checked handles): a relay
+//!   with ever new broadcasts and track names stays flat
+//!   (`tests/churn.rs`). A full table refuses the new broadcast or track.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+use skiff_core::model::{broadcast, origin, track};
+use skiff_core::pool::Pool;
+use skiff_core::relay::{
+    AnnounceRefused, BroadcastSlot, BroadcastTable, LINGER, Peer, PeerKind, ResolveRefused,
+    Resolver, Router, RouterLimits, RouterStorage, SourceId, SubscribeQueue, TrackSlot, TrackTable,
+    Upstreams, Wake,
+};
+use skiff_core::session::{Config, ConfigError, Event, Resolve, Session};
+use skiff_core::time::Instant;
+use skiff_core::wire::lite::StreamCode;
+use skiff_core::wire::qmux::Side;
+use skiff_monoio::clock::Clock;
+use skiff_monoio::notify::Notify;
+use skiff_monoio::session_driver::{
+    App, ByteRead, ByteWrite, DriveCtx, Ended, Lend, MoqSession, StoragePool, TrunkSession,
+    TrunkStorage, UpstreamStorage, drive, split_halves,
+};
+use skiff_monoio::tables::{GROUPS, TRACKS, leak_pool_with_spare, leak_slice, pool_blocks};
+
+use crate::config::{RelayConfig, Upstream as UpstreamAddr};
+use crate::conn::Connection;
+use crate::handler::{ConnectionHandler, WorkerInfo};
+use crate::lend::{Borrower, Lender, LinkShare, lend_limit, return_released, spare_slots};
+use crate::metrics::Metrics;
+
+/// Broadcasts one worker's origin holds at once.
+pub const BROADCASTS: usize = 1024;
+/// Origin change-log ring length.
+const CHANGES: usize = 1024;
+/// Broadcast states per worker: its origin's [`BROADCASTS`] and as many
+/// standbys (local sources of paths served over a link), about 2.2 KiB each.
+pub const BROADCAST_SLOTS: usize = 2 * BROADCASTS;
+
+/// Upstream subscriptions a client session's peer holds at once (its
+/// table's size); a trunk's hold [`TRUNK_UPSTREAM`].
+const CLIENT_UPSTREAM: usize = 64;
+/// Upstream subscriptions a trunk session's peer holds at once.
+const TRUNK_UPSTREAM: usize = 128;
+
+/// A session's queue of upstream subscriptions to make.
+trait Queue {
+    /// Queues relay track `t` of `b`.
+    fn push(&self, b: broadcast::Ref<'static, 'static>, t: track::Ref<'static, 'static>);
+}
+
+impl<const Q: usize> Queue for SubscribeQueue<'static, 'static, Q> {
+    fn push(&self, b: broadcast::Ref<'static, 'static>, t: track::Ref<'static, 'static>) {
+        SubscribeQueue::push(self, b, t);
+    }
+}
+
+/// The upstream SUBSCRIBE queues of this worker's sessions, by source: where
+/// the router's decisions go ([`Upstreams`]).
+struct Queues {
+    by_source: RefCell<HashMap<SourceId, Rc<dyn Queue>>>,
+    /// Wakes the session that is to make a queued SUBSCRIBE.
+    notify: Rc<Notify>,
+}
+
+impl std::fmt::Debug for Queues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queues")
+            .field("sources", &self.by_source.borrow().len())
+            .finish()
+    }
+}
+
+impl Upstreams<'static, 'static> for Queues {
+    fn subscribe(
+        &self,
+        owner: SourceId,
+        broadcast: broadcast::Ref<'static, 'static>,
+        track: track::Ref<'static, 'static>,
+    ) {
+        if let Some(q) = self.by_source.borrow().get(&owner) {
+            q.push(broadcast, track);
+            self.notify.bump();
+        }
+    }
+}
+
+/// The tables the router works in, made once per worker.
+type WorkerRouter = Router<'static, 'static, 'static, TRACKS, GROUPS>;
+
+/// The relay state of one worker thread: origin, cache pool, and the glue
+/// between its sessions and the core's [`Router`], which decides routing,
+/// failover and relay tracks.
+pub struct Relay {
+    router: WorkerRouter,
+    queues: Queues,
+    pool: &'static Pool<'static>,
+    hop: u64,
+    /// The configuration of every client session of this worker.
+    session_config: Config<'static>,
+    /// The configuration of its trunks (links, upstream).
+    trunk_config: Config<'static>,
+    notify: Rc<Notify>,
+    clock: Clock,
+    /// Where to publish the cache gauges: all counters and this worker's index.
+    metrics: Option<(Arc<Metrics>, usize)>,
+    /// What this worker lent to each other worker, by its index.
+    lenders: RefCell<Vec<Option<Rc<Lender>>>>,
+    /// What each other worker lends to this one, by its index (where the
+    /// pool's released foreign blocks go back to).
+    borrowed: RefCell<Vec<Option<Arc<LinkShare>>>>,
+    /// When given-up relay tracks and broadcasts were last taken back.
+    last_reclaim: Cell<StdInstant>,
+    /// The grace deadline a timer is armed for, if any.
+    timer: Cell<Option<Instant>>,
+}
+
+/// How often given-up relay tracks and broadcasts are looked at again (they
+/// are also taken back whenever a new one is needed and none is free).
+const RECLAIM_EVERY: StdDuration = StdDuration::from_millis(250);
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relay")
+            .field("hop", &self.hop)
+            .field("router", &self.router)
+            .field("pool_in_use", &self.pool.in_use())
+            .finish()
+    }
+}
+
+impl Relay {
+    /// The relay state of one thread, configured by `config` (cache size,
+    /// session limits and credit, failover grace, quotas). Every table is
+    /// made here, once.
+    pub fn new(hop: u64, config: &RelayConfig, notify: Rc<Notify>, clock: Clock) -> Self {
+        let origin: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
+            Box::leak(Box::new(origin::State::new()));
+        let local: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
+            Box::leak(Box::new(origin::State::new()));
+        let cache_bytes = config.cache_bytes;
+        // Spare metadata for the blocks other workers may lend at once.
+        let pool = leak_pool_with_spare(
+            cache_bytes,
+            spare_slots(pool_blocks(cache_bytes), config.threads.get()),
+        );
+        // A track may hold an eighth of the cache (at least 1 MiB); a
+        // group over that is trimmed behind its readers.
+        let track_limits = config.track_limits((cache_bytes / 8).max(1 << 20));
+        let quotas = config.quotas;
+        let tracks: &'static TrackTable<'static, 'static, GROUPS> = Box::leak(Box::new(
+            TrackTable::new(leak_slice(quotas.relay_tracks as usize, || {
+                TrackSlot::new(pool, track_limits)
+            })),
+        ));
+        let broadcasts: &'static BroadcastTable<'static, 'static, TRACKS> = Box::leak(Box::new(
+            BroadcastTable::new(leak_slice(BROADCAST_SLOTS, BroadcastSlot::new)),
+        ));
+        let storage = RouterStorage {
+            routes: leak_slice(BROADCAST_SLOTS, || RefCell::new(None)),
+            spares: leak_slice(BROADCASTS, || RefCell::new(None)),
+            pending: leak_slice(quotas.relay_tracks as usize, || Cell::new(None)),
+        };
+        let limits = RouterLimits {
+            announces: quotas.announces as usize,
+            pending_per_conn: quotas.pending_tracks as usize,
+            pending_per_broadcast: quotas.pending_tracks_per_broadcast as usize,
+            grace: skiff_monoio::clock::to_core(config.failover_grace),
+        };
+        Relay {
+            router: Router::new(
+                origin.handle(),
+                local.handle(),
+                broadcasts,
+                tracks,
+                storage,
+                limits,
+            ),
+            queues: Queues {
+                by_source: RefCell::new(HashMap::new()),
+                notify: notify.clone(),
+            },
+            pool,
+            hop,
+            session_config: config.session_config(hop),
+            trunk_config: config.trunk_session_config(hop),
+            notify,
+            clock,
+            metrics: None,
+            lenders: RefCell::new(Vec::new()),
+            borrowed: RefCell::new(Vec::new()),
+            last_reclaim: Cell::new(StdInstant::now()),
+            timer: Cell::new(None),
+        }
+    }
+
+    /// Counts a refusal by a quota (metric, debug log).
+    fn quota_refused(&self, what: &'static str, conn: u64, path: &str) {
+        tracing::debug!(conn, path, quota = what, "over quota: request refused");
+        if let Some((m, i)) = &self.metrics {
+            m.thread(*i).add_quota_refused();
+        }
+    }
+
+    /// Takes back given-up relay tracks and broadcasts nobody uses any more,
+    /// at most every [`RECLAIM_EVERY`] (O(given up)).
+    fn reclaim_tables(&self) {
+        if self.router.track_counts().retired == 0 {
+            return;
+        }
+        let now = StdInstant::now();
+        if now.duration_since(self.last_reclaim.get()) < RECLAIM_EVERY {
+            return;
+        }
+        self.last_reclaim.set(now);
+        if self.router.reclaim() > 0 {
+            self.publish_gauges();
+        }
+    }
+
+    /// Relay tracks held now (claimed, or retired and not idle yet).
+    pub fn relay_tracks(&self) -> usize {
+        let c = self.router.track_counts();
+        c.claimed + c.retired
+    }
+
+    /// Sends the blocks other workers lent back to them once this worker's
+    /// pool let go of them, and takes back what they returned (see
+    /// [`crate::lend`]; a link's own task does that too, this covers a link
+    /// whose session is over).
+    pub fn return_lent(&self) {
+        if self.pool.has_released() {
+            return_released(self.pool, &self.borrowed.borrow());
+        }
+        let mut back = 0;
+        for lender in self.lenders.borrow().iter().flatten() {
+            back += lender.reclaim();
+        }
+        if back > 0 {
+            // Pool room: producers waiting for it may go on.
+            self.notify.bump_consumed();
+        }
+    }
+
+    /// Bytes this worker lent to other workers so far (instead of copying
+    /// them over the links), and the ranges not returned yet.
+    pub fn lent(&self) -> (u64, usize) {
+        self.lenders
+            .borrow()
+            .iter()
+            .flatten()
+            .fold((0, 0), |(b, n), l| {
+                (b + l.lent_bytes(), n + l.outstanding())
+            })
+    }
+
+    /// Registers the two directions of the link to worker `peer`.
+    fn add_link(&self, peer: usize, lender: Rc<Lender>, borrowed: Arc<LinkShare>) {
+        let mut lenders = self.lenders.borrow_mut();
+        let mut shares = self.borrowed.borrow_mut();
+        if lenders.len() <= peer {
+            lenders.resize(peer + 1, None);
+            shares.resize(peer + 1, None);
+        }
+        lenders[peer] = Some(lender);
+        shares[peer] = Some(borrowed);
+    }
+
+    /// The thread's origin (what subscribers see).
+    pub fn origin(&self) -> origin::Ref<'static, 'static> {
+        self.router.origin()
+    }
+
+    /// The cache pool.
+    pub fn pool(&self) -> &'static Pool<'static> {
+        self.pool
+    }
+
+    /// The relay's Hop ID.
+    pub fn hop(&self) -> u64 {
+        self.hop
+    }
+
+    /// The thread's media-change signal.
+    pub fn notify(&self) -> &Rc<Notify> {
+        &self.notify
+    }
+
+    /// Copies the cache pool's bytes in use and high-water mark to the
+    /// worker's metrics (two relaxed stores).
+    fn publish_gauges(&self) {
+        if let Some((m, i)) = &self.metrics {
+            let block = self.pool.block_size() as u64;
+            m.thread(*i).set_cache(
+                self.pool.in_use() as u64 * block,
+                self.pool.high_water() as u64 * block,
+            );
+            let (bytes, ranges) = self.lent();
+            m.thread(*i).set_lent(bytes, ranges as u64);
+            m.thread(*i)
+                .set_tables(self.relay_tracks() as u64, self.broadcasts() as u64);
+        }
+    }
+
+    /// Broadcasts routed now (standbys and those within their grace included).
+    pub fn broadcasts(&self) -> usize {
+        self.router.routes()
+    }
+
+    /// Registers the upstream SUBSCRIBE queue of source `owner` (a session
+    /// of this worker), where the router's requests for it go.
+    fn add_source(&self, owner: SourceId, queue: Rc<dyn Queue>) {
+        self.queues.by_source.borrow_mut().insert(owner, queue);
+    }
+
+    /// Forgets the queue of source `owner` (its session is over).
+    fn remove_source(&self, owner: SourceId) {
+        self.queues.by_source.borrow_mut().remove(&owner);
+    }
+
+    /// Makes sure a task wakes at the router's next deadline (the end of a
+    /// failover grace period).
+    fn arm_timer(self: &Rc<Self>) {
+        let Some(at) = self.router.poll_timeout() else {
+            return;
+        };
+        if self.timer.get().is_some_and(|t| t <= at) {
+            return;
+        }
+        self.timer.set(Some(at));
+        let relay = self.clone();
+        monoio::spawn(async move {
+            relay.clock.sleep_until(at).await;
+            if relay.timer.get() == Some(at) {
+                relay.timer.set(None);
+            }
+            let ended = relay.router.handle_timeout(relay.clock.now());
+            if ended > 0 {
+                tracing::info!(broadcasts = ended, "broadcast found no new source in time");
+                relay.notify.bump();
+            }
+            relay.arm_timer();
+        });
+    }
+
+    /// Counts a refused track request and logs it.
+    fn track_refused(&self, conn: Option<SourceId>, e: ResolveRefused, path: &str) {
+        match e {
+            ResolveRefused::Quota(quota) => self.quota_refused(quota, conn.unwrap_or(0), path),
+            ResolveRefused::NotFound => tracing::debug!(path, "track request refused: not found"),
+        }
+    }
+}
+
+impl Resolve<'static, 'static> for Relay {
+    fn resolve(
+        &self,
+        broadcast: broadcast::Ref<'static, 'static>,
+        name: &str,
+    ) -> Result<track::Ref<'static, 'static>, StreamCode> {
+        self.router
+            .resolve(None, broadcast, name, &self.queues)
+            .map_err(|e| {
+                self.track_refused(None, e, broadcast.path().as_str());
+                e.code()
+            })
+    }
+}
+
+/// How long an upstream subscription is kept after its relay track lost its
+/// last downstream subscriber, before it is cancelled ([`LINGER`]).
+pub const UPSTREAM_LINGER: StdDuration = StdDuration::from_micros(LINGER.as_micros());
+
+/// What is at the other end of a relay session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Remote {
+    /// An accepted client: a publisher, a subscriber, or a leaf relay.
+    Client,
+    /// Another worker of this relay, over a socket pair.
+    Link,
+    /// The upstream relay this one is a leaf of (`--upstream`), dialed with
+    /// this SETUP path.
+    Upstream(&'static str),
+}
+
+impl Remote {
+    /// Broadcasts learned from this peer belong to this worker's clients
+    /// (and so are offered to the other workers and to the upstream).
+    fn is_local(self) -> bool {
+        self == Remote::Client
+    }
+}
+
+/// The relay side of one connection: the core's [`Peer`] for it, and its
+/// upstream SUBSCRIBE queue (`S` subscriptions at most).
+struct RelayConn<const S: usize> {
+    relay: Rc<Relay>,
+    id: u64,
+    peer: Peer<'static, 'static, S>,
+    queue: Rc<SubscribeQueue<'static, 'static, S>>,
+    /// The linger deadline a wake-up is armed for.
+    armed: Option<Instant>,
+    /// The session's refused TRACK requests already counted.
+    refused_tracks: u64,
+    /// A link: what it lends to the other worker.
+    lender: Option<Rc<Lender>>,
+}
+
+impl<const S: usize> RelayConn<S> {
+    /// The relay side of session `id` (its queue registered with the relay).
+    fn new(relay: Rc<Relay>, id: u64, kind: PeerKind, lender: Option<Rc<Lender>>) -> Self {
+        let queue = Rc::new(SubscribeQueue::new());
+        relay.add_source(id, queue.clone());
+        RelayConn {
+            relay,
+            id,
+            peer: Peer::new(id, kind),
+            queue,
+            armed: None,
+            refused_tracks: 0,
+            lender,
+        }
+    }
+
+    /// Wakes whom a core call says to.
+    fn wake(&self, wake: Wake) {
+        match wake {
+            Wake::Nobody => {}
+            Wake::Track(key) => self.relay.notify.bump_tracks([key]),
+            Wake::All => {
+                self.relay.notify.bump();
+                self.relay.arm_timer();
+            }
+        }
+    }
+}
+
+impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
+    /// Idle unless an announce request, an upstream subscription to make, or
+    /// a change of demand (an update, a linger to start or to end) waits.
+    fn is_idle(&self) -> bool {
+        let clock = self.relay.clock;
+        self.peer.is_idle(&self.queue, || clock.now())
+    }
+
+    fn on_event(&mut self, event: &Event<'_>) {
+        match *event {
+            Event::Setup { role, path, .. } => {
+                tracing::debug!(conn = self.id, ?role, path, "client setup")
+            }
+            Event::Announced { path, .. } => {
+                tracing::info!(conn = self.id, path, "broadcast announced")
+            }
+            Event::Unannounced { path, .. } => {
+                tracing::info!(conn = self.id, path, "broadcast withdrawn")
+            }
+            Event::Closed {
+                code,
+                reason,
+                local,
+                ..
+            } => {
+                tracing::debug!(conn = self.id, code, reason, local, "session closed");
+            }
+            _ => {}
+        }
+        let relay = self.relay.clone();
+        let effect = self
+            .peer
+            .on_event(event, &relay.router, relay.clock.now(), &relay.queues);
+        if let (Some(e), Event::Announced { path, .. }) = (effect.refused, event) {
+            let quota = match e {
+                AnnounceRefused::Quota => "max-announces",
+                _ => "broadcast table",
+            };
+            relay.quota_refused(quota, self.id, path);
+        }
+        self.wake(effect.wake);
+    }
+
+    fn lender(&self) -> Option<&dyn Lend> {
+        self.lender.as_deref().map(|l| l as &dyn Lend)
+    }
+
+    fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>) {
+        let relay = self.relay.clone();
+        relay.publish_gauges();
+        relay.return_lent();
+        relay.reclaim_tables();
+        let refused = session.refused_track_requests();
+        for _ in self.refused_tracks..refused {
+            relay.quota_refused("max-waiting-track-requests", self.id, "");
+        }
+        self.refused_tracks = refused;
+        let clock = relay.clock;
+        let next = self
+            .peer
+            .act(session, &relay.router, &self.queue, || clock.now());
+        if let Some(at) = next
+            && self.armed != Some(at)
+        {
+            // The session may not wake on its own by then.
+            self.armed = Some(at);
+            let notify = relay.notify.clone();
+            monoio::spawn(async move {
+                clock.sleep_until(at).await;
+                notify.bump();
+            });
+        }
+    }
+
+    fn on_close(&mut self) {
+        let relay = self.relay.clone();
+        relay.remove_source(self.id);
+        self.peer
+            .on_close(&relay.router, &self.queue, relay.clock.now(), &relay.queues);
+        self.wake(Wake::All);
+        relay.publish_gauges();
+    }
+}
+
+/// Serves moq-lite sessions on one worker thread with a per-thread [`Relay`].
+#[derive(Debug)]
+pub struct RelayHandler {
+    relay: Rc<Relay>,
+    storage: Rc<StoragePool>,
+    clock: Clock,
+}
+
+/// Ids of link sessions (never an accepted connection's id).
+const LINK_ID_BASE: u64 = u64::MAX / 2;
+/// Ids of upstream sessions, one per dial (after the link ids).
+const UPSTREAM_ID_BASE: u64 = LINK_ID_BASE + (1 << 32);
+/// The first and the longest wait before dialing the upstream again.
+const UPSTREAM_BACKOFF: (StdDuration, StdDuration) =
+    (StdDuration::from_millis(100), StdDuration::from_secs(5));
+
+impl RelayHandler {
+    /// The handler of the worker described by `info`, without links to
+    /// other workers (right for one worker thread) and without its upstream.
+    pub fn new(info: &WorkerInfo) -> Self {
+        let notify = Notify::shared();
+        // A stable non-zero Hop ID per worker (PROTOCOL.md §4.3).
+        let hop = 0x5c1f_0000_0000 | ((std::process::id() as u64) << 8) | (info.index as u64 + 1);
+        let clock = Clock::new();
+        let mut relay = Relay::new(hop, &info.config, notify, clock);
+        relay.metrics = Some((info.metrics.clone(), info.index));
+        RelayHandler {
+            relay: Rc::new(relay),
+            storage: Rc::new(StoragePool::new()),
+            clock,
+        }
+    }
+
+    /// A handler factory for `threads` workers linked pairwise (see
+    /// [`Mesh`]), each dialing the configured upstream relay if there is one:
+    /// pass it to [`crate::server::start`].
+    ///
+    /// # Errors
+    /// If a socket pair cannot be made.
+    pub fn factory(
+        threads: usize,
+    ) -> io::Result<impl Fn(&WorkerInfo) -> RelayHandler + Send + Sync + 'static> {
+        let mesh = Arc::new(Mesh::new(threads)?);
+        Ok(move |info: &WorkerInfo| {
+            let h = RelayHandler::new(info);
+            for (peer, end) in mesh.take(info.index) {
+                h.spawn_link(info, peer, end);
+            }
+            if let Some(up) = &info.config.upstream {
+                h.spawn_upstream(info, up.clone());
+            }
+            h
+        })
+    }
+
+    /// This worker's relay state.
+    pub fn relay(&self) -> &Rc<Relay> {
+        &self.relay
+    }
+
+    fn drive_ctx(&self, info: &WorkerInfo) -> DriveCtx {
+        DriveCtx {
+            clock: self.clock,
+            notify: self.relay.notify.clone(),
+            shutdown: Some(info.shutdown.clone()),
+        }
+    }
+
+    /// Runs the link session to worker `peer` over `end` (client side on the
+    /// lower-numbered worker). The link lends and borrows blocks
+    /// ([`crate::lend`]).
+    fn spawn_link(&self, info: &WorkerInfo, peer: usize, end: LinkEnd) {
+        let LinkEnd {
+            socket,
+            lends,
+            borrows,
+        } = end;
+        let stream = match socket
+            .set_nonblocking(true)
+            .and_then(|()| monoio::net::UnixStream::from_std(socket))
+        {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(peer, error = %e, "cannot open worker link");
+                return;
+            }
+        };
+        let side = if info.index < peer {
+            Side::Client
+        } else {
+            Side::Server
+        };
+        let ctx = self.drive_ctx(info);
+        let relay = self.relay.clone();
+        let id = LINK_ID_BASE + peer as u64;
+        // All links together lend at most half the pool (see `crate::lend`).
+        let limit = lend_limit(self.relay.pool.capacity(), info.config.threads.get());
+        let lender = Rc::new(Lender::new(lends, limit));
+        relay.add_link(peer, lender.clone(), borrows.clone());
+        let borrower = Borrower::new(borrows, relay.pool, peer);
+        monoio::spawn(async move {
+            let (reader, writer) = split_halves(stream, 64 * 1024);
+            let mut storage = Box::new(TrunkStorage::new());
+            let (config, origin) = relay.session_setup(Remote::Link);
+            let session: Result<TrunkSession<'_>, _> =
+                Session::new(side, config, ctx.clock.now(), &mut storage, Some(origin)).map(
+                    |mut s| {
+                        s.set_foreign(Some(&borrower));
+                        s
+                    },
+                );
+            let res = run_session(
+                relay,
+                session,
+                reader,
+                writer,
+                side,
+                id,
+                Remote::Link,
+                Some(lender),
+                None,
+                &ctx,
+            );
+            match res.await {
+                Ok(ended) => tracing::debug!(peer, ?ended, "worker link ended"),
+                Err(e) => tracing::warn!(peer, error = %e, "worker link failed"),
+            }
+        });
+    }
+
+    /// Keeps a session to the upstream relay `up` (this worker becomes its
+    /// leaf): dials it, runs the session, and dials again after a growing
+    /// pause (100 ms to 5 s) whenever it ends, until the worker drains.
+    ///
+    /// Over that session the worker asks for every announcement (so its
+    /// subscribers reach the upstream's broadcasts, one upstream subscription
+    /// per track, PROTOCOL.md §4.5) and announces its own clients'
+    /// broadcasts (so the upstream's subscribers reach them).
+    fn spawn_upstream(&self, info: &WorkerInfo, up: UpstreamAddr) {
+        let ctx = self.drive_ctx(info);
+        let relay = self.relay.clone();
+        let shutdown = info.shutdown.clone();
+        let worker = info.index;
+        // Made once per worker: the session config borrows it for 'static.
+        let path: &'static str = Box::leak(format!("/{}", up.path).into_boxed_str());
+        monoio::spawn(async move {
+            let mut backoff = UPSTREAM_BACKOFF.0;
+            let mut dial = 0u64;
+            // One trunk's tables for every dial (a session clears them).
+            let mut storage = Box::new(UpstreamStorage::new());
+            while !shutdown.is_draining() {
+                let started = StdInstant::now();
+                match dial_upstream(&up).await {
+                    Ok(stream) => {
+                        tracing::info!(worker, upstream = %up, "upstream connected");
+                        let (reader, writer) = split_halves(stream, 64 * 1024);
+                        let id = UPSTREAM_ID_BASE + dial;
+                        let peer = Remote::Upstream(path);
+                        let (config, origin) = relay.session_setup(peer);
+                        let session: Result<TrunkSession<'_>, _> = Session::new(
+                            Side::Client,
+                            config,
+                            ctx.clock.now(),
+                            &mut storage,
+                            Some(origin),
+                        );
+                        let res = run_session(
+                            relay.clone(),
+                            session,
+                            reader,
+                            writer,
+                            Side::Client,
+                            id,
+                            peer,
+                            None,
+                            None,
+                            &ctx,
+                        );
+                        match res.await {
+                            Ok(ended) => {
+                                tracing::info!(worker, upstream = %up, ?ended, "upstream session ended")
+                            }
+                            Err(e) => {
+                                tracing::warn!(worker, upstream = %up, error = %e, "upstream session failed")
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(worker, upstream = %up, error = %e, "cannot reach upstream")
+                    }
+                }
+                dial += 1;
+                if started.elapsed() > UPSTREAM_BACKOFF.1 {
+                    backoff = UPSTREAM_BACKOFF.0;
+                }
+                monoio::select! {
+                    _ = monoio::time::sleep(backoff) => {}
+                    _ = shutdown.wait() => {}
+                }
+                backoff = (backoff * 2).min(UPSTREAM_BACKOFF.1);
+            }
+        });
+    }
+}
+
+/// Dials the upstream relay (`host` resolved each time: it may move).
+async fn dial_upstream(up: &UpstreamAddr) -> io::Result<monoio::net::TcpStream> {
+    use std::net::ToSocketAddrs;
+    let addr = (up.host.as_str(), up.port)
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "upstream host has no address"))?;
+    let stream = monoio::net::TcpStream::connect(addr).await?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+impl Relay {
+    /// The configuration and the origin of a session with `peer`: a client's
+    /// or a trunk's configuration; links and the upstream are offered only
+    /// this worker's own clients' broadcasts (one hop between workers,
+    /// nothing loops back up).
+    fn session_setup(&self, peer: Remote) -> (Config<'static>, origin::Ref<'static, 'static>) {
+        let mut config = Config {
+            path: match peer {
+                Remote::Upstream(path) => Some(path),
+                _ => None,
+            },
+            ..if peer.is_local() {
+                self.session_config
+            } else {
+                self.trunk_config
+            }
+        };
+        // Both ends of a link are this process: payload crosses by reference.
+        config.conn.stream_refs = peer == Remote::Link;
+        let origin = if peer.is_local() {
+            self.router.origin()
+        } else {
+            self.router.local_origin()
+        };
+        (config, origin)
+    }
+}
+
+/// Runs one relay session (a client connection, a worker link or the
+/// upstream), made from [`Relay::session_setup`].
+#[allow(clippy::too_many_arguments)]
+async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize>(
+    relay: Rc<Relay>,
+    session: Result<Session<'s, 'static, 'static, N>, ConfigError>,
+    reader: R,
+    writer: W,
+    side: Side,
+    id: u64,
+    peer: Remote,
+    lender: Option<Rc<Lender>>,
+    resolver: Option<&'s dyn Resolve<'static, 'static>>,
+    ctx: &DriveCtx,
+) -> io::Result<Ended> {
+    let mut session = session.map_err(io::Error::other)?;
+    if peer.is_local() {
+        session.set_resolver(resolver);
+    } else {
+        session.set_resolver(Some(&*relay));
+    }
+    let kind = match peer {
+        Remote::Client => PeerKind::Client,
+        // The dialing side of a link, and a leaf towards its upstream, ask
+        // for announcements at once; accepted clients after their SETUP.
+        Remote::Link => PeerKind::Trunk {
+            ask_first: side == Side::Client,
+        },
+        Remote::Upstream(_) => PeerKind::Trunk { ask_first: true },
+    };
+    if peer.is_local() {
+        let mut app = RelayConn::<CLIENT_UPSTREAM>::new(relay.clone(), id, kind, lender);
+        drive(session, reader, writer, &mut app, ctx).await
+    } else {
+        let mut app = RelayConn::<TRUNK_UPSTREAM>::new(relay.clone(), id, kind, lender);
+        drive(session, reader, writer, &mut app, ctx).await
+    }
+}
+
+impl ConnectionHandler for RelayHandler {
+    type Error = io::Error;
+
+    #[allow(clippy::manual_async_fn)]
+    fn serve(self: Rc<Self>, conn: Connection) -> impl Future<Output = io::Result<()>> + 'static {
+        async move {
+            let id = conn.id();
+            let ctx = DriveCtx {
+                clock: self.clock,
+                notify: self.relay.notify.clone(),
+                shutdown: Some(conn.shutdown()),
+            };
+            let (mut reader, writer) = conn.into_split();
+            // Nothing is taken for a connection before it sends something.
+            if !reader.wait_first().await? {
+                tracing::debug!(conn = id, "connection closed before it sent anything");
+                return Ok(());
+            }
+            // The session's state (its future, its tables) exists only from
+            // here on, in an allocation of its own: a connection waiting for
+            // its first byte holds just the small future above.
+            let ended = Box::pin(self.clone().serve_session(id, reader, writer, ctx)).await;
+            let ended = ended?;
+            tracing::debug!(conn = id, ?ended, "connection done");
+            Ok(())
+        }
+    }
+}
+
+impl RelayHandler {
+    /// Runs the session of client connection `id` once it has sent its first bytes.
+    async fn serve_session(
+        self: Rc<Self>,
+        id: u64,
+        reader: crate::conn::Reader,
+        writer: crate::conn::Writer,
+        ctx: DriveCtx,
+    ) -> io::Result<Ended> {
+        let relay = self.relay.clone();
+        let refused = |e: ResolveRefused, path: &str| relay.track_refused(Some(id), e, path);
+        let resolver =
+            Resolver::new(&self.relay.router, Some(id), &self.relay.queues).on_refused(&refused);
+        let mut storage = self.storage.take();
+        let (config, origin) = self.relay.session_setup(Remote::Client);
+        let session: Result<MoqSession<'_>, _> = Session::new(
+            Side::Server,
+            config,
+            ctx.clock.now(),
+            &mut storage,
+            Some(origin),
+        );
+        let relay = self.relay.clone();
+        let ended = run_session(
+            relay,
+            session,
+            reader,
+            writer,
+            Side::Server,
+            id,
+            Remote::Client,
+            None,
+            Some(&resolver),
+            &ctx,
+        )
+        .await;
+        self.storage.give(storage);
+        ended
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Worker links
+// ---------------------------------------------------------------------------
+
+/// The socket pairs linking every two workers (made before they start).
+///
+/// Cross-thread routing: worker *i* and worker *j* run one moq-lite session
+/// over a Unix socket pair, worker *min(i, j)* as the client. Each side asks
+/// the other for its announcements; a worker offers on its links only the
+/// broadcasts of its own clients (its local origin), so a broadcast is one
+/// link away from every worker and nothing loops. A subscriber's request for
+/// a broadcast learned over a link creates a relay track on its worker and
+/// one subscription over the link, which the publisher's worker serves from
+/// its own relay track. Payload crosses by reference ([`crate::lend`]): the
+/// link carries small STREAM_REF records naming blocks of the publisher's
+/// worker, which the subscriber's worker links into its groups without a
+/// copy; its subscribers are served from the publisher worker's blocks.
+#[derive(Debug)]
+pub struct Mesh {
+    ends: Mutex<HashMap<(usize, usize), LinkEnd>>,
+}
+
+/// One worker's end of the link to another: the socket, and the shares of
+/// blocks lent each way ([`crate::lend`]).
+#[derive(Debug)]
+pub struct LinkEnd {
+    /// The socket to the other worker.
+    pub socket: StdUnixStream,
+    /// What this worker lends to the other.
+    pub lends: Arc<LinkShare>,
+    /// What the other worker lends to this one.
+    pub borrows: Arc<LinkShare>,
+}
+
+impl Mesh {
+    /// Socket pairs for every two of `threads` workers.
+    ///
+    /// # Errors
+    /// If a socket pair cannot be made.
+    pub fn new(threads: usize) -> io::Result<Self> {
+        let mut ends = HashMap::new();
+        for i in 0..threads {
+            for j in i + 1..threads {
+                let (a, b) = StdUnixStream::pair()?;
+                let (i_to_j, j_to_i) = (LinkShare::new(), LinkShare::new());
+                ends.insert(
+                    (i, j),
+                    LinkEnd {
+                        socket: a,
+                        lends: i_to_j.clone(),
+                        borrows: j_to_i.clone(),
+                    },
+                );
+                ends.insert(
+                    (j, i),
+                    LinkEnd {
+                        socket: b,
+                        lends: j_to_i,
+                        borrows: i_to_j,
+                    },
+                );
+            }
+        }
+        Ok(Mesh {
+            ends: Mutex::new(ends),
+        })
+    }
+
+    /// Worker `index`'s ends, with the peer each leads to.
+    pub fn take(&self, index: usize) -> Vec<(usize, LinkEnd)> {
+        let mut ends = match self.ends.lock() {
+            Ok(e) => e,
+            Err(p) => p.into_inner(),
+        };
+        let keys: Vec<_> = ends.keys().filter(|(i, _)| *i == index).copied().collect();
+        keys.into_iter()
+            .filter_map(|k| ends.remove(&k).map(|s| (k.1, s)))
+            .collect()
+    }
+}

@@ -1,0 +1,604 @@
+//! `skiff-relay demo`: the relay, a synthetic camera publisher and viewers in
+//! one process, over loopback TCP, with a live progress line and a summary.
+//!
+//! The relay runs exactly as `serve` does ([`server::start`] with
+//! [`RelayHandler`]). One client thread runs a monoio runtime with the
+//! publisher session and one session per viewer ([`skiff_monoio::client`]). The
+//! camera writes a frame per tick (`--fps`) and starts a group every second
+//! (its first frame 4x larger, like a key frame). Each payload carries its
+//! send time, group and index, then a byte pattern; every viewer checks
+//! every frame's bytes and order and measures publish-to-read latency into a
+//! fixed-size histogram ([`LatencyHistogram`]): average, p50, p99 and max,
+//! per second on the live line and for the whole run in the summary.
+
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
+use skiff_monoio::driver;
+
+use crate::config::{RelayConfig, RelayDemoArgs};
+use crate::error::RelayError;
+use crate::relay::RelayHandler;
+use crate::server;
+
+/// Counters shared by the client thread and the progress printer.
+#[derive(Debug, Default)]
+pub struct DemoStats {
+    /// Frames the camera wrote.
+    pub frames_sent: AtomicU64,
+    /// Frames read by all viewers together.
+    pub frames_received: AtomicU64,
+    /// Payload bytes read by all viewers together.
+    pub bytes_received: AtomicU64,
+    /// Viewers whose subscription started.
+    pub viewers_live: AtomicU64,
+    /// Sum of latencies of live frames, µs.
+    pub latency_sum_us: AtomicU64,
+    /// Live frames measured.
+    pub latency_count: AtomicU64,
+    /// Highest latency, µs.
+    pub latency_max_us: AtomicU64,
+    /// Latencies of live frames, for percentiles.
+    pub latency: LatencyHistogram,
+    /// Frames with wrong bytes or out of order.
+    pub bad_frames: AtomicU64,
+}
+
+/// Sub-buckets per power of two above [`LINEAR_US`]: a bucket spans at most
+/// 1/32 of its values (about 3 %).
+const SUB_BUCKETS: u64 = 32;
+
+/// Latencies below this (µs) get a bucket each.
+const LINEAR_US: u64 = 2 * SUB_BUCKETS;
+
+/// Latencies at or above this (µs, about 19 hours) share the last bucket.
+const LATENCY_CAP_US: u64 = 1 << 36;
+
+/// Buckets of a [`LatencyHistogram`].
+pub const LATENCY_BUCKETS: usize =
+    (LINEAR_US + (36 - LINEAR_US.ilog2() as u64) * SUB_BUCKETS) as usize;
+
+/// A fixed-size, log-linear histogram of latencies in µs, shared between
+/// threads: recording is one relaxed atomic add and never allocates.
+///
+/// Values under 64 µs are exact; above, a bucket spans 1/32 of its power of
+/// two, so a percentile is within about 3 % (reported as the bucket's
+/// highest value, i.e. rounded up).
+#[derive(Debug)]
+pub struct LatencyHistogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS],
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+/// The bucket of latency `us`.
+fn bucket_of(us: u64) -> usize {
+    let us = us.min(LATENCY_CAP_US - 1);
+    if us < LINEAR_US {
+        return us as usize;
+    }
+    let exp = u64::from(us.ilog2());
+    let shift = exp - SUB_BUCKETS.ilog2() as u64;
+    let sub = (us >> shift) - SUB_BUCKETS;
+    (LINEAR_US + (exp - LINEAR_US.ilog2() as u64) * SUB_BUCKETS + sub) as usize
+}
+
+/// The highest latency that falls in bucket `i`.
+fn bucket_high(i: usize) -> u64 {
+    let i = i as u64;
+    if i < LINEAR_US {
+        return i;
+    }
+    let exp = (i - LINEAR_US) / SUB_BUCKETS + LINEAR_US.ilog2() as u64;
+    let sub = (i - LINEAR_US) % SUB_BUCKETS;
+    let shift = exp - SUB_BUCKETS.ilog2() as u64;
+    ((SUB_BUCKETS + sub + 1) << shift) - 1
+}
+
+/// The `q` quantile (0..=1) of bucket counts `counts(i)`, `None` if empty.
+fn quantile(q: f64, counts: impl Fn(usize) -> u64) -> Option<u64> {
+    let total: u64 = (0..LATENCY_BUCKETS).map(&counts).sum();
+    if total == 0 {
+        return None;
+    }
+    // The rank of the quantile, 1-based: the smallest value with at least q of the samples.
+    let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+    let mut seen = 0;
+    for i in 0..LATENCY_BUCKETS {
+        seen += counts(i);
+        if seen >= rank {
+            return Some(bucket_high(i));
+        }
+    }
+    Some(bucket_high(LATENCY_BUCKETS - 1))
+}
+
+impl LatencyHistogram {
+    /// Records one latency.
+    pub fn record(&self, us: u64) {
+        self.buckets[bucket_of(us)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Copies the bucket counts into `out` (for [`LatencyHistogram::quantile_since`]).
+    pub fn load(&self, out: &mut [u64; LATENCY_BUCKETS]) {
+        for (o, b) in out.iter_mut().zip(&self.buckets) {
+            *o = b.load(Ordering::Relaxed);
+        }
+    }
+
+    /// The `q` quantile (0..=1) of everything recorded, in µs; `None` if nothing was.
+    pub fn quantile(&self, q: f64) -> Option<u64> {
+        quantile(q, |i| self.buckets[i].load(Ordering::Relaxed))
+    }
+
+    /// The `q` quantile of what was recorded between two [`LatencyHistogram::load`]s.
+    pub fn quantile_since(
+        before: &[u64; LATENCY_BUCKETS],
+        after: &[u64; LATENCY_BUCKETS],
+        q: f64,
+    ) -> Option<u64> {
+        quantile(q, |i| after[i].saturating_sub(before[i]))
+    }
+}
+
+/// The result of a demo run.
+#[derive(Debug)]
+pub struct RelayDemoReport {
+    /// Where the relay listened.
+    pub addr: SocketAddr,
+    /// Relay worker threads.
+    pub threads: usize,
+    /// Viewers.
+    pub viewers: usize,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// Final counters.
+    pub frames_sent: u64,
+    /// Frames read by all viewers.
+    pub frames_received: u64,
+    /// Payload bytes read by all viewers.
+    pub bytes_received: u64,
+    /// Mean latency, µs.
+    pub latency_avg_us: u64,
+    /// Median latency, µs (within about 3 %).
+    pub latency_p50_us: u64,
+    /// 99th percentile latency, µs (within about 3 %).
+    pub latency_p99_us: u64,
+    /// Highest latency, µs.
+    pub latency_max_us: u64,
+    /// What went wrong (empty = success).
+    pub failures: Vec<String>,
+}
+
+impl std::fmt::Display for RelayDemoReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secs = self.elapsed.as_secs_f64().max(1e-9);
+        writeln!(
+            f,
+            "demo: relay on {} ({} worker threads), 1 publisher, {} viewers, {:.1} s",
+            self.addr, self.threads, self.viewers, secs
+        )?;
+        writeln!(
+            f,
+            "demo: {} frames published, {} frames delivered and verified ({:.1} per viewer-second), {:.1} Mbit/s to viewers",
+            self.frames_sent,
+            self.frames_received,
+            self.frames_received as f64 / secs / self.viewers.max(1) as f64,
+            self.bytes_received as f64 * 8.0 / 1e6 / secs
+        )?;
+        writeln!(
+            f,
+            "demo: latency publish→viewer avg {:.2} ms, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            self.latency_avg_us as f64 / 1e3,
+            self.latency_p50_us as f64 / 1e3,
+            self.latency_p99_us as f64 / 1e3,
+            self.latency_max_us as f64 / 1e3
+        )?;
+        for fail in &self.failures {
+            writeln!(f, "demo: failure: {fail}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Payload of frame `index` of group `group`, sent at `sent_us`.
+fn fill(buf: &mut Vec<u8>, len: usize, sent_us: u64, group: u64, index: u64) {
+    buf.clear();
+    buf.extend_from_slice(&sent_us.to_le_bytes());
+    buf.extend_from_slice(&group.to_le_bytes());
+    buf.extend_from_slice(&index.to_le_bytes());
+    let seed = (group as usize)
+        .wrapping_mul(31)
+        .wrapping_add(index as usize * 17);
+    buf.extend((buf.len()..len.max(24)).map(|k| seed.wrapping_add(k) as u8));
+}
+
+fn check(p: &[u8], group: u64, index: u64) -> Option<u64> {
+    let word = |i: usize| {
+        p.get(i * 8..i * 8 + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+    };
+    if word(1)? != group || word(2)? != index {
+        return None;
+    }
+    let seed = (group as usize)
+        .wrapping_mul(31)
+        .wrapping_add(index as usize * 17);
+    let ok = p
+        .iter()
+        .enumerate()
+        .skip(24)
+        .all(|(k, b)| *b == seed.wrapping_add(k) as u8);
+    if ok { word(0) } else { None }
+}
+
+/// Runs the demo; see the module docs.
+///
+/// # Errors
+/// The relay could not start or stop, or the client runtime failed.
+pub fn run(
+    config: RelayConfig,
+    args: RelayDemoArgs,
+    stop: Arc<AtomicBool>,
+) -> Result<RelayDemoReport, RelayError> {
+    let kind = config.driver;
+    let threads = config.threads.get();
+    let server = server::start(
+        config,
+        RelayHandler::factory(threads).map_err(RelayError::Spawn)?,
+    )?;
+    let addr = server.local_addr();
+    let url = format!("tcp://{addr}/anon");
+    let stats = Arc::new(DemoStats::default());
+    let done = Arc::new(AtomicBool::new(false));
+    let epoch = Instant::now();
+    let client = {
+        let (stats, done, stop) = (stats.clone(), done.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("skiff-demo-clients".into())
+            .spawn(move || {
+                let r = driver::block_on(kind, move |_| clients(url, args, stats, stop, epoch));
+                done.store(true, Ordering::Relaxed);
+                r
+            })
+            .map_err(RelayError::Spawn)?
+    };
+
+    // Progress line once a second.
+    let tty = std::io::stdout().is_terminal();
+    let mut last = (Instant::now(), 0u64, 0u64, 0u64, 0u64);
+    // Bucket counts at the last line and now (sized once, outside the loop).
+    let mut hist_last = Box::new([0u64; LATENCY_BUCKETS]);
+    let mut hist_now = Box::new([0u64; LATENCY_BUCKETS]);
+    while !done.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = Instant::now();
+        if now.duration_since(last.0) < Duration::from_secs(1) {
+            continue;
+        }
+        let dt = now.duration_since(last.0).as_secs_f64();
+        let sent = stats.frames_sent.load(Ordering::Relaxed);
+        let bytes = stats.bytes_received.load(Ordering::Relaxed);
+        let n = stats.latency_count.load(Ordering::Relaxed);
+        let sum = stats.latency_sum_us.load(Ordering::Relaxed);
+        let lat = if n > last.3 {
+            (sum - last.2) as f64 / (n - last.3) as f64 / 1e3
+        } else {
+            0.0
+        };
+        stats.latency.load(&mut hist_now);
+        // A percentile is its bucket's highest value: never more than the maximum seen.
+        let max = stats.latency_max_us.load(Ordering::Relaxed);
+        let ms = |q| {
+            LatencyHistogram::quantile_since(&hist_last, &hist_now, q)
+                .unwrap_or(0)
+                .min(max) as f64
+                / 1e3
+        };
+        let (p50, p99) = (ms(0.5), ms(0.99));
+        std::mem::swap(&mut hist_last, &mut hist_now);
+        let line = format!(
+            "t={:>3}s  camera {:>5.1} fps  {:>7.2} Mbit/s to viewers  viewers {}/{}  latency avg {:.2} p50 {:.2} p99 {:.2} ms",
+            epoch.elapsed().as_secs(),
+            (sent - last.1) as f64 / dt,
+            bytes.saturating_sub(last.4) as f64 * 8.0 / 1e6 / dt,
+            stats.viewers_live.load(Ordering::Relaxed),
+            args.viewers,
+            lat,
+            p50,
+            p99
+        );
+        let mut out = std::io::stdout().lock();
+        if tty {
+            let _ = write!(out, "\r{line}   ");
+        } else {
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = out.flush();
+        last = (now, sent, sum, n, bytes);
+    }
+    if tty {
+        println!();
+    }
+    let res = client
+        .join()
+        .map_err(|_| RelayError::Spawn(std::io::Error::other("client thread panicked")))?;
+    let elapsed = epoch.elapsed();
+    server.shutdown()?;
+    let mut failures = match res {
+        Ok(f) => f,
+        Err(e) => vec![format!("client runtime: {e}")],
+    };
+    let bad = stats.bad_frames.load(Ordering::Relaxed);
+    if bad > 0 {
+        failures.push(format!("{bad} frames had wrong bytes or order"));
+    }
+    let n = stats.latency_count.load(Ordering::Relaxed).max(1);
+    let max = stats.latency_max_us.load(Ordering::Relaxed);
+    Ok(RelayDemoReport {
+        addr,
+        threads,
+        viewers: args.viewers,
+        elapsed,
+        frames_sent: stats.frames_sent.load(Ordering::Relaxed),
+        frames_received: stats.frames_received.load(Ordering::Relaxed),
+        bytes_received: stats.bytes_received.load(Ordering::Relaxed),
+        latency_avg_us: stats.latency_sum_us.load(Ordering::Relaxed) / n,
+        latency_p50_us: stats.latency.quantile(0.5).unwrap_or(0).min(max),
+        latency_p99_us: stats.latency.quantile(0.99).unwrap_or(0).min(max),
+        latency_max_us: max,
+        failures,
+    })
+}
+
+/// The client thread: publisher and viewers; returns the failures.
+async fn clients(
+    url: String,
+    args: RelayDemoArgs,
+    stats: Arc<DemoStats>,
+    stop: Arc<AtomicBool>,
+    epoch: Instant,
+) -> Vec<String> {
+    let ctx = Rc::new(ClientCtx::new(256 << 20));
+    let notify = ctx.notify().clone();
+    let (origin, producer) = ctx.publication("demo", "camera");
+    {
+        let (ctx, url) = (ctx.clone(), url.clone());
+        monoio::spawn(async move {
+            let mut app = Publisher::default();
+            if let Err(e) = client::run(&url, Some(origin), &mut app, &ctx).await {
+                tracing::warn!(error = %e, "publisher session failed");
+            }
+        });
+    }
+    let failures: Rc<std::cell::RefCell<Vec<String>>> = Rc::default();
+    let finished = Rc::new(std::cell::Cell::new(0usize));
+    for v in 0..args.viewers {
+        let local = ctx.track("camera");
+        let app = Subscriber::new("demo", local);
+        let state = app.state.clone();
+        {
+            let (ctx, url, failures) = (ctx.clone(), url.clone(), failures.clone());
+            monoio::spawn(async move {
+                let mut app = app;
+                if let Err(e) = client::run(&url, None, &mut app, &ctx).await {
+                    failures.borrow_mut().push(format!("viewer {v}: {e}"));
+                }
+            });
+        }
+        let (notify, stats, failures, finished) = (
+            notify.clone(),
+            stats.clone(),
+            failures.clone(),
+            finished.clone(),
+        );
+        monoio::spawn(async move {
+            let mut reader = FrameReader::new(local);
+            let waiter = notify.waiter();
+            let mut live = false;
+            let mut first_group = None;
+            let mut next: Option<(u64, u64)> = None;
+            let mut frames = 0u64;
+            loop {
+                let seen = notify.generation();
+                if !live && state.started.get().is_some() {
+                    live = true;
+                    stats.viewers_live.fetch_add(1, Ordering::Relaxed);
+                }
+                let mut got = false;
+                let st = reader.poll(|f| {
+                    got = true;
+                    frames += 1;
+                    let first = *first_group.get_or_insert(f.group);
+                    let in_order = next
+                        .is_none_or(|n| n == (f.group, f.index) || (f.index == 0 && f.group > n.0));
+                    match check(f.payload, f.group, f.index) {
+                        Some(sent) if in_order => {
+                            stats.frames_received.fetch_add(1, Ordering::Relaxed);
+                            stats
+                                .bytes_received
+                                .fetch_add(f.payload.len() as u64, Ordering::Relaxed);
+                            if f.group > first {
+                                let now = epoch.elapsed().as_micros() as u64;
+                                let lat = now.saturating_sub(sent);
+                                stats.latency_sum_us.fetch_add(lat, Ordering::Relaxed);
+                                stats.latency_count.fetch_add(1, Ordering::Relaxed);
+                                stats.latency_max_us.fetch_max(lat, Ordering::Relaxed);
+                                stats.latency.record(lat);
+                            }
+                        }
+                        _ => {
+                            stats.bad_frames.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    next = Some((f.group, f.index + 1));
+                });
+                match st {
+                    ReadState::Finished => break,
+                    ReadState::Aborted(c) => {
+                        failures
+                            .borrow_mut()
+                            .push(format!("viewer {v}: track aborted with code {c:#x}"));
+                        break;
+                    }
+                    ReadState::Pending => {}
+                }
+                if got {
+                    notify.bump();
+                }
+                waiter.changed(seen).await;
+            }
+            if frames == 0 {
+                failures.borrow_mut().push(format!("viewer {v}: no frame"));
+            }
+            finished.set(finished.get() + 1);
+        });
+    }
+
+    // The camera.
+    let fps = u64::from(args.fps.max(1));
+    let tick = Duration::from_micros(1_000_000 / fps);
+    let delta = usize::try_from(args.frame_bytes.0)
+        .unwrap_or(usize::MAX)
+        .clamp(24, 1 << 20);
+    let mut buf = Vec::with_capacity(delta * 4);
+    let start = Instant::now();
+    let end = start + Duration::from_secs(args.seconds);
+    let mut group = None;
+    let mut n: u64 = 0;
+    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+        let (seq, index) = (n / fps, n % fps);
+        if index == 0 {
+            if let Some(mut g) = group.take() {
+                let _ = track_finish(&mut g);
+            }
+            match producer.create_group(seq) {
+                Ok(g) => group = Some(g),
+                Err(e) => {
+                    failures.borrow_mut().push(format!("camera: {e}"));
+                    break;
+                }
+            }
+        }
+        let len = if index == 0 { delta * 4 } else { delta };
+        fill(
+            &mut buf,
+            len,
+            epoch.elapsed().as_micros() as u64,
+            seq,
+            index,
+        );
+        if let Some(g) = group.as_mut()
+            && let Err(e) = g.write_frame(n * 1000 / fps, &buf)
+        {
+            failures.borrow_mut().push(format!("camera: {e}"));
+            break;
+        }
+        stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+        notify.bump();
+        n += 1;
+        monoio::time::sleep_until(monoio::time::Instant::from_std(start + tick * n as u32)).await;
+    }
+    if let Some(mut g) = group.take() {
+        let _ = track_finish(&mut g);
+    }
+    let mut producer = producer;
+    producer.finish();
+    notify.bump();
+    // Give the end a moment to reach every viewer.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while finished.get() < args.viewers && Instant::now() < deadline {
+        monoio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if finished.get() < args.viewers {
+        failures.borrow_mut().push(format!(
+            "{} viewers did not see the end of the track",
+            args.viewers - finished.get()
+        ));
+    }
+    // Close every session cleanly, then give the closes a moment to go out.
+    ctx.close_all();
+    monoio::time::sleep(Duration::from_millis(100)).await;
+    failures.take()
+}
+
+fn track_finish(
+    g: &mut skiff_core::model::track::GroupProducer<'static, 'static>,
+) -> Result<(), skiff_core::model::group::WriteError> {
+    g.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // ---- latency histogram ----
+
+    #[test]
+    fn buckets_cover_every_value_in_order() {
+        let mut prev = 0;
+        for us in (0..5_000).chain([1 << 20, (1 << 20) + 1, LATENCY_CAP_US - 1, u64::MAX]) {
+            let b = bucket_of(us);
+            assert!(b < LATENCY_BUCKETS, "{us}");
+            assert!(b >= prev || us >= 1 << 20, "{us}");
+            prev = b;
+            let high = bucket_high(b);
+            assert!(
+                high >= us.min(LATENCY_CAP_US - 1),
+                "{us} in bucket {b} up to {high}"
+            );
+            // At most 1/32 above the value.
+            assert!(high - us.min(high) <= us / 32 + 1, "{us}: {high}");
+        }
+        assert_eq!(bucket_of(u64::MAX), LATENCY_BUCKETS - 1);
+        assert_eq!(bucket_high(LATENCY_BUCKETS - 1), LATENCY_CAP_US - 1);
+        for i in 1..LATENCY_BUCKETS {
+            assert_eq!(bucket_of(bucket_high(i)), i);
+            assert_eq!(bucket_of(bucket_high(i - 1) + 1), i);
+        }
+    }
+
+    #[test]
+    fn quantiles_of_a_uniform_spread() {
+        let h = LatencyHistogram::default();
+        assert_eq!(h.quantile(0.5), None);
+        for us in 1..=10_000 {
+            h.record(us);
+        }
+        let p50 = h.quantile(0.5).unwrap();
+        let p99 = h.quantile(0.99).unwrap();
+        assert!((5_000..=5_000 + 5_000 / 32).contains(&p50), "{p50}");
+        assert!((9_900..=9_900 + 9_900 / 32).contains(&p99), "{p99}");
+        assert_eq!(h.quantile(0.0), Some(1));
+        assert!(h.quantile(1.0).unwrap() >= 10_000);
+    }
+
+    #[test]
+    fn quantiles_between_two_loads() {
+        let h = LatencyHistogram::default();
+        let (mut a, mut b) = ([0; LATENCY_BUCKETS], [0; LATENCY_BUCKETS]);
+        for _ in 0..100 {
+            h.record(10);
+        }
+        h.load(&mut a);
+        for _ in 0..100 {
+            h.record(40);
+        }
+        h.load(&mut b);
+        assert_eq!(LatencyHistogram::quantile_since(&a, &b, 0.5), Some(40));
+        assert_eq!(LatencyHistogram::quantile_since(&a, &a, 0.5), None);
+        assert_eq!(h.quantile(0.25), Some(10));
+    }
+}

@@ -1,0 +1,279 @@
+//! Starting and stopping the thread-per-core server.
+//!
+//! [`start`] binds one SO_REUSEPORT listener per worker on the calling thread
+//! (so bind errors and port 0 resolve before anything runs), starts the
+//! metrics endpoint, spawns the workers and waits until each one accepts.
+//! The returned [`ServerHandle`] stops the server and waits for the drain.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener as StdTcpListener};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use skiff_monoio::driver::ActiveDriver;
+use skiff_monoio::shutdown::StopTrigger;
+
+use crate::config::RelayConfig;
+use crate::error::RelayError;
+use crate::handler::{ConnectionHandler, WorkerInfo};
+use crate::metrics::{Metrics, MetricsServer};
+use crate::worker::{self, WorkerExit, WorkerSetup};
+
+/// Stack of each worker thread.
+const WORKER_STACK_BYTES: usize = 8 << 20;
+
+/// Listen backlog of each worker's socket.
+pub const LISTEN_BACKLOG: i32 = 1024;
+
+/// A running server.
+#[derive(Debug)]
+pub struct ServerHandle {
+    local_addr: SocketAddr,
+    drivers: Vec<ActiveDriver>,
+    metrics: Arc<Metrics>,
+    metrics_server: Option<MetricsServer>,
+    trigger: Arc<StopTrigger>,
+    workers: Vec<JoinHandle<io::Result<WorkerExit>>>,
+}
+
+/// How the server ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerReport {
+    /// One entry per worker, in index order.
+    pub workers: Vec<WorkerExit>,
+}
+
+impl ServerReport {
+    /// Connections closed by the drain timeout rather than by their handler.
+    pub fn forced(&self) -> u32 {
+        self.workers.iter().map(|w| w.forced).sum()
+    }
+}
+
+/// Binds a listening socket with SO_REUSEPORT so every worker can bind the same address.
+///
+/// # Errors
+/// The socket cannot be created, configured, bound or put into listen state.
+pub fn bind_reuseport(addr: SocketAddr) -> io::Result<StdTcpListener> {
+    bind_reuseport_with(addr, None)
+}
+
+/// [`bind_reuseport`], and with `send_buffer` set, the SO_SNDBUF every
+/// accepted connection inherits (bounding the kernel memory a peer that
+/// stopped reading can hold; unset, the kernel autotunes up to
+/// `net.ipv4.tcp_wmem`'s maximum).
+///
+/// # Errors
+/// As [`bind_reuseport`], or the buffer size cannot be set.
+pub fn bind_reuseport_with(
+    addr: SocketAddr,
+    send_buffer: Option<usize>,
+) -> io::Result<StdTcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if let Some(n) = send_buffer {
+        socket.set_send_buffer_size(n)?;
+    }
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket.into())
+}
+
+/// Starts `config.threads` workers, each serving connections with the
+/// handler `make_handler` builds on that thread, and the metrics endpoint
+/// if configured. Returns once every worker accepts.
+///
+/// # Errors
+/// [`RelayError::Listen`], [`RelayError::Metrics`], [`RelayError::Spawn`],
+/// or [`RelayError::Worker`] if a runtime could not start (the others are
+/// stopped again before returning).
+pub fn start<F, H>(config: RelayConfig, make_handler: F) -> Result<ServerHandle, RelayError>
+where
+    F: Fn(&WorkerInfo) -> H + Send + Sync + 'static,
+    H: ConnectionHandler,
+{
+    let threads = config.threads.get();
+    let listen_err = |source| RelayError::Listen {
+        addr: config.listen,
+        source,
+    };
+
+    // Bind the first socket to learn the real address (port 0), then the rest on it.
+    let send_buffer = config
+        .send_buffer
+        .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
+    let first = bind_reuseport_with(config.listen, send_buffer).map_err(listen_err)?;
+    let local_addr = first.local_addr().map_err(listen_err)?;
+    let mut listeners = vec![first];
+    for _ in 1..threads {
+        listeners.push(bind_reuseport_with(local_addr, send_buffer).map_err(listen_err)?);
+    }
+
+    let metrics = Arc::new(Metrics::new(threads));
+    let metrics_server = match config.metrics {
+        Some(addr) => Some(
+            MetricsServer::start(addr, metrics.clone())
+                .map_err(|source| RelayError::Metrics { addr, source })?,
+        ),
+        None => None,
+    };
+
+    let (trigger, receivers) = StopTrigger::new(threads).map_err(RelayError::Spawn)?;
+    let trigger = Arc::new(trigger);
+    let config = Arc::new(config);
+    let make_handler = Arc::new(make_handler);
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let mut workers = Vec::with_capacity(threads);
+    for (index, (listener, stop)) in listeners.into_iter().zip(receivers).enumerate() {
+        let setup = WorkerSetup {
+            index,
+            listener,
+            stop,
+            config: config.clone(),
+            metrics: metrics.clone(),
+            make_handler: make_handler.clone(),
+            ready: Some(ready_tx.clone()),
+        };
+        let spawned = std::thread::Builder::new()
+            .name(format!("skiff-worker-{index}"))
+            // Room for a trunk session's tables while they are made (see
+            // `session_driver::TrunkStorage`); only what is used is mapped.
+            .stack_size(WORKER_STACK_BYTES)
+            .spawn(move || worker::run(setup));
+        match spawned {
+            Ok(h) => workers.push(h),
+            Err(e) => {
+                trigger.stop();
+                join_all(workers);
+                return Err(RelayError::Spawn(e));
+            }
+        }
+    }
+    drop(ready_tx);
+
+    let mut drivers = vec![ActiveDriver::Legacy; threads];
+    let mut failure = None;
+    for _ in 0..threads {
+        match ready_rx.recv() {
+            Ok((i, Ok(d))) => {
+                if let Some(slot) = drivers.get_mut(i) {
+                    *slot = d;
+                }
+            }
+            Ok((i, Err(source))) => {
+                failure.get_or_insert(RelayError::Worker { worker: i, source });
+            }
+            Err(_) => {
+                // A worker ended without reporting: it panicked.
+                failure.get_or_insert(RelayError::Worker {
+                    worker: usize::MAX,
+                    source: io::Error::other("worker exited before it was ready"),
+                });
+                break;
+            }
+        }
+    }
+    if let Some(e) = failure {
+        trigger.stop();
+        join_all(workers);
+        return Err(e);
+    }
+    tracing::info!(addr = %local_addr, threads, "listening on {local_addr}");
+    Ok(ServerHandle {
+        local_addr,
+        drivers,
+        metrics,
+        metrics_server,
+        trigger,
+        workers,
+    })
+}
+
+fn join_all(workers: Vec<JoinHandle<io::Result<WorkerExit>>>) {
+    for w in workers {
+        let _ = w.join();
+    }
+}
+
+impl ServerHandle {
+    /// The address every worker listens on (port 0 resolved).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The metrics endpoint's address, if one runs.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_server.as_ref().map(MetricsServer::local_addr)
+    }
+
+    /// The live counters.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The driver each worker runs on, by index.
+    pub fn drivers(&self) -> &[ActiveDriver] {
+        &self.drivers
+    }
+
+    /// A trigger that stops the server from any thread (e.g. a signal thread).
+    pub fn stop_trigger(&self) -> Arc<StopTrigger> {
+        self.trigger.clone()
+    }
+
+    /// Stops accepting and tells handlers to drain; returns at once.
+    pub fn stop(&self) {
+        self.trigger.stop();
+    }
+
+    /// Waits until every worker has stopped (after [`ServerHandle::stop`],
+    /// or a stop through the trigger). Each worker gives its connections at
+    /// most the drain timeout.
+    ///
+    /// # Errors
+    /// [`RelayError::WorkerPanicked`], or [`RelayError::Worker`] if a worker failed.
+    pub fn wait(mut self) -> Result<ServerReport, RelayError> {
+        let mut exits = Vec::with_capacity(self.workers.len());
+        let mut err = None;
+        for (i, w) in std::mem::take(&mut self.workers).into_iter().enumerate() {
+            match w.join() {
+                Ok(Ok(exit)) => exits.push(exit),
+                Ok(Err(source)) => {
+                    err.get_or_insert(RelayError::Worker { worker: i, source });
+                }
+                Err(_) => {
+                    self.trigger.stop();
+                    err.get_or_insert(RelayError::WorkerPanicked { worker: i });
+                }
+            }
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(ServerReport { workers: exits }),
+        }
+    }
+
+    /// Stops the server and waits for it: [`ServerHandle::stop`] then [`ServerHandle::wait`].
+    ///
+    /// # Errors
+    /// As [`ServerHandle::wait`].
+    pub fn shutdown(self) -> Result<ServerReport, RelayError> {
+        self.stop();
+        self.wait()
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        // A handle dropped without `wait` still stops its workers.
+        self.trigger.stop();
+        join_all(std::mem::take(&mut self.workers));
+    }
+}

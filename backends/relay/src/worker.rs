@@ -1,0 +1,324 @@
+//! One worker thread: its own monoio runtime and SO_REUSEPORT listener, an
+//! accept loop that enforces the per-thread connection limit, one task per
+//! connection running the [`ConnectionHandler`], and the drain on stop.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, TcpListener as StdTcpListener};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+use monoio::io::Canceller;
+use monoio::net::TcpListener;
+
+use skiff_monoio::cancel::{cancel_on, is_cancelled, race};
+use skiff_monoio::driver::{self, ActiveDriver};
+use skiff_monoio::shutdown::{LocalEvent, Shutdown, StopReceiver};
+
+use crate::config::RelayConfig;
+use crate::conn::{BufPool, Connection, WorkerShared};
+use crate::handler::{ConnectionHandler, WorkerInfo};
+use crate::metrics::Metrics;
+
+/// Pause after an accept error such as EMFILE, so the loop does not spin.
+const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(20);
+/// Time given to cancelled operations and closes to complete after a forced stop.
+const FORCED_CLOSE_GRACE: Duration = Duration::from_millis(20);
+
+/// Counts a connection open (in all and for its peer's address) for as long
+/// as its task lives.
+struct OpenGuard(Rc<WorkerShared>, IpAddr);
+
+impl OpenGuard {
+    fn new(shared: Rc<WorkerShared>, ip: IpAddr) -> Self {
+        shared.open.set(shared.open.get().saturating_add(1));
+        *shared.per_ip.borrow_mut().entry(ip).or_insert(0) += 1;
+        shared.counters().connection_opened();
+        OpenGuard(shared, ip)
+    }
+}
+
+/// Connections closed since the allocator was last asked to give memory
+/// back, past which a close asks again ([`give_back_memory`]).
+const CLOSES_PER_TRIM: u32 = 256;
+
+/// Asks the allocator to return freed memory to the system (glibc keeps the
+/// memory of many small frees, such as a flood of short connections, in its
+/// heap for ever otherwise). O(heap); called after a burst of closes only.
+fn give_back_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes a plain integer and only rearranges the
+    // allocator's free lists; it is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        let s = &self.0;
+        s.open.set(s.open.get().saturating_sub(1));
+        let closes = s.closes_since_trim.get() + 1;
+        if closes >= CLOSES_PER_TRIM && s.open.get() < closes {
+            // Most of what those connections held is free now.
+            s.closes_since_trim.set(0);
+            give_back_memory();
+        } else {
+            s.closes_since_trim.set(closes);
+        }
+        {
+            let mut per_ip = s.per_ip.borrow_mut();
+            if let Some(n) = per_ip.get_mut(&self.1) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    per_ip.remove(&self.1);
+                }
+            }
+        }
+        s.counters().connection_closed();
+        if s.shutdown.is_fired() {
+            s.closed.notify();
+        }
+    }
+}
+
+/// Everything a worker thread is started with.
+pub(crate) struct WorkerSetup<F> {
+    pub(crate) index: usize,
+    pub(crate) listener: StdTcpListener,
+    pub(crate) stop: StopReceiver,
+    pub(crate) config: Arc<RelayConfig>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) make_handler: Arc<F>,
+    /// Reports `(index, Ok(driver))` once accepting, or the start error;
+    /// taken (and dropped) by the first report.
+    pub(crate) ready: Option<ReadySender>,
+}
+
+/// Where a worker reports that it accepts (or why it could not start).
+pub(crate) type ReadySender = Sender<(usize, io::Result<ActiveDriver>)>;
+
+/// Sends the one start report, if not sent yet; the sender is dropped after,
+/// so the server notices a worker that died before reporting.
+fn report(ready: &Cell<Option<ReadySender>>, index: usize, r: io::Result<ActiveDriver>) {
+    if let Some(tx) = ready.take() {
+        let _ = tx.send((index, r));
+    }
+}
+
+/// What a worker did, reported when its thread ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerExit {
+    /// Worker index.
+    pub index: usize,
+    /// Connections still open when the drain timeout ran out (0 = clean drain).
+    pub forced: u32,
+}
+
+/// Runs a worker on the calling thread until it is stopped and drained.
+pub(crate) fn run<F, H>(mut setup: WorkerSetup<F>) -> io::Result<WorkerExit>
+where
+    F: Fn(&WorkerInfo) -> H + Send + Sync + 'static,
+    H: ConnectionHandler,
+{
+    let index = setup.index;
+    let ready = Rc::new(Cell::new(setup.ready.take()));
+    let kind = setup.config.driver;
+    let ready2 = ready.clone();
+    let res = driver::block_on(kind, move |active| serve(setup, active, ready2));
+    match res {
+        Ok(r) => r,
+        Err(e) => {
+            // The runtime itself could not be built: `serve` never ran.
+            report(&ready, index, Err(io::Error::new(e.kind(), e.to_string())));
+            Err(e)
+        }
+    }
+}
+
+async fn serve<F, H>(
+    setup: WorkerSetup<F>,
+    active: ActiveDriver,
+    ready: Rc<Cell<Option<ReadySender>>>,
+) -> io::Result<WorkerExit>
+where
+    F: Fn(&WorkerInfo) -> H + Send + Sync + 'static,
+    H: ConnectionHandler,
+{
+    let WorkerSetup {
+        index,
+        listener,
+        stop,
+        config,
+        metrics,
+        make_handler,
+        ready: _,
+    } = setup;
+    metrics.thread(index).set_driver(active);
+    tracing::info!(
+        worker = index,
+        driver = active.name(),
+        "worker runtime started on the {active} driver"
+    );
+
+    // epoll needs a non-blocking listener; io_uring a blocking one (it honours O_NONBLOCK).
+    let listener = match listener
+        .set_nonblocking(active == ActiveDriver::Legacy)
+        .and_then(|()| TcpListener::from_std(listener))
+    {
+        Ok(l) => l,
+        Err(e) => {
+            report(&ready, index, Err(io::Error::new(e.kind(), e.to_string())));
+            return Err(e);
+        }
+    };
+
+    let shared = Rc::new(WorkerShared {
+        index,
+        config: config.clone(),
+        metrics,
+        shutdown: LocalEvent::new(),
+        force: LocalEvent::new(),
+        closed: LocalEvent::new(),
+        open: Cell::new(0),
+        per_ip: RefCell::new(HashMap::new()),
+        handshaking: Rc::new(Cell::new(0)),
+        closes_since_trim: Cell::new(0),
+        next_id: Cell::new(0),
+        pool: BufPool::new(),
+    });
+    let info = WorkerInfo {
+        index,
+        driver: active,
+        config: config.clone(),
+        shutdown: Shutdown::new(shared.shutdown.clone()),
+        metrics: shared.metrics.clone(),
+    };
+    let handler = Rc::new(make_handler(&info));
+
+    // The stop pipe: EOF means stop accepting and drain.
+    let stop_event = shared.shutdown.clone();
+    monoio::spawn(async move {
+        if let Err(e) = stop.stopped().await {
+            tracing::error!(worker = index, error = %e, "stop pipe failed; stopping");
+        }
+        stop_event.fire();
+    });
+
+    report(&ready, index, Ok(active));
+    drop(ready);
+    accept_loop(&listener, &shared, &handler).await;
+    drop(listener);
+    shared.counters().set_draining();
+
+    // Drain: wait for handlers to finish, up to the drain timeout.
+    let open = shared.open.get();
+    let drained = if open == 0 {
+        true
+    } else {
+        tracing::info!(
+            worker = index,
+            open,
+            "draining connections (up to {:?})",
+            config.drain_timeout
+        );
+        let wait_idle = async {
+            while shared.open.get() > 0 {
+                shared.closed.wait().await;
+            }
+        };
+        monoio::time::timeout(config.drain_timeout, wait_idle)
+            .await
+            .is_ok()
+    };
+    let forced = shared.open.get();
+    if !drained {
+        tracing::warn!(
+            worker = index,
+            open = forced,
+            "drain timeout; closing remaining connections"
+        );
+        shared.force.fire();
+        // Dropped handler futures cancel their I/O and close their sockets;
+        // give those completions a moment to be processed.
+        monoio::time::sleep(FORCED_CLOSE_GRACE).await;
+    }
+    tracing::info!(worker = index, "worker stopped");
+    Ok(WorkerExit { index, forced })
+}
+
+async fn accept_loop<H: ConnectionHandler>(
+    listener: &TcpListener,
+    shared: &Rc<WorkerShared>,
+    handler: &Rc<H>,
+) {
+    let index = shared.index;
+    let limit = shared.config.limits.max_connections;
+    let mut canceller = Canceller::new();
+    loop {
+        if shared.shutdown.is_fired() {
+            return;
+        }
+        let accepted = cancel_on(&shared.shutdown, &mut canceller, |h| {
+            listener.cancelable_accept(h)
+        })
+        .await;
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) if is_cancelled(&e) => return,
+            Err(e) => {
+                shared.counters().accept_error();
+                tracing::warn!(worker = index, error = %e, "accept failed");
+                monoio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
+                continue;
+            }
+        };
+        if shared.shutdown.is_fired() || shared.open.get() >= limit {
+            // Over the limit (or the accept raced the stop): close at once.
+            shared.counters().connection_refused();
+            tracing::debug!(worker = index, %peer, open = shared.open.get(), "connection refused");
+            drop(stream);
+            continue;
+        }
+        let quotas = shared.config.quotas;
+        let from_ip = shared.per_ip.borrow().get(&peer.ip()).copied().unwrap_or(0);
+        let over = if from_ip >= quotas.connections_per_ip {
+            Some("max-connections-per-ip")
+        } else if shared.handshaking.get() >= quotas.handshakes {
+            Some("max-handshakes")
+        } else {
+            None
+        };
+        if let Some(quota) = over {
+            shared.counters().connection_refused();
+            shared.counters().add_quota_refused();
+            tracing::debug!(worker = index, %peer, quota, "over quota: connection refused");
+            drop(stream);
+            continue;
+        }
+        let id = shared.next_id.get();
+        shared.next_id.set(id.wrapping_add(1));
+        let guard = OpenGuard::new(shared.clone(), peer.ip());
+        let conn = Connection::new(stream, peer, id, shared.clone());
+        let handler = handler.clone();
+        let force = shared.force.clone();
+        tracing::debug!(worker = index, conn = id, %peer, "connection accepted");
+        monoio::spawn(async move {
+            let _guard = guard;
+            match race(handler.serve(conn), force.wait()).await {
+                Ok(Ok(())) => tracing::debug!(worker = index, conn = id, "connection finished"),
+                Ok(Err(e)) => {
+                    tracing::debug!(worker = index, conn = id, error = %e, "connection ended with an error")
+                }
+                Err(()) => tracing::debug!(
+                    worker = index,
+                    conn = id,
+                    "connection closed by the drain timeout"
+                ),
+            }
+        });
+    }
+}

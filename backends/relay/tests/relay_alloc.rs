@@ -1,0 +1,192 @@
+//! After warm-up, relaying (publisher session in, subscriber sessions out,
+//! the thread's notify, timers, reader tasks) does not allocate per frame on
+//! the relay worker thread: group bytes live in the block pool, buffers are
+//! sized for their bounds once per connection and reused.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::*;
+use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
+use skiff_monoio::driver;
+use skiff_relay::conn::Connection;
+use skiff_relay::handler::{ConnectionHandler, WorkerInfo};
+use skiff_relay::relay::RelayHandler;
+use skiff_relay::server;
+
+/// Counts allocations made by the current thread.
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards to the system allocator unchanged; the counter is a
+// const-initialised thread-local Cell, which never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+/// The relay handler, publishing the worker thread's allocation count
+/// after every connection event it sees (the count is read, not changed).
+struct Probed {
+    inner: Rc<RelayHandler>,
+    count: Arc<AtomicU64>,
+}
+
+impl ConnectionHandler for Probed {
+    type Error = std::io::Error;
+
+    fn serve(
+        self: Rc<Self>,
+        conn: Connection,
+    ) -> impl Future<Output = Result<(), Self::Error>> + 'static {
+        let count = self.count.clone();
+        // Every wake of the relay's tasks passes through the worker; sample
+        // the counter from a task that rides the thread's notify.
+        let notify = self.inner.relay().notify().clone();
+        monoio::spawn(async move {
+            let waiter = notify.waiter();
+            loop {
+                let seen = notify.generation();
+                count.store(ALLOCS.with(Cell::get), Ordering::Relaxed);
+                waiter.changed(seen).await;
+            }
+        });
+        self.inner.clone().serve(conn)
+    }
+}
+
+const VIEWERS: usize = 5;
+const WARM_GROUPS: u64 = 4;
+const GROUPS: u64 = 12;
+const FRAMES: u64 = 10;
+
+async fn load(url: String, count: Arc<AtomicU64>) -> (u64, u64, u64) {
+    let ctx = Rc::new(ClientCtx::new(64 << 20));
+    let notify = ctx.notify().clone();
+    let (origin, producer) = ctx.publication("cam", "video");
+    {
+        let (ctx, url) = (ctx.clone(), url.clone());
+        monoio::spawn(async move {
+            let mut app = Publisher::default();
+            let _ = client::run(&url, Some(origin), &mut app, &ctx).await;
+        });
+    }
+    let mut g0 = producer.create_group(0).unwrap();
+    g0.write_frame(0, &[7u8; 900]).unwrap();
+    let mut states = Vec::new();
+    let frames = Rc::new(Cell::new(0u64));
+    for _ in 0..VIEWERS {
+        let local = ctx.track("video");
+        let app = Subscriber::new("cam", local);
+        states.push(app.state.clone());
+        {
+            let (ctx, url) = (ctx.clone(), url.clone());
+            monoio::spawn(async move {
+                let mut app = app;
+                let _ = client::run(&url, None, &mut app, &ctx).await;
+            });
+        }
+        let (notify, frames) = (notify.clone(), frames.clone());
+        monoio::spawn(async move {
+            let mut reader = FrameReader::new(local);
+            let waiter = notify.waiter();
+            loop {
+                let seen = notify.generation();
+                let mut got = false;
+                if reader.poll(|_| {
+                    got = true;
+                    frames.set(frames.get() + 1);
+                }) != ReadState::Pending
+                {
+                    return;
+                }
+                if got {
+                    notify.bump();
+                }
+                waiter.changed(seen).await;
+            }
+        });
+    }
+    while !states.iter().all(|s| s.started.get().is_some()) {
+        monoio::time::sleep(Duration::from_millis(5)).await;
+    }
+    g0.finish().unwrap();
+    let mut start = 0;
+    for g in 1..=GROUPS {
+        if g == WARM_GROUPS {
+            monoio::time::sleep(Duration::from_millis(50)).await;
+            start = count.load(Ordering::Relaxed);
+        }
+        let mut w = producer.create_group(g).unwrap();
+        for i in 0..FRAMES {
+            w.write_frame(i, &[g as u8; 900]).unwrap();
+            notify.bump();
+            monoio::time::sleep(Duration::from_millis(2)).await;
+        }
+        w.finish().unwrap();
+        notify.bump();
+    }
+    monoio::time::sleep(Duration::from_millis(100)).await;
+    let end = count.load(Ordering::Relaxed);
+    ctx.close_all();
+    monoio::time::sleep(Duration::from_millis(50)).await;
+    (start, end, frames.get())
+}
+
+#[test]
+fn steady_state_relaying_allocates_nothing_on_the_worker() {
+    for kind in drivers() {
+        within(60, move || {
+            let count = Arc::new(AtomicU64::new(0));
+            let c2 = count.clone();
+            let make = RelayHandler::factory(1).unwrap();
+            let handle = server::start(config(1, kind), move |w: &WorkerInfo| Probed {
+                inner: Rc::new(make(w)),
+                count: c2.clone(),
+            })
+            .unwrap();
+            let url = format!("tcp://{}/anon", handle.local_addr());
+            let c3 = count.clone();
+            let (start, end, frames) = driver::block_on(kind, move |_| load(url, c3)).unwrap();
+            assert!(
+                frames >= VIEWERS as u64 * (GROUPS - WARM_GROUPS) * FRAMES,
+                "{frames} frames"
+            );
+            eprintln!("{kind:?}: worker allocations {start} at warm-up end, {end} at the end");
+            // The probe is live: warm-up (sessions, tracks, buffers) allocated.
+            assert!(start > 0, "probe never sampled");
+            assert_eq!(
+                end - start,
+                0,
+                "{kind:?}: {} allocations while relaying",
+                end - start
+            );
+            handle.shutdown().unwrap();
+        });
+    }
+}
