@@ -45,7 +45,20 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     }
 }
 
-/// Like [`super::control::lookup`], then asks `resolver` for a track the
+/// The local track `name` of broadcast `broadcast` (PROTOCOL.md §4.4: an
+/// unknown broadcast is UNROUTABLE, an unknown track NOT_FOUND).
+pub(super) fn lookup<'a, 'p>(
+    origin: Option<origin::Ref<'a, 'p>>,
+    broadcast: Path<'_>,
+    name: &str,
+) -> Result<track::Ref<'a, 'p>, StreamCode> {
+    let b = origin
+        .and_then(|o| o.get(broadcast))
+        .ok_or(StreamCode::Unroutable)?;
+    b.track(name).ok_or(StreamCode::NotFound)
+}
+
+/// Like [`lookup`], then asks `resolver` for a track the
 /// broadcast lacks (PROTOCOL.md §4.4: unknown broadcast UNROUTABLE, unknown
 /// track NOT_FOUND).
 pub(super) fn lookup_or_resolve<'a, 'p>(
@@ -54,7 +67,7 @@ pub(super) fn lookup_or_resolve<'a, 'p>(
     path: Path<'_>,
     name: &str,
 ) -> Result<track::Ref<'a, 'p>, StreamCode> {
-    match super::control::lookup(origin, path, name) {
+    match lookup(origin, path, name) {
         Err(StreamCode::NotFound) => match resolver.zip(origin.and_then(|o| o.get(path))) {
             Some((r, b)) => r.resolve(b, name),
             None => Err(StreamCode::NotFound),

@@ -1,0 +1,93 @@
+//! SETUP: ours, sent on a unidirectional stream as soon as the connection is
+//! established, and the peer's, held for [`Session::poll_event`].
+
+use super::Kind;
+use super::Step;
+use super::decode::{Too, decode_within};
+use crate::session::{Peer, Session};
+use crate::wire::lite::{Param, SessionCode, Setup, UniStreamType, message_len, write_message};
+use crate::wire::qmux::{Dir, Side};
+
+impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+    /// Our SETUP parameters (PROTOCOL.md §3.5): client Path and Role, both Hop;
+    /// no Probe (we do not implement probing, §3.11).
+    fn setup_params(&self) -> ([Param<'s>; 3], usize) {
+        let mut params = [Param::Hop(0); 3];
+        let mut n = 0;
+        if let Some(path) = self.path {
+            params[n] = Param::Path(path);
+            n += 1;
+        }
+        if self.role != crate::wire::lite::Role::Both {
+            params[n] = Param::Role(self.role);
+            n += 1;
+        }
+        if self.hop != 0 {
+            params[n] = Param::Hop(self.hop);
+            n += 1;
+        }
+        (params, n)
+    }
+
+    /// The encoded size of our Setup stream (type and SETUP), if it encodes.
+    pub(in crate::session) fn setup_len(&self) -> Option<usize> {
+        let (params, n) = self.setup_params();
+        let setup = Setup::new(params.get(..n)?);
+        Some(UniStreamType::Setup.encoded_len() + message_len(&setup).ok()?)
+    }
+
+    /// Opens our Setup stream with SETUP and FIN (PROTOCOL.md §3.4: promptly, always).
+    pub(in crate::session) fn send_setup(&mut self) {
+        if self.setup_sent {
+            return;
+        }
+        self.setup_sent = true;
+        let Some(slot) = self.alloc_control(Kind::SetupOut, Dir::Uni, None) else {
+            self.fail(SessionCode::Internal, "no control slot for SETUP");
+            return;
+        };
+        let (params, n) = self.setup_params();
+        let written = self.tx_write(slot, |w| {
+            UniStreamType::Setup.write(w)?;
+            write_message(&Setup::new(params.get(..n).unwrap_or(&[])), w)
+        });
+        if written.is_err() {
+            self.fail(SessionCode::Internal, "SETUP does not fit");
+            return;
+        }
+        let c = &mut self.control[slot];
+        c.fin = true;
+        c.rx_done = true;
+        self.open_pending();
+    }
+
+    /// The peer's SETUP (PROTOCOL.md §3.5).
+    pub(super) fn parse_setup(&mut self, slot: usize, done: bool, limit: usize) -> Step {
+        if done {
+            self.fail(SessionCode::ProtocolViolation, "data after SETUP");
+            return Step::Stop;
+        }
+        let parsed = match decode_within::<Setup<'_>>(self.rx_data(slot), limit) {
+            Ok((setup, n)) => Ok((setup.hop(), setup.role(), n)),
+            Err(e) => Err(e),
+        };
+        match parsed {
+            Ok((hop, role, n)) => {
+                // Role and Path are client parameters; a server's are ignored.
+                let role = match self.side {
+                    Side::Server => role,
+                    Side::Client => crate::wire::lite::Role::Both,
+                };
+                self.peer = Some(Peer { hop, role });
+                self.control[slot].kind = Kind::SetupIn { done: true };
+                debug!("session: peer SETUP, hop {}", hop);
+                Step::Held(n)
+            }
+            Err(Too::Malformed) => {
+                self.fail(SessionCode::ProtocolViolation, "malformed SETUP");
+                Step::Stop
+            }
+            Err(e) => self.on_decode_error(slot, e),
+        }
+    }
+}
