@@ -24,7 +24,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use skiff_core::conn;
-use skiff_core::session::{Config, Session, Storage, SubscriptionId};
+use skiff_core::session::{Config, Session, Storage};
 use skiff_core::time::Duration as SkiffDuration;
 use skiff_core::window::{End as WindowEnd, Request, Start};
 use skiff_core::wire::lite::{Role, SessionCode, TrackInfo as SkiffTrackInfo};
@@ -338,7 +338,7 @@ fn skiff_subscriber<const N: usize>(
         .session_mut()
         .subscribe(&publication.broadcast, local, skiff_request(publication))
         .expect("subscribe");
-    assert_eq!(sub, SubscriptionId(0));
+    assert_eq!(sub.get(), 0);
 
     let mut parked_read = None;
     if let Some(bytes) = park {
@@ -713,7 +713,16 @@ fn moq_net_publisher_to_skiff_subscriber() {
     // Every frame's bytes, order and timestamp.
     assert!(received.failed.is_empty(), "{:?}", received.failed);
     assert_eq!(received.groups, publication.groups);
-    let sub = SubscriptionId(0);
+    // The one subscription's id, as its TRACK_INFO reports it (the first: 0).
+    let sub = received
+        .events
+        .iter()
+        .find_map(|e| match e {
+            Ev::TrackInfo { subscription, .. } => Some(*subscription),
+            _ => None,
+        })
+        .expect("TRACK_INFO");
+    assert_eq!(sub.get(), 0);
     for want in [
         Ev::Connected {
             protocol: "moq-lite-05".into(),
@@ -884,7 +893,16 @@ fn moq_net_client_publisher_to_skiff_server_subscriber() {
     );
     assert!(received.failed.is_empty(), "{:?}", received.failed);
     assert_eq!(received.groups, publication.groups);
-    let sub = SubscriptionId(0);
+    // The one subscription's id, as its TRACK_INFO reports it (the first: 0).
+    let sub = received
+        .events
+        .iter()
+        .find_map(|e| match e {
+            Ev::TrackInfo { subscription, .. } => Some(*subscription),
+            _ => None,
+        })
+        .expect("TRACK_INFO");
+    assert_eq!(sub.get(), 0);
     for want in [
         Ev::Setup {
             hop: CLIENT_HOP,

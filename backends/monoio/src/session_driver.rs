@@ -41,7 +41,7 @@ use monoio::io::{
     OwnedWriteHalf, Split, Splitable,
 };
 use skiff_core::pool::Slice;
-use skiff_core::session::{Event, Gather, Session, Storage};
+use skiff_core::session::{Change, Event, Gather, LISTED_CHANGES, Session, Storage};
 use skiff_core::time::{Duration, Instant};
 use skiff_core::wire::lite::SessionCode;
 use skiff_core::wire::qmux::Side;
@@ -552,21 +552,10 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
         let seen_media = notify.media_generation();
         let now = ctx.clock.now();
         let mut progress = false;
-        // A pass that changed no media others depend on wakes just the tasks
-        // that wait for consumption (producers), see `notify`: no event, no
-        // change of what the session serves, and either a pure sender (it only
-        // read local media) or no change to the tracks it fills (say, it
-        // stored part of a frame whose readers are not woken yet). One that
-        // changed only tracks it fills wakes the tasks following those.
+        // Events, timers, a drain or a busy app may change routing and
+        // media through the app: such a pass wakes every task. Otherwise the
+        // session's own list of changes names whom to wake.
         let mut media_kept = true;
-        let served_changes = session.served_changes();
-        let pure_sender = session.is_pure_sender();
-        let filled = if pure_sender {
-            FilledVersions::NONE
-        } else {
-            FilledVersions::of(session)
-        };
-
         // Input: everything not consumed yet, oldest first.
         inbox.fresh.set(false);
         if !session.is_closed() {
@@ -650,25 +639,7 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             return Ok(Ended::PeerEof);
         }
         if progress {
-            let kept = media_kept && session.served_changes() == served_changes;
-            let served = || session.served_tracks().map(|t| t.key());
-            if kept && pure_sender && session.is_pure_sender() {
-                notify.bump_consumed_tracks(served());
-            } else if kept && !pure_sender {
-                match filled.changed(session) {
-                    Some(changed) if changed.len == 0 => notify.bump_consumed_tracks(served()),
-                    Some(changed) => {
-                        // It may also have read tracks it serves (a link).
-                        notify.bump_tracks(changed.keys());
-                        notify.bump_consumed_tracks(served());
-                    }
-                    // Too many tracks to tell apart: any change of media.
-                    None if session.media_stamp() == filled.stamp => notify.bump_consumed(),
-                    None => notify.bump(),
-                }
-            } else {
-                notify.bump();
-            }
+            forward_changes(session, notify, !media_kept);
             continue;
         }
 
@@ -766,76 +737,39 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
     }
 }
 
-/// The tracks a session fills, with their versions at the start of a pass
-/// (at most [`FILLED_TRACKS`]; `None` past that, and then its media stamp).
-struct FilledVersions {
-    entries: Option<([(TrackKey, u64); FILLED_TRACKS], usize)>,
-    stamp: u64,
-}
-
-/// Filled tracks a pass tells apart; a session filling more wakes every
-/// media waiter when it changes any.
-const FILLED_TRACKS: usize = 8;
-
-/// Keys of the filled tracks a pass changed.
-struct ChangedTracks {
-    keys: [TrackKey; FILLED_TRACKS],
-    len: usize,
-}
-
-impl ChangedTracks {
-    fn keys(&self) -> impl Iterator<Item = TrackKey> + '_ {
-        self.keys.iter().take(self.len).copied()
-    }
-}
-
-impl FilledVersions {
-    const NONE: Self = FilledVersions {
-        entries: None,
-        stamp: 0,
-    };
-
-    fn of<const N: usize>(session: &Session<'_, 'static, 'static, N>) -> Self {
-        let mut entries = [(TrackKey::NONE, 0); FILLED_TRACKS];
-        let mut len = 0;
-        for t in session.filled_tracks() {
-            let Some(e) = entries.get_mut(len) else {
-                return FilledVersions {
-                    entries: None,
-                    stamp: session.media_stamp(),
-                };
-            };
-            *e = (t.key(), t.version());
-            len += 1;
-        }
-        FilledVersions {
-            entries: Some((entries, len)),
-            stamp: 0,
-        }
-    }
-
-    /// The filled tracks whose version moved since [`FilledVersions::of`]
-    /// (a track filled now but not then counts as moved); `None` if either
-    /// count was over [`FILLED_TRACKS`].
-    fn changed<const N: usize>(
-        &self,
-        session: &Session<'_, 'static, 'static, N>,
-    ) -> Option<ChangedTracks> {
-        let (entries, len) = self.entries.as_ref()?;
-        let before = entries.get(..*len).unwrap_or(&[]);
-        let mut changed = ChangedTracks {
-            keys: [TrackKey::NONE; FILLED_TRACKS],
-            len: 0,
-        };
-        for t in session.filled_tracks() {
-            let key = t.key();
-            if before.iter().any(|&(k, v)| k == key && v == t.version()) {
-                continue;
+/// Wakes the tasks waiting on what the pass changed, as the session lists
+/// it ([`Session::poll_changed`]); `all` (or a change of demand, or more
+/// changes than listed) wakes every task.
+fn forward_changes<const N: usize>(
+    session: &mut Session<'_, 'static, 'static, N>,
+    notify: &Notify,
+    mut all: bool,
+) {
+    let mut media = [TrackKey::NONE; LISTED_CHANGES];
+    let mut consumed = [TrackKey::NONE; LISTED_CHANGES];
+    let (mut m, mut c) = (0, 0);
+    while let Some(change) = session.poll_changed() {
+        match change {
+            Change::Media(k) if m < LISTED_CHANGES => {
+                media[m] = k;
+                m += 1;
             }
-            *changed.keys.get_mut(changed.len)? = key;
-            changed.len += 1;
+            Change::Consumed(k) if c < LISTED_CHANGES => {
+                consumed[c] = k;
+                c += 1;
+            }
+            _ => all = true,
         }
-        Some(changed)
+    }
+    if all {
+        notify.bump();
+        return;
+    }
+    if m > 0 {
+        notify.bump_tracks(media.into_iter().take(m));
+    }
+    if c > 0 {
+        notify.bump_consumed_tracks(consumed.into_iter().take(c));
     }
 }
 

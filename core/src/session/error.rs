@@ -7,6 +7,7 @@ use core::fmt;
 /// [`goaway`](super::Session::goaway), ...) was refused; nothing was sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum Error {
     /// The session is closed.
     Closed,
@@ -53,6 +54,7 @@ impl core::error::Error for Error {}
 /// Why [`Session::new`](super::Session::new) failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The QMux configuration is unusable for the connection's stream table.
     Conn(crate::conn::ConfigError),

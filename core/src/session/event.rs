@@ -5,13 +5,27 @@ use crate::wire::lite::{Hops, Role, TrackInfo};
 /// Our handle on an announce request we made ([`Session::announce_request`](super::Session::announce_request)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct AnnounceId(pub u64);
+pub struct AnnounceId(pub(crate) u64);
+
+impl AnnounceId {
+    /// The request's number within its session (0, 1, 2, ...).
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
 
 /// Our handle on a subscription we made ([`Session::subscribe`](super::Session::subscribe)):
 /// the Subscribe ID on the wire (PROTOCOL.md §3.8: 0, 1, 2, ..., never reused).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct SubscriptionId(pub u64);
+pub struct SubscriptionId(pub(crate) u64);
+
+impl SubscriptionId {
+    /// The Subscribe ID on the wire.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
 
 /// Something the application must learn about, from [`Session::poll_event`](super::Session::poll_event).
 ///
@@ -27,6 +41,7 @@ pub struct SubscriptionId(pub u64);
 /// queued in the order they happened, and each is reported exactly once;
 /// [`Event::Closed`] comes after every other event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Event<'a> {
     /// The QMux connection is up (PROTOCOL.md §1.5): requests may be made now.
     Connected {

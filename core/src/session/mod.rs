@@ -54,6 +54,7 @@
 //! refused on the wire (the stream is reset and stopped with INTERNAL 0x0 for
 //! control streams; a group stream is stopped with EVICTED 0x35), never grown.
 
+mod changes;
 mod config;
 mod control;
 mod error;
@@ -68,6 +69,7 @@ pub(crate) mod harness;
 #[cfg(test)]
 mod tests;
 
+pub use changes::{Change, LISTED_CHANGES};
 pub use config::{Config, DefaultStorage, MIN_BUF, Storage};
 pub use error::{ConfigError, Error};
 #[cfg(any(test, feature = "alloc"))]
@@ -170,6 +172,7 @@ pub trait Foreign<'p> {
 
 /// Why [`Foreign::resolve`] gave no block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ForeignError {
     /// The token names no lent bytes of that length.
     Unknown,
@@ -246,6 +249,8 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     stamp: u64,
     /// Served subscriptions started, updated or ended so far.
     served_changes: u64,
+    /// Tracks changed since the driver last polled ([`Session::poll_changed`]).
+    changes: changes::Changes,
     /// Joined or normalized paths handed out in events.
     scratch: PathBuf<MAX_PATH>,
     close_reason: String<{ conn::MAX_REASON_LEN }>,
@@ -379,6 +384,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             deferred: false,
             stamp: 0,
             served_changes: 0,
+            changes: changes::Changes::new(),
             scratch: PathBuf::new(),
             close_reason: String::new(),
             established: None,
@@ -1173,6 +1179,36 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         self.inc.trim();
     }
 
+    /// The next track whose media this session changed, or whose bytes it
+    /// read, since the last call ([`Change`]); `None` once all were reported.
+    /// Call it after any other call and wake the waiters of each track named:
+    /// nothing else tells a driver what a pass changed.
+    pub fn poll_changed(&mut self) -> Option<Change> {
+        if self.changes.is_empty() {
+            self.note_filled();
+        }
+        self.changes.poll()
+    }
+
+    /// Lists the filled tracks whose version moved since the last look.
+    fn note_filled(&mut self) {
+        for entry in self.subs.iter_mut().flatten() {
+            if let SubEntry::Open(s) = entry {
+                let t = s.producer.track();
+                let v = t.version();
+                if v != s.seen {
+                    s.seen = v;
+                    self.changes.add(Change::Media(t.key()));
+                }
+            }
+        }
+    }
+
+    /// Records a change for [`Session::poll_changed`].
+    pub(crate) fn note(&mut self, change: Change) {
+        self.changes.add(change);
+    }
+
     /// Drops everything after the session ended: producers abort, sinks close,
     /// consumers let go.
     fn teardown(&mut self) {
@@ -1190,6 +1226,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 && let Some(SubEntry::Open(mut sub)) = s.take()
             {
                 sub.producer.abort(code);
+                self.changes.add(Change::Media(sub.producer.track().key()));
             }
         }
         for s in self.out.iter_mut() {

@@ -605,6 +605,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         // aggregates it upstream); unregistered in `free_served`.
         source.add_subscriber(window.request());
         self.served_changes += 1;
+        self.note(super::Change::Demand(source.key()));
         self.served[i] = Some(Served {
             id,
             slot,
@@ -638,6 +639,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
         source.update_subscriber(&before, s.window.request());
         self.served_changes += 1;
+        self.changes.add(super::Change::Demand(source.key()));
         // Groups in flight must not be opened again.
         for o in self.out.iter().flatten() {
             if o.served == i {
@@ -665,6 +667,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         if let Some(s) = self.served.get_mut(i).and_then(Option::take) {
             s.source.remove_subscriber(s.window.request());
             self.served_changes += 1;
+            self.changes.add(super::Change::Demand(s.source.key()));
         }
     }
 
@@ -900,7 +903,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             loop {
                 let room = out.get_mut(pos..).unwrap_or(&mut []);
                 match self.write_group(now, idx, room, base + pos, super::reborrow(&mut gather)) {
-                    Wrote::Bytes(n) => pos += n,
+                    Wrote::Bytes(n) => {
+                        pos += n;
+                        self.note_consumed(idx);
+                    }
                     Wrote::Idle => break,
                     Wrote::Full => break 'streams,
                 }
@@ -908,6 +914,15 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
         self.count_group_visits(visited);
         pos
+    }
+
+    /// Records that group stream `idx` read its served track.
+    fn note_consumed(&mut self, idx: usize) {
+        if let Some(Some(o)) = self.out.get(idx)
+            && let Some(Some(s)) = self.served.get(o.served)
+        {
+            self.changes.add(super::Change::Consumed(s.source.key()));
+        }
     }
 
     /// Writes one record of group stream `idx` (header, data or FIN); `at` is

@@ -49,6 +49,8 @@ pub(crate) struct Subscription<'a, 'p> {
     /// The control slot of the TRACK request, until TRACK_INFO.
     pub(super) track: Option<usize>,
     pub(super) info: Option<TrackInfo>,
+    /// The local track's version when [`super::Session::poll_changed`] last looked.
+    pub(super) seen: u64,
 }
 
 /// An entry of our subscription table.
@@ -335,6 +337,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             slot: Some(s),
             track: Some(t),
             info: None,
+            seen: 0,
         }));
         self.next_subscribe += 1;
         self.open_pending();
@@ -484,6 +487,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 s.producer.abort(code);
             }
         }
+        self.note(super::Change::Media(s.producer.track().key()));
         drop(s);
         if let Some(end) = self.queue_end(Queued::SubscriptionClosed(SubscriptionId(sub), code)) {
             self.subs[i] = Some(SubEntry::Closed { id: sub, end });

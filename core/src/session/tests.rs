@@ -2152,3 +2152,57 @@ fn closing_the_serving_session_unregisters_its_subscriptions() {
     assert_eq!(video.handle().subscribers(), 0);
     assert_eq!(video.handle().demand(), None);
 }
+
+/// Every change a session reported since its last poll.
+fn changes_of<const N: usize>(s: &mut Session<'_, '_, '_, N>) -> Vec<Change> {
+    core::iter::from_fn(|| s.poll_changed()).collect()
+}
+
+#[test]
+fn sessions_report_the_tracks_they_changed() {
+    let mut ps = PoolStorage::<64, 128>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<64, 128>::new();
+    let cpool = Pool::new(&mut pc);
+    published!(pool, o, "live", "video", video, tp);
+    write_group(&tp, 0, &[(0, b"key")]);
+    let local = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
+    session_pair!(o.handle(), pair);
+    let sub = pair
+        .a
+        .session
+        .subscribe("live", local.handle(), Request::LIVE)
+        .unwrap();
+    assert!(pair.run(2000, |p| p.a.saw(
+        |e| matches!(e, Ev::Group { subscription, .. } if *subscription == sub)
+    )));
+    pair.settle(Duration::from_millis(50));
+    // The subscriber filled its local track; the publisher served and read its source.
+    let filled = changes_of(&mut pair.a.session);
+    assert!(
+        filled.contains(&Change::Media(local.handle().key())),
+        "{filled:?}"
+    );
+    let served = changes_of(&mut pair.b.session);
+    assert!(
+        served.contains(&Change::Demand(video.handle().key())),
+        "{served:?}"
+    );
+    assert!(
+        served.contains(&Change::Consumed(video.handle().key())),
+        "{served:?}"
+    );
+    // Reported once: a quiet session has nothing more to say.
+    assert_eq!(changes_of(&mut pair.a.session), vec![]);
+    // A new group: its media again, and nothing about other tracks.
+    write_group(&tp, 1, &[(100, b"key")]);
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(
+        changes_of(&mut pair.a.session),
+        vec![Change::Media(local.handle().key())]
+    );
+    assert_eq!(
+        changes_of(&mut pair.b.session),
+        vec![Change::Consumed(video.handle().key())]
+    );
+}
