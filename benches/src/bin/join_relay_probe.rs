@@ -22,9 +22,9 @@
 //!   connections of `PER_SESSION` subscriptions each (default 31: a client
 //!   session of the relay advertises 32 bidirectional streams,
 //!   `RelayConfig::session_config`, the client's SETUP stream takes one and
-//!   each subscription keeps its SUBSCRIBE stream open; a larger
-//!   `PER_SESSION`, up to the 64 of [`SessionStorage`], raises that count
-//!   to fit); each relay-side session has sent its
+//!   each subscription keeps its SUBSCRIBE stream open, so a 32nd TRACK
+//!   request finds no stream, although [`SessionStorage`] has 64 served
+//!   slots); each relay-side session has sent its
 //!   subscribers the live group and keeps those group streams open; the
 //!   audience's clients are then dropped and their relay sessions stay;
 //! * one more client connection, the joiner, with SETUP done.
@@ -149,10 +149,9 @@ struct Worker {
 }
 
 impl Worker {
-    /// A worker with the default relay configuration's tables, room for
-    /// `sessions` client sessions, whose sessions accept `per_session`
-    /// subscriptions.
-    fn new(sessions: usize, per_session: usize) -> Worker {
+    /// A worker with the default relay configuration's tables and room for
+    /// `sessions` client sessions.
+    fn new(sessions: usize) -> Worker {
         let relay = RelayConfig::default();
         let origin: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
             leak(origin::State::new());
@@ -189,12 +188,7 @@ impl Worker {
         let queues = leak(Queues {
             queues: leak_slice(sessions, SubscribeQueue::new),
         });
-        let mut config = relay.session_config(0x5c1f_0000_0001);
-        // The client's SETUP stream and `per_session` SUBSCRIBE streams:
-        // the default's 32 hold [`DEFAULT_PER_SESSION`] subscriptions; more
-        // need more.
-        let bidi = config.conn.max_streams_bidi.unwrap_or(0);
-        config.conn.max_streams_bidi = Some(bidi.max(per_session as u64 + 1));
+        let config = relay.session_config(0x5c1f_0000_0001);
         Worker {
             router,
             queues,
@@ -386,7 +380,6 @@ struct Seen {
 /// Drains a client session's events.
 fn drain_client<const N: usize>(client: &mut Session<'_, 'static, 'static, N>, seen: &mut Seen) {
     while let Some(ev) = client.poll_event() {
-        if std::env::var_os("PROBE_DEBUG").is_some() { eprintln!("client event {ev:?}"); }
         if let Event::SubscriptionClosed { .. } = ev {
             seen.closed += 1;
         }
@@ -459,8 +452,8 @@ struct Publisher {
     _live: track::GroupProducer<'static, 'static>,
 }
 
-/// The tables of a probe client: a relay client session's, with room for
-/// the control streams of 64 subscriptions besides its SETUP streams.
+/// The tables of a probe client: a relay client session's, with more
+/// control slots (a subscription holds two until its TRACK_INFO).
 type ClientStorage = Storage<'static, 'static, 72, 1024, 64, 64, 64, 64>;
 
 /// A client storage.
@@ -468,16 +461,13 @@ fn client_storage() -> Box<ClientStorage> {
     Box::new(ClientStorage::new())
 }
 
-/// The configuration of a subscribing client holding up to `per_session`
-/// subscriptions (one group stream each from the relay).
-fn subscriber_config(per_session: usize) -> Config<'static> {
-    let mut config = Config {
+/// The configuration of a subscribing client (it takes 32 group streams
+/// at once, one per subscription).
+fn subscriber_config() -> Config<'static> {
+    Config {
         role: Role::Subscriber,
         ..Config::new()
-    };
-    let uni = (STREAMS / 4) as u64;
-    config.conn.max_streams_uni = Some(uni.max(per_session as u64));
-    config
+    }
 }
 
 /// Connects the publishing client as relay source 0: it announces `cam`
@@ -581,14 +571,16 @@ fn main() -> ExitCode {
     let (audience, joins) = (args[0], args[1]);
     let per_session = args.get(2).copied().unwrap_or(DEFAULT_PER_SESSION);
     let frames = args.get(3).copied().unwrap_or(1);
-    if !(1..=64).contains(&per_session) || audience == 0 || frames == 0 {
-        eprintln!("join_relay_probe: AUDIENCE and FRAMES at least 1, PER_SESSION 1 to 64");
+    if !(1..=DEFAULT_PER_SESSION).contains(&per_session) || audience == 0 || frames == 0 {
+        eprintln!(
+            "join_relay_probe: AUDIENCE and FRAMES at least 1, PER_SESSION 1 to {DEFAULT_PER_SESSION}"
+        );
         return ExitCode::from(2);
     }
     let audience_sessions = audience.div_ceil(per_session);
     // Source ids: 0 the publisher, 1.. the audience, then the joiner.
     let joiner_id = audience_sessions + 1;
-    let worker = Worker::new(joiner_id + 1, per_session);
+    let worker = Worker::new(joiner_id + 1);
     let now = Instant::ZERO;
     let mut wire = Wire::new();
     let mut seen = Seen::default();
@@ -611,7 +603,7 @@ fn main() -> ExitCode {
         let mut relay = RelaySide::accept(&worker, (i + 1) as SourceId, now);
         let mut client: ClientSession<'_> = Session::new(
             Side::Client,
-            subscriber_config(per_session),
+            subscriber_config(),
             now,
             &mut *storage,
             None,
@@ -639,9 +631,8 @@ fn main() -> ExitCode {
             }
         }
         settle(&mut client, &mut relay, &mut publisher, &mut wire, now, &mut seen);
-        for (k, t) in client_tracks[..n].iter().enumerate() {
+        for t in &client_tracks[..n] {
             let t = t.handle().current();
-            if std::env::var_os("PROBE_DEBUG").is_some() { eprintln!("sub {k} latest {:?} status {:?}", t.latest(), t.status()); }
             assert_eq!(t.latest(), Some(LIVE_GROUP), "an audience subscriber has the live group");
         }
         drop(client);
@@ -660,7 +651,7 @@ fn main() -> ExitCode {
     let joiner_storage: &'static mut ClientStorage = Box::leak(client_storage());
     let mut joiner: ClientSession<'static> = Session::new(
         Side::Client,
-        subscriber_config(per_session),
+        subscriber_config(),
         now,
         joiner_storage,
         None,
