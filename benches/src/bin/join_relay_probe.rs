@@ -160,12 +160,14 @@ impl Worker {
         let pool = leak_pool(CACHE_BYTES);
         let track_limits = relay.track_limits((CACHE_BYTES / 8).max(1 << 20));
         let quotas = relay.quotas;
-        let tracks: &'static TrackTable<'static, 'static, GROUPS> =
-            leak(TrackTable::new(leak_slice(quotas.relay_tracks as usize, || {
+        let tracks: &'static TrackTable<'static, 'static, GROUPS> = leak(TrackTable::new(
+            leak_slice(quotas.relay_tracks as usize, || {
                 TrackSlot::new(pool, track_limits)
-            })));
-        let broadcasts: &'static BroadcastTable<'static, 'static, TRACKS> =
-            leak(BroadcastTable::new(leak_slice(BROADCAST_SLOTS, BroadcastSlot::new)));
+            }),
+        ));
+        let broadcasts: &'static BroadcastTable<'static, 'static, TRACKS> = leak(
+            BroadcastTable::new(leak_slice(BROADCAST_SLOTS, BroadcastSlot::new)),
+        );
         let storage = RouterStorage {
             routes: leak_slice(BROADCAST_SLOTS, || RefCell::new(None)),
             spares: leak_slice(BROADCASTS, || RefCell::new(None)),
@@ -298,9 +300,7 @@ fn relay_pass(relay: &mut RelaySide, now: Instant, input: &[u8], send: &mut Send
         s.handle_timeout(now);
     }
     while let Some(ev) = relay.session.poll_event() {
-        let _ = relay
-            .peer
-            .on_event(&ev, relay.router, now, relay.queues);
+        let _ = relay.peer.on_event(&ev, relay.router, now, relay.queues);
         progress = true;
     }
     black_box(relay.peer.is_idle(relay.queue, || now));
@@ -520,7 +520,11 @@ fn publish(worker: &Worker, now: Instant, wire: &mut Wire, frames: usize) -> Pub
         &mut seen,
     );
     assert!(
-        worker.router.origin().get(Path::new("cam").expect("path")).is_some(),
+        worker
+            .router
+            .origin()
+            .get(Path::new("cam").expect("path"))
+            .is_some(),
         "the relay routes cam"
     );
     publisher
@@ -601,15 +605,17 @@ fn main() -> ExitCode {
         let n = left.min(per_session);
         left -= n;
         let mut relay = RelaySide::accept(&worker, (i + 1) as SourceId, now);
-        let mut client: ClientSession<'_> = Session::new(
-            Side::Client,
-            subscriber_config(),
+        let mut client: ClientSession<'_> =
+            Session::new(Side::Client, subscriber_config(), now, &mut *storage, None)
+                .expect("client config");
+        settle(
+            &mut client,
+            &mut relay,
+            &mut publisher,
+            &mut wire,
             now,
-            &mut *storage,
-            None,
-        )
-        .expect("client config");
-        settle(&mut client, &mut relay, &mut publisher, &mut wire, now, &mut seen);
+            &mut seen,
+        );
         for (k, t) in client_tracks[..n].iter().enumerate() {
             let t = t.handle().reopen(info);
             loop {
@@ -617,9 +623,14 @@ fn main() -> ExitCode {
                     Ok(_) => break,
                     // Each subscription holds two control streams until its
                     // TRACK_INFO: let the relay answer, then go on.
-                    Err(SessionError::ControlFull) => {
-                        settle(&mut client, &mut relay, &mut publisher, &mut wire, now, &mut seen)
-                    }
+                    Err(SessionError::ControlFull) => settle(
+                        &mut client,
+                        &mut relay,
+                        &mut publisher,
+                        &mut wire,
+                        now,
+                        &mut seen,
+                    ),
                     Err(e) => panic!("audience subscribe: {e:?}"),
                 }
             }
@@ -627,13 +638,31 @@ fn main() -> ExitCode {
                 // The first TRACK request waits for the relay track's info;
                 // the others then find it known (a client's waiting TRACK
                 // requests are limited, `max_waiting_tracks`).
-                settle(&mut client, &mut relay, &mut publisher, &mut wire, now, &mut seen);
+                settle(
+                    &mut client,
+                    &mut relay,
+                    &mut publisher,
+                    &mut wire,
+                    now,
+                    &mut seen,
+                );
             }
         }
-        settle(&mut client, &mut relay, &mut publisher, &mut wire, now, &mut seen);
+        settle(
+            &mut client,
+            &mut relay,
+            &mut publisher,
+            &mut wire,
+            now,
+            &mut seen,
+        );
         for t in &client_tracks[..n] {
             let t = t.handle().current();
-            assert_eq!(t.latest(), Some(LIVE_GROUP), "an audience subscriber has the live group");
+            assert_eq!(
+                t.latest(),
+                Some(LIVE_GROUP),
+                "an audience subscriber has the live group"
+            );
         }
         drop(client);
         audience_relays.push(relay);
@@ -644,20 +673,26 @@ fn main() -> ExitCode {
         .get(Path::new("cam").expect("path"))
         .and_then(|b| b.track("video"))
         .expect("the relay track");
-    assert_eq!(relay_track.subscribers() as usize, audience, "the audience is served");
+    assert_eq!(
+        relay_track.subscribers() as usize,
+        audience,
+        "the audience is served"
+    );
 
     // The joiner's connection, with SETUP done.
     let mut joiner_relay = RelaySide::accept(&worker, joiner_id as SourceId, now);
     let joiner_storage: &'static mut ClientStorage = Box::leak(client_storage());
-    let mut joiner: ClientSession<'static> = Session::new(
-        Side::Client,
-        subscriber_config(),
+    let mut joiner: ClientSession<'static> =
+        Session::new(Side::Client, subscriber_config(), now, joiner_storage, None)
+            .expect("client config");
+    settle(
+        &mut joiner,
+        &mut joiner_relay,
+        &mut publisher,
+        &mut wire,
         now,
-        joiner_storage,
-        None,
-    )
-    .expect("client config");
-    settle(&mut joiner, &mut joiner_relay, &mut publisher, &mut wire, now, &mut seen);
+        &mut seen,
+    );
     assert!(joiner.is_setup(), "the joiner's SETUP is done");
     let joiner_track: &'static track::State<'static, GROUPS> =
         leak(track::State::new(client_pool, info));
@@ -668,15 +703,37 @@ fn main() -> ExitCode {
         let id: SubscriptionId = joiner
             .subscribe("cam", t, black_box(Request::LIVE))
             .expect("join");
-        pump(&mut joiner, &mut joiner_relay, &mut wire, now, false, &mut seen);
-        assert_eq!(t.latest(), Some(LIVE_GROUP), "the joiner got the live group");
+        pump(
+            &mut joiner,
+            &mut joiner_relay,
+            &mut wire,
+            now,
+            false,
+            &mut seen,
+        );
+        assert_eq!(
+            t.latest(),
+            Some(LIVE_GROUP),
+            "the joiner got the live group"
+        );
         let closed = seen.closed;
         joiner.unsubscribe(id).expect("leave");
-        pump(&mut joiner, &mut joiner_relay, &mut wire, now, false, &mut seen);
+        pump(
+            &mut joiner,
+            &mut joiner_relay,
+            &mut wire,
+            now,
+            false,
+            &mut seen,
+        );
         assert_eq!(seen.closed, closed + 1, "the leave was answered");
     }
     let after = counting::snapshot();
-    assert_eq!(relay_track.subscribers() as usize, audience, "the audience stayed");
+    assert_eq!(
+        relay_track.subscribers() as usize,
+        audience,
+        "the audience stayed"
+    );
     println!(
         "joins={joins} allocations={} bytes={}",
         after.count - before.count,
