@@ -1,13 +1,13 @@
 //! Criterion: wire codecs on the media path.
 //!
 //! * `group_encode` / `group_decode`: a whole moq-lite group stream
-//!   (PROTOCOL.md §3.9): the stream type, the GROUP header
+//!   (docs/protocol.md §3.9): the stream type, the GROUP header
 //!   (`wire::lite::Group`), then 30 FRAMEs (`model::frame`: header +
 //!   payload) of 100 B, 1 KiB or 16 KiB. Encoding copies every payload into
 //!   the output buffer; decoding walks the stream and borrows each payload
 //!   (zero-copy).
 //! * `qmux_encode` / `qmux_decode`: 16 KiB of stream data as QMux STREAM
-//!   frames in records (PROTOCOL.md §1.3) under the default record limit of
+//!   frames in records (docs/protocol.md §1.3) under the default record limit of
 //!   16,382 bytes, so in two records, as moq-dev would send it. Encoding
 //!   copies the data; decoding borrows it.
 //!

@@ -1,7 +1,7 @@
 //! Subscription windows: which groups of a track a subscriber still wants.
 //!
 //! A subscriber asks for a range of groups with SUBSCRIBE and changes it with
-//! SUBSCRIBE_UPDATE (PROTOCOL.md §3.8): a start (the latest group, or an
+//! SUBSCRIBE_UPDATE (docs/protocol.md §3.8): a start (the latest group, or an
 //! absolute group), an end (open, or an absolute group, inclusive), a
 //! priority and a max latency. [`Request`] carries exactly that. Resolving a
 //! request against the track's live edge ([`Timeline`]) gives a [`Window`].
@@ -50,7 +50,7 @@ use core::fmt;
 
 use crate::time::{Duration, Instant};
 
-/// Where a subscription starts (PROTOCOL.md §3.8 `Group Start`, `Opt(i)`).
+/// Where a subscription starts (docs/protocol.md §3.8 `Group Start`, `Opt(i)`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Start {
@@ -79,7 +79,7 @@ impl From<Start> for Option<u64> {
     }
 }
 
-/// Where a subscription ends (PROTOCOL.md §3.8 `Group End`, `Opt(i)`).
+/// Where a subscription ends (docs/protocol.md §3.8 `Group End`, `Opt(i)`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum End {

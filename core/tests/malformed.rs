@@ -64,7 +64,7 @@ enum Check {
     KnownIssue(Msg),
 }
 
-/// The connection first receives the peer's valid parameters (PROTOCOL.md §6 V1).
+/// The connection first receives the peer's valid parameters (docs/protocol.md §6 V1).
 const HANDSHAKE: bool = true;
 /// The file is the first thing the connection receives.
 const FIRST: bool = false;
@@ -418,7 +418,7 @@ const CASES: &[(&str, &[Check])] = &[
 
 // ---- harness ----
 
-/// PROTOCOL.md §6 V1: moq-dev's parameters record, valid for either side.
+/// docs/protocol.md §6 V1: moq-dev's parameters record, valid for either side.
 const V1: &[u8] = &[
     0x40, 0x54, 0xff, 0x51, 0x53, 0x30, 0x0d, 0x0a, 0x0d, 0x0a, 0x40, 0x4a, 0x01, 0x04, 0x80, 0x00,
     0x75, 0x30, 0x04, 0x04, 0x80, 0x10, 0x00, 0x00, 0x05, 0x04, 0x80, 0x04, 0x00, 0x00, 0x06, 0x04,

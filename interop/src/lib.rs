@@ -12,7 +12,7 @@
 //!   (deliberately not built on skiff-core, so it can cross-check skiff's codecs).
 //!
 //! Everything binds to `127.0.0.1` only, and every wait is bounded by a timeout.
-//! See PROTOCOL.md §7.2 (reference clients) and §7.3 (wire-tapping).
+//! See docs/protocol.md §7.2 (reference clients) and §7.3 (wire-tapping).
 
 pub mod reference;
 pub mod skiff_driver;
@@ -20,5 +20,5 @@ pub mod tap;
 pub mod wire;
 
 /// The only moq-lite version skiff speaks: the ALPN token carried in QMux
-/// `application_protocols` (PROTOCOL.md §1.5, §3.1).
+/// `application_protocols` (docs/protocol.md §1.5, §3.1).
 pub const ALPN_LITE_05: &str = "moq-lite-05";

@@ -6,7 +6,7 @@
 //! outcome with [`Running::join`] or [`Running::stop`]. Every run is bounded by
 //! [`Options::timeout`], so nothing outlives a test by more than that.
 //!
-//! The transport is built exactly as PROTOCOL.md §7.2 describes: `qmux::tcp::Config`
+//! The transport is built exactly as docs/protocol.md §7.2 describes: `qmux::tcp::Config`
 //! on wire version qmux-01, stream limits 10 000/10 000 (what moq-tokio uses), the
 //! protocol list from [`Options::protocols`] (default just `moq-lite-05`), then
 //! `moq_tokio::transport::Session` to adapt it to moq-net's poll interface. Origins get
@@ -65,7 +65,7 @@ pub struct Group {
     pub frames: Vec<Frame>,
 }
 
-/// Publisher-side track properties, as carried by TRACK_INFO (PROTOCOL.md §3.7).
+/// Publisher-side track properties, as carried by TRACK_INFO (docs/protocol.md §3.7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TrackInfo {
     /// Publisher priority (moq-dev default 127).
@@ -105,7 +105,7 @@ pub struct Publication {
 }
 
 impl Publication {
-    /// The fixture PROTOCOL.md §6 was captured with: broadcast `clock`, track `seconds`,
+    /// The fixture docs/protocol.md §6 was captured with: broadcast `clock`, track `seconds`,
     /// default TRACK_INFO, groups 5 and 6, each with `hello` at `(g-4)*1000` ms and
     /// `world!` 33 ms later; the track finishes after group 6.
     pub fn clock() -> Self {
@@ -149,7 +149,7 @@ pub struct SubscribeRequest {
 }
 
 impl SubscribeRequest {
-    /// The subscription of PROTOCOL.md §6 V8: `clock`/`seconds`, priority 3,
+    /// The subscription of docs/protocol.md §6 V8: `clock`/`seconds`, priority 3,
     /// max age 250 ms, groups 5 through 9.
     pub fn clock() -> Self {
         Self {
@@ -235,7 +235,7 @@ pub struct Options {
 }
 
 impl Options {
-    /// Client defaults matching the PROTOCOL.md §6 capture: Hop 0x2222, only
+    /// Client defaults matching the docs/protocol.md §6 capture: Hop 0x2222, only
     /// `moq-lite-05`, Path `/room`, 10 s.
     pub fn client() -> Self {
         Self {
@@ -247,7 +247,7 @@ impl Options {
         }
     }
 
-    /// Server defaults matching the PROTOCOL.md §6 capture: Hop 0x1111, only
+    /// Server defaults matching the docs/protocol.md §6 capture: Hop 0x1111, only
     /// `moq-lite-05`, 10 s.
     pub fn server() -> Self {
         Self {
@@ -492,7 +492,7 @@ fn check_loopback(addr: SocketAddr) -> Result<(), HarnessError> {
 }
 
 // ---------------------------------------------------------------------------
-// Transport and session setup (PROTOCOL.md §7.2)
+// Transport and session setup (docs/protocol.md §7.2)
 // ---------------------------------------------------------------------------
 
 /// The poll-interface transport moq-net runs on.

@@ -1,4 +1,4 @@
-//! A transparent loopback TCP forwarder that records both directions (PROTOCOL.md §7.3).
+//! A transparent loopback TCP forwarder that records both directions (docs/protocol.md §7.3).
 //!
 //! Put a [`Tap`] between a client and a server: the client dials [`Tap::addr`], the tap
 //! dials the real server and copies bytes both ways on plain std threads, recording each

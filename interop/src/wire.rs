@@ -1,18 +1,18 @@
 //! A small, independent decoder for captured QMux (qmux-01) bytes: records, frames and
-//! per-stream reassembly (PROTOCOL.md §1.3, §2).
+//! per-stream reassembly (docs/protocol.md §1.3, §2).
 //!
-//! It exists to read wire-tap captures in tests. It is written from PROTOCOL.md only and
+//! It exists to read wire-tap captures in tests. It is written from docs/protocol.md only and
 //! shares no code with skiff-core, so it can cross-check skiff's own codecs against the
 //! bytes moq-dev really sends. It is strict: anything it does not understand is an error.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// Frame type of QX_TRANSPORT_PARAMETERS (PROTOCOL.md §1.4).
+/// Frame type of QX_TRANSPORT_PARAMETERS (docs/protocol.md §1.4).
 pub const QX_TRANSPORT_PARAMETERS: u64 = 0x3f51_5330_0d0a_0d0a;
-/// Frame type of a QX_PING request (PROTOCOL.md §2.5).
+/// Frame type of a QX_PING request (docs/protocol.md §2.5).
 pub const QX_PING_REQUEST: u64 = 0x348c_6752_9ef8_c7bd;
-/// Frame type of a QX_PING response (PROTOCOL.md §2.5).
+/// Frame type of a QX_PING response (docs/protocol.md §2.5).
 pub const QX_PING_RESPONSE: u64 = 0x348c_6752_9ef8_c7be;
 
 /// Why captured bytes could not be decoded.
@@ -39,7 +39,7 @@ impl fmt::Display for WireError {
 impl std::error::Error for WireError {}
 
 // ---------------------------------------------------------------------------
-// Varints (PROTOCOL.md §0)
+// Varints (docs/protocol.md §0)
 // ---------------------------------------------------------------------------
 
 /// Read one QUIC varint at `*pos`, advancing `pos`.
@@ -85,7 +85,7 @@ fn take<'a>(buf: &'a [u8], pos: &mut usize, len: u64) -> Result<&'a [u8], WireEr
 }
 
 // ---------------------------------------------------------------------------
-// Records (PROTOCOL.md §1.3)
+// Records (docs/protocol.md §1.3)
 // ---------------------------------------------------------------------------
 
 /// Split a byte stream into whole records (each including its `Size` prefix).
@@ -126,7 +126,7 @@ pub fn record_payload(record: &[u8]) -> Result<&[u8], WireError> {
 }
 
 // ---------------------------------------------------------------------------
-// Frames (PROTOCOL.md §2)
+// Frames (docs/protocol.md §2)
 // ---------------------------------------------------------------------------
 
 /// One decoded QMux frame.
@@ -381,7 +381,7 @@ pub fn reassemble<'a>(frames: impl IntoIterator<Item = &'a Frame>) -> BTreeMap<u
 // Hex
 // ---------------------------------------------------------------------------
 
-/// Lowercase hex bytes separated by spaces (PROTOCOL.md's test-vector notation).
+/// Lowercase hex bytes separated by spaces (docs/protocol.md's test-vector notation).
 pub fn to_hex(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() * 3);
     for (i, byte) in bytes.iter().enumerate() {

@@ -61,7 +61,7 @@ fn groups() -> Vec<Group> {
 }
 
 // ---------------------------------------------------------------------------
-// A live moq-net publisher (PROTOCOL.md §7.2 recipe)
+// A live moq-net publisher (docs/protocol.md §7.2 recipe)
 // ---------------------------------------------------------------------------
 
 type Transport = moq_tokio::transport::Session<qmux::Session>;

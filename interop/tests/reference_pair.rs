@@ -1,5 +1,5 @@
 //! The harness proves itself: moq-net publisher ↔ moq-net subscriber over loopback TCP,
-//! both ways round, and a wire tap checked against PROTOCOL.md §6.
+//! both ways round, and a wire tap checked against docs/protocol.md §6.
 
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ const CAPTURE_PATH: &str = concat!(
     "/tests/captures/lite05-clock.txt"
 );
 
-/// PROTOCOL.md §6 V1: QX_TRANSPORT_PARAMETERS as moq-dev sends it with ["moq-lite-05"].
+/// docs/protocol.md §6 V1: QX_TRANSPORT_PARAMETERS as moq-dev sends it with ["moq-lite-05"].
 const V1: &str = "40 54 ff 51 53 30 0d 0a 0d 0a 40 4a \
     01 04 80 00 75 30  04 04 80 10 00 00  05 04 80 04 00 00  06 04 80 04 00 00 \
     07 04 80 04 00 00  08 02 67 10  09 02 67 10  20 02 7f fe \
@@ -193,7 +193,7 @@ fn subscriber_stops_after_group_count_and_times_out_cleanly() {
 #[test]
 fn large_group_is_flow_controlled_by_the_receiver() {
     // 700 KB in one group: beyond the 256 KiB stream window and the 1 MiB connection
-    // window only together with the credit updates of PROTOCOL.md §2.4.
+    // window only together with the credit updates of docs/protocol.md §2.4.
     let big: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
     let publication = Publication {
         broadcast: "bulk".into(),
@@ -275,7 +275,7 @@ fn large_group_is_flow_controlled_by_the_receiver() {
 // Wire tap
 // ---------------------------------------------------------------------------
 
-/// Run the PROTOCOL.md §6 session (clock/seconds, groups 5 and 6, SUBSCRIBE of V8)
+/// Run the docs/protocol.md §6 session (clock/seconds, groups 5 and 6, SUBSCRIBE of V8)
 /// through a tap and return the capture.
 fn capture_clock_session() -> Capture {
     let publisher =
@@ -355,7 +355,7 @@ fn saved_capture_decodes_and_matches_the_vectors() {
     assert!(records.contains(&"09 f4 8c 67 52 9e f8 c7 be 00".to_owned()));
 }
 
-/// PROTOCOL.md §6 V12: the whole group-5 stream.
+/// docs/protocol.md §6 V12: the whole group-5 stream.
 const GROUP_5: &str = "00 02 00 05 47 d0 05 68 65 6c 6c 6f 40 42 06 77 6f 72 6c 64 21";
 /// Group 6: same frames, first timestamp 2000 (ZZ 4000 = 4f a0).
 const GROUP_6: &str = "00 02 00 06 4f a0 05 68 65 6c 6c 6f 40 42 06 77 6f 72 6c 64 21";

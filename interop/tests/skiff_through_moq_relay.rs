@@ -1,4 +1,4 @@
-//! skiff's own client on both ends of the published `moq-relay` 0.17.10 (PROTOCOL.md §7.1,
+//! skiff's own client on both ends of the published `moq-relay` 0.17.10 (docs/protocol.md §7.1,
 //! §7.4 items 1-2): the relay runs as a child process with a plain-TCP QMux listener on a
 //! free loopback port and anonymous access; a skiff publisher announces a broadcast, and
 //! several skiff subscribers find it by ANNOUNCE, subscribe through the relay and must
@@ -38,7 +38,7 @@ use skiff_relay::config::RelayConfig;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
 
-/// How to get the relay (PROTOCOL.md §7.1; default features off builds much faster).
+/// How to get the relay (docs/protocol.md §7.1; default features off builds much faster).
 const INSTALL: &str = "cargo install moq-relay --version 0.17.10 --no-default-features \
                        --root /work/tools/moq-relay (or set MOQ_RELAY=/path/to/moq-relay)";
 /// Where the project's helper scripts install it.
@@ -74,7 +74,7 @@ fn payload(g: u64, i: u64) -> Vec<u8> {
 }
 
 /// Timestamp (ms) of frame `i` of group `g`: all groups within moq-dev's 5 s default max
-/// age (PROTOCOL.md §4.7), so the relay never skips one as stale.
+/// age (docs/protocol.md §4.7), so the relay never skips one as stale.
 fn timestamp(g: u64, i: u64) -> u64 {
     g * 100 + i * 7
 }
@@ -109,7 +109,7 @@ struct MoqRelay {
 
 impl MoqRelay {
     /// Starts `bin` on a free loopback port: TCP-only (no QUIC, so no certificates),
-    /// anonymous publish and subscribe everywhere (PROTOCOL.md §7.1).
+    /// anonymous publish and subscribe everywhere (docs/protocol.md §7.1).
     fn start(bin: &Path) -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -228,7 +228,7 @@ async fn scenario(pub_url: String, sub_url: String) -> Vec<Seen> {
         });
     }
     // Group 0 is open before anyone subscribes: the relay's live-edge subscription
-    // (PROTOCOL.md §4.8) starts there for every subscriber.
+    // (docs/protocol.md §4.8) starts there for every subscriber.
     let mut g0 = producer.create_group(0).unwrap();
     g0.write_frame(timestamp(0, 0), &payload(0, 0)).unwrap();
     notify.bump();

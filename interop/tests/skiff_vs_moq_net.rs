@@ -6,10 +6,10 @@
 //! * (b) skiff publisher → moq-net subscriber, both ways of dialing: skiff server with a
 //!   moq-net client, and skiff client with a moq-net server.
 //! * (c) a 1 MiB group each way, which only gets through with QMux credit updates
-//!   (MAX_STREAM_DATA / MAX_DATA, PROTOCOL.md §2.4) flowing between the real crates.
-//! * (d) the tap's bytes: skiff's first record against PROTOCOL.md §6 V1, and skiff's
+//!   (MAX_STREAM_DATA / MAX_DATA, docs/protocol.md §2.4) flowing between the real crates.
+//! * (d) the tap's bytes: skiff's first record against docs/protocol.md §6 V1, and skiff's
 //!   SETUP / ANNOUNCE_REQUEST / TRACK / SUBSCRIBE (and publisher-side responses and group
-//!   streams) against the rules of PROTOCOL.md §3, encoded independently here.
+//!   streams) against the rules of docs/protocol.md §3, encoded independently here.
 //! * Also: the reverse dialing of (a), a live publisher subscribed from the latest group,
 //!   a parked reader holding moq-net at one window, refusals (NOT_FOUND / UNROUTABLE)
 //!   and unsubscribe, answered pings.
@@ -55,12 +55,12 @@ const SMALL: usize = 64;
 /// would leave none for our SETUP and requests (`Session::new` refuses that).
 const MOQ_DEV_STREAMS: usize = 20_000 + 64;
 
-/// Hop IDs: the reference server 0x1111 and client 0x2222 (as in PROTOCOL.md §6);
+/// Hop IDs: the reference server 0x1111 and client 0x2222 (as in docs/protocol.md §6);
 /// skiff uses the same so the bytes are comparable.
 const SERVER_HOP: u64 = 0x1111;
 const CLIENT_HOP: u64 = 0x2222;
 
-/// PROTOCOL.md §6 V1: QX_TRANSPORT_PARAMETERS as moq-dev sends it with ["moq-lite-05"].
+/// docs/protocol.md §6 V1: QX_TRANSPORT_PARAMETERS as moq-dev sends it with ["moq-lite-05"].
 const V1: &str = "40 54 ff 51 53 30 0d 0a 0d 0a 40 4a \
     01 04 80 00 75 30  04 04 80 10 00 00  05 04 80 04 00 00  06 04 80 04 00 00 \
     07 04 80 04 00 00  08 02 67 10  09 02 67 10  20 02 7f fe \
@@ -70,7 +70,7 @@ const V1: &str = "40 54 ff 51 53 30 0d 0a 0d 0a 40 4a \
 /// skiff's first record with its default `conn::Config` on a 64-slot stream table:
 /// V1 except `initial_max_streams_bidi/uni` = 16 (a quarter of the table each, so a
 /// compliant peer can never overflow it) and no `max_datagram_frame_size` (0 = omitted:
-/// skiff does not take datagrams, PROTOCOL.md §3.14 "advertise 0 to be safe").
+/// skiff does not take datagrams, docs/protocol.md §3.14 "advertise 0 to be safe").
 const SKIFF_DEFAULT_PARAMS: &str = "40 4e ff 51 53 30 0d 0a 0d 0a 40 44 \
     01 04 80 00 75 30  04 04 80 10 00 00  05 04 80 04 00 00  06 04 80 04 00 00 \
     07 04 80 04 00 00  08 01 10  09 01 10 \
@@ -140,7 +140,7 @@ fn varied_publication_90k() -> Publication {
 }
 
 /// One 1 MiB group (16 frames of 64 KiB), then a small group: four times the 256 KiB
-/// stream window and the whole 1 MiB connection window (PROTOCOL.md §1.4, §2.4).
+/// stream window and the whole 1 MiB connection window (docs/protocol.md §1.4, §2.4).
 fn bulk_publication() -> Publication {
     let frames = (0..16u64)
         .map(|i| {
@@ -183,7 +183,7 @@ fn request_all(publication: &Publication) -> SubscribeRequest {
 }
 
 /// `request` as moq-net's subscriber puts it on the wire: Max Age clamped to the
-/// publisher's max age from TRACK_INFO (observed; PROTOCOL.md only states the publisher
+/// publisher's max age from TRACK_INFO (observed; docs/protocol.md only states the publisher
 /// side of the clamp, §4.7).
 fn clamped(mut request: SubscribeRequest, publisher: TrackInfo) -> SubscribeRequest {
     request.max_age_ms = request.max_age_ms.min(publisher.max_age_ms);
@@ -212,7 +212,7 @@ fn opts(base: Options) -> Options {
     base.with_timeout(TIMEOUT)
 }
 
-/// skiff's QMux settings chosen to equal moq-dev's `tcp://` values (PROTOCOL.md §1.4):
+/// skiff's QMux settings chosen to equal moq-dev's `tcp://` values (docs/protocol.md §1.4):
 /// 10 000 streams each way and datagrams up to 16 382 bytes.
 fn moq_dev_conn() -> conn::Config {
     conn::Config {
@@ -325,7 +325,7 @@ fn skiff_subscriber<const N: usize>(
     });
     check(connected, &driver);
 
-    // Announce discovery first (PROTOCOL.md §3.6), then subscribe to what was found.
+    // Announce discovery first (docs/protocol.md §3.6), then subscribe to what was found.
     let announce = driver.session_mut().announce_request("").expect("announce");
     let found = driver.run_until("announced", |_, events| {
         events
@@ -446,7 +446,7 @@ fn skiff_publisher<const N: usize>(
 }
 
 // ---------------------------------------------------------------------------
-// Expected bytes, encoded here from PROTOCOL.md §3 (independently of skiff-core)
+// Expected bytes, encoded here from docs/protocol.md §3 (independently of skiff-core)
 // ---------------------------------------------------------------------------
 
 fn varint(value: u64) -> Vec<u8> {
@@ -455,7 +455,7 @@ fn varint(value: u64) -> Vec<u8> {
     out
 }
 
-/// A string: length varint, then the bytes (PROTOCOL.md §0).
+/// A string: length varint, then the bytes (docs/protocol.md §0).
 fn string(text: &str) -> Vec<u8> {
     let mut out = varint(text.len() as u64);
     out.extend_from_slice(text.as_bytes());
@@ -696,7 +696,7 @@ fn check_credit(capture: &Capture, from: Direction, to: Direction, id: u64) -> (
 
 /// moq-net serves the varied publication; a skiff client configured with moq-dev's
 /// QMux values dials it through a tap, discovers the broadcast, subscribes and reads
-/// every frame. Then the tap's bytes are checked against PROTOCOL.md.
+/// every frame. Then the tap's bytes are checked against docs/protocol.md.
 #[test]
 fn moq_net_publisher_to_skiff_subscriber() {
     let publication = varied_publication();
@@ -964,7 +964,7 @@ fn skiff_server_publisher_to_moq_net_client_subscriber() {
     let (listener, addr) = skiff_driver::listen().unwrap();
     let tap = Tap::start(addr).unwrap();
     // The subscriber lingers after the track ended, so moq-net's once-a-second QX_PING
-    // (PROTOCOL.md §2.5) reaches skiff before the close.
+    // (docs/protocol.md §2.5) reaches skiff before the close.
     let client = opts(Options::client()).with_linger(Duration::from_millis(1300));
     let subscriber =
         reference::dial_subscriber(tap.addr(), client, request_all(&publication)).unwrap();
@@ -1280,7 +1280,7 @@ fn large_group_moq_net_to_skiff() {
     publisher.join().unwrap();
     // A parked reader holds moq-net at one stream window of the group: no credit went
     // back, so beyond the 262 144-byte window only records' framing, the control
-    // streams and the small group arrived (PROTOCOL.md §2.4; README pacing guarantee).
+    // streams and the small group arrived (docs/protocol.md §2.4; README pacing guarantee).
     let parked = received.parked_read.unwrap();
     assert!(parked <= 262_144 + 4096, "{parked} bytes read while parked");
 
@@ -1365,7 +1365,7 @@ fn large_group_skiff_to_moq_net() {
 // ---------------------------------------------------------------------------
 
 /// skiff asks a moq-net publisher for a missing track, a missing broadcast and a live
-/// track; the first two are refused with the stream codes of PROTOCOL.md §4.4 on the
+/// track; the first two are refused with the stream codes of docs/protocol.md §4.4 on the
 /// TRACK stream, the third starts at the latest group and ends cleanly (publisher FIN)
 /// when skiff unsubscribes (§3.8: the subscriber FINs its side).
 #[test]
@@ -1463,7 +1463,7 @@ fn moq_net_refuses_unknown_tracks_and_honours_unsubscribe() {
 }
 
 /// A moq-net subscriber asks skiff for a track the broadcast lacks: skiff refuses the
-/// TRACK request with NOT_FOUND (0x33, PROTOCOL.md §4.4) and moq-net reports it.
+/// TRACK request with NOT_FOUND (0x33, docs/protocol.md §4.4) and moq-net reports it.
 #[test]
 fn skiff_refuses_an_unknown_track_to_moq_net() {
     let publication = varied_publication();

@@ -14,7 +14,7 @@ pub struct Config<'a> {
     pub relay: IpEndpoint,
     /// The moq-lite session: Hop ID, SETUP path, role and QMux parameters. [`Config::new`]
     /// sets the role to [`Role::Publisher`], so the relay never asks us for broadcasts
-    /// (PROTOCOL.md §4.1).
+    /// (docs/protocol.md §4.1).
     pub session: session::Config<'a>,
     /// How long one TCP connect may take before it counts as a failed attempt.
     pub connect_timeout: Duration,
@@ -34,7 +34,7 @@ impl<'a> Config<'a> {
     /// path and query, e.g. `/anon` or `/room?jwt=...`; `""` sends none), with the
     /// default session settings, a 10 s connect timeout and backoff from 1 s to 30 s.
     ///
-    /// Give a publisher a stable non-zero Hop ID (PROTOCOL.md §4.3).
+    /// Give a publisher a stable non-zero Hop ID (docs/protocol.md §4.3).
     pub const fn new(relay: IpEndpoint, path: &'a str, hop: u64) -> Self {
         let mut session = session::Config::new();
         session.hop = hop;

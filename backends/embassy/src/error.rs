@@ -26,14 +26,14 @@ pub enum Error {
     /// relay broke a rule or a timer (handshake, SETUP, idle) ran out.
     Closed {
         /// The close code: a moq-lite session code for an application close, else a
-        /// QMux transport code (PROTOCOL.md §3.15).
+        /// QMux transport code (docs/protocol.md §3.15).
         code: u64,
         /// True for a moq-lite (application) close, false for a transport close or timeout.
         application: bool,
         /// True if we closed, false if the relay did.
         local: bool,
     },
-    /// The relay sent GOAWAY (PROTOCOL.md §3.12): we closed and will dial again.
+    /// The relay sent GOAWAY (docs/protocol.md §3.12): we closed and will dial again.
     GoingAway,
     /// The relay sent a QMux record longer than the input buffer (`RX` of
     /// [`PublisherResources`](crate::PublisherResources)); we closed with INTERNAL.

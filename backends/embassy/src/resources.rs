@@ -9,7 +9,7 @@ use crate::publisher::Shared;
 
 /// The smallest input buffer that holds any record a peer may send: the 16382-byte
 /// `max_record_size` every QMux peer must accept, plus its 8-byte size prefix
-/// (PROTOCOL.md §1.3).
+/// (docs/protocol.md §1.3).
 pub const FULL_RECORD: usize = 16_390;
 
 /// All the memory of one publisher, with its capacities as const generics (the
@@ -35,7 +35,7 @@ pub const FULL_RECORD: usize = 16_390;
 ///
 /// A publisher never subscribes, so the session's subscriber tables are empty but
 /// for one incoming uni stream: the relay's SETUP stream, whose type is only known
-/// once its first byte arrives (PROTOCOL.md §3.5).
+/// once its first byte arrives (docs/protocol.md §3.5).
 pub struct PublisherResources<
     'a,
     'p,

@@ -345,7 +345,7 @@ impl<'a, 'p> Connection<'_, '_, '_, 'a, 'p> {
             }
         }
         if goaway && ended.is_none() {
-            // PROTOCOL.md §3.12: make no new requests; a publisher simply redials.
+            // docs/protocol.md §3.12: make no new requests; a publisher simply redials.
             session.close(SessionCode::NoError, "goaway");
             ended = Some(Err(Error::GoingAway));
         }

@@ -387,7 +387,7 @@ async fn oversized_record(stack: Stack<'_>, len: usize) {
     let mut socket_tx = vec![0u8; 8192];
     let mut socket = TcpSocket::new(stack, &mut socket_rx, &mut socket_tx);
     socket.accept(GATEWAY_PORT).await.expect("accept");
-    // PROTOCOL.md §1.3: Size (2-byte varint), then PADDING.
+    // docs/protocol.md §1.3: Size (2-byte varint), then PADDING.
     let mut record = vec![0u8; 2 + len];
     record[0] = 0x40 | (len >> 8) as u8;
     record[1] = len as u8;

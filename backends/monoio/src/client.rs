@@ -431,7 +431,7 @@ pub struct Publisher {
 impl Publisher {
     /// A publisher that also reports the pacing window of `track`'s newest
     /// group in [`Publisher::window`], for a producer that paces itself
-    /// (`group.allowance(window)`, PROTOCOL.md §4.8 pacing).
+    /// (`group.allowance(window)`, docs/protocol.md §4.8 pacing).
     pub fn paced(track: track::Ref<'static, 'static>) -> Self {
         Publisher {
             paced: Some(track),
@@ -576,7 +576,7 @@ pub enum ReadState {
 /// Reads a track's frames in order, group by group, across partial arrivals.
 ///
 /// Groups may arrive out of order (publishers send the newest first,
-/// PROTOCOL.md §4.6). [`FrameReader::new`] follows the live edge: an older
+/// docs/protocol.md §4.6). [`FrameReader::new`] follows the live edge: an older
 /// group that arrives after a newer one was started is skipped.
 /// [`FrameReader::sequential`] waits for every group in turn instead.
 #[derive(Debug)]

@@ -179,7 +179,7 @@ pub struct Guard {
     /// The QMux handshake and the peer's SETUP must complete within this of
     /// the start, and a QMux record, once its first byte arrived, within this
     /// of it (a slowloris peer trickling bytes); otherwise the session is
-    /// closed with CONTROL_MESSAGE_TIMEOUT 0x11 (PROTOCOL.md §2.6, §3.15).
+    /// closed with CONTROL_MESSAGE_TIMEOUT 0x11 (docs/protocol.md §2.6, §3.15).
     /// `None`: no such deadline.
     pub handshake: Option<StdDuration>,
 }
@@ -593,7 +593,7 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             };
             if let Some(reason) = reason {
                 tracing::info!(conn = guard.conn, "{reason}: closing the connection");
-                // PROTOCOL.md §3.15: CONTROL_MESSAGE_TIMEOUT.
+                // docs/protocol.md §3.15: CONTROL_MESSAGE_TIMEOUT.
                 session.close(SessionCode::ControlMessageTimeout, reason);
                 progress = true;
                 media_kept = false;
@@ -619,7 +619,7 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
         if !goaway_sent && ctx.shutdown.as_ref().is_some_and(Shutdown::is_draining) {
             goaway_sent = true;
             media_kept = false;
-            // PROTOCOL.md §3.12: a server tells the peer to move on and keeps
+            // docs/protocol.md §3.12: a server tells the peer to move on and keeps
             // serving until it does; a client just closes.
             if session.side() == Side::Client || session.goaway("").is_err() {
                 session.close(SessionCode::NoError, "shutting down");

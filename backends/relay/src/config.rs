@@ -570,9 +570,9 @@ pub struct Timeouts {
     /// QMux transport parameters and SETUP must arrive within this of the
     /// accept, and a QMux record or a control message once started must
     /// complete within it (slowloris); closed with CONTROL_MESSAGE_TIMEOUT
-    /// (PROTOCOL.md §3.15).
+    /// (docs/protocol.md §3.15).
     pub handshake: Duration,
-    /// The QMux idle timeout we advertise (PROTOCOL.md §1.4, §2.5).
+    /// The QMux idle timeout we advertise (docs/protocol.md §1.4, §2.5).
     pub idle: Duration,
     /// The socket accepted no byte for this long while we had bytes to send.
     pub write: Duration,
@@ -604,7 +604,7 @@ pub struct RelayConfig {
     /// Handshake, idle and write-stall timeouts.
     pub timeouts: Timeouts,
     /// QMux `initial_max_stream_data_*` granted to peers: bytes a peer may
-    /// send on one stream before we read them (PROTOCOL.md §1.4, §2.4).
+    /// send on one stream before we read them (docs/protocol.md §1.4, §2.4).
     pub stream_credit: u64,
     /// QMux `initial_max_data` granted to peers; `None`: the larger of 1 MiB
     /// and four times `stream_credit` (see [`RelayConfig::connection_credit`]).
@@ -690,7 +690,7 @@ impl Default for RelayConfig {
 /// connection's own (silent) one fires.
 const HANDSHAKE_BACKSTOP: Duration = Duration::from_secs(1);
 
-/// Default per-stream window: 256 KiB, as moq-dev (PROTOCOL.md §1.4).
+/// Default per-stream window: 256 KiB, as moq-dev (docs/protocol.md §1.4).
 pub const DEFAULT_STREAM_CREDIT: u64 = 256 << 10;
 
 /// The default connection window for a stream window: the larger of 1 MiB

@@ -10,7 +10,7 @@
 //! queue, forwards events and passes, arms timers at the deadlines the core
 //! gives, and publishes the metrics.
 //!
-//! # Routing (PROTOCOL.md §4)
+//! # Routing (docs/protocol.md §4)
 //!
 //! * Every client that may publish (SETUP role not "subscriber") is sent an
 //!   ANNOUNCE_REQUEST for everything (`""`). Each broadcast it announces
@@ -653,7 +653,7 @@ impl RelayHandler {
     /// other workers (right for one worker thread) and without its upstream.
     pub fn new(info: &WorkerInfo) -> Self {
         let notify = Notify::shared();
-        // A stable non-zero Hop ID per worker (PROTOCOL.md §4.3).
+        // A stable non-zero Hop ID per worker (docs/protocol.md §4.3).
         let hop = 0x5c1f_0000_0000 | ((std::process::id() as u64) << 8) | (info.index as u64 + 1);
         let clock = Clock::new();
         let mut relay = Relay::new(hop, &info.config, notify, clock);
@@ -768,7 +768,7 @@ impl RelayHandler {
     ///
     /// Over that session the worker asks for every announcement (so its
     /// subscribers reach the upstream's broadcasts, one upstream subscription
-    /// per track, PROTOCOL.md §4.5) and announces its own clients'
+    /// per track, docs/protocol.md §4.5) and announces its own clients'
     /// broadcasts (so the upstream's subscribers reach them).
     fn spawn_upstream(&self, info: &WorkerInfo, up: UpstreamAddr) {
         let ctx = self.drive_ctx(info);

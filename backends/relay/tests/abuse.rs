@@ -32,9 +32,9 @@ use skiff_relay::server::{self, ServerHandle};
 /// Relay timeouts under test.
 const HANDSHAKE: Duration = Duration::from_secs(1);
 const WRITE_STALL: Duration = Duration::from_secs(1);
-/// CONTROL_MESSAGE_TIMEOUT (PROTOCOL.md §3.15).
+/// CONTROL_MESSAGE_TIMEOUT (docs/protocol.md §3.15).
 const CONTROL_MESSAGE_TIMEOUT: u64 = 0x11;
-/// The QMux transport-close code for a violation (PROTOCOL.md §2.6).
+/// The QMux transport-close code for a violation (docs/protocol.md §2.6).
 const QMUX_VIOLATION: u64 = 1002;
 
 fn relay_config(kind: DriverKind) -> RelayConfig {
@@ -346,7 +346,7 @@ fn bad_peers_are_closed_while_ten_subscribers_receive() {
 }
 
 /// A peer that completes the handshake, then neither sends nor reads, is
-/// dropped at the idle timeout (QMux closes silently there, PROTOCOL.md §2.5).
+/// dropped at the idle timeout (QMux closes silently there, docs/protocol.md §2.5).
 #[test]
 fn silent_after_setup_is_dropped_at_the_idle_timeout() {
     for kind in drivers() {

@@ -29,7 +29,7 @@ const VISITORS: usize = 1_000;
 /// per-connection quota of pending track requests).
 const PATH_BATCH: usize = 50;
 const NAME_BATCH: usize = 16;
-/// NOT_FOUND (PROTOCOL.md §3.15).
+/// NOT_FOUND (docs/protocol.md §3.15).
 const NOT_FOUND: u64 = 0x33;
 
 /// A publisher announcing and withdrawing made-up broadcast paths.

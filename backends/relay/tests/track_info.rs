@@ -1,4 +1,4 @@
-//! A relay re-serves its source's TRACK_INFO (PROTOCOL.md §3.7): a
+//! A relay re-serves its source's TRACK_INFO (docs/protocol.md §3.7): a
 //! publisher's track with its own priority, max age and timescale reaches
 //! subscribers through skiff-relay (two workers, so through a worker link
 //! too) with exactly those values, not the defaults the relay track was made

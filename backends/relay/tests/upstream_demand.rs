@@ -1,5 +1,5 @@
 //! The relay's upstream subscriptions follow its downstream ones
-//! (PROTOCOL.md §4.5), on real loopback sockets: one upstream SUBSCRIBE per
+//! (docs/protocol.md §4.5), on real loopback sockets: one upstream SUBSCRIBE per
 //! track whatever the number of subscribers, carrying their aggregate
 //! preferences (SUBSCRIBE_UPDATE when they change); cancelled once the last
 //! subscriber has been gone for the linger time; a later subscriber gets a
@@ -236,7 +236,7 @@ async fn merge_scenario(url: String) {
     assert_eq!(published.subscribers(), 1, "one upstream subscription");
 
     // One leaves: the upstream subscription stays, and comes back down to
-    // the other's preferences (PROTOCOL.md §4.5).
+    // the other's preferences (docs/protocol.md §4.5).
     b.ctx.close_all();
     until(
         "upstream asks for the remaining subscriber's preferences",

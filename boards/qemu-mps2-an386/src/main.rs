@@ -60,7 +60,7 @@ const RELAY_PATH: &str = "/anon";
 const BROADCAST: &str = "mps2/cam";
 /// The camera's track within [`BROADCAST`].
 const TRACK: &str = "video";
-/// The publisher's moq-lite Hop ID: stable and non-zero (PROTOCOL.md §4.3).
+/// The publisher's moq-lite Hop ID: stable and non-zero (docs/protocol.md §4.3).
 const HOP: u64 = 0x6d70_7332_0001;
 /// Block pool: [`POOL_BLOCKS`] blocks of [`BLOCK_SIZE`] bytes hold the track's cache.
 const POOL_BLOCKS: usize = 48;

@@ -5,13 +5,13 @@ use core::fmt;
 use crate::time::Duration;
 use crate::wire::qmux::{DEFAULT_MAX_RECORD_SIZE, Frame, Protocols, TransportParams};
 
-/// The application protocol moq-dev negotiates with us (PROTOCOL.md §1.5).
+/// The application protocol moq-dev negotiates with us (docs/protocol.md §1.5).
 pub const MOQ_LITE_05: &str = "moq-lite-05";
 
 /// Settings of one [`Connection`](super::Connection): our transport parameters, our
 /// protocol list and the timers.
 ///
-/// The defaults are moq-dev's `tcp://` values (PROTOCOL.md §1.4, §6 V1) except for
+/// The defaults are moq-dev's `tcp://` values (docs/protocol.md §1.4, §6 V1) except for
 /// the stream counts, which must fit the connection's stream table, and datagrams,
 /// which are off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,7 +101,7 @@ impl Config {
         if self.max_record_size < DEFAULT_MAX_RECORD_SIZE {
             return Err(ConfigError::RecordSizeTooSmall);
         }
-        // PROTOCOL.md §1.5: we must send application_protocols, and not an empty list.
+        // docs/protocol.md §1.5: we must send application_protocols, and not an empty list.
         if self.protocols.is_empty() || self.protocols.iter().any(|p| p.is_empty()) {
             return Err(ConfigError::NoProtocols);
         }
@@ -129,16 +129,16 @@ impl Config {
             initial_max_streams_bidi: bidi,
             initial_max_streams_uni: uni,
             max_datagram_frame_size: self.max_datagram_frame_size,
-            // qmux-01: RESET_STREAM_AT does not exist (PROTOCOL.md §2).
+            // qmux-01: RESET_STREAM_AT does not exist (docs/protocol.md §2).
             reset_stream_at: false,
-            // moq-dev always sends it, even at the default (PROTOCOL.md §6 V1).
+            // moq-dev always sends it, even at the default (docs/protocol.md §6 V1).
             max_record_size: Some(self.max_record_size),
             application_protocols: Some(Protocols::from_list(self.protocols)),
         }
     }
 }
 
-/// An HTTP token character: letters, digits and ``!#$%&'*+-.^_`|~`` (PROTOCOL.md §1.4).
+/// An HTTP token character: letters, digits and ``!#$%&'*+-.^_`|~`` (docs/protocol.md §1.4).
 fn is_token_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
@@ -155,11 +155,11 @@ impl Default for Config {
 pub enum ConfigError {
     /// `max_streams_bidi + max_streams_uni` exceeds the stream table's capacity.
     StreamsOverCapacity,
-    /// `max_record_size` is below 16382, which peers reject (PROTOCOL.md §1.3).
+    /// `max_record_size` is below 16382, which peers reject (docs/protocol.md §1.3).
     RecordSizeTooSmall,
-    /// The protocol list is empty or holds an empty name (PROTOCOL.md §1.4).
+    /// The protocol list is empty or holds an empty name (docs/protocol.md §1.4).
     NoProtocols,
-    /// A protocol name holds a character outside the HTTP token set (PROTOCOL.md §1.4).
+    /// A protocol name holds a character outside the HTTP token set (docs/protocol.md §1.4).
     InvalidProtocol,
     /// The protocol list makes our parameters larger than one 16382-byte record.
     ProtocolsTooLong,

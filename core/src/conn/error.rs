@@ -102,7 +102,7 @@ pub enum DatagramError {
     Closed,
     /// The connection is not established yet.
     NotReady,
-    /// The peer advertised no `max_datagram_frame_size` (PROTOCOL.md §2.7).
+    /// The peer advertised no `max_datagram_frame_size` (docs/protocol.md §2.7).
     Unsupported,
     /// The datagram is larger than the peer accepts
     /// ([`max_datagram_payload`](super::Connection::max_datagram_payload)).

@@ -9,7 +9,7 @@ use crate::wire::qmux::{StreamId, TransportError};
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Event<'a> {
     /// The peer's transport parameters arrived and an application protocol was agreed
-    /// (PROTOCOL.md §1.1, §1.5); streams may now be opened, and written as soon as
+    /// (docs/protocol.md §1.1, §1.5); streams may now be opened, and written as soon as
     /// `poll_transmit` has sent our own parameters (normally long before).
     ///
     /// Frames the peer sent before its parameters (qmux-01 allows them within our
@@ -19,7 +19,7 @@ pub enum Event<'a> {
         protocol: &'static str,
     },
     /// The peer opened a stream (also reported for every lower index its first frame
-    /// opened implicitly, in index order; PROTOCOL.md §1.6).
+    /// opened implicitly, in index order; docs/protocol.md §1.6).
     StreamOpened {
         /// The new stream.
         id: StreamId,
@@ -68,7 +68,7 @@ pub enum Event<'a> {
         /// Application (moq-lite stream) error code.
         code: u64,
     },
-    /// An unreliable datagram, borrowed from the input (PROTOCOL.md §2.7).
+    /// An unreliable datagram, borrowed from the input (docs/protocol.md §2.7).
     Datagram(&'a [u8]),
     /// The connection is over; nothing more will be received.
     Closed(Closed<'a>),
@@ -92,17 +92,17 @@ pub struct Closed<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum CloseCause {
-    /// The peer sent CONNECTION_CLOSE (PROTOCOL.md §2.6).
+    /// The peer sent CONNECTION_CLOSE (docs/protocol.md §2.6).
     Peer,
-    /// The peer broke a QMux rule; we send a transport close with code 1002 (PROTOCOL.md §2.4).
+    /// The peer broke a QMux rule; we send a transport close with code 1002 (docs/protocol.md §2.4).
     Violation(TransportError),
     /// The peer's parameters did not arrive in time; we send a transport close, code 0,
-    /// "handshake timeout" (PROTOCOL.md §1.1).
+    /// "handshake timeout" (docs/protocol.md §1.1).
     HandshakeTimeout,
-    /// Nothing arrived for the idle timeout; nothing is sent (PROTOCOL.md §2.5).
+    /// Nothing arrived for the idle timeout; nothing is sent (docs/protocol.md §2.5).
     IdleTimeout,
     /// The protocol lists do not overlap; we send an application close with
-    /// VERSION_NEGOTIATION_FAILED (0x15, PROTOCOL.md §1.5, §3.15).
+    /// VERSION_NEGOTIATION_FAILED (0x15, docs/protocol.md §1.5, §3.15).
     NoCommonProtocol,
 }
 

@@ -1,12 +1,12 @@
 //! Flow-control accounting: the credit the peer grants us and the windows we grant the peer.
 //!
 //! Both kinds count abstract units: bytes for MAX_DATA / MAX_STREAM_DATA, and
-//! streams for MAX_STREAMS (PROTOCOL.md §2.3, §2.4). Nothing here encodes
+//! streams for MAX_STREAMS (docs/protocol.md §2.3, §2.4). Nothing here encodes
 //! frames; the connection turns a raised window into a pending update.
 
 use core::fmt;
 
-/// The peer lowered a limit it had already granted (PROTOCOL.md §2.3: moq-dev closes the
+/// The peer lowered a limit it had already granted (docs/protocol.md §2.3: moq-dev closes the
 /// session on a decreasing MAX_DATA, MAX_STREAM_DATA or MAX_STREAMS; so do we).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -18,7 +18,7 @@ impl fmt::Display for Decreased {
     }
 }
 
-/// The peer sent more than the window we granted (PROTOCOL.md §2.4).
+/// The peer sent more than the window we granted (docs/protocol.md §2.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Exceeded;
@@ -85,7 +85,7 @@ impl SendCredit {
     }
 }
 
-/// Receive-side window we grant, with moq-dev's update rule (PROTOCOL.md §2.4).
+/// Receive-side window we grant, with moq-dev's update rule (docs/protocol.md §2.4).
 ///
 /// `received` counts what arrived, `released` what the application has consumed
 /// (and so what may be granted again). Credit is raised by the released amount
@@ -163,7 +163,7 @@ impl RecvWindow {
         }
         self.released += n;
         self.pending += n;
-        // PROTOCOL.md §2.4: moq-dev raises by `released` when received + 2 × released > limit.
+        // docs/protocol.md §2.4: moq-dev raises by `released` when received + 2 × released > limit.
         if self.received.saturating_add(self.pending.saturating_mul(2)) > self.max {
             self.max = self.max.saturating_add(self.pending);
             self.pending = 0;
@@ -215,7 +215,7 @@ mod tests {
 
     #[test]
     fn moq_dev_rule_matches_v4() {
-        // PROTOCOL.md §6 V4: after 131073 bytes consumed of a 262144 window the limit is 393217.
+        // docs/protocol.md §6 V4: after 131073 bytes consumed of a 262144 window the limit is 393217.
         let mut w = RecvWindow::new(262_144);
         w.receive(131_073).unwrap();
         assert_eq!(w.release(131_073), Some(393_217));

@@ -1,4 +1,4 @@
-//! The receive path: records and frames in, events out (PROTOCOL.md §1.3, §2).
+//! The receive path: records and frames in, events out (docs/protocol.md §1.3, §2).
 
 use super::streams::{RecvState, SendState, Stream};
 use super::timer::effective_idle;
@@ -44,7 +44,7 @@ impl<const N: usize> Connection<N> {
     /// The caller's buffer must be able to hold one whole record: our
     /// `max_record_size` (16382 by default) plus 8 bytes.
     ///
-    /// Any QMux violation (PROTOCOL.md §2.4) ends the connection with
+    /// Any QMux violation (docs/protocol.md §2.4) ends the connection with
     /// [`Event::Closed`] ([`CloseCause::Violation`]) and queues a transport close
     /// (code 1002); from then on, and after any other close, input is consumed
     /// and ignored.
@@ -129,7 +129,7 @@ impl<const N: usize> Connection<N> {
             Frame::StreamRef(s) => self.on_stream_ref(s),
             Frame::ResetStream(r) => self.on_reset(r),
             Frame::StopSending(s) => self.on_stop(s),
-            // PROTOCOL.md §2.3: a decreasing MAX_* closes the session, as moq-dev does.
+            // docs/protocol.md §2.3: a decreasing MAX_* closes the session, as moq-dev does.
             Frame::MaxData(max) => {
                 self.conn_send
                     .raise(max)
@@ -162,7 +162,7 @@ impl<const N: usize> Connection<N> {
                 Ok(self.on_close(true, code, reason))
             }
             Frame::Datagram(d) => {
-                // PROTOCOL.md §2.7: only if we advertised a size, and the whole frame within it.
+                // docs/protocol.md §2.7: only if we advertised a size, and the whole frame within it.
                 if self.config.max_datagram_frame_size == 0 {
                     return Err(TransportError::DatagramsUnsupported);
                 }
@@ -192,7 +192,7 @@ impl<const N: usize> Connection<N> {
         self.local[0].raise_at_least(p.initial_max_streams_bidi);
         self.local[1].raise_at_least(p.initial_max_streams_uni);
         // Peer streams opened before its parameters (qmux-01 receivers accept that,
-        // PROTOCOL.md §1.1) get their send credit now.
+        // docs/protocol.md §1.1) get their send credit now.
         let (side, peer) = (self.side, self.peer);
         for s in self.streams.iter_mut() {
             if let Some(send) = s.send.as_mut() {
@@ -211,7 +211,7 @@ impl<const N: usize> Connection<N> {
                 Ok(Step::Done(Some(Event::Established { protocol })))
             }
             None => {
-                // PROTOCOL.md §1.5: no overlap is a failure for a moq-lite endpoint; close
+                // docs/protocol.md §1.5: no overlap is a failure for a moq-lite endpoint; close
                 // cleanly with moq-lite's VERSION_NEGOTIATION_FAILED (§3.15).
                 const REASON: &str = "no common application protocol";
                 debug!("qmux: {}", REASON);
@@ -228,7 +228,7 @@ impl<const N: usize> Connection<N> {
         }
     }
 
-    /// The peer closed the connection; nothing is sent back (PROTOCOL.md §2.6).
+    /// The peer closed the connection; nothing is sent back (docs/protocol.md §2.6).
     fn on_close<'a>(&mut self, application: bool, code: u64, reason: &'a [u8]) -> Step<'a> {
         debug!("qmux: peer closed with code {}", code);
         self.state = State::Closed { pending: None };
@@ -281,7 +281,7 @@ impl<const N: usize> Connection<N> {
         len: u64,
         fin: bool,
     ) -> Result<Received<'a>, TransportError> {
-        // PROTOCOL.md §1.6: STREAM on a uni stream only we may send on is an invalid-stream error.
+        // docs/protocol.md §1.6: STREAM on a uni stream only we may send on is an invalid-stream error.
         if !id.can_recv(self.side) {
             return Err(TransportError::InvalidStreamId);
         }
@@ -310,7 +310,7 @@ impl<const N: usize> Connection<N> {
                 return Ok(Received::Dropped(Step::Done(None)));
             }
         }
-        // PROTOCOL.md §2.4: charge on arrival; over a stream or connection limit is fatal.
+        // docs/protocol.md §2.4: charge on arrival; over a stream or connection limit is fatal.
         let offset = recv.window.received();
         recv.window
             .receive(len)
@@ -326,7 +326,7 @@ impl<const N: usize> Connection<N> {
             // No credit is useful once the peer has finished.
             recv.update_pending = false;
         } else if len == 0 {
-            // PROTOCOL.md §2.1: an empty non-FIN frame on an existing stream is ignored.
+            // docs/protocol.md §2.1: an empty non-FIN frame on an existing stream is ignored.
             return Ok(Received::Dropped(Step::Done(None)));
         }
         if fin {
@@ -347,19 +347,19 @@ impl<const N: usize> Connection<N> {
         }
         let opened = self.remote[slot(id.dir())].received();
         if id.index() < opened {
-            // PROTOCOL.md §2.2: late frames for a fully closed stream are ignored.
+            // docs/protocol.md §2.2: late frames for a fully closed stream are ignored.
             self.discard(len)?;
             return Ok(Step::Done(None));
         }
         self.open_next_peer_stream(id)
     }
 
-    /// Opens the lowest unopened peer index of `target`'s kind (PROTOCOL.md §1.6:
+    /// Opens the lowest unopened peer index of `target`'s kind (docs/protocol.md §1.6:
     /// opening index N opens every lower index) and reports it.
     fn open_next_peer_stream<'a>(&mut self, target: StreamId) -> FrameResult<'a> {
         let dir = target.dir();
         let window = &mut self.remote[slot(dir)];
-        // PROTOCOL.md §1.6: an index at or beyond our grant is a stream-limit error.
+        // docs/protocol.md §1.6: an index at or beyond our grant is a stream-limit error.
         if target.index() >= window.max() {
             return Err(TransportError::StreamLimit);
         }
@@ -389,7 +389,7 @@ impl<const N: usize> Connection<N> {
         Ok(())
     }
 
-    /// A RESET_STREAM frame (PROTOCOL.md §2.2).
+    /// A RESET_STREAM frame (docs/protocol.md §2.2).
     fn on_reset<'a>(&mut self, r: ResetStream) -> FrameResult<'a> {
         if !r.id.can_recv(self.side) {
             return Err(TransportError::InvalidStreamId);
@@ -445,7 +445,7 @@ impl<const N: usize> Connection<N> {
         })))
     }
 
-    /// A STOP_SENDING frame (PROTOCOL.md §2.2).
+    /// A STOP_SENDING frame (docs/protocol.md §2.2).
     fn on_stop<'a>(&mut self, s: StopSending) -> FrameResult<'a> {
         if !s.id.can_send(self.side) {
             return Err(TransportError::InvalidStreamId);
@@ -474,7 +474,7 @@ impl<const N: usize> Connection<N> {
         }
     }
 
-    /// Remembers a QX_PING request to answer (PROTOCOL.md §2.5).
+    /// Remembers a QX_PING request to answer (docs/protocol.md §2.5).
     ///
     /// Consecutive sequences (moq-dev counts 0, 1, 2 …) are kept as runs, so even
     /// a long backlog costs one slot; if the runs overflow, the oldest is dropped.

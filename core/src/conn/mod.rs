@@ -1,4 +1,4 @@
-//! The sans-IO QMux (qmux-01) connection over a reliable byte stream (PROTOCOL.md §1, §2).
+//! The sans-IO QMux (qmux-01) connection over a reliable byte stream (docs/protocol.md §1, §2).
 //!
 //! A [`Connection`] holds protocol state only: parameters, flow-control
 //! accounting, the stream table, timers and pending control frames. It never
@@ -53,7 +53,7 @@
 //! [`Connection::poll_transmit`] into the socket, then write stream records;
 //! sleep until [`Connection::poll_timeout`] or readable input. The first
 //! `poll_transmit` yields our QX_TRANSPORT_PARAMETERS, which must be the first
-//! record on the wire (PROTOCOL.md §1.1).
+//! record on the wire (docs/protocol.md §1.1).
 //!
 //! Stream storage is a table of `N` slots (const generic). We advertise stream
 //! counts that, with the streams we open, always fit in it: a compliant peer
@@ -92,7 +92,7 @@ pub const MAX_REASON_LEN: usize = 96;
 pub const MAX_STREAM_REF_RECORD: usize = 1 + 4 + 4 * 8;
 
 /// Application close code for "no common application protocol": moq-lite's
-/// VERSION_NEGOTIATION_FAILED (PROTOCOL.md §3.15).
+/// VERSION_NEGOTIATION_FAILED (docs/protocol.md §3.15).
 pub const VERSION_NEGOTIATION_FAILED: u64 = 0x15;
 
 /// Runs of QX_PING sequence numbers waiting for a response.
@@ -161,7 +161,7 @@ fn utf8_prefix(b: &[u8]) -> &str {
     }
 }
 
-/// PROTOCOL.md §1.5: walk the server's list, pick the first name the client also offers.
+/// docs/protocol.md §1.5: walk the server's list, pick the first name the client also offers.
 /// The result is always one of *our* names, so it outlives the input.
 fn negotiate(
     side: Side,
@@ -180,7 +180,7 @@ fn negotiate(
 /// The byte limit the peer's parameters set on our sending half of `id` (0 before they arrive).
 fn send_limit(side: Side, peer: Option<Peer>, id: StreamId) -> u64 {
     let Some(p) = peer else { return 0 };
-    // PROTOCOL.md §1.4: as a sender, our bidi streams use the peer's bidi_remote,
+    // docs/protocol.md §1.4: as a sender, our bidi streams use the peer's bidi_remote,
     // the peer's bidi streams its bidi_local, our uni streams its uni.
     match (id.dir(), id.is_local(side)) {
         (Dir::Bidi, true) => p.bidi_remote,
@@ -292,7 +292,7 @@ impl<const N: usize> Connection<N> {
         self.streams.len()
     }
 
-    /// The effective idle timeout, once the peer's parameters arrived (PROTOCOL.md §1.4).
+    /// The effective idle timeout, once the peer's parameters arrived (docs/protocol.md §1.4).
     pub fn idle_timeout(&self) -> Option<crate::time::Duration> {
         self.timers.idle()
     }
@@ -314,7 +314,7 @@ impl<const N: usize> Connection<N> {
     /// Returns [`Event::Closed`] if the handshake or idle timeout fired: after a
     /// handshake timeout `poll_transmit` still writes a transport close (code 0,
     /// "handshake timeout", as moq-dev); an idle timeout closes silently
-    /// (PROTOCOL.md §2.5). A due keep-alive queues a QX_PING request.
+    /// (docs/protocol.md §2.5). A due keep-alive queues a QX_PING request.
     #[must_use]
     pub fn handle_timeout(&mut self, now: Instant) -> Option<Event<'static>> {
         while self.state == State::Open {
@@ -350,7 +350,7 @@ impl<const N: usize> Connection<N> {
         None
     }
 
-    /// Queues a QX_PING request (PROTOCOL.md §2.5); the peer answers with a response.
+    /// Queues a QX_PING request (docs/protocol.md §2.5); the peer answers with a response.
     pub fn ping(&mut self) {
         if self.state == State::Open {
             self.ping_pending = true;
@@ -358,7 +358,7 @@ impl<const N: usize> Connection<N> {
     }
 
     /// Closes the connection with an application close (`0x1d`) carrying a moq-lite
-    /// session code (PROTOCOL.md §2.6, §3.15) and a reason (cut to [`MAX_REASON_LEN`] bytes).
+    /// session code (docs/protocol.md §2.6, §3.15) and a reason (cut to [`MAX_REASON_LEN`] bytes).
     ///
     /// `poll_transmit` then writes the close and nothing else; no event is
     /// reported for a close we initiate. A second call, or a call after the
@@ -373,7 +373,7 @@ impl<const N: usize> Connection<N> {
     }
 
     /// Ends the connection because the peer broke a rule: queue a transport close
-    /// with code 1002 (PROTOCOL.md §2.4, §2.6) and report it.
+    /// with code 1002 (docs/protocol.md §2.4, §2.6) and report it.
     fn violation(&mut self, e: TransportError) -> Event<'static> {
         debug!("qmux: peer violation: {}", e);
         self.state = State::Closed {
@@ -391,7 +391,7 @@ impl<const N: usize> Connection<N> {
     fn sweep(&mut self) {
         let retired = self.streams.sweep(self.side);
         for (dir, n) in [(Dir::Bidi, retired.bidi), (Dir::Uni, retired.uni)] {
-            // PROTOCOL.md §2.4: the same rule as for bytes, counting retired peer streams.
+            // docs/protocol.md §2.4: the same rule as for bytes, counting retired peer streams.
             if n > 0 && self.remote[slot(dir)].release(n).is_some() {
                 self.max_streams_pending[slot(dir)] = true;
             }

@@ -1,5 +1,5 @@
 //! The send path and the application's stream calls: control records, stream
-//! records, datagrams, credit release (PROTOCOL.md §2.1–2.7).
+//! records, datagrams, credit release (docs/protocol.md §2.1–2.7).
 
 use super::streams::{RecvState, SendState, Stream};
 use super::{
@@ -72,7 +72,7 @@ impl<const N: usize> Connection<N> {
     /// (if never sent) and the close frame are written, and nothing after that.
     /// Each frame gets its own record, as moq-dev sends them; a record that does
     /// not fit in what is left of `out` stays pending. Call it until it returns 0
-    /// before adding stream records, so control frames keep priority (PROTOCOL.md §2.8).
+    /// before adding stream records, so control frames keep priority (docs/protocol.md §2.8).
     ///
     /// `out` must hold at least our parameters record (86 bytes with the default
     /// protocol list; a few hundred bytes cover any list and every other frame).
@@ -109,7 +109,7 @@ impl<const N: usize> Connection<N> {
                 if let Some(send) = s.send.as_mut()
                     && let Some(code) = send.reset_pending
                 {
-                    // PROTOCOL.md §2.2: Final Size = bytes we actually wrote.
+                    // docs/protocol.md §2.2: Final Size = bytes we actually wrote.
                     let f = Frame::ResetStream(ResetStream {
                         id: s.id,
                         code,
@@ -141,7 +141,7 @@ impl<const N: usize> Connection<N> {
                 break 'fill;
             }
 
-            // Credit (PROTOCOL.md §2.3: each value is higher than the last one sent).
+            // Credit (docs/protocol.md §2.3: each value is higher than the last one sent).
             if self.max_data_pending {
                 if !put(out, &mut pos, &Frame::MaxData(self.conn_recv.max()), record) {
                     break 'fill;
@@ -175,7 +175,7 @@ impl<const N: usize> Connection<N> {
                 }
             }
 
-            // Liveness (PROTOCOL.md §2.5): answer every request, then our own.
+            // Liveness (docs/protocol.md §2.5): answer every request, then our own.
             while let Some(&(first, count)) = self.pongs.front() {
                 if !put(out, &mut pos, &Frame::PingResponse(first), record) {
                     break 'fill;
@@ -264,7 +264,7 @@ impl<const N: usize> Connection<N> {
     ///
     /// The record holds one STREAM frame with OFF and LEN (type `0x0e`/`0x0f`, as
     /// moq-dev sends), at most 16352 payload bytes and never more than the peer's
-    /// `max_record_size` (PROTOCOL.md §1.3, §2.1). The bytes taken are charged to
+    /// `max_record_size` (docs/protocol.md §1.3, §2.1). The bytes taken are charged to
     /// the stream and connection credit at once: send the record before anything
     /// else written later. An empty `data` with `fin` writes a lone FIN (needs no
     /// credit); an empty `data` without `fin` writes an empty frame, which opens
@@ -456,7 +456,7 @@ impl<const N: usize> Connection<N> {
 
     /// Gives back credit for `n` bytes of stream `id` the application has finished with.
     ///
-    /// This is the only way the peer gets more credit (PROTOCOL.md §2.4): the
+    /// This is the only way the peer gets more credit (docs/protocol.md §2.4): the
     /// stream window and the connection window are raised by moq-dev's rule and
     /// MAX_STREAM_DATA / MAX_DATA queued for `poll_transmit`. `n` is clamped to
     /// the bytes delivered and not yet released; calls for unknown, reset or
@@ -483,7 +483,7 @@ impl<const N: usize> Connection<N> {
     }
 
     /// Abandons our sending half of `id` with an application (moq-lite stream) error
-    /// code; `poll_transmit` writes the RESET_STREAM (PROTOCOL.md §2.2).
+    /// code; `poll_transmit` writes the RESET_STREAM (docs/protocol.md §2.2).
     ///
     /// Resetting a stream we already finished or reset does nothing (moq-dev never
     /// sends both FIN and RESET on one stream). The Final Size counts every byte
@@ -506,7 +506,7 @@ impl<const N: usize> Connection<N> {
     }
 
     /// Tells the peer we will not read `id` any more; `poll_transmit` writes the
-    /// STOP_SENDING (PROTOCOL.md §2.2).
+    /// STOP_SENDING (docs/protocol.md §2.2).
     ///
     /// Everything delivered and not yet released counts as released, and data
     /// still arriving is dropped (its credit returned at once). After a FIN no
@@ -542,7 +542,7 @@ impl<const N: usize> Connection<N> {
     }
 
     /// The largest datagram payload the peer accepts; 0 if it accepts none or its
-    /// parameters have not arrived (PROTOCOL.md §2.7).
+    /// parameters have not arrived (docs/protocol.md §2.7).
     pub fn max_datagram_payload(&self) -> usize {
         match self.peer {
             Some(p) if p.datagram > 0 => max_datagram_payload(p.datagram.min(p.record)),

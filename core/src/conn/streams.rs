@@ -4,7 +4,7 @@
 //! and nothing about it is left to transmit; then [`StreamTable::sweep`] retires
 //! it. IDs are never reused, so a frame naming a retired stream is recognised
 //! by the connection (index below the opened count, not in the table) and
-//! ignored (PROTOCOL.md §2.2).
+//! ignored (docs/protocol.md §2.2).
 
 use heapless::Vec;
 

@@ -352,7 +352,7 @@ fn first_record_is_our_parameters() {
     );
 }
 
-/// PROTOCOL.md §6 V1, moq-dev's parameters: our first record with the same values matches byte for byte.
+/// docs/protocol.md §6 V1, moq-dev's parameters: our first record with the same values matches byte for byte.
 #[test]
 fn v1_first_record_is_byte_exact() {
     const V1: [u8; 86] = [
@@ -806,7 +806,7 @@ fn stop_sending_after_fin_is_ignored() {
     let mut p = Pair::connected(cfg(), cfg());
     let id = p.client.conn.open_stream(Dir::Bidi).unwrap();
     p.write(Side::Client, id, b"setup", true).unwrap();
-    // moq-dev routinely sends STOP_SENDING code 0 after reading a FIN (PROTOCOL.md §2.2).
+    // moq-dev routinely sends STOP_SENDING code 0 after reading a FIN (docs/protocol.md §2.2).
     p.server.inbox.clear();
     p.client
         .inbox
@@ -1238,7 +1238,7 @@ fn datagrams_only_where_advertised() {
     );
 }
 
-// ---- violations (PROTOCOL.md §2.4): each ends in a 1002 transport close ----
+// ---- violations (docs/protocol.md §2.4): each ends in a 1002 transport close ----
 
 /// An established client whose peer is a raw byte script; the server granted 4/4
 /// streams, 1000 bytes per stream and 3000 per connection, and accepts datagrams.

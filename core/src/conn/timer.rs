@@ -9,15 +9,15 @@ use crate::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub(crate) enum Timer {
-    /// The peer's parameters did not arrive in time (PROTOCOL.md §1.1).
+    /// The peer's parameters did not arrive in time (docs/protocol.md §1.1).
     Handshake,
-    /// Nothing was received for the effective idle timeout (PROTOCOL.md §1.4, §2.5).
+    /// Nothing was received for the effective idle timeout (docs/protocol.md §1.4, §2.5).
     Idle,
     /// A third of the idle timeout passed without sending: time for a QX_PING.
     KeepAlive,
 }
 
-/// The effective idle timeout: the smaller of the non-zero advertisements, if any (PROTOCOL.md §1.4).
+/// The effective idle timeout: the smaller of the non-zero advertisements, if any (docs/protocol.md §1.4).
 pub(crate) fn effective_idle(ours_ms: u64, peer_ms: u64) -> Option<Duration> {
     let ms = match (ours_ms, peer_ms) {
         (0, 0) => return None,

@@ -244,7 +244,7 @@ impl<'a, 'p> Ref<'a, 'p> {
     }
 
     /// The broadcast's path relative to the whole-segment `prefix`, if it is
-    /// under it (PROTOCOL.md §3.6: `""` is the prefix itself).
+    /// under it (docs/protocol.md §3.6: `""` is the prefix itself).
     pub fn suffix(&self, prefix: Path<'_>) -> Option<PathBuf<MAX_PATH_LEN>> {
         let path = self.core.path.borrow();
         let suffix = path.as_path().strip_prefix(prefix)?;
@@ -302,7 +302,7 @@ impl<'a, 'p> Ref<'a, 'p> {
         self.core.version.get()
     }
 
-    /// The track called `name` (byte-wise, PROTOCOL.md §3.2), if present. O(T).
+    /// The track called `name` (byte-wise, docs/protocol.md §3.2), if present. O(T).
     ///
     /// A missing track on an existing broadcast is NOT_FOUND (`0x33`, §4.4).
     pub fn track(&self, name: &str) -> Option<track::Ref<'a, 'p>> {

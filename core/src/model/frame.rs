@@ -1,6 +1,6 @@
 //! One frame of a group, and the moq-lite-05 FRAME header that carries it on a group stream.
 //!
-//! PROTOCOL.md §3.9: after the GROUP header, a group stream is a sequence of
+//! docs/protocol.md §3.9: after the GROUP header, a group stream is a sequence of
 //!
 //! ```text
 //! FRAME {
@@ -40,7 +40,7 @@ impl Header {
     ///
     /// # Errors
     /// [`EncodeError::ValueTooLarge`] if the delta is outside ±2^61, where its
-    /// zigzag form would not fit a varint (PROTOCOL.md §0).
+    /// zigzag form would not fit a varint (docs/protocol.md §0).
     pub const fn delta(&self, prev: u64) -> Result<i64, EncodeError> {
         const LIMIT: u64 = 1 << 61;
         if self.timestamp >= prev {
@@ -183,7 +183,7 @@ mod tests {
     use proptest::prelude::*;
     use std::vec::Vec;
 
-    /// PROTOCOL.md §6 V12: two frames, timestamps 1000 and 1033, in one group.
+    /// docs/protocol.md §6 V12: two frames, timestamps 1000 and 1033, in one group.
     const V12: &[u8] = &[
         0x47, 0xd0, 0x05, b'h', b'e', b'l', b'l', b'o', //
         0x40, 0x42, 0x06, b'w', b'o', b'r', b'l', b'd', b'!',
@@ -224,7 +224,7 @@ mod tests {
 
     #[test]
     fn other_protocol_examples() {
-        // PROTOCOL.md §6: group 6 restarts at 0, so timestamp 2000 is `4f a0`;
+        // docs/protocol.md §6: group 6 restarts at 0, so timestamp 2000 is `4f a0`;
         // a delta of -33 is `40 41`.
         let mut buf = [0u8; MAX_HEADER_LEN];
         let mut w = Writer::new(&mut buf);

@@ -18,7 +18,7 @@
 //!
 //! # Model
 //!
-//! PROTOCOL.md §3.6, §4.2: a subscriber asks for the broadcasts under a
+//! docs/protocol.md §3.6, §4.2: a subscriber asks for the broadcasts under a
 //! prefix; the publisher answers with the active set (ANNOUNCE_OK's Active
 //! Count, then one ANNOUNCE each), then with every change (Active or Ended),
 //! suffixes relative to the prefix. A session does exactly that with one
@@ -256,7 +256,7 @@ impl<'a, 'p> Ref<'a, 'p> {
     }
 
     /// The announced broadcasts under the whole-segment `prefix`, each with a
-    /// copy of its path relative to the prefix (PROTOCOL.md §3.6: `""` is the
+    /// copy of its path relative to the prefix (docs/protocol.md §3.6: `""` is the
     /// prefix itself).
     pub fn under<'q>(
         &self,

@@ -1,6 +1,6 @@
 //! Broadcast paths: `/`-separated segments, normalized, matched by whole segment.
 //!
-//! PROTOCOL.md §3.2: a broadcast path is a string of `/`-separated segments;
+//! docs/protocol.md §3.2: a broadcast path is a string of `/`-separated segments;
 //! moq-dev strips leading and trailing `/`, collapses `//`, allows at most 32
 //! segments, and matches prefixes by whole segment (`room` is a prefix of
 //! `room/cam` but not of `roomy`). §3.6: an announced path is the requested
@@ -24,7 +24,7 @@
 use core::fmt;
 use core::iter::FusedIterator;
 
-/// PROTOCOL.md §3.2: the most segments a broadcast path may have.
+/// docs/protocol.md §3.2: the most segments a broadcast path may have.
 pub const MAX_SEGMENTS: usize = 32;
 
 /// Why a string could not become a [`Path`] or [`PathBuf`].

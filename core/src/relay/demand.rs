@@ -1,5 +1,5 @@
 //! Keeps one upstream subscription in line with the downstream ones served
-//! from its relay track (PROTOCOL.md §4.5): the SUBSCRIBE asks
+//! from its relay track (docs/protocol.md §4.5): the SUBSCRIBE asks
 //! for their aggregate, a change of it goes out as SUBSCRIBE_UPDATE, and once
 //! the track has had no subscriber for the linger time, the upstream
 //! subscription is cancelled. Time is passed in.

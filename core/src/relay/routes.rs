@@ -1,7 +1,7 @@
 //! Which source serves each broadcast path a relay worker knows, and what
 //! happens when sources come and go: routing by announcement, standbys and
 //! spares, publisher failover within a grace period, and relay tracks made
-//! on demand (PROTOCOL.md §4).
+//! on demand (docs/protocol.md §4).
 //!
 //! Sans-IO: the caller passes every event in (an announcement, a withdrawal,
 //! a source gone, a track request, an upstream subscription over) with the

@@ -2,7 +2,7 @@
 //! relay lets go of it, and reused once nothing serves or fills it any more.
 //!
 //! The relay creates a track when a subscriber asks for a name its source has
-//! not published yet (PROTOCOL.md §4.4-4.5), and
+//! not published yet (docs/protocol.md §4.4-4.5), and
 //! gives it up when the upstream subscription ends or lingered without
 //! subscribers, or when its broadcast goes away. Every track lives in one of
 //! the table's [`TrackSlot`]s, allocated once. A retired slot is reused only

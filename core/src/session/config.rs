@@ -18,13 +18,13 @@ pub struct Config<'c> {
     /// The QMux connection's settings (transport parameters, timers, protocol list).
     pub conn: conn::Config,
     /// Our Hop ID, sent in SETUP, ANNOUNCE_OK and as ANNOUNCE_REQUEST's Exclude
-    /// Hop; 0 = none (PROTOCOL.md §4.3: give a publisher a stable non-zero one).
+    /// Hop; 0 = none (docs/protocol.md §4.3: give a publisher a stable non-zero one).
     pub hop: u64,
     /// Client only: the SETUP Path parameter, the URL's path and query as dialed
-    /// (`/room`, `/room?jwt=...`); `None` or empty sends none (PROTOCOL.md §3.5).
+    /// (`/room`, `/room?jwt=...`); `None` or empty sends none (docs/protocol.md §3.5).
     pub path: Option<&'c str>,
     /// Client only: the SETUP Role parameter; [`Role::Both`] sends none. A
-    /// publishing client must not say [`Role::Subscriber`] (PROTOCOL.md §4.1).
+    /// publishing client must not say [`Role::Subscriber`] (docs/protocol.md §4.1).
     pub role: Role,
     /// How long to wait for the peer's SETUP after the connection is
     /// established before closing with CONTROL_MESSAGE_TIMEOUT (0x11);
@@ -35,7 +35,7 @@ pub struct Config<'c> {
     /// finds the table full. Default: the whole table.
     pub max_served: usize,
     /// Largest FRAME payload accepted on a received group stream; a larger one
-    /// drops the group with FRAME_TOO_LARGE (0x38, PROTOCOL.md §3.15) and stops
+    /// drops the group with FRAME_TOO_LARGE (0x38, docs/protocol.md §3.15) and stops
     /// the stream. Default: no limit but the group's.
     pub max_frame_bytes: u64,
     /// How long an incomplete control message may sit in a control stream's

@@ -14,7 +14,7 @@ pub enum Error {
     /// The QMux connection is not established yet; wait for
     /// [`Event::Connected`](super::Event::Connected).
     NotReady,
-    /// The peer sent GOAWAY: no new requests may be opened (PROTOCOL.md §3.12).
+    /// The peer sent GOAWAY: no new requests may be opened (docs/protocol.md §3.12).
     GoingAway,
     /// Every control-stream slot is taken (see [`Storage`](super::Storage)).
     ControlFull,

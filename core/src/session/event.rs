@@ -15,7 +15,7 @@ impl AnnounceId {
 }
 
 /// Our handle on a subscription we made ([`Session::subscribe`](super::Session::subscribe)):
-/// the Subscribe ID on the wire (PROTOCOL.md §3.8: 0, 1, 2, ..., never reused).
+/// the Subscribe ID on the wire (docs/protocol.md §3.8: 0, 1, 2, ..., never reused).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct SubscriptionId(pub(crate) u64);
@@ -43,23 +43,23 @@ impl SubscriptionId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event<'a> {
-    /// The QMux connection is up (PROTOCOL.md §1.5): requests may be made now.
+    /// The QMux connection is up (docs/protocol.md §1.5): requests may be made now.
     Connected {
         /// The negotiated application protocol (`moq-lite-05`).
         protocol: &'static str,
     },
-    /// The peer's SETUP arrived (PROTOCOL.md §3.5); its requests are served from now on.
+    /// The peer's SETUP arrived (docs/protocol.md §3.5); its requests are served from now on.
     Setup {
         /// The peer's Hop ID (0 = none).
         hop: u64,
         /// The role the peer declared (clients only; [`Role::Both`] when absent).
         role: Role,
         /// The client's Path parameter (path and query), if any: what a server
-        /// authorizes and roots the session at (PROTOCOL.md §4.1).
+        /// authorizes and roots the session at (docs/protocol.md §4.1).
         path: Option<&'a str>,
     },
     /// A broadcast became available through one of our announce requests
-    /// (PROTOCOL.md §3.6); also reported again when its route changed (restart).
+    /// (docs/protocol.md §3.6); also reported again when its route changed (restart).
     Announced {
         /// The request it answers.
         request: AnnounceId,
@@ -68,7 +68,7 @@ pub enum Event<'a> {
         /// The hops before the responding publisher, origin first.
         hops: Hops<'a>,
         /// The responding publisher's Hop ID from ANNOUNCE_OK (append it to `hops`
-        /// for the full route; PROTOCOL.md §4.3).
+        /// for the full route; docs/protocol.md §4.3).
         publisher: u64,
     },
     /// A broadcast announced through one of our requests is gone.
@@ -79,21 +79,21 @@ pub enum Event<'a> {
         path: &'a str,
     },
     /// An announce request ended: treat every broadcast it announced as gone
-    /// through it (PROTOCOL.md §3.6).
+    /// through it (docs/protocol.md §3.6).
     AnnounceEnded {
         /// The request.
         request: AnnounceId,
         /// `None` if the publisher finished the stream, else the reset code.
         code: Option<u64>,
     },
-    /// TRACK_INFO arrived for a subscription (PROTOCOL.md §3.7); the SUBSCRIBE follows.
+    /// TRACK_INFO arrived for a subscription (docs/protocol.md §3.7); the SUBSCRIBE follows.
     TrackInfo {
         /// The subscription.
         subscription: SubscriptionId,
         /// The track's properties (timescale of frame timestamps, ...).
         info: TrackInfo,
     },
-    /// SUBSCRIBE_START: the first group that will be delivered (PROTOCOL.md §3.8).
+    /// SUBSCRIBE_START: the first group that will be delivered (docs/protocol.md §3.8).
     Started {
         /// The subscription.
         subscription: SubscriptionId,
@@ -119,7 +119,7 @@ pub enum Event<'a> {
         /// Stream error code (0 = simply unavailable).
         code: u64,
     },
-    /// SUBSCRIBE_END: no group at or after `end` will be delivered (exclusive, PROTOCOL.md §3.8).
+    /// SUBSCRIBE_END: no group at or after `end` will be delivered (exclusive, docs/protocol.md §3.8).
     Ended {
         /// The subscription.
         subscription: SubscriptionId,
@@ -134,7 +134,7 @@ pub enum Event<'a> {
         /// NOT_FOUND 0x33, UNROUTABLE 0x36).
         code: Option<u64>,
     },
-    /// The peer sent GOAWAY (PROTOCOL.md §3.12): make no new requests and close when done.
+    /// The peer sent GOAWAY (docs/protocol.md §3.12): make no new requests and close when done.
     Goaway {
         /// Where to reconnect ("" = the same place).
         uri: &'a str,
@@ -143,7 +143,7 @@ pub enum Event<'a> {
     /// the application asked for with [`Session::close`](super::Session::close).
     Closed {
         /// The close code: a moq-lite session code for an application close
-        /// (PROTOCOL.md §3.15), a QMux code for a transport close.
+        /// (docs/protocol.md §3.15), a QMux code for a transport close.
         code: u64,
         /// The reason, as sent or received.
         reason: &'a str,

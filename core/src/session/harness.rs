@@ -8,7 +8,7 @@
 //! split once at a given offset of the byte stream, so a test can try every
 //! split point of a short session. Every byte sent is logged per direction,
 //! and [`Tap`] turns a log back into per-stream byte strings for checks
-//! against PROTOCOL.md §6.
+//! against docs/protocol.md §6.
 
 extern crate std;
 

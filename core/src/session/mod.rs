@@ -1,4 +1,4 @@
-//! The sans-IO moq-lite-05 session over a QMux [`Connection`] (PROTOCOL.md §3, §4).
+//! The sans-IO moq-lite-05 session over a QMux [`Connection`] (docs/protocol.md §3, §4).
 //!
 //! A [`Session`] speaks moq-lite on top of the connection: it sends and reads
 //! SETUP, serves the peer's requests from local media (publisher side: the
@@ -420,7 +420,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         self.conn.is_established() && !self.closed
     }
 
-    /// True once the peer's SETUP arrived (PROTOCOL.md §3.4).
+    /// True once the peer's SETUP arrived (docs/protocol.md §3.4).
     pub fn is_setup(&self) -> bool {
         self.peer.is_some()
     }
@@ -753,7 +753,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// Writes QMux records into `out` and returns how many bytes it wrote (0 when
     /// there is nothing to send or no room).
     ///
-    /// Order (PROTOCOL.md §2.8, §4.6): connection control frames first (our
+    /// Order (docs/protocol.md §2.8, §4.6): connection control frames first (our
     /// parameters, resets, credit, pings, the close), then control-stream
     /// messages, then group-stream data ranked by subscriber priority (higher
     /// first), then subscription age (older Subscribe ID first), then group
@@ -888,7 +888,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     }
 
     /// Closes the session with a moq-lite session code and a reason
-    /// (PROTOCOL.md §3.13, §3.15): [`SessionCode::NoError`] for a normal end.
+    /// (docs/protocol.md §3.13, §3.15): [`SessionCode::NoError`] for a normal end.
     ///
     /// `poll_transmit` then writes the close and nothing else; subscriptions are
     /// closed locally. No [`Event::Closed`] is reported for it. A second call
@@ -1069,7 +1069,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             conn::Event::StreamReset { id, code, .. } => self.on_stream_reset(id, code),
             conn::Event::StopSending { id, code } => self.on_stop_sending(id, code),
             conn::Event::Datagram(_) => {
-                // We advertise no datagram support (PROTOCOL.md §3.14); the connection
+                // We advertise no datagram support (docs/protocol.md §3.14); the connection
                 // refuses them, so this does not happen.
             }
             conn::Event::Closed(c) => self.on_closed(c),

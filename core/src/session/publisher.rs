@@ -1,5 +1,5 @@
 //! Publisher side: serving the peer's announce requests and subscriptions from
-//! local media, and sending group streams (PROTOCOL.md §3.6–3.9, §4).
+//! local media, and sending group streams (docs/protocol.md §3.6–3.9, §4).
 //!
 //! A subscription the peer holds on one of our tracks is a [`Served`] entry: the
 //! track, the subscriber's [`Window`] of wanted groups, and whether
@@ -70,7 +70,7 @@ pub(crate) struct GroupOut<'a, 'p> {
     header_sent: usize,
 }
 
-/// PROTOCOL.md §4.7, for a group whose stream is already open: stale once the
+/// docs/protocol.md §4.7, for a group whose stream is already open: stale once the
 /// point where its successor began is more than `max_age` behind the newest frame.
 fn is_stale(source: track::Ref<'_, '_>, max_age: Duration, seq: u64) -> bool {
     match source.latest() {
@@ -82,7 +82,7 @@ fn is_stale(source: track::Ref<'_, '_>, max_age: Duration, seq: u64) -> bool {
     }
 }
 
-/// The exclusive end of a finished track (PROTOCOL.md §3.8: latest + 1, 0 without groups).
+/// The exclusive end of a finished track (docs/protocol.md §3.8: latest + 1, 0 without groups).
 fn track_end(source: track::Ref<'_, '_>) -> Option<u64> {
     match source.status() {
         track::Status::Finished => Some(source.latest().map_or(0, |l| l.saturating_add(1))),
@@ -145,7 +145,7 @@ fn sift_down<T, K: Ord>(v: &mut [T], mut root: usize, end: usize, key: &mut impl
     }
 }
 
-/// Whether an announcement may go to a peer (PROTOCOL.md §3.6: no path with a
+/// Whether an announcement may go to a peer (docs/protocol.md §3.6: no path with a
 /// segment starting with `.` below the prefix to lite-05 peers). Local
 /// broadcasts have no hops, so the Exclude Hop filter never applies.
 fn announceable(suffix: Path<'_>) -> bool {
@@ -216,7 +216,7 @@ enum Wrote {
 }
 
 impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
-    // ---- announce requests (PROTOCOL.md §3.6) ----
+    // ---- announce requests (docs/protocol.md §3.6) ----
 
     /// The peer's ANNOUNCE_REQUEST: keep the prefix and start serving.
     pub(super) fn parse_announce_request(
@@ -270,7 +270,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 ok_sent: false,
             },
             None => {
-                // PROTOCOL.md §3.6: nothing we may announce is ANNOUNCE_OK with 0, not an error.
+                // docs/protocol.md §3.6: nothing we may announce is ANNOUNCE_OK with 0, not an error.
                 let ok = AnnounceOk {
                     hop: self.hop,
                     active: 0,
@@ -343,7 +343,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     exclude,
                     cursor,
                 } => {
-                    // PROTOCOL.md §3.6: our Hop ID, and how many ANNOUNCEs follow.
+                    // docs/protocol.md §3.6: our Hop ID, and how many ANNOUNCEs follow.
                     let active = origin
                         .under(prefix)
                         .filter(|(suffix, _)| announceable(suffix.as_path()))
@@ -492,7 +492,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
     }
 
-    // ---- subscriptions (PROTOCOL.md §3.8) ----
+    // ---- subscriptions (docs/protocol.md §3.8) ----
 
     /// SUBSCRIBE, then SUBSCRIBE_UPDATEs, on a Subscribe stream the peer opened.
     pub(super) fn parse_subscribe(&mut self, slot: usize, served: SubState, limit: usize) -> Step {
@@ -555,7 +555,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         request: Request,
         source: track::Ref<'a, 'p>,
     ) -> Step {
-        // PROTOCOL.md §3.8: Subscribe IDs are unique for the session.
+        // docs/protocol.md §3.8: Subscribe IDs are unique for the session.
         if self.served.iter().flatten().any(|s| s.id == id) {
             self.fail(SessionCode::ProtocolViolation, "duplicate Subscribe ID");
             return Step::Stop;
@@ -565,7 +565,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             self.refuse(slot, StreamCode::Internal);
             return Step::Stop;
         };
-        // PROTOCOL.md §4.7: subscriber budgets are clamped to the publisher's max age.
+        // docs/protocol.md §4.7: subscriber budgets are clamped to the publisher's max age.
         let request = Request {
             max_latency: min(request.max_latency, source.info().max_age),
             ..request
@@ -601,7 +601,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             Err(_) => Window::new(request),
         };
         debug!("session: serving subscription {}", id);
-        // PROTOCOL.md §4.5: the track knows what is served from it (a relay
+        // docs/protocol.md §4.5: the track knows what is served from it (a relay
         // aggregates it upstream); unregistered in `free_served`.
         source.add_subscriber(window.request());
         self.served_changes += 1;
@@ -620,7 +620,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         Step::Consumed(n)
     }
 
-    /// SUBSCRIBE_UPDATE replaces the preferences (PROTOCOL.md §3.8).
+    /// SUBSCRIBE_UPDATE replaces the preferences (docs/protocol.md §3.8).
     fn on_subscribe_update(&mut self, i: usize, u: SubscribeUpdate) {
         let Some(s) = self.served.get_mut(i).and_then(Option::as_mut) else {
             return;
@@ -688,7 +688,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         let (source, slot) = (s.source, s.slot);
         let max_age = s.window.request().max_latency;
 
-        // PROTOCOL.md §4.4: the track was abandoned; pass the error on.
+        // docs/protocol.md §4.4: the track was abandoned; pass the error on.
         if let track::Status::Aborted(code) = source.status() {
             let code = StreamCode::from_code(code);
             self.end_served(i, code);
@@ -837,7 +837,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         true
     }
 
-    /// Sorts the group-stream table into sending order (PROTOCOL.md §4.6):
+    /// Sorts the group-stream table into sending order (docs/protocol.md §4.6):
     /// subscriber priority (higher first), then Subscribe ID (older first),
     /// then group sequence (newest first), the stream ID breaking ties;
     /// streams of no served subscription (never sent) and free slots last.

@@ -2,14 +2,14 @@
 //! the peer asked for when the broadcast is known but the track is not.
 //!
 //! A relay learns a broadcast's path from an announcement but not its track
-//! names: those arrive with the downstream requests. PROTOCOL.md §4.4–4.5: a
+//! names: those arrive with the downstream requests. docs/protocol.md §4.4–4.5: a
 //! relay answers a TRACK or SUBSCRIBE for a track of a broadcast it routes by
 //! creating the track, subscribing upstream once, and serving every
 //! downstream subscriber from it. [`Resolve::resolve`] is asked, synchronously,
 //! while the session parses the request; the track it returns is served at
 //! once (SUBSCRIBE_START waits for its first group). If the upstream
 //! subscription later fails, the owner aborts the track with the upstream
-//! code and the session passes it on (PROTOCOL.md §4.4).
+//! code and the session passes it on (docs/protocol.md §4.4).
 //!
 //! Limitation: a TRACK request for a resolved track is answered with the
 //! track's own [`track::Info`], which for a fresh relay track holds defaults
@@ -45,7 +45,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     }
 }
 
-/// The local track `name` of broadcast `broadcast` (PROTOCOL.md §4.4: an
+/// The local track `name` of broadcast `broadcast` (docs/protocol.md §4.4: an
 /// unknown broadcast is UNROUTABLE, an unknown track NOT_FOUND).
 pub(super) fn lookup<'a, 'p>(
     origin: Option<origin::Ref<'a, 'p>>,
@@ -59,7 +59,7 @@ pub(super) fn lookup<'a, 'p>(
 }
 
 /// Like [`lookup`], then asks `resolver` for a track the
-/// broadcast lacks (PROTOCOL.md §4.4: unknown broadcast UNROUTABLE, unknown
+/// broadcast lacks (docs/protocol.md §4.4: unknown broadcast UNROUTABLE, unknown
 /// track NOT_FOUND).
 pub(super) fn lookup_or_resolve<'a, 'p>(
     origin: Option<origin::Ref<'a, 'p>>,

@@ -1,5 +1,5 @@
 //! Subscriber side: announce requests, subscriptions, and the group streams
-//! that fill local tracks (PROTOCOL.md §3.6–3.9).
+//! that fill local tracks (docs/protocol.md §3.6–3.9).
 //!
 //! [`Session::subscribe`] sends TRACK first and SUBSCRIBE only once TRACK_INFO
 //! arrived, as moq-dev does (§3.7): the SUBSCRIBE waits, encoded, in a control
@@ -106,7 +106,7 @@ pub(crate) struct GroupIn<'a, 'p> {
     pub(super) producer: Option<track::GroupProducer<'a, 'p>>,
     /// The group's generation when it was created (a change means it was evicted).
     generation: u64,
-    /// Timestamp of the previous frame (PROTOCOL.md §3.9: deltas, first from 0).
+    /// Timestamp of the previous frame (docs/protocol.md §3.9: deltas, first from 0).
     prev: u64,
     /// Payload bytes the current frame still needs.
     frame_left: u64,
@@ -165,7 +165,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     // ---- requests ----
 
     /// Asks the peer for the broadcasts under `prefix` ("" = everything) on a new
-    /// Announce stream (PROTOCOL.md §3.6), with our Hop ID as Exclude Hop.
+    /// Announce stream (docs/protocol.md §3.6), with our Hop ID as Exclude Hop.
     ///
     /// Results arrive as [`Event::Announced`](super::Event::Announced) /
     /// [`Event::Unannounced`](super::Event::Unannounced), and
@@ -242,7 +242,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// life: it creates each group as its stream arrives, finishes the track
     /// when the publisher finishes the subscription, and aborts it with the
     /// stream code when the subscription fails. It sends TRACK first and the
-    /// SUBSCRIBE once TRACK_INFO arrived (PROTOCOL.md §3.7, §3.8); the
+    /// SUBSCRIBE once TRACK_INFO arrived (docs/protocol.md §3.7, §3.8); the
     /// TRACK_INFO values are reported ([`Event::TrackInfo`](super::Event::TrackInfo))
     /// but not applied to `track`, whose info the application chose. Progress
     /// is reported with [`Event::Started`](super::Event::Started),
@@ -344,7 +344,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         Ok(SubscriptionId(id))
     }
 
-    /// Changes a subscription's preferences with SUBSCRIBE_UPDATE (PROTOCOL.md §3.8).
+    /// Changes a subscription's preferences with SUBSCRIBE_UPDATE (docs/protocol.md §3.8).
     ///
     /// # Errors
     /// [`Error::Unknown`] if the subscription is over; [`Error::TooLarge`] if the
@@ -370,7 +370,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             .map_err(|_| Error::TooLarge)
     }
 
-    /// Cancels a subscription gracefully: FIN on our Subscribe stream (PROTOCOL.md
+    /// Cancels a subscription gracefully: FIN on our Subscribe stream (docs/protocol.md
     /// §3.8). The publisher answers with FIN, reported as
     /// [`Event::SubscriptionClosed`](super::Event::SubscriptionClosed) (the
     /// track is then finished); before TRACK_INFO the request is simply
@@ -450,7 +450,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         self.subscription_closed(sub, Some(code));
     }
 
-    /// A typed response on our Subscribe stream (PROTOCOL.md §3.8).
+    /// A typed response on our Subscribe stream (docs/protocol.md §3.8).
     pub(super) fn on_response(&mut self, sub: u64, r: SubscribeResponse) {
         if self.sub_index(sub).is_none() {
             return;
@@ -469,7 +469,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// abort the local track, free the entry, report it.
     ///
     /// Group streams already under way complete; later ones name an unknown
-    /// subscription and are stopped (PROTOCOL.md §3.9).
+    /// subscription and are stopped (docs/protocol.md §3.9).
     ///
     /// The event is reported exactly once: if the event queue is full (calls
     /// such as `unsubscribe` add to it without limit), it waits in the entry,
@@ -494,7 +494,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
     }
 
-    // ---- group streams (PROTOCOL.md §3.9) ----
+    // ---- group streams (docs/protocol.md §3.9) ----
 
     /// The group stream slot of `id`.
     pub(super) fn group_in(&self, id: StreamId) -> Option<usize> {
@@ -503,7 +503,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             .position(|g| g.as_ref().is_some_and(|g| g.id == id))
     }
 
-    /// A uni stream the peer opened: Group or Setup (PROTOCOL.md §3.3).
+    /// A uni stream the peer opened: Group or Setup (docs/protocol.md §3.3).
     pub(super) fn new_uni_stream(
         &mut self,
         now: Instant,
@@ -545,7 +545,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                         used = data.len();
                     }
                     HeaderStep::Setup(n) => {
-                        // The peer's SETUP stream (PROTOCOL.md §3.5): exactly one.
+                        // The peer's SETUP stream (docs/protocol.md §3.5): exactly one.
                         self.inc[i] = None;
                         self.conn.release(id, n as u64);
                         if self.setup_seen {
@@ -647,7 +647,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 Err(DecodeError::Incomplete) => more(g),
                 Err(_) => HeaderStep::Malformed,
             },
-            // PROTOCOL.md §3.3: an unknown type is refused on that stream only.
+            // docs/protocol.md §3.3: an unknown type is refused on that stream only.
             None => HeaderStep::Refuse(StreamCode::Internal),
         }
     }
@@ -659,7 +659,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             return false;
         };
         let id = g.id;
-        // PROTOCOL.md §3.9: an unknown Subscribe ID is stopped with CANCEL.
+        // docs/protocol.md §3.9: an unknown Subscribe ID is stopped with CANCEL.
         let Some(sub) = self
             .subs
             .iter()
@@ -752,7 +752,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         let mut r = Reader::new(bytes);
         let max = usize::try_from(producer.state().max_bytes()).unwrap_or(usize::MAX);
         match Header::decode(&mut r, g.prev, max) {
-            // PROTOCOL.md §3.15: FRAME_TOO_LARGE for a frame over our limit.
+            // docs/protocol.md §3.15: FRAME_TOO_LARGE for a frame over our limit.
             Ok(h) if h.len as u64 > max_frame => Err(StreamCode::FrameTooLarge),
             Ok(h) => match begin_frame(producer, h, src.filter(|_| stored == 0), r.position()) {
                 Ok(()) => {
@@ -791,7 +791,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             return;
         };
         let id = g.id;
-        // PROTOCOL.md §3.9: FIN exactly on a frame boundary.
+        // docs/protocol.md §3.9: FIN exactly on a frame boundary.
         let clean = g.stage == Stage::Frames && g.frame_left == 0 && g.hdr_len == 0;
         if let Some(mut p) = g.producer.take() {
             if clean {

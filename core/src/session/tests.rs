@@ -1,4 +1,4 @@
-//! Session tests: byte checks against PROTOCOL.md §6, end-to-end runs in the
+//! Session tests: byte checks against docs/protocol.md §6, end-to-end runs in the
 //! simulated pair (every split point, random chunking, latency, small
 //! credit), and misbehaving peers scripted with a raw QMux connection.
 
@@ -93,7 +93,7 @@ fn frames(list: &[(u64, &str)]) -> Frames {
 }
 
 // ---------------------------------------------------------------------------
-// The PROTOCOL.md §6 session: broadcast "clock", track "seconds", groups 5 and 6
+// The docs/protocol.md §6 session: broadcast "clock", track "seconds", groups 5 and 6
 // ---------------------------------------------------------------------------
 
 /// What one run of the clock session produced.
@@ -292,7 +292,7 @@ fn clock_session_with_random_chunks_and_latency() {
 }
 
 // ---------------------------------------------------------------------------
-// SETUP (PROTOCOL.md §3.4, §3.5, §6 V5)
+// SETUP (docs/protocol.md §3.4, §3.5, §6 V5)
 // ---------------------------------------------------------------------------
 
 /// A session against a raw QMux peer; `script` runs once the raw side is established.
@@ -446,7 +446,7 @@ fn setup_timeout_closes() {
 }
 
 // ---------------------------------------------------------------------------
-// Malformed and unknown input (PROTOCOL.md §3.2, §3.3, §3.13)
+// Malformed and unknown input (docs/protocol.md §3.2, §3.3, §3.13)
 // ---------------------------------------------------------------------------
 
 #[test]
@@ -521,7 +521,7 @@ fn requests_wait_for_the_peer_setup() {
     bp.add(t.handle()).unwrap();
     o.handle().announce(b.handle()).unwrap();
     raw_pair!(Side::Server, Config::new(), Some(o.handle()), st, pair);
-    // TRACK before SETUP: no answer yet (PROTOCOL.md §3.4).
+    // TRACK before SETUP: no answer yet (docs/protocol.md §3.4).
     let id = pair.b.open(Dir::Bidi, &hex("06 04 01 62 01 74"), false);
     pair.settle(Duration::from_millis(50));
     assert!(pair.b.received(id.value()).is_empty());
@@ -534,7 +534,7 @@ fn requests_wait_for_the_peer_setup() {
 #[test]
 fn track_request_waits_for_track_info_still_to_come() {
     // A relay track made before its upstream's TRACK_INFO arrived
-    // (PROTOCOL.md §3.7: relays re-serve what they received).
+    // (docs/protocol.md §3.7: relays re-serve what they received).
     let mut ps = PoolStorage::<8, 64>::new();
     let pool = Pool::new(&mut ps);
     let t = track::State::<2>::new(&pool, track::Info::new("t").unwrap());
@@ -833,7 +833,7 @@ fn unknown_track_and_broadcast_are_refused() {
         .subscribe("nowhere", other.handle(), Request::LIVE)
         .unwrap();
     pair.settle(Duration::from_millis(50));
-    // PROTOCOL.md §4.4: NOT_FOUND for a missing track, UNROUTABLE for a missing broadcast.
+    // docs/protocol.md §4.4: NOT_FOUND for a missing track, UNROUTABLE for a missing broadcast.
     assert!(pair.a.events.contains(&Ev::SubscriptionClosed {
         subscription: a,
         code: Some(0x33)
@@ -1187,7 +1187,7 @@ fn session_close_is_reported_to_the_peer() {
 }
 
 // ---------------------------------------------------------------------------
-// Pacing and backpressure (README guarantee 2; PROTOCOL.md §2.4)
+// Pacing and backpressure (README guarantee 2; docs/protocol.md §2.4)
 // ---------------------------------------------------------------------------
 
 #[test]
@@ -2032,7 +2032,7 @@ mod fuzz {
 }
 
 // ---------------------------------------------------------------------------
-// Served subscriptions on the source track (PROTOCOL.md §4.5)
+// Served subscriptions on the source track (docs/protocol.md §4.5)
 // ---------------------------------------------------------------------------
 
 #[test]

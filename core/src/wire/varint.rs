@@ -2,7 +2,7 @@
 //!
 //! The two high bits of the first byte give the length (1, 2, 4 or 8 bytes);
 //! the rest is the value, big-endian. We always write the shortest form and
-//! accept any form on read, as moq-dev does (PROTOCOL.md §0).
+//! accept any form on read, as moq-dev does (docs/protocol.md §0).
 
 use super::{DecodeError, EncodeError};
 
@@ -72,7 +72,7 @@ pub fn encode(v: u64, buf: &mut [u8]) -> Result<usize, EncodeError> {
     Ok(n)
 }
 
-/// Maps a signed value onto a varint with zigzag (PROTOCOL.md §0: 0→0, −1→1, 1→2 …).
+/// Maps a signed value onto a varint with zigzag (docs/protocol.md §0: 0→0, −1→1, 1→2 …).
 ///
 /// # Errors
 /// [`EncodeError::ValueTooLarge`] outside ±2^61, where the result would not fit a varint.
@@ -103,7 +103,7 @@ mod tests {
 
     #[test]
     fn protocol_examples() {
-        // PROTOCOL.md §0.
+        // docs/protocol.md §0.
         assert_eq!(&enc(25)[..], &[0x19]);
         assert_eq!(&enc(100)[..], &[0x40, 0x64]);
         assert_eq!(&enc(250)[..], &[0x40, 0xfa]);

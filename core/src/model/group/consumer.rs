@@ -235,7 +235,7 @@ impl<'a, 'p> Consumer<'a, 'p> {
             return Ok(self.end());
         }
         let mut r = Reader::new(&buf[..n]);
-        // PROTOCOL.md §3.9: the delta is from the previous frame's timestamp (first: from 0).
+        // docs/protocol.md §3.9: the delta is from the previous frame's timestamp (first: from 0).
         match Header::decode(&mut r, self.timestamp, usize::MAX) {
             Ok(header) => {
                 self.skip(r.position());

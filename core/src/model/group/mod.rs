@@ -2,7 +2,7 @@
 //!
 //! # Layout
 //! A group's bytes are exactly what follows the GROUP header on a moq-lite-05
-//! group stream (PROTOCOL.md §3.9): FRAME headers (`Timestamp Delta ZZ(i)`,
+//! group stream (docs/protocol.md §3.9): FRAME headers (`Timestamp Delta ZZ(i)`,
 //! `Payload Length (i)`) and payloads, back to back. A relay forwards the
 //! stored bytes verbatim to every subscriber, nothing is re-encoded per reader,
 //! and byte counts here equal stream credit on the wire.
@@ -86,7 +86,7 @@ pub use producer::Producer;
 use crate::pool::{Block, BlockMut, Pool};
 
 /// The code a group is aborted with when its [`Producer`] is dropped before
-/// finishing: CANCEL (PROTOCOL.md §3.15, stream codes).
+/// finishing: CANCEL (docs/protocol.md §3.15, stream codes).
 pub const ABORT_DROPPED: u64 = 0x1;
 
 /// Where a group is in its life.
@@ -155,7 +155,7 @@ pub enum WriteError {
     NoFrame,
     /// More payload than the streamed frame declared; nothing was written.
     PayloadOverrun,
-    /// The timestamp is more than ±2^61 away from the previous frame's (PROTOCOL.md §0 zigzag).
+    /// The timestamp is more than ±2^61 away from the previous frame's (docs/protocol.md §0 zigzag).
     TimestampRange,
 }
 

@@ -54,7 +54,7 @@ impl<'a, 'p> Producer<'a, 'p> {
     ) -> Result<([u8; MAX_HEADER_LEN], usize), WriteError> {
         let mut buf = [0u8; MAX_HEADER_LEN];
         let mut w = Writer::new(&mut buf);
-        // PROTOCOL.md §3.9: the delta is from the previous frame of this group (first: from 0).
+        // docs/protocol.md §3.9: the delta is from the previous frame of this group (first: from 0).
         let n = Header::new(timestamp, len)
             .encode(self.state.last_timestamp.get(), &mut w)
             .map_err(|_| WriteError::TimestampRange)?;

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use std::vec;
 use std::vec::Vec;
 
-/// PROTOCOL.md §6 V12: the group stream after its GROUP header.
+/// docs/protocol.md §6 V12: the group stream after its GROUP header.
 const V12: &[u8] = &[
     0x47, 0xd0, 0x05, b'h', b'e', b'l', b'l', b'o', //
     0x40, 0x42, 0x06, b'w', b'o', b'r', b'l', b'd', b'!',

@@ -71,7 +71,7 @@ impl Tally {
 }
 
 /// The subscriptions served from a track and what they ask for together
-/// (PROTOCOL.md §4.5); see [`Ref::demand`].
+/// (docs/protocol.md §4.5); see [`Ref::demand`].
 ///
 /// Counters are exact, and so are the extremes (priority, max latency,
 /// explicit starts and ends) while each takes at most [`TALLY_VALUES`]

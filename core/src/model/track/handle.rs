@@ -74,7 +74,7 @@ impl<'t, 'p> Ref<'t, 'p> {
     /// # Errors
     /// [`ProducerTaken`] while another producer of this track is alive, or
     /// when the handle is stale ([`Ref::is_current`]). A second writer would race the first for sequence numbers; a relay that
-    /// re-splices a track onto a new upstream (PROTOCOL.md §4.4) either keeps
+    /// re-splices a track onto a new upstream (docs/protocol.md §4.4) either keeps
     /// the producer and feeds it from the new source, or sets failover mode
     /// and lets the old producer go first.
     pub fn producer(self) -> Result<Producer<'t, 'p>, ProducerTaken> {
@@ -116,7 +116,7 @@ impl<'t, 'p> Ref<'t, 'p> {
 
     /// A new reader positioned at `start`.
     ///
-    /// [`Start::Latest`] begins at the latest group (PROTOCOL.md §3.8: delivered
+    /// [`Start::Latest`] begins at the latest group (docs/protocol.md §3.8: delivered
     /// from its first frame), or at whichever group comes first if there is none
     /// yet; [`Start::Group`] at that sequence (groups before it are never given).
     pub fn consumer(self, start: Start) -> Consumer<'t, 'p> {
@@ -152,7 +152,7 @@ impl<'t, 'p> Ref<'t, 'p> {
 
     /// Marks the TRACK_INFO values as still to come (until [`Ref::set_info`]):
     /// a relay track made on demand re-serves its upstream's values
-    /// (PROTOCOL.md §3.7), so TRACK requests for it wait for them.
+    /// (docs/protocol.md §3.7), so TRACK requests for it wait for them.
     pub fn await_info(&self) {
         self.core.info_known.set(false);
     }
@@ -169,7 +169,7 @@ impl<'t, 'p> Ref<'t, 'p> {
         self.changed();
     }
 
-    /// Whether the track is called `name` (byte-wise, PROTOCOL.md §3.2).
+    /// Whether the track is called `name` (byte-wise, docs/protocol.md §3.2).
     pub fn has_name(&self, name: &str) -> bool {
         self.core.info.get().name == name
     }
@@ -271,13 +271,13 @@ impl<'t, 'p> Ref<'t, 'p> {
     }
 
     /// A reader of the latest group from its first byte: the first group of a
-    /// [`Start::Latest`] subscription (PROTOCOL.md §4.8).
+    /// [`Start::Latest`] subscription (docs/protocol.md §4.8).
     pub fn latest_group(&self) -> Option<group::Consumer<'t, 'p>> {
         self.group(self.core.latest.get()?)
     }
 
     /// The newest held group that `window` still wants and that is not expired
-    /// for its max latency (PROTOCOL.md §4.6: newest first; §4.7).
+    /// for its max latency (docs/protocol.md §4.6: newest first; §4.7).
     ///
     /// This is how a session serves a subscription: take this group, remove
     /// it from the window ([`Window::remove`]), open its stream, repeat until

@@ -10,13 +10,13 @@ use crate::wire::lite::TrackInfo;
 /// The longest track name a [`Name`] holds, in bytes.
 pub const MAX_NAME_LEN: usize = 128;
 
-/// moq-dev's default publisher priority (PROTOCOL.md §3.7).
+/// moq-dev's default publisher priority (docs/protocol.md §3.7).
 pub const DEFAULT_PRIORITY: u8 = 127;
 
-/// moq-dev's default publisher max age: 5 s (PROTOCOL.md §3.7).
+/// moq-dev's default publisher max age: 5 s (docs/protocol.md §3.7).
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_millis(5000);
 
-/// moq-dev's default timescale: milliseconds (PROTOCOL.md §3.7).
+/// moq-dev's default timescale: milliseconds (docs/protocol.md §3.7).
 pub const DEFAULT_TIMESCALE: NonZeroU64 = match NonZeroU64::new(1000) {
     Some(t) => t,
     None => panic!("1000 is not zero"),
@@ -37,7 +37,7 @@ impl core::error::Error for NameTooLong {}
 
 /// A track name: an opaque string of at most [`MAX_NAME_LEN`] bytes, stored inline.
 ///
-/// PROTOCOL.md §3.2: track names are compared byte for byte and never
+/// docs/protocol.md §3.2: track names are compared byte for byte and never
 /// normalized. The name is owned (a relay builds it from a network buffer it
 /// cannot keep) and `Copy` (so a track slot can be reused for another track).
 #[derive(Clone, Copy)]
@@ -149,7 +149,7 @@ impl defmt::Format for Name {
     }
 }
 
-/// What a track is: its name and the TRACK_INFO values (PROTOCOL.md §3.7).
+/// What a track is: its name and the TRACK_INFO values (docs/protocol.md §3.7).
 ///
 /// The values are immutable for the life of the track; a relay re-serves
 /// exactly what it received.

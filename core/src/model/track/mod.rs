@@ -14,11 +14,11 @@
 //!   [`Ref::producer`] `-> Result<Producer, ProducerTaken>`,
 //!   [`Ref::consumer`]`(Start) -> Consumer`, [`Ref::info`], [`Ref::status`],
 //!   [`Ref::latest`], [`Ref::version`], [`Ref::poll_changed`]`(cx, since)`,
-//!   [`Ref::group`]`(seq)`, [`Ref::latest_group`] (PROTOCOL.md §4.8 Latest start),
+//!   [`Ref::group`]`(seq)`, [`Ref::latest_group`] (docs/protocol.md §4.8 Latest start),
 //!   [`Ref::next_wanted`]`(&Window)` (newest wanted group, for a session),
 //!   [`Ref::reopen`]`(info)` (reuse the slot for another track),
 //!   [`Ref::subscribers`] / [`Ref::demand`] (the subscriptions sessions serve
-//!   from the track and their aggregate request, PROTOCOL.md §4.5).
+//!   from the track and their aggregate request, docs/protocol.md §4.5).
 //! * [`Producer`]: [`Producer::create_group`]`(seq)` (any order),
 //!   [`Producer::append_group`] (latest + 1), [`Producer::finish`],
 //!   [`Producer::abort`]`(code)`; at most one per track ([`ProducerTaken`]),
@@ -39,14 +39,14 @@
 //! A group is stored once, in its wire form, in blocks of the pool
 //! ([`group`]); every reader of every subscriber reads the same blocks. The
 //! track keeps the `G` most recent groups (by sequence number, whatever order
-//! they arrive in: relays receive them newest first, PROTOCOL.md §3.9, §4.8)
+//! they arrive in: relays receive them newest first, docs/protocol.md §3.9, §4.8)
 //! and drops the oldest non-latest ones when
 //!
 //! * a new group needs a slot and the ring is full,
 //! * the bytes held (counted in whole pool blocks) would exceed the byte budget
 //!   ([`Limits::cache_bytes`]), or
 //! * they are older than the publisher max age ([`Info::max_age`]), measured
-//!   in presentation time as moq-dev does (PROTOCOL.md §4.7): a group is stale
+//!   in presentation time as moq-dev does (docs/protocol.md §4.7): a group is stale
 //!   once the point where its successor begins is more than max age behind
 //!   the newest frame of the latest group.
 //!
@@ -154,7 +154,7 @@ pub enum Status {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum CreateError {
-    /// A group with this sequence number is held already (PROTOCOL.md §3.9: deduplicate).
+    /// A group with this sequence number is held already (docs/protocol.md §3.9: deduplicate).
     Duplicate,
     /// The group is older than every group held and the ring is full, or it is
     /// already stale for the publisher max age: skip it (reset the stream with OLD).

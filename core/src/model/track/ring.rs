@@ -53,7 +53,7 @@ impl<'t, 'p> Ref<'t, 'p> {
         }
     }
 
-    /// Timestamp of the newest frame of the latest group (PROTOCOL.md §4.7);
+    /// Timestamp of the newest frame of the latest group (docs/protocol.md §4.7);
     /// while the latest group has no frame, the newest frame of any held group.
     pub(super) fn newest_ts(&self) -> u64 {
         if let Some(i) = self.core.latest.get().and_then(|l| self.find(l)) {
@@ -160,7 +160,7 @@ impl<'t, 'p> Ref<'t, 'p> {
         };
         let latest = c.latest.get();
         let is_latest = latest.is_none_or(|l| seq > l);
-        // PROTOCOL.md §4.8: a late older group is kept only while within max age.
+        // docs/protocol.md §4.8: a late older group is kept only while within max age.
         if !is_latest && self.is_stale(seq) {
             return Err(CreateError::TooOld);
         }

@@ -11,7 +11,7 @@ impl<'t, 'p> Ref<'t, 'p> {
     /// registers each subscription it serves for as long as it serves it).
     ///
     /// A relay cancels its upstream subscription once this stays 0
-    /// (PROTOCOL.md §4.5).
+    /// (docs/protocol.md §4.5).
     pub fn subscribers(&self) -> u32 {
         if !self.is_current() {
             return 0;
@@ -20,7 +20,7 @@ impl<'t, 'p> Ref<'t, 'p> {
     }
 
     /// The aggregate of the requests served from this track, or `None`
-    /// without a subscriber: what a relay asks its upstream for (PROTOCOL.md
+    /// without a subscriber: what a relay asks its upstream for (docs/protocol.md
     /// §4.5). Priority and max latency are the highest requested (each
     /// already clamped to this track's max age by the serving session); the
     /// start is [`Start::Latest`] if any subscription starts at the latest

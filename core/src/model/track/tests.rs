@@ -1007,7 +1007,7 @@ proptest! {
 }
 
 // -----------------------------------------------------------------------
-// Subscriber books (PROTOCOL.md §4.5)
+// Subscriber books (docs/protocol.md §4.5)
 // -----------------------------------------------------------------------
 
 #[test]
@@ -1039,7 +1039,7 @@ fn demand_counts_and_aggregates_subscribers() {
         t.demand(),
         Some(Request::test(8, 10, Start::Group(3), End::Group(9)))
     );
-    // The aggregate follows the subscribers that are left (PROTOCOL.md
+    // The aggregate follows the subscribers that are left (docs/protocol.md
     // §4.5), and clears at zero.
     t.remove_subscriber(&b);
     assert_eq!(t.subscribers(), 1);

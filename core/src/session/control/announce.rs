@@ -17,7 +17,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
     }
 
-    /// ANNOUNCE_OK, then ANNOUNCEs, on our announce request (PROTOCOL.md §3.6).
+    /// ANNOUNCE_OK, then ANNOUNCEs, on our announce request (docs/protocol.md §3.6).
     pub(super) fn parse_announce(
         &mut self,
         slot: usize,
@@ -41,7 +41,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         let joined = match decode_within::<Announce<'_>>(self.rx_data(slot), limit) {
             Ok((a, n)) => {
                 let prefix = core::str::from_utf8(self.tx_kept(slot)).unwrap_or("");
-                // PROTOCOL.md §4.3: the receiver discards an announcement whose route
+                // docs/protocol.md §4.3: the receiver discards an announcement whose route
                 // (hops + the publisher) contains us, already contains the publisher
                 // (a reflection), or would exceed 32 entries. Ended ones carry no hops.
                 let looped = (hop != 0 && a.hops.contains(hop))

@@ -8,7 +8,7 @@ use crate::wire::lite::{BidiStreamType, Goaway, SessionCode, write_message};
 use crate::wire::qmux::{Dir, Side};
 
 impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
-    /// Sends GOAWAY on a new stream (PROTOCOL.md §3.12): the peer should make no
+    /// Sends GOAWAY on a new stream (docs/protocol.md §3.12): the peer should make no
     /// new requests and reconnect to `uri` ("" = the same place) when done.
     ///
     /// # Errors
@@ -39,7 +39,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         Ok(())
     }
 
-    /// The peer's GOAWAY (PROTOCOL.md §3.12).
+    /// The peer's GOAWAY (docs/protocol.md §3.12).
     pub(super) fn parse_goaway(&mut self, slot: usize, done: bool, limit: usize) -> Step {
         if done {
             self.fail(SessionCode::ProtocolViolation, "data after GOAWAY");

@@ -10,7 +10,7 @@
 //!
 //! Receiving: stream bytes are copied into the receive FIFO (credit goes back
 //! to the peer at once; control streams are not paced) and complete messages
-//! are parsed in place (PROTOCOL.md §3.2). A message that carries text for the
+//! are parsed in place (docs/protocol.md §3.2). A message that carries text for the
 //! application (SETUP's path, ANNOUNCE, GOAWAY) stays at the front of the FIFO
 //! until [`Session::poll_event`](super::Session::poll_event) has returned it; parsing of that stream
 //! pauses meanwhile. A message longer than the buffer can never complete: the

@@ -3,7 +3,7 @@
 use crate::model::path::{Path, PathBuf};
 use crate::session::MAX_PATH;
 
-/// `prefix` joined with `suffix` segment-wise (PROTOCOL.md §3.6).
+/// `prefix` joined with `suffix` segment-wise (docs/protocol.md §3.6).
 pub(super) fn join(prefix: &str, suffix: &str) -> Result<PathBuf<{ MAX_PATH }>, ()> {
     let mut suffix_buf = PathBuf::<{ MAX_PATH }>::new();
     let suffix = Path::new_in(suffix, &mut suffix_buf).map_err(|_| ())?;

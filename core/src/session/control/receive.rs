@@ -207,7 +207,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
     }
 
-    /// A peer bidi stream's type (PROTOCOL.md §3.3); read only after the peer's SETUP (§3.4).
+    /// A peer bidi stream's type (docs/protocol.md §3.3); read only after the peer's SETUP (§3.4).
     fn parse_stream_type(&mut self, slot: usize) -> Step {
         if self.peer.is_none() {
             return Step::Wait;
@@ -228,7 +228,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 served: SubState::Waiting,
             },
             Some(BidiStreamType::Goaway) => {
-                // PROTOCOL.md §3.12: at most one per direction.
+                // docs/protocol.md §3.12: at most one per direction.
                 if self.goaway_received {
                     self.fail(SessionCode::ProtocolViolation, "second GOAWAY");
                     return Step::Stop;
@@ -273,7 +273,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 self.subscription_closed(sub, None);
             }
             Kind::SubscribeIn { served } => {
-                // PROTOCOL.md §3.8: the subscriber's FIN cancels; answer with FIN.
+                // docs/protocol.md §3.8: the subscriber's FIN cancels; answer with FIN.
                 if let SubState::Serving(i) = served {
                     self.end_served(i, StreamCode::Cancel);
                 }

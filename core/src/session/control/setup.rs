@@ -9,7 +9,7 @@ use crate::wire::lite::{Param, SessionCode, Setup, UniStreamType, message_len, w
 use crate::wire::qmux::{Dir, Side};
 
 impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
-    /// Our SETUP parameters (PROTOCOL.md §3.5): client Path and Role, both Hop;
+    /// Our SETUP parameters (docs/protocol.md §3.5): client Path and Role, both Hop;
     /// no Probe (we do not implement probing, §3.11).
     fn setup_params(&self) -> ([Param<'s>; 3], usize) {
         let mut params = [Param::Hop(0); 3];
@@ -36,7 +36,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         Some(UniStreamType::Setup.encoded_len() + message_len(&setup).ok()?)
     }
 
-    /// Opens our Setup stream with SETUP and FIN (PROTOCOL.md §3.4: promptly, always).
+    /// Opens our Setup stream with SETUP and FIN (docs/protocol.md §3.4: promptly, always).
     pub(in crate::session) fn send_setup(&mut self) {
         if self.setup_sent {
             return;
@@ -61,7 +61,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         self.open_pending();
     }
 
-    /// The peer's SETUP (PROTOCOL.md §3.5).
+    /// The peer's SETUP (docs/protocol.md §3.5).
     pub(super) fn parse_setup(&mut self, slot: usize, done: bool, limit: usize) -> Step {
         if done {
             self.fail(SessionCode::ProtocolViolation, "data after SETUP");

@@ -10,7 +10,7 @@ use crate::wire::qmux::StreamId;
 
 impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// Refuses a peer request: reset our half and stop reading, both with `code`,
-    /// and free the slot (PROTOCOL.md §3.3, §3.8).
+    /// and free the slot (docs/protocol.md §3.3, §3.8).
     pub(in crate::session) fn refuse(&mut self, slot: usize, code: StreamCode) {
         debug!("session: refusing control stream, code {}", code.to_code());
         self.detach_control(slot, code);

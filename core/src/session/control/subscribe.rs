@@ -6,7 +6,7 @@ use crate::wire::DecodeError;
 use crate::wire::lite::{SessionCode, SubscribeResponse};
 
 impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
-    /// A typed response on our SUBSCRIBE (PROTOCOL.md §3.8).
+    /// A typed response on our SUBSCRIBE (docs/protocol.md §3.8).
     pub(super) fn parse_response(&mut self, slot: usize, sub: u64) -> Step {
         match SubscribeResponse::decode(self.rx_data(slot)) {
             Ok((r, n)) => {

@@ -20,7 +20,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             .count()
     }
 
-    /// Parses the peer's TRACK request and answers it (PROTOCOL.md §3.7).
+    /// Parses the peer's TRACK request and answers it (docs/protocol.md §3.7).
     pub(super) fn parse_track(
         &mut self,
         slot: usize,
@@ -55,7 +55,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             }
             Err(e) => Err(e),
         };
-        // A relay track re-serves its upstream's TRACK_INFO (PROTOCOL.md
+        // A relay track re-serves its upstream's TRACK_INFO (docs/protocol.md
         // §3.7): wait for it, unless the track ended without it.
         let answer = match answer {
             Ok((n, Ok(track))) if !track.info_known() => match track.status() {
@@ -99,7 +99,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
     }
 
-    /// TRACK_INFO on our TRACK request (PROTOCOL.md §3.7).
+    /// TRACK_INFO on our TRACK request (docs/protocol.md §3.7).
     pub(super) fn parse_track_info(
         &mut self,
         slot: usize,

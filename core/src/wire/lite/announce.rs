@@ -1,4 +1,4 @@
-//! The Announce stream's messages (PROTOCOL.md §3.6): ANNOUNCE_REQUEST, ANNOUNCE_OK and
+//! The Announce stream's messages (docs/protocol.md §3.6): ANNOUNCE_REQUEST, ANNOUNCE_OK and
 //! ANNOUNCE, plus the hop list ANNOUNCE carries.
 
 use core::fmt;
@@ -6,7 +6,7 @@ use core::fmt;
 use super::{MAX_CONTROL_BODY, Message, read_str, slen, varints, vlen};
 use crate::wire::{DecodeError, EncodeError, Reader, Writer};
 
-/// Most entries a hop list may hold (PROTOCOL.md §3.2).
+/// Most entries a hop list may hold (docs/protocol.md §3.2).
 pub const MAX_HOPS: usize = 32;
 
 /// ANNOUNCE_REQUEST: the subscriber asks for the broadcasts under a prefix (lite-05).
@@ -154,7 +154,7 @@ enum HopsInner<'a> {
     List(&'a [u64]),
 }
 
-/// A hop list, `Hop Count (i)` then that many `Hop ID (i)` (PROTOCOL.md §3.2), borrowed
+/// A hop list, `Hop Count (i)` then that many `Hop ID (i)` (docs/protocol.md §3.2), borrowed
 /// either from received bytes or from a caller's slice.
 ///
 /// Decoding rejects more than [`MAX_HOPS`] entries ([`DecodeError::TooLarge`]) and a
@@ -210,7 +210,7 @@ impl<'a> Hops<'a> {
         let mut seen = [0u64; MAX_HOPS];
         for i in 0..count {
             let id = r.varint()?;
-            // PROTOCOL.md §3.2: a non-zero ID may not repeat; 0 ("unknown") may.
+            // docs/protocol.md §3.2: a non-zero ID may not repeat; 0 ("unknown") may.
             if id != 0 && seen.iter().take(i).any(|&s| s == id) {
                 return Err(DecodeError::Duplicate);
             }
@@ -322,7 +322,7 @@ mod tests {
     use crate::wire::lite::{BidiStreamType, decode_message, encode_message, message_len};
     use proptest::prelude::*;
 
-    // ---- PROTOCOL.md §6 V6 / V7 / V16 ----
+    // ---- docs/protocol.md §6 V6 / V7 / V16 ----
 
     #[test]
     fn v6_announce_request() {

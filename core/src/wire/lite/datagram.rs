@@ -1,4 +1,4 @@
-//! The moq-lite datagram body carried in a QMux DATAGRAM frame (PROTOCOL.md §3.14).
+//! The moq-lite datagram body carried in a QMux DATAGRAM frame (docs/protocol.md §3.14).
 //!
 //! Not length-prefixed: the payload is whatever follows the header up to the end of the
 //! datagram, so a truncated header is a malformed datagram ([`DecodeError::ShortBody`]),
@@ -99,7 +99,7 @@ mod tests {
     use crate::wire::lite::test_util::{any_varint, hex};
     use proptest::prelude::*;
 
-    // ---- PROTOCOL.md §6 V13 ----
+    // ---- docs/protocol.md §6 V13 ----
 
     #[test]
     fn v13_datagram_body() {
@@ -120,7 +120,7 @@ mod tests {
         assert_eq!(dg.encode(&mut buf), Ok(6));
         assert_eq!(&buf, body);
         // NOTE: the record Size byte says 9 but only 8 bytes follow it (type, length and
-        // body); PROTOCOL.md §1.3 makes Size count exactly the frame bytes.
+        // body); docs/protocol.md §1.3 makes Size count exactly the frame bytes.
         assert_eq!(record.len() - 1, 8);
     }
 

@@ -1,4 +1,4 @@
-//! moq-lite error codes (PROTOCOL.md §3.15): the session registry (QMux application
+//! moq-lite error codes (docs/protocol.md §3.15): the session registry (QMux application
 //! close) and the stream registry (RESET_STREAM / STOP_SENDING), which are distinct.
 
 use core::fmt;
@@ -72,7 +72,7 @@ impl SessionCode {
 
     /// The close code for a control message that failed to decode.
     ///
-    /// PROTOCOL.md §3.13: every protocol problem on a control stream (malformed SETUP,
+    /// docs/protocol.md §3.13: every protocol problem on a control stream (malformed SETUP,
     /// a message that does not match its length, …) closes the session with
     /// PROTOCOL_VIOLATION, whatever the exact decode error.
     pub const fn for_decode_error(_e: DecodeError) -> Self {
@@ -232,7 +232,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    // ---- registered values (PROTOCOL.md §3.15) ----
+    // ---- registered values (docs/protocol.md §3.15) ----
 
     #[test]
     fn session_codes() {

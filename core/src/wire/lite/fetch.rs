@@ -1,4 +1,4 @@
-//! FETCH, the request that opens a Fetch stream (PROTOCOL.md §3.10); the reply is FRAMEs
+//! FETCH, the request that opens a Fetch stream (docs/protocol.md §3.10); the reply is FRAMEs
 //! with no header.
 
 use super::{MAX_CONTROL_BODY, Message, read_str, slen, vlen};
@@ -50,7 +50,7 @@ mod tests {
     use crate::wire::lite::{BidiStreamType, decode_message};
     use proptest::prelude::*;
 
-    // ---- PROTOCOL.md §6 V13 ----
+    // ---- docs/protocol.md §6 V13 ----
 
     #[test]
     fn v13_fetch() {

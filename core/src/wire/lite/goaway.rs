@@ -1,9 +1,9 @@
-//! GOAWAY, the one message on a Goaway stream (PROTOCOL.md §3.12).
+//! GOAWAY, the one message on a Goaway stream (docs/protocol.md §3.12).
 
 use super::{Message, slen};
 use crate::wire::{DecodeError, EncodeError, Reader, Writer};
 
-/// Longest New Session URI accepted or sent, in bytes (PROTOCOL.md §3.2).
+/// Longest New Session URI accepted or sent, in bytes (docs/protocol.md §3.2).
 pub const MAX_GOAWAY_URI: usize = 8192;
 
 /// GOAWAY: the sender is draining; open no new request streams.
@@ -44,7 +44,7 @@ mod tests {
     use crate::wire::lite::{BidiStreamType, decode_message, message_len};
     use proptest::prelude::*;
 
-    // ---- PROTOCOL.md §6 V13 ----
+    // ---- docs/protocol.md §6 V13 ----
 
     #[test]
     fn v13_goaway_empty_uri() {

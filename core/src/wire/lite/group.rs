@@ -1,4 +1,4 @@
-//! The GROUP header that opens a Group stream (PROTOCOL.md §3.9); FRAMEs follow it and
+//! The GROUP header that opens a Group stream (docs/protocol.md §3.9); FRAMEs follow it and
 //! are decoded by [`crate::model::frame`].
 
 use super::{Message, varints, vlen};
@@ -43,7 +43,7 @@ mod tests {
     use crate::wire::lite::{UniStreamType, decode_message};
     use proptest::prelude::*;
 
-    // ---- PROTOCOL.md §6 V11 / V12 / V16 ----
+    // ---- docs/protocol.md §6 V11 / V12 / V16 ----
 
     #[test]
     fn v11_group_headers() {

@@ -1,9 +1,9 @@
-//! moq-lite-05 messages (PROTOCOL.md §3): stream types, control messages, typed
+//! moq-lite-05 messages (docs/protocol.md §3): stream types, control messages, typed
 //! subscribe responses, group headers, datagram bodies and error codes.
 //!
 //! Every decoder borrows from its input (strings are `&'a str` into the received
 //! bytes, hop and parameter lists are raw views with iterators) and nothing
-//! allocates. Control messages share one framing rule (PROTOCOL.md §3.2): a
+//! allocates. Control messages share one framing rule (docs/protocol.md §3.2): a
 //! `Message Length (i)` then exactly that many body bytes. Each message type
 //! implements [`Message`] for its body only; [`decode_message`] /
 //! [`encode_message`] (and their [`Reader`] / [`Writer`] forms) add the length:
@@ -50,10 +50,10 @@ pub use track::{Track, TrackInfo};
 use super::{DecodeError, EncodeError, Reader, Writer, varint};
 use crate::time::Duration;
 
-/// Largest control-message body accepted on receipt: 64 MiB (PROTOCOL.md §3.2).
+/// Largest control-message body accepted on receipt: 64 MiB (docs/protocol.md §3.2).
 pub const MAX_CONTROL_BODY: usize = 64 * 1024 * 1024;
 
-/// Largest SETUP body accepted on receipt: 64 KiB (PROTOCOL.md §3.2).
+/// Largest SETUP body accepted on receipt: 64 KiB (docs/protocol.md §3.2).
 pub const MAX_SETUP_BODY: usize = 64 * 1024;
 
 /// Largest body any combination of `n` varints can take (each at most 8 bytes).
@@ -61,7 +61,7 @@ const fn varints(n: usize) -> usize {
     8 * n
 }
 
-/// A length-prefixed moq-lite control message body (PROTOCOL.md §3.2).
+/// A length-prefixed moq-lite control message body (docs/protocol.md §3.2).
 ///
 /// Implementors decode and encode the body only; the framing functions
 /// ([`decode_message`], [`read_message`], [`encode_message`], [`write_message`])
@@ -153,7 +153,7 @@ pub fn read_message_within<'a, M: Message<'a>>(
 }
 
 /// Reads `Message Length (i)` (at most `limit`) and decodes exactly that many bytes
-/// with `body`. PROTOCOL.md §3.2: the length must match the body exactly.
+/// with `body`. docs/protocol.md §3.2: the length must match the body exactly.
 fn read_framed<'a, T>(
     r: &mut Reader<'a>,
     limit: usize,
@@ -221,7 +221,7 @@ pub fn write_message<'a, M: Message<'a>>(msg: &M, w: &mut Writer<'_>) -> Result<
     Ok(())
 }
 
-// ---- field helpers shared by the message modules (PROTOCOL.md §0) ----
+// ---- field helpers shared by the message modules (docs/protocol.md §0) ----
 
 /// The size of `v` as a varint.
 fn vlen(v: u64) -> Result<usize, EncodeError> {
@@ -386,7 +386,7 @@ mod tests {
         }
     }
 
-    // ---- framing rule (PROTOCOL.md §3.2) ----
+    // ---- framing rule (docs/protocol.md §3.2) ----
 
     #[test]
     fn length_prefix_is_written_from_body_len() {
@@ -501,7 +501,7 @@ mod tests {
         );
     }
 
-    // ---- field helpers (PROTOCOL.md §0) ----
+    // ---- field helpers (docs/protocol.md §0) ----
 
     #[test]
     fn opt_encoding() {

@@ -1,4 +1,4 @@
-//! PROBE, the bandwidth / RTT report on a Probe stream (PROTOCOL.md §3.11).
+//! PROBE, the bandwidth / RTT report on a Probe stream (docs/protocol.md §3.11).
 
 use super::{Message, varints, vlen};
 use crate::wire::{DecodeError, EncodeError, Reader, Writer};
@@ -42,7 +42,7 @@ mod tests {
     use crate::wire::lite::test_util::{any_varint, assert_round_trip, assert_vector, hex};
     use proptest::prelude::*;
 
-    // ---- PROTOCOL.md §6 V13 ----
+    // ---- docs/protocol.md §6 V13 ----
 
     #[test]
     fn v13_probe_report() {

@@ -1,4 +1,4 @@
-//! SETUP, the one message on each direction's Setup stream (PROTOCOL.md §3.5).
+//! SETUP, the one message on each direction's Setup stream (docs/protocol.md §3.5).
 //!
 //! ```text
 //! SETUP { Message Length (i), Parameter Count (i), { ID (i), Length (i), Value }… }
@@ -15,7 +15,7 @@ use core::fmt;
 use super::{MAX_SETUP_BODY, Message, vlen};
 use crate::wire::{DecodeError, EncodeError, Reader, Writer, varint};
 
-/// Most parameters a SETUP may carry (PROTOCOL.md §3.2).
+/// Most parameters a SETUP may carry (docs/protocol.md §3.2).
 pub const MAX_SETUP_PARAMS: usize = 64;
 
 const ID_PROBE: u64 = 0x1;
@@ -47,7 +47,7 @@ impl ProbeLevel {
         }
     }
 
-    /// The level for a wire value; PROTOCOL.md §3.5: unknown values ≥ 2 read as 2.
+    /// The level for a wire value; docs/protocol.md §3.5: unknown values ≥ 2 read as 2.
     pub const fn from_code(code: u64) -> Self {
         match code {
             0 => ProbeLevel::None,
@@ -80,7 +80,7 @@ impl Role {
         }
     }
 
-    /// The role for a wire value; PROTOCOL.md §3.5: unknown values mean both.
+    /// The role for a wire value; docs/protocol.md §3.5: unknown values mean both.
     pub const fn from_code(code: u64) -> Self {
         match code {
             1 => Role::Publisher,
@@ -90,7 +90,7 @@ impl Role {
     }
 }
 
-/// One SETUP parameter (PROTOCOL.md §3.5).
+/// One SETUP parameter (docs/protocol.md §3.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Param<'a> {
     /// `0x1` Probe: varint level.
@@ -188,7 +188,7 @@ enum Params<'a> {
     List(&'a [Param<'a>]),
 }
 
-/// The SETUP message (PROTOCOL.md §3.5).
+/// The SETUP message (docs/protocol.md §3.5).
 ///
 /// Decoding rejects more than [`MAX_SETUP_PARAMS`] parameters ([`DecodeError::TooLarge`]),
 /// a repeated ID, known or not ([`DecodeError::Duplicate`]), a known varint parameter
@@ -328,7 +328,7 @@ impl<'a> Message<'a> for Setup<'a> {
         let mut ids = [0u64; MAX_SETUP_PARAMS];
         for i in 0..count {
             let id = r.varint()?;
-            // PROTOCOL.md §3.5: parameter IDs must not repeat, known or not.
+            // docs/protocol.md §3.5: parameter IDs must not repeat, known or not.
             if ids.iter().take(i).any(|&seen| seen == id) {
                 return Err(DecodeError::Duplicate);
             }
@@ -437,7 +437,7 @@ mod tests {
         bytes[1..].to_vec()
     }
 
-    // ---- PROTOCOL.md §6 V5 ----
+    // ---- docs/protocol.md §6 V5 ----
 
     #[test]
     fn v5_minimal_client_path_only() {

@@ -1,4 +1,4 @@
-//! The `Stream Type (i)` that opens every moq-lite stream (PROTOCOL.md §3.3).
+//! The `Stream Type (i)` that opens every moq-lite stream (docs/protocol.md §3.3).
 //!
 //! It is not length-prefixed. An unknown type is [`DecodeError::UnknownType`]: the
 //! session resets / stops that stream only, it is not a session error.
@@ -166,7 +166,7 @@ mod tests {
         BidiStreamType::Track,
     ];
 
-    // ---- known types (PROTOCOL.md §3.3) ----
+    // ---- known types (docs/protocol.md §3.3) ----
 
     #[test]
     fn bidi_codes() {

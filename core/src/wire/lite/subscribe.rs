@@ -1,4 +1,4 @@
-//! The Subscribe stream's messages (PROTOCOL.md §3.8): SUBSCRIBE and SUBSCRIBE_UPDATE from
+//! The Subscribe stream's messages (docs/protocol.md §3.8): SUBSCRIBE and SUBSCRIBE_UPDATE from
 //! the subscriber, typed responses from the publisher.
 //!
 //! Group Start and Group End are `Opt(i)`: `0` is absent, `n + 1` is group `n`. A group of
@@ -292,7 +292,7 @@ mod tests {
         }
     }
 
-    // ---- PROTOCOL.md §6 V8 / V16 ----
+    // ---- docs/protocol.md §6 V8 / V16 ----
 
     #[test]
     fn v8_subscribe_groups_5_to_9() {

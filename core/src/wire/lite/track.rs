@@ -1,4 +1,4 @@
-//! The Track stream's messages (PROTOCOL.md §3.7): TRACK and TRACK_INFO.
+//! The Track stream's messages (docs/protocol.md §3.7): TRACK and TRACK_INFO.
 
 use core::num::NonZeroU64;
 
@@ -93,7 +93,7 @@ mod tests {
         NonZeroU64::new(v).unwrap()
     }
 
-    // ---- PROTOCOL.md §6 V10 / V16 ----
+    // ---- docs/protocol.md §6 V10 / V16 ----
 
     #[test]
     fn v10_track() {

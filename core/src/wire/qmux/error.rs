@@ -1,4 +1,4 @@
-//! QMux-level violations and the transport CONNECTION_CLOSE they end in (PROTOCOL.md §2.4, §2.6).
+//! QMux-level violations and the transport CONNECTION_CLOSE they end in (docs/protocol.md §2.4, §2.6).
 //!
 //! moq-dev closes with a transport close (`0x1c`), Error Code 1002 and Frame
 //! Type 0 for every violation it detects, with a short English reason.
@@ -12,12 +12,12 @@ use crate::wire::DecodeError;
 use super::frame::{ConnectionClose, Frame};
 
 /// The Error Code of every QMux violation close (`43 ea` on the wire).
-// PROTOCOL.md §2.6: "always with Error Code 1002 and Frame Type 0 (the value
+// docs/protocol.md §2.6: "always with Error Code 1002 and Frame Type 0 (the value
 // 1002 matches the JavaScript QMux polyfill; it is not a QUIC transport error code)".
 pub const VIOLATION_CODE: u64 = 1002;
 
 /// The close moq-dev sends when the peer's parameters do not arrive within 10 s: transport close, code 0.
-// PROTOCOL.md §1.1: "on timeout it sends CONNECTION_CLOSE (code 0, reason "handshake timeout")".
+// docs/protocol.md §1.1: "on timeout it sends CONNECTION_CLOSE (code 0, reason "handshake timeout")".
 pub const HANDSHAKE_TIMEOUT_CLOSE: Frame<'static> = Frame::ConnectionClose(ConnectionClose {
     code: 0,
     frame_type: 0,
@@ -130,7 +130,7 @@ mod tests {
 
     #[test]
     fn close_frame_matches_v14() {
-        // PROTOCOL.md §6 V14: transport close, code 1002, reason "flow control error".
+        // docs/protocol.md §6 V14: transport close, code 1002, reason "flow control error".
         let want = [
             0x17, 0x1c, 0x43, 0xea, 0x00, 0x12, 0x66, 0x6c, 0x6f, 0x77, 0x20, 0x63, 0x6f, 0x6e,
             0x74, 0x72, 0x6f, 0x6c, 0x20, 0x65, 0x72, 0x72, 0x6f, 0x72,

@@ -1,4 +1,4 @@
-//! QMux (qmux-01) frames: the QUIC frames QMux keeps, plus QX_PING and QX_TRANSPORT_PARAMETERS (PROTOCOL.md §2).
+//! QMux (qmux-01) frames: the QUIC frames QMux keeps, plus QX_PING and QX_TRANSPORT_PARAMETERS (docs/protocol.md §2).
 //!
 //! [`Frame::decode`] reads one frame from the rest of a record body and
 //! borrows its data; [`Frame::encode`] writes one frame the way moq-dev does.
@@ -62,7 +62,7 @@ pub const STREAM_REF: u64 = 0x3f5c_7e10;
 pub const STREAM_REF_FIN: u64 = 0x3f5c_7e11;
 
 /// The most STREAM payload moq-dev puts in one frame; receivers it was released with enforce it.
-// PROTOCOL.md §1.3: "moq-dev never puts more than 16352 bytes of payload in a single STREAM frame".
+// docs/protocol.md §1.3: "moq-dev never puts more than 16352 bytes of payload in a single STREAM frame".
 pub const MAX_STREAM_PAYLOAD: usize = 16352;
 
 /// Stream data passed by reference between two ends of one process (STREAM_REF).
@@ -132,7 +132,7 @@ pub struct StopSending {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct ConnectionClose<'a> {
-    /// Transport error code (1002 for every violation moq-dev detects, PROTOCOL.md §2.6).
+    /// Transport error code (1002 for every violation moq-dev detects, docs/protocol.md §2.6).
     pub code: u64,
     /// Type of the frame that triggered the close; moq-dev always sends 0.
     pub frame_type: u64,
@@ -172,7 +172,7 @@ impl<'a> Datagram<'a> {
         }
     }
 
-    /// Bytes of the whole encoded frame, the size `max_datagram_frame_size` bounds (PROTOCOL.md §2.7).
+    /// Bytes of the whole encoded frame, the size `max_datagram_frame_size` bounds (docs/protocol.md §2.7).
     #[must_use]
     pub fn frame_size(&self) -> usize {
         let len = self.data.len();
@@ -253,7 +253,7 @@ impl<'a> Frame<'a> {
     /// before anything is borrowed.
     ///
     /// # Errors
-    /// [`DecodeError::UnknownType`] for any type not in PROTOCOL.md §2 (ACK,
+    /// [`DecodeError::UnknownType`] for any type not in docs/protocol.md §2 (ACK,
     /// CRYPTO, RESET_STREAM_AT `0x24`, …); [`DecodeError::ShortBody`] if the
     /// frame or one of its length fields runs past `r`; the transport
     /// parameter errors of [`TransportParams::decode`].
@@ -287,7 +287,7 @@ impl<'a> Frame<'a> {
                     let n = body_len(r)?;
                     r.bytes(n)?
                 } else {
-                    // PROTOCOL.md §1.3: no LEN bit, the data is the rest of the record.
+                    // docs/protocol.md §1.3: no LEN bit, the data is the rest of the record.
                     r.bytes(r.remaining())?
                 };
                 Frame::Stream(Stream {
@@ -600,7 +600,7 @@ pub fn max_stream_payload(max_record_size: u64, id: StreamId, offset: u64) -> us
 /// The largest payload of a `0x31` DATAGRAM whose frame is at most `max_frame_size` bytes.
 ///
 /// Pass the smaller of the peer's `max_datagram_frame_size` and its
-/// `max_record_size` (PROTOCOL.md §2.7: the whole frame is bounded). Values
+/// `max_record_size` (docs/protocol.md §2.7: the whole frame is bounded). Values
 /// past `usize::MAX` saturate.
 #[must_use]
 pub fn max_datagram_payload(max_frame_size: u64) -> usize {

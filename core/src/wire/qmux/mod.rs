@@ -1,4 +1,4 @@
-//! QMux (qmux-01) wire format: records, frames and transport parameters (PROTOCOL.md §1–2).
+//! QMux (qmux-01) wire format: records, frames and transport parameters (docs/protocol.md §1–2).
 //!
 //! Zero-copy and allocation-free: decoders borrow the received bytes,
 //! encoders fill a caller's `&mut [u8]`.
@@ -31,7 +31,7 @@ pub use params::{
 pub use record::{Frames, Record, RecordWriter, encode_record, record_len};
 pub use stream_id::{Dir, Side, StreamId};
 
-/// PROTOCOL.md §6 vectors that are QMux records, checked byte for byte both ways.
+/// docs/protocol.md §6 vectors that are QMux records, checked byte for byte both ways.
 #[cfg(test)]
 mod vectors {
     extern crate std;
@@ -189,7 +189,7 @@ mod vectors {
         // Body: sub 0, group 7, timestamp 3000 (`4b b8`), "hi" = 6 bytes; frame `31 06 …` = 8 bytes.
         let frame = Frame::Datagram(Datagram::new(&[0x00, 0x07, 0x4b, 0xb8, 0x68, 0x69]));
         both_ways(&hex("08 31 06 00 07 4b b8 68 69"), frame);
-        // PROTOCOL.md prints this record with Size `09`, one more than the 8 bytes
+        // docs/protocol.md prints this record with Size `09`, one more than the 8 bytes
         // that follow; as printed it is an incomplete record (reported to the lead).
         let printed = hex("09 31 06 00 07 4b b8 68 69");
         assert_eq!(

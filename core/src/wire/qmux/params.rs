@@ -1,4 +1,4 @@
-//! QMux transport parameters and in-band protocol negotiation (PROTOCOL.md §1.4, §1.5).
+//! QMux transport parameters and in-band protocol negotiation (docs/protocol.md §1.4, §1.5).
 //!
 //! [`TransportParams`] is the value of a `QX_TRANSPORT_PARAMETERS` frame: a
 //! sequence of `ID (i), Len (i), Value` triples. Decoding borrows the input
@@ -34,7 +34,7 @@ pub const MAX_RECORD_SIZE: u64 = 0x0571_c594_29cd_0845;
 pub const APPLICATION_PROTOCOLS: u64 = 0x3d4f_9c2a_8b1e_6075;
 
 /// `max_record_size` when the parameter is absent, and the smallest value a peer may advertise.
-// PROTOCOL.md §1.3: "If absent it is 16382. A peer that advertises a value below 16382 is rejected."
+// docs/protocol.md §1.3: "If absent it is 16382. A peer that advertises a value below 16382 is rejected."
 pub const DEFAULT_MAX_RECORD_SIZE: u64 = 16382;
 
 /// The values of a `QX_TRANSPORT_PARAMETERS` frame; absent integers are 0.
@@ -79,7 +79,7 @@ impl<'a> TransportParams<'a> {
 
     /// Decodes a parameter block (the `Parameters` bytes of the frame, without type and length).
     ///
-    /// Rules (PROTOCOL.md §1.4, as the qmux crate applies them): an integer
+    /// Rules (docs/protocol.md §1.4, as the qmux crate applies them): an integer
     /// value must fill its `Len` exactly; a known ID may appear once; the
     /// QUIC-v1-only IDs `0x00`, `0x02`, `0x03`, `0x0a`–`0x10` are forbidden; any
     /// other unknown ID is skipped (repeats of an unknown ID are not tracked,
@@ -139,7 +139,7 @@ impl<'a> TransportParams<'a> {
                 }
                 MAX_RECORD_SIZE => {
                     let v = int_value(value)?;
-                    // PROTOCOL.md §1.3: below 16382 is a transport-parameter error.
+                    // docs/protocol.md §1.3: below 16382 is a transport-parameter error.
                     if v < DEFAULT_MAX_RECORD_SIZE {
                         return Err(DecodeError::InvalidValue);
                     }
@@ -247,7 +247,7 @@ fn known_bit(id: u64) -> Option<u32> {
     })
 }
 
-/// QUIC v1 parameters QMux forbids (PROTOCOL.md §1.4).
+/// QUIC v1 parameters QMux forbids (docs/protocol.md §1.4).
 fn is_forbidden(id: u64) -> bool {
     matches!(id, 0x00 | 0x02 | 0x03 | 0x0a..=0x10)
 }
@@ -301,7 +301,7 @@ impl<'a> Protocols<'a> {
             let name = r.bytes(n as usize).map_err(short)?;
             core::str::from_utf8(name).map_err(|_| DecodeError::InvalidUtf8)?;
         }
-        // PROTOCOL.md §1.4: the parameter must not be present with an empty list.
+        // docs/protocol.md §1.4: the parameter must not be present with an empty list.
         if value.is_empty() {
             return Err(DecodeError::InvalidValue);
         }
@@ -407,7 +407,7 @@ impl<'a> Iterator for ProtocolIter<'a> {
 
 /// The negotiated application protocol: the first name in the server's list that the client also offers.
 ///
-/// PROTOCOL.md §1.5: server preference wins, as with TLS ALPN. `None` means
+/// docs/protocol.md §1.5: server preference wins, as with TLS ALPN. `None` means
 /// no overlap, which a moq-lite endpoint treats as failure.
 #[must_use]
 pub fn select_protocol<'s>(server: Protocols<'s>, client: Protocols<'_>) -> Option<&'s str> {
@@ -624,7 +624,7 @@ mod tests {
         );
     }
 
-    // ---- negotiation (PROTOCOL.md §1.5) ----
+    // ---- negotiation (docs/protocol.md §1.5) ----
 
     #[test]
     fn server_preference_wins() {

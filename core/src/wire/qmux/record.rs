@@ -1,4 +1,4 @@
-//! The QMux record layer on a byte stream: `Size (i)` then `Size` bytes of whole frames (PROTOCOL.md §1.3).
+//! The QMux record layer on a byte stream: `Size (i)` then `Size` bytes of whole frames (docs/protocol.md §1.3).
 //!
 //! [`Record::decode`] cuts one record off the front of received TCP bytes,
 //! refusing an oversized `Size` as soon as the varint is readable;
@@ -31,7 +31,7 @@ impl<'a> Record<'a> {
     /// [`DecodeError::Incomplete`] if the input ends inside the `Size` varint
     /// or the body (wait for more bytes); [`DecodeError::TooLarge`] as soon as
     /// the `Size` varint is readable and exceeds `max_record_size`, without
-    /// waiting for the body (close the connection: PROTOCOL.md §2.4).
+    /// waiting for the body (close the connection: docs/protocol.md §2.4).
     pub fn decode(input: &'a [u8], max_record_size: u64) -> Result<Record<'a>, DecodeError> {
         let (size, head) = varint::decode(input)?;
         if size > max_record_size {

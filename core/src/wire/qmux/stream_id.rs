@@ -1,4 +1,4 @@
-//! QUIC-numbered stream identifiers as QMux uses them (PROTOCOL.md §1.6).
+//! QUIC-numbered stream identifiers as QMux uses them (docs/protocol.md §1.6).
 //!
 //! The two low bits of an ID say who opened the stream (bit 0: 0 client,
 //! 1 server) and whether it is bidirectional (bit 1: 0 bidi, 1 uni); the rest
@@ -117,7 +117,7 @@ impl StreamId {
 
     /// True if the endpoint on `local` may receive STREAM data on this stream.
     ///
-    /// PROTOCOL.md §1.6: a STREAM frame on a uni stream only the receiver may
+    /// docs/protocol.md §1.6: a STREAM frame on a uni stream only the receiver may
     /// send on is an invalid-stream error.
     #[must_use]
     pub const fn can_recv(self, local: Side) -> bool {
@@ -139,7 +139,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    // ---- PROTOCOL.md §1.6 table ----
+    // ---- docs/protocol.md §1.6 table ----
 
     #[test]
     fn numbering_matches_the_table() {
