@@ -632,9 +632,9 @@ fn known_issue_files_decode() {
     }
 }
 
-/// Fuzzer finding (`lite_messages`): a `Dur(i)` above 18446744073709551 ms used to
-/// decode to `Duration::MAX`, which is not a whole number of milliseconds, so a
-/// round trip lost 615 µs. It now saturates to whole milliseconds.
+/// Fuzzer finding (`lite_messages`): a `Dur(i)` above 18446744073709551 ms
+/// saturates to the largest whole number of milliseconds, so a round trip keeps
+/// the value (`Duration::MAX` itself is not whole milliseconds).
 #[test]
 fn max_age_saturation_round_trips() {
     let b = read("known_trackinfo_max_age_saturates.bin");

