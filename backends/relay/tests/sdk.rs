@@ -1,6 +1,7 @@
-//! The README's publisher and subscriber, run against a `skiff-relay`
-//! process: the subscriber waits for the broadcast, reads every frame the
-//! publisher writes after it joined, in order, and sees the track's end.
+//! The client SDK against a `skiff-relay` process: the README's publisher
+//! and subscriber (the subscriber waits for the broadcast, reads every frame
+//! written after it joined, in order, and sees the track's end), and a
+//! subscription that follows its broadcast to a new source.
 
 mod common;
 mod peers;
@@ -66,4 +67,63 @@ fn readme_publisher_reaches_readme_subscriber() {
         "the last frame is missing"
     );
     assert!(first < 30, "the viewer joined late: first frame {first}");
+}
+
+/// Publishes `frames` frames of `camera/video` in group `sequence`, starting at timestamp `from`.
+async fn publish_once(url: &str, sequence: u64, from: u64, frames: u64) {
+    use skiff_core::model::track::Info;
+    let (client, runner) = skiff_monoio::connect(url, skiff_monoio::Config::default()).unwrap();
+    monoio::spawn(runner.run());
+    let broadcast = client.publish("camera").unwrap();
+    let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
+    // Wait for the viewer's subscription to reach this publisher.
+    while track.subscribers() == 0 {
+        monoio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut group = track.create_group(sequence).unwrap();
+    for i in from..from + frames {
+        group.write_frame(i, &i.to_le_bytes()).await.unwrap();
+    }
+    group.finish().unwrap();
+    client.flushed().await;
+    // Gone without finishing the track: the relay keeps the viewer for a new source.
+    drop(broadcast);
+    client.close().await;
+}
+
+#[test]
+fn a_subscription_follows_a_new_source() {
+    let relay = RelayProcess::start(&[]);
+    let url = format!("tcp://{}/anon", relay.addr);
+    let seen = driver::block_on(DriverKind::Legacy, move |_| async move {
+        let (client, runner) =
+            skiff_monoio::connect(&url, skiff_monoio::Config::default()).unwrap();
+        monoio::spawn(runner.run());
+        let viewer = monoio::spawn({
+            let client = client.clone();
+            async move {
+                let request = skiff_monoio::sdk::Request::LIVE;
+                let mut track = client.subscribe("camera", "video", request).await.unwrap();
+                let mut seen = Vec::new();
+                while seen.len() < 20 {
+                    let Some(mut group) = track.next_group().await.unwrap() else {
+                        break;
+                    };
+                    while let Ok(Some(frame)) = group.read_frame().await {
+                        seen.push(frame.timestamp);
+                    }
+                }
+                seen
+            }
+        });
+        publish_once(&url, 0, 0, 10).await;
+        // The new source continues the sequence.
+        publish_once(&url, 1, 100, 10).await;
+        let seen = viewer.await;
+        client.close().await;
+        seen
+    })
+    .expect("runtime");
+    let want: Vec<u64> = (0..10).chain(100..110).collect();
+    assert_eq!(seen, want);
 }

@@ -198,17 +198,35 @@ impl TrackProducer {
         let group = producer
             .append_group()
             .map_err(|_| Error::Write(group::WriteError::Finished))?;
+        Ok(self.started(group))
+    }
+
+    /// Starts group `sequence`: for a source that continues a sequence (a
+    /// restarted camera resuming after the groups a relay still holds).
+    ///
+    /// # Errors
+    /// [`Error::Closed`] after the track ended; [`Error::Duplicate`] for a
+    /// sequence the track holds or is past keeping.
+    pub fn create_group(&mut self, sequence: u64) -> Result<GroupProducer, Error> {
+        let producer = self.producer.as_ref().ok_or(Error::Closed)?;
+        let group = producer
+            .create_group(sequence)
+            .map_err(|_| Error::Duplicate(format!("group {sequence}")))?;
+        Ok(self.started(group))
+    }
+
+    fn started(&self, group: track::GroupProducer<'static, 'static>) -> GroupProducer {
         let state = group.state();
         self.published.newest.set(Some((state, state.generation())));
         self.shared
             .ctx
             .notify()
             .bump_tracks([self.published.track.key()]);
-        Ok(GroupProducer {
+        GroupProducer {
             shared: self.shared.clone(),
             published: self.published.clone(),
             group: Some(group),
-        })
+        }
     }
 
     /// The track's name and properties.
