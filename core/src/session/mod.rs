@@ -59,6 +59,7 @@ mod config;
 mod control;
 mod error;
 mod event;
+mod inbox;
 mod publisher;
 mod resolve;
 mod slots;
@@ -75,6 +76,7 @@ pub use error::{ConfigError, Error};
 #[cfg(any(test, feature = "alloc"))]
 pub use event::OwnedEvent;
 pub use event::{AnnounceId, Event, SubscriptionId};
+pub use inbox::{Fed, Inbox};
 pub use resolve::Resolve;
 
 use heapless::{Deque, String};
@@ -696,24 +698,21 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     id,
                     offset,
                     data,
+                    at,
                     fin,
                 } => {
                     let used = self.on_stream_data(now, id, offset, data, None, fin);
                     if used < data.len() {
-                        // STREAM data always ends its frame, so the unused tail is the
-                        // last thing the connection consumed: hand it back.
-                        let start = (data.as_ptr() as usize).wrapping_sub(rest.as_ptr() as usize);
-                        if start.checked_add(data.len()) == Some(step.consumed) {
-                            self.stall = Some(Stall {
-                                id,
-                                len: data.len() - used,
-                                fin,
-                            });
-                            pos += start + used;
-                            break;
-                        }
-                        self.fail(SessionCode::Internal, "cannot stall input");
-                        return Ok(input.len());
+                        // The data ends what the connection consumed, so the
+                        // unused tail is handed back: the caller presents it
+                        // again at the front of the next call.
+                        self.stall = Some(Stall {
+                            id,
+                            len: data.len() - used,
+                            fin,
+                        });
+                        pos += at + used;
+                        break;
                     }
                     pos += step.consumed;
                 }
