@@ -18,7 +18,8 @@
 //! * [`Session::handle_input`] with every byte received from the TCP socket that
 //!   has not been consumed yet, oldest first. It returns how many bytes were
 //!   used; keep the rest (a partial record, or data the session could not take
-//!   yet) at the front of the buffer for the next call.
+//!   yet) at the front of the buffer for the next call. An [`Inbox`] over the
+//!   driver's receive buffer does that bookkeeping ([`Inbox::feed`]).
 //! * [`Session::poll_transmit`] after every other call, until it returns 0:
 //!   it writes QMux records into the caller's buffer, to be sent in order.
 //! * [`Session::poll_timeout`] / [`Session::handle_timeout`]: sleep until that
