@@ -10,11 +10,11 @@
 //! * **Socket.** The stream is switched to non-blocking mode. Each turn of the loop
 //!   reads what the kernel has, writes what it will take, and sleeps a little only
 //!   when nothing moved.
-//! * **Input.** A fixed read buffer keeps every byte the session has not consumed yet
-//!   at its front: `handle_input` may take fewer bytes than offered (a partial record,
-//!   or backpressure while local readers lag), and the rest must be presented again,
-//!   oldest first. While the buffer is full and the session takes nothing, the driver
-//!   stops reading, which backpressures the peer through TCP.
+//! * **Input.** A fixed read buffer, a core [`Inbox`], keeps every byte the session has
+//!   not consumed yet: `handle_input` may take fewer bytes than offered (a partial
+//!   record, or backpressure while local readers lag), and the inbox presents the rest
+//!   again, oldest first. While the buffer is full and the session takes nothing, the
+//!   driver stops reading, which backpressures the peer through TCP.
 //! * **Output.** `poll_transmit` is drained into a write buffer, which is written to
 //!   the socket fully (across turns if the kernel's buffer is full).
 //! * **Timers.** `poll_timeout` / `handle_timeout` with the clock above.
@@ -42,7 +42,7 @@ use skiff_core::model::group::{self, Next};
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::{BlockMeta, Pool};
-use skiff_core::session::Session;
+use skiff_core::session::{Inbox, Session};
 use skiff_core::time::Instant;
 use skiff_core::wire::lite::SessionCode;
 
@@ -207,8 +207,7 @@ pub struct Driver<'s, 'a, 'p, const N: usize> {
     stream: TcpStream,
     clock: Clock,
     deadline: std::time::Instant,
-    rx: Vec<u8>,
-    rx_len: usize,
+    rx: Inbox<Vec<u8>>,
     tx: Vec<u8>,
     tx_sent: usize,
     scratch: Vec<u8>,
@@ -240,8 +239,7 @@ impl<'s, 'a, 'p, const N: usize> Driver<'s, 'a, 'p, N> {
             stream,
             clock,
             deadline: std::time::Instant::now() + timeout,
-            rx: vec![0; RX_BUF],
-            rx_len: 0,
+            rx: Inbox::new(vec![0; RX_BUF]),
             tx: Vec::with_capacity(TX_HIGH + TX_SCRATCH),
             tx_sent: 0,
             scratch: vec![0; TX_SCRATCH],
@@ -391,16 +389,16 @@ impl<'s, 'a, 'p, const N: usize> Driver<'s, 'a, 'p, N> {
 
     /// Read what the kernel has into the free end of the read buffer.
     fn read_socket(&mut self) -> Result<bool, DriveError> {
-        if self.peer_eof || self.rx_len == self.rx.len() {
+        if self.peer_eof || self.rx.is_full() {
             return Ok(false);
         }
-        match self.stream.read(&mut self.rx[self.rx_len..]) {
+        match self.stream.read(self.rx.spare_mut()) {
             Ok(0) => {
                 self.peer_eof = true;
                 Ok(true)
             }
             Ok(n) => {
-                self.rx_len += n;
+                self.rx.commit(n);
                 self.stats.read += n as u64;
                 Ok(true)
             }
@@ -414,23 +412,20 @@ impl<'s, 'a, 'p, const N: usize> Driver<'s, 'a, 'p, N> {
         }
     }
 
-    /// Present the unconsumed input to the session until it takes no more, keeping the
-    /// rest at the front of the buffer.
+    /// Present the unconsumed input to the session until it takes no more; the inbox
+    /// keeps the rest.
     fn feed(&mut self, now: Instant, fresh: &mut Vec<Ev>) -> bool {
         let mut progress = false;
-        while self.rx_len > 0 {
-            let result = self.session.handle_input(now, &self.rx[..self.rx_len]);
+        loop {
+            let result = self.rx.feed(&mut self.session, now);
             let events_before = fresh.len();
             self.drain_events(fresh);
-            let used = match result {
-                Ok(used) => used,
-                Err(_) => {
-                    // The session is over: what the peer still sends is meaningless.
-                    self.rx_len = 0;
-                    return true;
-                }
+            let fed = match result {
+                Ok(fed) => fed,
+                // The session is over: the inbox dropped what the peer still sent.
+                Err(_) => return true,
             };
-            if used == 0 {
+            if !fed.progress() {
                 // A partial record, or backpressure. Polling events may have made room,
                 // so try once more if any came out; otherwise wait for the next turn.
                 if fresh.len() > events_before {
@@ -441,9 +436,7 @@ impl<'s, 'a, 'p, const N: usize> Driver<'s, 'a, 'p, N> {
                 }
                 break;
             }
-            self.rx.copy_within(used..self.rx_len, 0);
-            self.rx_len -= used;
-            self.stats.consumed += used as u64;
+            self.stats.consumed += fed.consumed as u64;
             progress = true;
         }
         progress
@@ -503,7 +496,7 @@ impl<const N: usize> fmt::Debug for Driver<'_, '_, '_, N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Driver")
             .field("session", &self.session)
-            .field("rx_len", &self.rx_len)
+            .field("rx_len", &self.rx.len())
             .field("tx_pending", &(self.tx.len() - self.tx_sent))
             .field("peer_eof", &self.peer_eof)
             .field("stats", &self.stats)

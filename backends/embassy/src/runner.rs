@@ -3,8 +3,8 @@
 //! One connection is: TCP connect, [`Session::new`] (client), then a loop that
 //!
 //! 1. runs due timers ([`Session::handle_timeout`]),
-//! 2. hands the session every received byte it has not consumed yet
-//!    ([`Session::handle_input`]; the rest stays at the front of the input buffer),
+//! 2. hands the session every received byte it has not consumed yet through an
+//!    [`Inbox`] over the input buffer (the rest waits there for the next call),
 //! 3. drains [`Session::poll_event`],
 //! 4. fills the output buffer with [`Session::poll_transmit`] once the previous
 //!    records went into the socket,
@@ -26,7 +26,7 @@ use embassy_net::Stack;
 use embassy_net::tcp::{self, TcpSocket};
 use embassy_time::{Duration, Timer, with_timeout};
 use skiff_core::model::origin;
-use skiff_core::session::{Event, Session};
+use skiff_core::session::{Event, Inbox, Session};
 use skiff_core::wire::lite::SessionCode;
 
 use crate::clock;
@@ -162,9 +162,8 @@ impl<'d, 'r, 'a, 'p, const N: usize> Runner<'d, 'r, 'a, 'p, N> {
         self.shared.set_in_session(true);
         let mut conn = Connection {
             socket: &mut socket,
-            rx: &mut *self.rx,
+            rx: Inbox::new(&mut *self.rx),
             tx: &mut *self.tx,
-            rx_len: 0,
             tx_pos: 0,
             tx_len: 0,
             shared: self.shared,
@@ -223,10 +222,9 @@ impl<'d, 'r, 'a, 'p, const N: usize> Runner<'d, 'r, 'a, 'p, N> {
 /// The state of one live connection.
 struct Connection<'s, 'b, 'r, 'a, 'p> {
     socket: &'s mut TcpSocket<'b>,
-    rx: &'s mut [u8],
+    /// Received bytes not consumed by the session yet.
+    rx: Inbox<&'s mut [u8]>,
     tx: &'s mut [u8],
-    /// Received bytes not consumed by the session yet, at the front of `rx`.
-    rx_len: usize,
     /// Records in `tx[tx_pos..tx_len]` wait for the socket.
     tx_pos: usize,
     tx_len: usize,
@@ -255,11 +253,11 @@ impl<'a, 'p> Connection<'_, '_, '_, 'a, 'p> {
             if session.is_closed() {
                 return End::Session(Ok(()));
             }
-            if self.rx_len == self.rx.len() && !session.is_stalled() {
+            if self.rx.is_full() && !session.is_stalled() {
                 // A record longer than the whole buffer: it can never be taken.
                 error!(
                     "publisher: record over {} bytes from the relay",
-                    self.rx.len()
+                    self.rx.capacity()
                 );
                 session.close(SessionCode::Internal, "record too large");
                 return End::Session(Err(Error::RecordTooLarge));
@@ -269,7 +267,7 @@ impl<'a, 'p> Connection<'_, '_, '_, 'a, 'p> {
                     debug!("publisher: tcp connection closed or reset");
                     return End::Socket;
                 }
-                Wake::Read(Ok(n)) => self.rx_len += n,
+                Wake::Read(Ok(n)) => self.rx.commit(n),
                 Wake::Wrote(Ok(n)) => self.tx_pos += n,
                 Wake::Timer | Wake::Changed => {}
             }
@@ -284,17 +282,10 @@ impl<'a, 'p> Connection<'_, '_, '_, 'a, 'p> {
         now: skiff_core::time::Instant,
     ) -> Option<Result<(), Error>> {
         let mut ended = None;
-        while self.rx_len > 0 {
-            let input = self.rx.get(..self.rx_len).unwrap_or(&[]);
-            let Ok(used) = session.handle_input(now, input) else {
-                break;
-            };
-            let used = used.min(self.rx_len);
-            self.rx.copy_within(used..self.rx_len, 0);
-            self.rx_len -= used;
+        while let Ok(fed) = self.rx.feed(session, now) {
             // Events (and held control messages) must be polled for input to go on.
             ended = ended.or(self.drain_events(session));
-            if used == 0 {
+            if !fed.progress() {
                 break;
             }
         }
@@ -376,7 +367,7 @@ impl<'a, 'p> Connection<'_, '_, '_, 'a, 'p> {
         let shared = self.shared;
         let seen = media_version(origin);
         let (mut reader, mut writer) = self.socket.split();
-        let room = self.rx.get_mut(self.rx_len..).filter(|r| !r.is_empty());
+        let room = Some(self.rx.spare_mut()).filter(|r| !r.is_empty());
         let pending = self
             .tx
             .get(self.tx_pos..self.tx_len)

@@ -369,10 +369,13 @@ pub trait App<const N: usize = STREAMS> {
 // Inbox
 // ---------------------------------------------------------------------------
 
-/// Bytes the reader task received and the session has not consumed yet.
-#[derive(Debug, Default)]
+/// Bytes the reader task received and the session has not consumed yet,
+/// and the flags and wakers the two tasks share.
+#[derive(Debug)]
 pub struct Inbox {
-    data: RefCell<Vec<u8>>,
+    /// The received bytes, in one buffer allocated with the inbox: room for
+    /// [`INBOX_BYTES`] plus one read, kept free after the bytes waiting.
+    data: RefCell<skiff_core::session::Inbox<Vec<u8>>>,
     fresh: Cell<bool>,
     eof: Cell<bool>,
     error: Cell<bool>,
@@ -382,6 +385,22 @@ pub struct Inbox {
 }
 
 impl Inbox {
+    /// An empty inbox with its buffer.
+    fn new() -> Self {
+        Inbox {
+            data: RefCell::new(skiff_core::session::Inbox::with_min_room(
+                vec![0; INBOX_BYTES + READ_BUFFER_BYTES],
+                READ_BUFFER_BYTES,
+            )),
+            fresh: Cell::new(false),
+            eof: Cell::new(false),
+            error: Cell::new(false),
+            stop: Cell::new(false),
+            session_waker: RefCell::new(None),
+            reader_waker: RefCell::new(None),
+        }
+    }
+
     fn wake_session(&self) {
         if let Some(w) = self.session_waker.borrow_mut().take() {
             w.wake();
@@ -435,7 +454,16 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
                 return;
             }
             Ok(Ok(data)) => {
-                inbox.data.borrow_mut().extend_from_slice(data);
+                // Below INBOX_BYTES waiting, the spare room holds a whole read.
+                let mut bytes = inbox.data.borrow_mut();
+                let Some(room) = bytes.spare_mut().get_mut(..data.len()) else {
+                    tracing::warn!(len = data.len(), "read larger than the inbox's room");
+                    inbox.error.set(true);
+                    inbox.wake_session();
+                    return;
+                };
+                room.copy_from_slice(data);
+                bytes.commit(data.len());
                 inbox.fresh.set(true);
                 inbox.wake_session();
             }
@@ -490,10 +518,7 @@ pub async fn drive<R: ByteRead, W: ByteWrite, A: App<N>, const N: usize>(
     ctx: &DriveCtx,
 ) -> io::Result<Ended> {
     // Size both buffers for their bounds now, so a burst never grows them.
-    let inbox = Rc::new(Inbox {
-        data: RefCell::new(Vec::with_capacity(INBOX_BYTES + READ_BUFFER_BYTES)),
-        ..Inbox::default()
-    });
+    let inbox = Rc::new(Inbox::new());
     writer.buffer().reserve(STAGING_BYTES);
     let guard = reader.guard();
     let mut handshake = reader.take_handshake();
@@ -563,12 +588,9 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             let mut consumed = false;
             // A session stalled on input it already took (data passed by
             // reference) is called with no new bytes too.
-            let stalled = session.is_stalled();
-            if (!data.is_empty() || stalled)
-                && let Ok(n) = session.handle_input(now, &data)
-                && (n > 0 || (stalled && !session.is_stalled()))
+            if let Ok(fed) = data.feed(session, now)
+                && fed.progress()
             {
-                data.drain(..n);
                 progress = true;
                 consumed = true;
                 inbox.wake_reader();

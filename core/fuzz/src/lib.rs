@@ -131,6 +131,7 @@ impl Harness {
                 offset,
                 data,
                 fin,
+                ..
             } => {
                 assert!(id.can_recv(self.side), "data on a send-only stream {id:?}");
                 let t = self.recv.entry(id.value()).or_default();

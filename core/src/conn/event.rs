@@ -32,6 +32,11 @@ pub enum Event<'a> {
         offset: u64,
         /// The payload (may be empty when `fin` is set).
         data: &'a [u8],
+        /// Where `data` starts in the `input` of the
+        /// [`handle_input`](super::Connection::handle_input) call that
+        /// reported it: `input[at..at + data.len()]`, which ends at
+        /// [`Input::consumed`].
+        at: usize,
         /// No more data follows on this stream.
         fin: bool,
     },

@@ -79,7 +79,11 @@ impl<const N: usize> Connection<N> {
                 Ok(Step::Done(event)) => {
                     pos += r.position();
                     self.record_left -= r.position();
-                    if let Some(event) = event {
+                    if let Some(mut event) = event {
+                        if let Event::StreamData { data, at, .. } = &mut event {
+                            // A STREAM frame's data runs to the end of the frame.
+                            *at = pos.saturating_sub(data.len());
+                        }
                         return Input {
                             consumed: pos,
                             event: Some(event),
@@ -250,6 +254,8 @@ impl<const N: usize> Connection<N> {
             id: s.id,
             offset,
             data: s.data,
+            // Set by `handle_input`, which knows where the frame ends.
+            at: 0,
             fin: s.fin,
         })))
     }

@@ -67,6 +67,7 @@ impl From<Event<'_>> for Ev {
                 offset,
                 data,
                 fin,
+                ..
             } => Ev::Data {
                 id: id.value(),
                 offset,
@@ -116,6 +117,11 @@ fn feed(conn: &mut Conn, now: Instant, inbox: &mut Vec<u8>, auto_release: bool) 
     for _ in 0..100_000 {
         let step = conn.handle_input(now, inbox);
         let consumed = step.consumed;
+        if let Some(Event::StreamData { data, at, .. }) = step.event {
+            // The offset names the very bytes the event borrows, ending the consumed part.
+            assert_eq!(inbox.get(at..at + data.len()), Some(data));
+            assert_eq!(at + data.len(), consumed);
+        }
         let event = step.event.map(Ev::from);
         inbox.drain(..consumed);
         let Some(event) = event else { return events };

@@ -12,8 +12,8 @@ use std::vec::Vec;
 use super::peer::{Peer, PeerKind, Resolver, SubscribeQueue};
 use super::routes::{Router, SourceId, Upstreams};
 use crate::model::{broadcast, track};
-use crate::session::Session;
 use crate::session::harness::{Endpoint, Node, Pair, Stepped, run_until};
+use crate::session::{Fed, Inbox, Session};
 use crate::time::{Duration, Instant};
 
 /// Upstream subscriptions one relay session holds (and its queue).
@@ -75,6 +75,11 @@ impl<const T: usize, const G: usize> Endpoint for RelayEnd<'_, '_, '_, '_, T, G>
     }
     fn input(&mut self, now: Instant, data: &[u8]) -> Option<usize> {
         let r = self.node.input(now, data);
+        self.pass(now);
+        r
+    }
+    fn feed(&mut self, now: Instant, inbox: &mut Inbox<Vec<u8>>) -> Option<Fed> {
+        let r = self.node.feed(now, inbox);
         self.pass(now);
         r
     }

@@ -20,7 +20,7 @@ use std::vec::Vec;
 use core::cell::{Cell, RefCell};
 use core::ptr::NonNull;
 
-use super::{Foreign, ForeignError, Gather, Session};
+use super::{Fed, Foreign, ForeignError, Gather, Inbox, Session};
 use crate::conn::{self, Connection};
 use crate::pool::{Block, Pool, Slice};
 use crate::time::{Duration, Instant};
@@ -74,6 +74,17 @@ pub trait Endpoint {
     /// with no new bytes).
     fn stalled(&self) -> bool {
         false
+    }
+    /// Takes what waits in `inbox`, all of it presented at once; `None` once
+    /// the endpoint is closed. The default presents it to
+    /// [`input`](Self::input).
+    fn feed(&mut self, now: Instant, inbox: &mut Inbox<Vec<u8>>) -> Option<Fed> {
+        let n = self.input(now, inbox.unconsumed())?;
+        inbox.consume(n);
+        Some(Fed {
+            consumed: n,
+            resumed: false,
+        })
     }
 }
 
@@ -303,6 +314,14 @@ impl<const N: usize> Endpoint for Node<'_, '_, '_, N> {
     fn stalled(&self) -> bool {
         self.session.is_stalled()
     }
+
+    fn feed(&mut self, now: Instant, inbox: &mut Inbox<Vec<u8>>) -> Option<Fed> {
+        let r = inbox.feed(&mut self.session, now).ok();
+        if self.auto_drain {
+            self.drain();
+        }
+        r
+    }
 }
 
 /// A bare QMux connection whose moq-lite bytes a test writes by hand.
@@ -424,6 +443,10 @@ pub enum Chunking {
     SplitAt(usize),
 }
 
+/// Bytes a link's receiver can hold unconsumed; what does not fit waits
+/// on the wire.
+pub const LINK_INBOX: usize = 1 << 20;
+
 /// One direction of the wire.
 pub struct Link {
     pub latency: Duration,
@@ -431,7 +454,7 @@ pub struct Link {
     /// Every byte sent, in order.
     pub log: Vec<u8>,
     queue: VecDeque<(Instant, Vec<u8>)>,
-    inbox: Vec<u8>,
+    inbox: Inbox<Vec<u8>>,
     consumed: usize,
 }
 
@@ -442,7 +465,7 @@ impl Link {
             chunking: Chunking::Whole,
             log: Vec::new(),
             queue: VecDeque::new(),
-            inbox: Vec::new(),
+            inbox: Inbox::new(vec![0; LINK_INBOX]),
             consumed: 0,
         }
     }
@@ -454,13 +477,20 @@ impl Link {
     }
 
     fn deliver(&mut self, now: Instant) {
-        while let Some((at, _)) = self.queue.front() {
+        while let Some((at, bytes)) = self.queue.front_mut() {
             if *at > now {
                 break;
             }
-            if let Some((_, bytes)) = self.queue.pop_front() {
-                self.inbox.extend_from_slice(&bytes);
+            let room = self.inbox.spare_mut();
+            let n = room.len().min(bytes.len());
+            room[..n].copy_from_slice(&bytes[..n]);
+            self.inbox.commit(n);
+            if n < bytes.len() {
+                // The receiver's inbox is full: the rest stays on the wire.
+                bytes.drain(..n);
+                break;
             }
+            self.queue.pop_front();
         }
     }
 
@@ -475,14 +505,11 @@ impl Link {
 
     fn feed(&mut self, ep: &mut impl Endpoint, now: Instant, rng: &mut Rng) -> bool {
         let mut progress = false;
-        if self.inbox.is_empty() && ep.stalled() {
-            ep.input(now, &[]);
-            progress = !ep.stalled();
-        }
         let mut full = false;
-        while !self.inbox.is_empty() {
+        while !self.inbox.is_empty() || ep.stalled() {
             let len = self.inbox.len();
             let take = match self.chunking {
+                _ if len == 0 => 0,
                 _ if full => len,
                 Chunking::Whole => len,
                 Chunking::Random => 1 + rng.below(len),
@@ -496,15 +523,27 @@ impl Link {
                     }
                 }
             };
-            let Some(n) = ep.input(now, &self.inbox[..take]) else {
+            let fed = if take == len {
+                ep.feed(now, &mut self.inbox)
+            } else {
+                ep.input(now, &self.inbox.unconsumed()[..take]).map(|n| {
+                    self.inbox.consume(n);
+                    Fed {
+                        consumed: n,
+                        resumed: false,
+                    }
+                })
+            };
+            let Some(fed) = fed else {
                 self.inbox.clear();
                 return true;
             };
-            self.inbox.drain(..n);
-            self.consumed += n;
-            if n > 0 {
+            self.consumed += fed.consumed;
+            if fed.consumed > 0 {
                 progress = true;
                 full = false;
+            } else if fed.resumed {
+                progress = true;
             } else if take == len || full {
                 break;
             } else {

@@ -18,7 +18,8 @@
 //! * [`Session::handle_input`] with every byte received from the TCP socket that
 //!   has not been consumed yet, oldest first. It returns how many bytes were
 //!   used; keep the rest (a partial record, or data the session could not take
-//!   yet) at the front of the buffer for the next call.
+//!   yet) at the front of the buffer for the next call. An [`Inbox`] over the
+//!   driver's receive buffer does that bookkeeping ([`Inbox::feed`]).
 //! * [`Session::poll_transmit`] after every other call, until it returns 0:
 //!   it writes QMux records into the caller's buffer, to be sent in order.
 //! * [`Session::poll_timeout`] / [`Session::handle_timeout`]: sleep until that
@@ -59,6 +60,7 @@ mod config;
 mod control;
 mod error;
 mod event;
+mod inbox;
 mod publisher;
 mod resolve;
 mod slots;
@@ -75,6 +77,7 @@ pub use error::{ConfigError, Error};
 #[cfg(any(test, feature = "alloc"))]
 pub use event::OwnedEvent;
 pub use event::{AnnounceId, Event, SubscriptionId};
+pub use inbox::{Fed, Inbox};
 pub use resolve::Resolve;
 
 use heapless::{Deque, String};
@@ -696,24 +699,21 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     id,
                     offset,
                     data,
+                    at,
                     fin,
                 } => {
                     let used = self.on_stream_data(now, id, offset, data, None, fin);
                     if used < data.len() {
-                        // STREAM data always ends its frame, so the unused tail is the
-                        // last thing the connection consumed: hand it back.
-                        let start = (data.as_ptr() as usize).wrapping_sub(rest.as_ptr() as usize);
-                        if start.checked_add(data.len()) == Some(step.consumed) {
-                            self.stall = Some(Stall {
-                                id,
-                                len: data.len() - used,
-                                fin,
-                            });
-                            pos += start + used;
-                            break;
-                        }
-                        self.fail(SessionCode::Internal, "cannot stall input");
-                        return Ok(input.len());
+                        // The data ends what the connection consumed, so the
+                        // unused tail is handed back: the caller presents it
+                        // again at the front of the next call.
+                        self.stall = Some(Stall {
+                            id,
+                            len: data.len() - used,
+                            fin,
+                        });
+                        pos += at + used;
+                        break;
                     }
                     pos += step.consumed;
                 }

@@ -2206,3 +2206,5 @@ fn sessions_report_the_tracks_they_changed() {
         vec![Change::Consumed(video.handle().key())]
     );
 }
+
+mod inbox;
