@@ -9,7 +9,7 @@
 //!
 //! Set-up, not measured:
 //!
-//! * a relay worker as `skiff_monoio::relay::Relay::new` makes it: a cache
+//! * a relay worker as `skiff_relay::relay::Relay::new` makes it: a cache
 //!   pool, the origin and local origin, broadcast and track tables, the
 //!   router's storage and limits from [`RelayConfig::default`], and every
 //!   client session with [`RelayConfig::session_config`],
@@ -65,8 +65,9 @@ use skiff_core::time::{Duration, Instant};
 use skiff_core::window::Request;
 use skiff_core::wire::lite::Role;
 use skiff_core::wire::qmux::Side;
-use skiff_monoio::config::RelayConfig;
-use skiff_monoio::relay::{BROADCAST_SLOTS, BROADCASTS, GROUPS, TRACKS, leak_pool};
+use skiff_monoio::tables::{GROUPS, TRACKS, leak_pool};
+use skiff_relay::config::RelayConfig;
+use skiff_relay::relay::{BROADCAST_SLOTS, BROADCASTS};
 use skiff_monoio::session_driver::{STREAMS, SessionStorage};
 
 #[global_allocator]
