@@ -145,6 +145,10 @@ impl Harness {
                     self.unreleased.push((id, data.len() as u64));
                 }
             }
+            // The harness never turns stream references on.
+            Event::StreamRef { id, .. } => {
+                panic!("STREAM_REF accepted with stream refs off, on {id:?}")
+            }
             Event::StreamReset { id, final_size, .. } => {
                 let t = self.recv.entry(id.value()).or_default();
                 assert!(!t.done, "reset after FIN/reset on {id:?}");
