@@ -1,21 +1,21 @@
 //! The host camera node: [`crate::camera`]'s capture and encoder, published
-//! through a relay with the monoio client ([`skiff_monoio::client`]).
+//! through a relay with the monoio client SDK ([`skiff_monoio::connect`]).
 //!
 //! One broadcast with one track; every `1 / fps` a frame is captured, encoded
 //! and written to the track, a new group every [`Format::gop`] frames (its key
-//! frame first). The publisher session dials the relay and redials with
-//! backoff when it drops; frames keep being produced meanwhile (the track's
-//! ring evicts the oldest groups). The picture, the encoder's payload and the
-//! track's blocks are all sized once: the frame loop does not allocate.
+//! frame first). The client's [`Runner`](skiff_monoio::Runner) dials the relay
+//! and redials with backoff (1 s, doubling to 8 s) when the connection drops;
+//! frames keep being produced meanwhile (the track's cache evicts the oldest
+//! groups). The picture, the encoder's payload and the pool blocks are all
+//! sized once: the frame loop does not allocate.
 
-use std::cell::Cell;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use skiff_core::model::track::GroupProducer;
-use skiff_monoio::client::{self, ClientCtx, Publisher};
+use skiff_core::model::track;
+use skiff_monoio::sdk::GroupProducer;
+use skiff_monoio::{Client, Config, Error, connect};
 
 use crate::camera::{Capture, Encoder, Format};
 
@@ -53,7 +53,7 @@ pub struct Progress {
     pub dropped: u64,
     /// True while the publisher session is set up with the relay.
     pub connected: bool,
-    /// Publisher sessions started (1 + redials).
+    /// Publisher sessions set up with the relay (1 + reconnections).
     pub sessions: u64,
 }
 
@@ -76,66 +76,50 @@ impl std::fmt::Display for Progress {
     }
 }
 
+/// How long the node waits, at the end, for the relay to read the track's end.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The client configuration of a node publishing `format`.
+pub fn client_config(format: Format) -> Config {
+    let mut config = Config::default();
+    // Room for a few groups of worst-case frames (the track keeps a quarter of
+    // the pool cached and evicts older groups).
+    config.pool_bytes = (format.max_payload() as u64 * u64::from(format.gop) * 4).max(4 << 20);
+    config.backoff_min = Duration::from_secs(1);
+    config.backoff_max = Duration::from_secs(8);
+    config
+}
+
 /// Runs the camera node on the current monoio runtime until `opts.frames`
 /// frames are published or `stop` is set; calls `report` about once a second
 /// and returns the final counters.
 ///
-/// The publisher session runs in its own task and redials (1 s, doubling to
-/// 8 s) whenever it ends.
+/// The client's runner is spawned here and redials (1 s, doubling to 8 s)
+/// whenever the connection ends; the node says on stderr when the relay goes
+/// down and comes back.
+///
+/// # Errors
+/// [`Error::InvalidUrl`] for a URL that is not `tcp://host:port[/path]`,
+/// [`Error::InvalidName`] for a bad broadcast path or track name.
 pub async fn run(
     opts: NodeOptions,
     stop: Arc<AtomicBool>,
     mut report: impl FnMut(&Progress),
-) -> Progress {
+) -> Result<Progress, Error> {
     let format = opts.format;
-    // Room for a few seconds of worst-case frames (the track's ring evicts older groups).
-    let pool = (format.max_payload() as u64 * u64::from(format.gop) * 4).max(4 << 20);
-    let ctx = Rc::new(ClientCtx::new(pool));
-    let notify = ctx.notify().clone();
-    let (origin, producer) = ctx.publication(&opts.broadcast, &opts.track);
-    let mut app = Publisher::default();
-    // Set by the publisher app once a session is set up, cleared here when it ends.
-    let connected = app.ready.clone();
-    let sessions = Rc::new(Cell::new(0u64));
-    let done = Rc::new(Cell::new(false));
-    {
-        let (ctx, url, connected, sessions, done) = (
-            ctx.clone(),
-            opts.url.clone(),
-            connected.clone(),
-            sessions.clone(),
-            done.clone(),
-        );
-        monoio::spawn(async move {
-            let mut backoff = Duration::from_secs(1);
-            while !done.get() {
-                sessions.set(sessions.get() + 1);
-                let end = client::run(&url, Some(origin), &mut app, &ctx).await;
-                let was_up = connected.replace(false);
-                if done.get() {
-                    break;
-                }
-                if was_up {
-                    backoff = Duration::from_secs(1);
-                }
-                match end {
-                    Ok(e) => {
-                        eprintln!("camera: relay session ended ({e:?}); redialing in {backoff:?}")
-                    }
-                    Err(e) => eprintln!("camera: relay {url}: {e}; redialing in {backoff:?}"),
-                }
-                monoio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(8));
-            }
-        });
-    }
+    let (client, runner) = connect(&opts.url, client_config(format))?;
+    let runner = monoio::spawn(runner.run());
+    let info = track::Info::new(&opts.track).map_err(|_| Error::InvalidName(opts.track.clone()))?;
+    let broadcast = client.publish(&opts.broadcast)?;
+    let mut track = broadcast.create_track(info)?;
 
     let mut capture = Capture::new(format);
     let mut encoder = Encoder::new(format);
     let mut progress = Progress::default();
+    let mut link = Link::default();
     let start = Instant::now();
     let mut next_report = start + Duration::from_secs(1);
-    let mut group: Option<GroupProducer<'static, 'static>> = None;
+    let mut group: Option<GroupProducer> = None;
     while !stop.load(Ordering::Relaxed)
         && opts
             .frames
@@ -147,10 +131,12 @@ pub async fn run(
             Err(e) => unreachable!("the capture matches the encoder's format: {e}"),
         };
         if format.is_key(n) {
-            if let Some(mut g) = group.take() {
+            if let Some(g) = group.take() {
                 let _ = g.finish();
             }
-            match producer.create_group(format.group(n)) {
+            // The track's groups are appended one per key frame, so group
+            // `format.group(n)` is the track's group of that sequence.
+            match track.append_group() {
                 Ok(g) => {
                     group = Some(g);
                     progress.groups += 1;
@@ -159,11 +145,11 @@ pub async fn run(
             }
         }
         let written = match group.as_mut() {
-            Some(g) => g.write_frame(format.timestamp_ms(n), payload),
-            None => Ok(()),
+            Some(g) => Some(g.write_frame(format.timestamp_ms(n), payload).await),
+            None => None,
         };
-        match (written, group.is_some()) {
-            (Ok(()), true) => {
+        match written {
+            Some(Ok(())) => {
                 progress.frames += 1;
                 progress.bytes += payload.len() as u64;
                 if format.is_key(n) {
@@ -172,10 +158,9 @@ pub async fn run(
                     progress.last_delta = payload.len();
                 }
             }
-            (Ok(()), false) => progress.dropped += 1,
-            (Err(e), _) => {
-                // The group is unusable (evicted, pool full): drop it, the next key frame
-                // starts a new one.
+            None => progress.dropped += 1,
+            Some(Err(e)) => {
+                // The group is unusable: drop it, the next key frame starts a new one.
                 progress.dropped += 1;
                 if progress.dropped.is_power_of_two() {
                     eprintln!("camera: frame {n}: {e} ({} dropped)", progress.dropped);
@@ -183,13 +168,13 @@ pub async fn run(
                 group = None;
             }
         }
-        notify.bump();
+        link.follow(&client, &opts.url);
         let now = Instant::now();
         if now >= next_report {
             next_report += Duration::from_secs(1);
             progress.elapsed = now.duration_since(start).as_secs_f64();
-            progress.connected = connected.get();
-            progress.sessions = sessions.get();
+            progress.connected = client.is_connected();
+            progress.sessions = client.sessions();
             report(&progress);
         }
         // Paced from the start (no drift): frame n + 1 is due at (n + 1) / fps.
@@ -197,19 +182,44 @@ pub async fn run(
             + Duration::from_nanos((n + 1).saturating_mul(1_000_000_000) / u64::from(format.fps));
         monoio::time::sleep_until(monoio::time::Instant::from_std(due)).await;
     }
-    if let Some(mut g) = group.take() {
+    if let Some(g) = group.take() {
         let _ = g.finish();
     }
-    let mut producer = producer;
-    producer.finish();
-    notify.bump();
-    // Let the end of the track reach the relay, then close the session.
-    monoio::time::sleep(Duration::from_millis(200)).await;
-    done.set(true);
-    ctx.close_all();
-    monoio::time::sleep(Duration::from_millis(100)).await;
+    track.finish();
+    // Let the end of the track reach the relay (a relay that is down gets nothing).
+    monoio::select! {
+        () = client.flushed() => {}
+        () = monoio::time::sleep(FLUSH_TIMEOUT) => {}
+    }
     progress.elapsed = start.elapsed().as_secs_f64();
-    progress.connected = connected.get();
-    progress.sessions = sessions.get();
-    progress
+    progress.connected = client.is_connected();
+    progress.sessions = client.sessions();
+    client.close().await;
+    runner.await;
+    drop(broadcast);
+    Ok(progress)
+}
+
+/// What the node last saw of the connection, to say when it changes.
+#[derive(Debug, Default)]
+struct Link {
+    /// Connected at the last look.
+    up: bool,
+    /// Sessions at the last look.
+    sessions: u64,
+}
+
+impl Link {
+    /// Prints a line on stderr when the relay went down or a new session came up.
+    fn follow(&mut self, client: &Client, url: &str) {
+        let (up, sessions) = (client.is_connected(), client.sessions());
+        if self.up && (!up || sessions != self.sessions) {
+            eprintln!("camera: relay {url} went away; redialing with backoff");
+        }
+        if up && sessions != self.sessions && sessions > 1 {
+            eprintln!("camera: relay {url} is back (session {sessions})");
+        }
+        self.up = up;
+        self.sessions = sessions;
+    }
 }

@@ -5,7 +5,6 @@
 
 use std::num::NonZeroUsize;
 use std::process::{Command, Stdio};
-use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -17,8 +16,9 @@ mod common;
 use common::within;
 use skiff_examples::camera::{self, Decoder, Format};
 use skiff_examples::node::{self, NodeOptions, Progress};
-use skiff_monoio::client::{self, ClientCtx, FrameReader, ReadState, Subscriber};
 use skiff_monoio::driver::{self, DriverKind};
+use skiff_monoio::sdk::Request;
+use skiff_monoio::{Client, Config, connect};
 use skiff_relay::config::RelayConfig;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server::{self, ServerHandle};
@@ -65,67 +65,59 @@ async fn scenario(url: String) -> (Seen, Progress) {
         monoio::spawn(node::run(opts, stop.clone(), |p| eprintln!("camera: {p}")))
     };
 
-    let ctx = Rc::new(ClientCtx::new(16 << 20));
-    let notify = ctx.notify().clone();
-    let local = ctx.track("video");
-    let app = Subscriber::new("host/cam", local);
-    let state = app.state.clone();
-    {
-        let (ctx, url) = (ctx.clone(), url.clone());
-        monoio::spawn(async move {
-            let mut app = app;
-            let _ = client::run(&url, None, &mut app, &ctx).await;
-        });
-    }
-    let mut reader = FrameReader::new(local);
-    let mut decoder = Decoder::new();
+    let (client, runner) = connect(&url, Config::default()).expect("a valid URL");
+    let runner = monoio::spawn(runner.run());
     let mut seen = Seen::default();
-    let waiter = notify.waiter();
-    while seen.frames.len() < WANT as usize && seen.error.is_none() {
-        let generation = notify.generation();
-        let mut got = false;
-        let st = reader.poll(|f| {
-            got = true;
-            if seen.error.is_some() {
-                return;
+    if let Err(e) = watch(&client, &mut seen).await {
+        seen.error.get_or_insert(e);
+    }
+    client.close().await;
+    runner.await;
+    stop.store(true, Ordering::Relaxed);
+    let progress = camera.await.expect("the camera node runs");
+    (seen, progress)
+}
+
+/// Subscribes and decodes frames into `seen` until [`WANT`] of them or a problem.
+async fn watch(client: &Client, seen: &mut Seen) -> Result<(), String> {
+    let mut track = client
+        .subscribe("host/cam", "video", Request::LIVE)
+        .await
+        .map_err(|e| format!("subscribe: {e}"))?;
+    let mut decoder = Decoder::new();
+    let mut bytes = Vec::new();
+    while seen.frames.len() < WANT as usize {
+        let mut group = match track.next_group().await {
+            Ok(Some(g)) => g,
+            Ok(None) => return Err("track ended".into()),
+            Err(e) => return Err(format!("track: {e}")),
+        };
+        let mut index = 0u64;
+        while seen.frames.len() < WANT as usize {
+            let Some(f) = group
+                .read_frame()
+                .await
+                .map_err(|e| format!("group: {e}"))?
+            else {
+                break;
+            };
+            bytes.clear();
+            f.payload.chunks().for_each(|c| bytes.extend_from_slice(c));
+            let at = (group.sequence(), index, f.timestamp);
+            let h = camera::check(&mut decoder, &bytes)
+                .map_err(|e| format!("frame {}/{}: {e}", at.0, at.1))?;
+            let fmt = h.format;
+            if h.format != format()
+                || (fmt.group(h.n), fmt.index(h.n), fmt.timestamp_ms(h.n)) != at
+                || h.key != (index == 0)
+            {
+                return Err(format!("frame {h:?} misplaced as {at:?}"));
             }
-            match camera::check(&mut decoder, f.payload) {
-                Ok(h) => {
-                    let fmt = h.format;
-                    if h.format != format()
-                        || (fmt.group(h.n), fmt.index(h.n)) != (f.group, f.index)
-                        || fmt.timestamp_ms(h.n) != f.timestamp
-                        || h.key != (f.index == 0)
-                    {
-                        seen.error = Some(format!("frame {h:?} misplaced as {f:?}"));
-                    } else {
-                        seen.frames.push((h.n, h.key, f.payload.len()));
-                    }
-                }
-                Err(e) => {
-                    seen.error = Some(format!("frame {}/{}: {e}", f.group, f.index));
-                }
-            }
-        });
-        if st != ReadState::Pending {
-            seen.error = Some(format!("track ended: {st:?}"));
-        }
-        if let Some(c) = state.closed.get() {
-            seen.error = Some(format!("subscription closed: {c:?}"));
-        }
-        if got {
-            // Reading released credit: let the session send it.
-            notify.bump();
-        }
-        monoio::select! {
-            () = waiter.changed(generation) => {}
-            () = monoio::time::sleep(Duration::from_millis(100)) => {}
+            seen.frames.push((h.n, h.key, bytes.len()));
+            index += 1;
         }
     }
-    ctx.close_all();
-    stop.store(true, Ordering::Relaxed);
-    let progress = camera.await;
-    (seen, progress)
+    Ok(())
 }
 
 #[test]

@@ -2,15 +2,17 @@
 //! one process, over loopback TCP, with a live progress line and a summary.
 //!
 //! The relay runs exactly as `serve` does ([`server::start`] with
-//! [`RelayHandler`]). One client thread runs a monoio runtime with the
-//! publisher session and one session per viewer ([`skiff_monoio::client`]). The
-//! camera writes a frame per tick (`--fps`) and starts a group every second
-//! (its first frame 4x larger, like a key frame). Each payload carries its
+//! [`RelayHandler`]). One client thread runs a monoio runtime with a client
+//! of the SDK ([`skiff_monoio::connect`]) for the camera and one per viewer,
+//! each with its own session. The camera writes a frame per tick (`--fps`)
+//! and starts a group every second (its first frame 4x larger, like a key
+//! frame). Each payload carries its
 //! send time, group and index, then a byte pattern; every viewer checks
 //! every frame's bytes and order and measures publish-to-read latency into a
 //! fixed-size histogram ([`LatencyHistogram`]): average, p50, p99 and max,
 //! per second on the live line and for the whole run in the summary.
 
+use std::cell::{Cell, RefCell};
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -18,8 +20,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
+use skiff_core::model::track::Info;
 use skiff_monoio::driver;
+use skiff_monoio::sdk::{GroupProducer, Request};
+use skiff_monoio::{Client, Config, Error, connect};
 
 use crate::config::{RelayConfig, RelayDemoArgs};
 use crate::error::RelayError;
@@ -363,6 +367,9 @@ pub fn run(
     })
 }
 
+/// How long the camera waits, at the end, for the relay to read the track's end.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The client thread: publisher and viewers; returns the failures.
 async fn clients(
     url: String,
@@ -371,153 +378,59 @@ async fn clients(
     stop: Arc<AtomicBool>,
     epoch: Instant,
 ) -> Vec<String> {
-    let ctx = Rc::new(ClientCtx::new(256 << 20));
-    let notify = ctx.notify().clone();
-    let (origin, producer) = ctx.publication("demo", "camera");
-    {
-        let (ctx, url) = (ctx.clone(), url.clone());
-        monoio::spawn(async move {
-            let mut app = Publisher::default();
-            if let Err(e) = client::run(&url, Some(origin), &mut app, &ctx).await {
-                tracing::warn!(error = %e, "publisher session failed");
-            }
-        });
-    }
-    let failures: Rc<std::cell::RefCell<Vec<String>>> = Rc::default();
-    let finished = Rc::new(std::cell::Cell::new(0usize));
+    let fps = u64::from(args.fps.max(1));
+    let delta = usize::try_from(args.frame_bytes.0)
+        .unwrap_or(usize::MAX)
+        .clamp(24, 1 << 20);
+    // A group: a key frame 4x a delta, then fps - 1 deltas.
+    let group_bytes = (delta as u64) * (fps + 3);
+    let failures: Rc<RefCell<Vec<String>>> = Rc::default();
+    let finished = Rc::new(Cell::new(0usize));
+    let mut viewers = Vec::with_capacity(args.viewers);
+    let mut tasks = Vec::with_capacity(args.viewers);
     for v in 0..args.viewers {
-        let local = ctx.track("camera");
-        let app = Subscriber::new("demo", local);
-        let state = app.state.clone();
-        {
-            let (ctx, url, failures) = (ctx.clone(), url.clone(), failures.clone());
-            monoio::spawn(async move {
-                let mut app = app;
-                if let Err(e) = client::run(&url, None, &mut app, &ctx).await {
+        let mut config = Config::default();
+        config.pool_bytes = (group_bytes * 8).max(16 << 20);
+        let (client, runner) = match connect(&url, config) {
+            Ok(c) => c,
+            Err(e) => return vec![format!("viewer {v}: {e}")],
+        };
+        tasks.push(monoio::spawn(runner.run()));
+        viewers.push(client.clone());
+        let (stats, failures, finished) = (stats.clone(), failures.clone(), finished.clone());
+        tasks.push(monoio::spawn(async move {
+            let mut frames = 0u64;
+            if let Err(e) = view(&client, &stats, epoch, &mut frames).await {
+                // A viewer closed at the end did not see the end of the track:
+                // that is reported below.
+                if !matches!(e, Error::Closed) {
                     failures.borrow_mut().push(format!("viewer {v}: {e}"));
                 }
-            });
-        }
-        let (notify, stats, failures, finished) = (
-            notify.clone(),
-            stats.clone(),
-            failures.clone(),
-            finished.clone(),
-        );
-        monoio::spawn(async move {
-            let mut reader = FrameReader::new(local);
-            let waiter = notify.waiter();
-            let mut live = false;
-            let mut first_group = None;
-            let mut next: Option<(u64, u64)> = None;
-            let mut frames = 0u64;
-            loop {
-                let seen = notify.generation();
-                if !live && state.started.get().is_some() {
-                    live = true;
-                    stats.viewers_live.fetch_add(1, Ordering::Relaxed);
-                }
-                let mut got = false;
-                let st = reader.poll(|f| {
-                    got = true;
-                    frames += 1;
-                    let first = *first_group.get_or_insert(f.group);
-                    let in_order = next
-                        .is_none_or(|n| n == (f.group, f.index) || (f.index == 0 && f.group > n.0));
-                    match check(f.payload, f.group, f.index) {
-                        Some(sent) if in_order => {
-                            stats.frames_received.fetch_add(1, Ordering::Relaxed);
-                            stats
-                                .bytes_received
-                                .fetch_add(f.payload.len() as u64, Ordering::Relaxed);
-                            if f.group > first {
-                                let now = epoch.elapsed().as_micros() as u64;
-                                let lat = now.saturating_sub(sent);
-                                stats.latency_sum_us.fetch_add(lat, Ordering::Relaxed);
-                                stats.latency_count.fetch_add(1, Ordering::Relaxed);
-                                stats.latency_max_us.fetch_max(lat, Ordering::Relaxed);
-                                stats.latency.record(lat);
-                            }
-                        }
-                        _ => {
-                            stats.bad_frames.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    next = Some((f.group, f.index + 1));
-                });
-                match st {
-                    ReadState::Finished => break,
-                    ReadState::Aborted(c) => {
-                        failures
-                            .borrow_mut()
-                            .push(format!("viewer {v}: track aborted with code {c:#x}"));
-                        break;
-                    }
-                    ReadState::Pending => {}
-                }
-                if got {
-                    notify.bump();
-                }
-                waiter.changed(seen).await;
+            } else {
+                finished.set(finished.get() + 1);
             }
             if frames == 0 {
                 failures.borrow_mut().push(format!("viewer {v}: no frame"));
             }
-            finished.set(finished.get() + 1);
-        });
+        }));
     }
 
     // The camera.
-    let fps = u64::from(args.fps.max(1));
-    let tick = Duration::from_micros(1_000_000 / fps);
-    let delta = usize::try_from(args.frame_bytes.0)
-        .unwrap_or(usize::MAX)
-        .clamp(24, 1 << 20);
-    let mut buf = Vec::with_capacity(delta * 4);
-    let start = Instant::now();
-    let end = start + Duration::from_secs(args.seconds);
-    let mut group = None;
-    let mut n: u64 = 0;
-    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
-        let (seq, index) = (n / fps, n % fps);
-        if index == 0 {
-            if let Some(mut g) = group.take() {
-                let _ = track_finish(&mut g);
-            }
-            match producer.create_group(seq) {
-                Ok(g) => group = Some(g),
-                Err(e) => {
-                    failures.borrow_mut().push(format!("camera: {e}"));
-                    break;
-                }
-            }
-        }
-        let len = if index == 0 { delta * 4 } else { delta };
-        fill(
-            &mut buf,
-            len,
-            epoch.elapsed().as_micros() as u64,
-            seq,
-            index,
-        );
-        if let Some(g) = group.as_mut()
-            && let Err(e) = g.write_frame(n * 1000 / fps, &buf)
-        {
-            failures.borrow_mut().push(format!("camera: {e}"));
-            break;
-        }
-        stats.frames_sent.fetch_add(1, Ordering::Relaxed);
-        notify.bump();
-        n += 1;
-        monoio::time::sleep_until(monoio::time::Instant::from_std(start + tick * n as u32)).await;
+    let mut config = Config::default();
+    config.pool_bytes = (group_bytes * 16).max(256 << 20);
+    let (camera, runner) = match connect(&url, config) {
+        Ok(c) => c,
+        Err(e) => return vec![format!("camera: {e}")],
+    };
+    tasks.push(monoio::spawn(runner.run()));
+    if let Err(e) = publish(&camera, args, fps, delta, &stats, &stop, epoch).await {
+        failures.borrow_mut().push(format!("camera: {e}"));
     }
-    if let Some(mut g) = group.take() {
-        let _ = track_finish(&mut g);
+    // Let the end reach the relay, then give it a moment to reach every viewer.
+    monoio::select! {
+        () = camera.flushed() => {}
+        () = monoio::time::sleep(FLUSH_TIMEOUT) => {}
     }
-    let mut producer = producer;
-    producer.finish();
-    notify.bump();
-    // Give the end a moment to reach every viewer.
     let deadline = Instant::now() + Duration::from_secs(3);
     while finished.get() < args.viewers && Instant::now() < deadline {
         monoio::time::sleep(Duration::from_millis(20)).await;
@@ -528,16 +441,115 @@ async fn clients(
             args.viewers - finished.get()
         ));
     }
-    // Close every session cleanly, then give the closes a moment to go out.
-    ctx.close_all();
-    monoio::time::sleep(Duration::from_millis(100)).await;
+    // Close every session cleanly, then wait for the tasks to end.
+    for client in viewers.iter().chain([&camera]) {
+        client.close().await;
+    }
+    for task in tasks {
+        task.await;
+    }
     failures.take()
 }
 
-fn track_finish(
-    g: &mut skiff_core::model::track::GroupProducer<'static, 'static>,
-) -> Result<(), skiff_core::model::group::WriteError> {
-    g.finish()
+/// The camera: a frame per tick until `args.seconds` passed or `stop` is set,
+/// a group per second; then the track's end.
+async fn publish(
+    client: &Client,
+    args: RelayDemoArgs,
+    fps: u64,
+    delta: usize,
+    stats: &DemoStats,
+    stop: &AtomicBool,
+    epoch: Instant,
+) -> Result<(), Error> {
+    let broadcast = client.publish("demo")?;
+    let info = Info::new("camera").map_err(|_| Error::InvalidName("camera".into()))?;
+    let mut track = broadcast.create_track(info)?;
+    let tick = Duration::from_micros(1_000_000 / fps);
+    let mut buf = Vec::with_capacity(delta * 4);
+    let start = Instant::now();
+    let end = start + Duration::from_secs(args.seconds);
+    let mut group: Option<GroupProducer> = None;
+    let mut n: u64 = 0;
+    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+        let (seq, index) = (n / fps, n % fps);
+        if index == 0 {
+            if let Some(g) = group.take() {
+                g.finish()?;
+            }
+            let g = track.append_group()?;
+            debug_assert_eq!(g.sequence(), seq);
+            group = Some(g);
+        }
+        let len = if index == 0 { delta * 4 } else { delta };
+        fill(
+            &mut buf,
+            len,
+            epoch.elapsed().as_micros() as u64,
+            seq,
+            index,
+        );
+        if let Some(g) = group.as_mut() {
+            g.write_frame(n * 1000 / fps, &buf).await?;
+        }
+        stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+        n += 1;
+        monoio::time::sleep_until(monoio::time::Instant::from_std(start + tick * n as u32)).await;
+    }
+    if let Some(g) = group.take() {
+        g.finish()?;
+    }
+    track.finish();
+    Ok(())
+}
+
+/// One viewer: subscribes, then reads and checks every frame until the
+/// track's end, counting into `stats` and `frames`.
+async fn view(
+    client: &Client,
+    stats: &DemoStats,
+    epoch: Instant,
+    frames: &mut u64,
+) -> Result<(), Error> {
+    let mut track = client.subscribe("demo", "camera", Request::LIVE).await?;
+    stats.viewers_live.fetch_add(1, Ordering::Relaxed);
+    // A frame's bytes in one piece for the check (sized by the largest frame).
+    let mut bytes = Vec::new();
+    let mut first_group = None;
+    let mut next: Option<(u64, u64)> = None;
+    while let Some(mut g) = track.next_group().await? {
+        let seq = g.sequence();
+        let first = *first_group.get_or_insert(seq);
+        let mut index = 0u64;
+        while let Some(f) = g.read_frame().await? {
+            *frames += 1;
+            bytes.clear();
+            f.payload.chunks().for_each(|c| bytes.extend_from_slice(c));
+            let in_order = next.is_none_or(|n| n == (seq, index) || (index == 0 && seq > n.0));
+            match check(&bytes, seq, index) {
+                Some(sent) if in_order => {
+                    stats.frames_received.fetch_add(1, Ordering::Relaxed);
+                    stats
+                        .bytes_received
+                        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    if seq > first {
+                        let now = epoch.elapsed().as_micros() as u64;
+                        let lat = now.saturating_sub(sent);
+                        stats.latency_sum_us.fetch_add(lat, Ordering::Relaxed);
+                        stats.latency_count.fetch_add(1, Ordering::Relaxed);
+                        stats.latency_max_us.fetch_max(lat, Ordering::Relaxed);
+                        stats.latency.record(lat);
+                    }
+                }
+                _ => {
+                    stats.bad_frames.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            index += 1;
+            next = Some((seq, index));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

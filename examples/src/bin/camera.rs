@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Runs until Ctrl-C, or until `--frames` frames are published (then exits 0).
-//! The relay may come and go: the publisher redials with backoff. See
+//! The relay may come and go: the client redials with backoff. Exits 2 for
+//! invalid options (format, URL, names). See
 //! `skiff_examples::camera` for the payload format.
 
 use std::sync::Arc;
@@ -86,7 +87,11 @@ fn main() {
         node::run(opts, stop, |p| println!("camera: {p}"))
     });
     match result {
-        Ok(p) => println!("camera: done: {p}"),
+        Ok(Ok(p)) => println!("camera: done: {p}"),
+        Ok(Err(e)) => {
+            eprintln!("camera: {e}");
+            std::process::exit(2);
+        }
         Err(e) => {
             eprintln!("camera: runtime: {e}");
             std::process::exit(1);

@@ -11,18 +11,21 @@
 //! must pass [`pattern::check`] (magic, checksum, the picture byte for byte). Each frame
 //! must sit at the group and index the reader found it at, carry the timestamp of its
 //! frame number, and come after the previous one. Groups skipped at the live edge are allowed; a
-//! hole inside a group is not. Exits 0 once `--frames` intact frames arrived, 1 on a
-//! corrupt frame, an ended track or session, a connection error, or the timeout.
+//! hole inside a group is not (a group that left the cache before it was read, or that its
+//! source cut short, is left for the next one). The client redials a relay that is not up
+//! yet or goes away, and the subscription follows. Exits 0 once `--frames` intact frames
+//! arrived, 1 on a corrupt frame, an ended track, a refused subscription, an invalid URL,
+//! or the timeout.
 
-use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use skiff_examples::camera;
-use skiff_monoio::client::{self, ClientCtx, FrameReader, ReadState, Subscriber};
 use skiff_monoio::driver::{self, DriverKind};
+use skiff_monoio::sdk::Request;
+use skiff_monoio::{Client, Config, Error, connect};
 
 // The frame rule, shared by source with the firmware (which is `no_std`).
 #[allow(dead_code)]
@@ -119,84 +122,90 @@ fn main() {
 
 /// Subscribes and reads until `args.frames` intact frames arrived (`Ok`) or a rule broke.
 async fn view(args: Args, intact: Arc<AtomicU64>, started: Instant) -> Result<(), String> {
-    let ctx = Rc::new(ClientCtx::new(16 << 20));
-    let notify = ctx.notify().clone();
-    let local = ctx.track(&args.track);
-    let app = Subscriber::new(&args.broadcast, local);
-    let state = app.state.clone();
-    let session_error: Rc<std::cell::RefCell<Option<String>>> = Rc::default();
-    {
-        let (ctx, url, session_error, notify) = (
-            ctx.clone(),
-            args.url.clone(),
-            session_error.clone(),
-            notify.clone(),
-        );
-        monoio::spawn(async move {
-            let mut app = app;
-            let end = client::run(&url, None, &mut app, &ctx).await;
-            *session_error.borrow_mut() = Some(match end {
-                Ok(ended) => format!("session ended: {ended:?}"),
-                Err(e) => format!("session failed: {e}"),
-            });
-            notify.bump();
-        });
-    }
+    let (client, runner) = connect(&args.url, Config::default()).map_err(|e| e.to_string())?;
+    let runner = monoio::spawn(runner.run());
     println!(
         "viewer: subscribing to {}/{} at {}",
         args.broadcast, args.track, args.url
     );
+    let outcome = read(&args, &client, &intact, started).await;
+    client.close().await;
+    runner.await;
+    outcome
+}
 
-    let mut reader = FrameReader::new(local);
-    let waiter = notify.waiter();
+/// Reads and checks frames until `args.frames` intact ones arrived.
+async fn read(
+    args: &Args,
+    client: &Client,
+    intact: &AtomicU64,
+    started: Instant,
+) -> Result<(), String> {
+    let mut track = client
+        .subscribe(&args.broadcast, &args.track, Request::LIVE)
+        .await
+        .map_err(|e| format!("subscription failed: {e}"))?;
     let mut last: Option<Placed> = None;
     let mut decoder = camera::Decoder::new();
+    // A frame's bytes in one piece for the checks (sized by the largest frame).
+    let mut bytes = Vec::new();
     let mut kind = None;
     let mut first_group = None;
+    let mut skipped = 0u64;
     let mut count = 0u64;
-    let mut said_started = false;
     loop {
-        let seen = notify.generation();
-        if !said_started && let Some(g) = state.started.get() {
-            said_started = true;
+        let mut group = match track.next_group().await {
+            Ok(Some(g)) => g,
+            Ok(None) => return Err(format!("track finished after {count} frames")),
+            Err(e) => return Err(format!("{e} after {count} frames")),
+        };
+        let seq = group.sequence();
+        if first_group.is_none() {
             println!(
-                "viewer: subscribed, first group {g} ({:.1} s)",
+                "viewer: subscribed, first group {seq} ({:.1} s)",
                 started.elapsed().as_secs_f64()
             );
+        } else {
+            skipped += group.skipped();
         }
-        let mut corrupt: Option<String> = None;
-        let st = reader.poll(|f| {
-            if corrupt.is_some() || count >= args.frames {
-                return;
-            }
-            let pos = match place(&mut decoder, f.payload) {
-                Ok(pos) => pos,
-                Err(e) => {
-                    corrupt = Some(format!(
-                        "frame {} of group {} ({} bytes): {e}",
-                        f.index,
-                        f.group,
-                        f.payload.len()
-                    ));
-                    return;
+        let mut index = 0u64;
+        loop {
+            let frame = match group.read_frame().await {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                // Fell behind (the group left the cache) or its source cut it
+                // short: read on with the next group, which starts with a key frame.
+                Err(Error::Evicted) => {
+                    skipped += 1;
+                    break;
                 }
+                Err(Error::Aborted(_)) => break,
+                Err(e) => return Err(format!("{e} after {count} frames")),
             };
-            let placed = pos.group == f.group && pos.index == f.index;
+            bytes.clear();
+            for chunk in frame.payload.chunks() {
+                bytes.extend_from_slice(chunk);
+            }
+            let pos = place(&mut decoder, &bytes).map_err(|e| {
+                format!(
+                    "corrupt frame: frame {index} of group {seq} ({} bytes): {e}",
+                    bytes.len()
+                )
+            })?;
+            let placed = pos.group == seq && pos.index == index;
             let ordered = last.is_none_or(|l| pos.n > l.n);
-            if !placed || !ordered || f.timestamp != pos.timestamp {
-                corrupt = Some(format!(
-                    "frame n={} (group {}, index {}, ts {}) arrived as frame {} of group {} with ts {} after n={:?}",
+            if !placed || !ordered || frame.timestamp != pos.timestamp {
+                return Err(format!(
+                    "corrupt frame: frame n={} (group {}, index {}, ts {}) arrived as frame {index} of group {seq} with ts {} after n={:?}",
                     pos.n,
                     pos.group,
                     pos.index,
                     pos.timestamp,
-                    f.index,
-                    f.group,
-                    f.timestamp,
+                    frame.timestamp,
                     last.map(|l| l.n)
                 ));
-                return;
             }
+            index += 1;
             first_group.get_or_insert(pos.group);
             kind.get_or_insert(pos.kind);
             last = Some(pos);
@@ -210,40 +219,17 @@ async fn view(args: Args, intact: Arc<AtomicU64>, started: Instant) -> Result<()
                     started.elapsed().as_secs_f64()
                 );
             }
-        });
-        if let Some(msg) = corrupt {
-            return Err(format!("corrupt frame: {msg}"));
-        }
-        if count >= args.frames {
-            println!(
-                "viewer: PASS: {count} frames intact ({}), groups {}..={}, {} groups skipped at the live edge, {:.1} s",
-                kind.unwrap_or("-"),
-                first_group.unwrap_or(0),
-                last.map_or(0, |l| l.group),
-                reader.lagged,
-                started.elapsed().as_secs_f64()
-            );
-            ctx.close_all();
-            return Ok(());
-        }
-        match st {
-            ReadState::Finished => return Err(format!("track finished after {count} frames")),
-            ReadState::Aborted(code) => {
-                return Err(format!(
-                    "track aborted (code {code:#x}) after {count} frames"
-                ));
+            if count >= args.frames {
+                println!(
+                    "viewer: PASS: {count} frames intact ({}), groups {}..={}, {skipped} groups skipped at the live edge, {:.1} s",
+                    kind.unwrap_or("-"),
+                    first_group.unwrap_or(0),
+                    pos.group,
+                    started.elapsed().as_secs_f64()
+                );
+                return Ok(());
             }
-            ReadState::Pending => {}
         }
-        if let Some(code) = state.closed.get() {
-            return Err(format!(
-                "subscription closed ({code:?}) after {count} frames"
-            ));
-        }
-        if let Some(msg) = session_error.borrow().as_ref() {
-            return Err(format!("{msg} after {count} frames"));
-        }
-        waiter.changed(seen).await;
     }
 }
 

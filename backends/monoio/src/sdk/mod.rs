@@ -311,6 +311,12 @@ impl Client {
         self.shared.connected.get() && !self.shared.closed.get()
     }
 
+    /// Sessions set up with the relay so far: 0 before the first SETUP, then
+    /// one more for every reconnection that reached SETUP.
+    pub fn sessions(&self) -> u64 {
+        self.shared.sessions.get()
+    }
+
     /// Waits until every group written so far was read by each session that
     /// serves its track (handed to the socket), so finishing and closing
     /// loses nothing; returns at once for a track nobody subscribes to.

@@ -1,0 +1,181 @@
+//! The camera node's publishing path allocates nothing per frame once warm:
+//! the SDK's `append_group`, `write_frame` and `finish` are counted (on this
+//! thread, inside their own polls only) while the camera publishes through a
+//! relay to a subscriber on the same runtime, pacing included.
+//!
+//! Capture and encoding are covered by the allocation audit's `camera_frame`
+//! and `camera_encode` cases (`benches/src/audit.rs`).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::future::Future;
+use std::num::NonZeroUsize;
+use std::pin::{Pin, pin};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+#[path = "../../backends/relay/tests/common/mod.rs"]
+mod common;
+
+use common::within;
+use skiff_core::model::track::Info;
+use skiff_examples::camera::{Capture, Encoder, Format};
+use skiff_examples::node;
+use skiff_monoio::driver::{self, DriverKind};
+use skiff_monoio::sdk::{GroupProducer, Request};
+use skiff_monoio::{Config, connect};
+use skiff_relay::config::RelayConfig;
+use skiff_relay::relay::RelayHandler;
+use skiff_relay::server;
+
+/// Counts the allocations made on a thread while its counting is on.
+struct Counting;
+
+thread_local! {
+    static ON: Cell<bool> = const { Cell::new(false) };
+    static COUNT: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note() {
+    if ON.try_with(Cell::get).unwrap_or(false) {
+        let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+    }
+}
+
+// SAFETY: every call is passed on to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Runs `f` with this thread's counting on.
+fn counted<T>(f: impl FnOnce() -> T) -> T {
+    ON.with(|on| on.set(true));
+    let out = f();
+    ON.with(|on| on.set(false));
+    out
+}
+
+/// A future whose own polls are counted (not the other tasks' between them).
+struct Counted<'a, F>(Pin<&'a mut F>);
+
+impl<F: Future> Future for Counted<'_, F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        counted(|| self.0.as_mut().poll(cx))
+    }
+}
+
+/// Frames published before counting (three groups).
+const WARM: u64 = 90;
+/// Frames counted (five groups, so five group changes).
+const MEASURED: u64 = 150;
+
+#[test]
+fn publishing_a_camera_frame_allocates_nothing() {
+    within(60, || {
+        // The counter counts.
+        let before = COUNT.with(Cell::get);
+        counted(|| drop(std::hint::black_box(Box::new(1u64))));
+        assert_eq!(COUNT.with(Cell::get), before + 1);
+        let cfg = RelayConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            threads: NonZeroUsize::MIN,
+            drain_timeout: Duration::from_secs(2),
+            ..RelayConfig::default()
+        };
+        let relay = server::start(cfg, RelayHandler::factory(1).unwrap()).expect("relay starts");
+        let url = format!("tcp://{}/anon", relay.local_addr());
+        let allocs = driver::block_on(DriverKind::Auto, move |_| async move {
+            let format = Format::DEFAULT;
+            let (camera, runner) = connect(&url, node::client_config(format)).unwrap();
+            let camera_runner = monoio::spawn(runner.run());
+            let (viewer, runner) = connect(&url, Config::default()).unwrap();
+            let viewer_runner = monoio::spawn(runner.run());
+            let broadcast = camera.publish("host/cam").unwrap();
+            let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
+            let reader = monoio::spawn({
+                let viewer = viewer.clone();
+                async move {
+                    let mut t = viewer
+                        .subscribe("host/cam", "video", Request::LIVE)
+                        .await
+                        .unwrap();
+                    let mut frames = 0u64;
+                    while let Ok(Some(mut g)) = t.next_group().await {
+                        while let Ok(Some(_)) = g.read_frame().await {
+                            frames += 1;
+                        }
+                    }
+                    frames
+                }
+            });
+            while track.subscribers() == 0 {
+                monoio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let (mut capture, mut encoder) = (Capture::new(format), Encoder::new(format));
+            let mut group: Option<GroupProducer> = None;
+            let mut measured = 0;
+            for _ in 0..WARM + MEASURED {
+                let (n, picture) = capture.capture();
+                let payload = encoder.encode(n, picture).unwrap();
+                let before = COUNT.with(Cell::get);
+                if format.is_key(n) {
+                    counted(|| {
+                        if let Some(g) = group.take() {
+                            g.finish().unwrap();
+                        }
+                        group = Some(track.append_group().unwrap());
+                    });
+                }
+                let g = group.as_mut().unwrap();
+                let write = pin!(g.write_frame(format.timestamp_ms(n), payload));
+                Counted(write).await.unwrap();
+                if n >= WARM {
+                    measured += COUNT.with(Cell::get) - before;
+                }
+                monoio::time::sleep(Duration::from_millis(1)).await;
+            }
+            if let Some(g) = group.take() {
+                g.finish().unwrap();
+            }
+            track.finish();
+            camera.flushed().await;
+            let frames = reader.await;
+            assert!(frames > 0, "the viewer read nothing");
+            viewer.close().await;
+            camera.close().await;
+            camera_runner.await;
+            viewer_runner.await;
+            drop(broadcast);
+            measured
+        })
+        .expect("client runtime");
+        relay.shutdown().expect("relay stops");
+        assert_eq!(allocs, 0, "allocations over {MEASURED} frames");
+    });
+}
