@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use skiff_benches::fixture::{self, Node};
-use skiff_core::subscribers::Id;
+use skiff_benches::subscribers::Id;
 use skiff_core::window::Request;
 
 const AUDIENCES: [usize; 4] = [1, 100, 1_000, 10_000];

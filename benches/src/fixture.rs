@@ -10,10 +10,10 @@
 //! player does, and [`read_group`] reads one group's frames to where its
 //! writer is.
 
+use crate::subscribers::{BoxedSubscribers, Id, TableFull};
 use skiff_core::model::group::{self, Next};
 use skiff_core::model::track::{self, Info};
 use skiff_core::pool::{BlockMeta, Pool};
-use skiff_core::subscribers::{BoxedSubscribers, Id, TableFull};
 use skiff_core::window::{Request, Start, Window, WindowError};
 
 /// Group slots per track in the fixture.

@@ -8,9 +8,8 @@
 //! The media model, from the top: a [`model::broadcast`] holds tracks; a
 //! [`model::track`] is a sequence of groups; a [`model::group`] is a sequence of
 //! frames ([`model::frame`]), stored in blocks of a [`pool`] that every reader
-//! shares. Subscribers ask for a [`window`] of groups and are kept in a
-//! fixed-capacity [`subscribers`] table. [`pacing`] bounds how far a writer runs
-//! ahead of its fastest reader.
+//! shares. Subscribers ask for a [`window`] of groups. [`pacing`] bounds how
+//! far a writer runs ahead of its fastest reader.
 //!
 //! With default features the crate needs no allocator at all.
 #![no_std]
@@ -33,7 +32,6 @@ pub mod pacing;
 pub mod pool;
 pub mod relay;
 pub mod session;
-pub mod subscribers;
 pub mod time;
 pub mod window;
 pub mod wire;

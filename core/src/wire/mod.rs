@@ -5,8 +5,10 @@
 //! limit before reading the bytes it announces, and never panics.
 
 mod codec;
+mod error;
 pub mod lite;
 pub mod qmux;
 pub mod varint;
 
-pub use codec::{DecodeError, EncodeError, Reader, Writer};
+pub use codec::{Reader, Writer};
+pub use error::{DecodeError, EncodeError};

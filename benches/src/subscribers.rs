@@ -21,20 +21,17 @@
 //! # Where the table lives
 //!
 //! [`Subscribers<T, N>`] stores both arrays inline and has a `const fn new`,
-//! so on firmware it goes in a `static` (built at compile time into `.bss` /
-//! `.data`, never on the stack). On a host, moving a large inline table into a
+//! so it can go in a `static` (built at compile time into `.bss` / `.data`,
+//! never on the stack). On a host, moving a large inline table into a
 //! `Box` with `Box::new(Subscribers::new())` builds it on the stack first in
 //! debug builds and can overflow it (10,000 entries of a 64-byte `T` are about
-//! 800 KB). Use `BoxedSubscribers<T, N>` (feature `alloc`) instead: the same
+//! 800 KB). Use [`BoxedSubscribers<T, N>`] instead: the same
 //! table, whose two arrays are allocated element by element on the heap, with
 //! no `unsafe` and no large temporary. Both are the generic [`Table`] over a
 //! storage type; every method is shared.
 
 use core::fmt;
 use core::marker::PhantomData;
-
-#[cfg(feature = "alloc")]
-use alloc::boxed::Box;
 
 use self::sealed::{Entry, Slot, Storage};
 
@@ -47,7 +44,6 @@ const NONE: u32 = u32::MAX;
 /// After the entry leaves, the id is stale: every lookup with it fails, even
 /// once the slot holds a new entry.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Id {
     index: u32,
     generation: u32,
@@ -75,7 +71,6 @@ impl fmt::Debug for Id {
 
 /// [`Table::join`] refused an entry: every slot is taken (or retired).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct TableFull;
 
 impl fmt::Display for TableFull {
@@ -168,14 +163,11 @@ impl<T, const N: usize> Storage<T> for Inline<T, N> {
 }
 
 /// Storage with both arrays on the heap, allocated once at construction.
-#[cfg(feature = "alloc")]
-#[cfg_attr(docsrs, doc(cfg(feature = "alloc")))]
 pub struct Boxed<T, const N: usize> {
     slots: Box<[Slot]>,
     dense: Box<[Option<Entry<T>>]>,
 }
 
-#[cfg(feature = "alloc")]
 impl<T, const N: usize> Boxed<T, N> {
     /// Empty storage for `N` entries, written element by element into two heap
     /// allocations (no `N`-sized value ever exists on the stack).
@@ -198,14 +190,12 @@ impl<T, const N: usize> Boxed<T, N> {
     }
 }
 
-#[cfg(feature = "alloc")]
 impl<T, const N: usize> Default for Boxed<T, N> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-#[cfg(feature = "alloc")]
 impl<T, const N: usize> Storage<T> for Boxed<T, N> {
     const CAPACITY: usize = N;
 
@@ -223,10 +213,8 @@ impl<T, const N: usize> Storage<T> for Boxed<T, N> {
 /// A subscriber table of up to `N` entries stored inline; see the module docs.
 pub type Subscribers<T, const N: usize> = Table<T, Inline<T, N>>;
 
-/// A subscriber table of up to `N` entries stored on the heap (feature
-/// `alloc`); build large tables this way on hosts.
-#[cfg(feature = "alloc")]
-#[cfg_attr(docsrs, doc(cfg(feature = "alloc")))]
+/// A subscriber table of up to `N` entries stored on the heap; build large
+/// tables this way on hosts.
 pub type BoxedSubscribers<T, const N: usize> = Table<T, Boxed<T, N>>;
 
 /// A fixed-capacity slab of `T` with stable [`Id`]s and dense iteration.
@@ -267,7 +255,6 @@ impl<T, const N: usize> Default for Table<T, Inline<T, N>> {
     }
 }
 
-#[cfg(feature = "alloc")]
 impl<T, const N: usize> Table<T, Boxed<T, N>> {
     /// An empty table whose arrays are allocated on the heap in place.
     ///
@@ -285,7 +272,6 @@ impl<T, const N: usize> Table<T, Boxed<T, N>> {
     }
 }
 
-#[cfg(feature = "alloc")]
 impl<T, const N: usize> Default for Table<T, Boxed<T, N>> {
     fn default() -> Self {
         Self::new()
@@ -480,7 +466,7 @@ impl<T, S: Storage<T>> Table<T, S> {
             None => {
                 // Reissuing generation 0 could alias an id from 2^32 joins ago.
                 slot.link = NONE;
-                warn!(
+                log::warn!(
                     "subscriber slot {} retired after 2^32 joins",
                     entry.id.index
                 );
@@ -569,8 +555,6 @@ impl<'a, T, S: Storage<T>> IntoIterator for &'a mut Table<T, S> {
 
 #[cfg(test)]
 mod tests {
-    extern crate std;
-
     use super::*;
     use proptest::prelude::*;
     use std::collections::HashMap;
@@ -771,7 +755,6 @@ mod tests {
         worker.unwrap().join().unwrap();
     }
 
-    #[cfg(feature = "alloc")]
     #[test]
     fn boxed_10k_on_a_small_stack() {
         // 10,000 entries of 64 bytes is ~800 KB; the thread has 128 KiB of stack.
