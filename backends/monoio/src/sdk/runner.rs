@@ -131,10 +131,8 @@ impl App for SessionApp<'_> {
                 self.shared.sessions.set(self.shared.sessions.get() + 1);
                 self.shared.connected.set(true);
             }
-            Event::Announced { path, .. } => {
-                if !self.announced.iter().any(|p| p == path) {
-                    self.announced.push(path.to_owned());
-                }
+            Event::Announced { path, .. } if !self.announced.iter().any(|p| p == path) => {
+                self.announced.push(path.to_owned());
             }
             Event::Unannounced { path, .. } => self.announced.retain(|p| p != path),
             Event::TrackInfo { subscription, .. } | Event::Started { subscription, .. } => {
