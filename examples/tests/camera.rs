@@ -192,3 +192,91 @@ fn the_viewer_binary_views_the_camera_binary() {
         );
     });
 }
+
+/// The relay goes away and comes back on the same address: the camera's and
+/// the viewer's clients redial, and the frames go on, decodable.
+#[test]
+fn the_camera_redials_a_relay_that_comes_back() {
+    within(60, || {
+        let first = relay();
+        let addr = first.local_addr();
+        let url = format!("tcp://{addr}/anon");
+        let relay_slot = std::sync::Mutex::new(Some(first));
+        let (before, after, progress) = std::thread::scope(|scope| {
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+            let slot = &relay_slot;
+            // Restarts the relay on the same address when told to.
+            scope.spawn(move || {
+                if rx.recv().is_ok() {
+                    let old = slot.lock().unwrap().take().expect("the first relay");
+                    old.shutdown().expect("relay stops");
+                    let cfg = RelayConfig {
+                        listen: addr,
+                        threads: NonZeroUsize::MIN,
+                        drain_timeout: Duration::from_secs(2),
+                        ..RelayConfig::default()
+                    };
+                    let again = server::start(cfg, RelayHandler::factory(1).unwrap())
+                        .expect("the relay starts again on its address");
+                    *slot.lock().unwrap() = Some(again);
+                    let _ = ready_tx.send(());
+                }
+            });
+            driver::block_on(DriverKind::Auto, move |_| async move {
+                let stop = Arc::new(AtomicBool::new(false));
+                let opts = NodeOptions {
+                    url: url.clone(),
+                    broadcast: "host/cam".into(),
+                    track: "video".into(),
+                    format: format(),
+                    frames: None,
+                };
+                let camera = monoio::spawn(node::run(opts, stop.clone(), |_| {}));
+                let (client, runner) = connect(&url, Config::default()).expect("a valid URL");
+                let runner = monoio::spawn(runner.run());
+                let mut track = client
+                    .subscribe("host/cam", "video", Request::LIVE)
+                    .await
+                    .expect("subscribed");
+                let mut decoder = Decoder::new();
+                let mut bytes = Vec::new();
+                // Intact frames before and after the restart.
+                let mut counts = [0u64; 2];
+                let mut phase = 0;
+                while counts[1] < 30 {
+                    let Ok(Some(mut group)) = track.next_group().await else {
+                        panic!("the track ended");
+                    };
+                    // A group the restart cut short ends in an error: read on.
+                    while let Ok(Some(f)) = group.read_frame().await {
+                        bytes.clear();
+                        f.payload.chunks().for_each(|c| bytes.extend_from_slice(c));
+                        if camera::check(&mut decoder, &bytes).is_ok() {
+                            counts[phase] += 1;
+                        }
+                    }
+                    if phase == 0 && counts[0] >= 30 {
+                        phase = 1;
+                        tx.send(()).unwrap();
+                        while ready_rx.try_recv().is_err() {
+                            monoio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    }
+                }
+                client.close().await;
+                runner.await;
+                stop.store(true, Ordering::Relaxed);
+                let progress = camera.await.expect("the camera node runs");
+                (counts[0], counts[1], progress)
+            })
+            .expect("client runtime")
+        });
+        if let Some(r) = relay_slot.lock().unwrap().take() {
+            r.shutdown().expect("relay stops");
+        }
+        eprintln!("camera finished: {progress}");
+        assert!(before >= 30 && after >= 30, "{before} then {after}");
+        assert!(progress.sessions >= 2, "{progress}");
+    });
+}
