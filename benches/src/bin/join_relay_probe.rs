@@ -65,10 +65,10 @@ use skiff_core::time::{Duration, Instant};
 use skiff_core::window::Request;
 use skiff_core::wire::lite::Role;
 use skiff_core::wire::qmux::Side;
+use skiff_monoio::session_driver::{STREAMS, SessionStorage};
 use skiff_monoio::tables::{GROUPS, TRACKS, leak_pool};
 use skiff_relay::config::RelayConfig;
 use skiff_relay::relay::{BROADCAST_SLOTS, BROADCASTS};
-use skiff_monoio::session_driver::{STREAMS, SessionStorage};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
