@@ -91,7 +91,9 @@
 //!   control buffers are 2 KiB ([`skiff_monoio::session_driver::UpstreamStorage`]):
 //!   its SETUP carries the upstream URL's path and query. A client connection's
 //!   session is smaller (128 stream slots, 64 subscriptions each way): a
-//!   client may hold 32 subscriptions on the relay at once, and the relay
+//!   client may hold 31 subscriptions on the relay at once (32 bidirectional
+//!   streams are advertised and each subscription keeps one open; the
+//!   relay-path join probe sees a 32nd wait for its TRACK stream), and the relay
 //!   up to 64 on a publishing client (32 on skiff's own client, which
 //!   advertises a quarter of its 128 slots). Its control messages are at
 //!   most 1 KiB: a client whose SETUP is longer (a URL with a long token)
