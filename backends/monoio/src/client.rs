@@ -341,19 +341,23 @@ impl ClientCtx {
     }
 }
 
+/// Splits `tcp://host:port/path` into `host:port` and the path (`/path`, or
+/// empty); `None` for another scheme.
+pub(crate) fn split_url(url: &str) -> Option<(&str, &str)> {
+    let rest = url.strip_prefix("tcp://")?;
+    Some(match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    })
+}
+
 /// Splits `tcp://host:port/path` into the address and the SETUP path (`/path`).
 ///
 /// # Errors
 /// `InvalidInput` for another scheme or an unresolvable address.
 pub fn parse_url(url: &str) -> io::Result<(SocketAddr, String)> {
     let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{m}: {url}"));
-    let rest = url
-        .strip_prefix("tcp://")
-        .ok_or_else(|| bad("not a tcp:// URL"))?;
-    let (host, path) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
+    let (host, path) = split_url(url).ok_or_else(|| bad("not a tcp:// URL"))?;
     use std::net::ToSocketAddrs;
     let addr = host
         .to_socket_addrs()?

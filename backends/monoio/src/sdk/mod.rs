@@ -101,13 +101,8 @@ impl Target {
             url: url.to_owned(),
             reason,
         };
-        let rest = url
-            .strip_prefix("tcp://")
-            .ok_or_else(|| bad("only tcp:// URLs are supported"))?;
-        let (host, path) = match rest.find('/') {
-            Some(i) => rest.split_at(i),
-            None => (rest, ""),
-        };
+        let (host, path) =
+            crate::client::split_url(url).ok_or_else(|| bad("only tcp:// URLs are supported"))?;
         if host.is_empty() || !host.contains(':') {
             return Err(bad("expected host:port"));
         }
@@ -195,8 +190,15 @@ impl Shared {
     /// Waits until the runner passes at least once more (or the client closes).
     async fn wait_pass(&self) {
         let seen = self.passes.get();
+        self.wait_until(|s| s.passes.get() != seen || s.closed.get())
+            .await;
+    }
+
+    /// Waits until `done` holds, looking again at every runner pass and
+    /// state change.
+    async fn wait_until(&self, done: impl Fn(&Shared) -> bool) {
         std::future::poll_fn(|cx| {
-            if self.passes.get() != seen || self.closed.get() {
+            if done(self) {
                 return std::task::Poll::Ready(());
             }
             let mut w = self.pass_wakers.borrow_mut();
@@ -343,18 +345,7 @@ impl Client {
         self.shared.closed.set(true);
         self.shared.ctx.close_all();
         self.shared.wake_all();
-        let shared = &*self.shared;
-        std::future::poll_fn(|cx| {
-            if !shared.running.get() {
-                return std::task::Poll::Ready(());
-            }
-            let mut w = shared.pass_wakers.borrow_mut();
-            if !w.iter().any(|x| x.will_wake(cx.waker())) {
-                w.push(cx.waker().clone());
-            }
-            std::task::Poll::Pending
-        })
-        .await;
+        self.shared.wait_until(|s| !s.running.get()).await;
     }
 
     /// The block pool's blocks in use and its capacity, for monitoring.

@@ -60,9 +60,7 @@ impl Runner {
 
     /// Resolves once the client is closed.
     async fn closed(&self) {
-        while !self.shared.closed.get() {
-            self.shared.wait_pass().await;
-        }
+        self.shared.wait_until(|s| s.closed.get()).await;
     }
 
     /// One connection, from the dial to the end of its session.

@@ -26,7 +26,7 @@
 //! pacing against the furthest reader ([`Producer::poll_paced`]) and one
 //! reader, about one window plus two blocks. The consequences:
 //! * a consumer created before the trim keeps reading from byte 0, and while
-//!   it stays parked there it keeps the whole group alive (as before);
+//!   it stays parked there it keeps the whole group alive;
 //! * a consumer created on a still empty group has no block to anchor yet:
 //!   trimming waits until it takes the first block (its first read) or is
 //!   dropped, so it too reads from byte 0;
