@@ -39,11 +39,20 @@
 //! following everything; only a change of every track walks every task.
 //! The index is intrusive and keeps its room: once the thread's tasks and
 //! tracks have been seen, bumps, flushes and registrations allocate nothing.
+//!
+//! A write through the model reaches the sessions that serve the track by the
+//! core's own wakers: a session registers [`Notify::track_waker`] of each
+//! track it serves on that track ([`track::Ref::wake_on_change`]), and the
+//! track's next change wakes it, which bumps that track here. The writer
+//! (an SDK producer, a session filling the track) does nothing more.
+//!
+//! [`track::Ref::wake_on_change`]: skiff_core::model::track::Ref::wake_on_change
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::poll_fn;
-use std::task::{Poll, Waker};
+use std::rc::{Rc, Weak};
+use std::task::{Poll, RawWaker, RawWakerVTable, Waker};
 
 /// A track's identity, as bumps and waiters name it ([`track::Ref::key`]);
 /// this module relies on it being `Copy + Eq + Hash` only.
@@ -387,6 +396,9 @@ pub struct Notify {
     /// One place per registered task (no waker: free or not waiting).
     places: RefCell<Places>,
     free: RefCell<Vec<usize>>,
+    /// One track waker per track state seen ([`Notify::track_waker`]), by
+    /// state address: bounded by the thread's track tables.
+    track_wakers: RefCell<HashMap<usize, Rc<TrackWake>>>,
 }
 
 /// A task's place in a [`Notify`] (returned to it on drop).
@@ -516,6 +528,27 @@ impl Notify {
         self.places.borrow().visits
     }
 
+    /// The waker that bumps track `key` here when woken: register it on the
+    /// track ([`track::Ref::wake_on_change`]) and the track's next change,
+    /// whoever makes it, wakes the tasks following it (see the module docs).
+    /// Every call for one track state returns a waker that wakes the same
+    /// "task", so a track keeps one registration per thread however many
+    /// sessions serve it.
+    ///
+    /// [`track::Ref::wake_on_change`]: skiff_core::model::track::Ref::wake_on_change
+    pub fn track_waker(self: &Rc<Self>, key: TrackKey) -> Waker {
+        let mut wakers = self.track_wakers.borrow_mut();
+        let wake = wakers.entry(key.addr()).or_insert_with(|| {
+            Rc::new(TrackWake {
+                notify: Rc::downgrade(self),
+                key: Cell::new(key),
+            })
+        });
+        // A state reopened for another track: the waker names the new one.
+        wake.key.set(key);
+        TrackWake::waker(wake.clone())
+    }
+
     /// A place to wait from (one per task).
     pub fn waiter(&self) -> Waiter<'_> {
         let slot = match self.free.borrow_mut().pop() {
@@ -609,6 +642,65 @@ impl Drop for Waiter<'_> {
     }
 }
 
+/// What a [`Notify::track_waker`] points at: the signal and the track it bumps.
+#[derive(Debug)]
+struct TrackWake {
+    notify: Weak<Notify>,
+    key: Cell<TrackKey>,
+}
+
+impl TrackWake {
+    const VTABLE: RawWakerVTable = RawWakerVTable::new(
+        Self::clone_raw,
+        Self::wake_raw,
+        Self::wake_by_ref_raw,
+        Self::drop_raw,
+    );
+
+    /// A waker owning one strong count of `wake`.
+    fn waker(wake: Rc<TrackWake>) -> Waker {
+        let raw = RawWaker::new(Rc::into_raw(wake).cast::<()>(), &Self::VTABLE);
+        // SAFETY: the vtable's functions treat the data pointer as the
+        // `Rc<TrackWake>` given up here, one strong count per waker. A
+        // `TrackWake` is `!Send`, and so is every place that holds its
+        // wakers: the core's track wakers live in `Cell`s of a track state,
+        // which is `!Sync` and used on its own thread only (every track
+        // table is thread-local), so the waker is cloned, woken and dropped
+        // on the thread that made it.
+        unsafe { Waker::from_raw(raw) }
+    }
+
+    fn fire(&self) {
+        if let Some(notify) = self.notify.upgrade() {
+            notify.bump_tracks([self.key.get()]);
+        }
+    }
+
+    unsafe fn clone_raw(data: *const ()) -> RawWaker {
+        // SAFETY: `data` came from `Rc::into_raw` in `waker` and its count is
+        // held by the waker being cloned (see `waker`).
+        unsafe { Rc::increment_strong_count(data.cast::<TrackWake>()) };
+        RawWaker::new(data, &Self::VTABLE)
+    }
+
+    unsafe fn wake_raw(data: *const ()) {
+        // SAFETY: as in `clone_raw`; waking by value gives up the waker's count.
+        let wake = unsafe { Rc::from_raw(data.cast::<TrackWake>()) };
+        wake.fire();
+    }
+
+    unsafe fn wake_by_ref_raw(data: *const ()) {
+        // SAFETY: as in `clone_raw`; the waker keeps its count.
+        let wake = unsafe { &*data.cast::<TrackWake>() };
+        wake.fire();
+    }
+
+    unsafe fn drop_raw(data: *const ()) {
+        // SAFETY: as in `clone_raw`; dropping the waker gives up its count.
+        drop(unsafe { Rc::from_raw(data.cast::<TrackWake>()) });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -659,6 +751,32 @@ mod tests {
                 .map(|c| c.0.load(std::sync::atomic::Ordering::Relaxed))
                 .collect()
         }
+    }
+
+    #[test]
+    fn a_track_waker_bumps_its_track_and_is_one_per_state() {
+        let (counters, wakers) = Counters::new(2);
+        let n = Rc::new(Notify::new());
+        let places: Vec<_> = (0..2).map(|_| n.waiter()).collect();
+        places[0].register_media_for(&wakers[0], [k(1)]);
+        places[1].register_media_for(&wakers[1], [k(2)]);
+        let a = n.track_waker(k(1));
+        // Every waker of one state wakes the same "task": a track holds one.
+        assert!(a.will_wake(&n.track_waker(k(1))));
+        assert!(!a.will_wake(&n.track_waker(k(2))));
+        let g = n.media_generation();
+        a.wake_by_ref();
+        assert_ne!(n.media_generation(), g);
+        assert_eq!(counters.woken(), [1, 0]);
+        // A state reopened for a new track: its waker names the new key.
+        places[1].register_media_for(&wakers[1], [TrackKey::from_parts(1, 7)]);
+        let b = n.track_waker(TrackKey::from_parts(1, 7));
+        b.wake();
+        assert_eq!(counters.woken(), [1, 1]);
+        // Wakers outliving their signal do nothing.
+        drop(places);
+        drop(n);
+        a.wake();
     }
 
     #[test]

@@ -648,6 +648,13 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             }
         }
 
+        // Core wakers: the next change of a track this session serves, by
+        // whoever makes it, wakes the session. Registered after the input
+        // and the app (which may start serving) and before `transmit` reads
+        // the tracks, so no change after the read is missed.
+        for track in session.served_tracks() {
+            track.wake_on_change(&ctx.notify.track_waker(track.key()));
+        }
         if transmit(session, now, writer, app.lender()).await? {
             progress = true;
         }

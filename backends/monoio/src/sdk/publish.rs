@@ -218,10 +218,6 @@ impl TrackProducer {
     fn started(&self, group: track::GroupProducer<'static, 'static>) -> GroupProducer {
         let state = group.state();
         self.published.newest.set(Some((state, state.generation())));
-        self.shared
-            .ctx
-            .notify()
-            .bump_tracks([self.published.track.key()]);
         GroupProducer {
             shared: self.shared.clone(),
             published: self.published.clone(),
@@ -244,10 +240,6 @@ impl TrackProducer {
         if let Some(mut p) = self.producer.take() {
             p.finish();
         }
-        self.shared
-            .ctx
-            .notify()
-            .bump_tracks([self.published.track.key()]);
     }
 }
 
@@ -255,10 +247,6 @@ impl Drop for TrackProducer {
     fn drop(&mut self) {
         // An unfinished producer aborts its track as it drops.
         drop(self.producer.take());
-        self.shared
-            .ctx
-            .notify()
-            .bump_tracks([self.published.track.key()]);
         let track = self.published.track;
         self.shared
             .published
@@ -317,13 +305,7 @@ impl GroupProducer {
                 continue;
             }
             match group.write_frame(timestamp, payload) {
-                Ok(()) => {
-                    self.shared
-                        .ctx
-                        .notify()
-                        .bump_tracks([self.published.track.key()]);
-                    return Ok(());
-                }
+                Ok(()) => return Ok(()),
                 // Backpressure: blocks come back as sessions send and readers move on.
                 Err(group::WriteError::PoolExhausted) => self.shared.wait_room().await,
                 Err(e) => return Err(e.into()),
@@ -342,21 +324,6 @@ impl GroupProducer {
             .ok_or(Error::Write(group::WriteError::Finished))?;
         let res = group.finish();
         drop(group);
-        self.shared
-            .ctx
-            .notify()
-            .bump_tracks([self.published.track.key()]);
         res.map_err(Error::from)
-    }
-}
-
-impl Drop for GroupProducer {
-    fn drop(&mut self) {
-        if self.group.take().is_some() {
-            self.shared
-                .ctx
-                .notify()
-                .bump_tracks([self.published.track.key()]);
-        }
     }
 }

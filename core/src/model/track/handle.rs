@@ -3,7 +3,7 @@
 //! a track's state.
 
 use core::fmt;
-use core::task::{Context, Poll};
+use core::task::{Context, Poll, Waker};
 
 use super::demand::Demand;
 use super::{Consumer, Info, Producer, ProducerTaken, Ref, Slot, Status};
@@ -31,8 +31,9 @@ impl Key {
         Key { addr, epoch }
     }
 
-    /// The address part (where the track's state lives).
-    pub(crate) fn addr(&self) -> usize {
+    /// The address part (where the track's state lives): the same for every
+    /// generation of one state, so a per-state table may key by it.
+    pub fn addr(&self) -> usize {
         self.addr
     }
 }
@@ -255,6 +256,15 @@ impl<'t, 'p> Ref<'t, 'p> {
         }
         self.core.wakers.register(cx.waker());
         Poll::Pending
+    }
+
+    /// Remembers `waker` until the track's next change (group, frame,
+    /// payload, end, eviction), then wakes it once: register before reading
+    /// the track, and a change after the read is never missed. Registering a
+    /// waker that wakes the same task as one held is free (see
+    /// [`Wakers`](super::Wakers)).
+    pub fn wake_on_change(&self, waker: &Waker) {
+        self.core.wakers.register(waker);
     }
 
     /// Bumps the version and wakes the registered tasks.
