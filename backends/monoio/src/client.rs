@@ -450,11 +450,6 @@ impl App for Publisher {
             self.ready.set(true);
         }
     }
-    /// Idle unless it reports a pacing window.
-    fn is_idle(&self) -> bool {
-        self.paced.is_none()
-    }
-
     fn act(&mut self, session: &mut MoqSession<'_>) {
         if let Some(t) = &self.paced {
             let w = t.latest().and_then(|seq| session.pacing_window_of(t, seq));
@@ -518,11 +513,6 @@ impl App for Subscriber {
             }
             _ => {}
         }
-    }
-
-    /// Idle once its requests are made (announcements come as input).
-    fn is_idle(&self) -> bool {
-        self.announce_asked && (self.sub.is_some() || !self.announced)
     }
 
     fn act(&mut self, session: &mut MoqSession<'_>) {

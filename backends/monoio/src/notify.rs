@@ -22,6 +22,11 @@
 //! about media only waits with [`Waiter::register_media`]; after a fan-out
 //! round the senders' bumps then wake the producers, not every sender again.
 //!
+//! A session's task follows the media of the tracks it serves and both kinds
+//! of change of the tracks it fills ([`Waiter::register_session`]), and keeps
+//! its place registered while it runs: a change that concerned it meanwhile
+//! is kept for its next wait ([`Waiter::take_concerned`]).
+//!
 //! A bump can name the tracks it concerns ([`Notify::bump_tracks`]: a
 //! session stored group data; [`Notify::bump_consumed_tracks`]: a session
 //! read the tracks it serves), and a waiting task can name the tracks it
@@ -66,6 +71,10 @@ pub const TRACK_KEYS: usize = 4;
 /// Tracks the media bumps waiting for one flush can name (more: the flush
 /// wakes every media waiter).
 pub const PENDING_KEYS: usize = 16;
+
+/// A consumption mask naming every followed track.
+const ALL_CONSUMED: u8 = u8::MAX;
+const _: () = assert!(TRACK_KEYS <= 8, "one mask bit per followed track");
 
 /// Up to `K` distinct track keys.
 #[derive(Debug, Clone, Copy)]
@@ -121,13 +130,18 @@ impl<const K: usize> Keys<K> {
     }
 }
 
-/// One task's place: its waker, whether it waits for media changes only,
-/// and then which tracks it follows (`None`: all).
+/// One task's place: its waker, which tracks it follows (`None`: all), and
+/// which of them concern it by their consumption too, not by media only.
 #[derive(Debug)]
 struct Place {
     waker: Option<Waker>,
+    /// Following every track: for media changes only.
     media_only: bool,
     follows: Option<Keys<TRACK_KEYS>>,
+    /// Bit `i`: the `i`-th followed track concerns it by consumption too.
+    consumed: u8,
+    /// A flush concerned it since [`Waiter::take_concerned`] last looked.
+    concerned: bool,
     /// In the index's lists by `follows` (a place not registered yet is in none).
     listed: bool,
 }
@@ -137,6 +151,8 @@ impl Place {
         waker: None,
         media_only: false,
         follows: None,
+        consumed: 0,
+        concerned: false,
         listed: false,
     };
 }
@@ -320,14 +336,20 @@ impl Places {
         let Some(place) = self.places.get_mut(slot) else {
             return;
         };
-        if place.waker.is_none() {
+        if place.waker.is_none() && place.concerned {
             return;
         }
-        let follows = place.follows.as_ref();
-        let concerned =
-            media.concerns(follows) || (!place.media_only && consumed.concerns(follows));
-        if concerned && let Some(w) = place.waker.take() {
-            w.wake();
+        let concerned = match place.follows.as_ref() {
+            None => media.concerns(None) || (!place.media_only && consumed.concerns(None)),
+            Some(keys) => {
+                media.concerns(Some(keys)) || consumed.concerns_masked(keys, place.consumed)
+            }
+        };
+        if concerned {
+            place.concerned = true;
+            if let Some(w) = place.waker.take() {
+                w.wake();
+            }
         }
     }
 }
@@ -367,6 +389,19 @@ impl Scope {
             }
         }
         *self = Scope::Tracks(named);
+    }
+
+    /// Whether a task following `follows` is concerned through the tracks of
+    /// bit mask `mask` only (bit `i`: the `i`-th followed track).
+    fn concerns_masked(&self, follows: &Keys<TRACK_KEYS>, mask: u8) -> bool {
+        match self {
+            Scope::Nothing => false,
+            Scope::All => mask != 0,
+            Scope::Tracks(changed) => follows
+                .iter()
+                .enumerate()
+                .any(|(i, k)| mask & (1 << i) != 0 && changed.contains(k)),
+        }
     }
 
     /// Whether a task following `follows` (`None`: every track) is concerned.
@@ -579,38 +614,88 @@ impl Notify {
 impl Waiter<'_> {
     /// Registers `waker` to be woken at the next bump of either kind.
     pub fn register(&self, waker: &Waker) {
-        self.place(waker, false, None);
+        self.place(waker, false, None, 0);
     }
 
     /// Like [`Waiter::register`], but a bump naming other tracks only
     /// ([`Notify::bump_tracks`], [`Notify::bump_consumed_tracks`]) does not
     /// wake it. More than [`TRACK_KEYS`] keys follow every track.
     pub fn register_for(&self, waker: &Waker, keys: impl IntoIterator<Item = TrackKey>) {
-        self.place(waker, false, Keys::of(keys));
+        self.place(waker, false, Keys::of(keys), ALL_CONSUMED);
+    }
+
+    /// Registers a session's task: the media of the tracks it serves and
+    /// both the media and the consumption of the tracks it fills concern it
+    /// (a session serving a track is not concerned by other readers of it).
+    /// Past [`TRACK_KEYS`] tracks it follows every track, for media only if
+    /// it fills none.
+    pub fn register_session(
+        &self,
+        waker: &Waker,
+        served: impl IntoIterator<Item = TrackKey>,
+        filled: impl IntoIterator<Item = TrackKey>,
+    ) {
+        let mut keys = Keys::<TRACK_KEYS>::EMPTY;
+        let mut consumed = 0u8;
+        let mut fits = true;
+        let mut fills = false;
+        for key in served {
+            fits &= keys.add(key);
+        }
+        for key in filled {
+            fills = true;
+            fits &= keys.add(key);
+            if let Some(i) = keys.iter().position(|k| k == key) {
+                consumed |= 1 << i;
+            }
+        }
+        if fits {
+            self.place(waker, false, Some(keys), consumed);
+        } else {
+            self.place(waker, !fills, None, 0);
+        }
     }
 
     /// Registers `waker` to be woken at the next media bump only
     /// ([`Notify::bump`]); compare [`Notify::media_generation`] then.
     pub fn register_media(&self, waker: &Waker) {
-        self.place(waker, true, None);
+        self.place(waker, true, None, 0);
     }
 
     /// Like [`Waiter::register_media`], but a bump naming other tracks only
     /// does not wake it.
     pub fn register_media_for(&self, waker: &Waker, keys: impl IntoIterator<Item = TrackKey>) {
-        self.place(waker, true, Keys::of(keys));
+        self.place(waker, true, Keys::of(keys), 0);
     }
 
-    fn place(&self, waker: &Waker, media_only: bool, follows: Option<Keys<TRACK_KEYS>>) {
+    fn place(
+        &self,
+        waker: &Waker,
+        media_only: bool,
+        follows: Option<Keys<TRACK_KEYS>>,
+        consumed: u8,
+    ) {
         let mut places = self.notify.places.borrow_mut();
         places.follow(self.slot, follows);
         if let Some(place) = places.places.get_mut(self.slot) {
             place.media_only = media_only;
+            place.consumed = consumed;
             match &place.waker {
                 Some(old) if old.will_wake(waker) => {}
                 _ => place.waker = Some(waker.clone()),
             }
         }
+    }
+
+    /// Whether a flush concerned this place (by what it follows) since the
+    /// last call: a task that keeps its registration while it runs learns
+    /// here of the changes it was not waiting for then.
+    pub fn take_concerned(&self) -> bool {
+        let mut places = self.notify.places.borrow_mut();
+        places
+            .places
+            .get_mut(self.slot)
+            .is_some_and(|p| std::mem::take(&mut p.concerned))
     }
 
     /// Completes once the generation differs from `seen`.
@@ -777,6 +862,33 @@ mod tests {
         drop(places);
         drop(n);
         a.wake();
+    }
+
+    #[test]
+    fn a_session_follows_served_media_and_filled_consumption() {
+        let (counters, wakers) = Counters::new(1);
+        let n = Notify::new();
+        let place = n.waiter();
+        // Serves track 1, fills track 2.
+        let register = || place.register_session(&wakers[0], [k(1)], [k(2)]);
+        register();
+        // Other readers of a served track do not concern it.
+        n.bump_consumed_tracks([k(1)]);
+        assert_eq!(counters.woken(), [0]);
+        assert!(!place.take_concerned());
+        n.bump_consumed_tracks([k(2)]);
+        assert_eq!(counters.woken(), [1]);
+        assert!(place.take_concerned());
+        // A change while it runs (its waker taken) is kept for its next wait.
+        n.bump_tracks([k(1)]);
+        assert_eq!(counters.woken(), [1]);
+        assert!(place.take_concerned());
+        assert!(!place.take_concerned());
+        register();
+        n.bump_tracks([k(3)]);
+        assert_eq!(counters.woken(), [1]);
+        n.bump();
+        assert_eq!(counters.woken(), [2]);
     }
 
     #[test]

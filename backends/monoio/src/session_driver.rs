@@ -10,8 +10,17 @@
 //!   [`Session::handle_input`] (unconsumed bytes stay at the front and are
 //!   presented again), runs timers, hands events to the [`App`], writes what
 //!   [`Session::poll_transmit`] produces into the [`ByteWrite`] buffer and
-//!   flushes it, then sleeps until new bytes, a timer, the thread's
-//!   [`Notify`] (local media changed) or the drain signal.
+//!   flushes it, then sleeps until new bytes, a timer, the drain signal or
+//!   a change that concerns it on the thread's [`Notify`].
+//!
+//! What wakes a session for local media is exact, not guessed: before it
+//! reads the tracks it serves, the session registers the thread's track
+//! waker on each ([`Notify::track_waker`], the core's own track wakers), so
+//! any write to them wakes it; its place on the [`Notify`] follows the media
+//! of those tracks and the media and consumption of the tracks it fills; and
+//! after each pass it forwards the changes the session lists
+//! ([`Session::poll_changed`]). An app whose events may concern other tasks
+//! wakes them all ([`App::EVENTS_WAKE_ALL`]).
 //!
 //! An untrusted peer (a relay connection: [`ByteRead::guard`]) is held to
 //! two more deadlines: the QMux handshake and its SETUP must complete, and a
@@ -354,15 +363,11 @@ pub trait App<const N: usize = STREAMS> {
     fn lender(&self) -> Option<&dyn Lend> {
         None
     }
-    /// True if [`App::act`] has nothing to do unless the session's own input
-    /// or local media changes: a wake-up of the thread's media signal is then
-    /// skipped while the session is quiet ([`Session::is_quiet`]). The
-    /// default, false, runs the session at every wake-up.
-    ///
-    /// [`Session::is_quiet`]: skiff_core::session::Session::is_quiet
-    fn is_idle(&self) -> bool {
-        false
-    }
+    /// Whether the app's events may change what other tasks of the thread
+    /// wait on, so a pass that delivered events wakes every task. An app
+    /// that wakes whom its events concern itself (the relay, by its policy's
+    /// [`Effect`](skiff_core::relay::Effect)) says false. The default is true.
+    const EVENTS_WAKE_ALL: bool = true;
 }
 
 // ---------------------------------------------------------------------------
@@ -558,6 +563,8 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
     // Since when the front of the input is a record that has not completed.
     let mut partial_since: Option<Instant> = None;
     let waiter = notify.waiter();
+    // This task's waker: the session's place stays registered while it runs.
+    let task = poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
     let mut sleep = pin!(monoio::time::sleep(StdDuration::from_secs(3600)));
     let mut armed: Option<Instant> = None;
     let mut goaway_sent = false;
@@ -573,14 +580,11 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
     let mut lend_wait = LEND_RECLAIM.0;
     let mut returns_seen = 0;
     loop {
-        let seen = notify.generation();
-        let seen_media = notify.media_generation();
         let now = ctx.clock.now();
         let mut progress = false;
-        // Events, timers, a drain or a busy app may change routing and
-        // media through the app: such a pass wakes every task. Otherwise the
-        // session's own list of changes names whom to wake.
-        let mut media_kept = true;
+        // Events reach the app, which may change what other tasks wait on
+        // (see [`App::EVENTS_WAKE_ALL`]).
+        let mut events = false;
         // Input: everything not consumed yet, oldest first.
         inbox.fresh.set(false);
         if !session.is_closed() {
@@ -618,7 +622,6 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
                 // docs/protocol.md §3.15: CONTROL_MESSAGE_TIMEOUT.
                 session.close(SessionCode::ControlMessageTimeout, reason);
                 progress = true;
-                media_kept = false;
             }
         }
         if session.is_setup()
@@ -628,19 +631,15 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
         }
         if session.poll_timeout().is_some_and(|t| t <= now) {
             session.handle_timeout(now);
-            media_kept = false;
         }
         while let Some(ev) = session.poll_event() {
             app.on_event(&ev);
             progress = true;
-            media_kept = false;
+            events = true;
         }
-        // An app with work pending may change media, whatever `act` does.
-        media_kept &= app.is_idle();
         app.act(session);
         if !goaway_sent && ctx.shutdown.as_ref().is_some_and(Shutdown::is_draining) {
             goaway_sent = true;
-            media_kept = false;
             // docs/protocol.md §3.12: a server tells the peer to move on and keeps
             // serving until it does; a client just closes.
             if session.side() == Side::Client || session.goaway("").is_err() {
@@ -652,9 +651,12 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
         // whoever makes it, wakes the session. Registered after the input
         // and the app (which may start serving) and before `transmit` reads
         // the tracks, so no change after the read is missed.
+        // The session's place follows the same tracks from now on, so a
+        // change while it runs is seen by its next wait.
         for track in session.served_tracks() {
             track.wake_on_change(&ctx.notify.track_waker(track.key()));
         }
+        follow(session, &waiter, &task);
         if transmit(session, now, writer, app.lender()).await? {
             progress = true;
         }
@@ -668,7 +670,7 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             return Ok(Ended::PeerEof);
         }
         if progress {
-            forward_changes(session, notify, !media_kept);
+            forward_changes(session, notify, events && A::EVENTS_WAKE_ALL);
             continue;
         }
 
@@ -712,27 +714,9 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
                 .reset(monoio::time::Instant::from_std(StdInstant::now() + wait));
         }
         let shutdown = ctx.shutdown.as_ref().filter(|_| !goaway_sent);
-        // A wake-up of the media signal that changed nothing this quiet
-        // session serves, fills or announces, with an idle app, is absorbed
-        // here: a thread's sessions do not all run for every change.
-        //
-        // A pure sender with an idle app waits for media changes only: other
-        // sessions' sending does not concern it.
-        let media_only = app.is_idle() && session.is_pure_sender();
-        let generation = || {
-            if media_only {
-                notify.media_generation()
-            } else {
-                notify.generation()
-            }
-        };
-        let mut seen = if media_only { seen_media } else { seen };
-        let (session_ref, app_ref) = (&*session, &*app);
+        let session_ref = &*session;
         poll_fn(|cx| {
-            if generation() != seen && app_ref.is_idle() && session_ref.is_quiet() {
-                seen = generation();
-            }
-            if generation() != seen
+            if waiter.take_concerned()
                 || inbox.fresh.get()
                 || inbox.eof.get()
                 || inbox.error.get()
@@ -740,17 +724,7 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             {
                 return Poll::Ready(());
             }
-            // A session with nothing else to wait for follows the tracks it
-            // serves and fills: bumps naming others only do not wake it.
-            let served = session_ref.served_tracks().map(|t| t.key());
-            if media_only {
-                waiter.register_media_for(cx.waker(), served);
-            } else if app_ref.is_idle() && !session_ref.is_stalled() {
-                let filled = session_ref.filled_tracks().map(|t| t.key());
-                waiter.register_for(cx.waker(), served.chain(filled));
-            } else {
-                waiter.register(cx.waker());
-            }
+            follow(session_ref, &waiter, cx.waker());
             Inbox::set_waker(&inbox.session_waker, cx.waker());
             if armed.is_some() && sleep.as_mut().poll(cx).is_ready() {
                 armed = None;
@@ -766,9 +740,30 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
     }
 }
 
+/// Registers the session's task at its place: for the media of the tracks it
+/// serves and for everything of the tracks it fills; for every change while
+/// its input is stalled (room in the pool may come from any task) or a
+/// request waits for a track it does not name.
+fn follow<const N: usize>(
+    session: &Session<'_, 'static, 'static, N>,
+    waiter: &crate::notify::Waiter<'_>,
+    waker: &std::task::Waker,
+) {
+    if session.is_stalled() || session.has_deferred_requests() {
+        waiter.register(waker);
+    } else {
+        waiter.register_session(
+            waker,
+            session.served_tracks().map(|t| t.key()),
+            session.filled_tracks().map(|t| t.key()),
+        );
+    }
+}
+
 /// Wakes the tasks waiting on what the pass changed, as the session lists
-/// it ([`Session::poll_changed`]); `all` (or a change of demand, or more
-/// changes than listed) wakes every task.
+/// it ([`Session::poll_changed`]): the media and the demand of a track wake
+/// the tasks following it, its consumption those following it for that;
+/// `all` (or more changes than listed) wakes every task.
 fn forward_changes<const N: usize>(
     session: &mut Session<'_, 'static, 'static, N>,
     notify: &Notify,
@@ -786,6 +781,11 @@ fn forward_changes<const N: usize>(
             Change::Consumed(k) if c < LISTED_CHANGES => {
                 consumed[c] = k;
                 c += 1;
+            }
+            // A change of demand concerns the session filling the track.
+            Change::Demand(k) if m < LISTED_CHANGES => {
+                media[m] = k;
+                m += 1;
             }
             _ => all = true,
         }

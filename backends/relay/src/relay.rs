@@ -551,12 +551,11 @@ impl<const S: usize> RelayConn<S> {
 }
 
 impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
-    /// Idle unless an announce request, an upstream subscription to make, or
-    /// a change of demand (an update, a linger to start or to end) waits.
-    fn is_idle(&self) -> bool {
-        let clock = self.relay.clock;
-        self.peer.is_idle(&self.queue, || clock.now())
-    }
+    /// The relay's policy says whom each event concerns ([`Effect`]), and
+    /// [`RelayConn::wake`] wakes them.
+    ///
+    /// [`Effect`]: skiff_core::relay::Effect
+    const EVENTS_WAKE_ALL: bool = false;
 
     fn on_event(&mut self, event: &Event<'_>) {
         match *event {

@@ -485,13 +485,6 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             .count()
     }
 
-    /// True if the session only sends local media to its peer: it has no
-    /// subscription of its own, receives no group and holds no stalled input.
-    /// Its peer's reading then matters to nobody else on this side.
-    pub fn is_pure_sender(&self) -> bool {
-        self.subscription_count() == 0 && self.receiving_groups() == 0 && !self.is_stalled()
-    }
-
     /// The peer's TRACK requests refused so far because
     /// [`Config::max_waiting_tracks`] were waiting already.
     pub fn refused_track_requests(&self) -> u64 {
@@ -505,6 +498,13 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// [`handle_input`](Self::handle_input) again then, even with no new bytes.
     pub fn is_stalled(&self) -> bool {
         self.stall.is_some() || self.stall_ref.is_some()
+    }
+
+    /// True while a request of the peer's waits for local media it does not
+    /// name yet (a TRACK request for a relay track whose TRACK_INFO has not
+    /// come): a change of any local track may let the next call answer it.
+    pub fn has_deferred_requests(&self) -> bool {
+        self.deferred
     }
 
     /// Subscriptions the peer holds on our tracks.
@@ -832,22 +832,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
     }
 
-    /// True if nothing happened since the last `poll_transmit` pass that
-    /// found nothing to send: no call on the session, no pool stall, and the
-    /// local media it depends on is as that pass saw it. A driver woken by a
-    /// media change elsewhere may then go back to sleep.
-    #[must_use]
-    pub fn is_quiet(&self) -> bool {
-        !self.dirty && !self.is_stalled() && !self.deferred && self.media_stamp() == self.stamp
-    }
-
     /// A digest of the local media this session depends on: the origin it
     /// announces from, the tracks it serves, the tracks it fills and how far
-    /// their readers got. Any change there may give `drive` work; a driver
-    /// comparing it around a pass sees whether the pass changed media others
-    /// depend on.
-    #[must_use]
-    pub fn media_stamp(&self) -> u64 {
+    /// their readers got. Any change there may give `drive` work: a
+    /// transmit with the stamp of the last pass that found nothing to send
+    /// skips walking the tables.
+    fn media_stamp(&self) -> u64 {
         let mix = |h: u64, v: u64| h.rotate_left(7) ^ v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let mut h = self.origin.map_or(0, |o| o.version());
         for s in self.served.iter().flatten() {

@@ -557,7 +557,7 @@ fn track_request_waits_for_track_info_still_to_come() {
         "no answer with defaults"
     );
     assert!(
-        !pair.a.session.is_quiet(),
+        pair.a.session.has_deferred_requests(),
         "a waiting request keeps the session awake"
     );
     // The values arrive: priority 9, max age 2000 ms, timescale 90000.

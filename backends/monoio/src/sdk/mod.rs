@@ -331,10 +331,13 @@ impl Client {
                 .iter()
                 .all(|p| p.is_flushed());
             if done || self.shared.closed.get() {
-                // One more pass: what the sessions read is written out in it.
+                // One more pass, asked for: the pass that read the last
+                // bytes has then written them out.
+                self.shared.kick();
                 self.shared.wait_pass().await;
                 return;
             }
+            // The sessions pass as they read (the track's changes wake them).
             self.shared.wait_pass().await;
         }
     }
