@@ -56,6 +56,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::poll_fn;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::{Rc, Weak};
 use std::task::{Poll, RawWaker, RawWakerVTable, Waker};
 
@@ -71,6 +72,35 @@ pub const TRACK_KEYS: usize = 4;
 /// Tracks the media bumps waiting for one flush can name (more: the flush
 /// wakes every media waiter).
 pub const PENDING_KEYS: usize = 16;
+
+/// The hash of the tables keyed by track: a key is a state's address (and
+/// its generation), made by this process, not by a peer, so one multiply
+/// spreads it well enough and costs a fraction of SipHash, on every pass.
+type KeyHash = BuildHasherDefault<KeyHasher>;
+
+/// See [`KeyHash`].
+#[derive(Debug, Default, Clone, Copy)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
 
 /// A consumption mask naming every followed track.
 const ALL_CONSUMED: u8 = u8::MAX;
@@ -212,7 +242,7 @@ struct Places {
     places: Vec<Place>,
     links: Vec<Link>,
     /// The first link of each followed track's list.
-    followers: HashMap<TrackKey, usize>,
+    followers: HashMap<TrackKey, usize, KeyHash>,
     /// The first link of the list of places following every track.
     everything: usize,
     /// Places visited by flushes so far.
@@ -225,7 +255,7 @@ impl Default for Places {
         Places {
             places: Vec::new(),
             links: Vec::new(),
-            followers: HashMap::new(),
+            followers: HashMap::default(),
             everything: NIL,
             #[cfg(test)]
             visits: 0,
@@ -433,7 +463,7 @@ pub struct Notify {
     free: RefCell<Vec<usize>>,
     /// One track waker per track state seen ([`Notify::track_waker`]), by
     /// state address: bounded by the thread's track tables.
-    track_wakers: RefCell<HashMap<usize, Rc<TrackWake>>>,
+    track_wakers: RefCell<HashMap<usize, Rc<TrackWake>, KeyHash>>,
 }
 
 /// A task's place in a [`Notify`] (returned to it on drop).
@@ -680,6 +710,18 @@ impl Waiter<'_> {
         if let Some(place) = places.places.get_mut(self.slot) {
             place.media_only = media_only;
             place.consumed = consumed;
+            match &place.waker {
+                Some(old) if old.will_wake(waker) => {}
+                _ => place.waker = Some(waker.clone()),
+            }
+        }
+    }
+
+    /// Registers `waker` again for what the place follows already (after a
+    /// wake-up took it): no walk of the tracks.
+    pub fn rearm(&self, waker: &Waker) {
+        let mut places = self.notify.places.borrow_mut();
+        if let Some(place) = places.places.get_mut(self.slot) {
             match &place.waker {
                 Some(old) if old.will_wake(waker) => {}
                 _ => place.waker = Some(waker.clone()),

@@ -565,6 +565,10 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
     let waiter = notify.waiter();
     // This task's waker: the session's place stays registered while it runs.
     let task = poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
+    // What the place follows: the session's track set version and whether it
+    // follows every change ([`follow`]).
+    let mut followed: Option<(u64, bool)> = None;
+    let mut follows_all = false;
     let mut sleep = pin!(monoio::time::sleep(StdDuration::from_secs(3600)));
     let mut armed: Option<Instant> = None;
     let mut goaway_sent = false;
@@ -656,7 +660,14 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
         for track in session.served_tracks() {
             track.wake_on_change(&ctx.notify.track_waker(track.key()));
         }
-        follow(session, &waiter, &task);
+        let version = session.tracks_version();
+        let all = session.is_stalled() || session.has_deferred_requests();
+        if followed != Some((version, all)) {
+            follows_all = follow(session, &waiter, &task);
+            followed = Some((version, follows_all));
+        } else {
+            waiter.rearm(&task);
+        }
         if transmit(session, now, writer, app.lender()).await? {
             progress = true;
         }
@@ -724,7 +735,15 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             {
                 return Poll::Ready(());
             }
-            follow(session_ref, &waiter, cx.waker());
+            // The place is still registered from before `transmit` (a flush
+            // that concerned it since took its waker and left the mark seen
+            // above); only a session that came to wait on every change since
+            // registers again.
+            let all = session_ref.is_stalled() || session_ref.has_deferred_requests();
+            if all != follows_all {
+                follows_all = follow(session_ref, &waiter, cx.waker());
+                followed = Some((session_ref.tracks_version(), follows_all));
+            }
             Inbox::set_waker(&inbox.session_waker, cx.waker());
             if armed.is_some() && sleep.as_mut().poll(cx).is_ready() {
                 armed = None;
@@ -743,13 +762,14 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
 /// Registers the session's task at its place: for the media of the tracks it
 /// serves and for everything of the tracks it fills; for every change while
 /// its input is stalled (room in the pool may come from any task) or a
-/// request waits for a track it does not name.
+/// request waits for a track it does not name. True in that last case.
 fn follow<const N: usize>(
     session: &Session<'_, 'static, 'static, N>,
     waiter: &crate::notify::Waiter<'_>,
     waker: &std::task::Waker,
-) {
-    if session.is_stalled() || session.has_deferred_requests() {
+) -> bool {
+    let all = session.is_stalled() || session.has_deferred_requests();
+    if all {
         waiter.register(waker);
     } else {
         waiter.register_session(
@@ -758,6 +778,7 @@ fn follow<const N: usize>(
             session.filled_tracks().map(|t| t.key()),
         );
     }
+    all
 }
 
 /// Wakes the tasks waiting on what the pass changed, as the session lists

@@ -252,6 +252,8 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     stamp: u64,
     /// Served subscriptions started, updated or ended so far.
     served_changes: u64,
+    /// Our subscriptions opened or closed so far.
+    filled_changes: u64,
     /// Tracks changed since the driver last polled ([`Session::poll_changed`]).
     changes: changes::Changes,
     /// Joined or normalized paths handed out in events.
@@ -387,6 +389,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             deferred: false,
             stamp: 0,
             served_changes: 0,
+            filled_changes: 0,
             changes: changes::Changes::new(),
             scratch: PathBuf::new(),
             close_reason: String::new(),
@@ -459,6 +462,16 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// relay follows it upstream).
     pub fn served_changes(&self) -> u64 {
         self.served_changes
+    }
+
+    /// A counter that changes whenever the set of [`served_tracks`] or of
+    /// [`filled_tracks`] may have: a driver that registered on those tracks
+    /// need not walk them again while it stays the same.
+    ///
+    /// [`served_tracks`]: Session::served_tracks
+    /// [`filled_tracks`]: Session::filled_tracks
+    pub fn tracks_version(&self) -> u64 {
+        self.served_changes.wrapping_add(self.filled_changes)
     }
 
     /// The local tracks our subscriptions fill (their versions change only
@@ -1215,6 +1228,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             if let Some(SubEntry::Open(_)) = s
                 && let Some(SubEntry::Open(mut sub)) = s.take()
             {
+                self.filled_changes += 1;
                 sub.producer.abort(code);
                 self.changes.add(Change::Media(sub.producer.track().key()));
             }

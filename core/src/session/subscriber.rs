@@ -331,6 +331,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             self.free_slot(s);
             return Err(Error::TrackBusy);
         };
+        self.filled_changes += 1;
         self.subs[entry] = Some(SubEntry::Open(Subscription {
             id,
             producer,
@@ -479,6 +480,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         let Some(SubEntry::Open(mut s)) = self.subs[i].take() else {
             return;
         };
+        self.filled_changes += 1;
         match code {
             None => {
                 s.producer.finish();
