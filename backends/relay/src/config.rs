@@ -398,6 +398,10 @@ pub struct Flags {
     /// peer that stopped reading can hold in the kernel [default: autotuned].
     #[arg(long, value_name = "BYTES", global = true)]
     pub send_buffer: Option<ByteSize>,
+    /// Directory of the web player served on the listen port (`GET /`,
+    /// `GET /<file>`) [default: the repository's web/dist].
+    #[arg(long, value_name = "DIR", global = true)]
+    pub web_dir: Option<PathBuf>,
     /// Open connections allowed from one IP address per worker thread; more
     /// are closed at once [default: 256].
     #[arg(long, value_name = "N", global = true)]
@@ -497,6 +501,9 @@ pub struct FileConfig {
     /// See [`Flags::send_buffer`].
     #[serde(alias = "send_buffer")]
     pub send_buffer: Option<ByteSize>,
+    /// See [`Flags::web_dir`].
+    #[serde(alias = "web_dir")]
+    pub web_dir: Option<PathBuf>,
     /// See [`Flags::max_connections_per_ip`].
     #[serde(alias = "max_connections_per_ip")]
     pub max_connections_per_ip: Option<u32>,
@@ -613,6 +620,13 @@ pub struct RelayConfig {
     pub send_buffer: Option<u64>,
     /// What one peer may take of the relay.
     pub quotas: Quotas,
+    /// Directory the web player and its files are served from.
+    pub web_dir: PathBuf,
+}
+
+/// The default web directory: the repository's `web/dist`.
+pub fn default_web_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../web/dist")
 }
 
 /// What one peer may take of the relay; each limit refuses only the new
@@ -682,6 +696,7 @@ impl Default for RelayConfig {
             connection_credit: None,
             send_buffer: None,
             quotas: Quotas::default(),
+            web_dir: default_web_dir(),
         }
     }
 }
@@ -901,6 +916,11 @@ impl RelayConfig {
                 .or(file.connection_credit)
                 .map(|b| b.0),
             send_buffer: flags.send_buffer.or(file.send_buffer).map(|b| b.0),
+            web_dir: flags
+                .web_dir
+                .clone()
+                .or_else(|| file.web_dir.clone())
+                .unwrap_or(d.web_dir.clone()),
             quotas: Quotas {
                 connections_per_ip: flags
                     .max_connections_per_ip

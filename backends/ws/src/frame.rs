@@ -68,6 +68,16 @@ pub enum FrameError {
 }
 
 impl FrameError {
+    /// A short reason for the Close frame.
+    #[must_use]
+    pub fn reason(&self) -> &'static str {
+        match self {
+            FrameError::Text => "text messages are not accepted",
+            FrameError::TooBig(_) => "message too big",
+            FrameError::Protocol(why) => why,
+        }
+    }
+
     /// The WebSocket close code that reports this error.
     #[must_use]
     pub fn close_code(&self) -> u16 {
@@ -154,11 +164,17 @@ impl Decoder {
 
     /// Drops the bytes [`Decoder::records`] returned.
     pub fn consume_records(&mut self) {
-        self.out.drain(..self.ready);
+        self.consume(self.ready);
+    }
+
+    /// Drops the first `n` bytes of [`Decoder::records`] (at most all of them).
+    pub fn consume(&mut self, n: usize) {
+        let n = n.min(self.ready);
+        self.out.drain(..n);
         if let Some(m) = self.message.as_mut() {
-            m.start = m.start.saturating_sub(self.ready);
+            m.start = m.start.saturating_sub(n);
         }
-        self.ready = 0;
+        self.ready -= n;
     }
 
     /// Bytes held in the output (ready or not).
@@ -184,28 +200,25 @@ impl Decoder {
         self.close
     }
 
-    /// Decodes all of `input` (unmasking it in place); bytes after the
-    /// peer's Close are ignored.
+    /// Decodes all of `input`, unmasking payload in place in the output;
+    /// bytes after the peer's Close are ignored.
     ///
     /// # Errors
     /// [`FrameError`] on the first broken rule: close with its code; the
     /// decoder must not be fed again.
-    pub fn feed(&mut self, mut input: &mut [u8]) -> Result<(), FrameError> {
+    pub fn feed(&mut self, mut input: &[u8]) -> Result<(), FrameError> {
         while !input.is_empty() && self.close.is_none() {
             match self.payload {
                 None => {
                     let used = self.header(input)?;
-                    input = &mut input[used..];
+                    input = &input[used..];
                 }
                 Some(p) => {
                     let take = usize::try_from(p.remaining)
                         .unwrap_or(usize::MAX)
                         .min(input.len());
-                    let (now, rest) = input.split_at_mut(take);
-                    if let Some(mask) = p.mask {
-                        apply_mask(now, mask, p.done);
-                    }
-                    self.payload_bytes(now)?;
+                    let (now, rest) = input.split_at(take);
+                    self.payload_bytes(now, p.mask, p.done)?;
                     input = rest;
                     let p = Payload {
                         remaining: p.remaining - take as u64,
@@ -326,8 +339,13 @@ impl Decoder {
         Ok(())
     }
 
-    /// Stores unmasked payload bytes of the current frame.
-    fn payload_bytes(&mut self, bytes: &[u8]) -> Result<(), FrameError> {
+    /// Stores payload bytes of the current frame, unmasked with `mask` at `phase`.
+    fn payload_bytes(
+        &mut self,
+        bytes: &[u8],
+        mask: Option<[u8; 4]>,
+        phase: usize,
+    ) -> Result<(), FrameError> {
         let Some(p) = self.payload else { return Ok(()) };
         match p.control {
             None => {
@@ -335,7 +353,11 @@ impl Decoder {
                     return Err(FrameError::Protocol("data outside a message"));
                 };
                 m.len += bytes.len();
+                let at = self.out.len();
                 self.out.extend_from_slice(bytes);
+                if let (Some(mask), Some(tail)) = (mask, self.out.get_mut(at..)) {
+                    apply_mask(tail, mask, phase);
+                }
                 if !m.held {
                     self.ready = self.out.len();
                 }
@@ -346,6 +368,9 @@ impl Decoder {
                     return Err(FrameError::Protocol("control frame too long"));
                 };
                 room.copy_from_slice(bytes);
+                if let Some(mask) = mask {
+                    apply_mask(room, mask, phase);
+                }
                 self.control_len = end;
             }
         }
@@ -466,8 +491,7 @@ mod tests {
     fn decode(bytes: &[u8], step: usize) -> Result<(Vec<u8>, Decoder), FrameError> {
         let mut d = Decoder::new(Role::Server, 16382, 1024);
         let mut out = Vec::new();
-        let mut bytes = bytes.to_vec();
-        for chunk in bytes.chunks_mut(step) {
+        for chunk in bytes.chunks(step) {
             d.feed(chunk)?;
             out.extend_from_slice(d.records());
             d.consume_records();
