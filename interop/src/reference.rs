@@ -232,6 +232,10 @@ pub struct Options {
     /// before closing it (e.g. so a capture includes the once-a-second QX_PINGs).
     /// Still bounded by `timeout`.
     pub linger: Duration,
+    /// Clients only: dial `ws://ADDR/PATH` (QMux over WebSocket, subprotocols
+    /// `qmux-02.<protocol>`, `qmux-01.<protocol>` as a browser offers them)
+    /// instead of QMux over TCP; the path then travels in the URI, not SETUP.
+    pub websocket: bool,
 }
 
 impl Options {
@@ -244,6 +248,7 @@ impl Options {
             path: Some("/room".into()),
             timeout: Duration::from_secs(10),
             linger: Duration::ZERO,
+            websocket: false,
         }
     }
 
@@ -256,6 +261,7 @@ impl Options {
             path: None,
             timeout: Duration::from_secs(10),
             linger: Duration::ZERO,
+            websocket: false,
         }
     }
 
@@ -284,6 +290,13 @@ impl Options {
     #[must_use]
     pub fn with_linger(mut self, linger: Duration) -> Self {
         self.linger = linger;
+        self
+    }
+
+    /// Dial over WebSocket (clients only; see [`Options::websocket`]).
+    #[must_use]
+    pub fn with_websocket(mut self) -> Self {
+        self.websocket = true;
         self
     }
 
@@ -508,6 +521,22 @@ fn qmux_config(opts: &Options) -> qmux::tcp::Config {
         .session_config(session)
 }
 
+/// Dials `ws://addr/PATH` with qmux's WebSocket client as moq-dev's browser
+/// client does: each protocol offered as `qmux-02.` and `qmux-01.`, keep-alive on.
+pub async fn ws_connect(addr: SocketAddr, opts: &Options) -> Result<qmux::Session, qmux::Error> {
+    let mut session = qmux::Config::new(qmux::Version::QMux01);
+    session.max_streams_bidi = 10_000;
+    session.max_streams_uni = 10_000;
+    let versions = [qmux::Version::QMux02, qmux::Version::QMux01];
+    let url = format!("ws://{addr}{}", opts.path.as_deref().unwrap_or("/"));
+    qmux::ws::Client::new()
+        .with_protocols(opts.protocols.iter().map(|p| (p.as_str(), &versions[..])))
+        .with_session_config(session)
+        .with_keep_alive(qmux::ws::KeepAlive::default())
+        .connect(&url)
+        .await
+}
+
 fn versions(opts: &Options) -> Result<moq_net::Versions, HarnessError> {
     let list = opts
         .protocols
@@ -558,12 +587,16 @@ async fn dial(
     deadline: TokioInstant,
 ) -> Result<Connected, HarnessError> {
     let qmux = bounded(deadline, "qmux connect", async {
-        Ok(qmux_config(opts).connect(addr).await?)
+        if opts.websocket {
+            Ok(ws_connect(addr, opts).await?)
+        } else {
+            Ok(qmux_config(opts).connect(addr).await?)
+        }
     })
     .await?;
     let protocol = qmux.protocol().map(str::to_owned);
     let mut client = moq_net::Client::new().with_versions(versions(opts)?);
-    if let Some(path) = &opts.path {
+    if let Some(path) = opts.path.as_ref().filter(|_| !opts.websocket) {
         client = client.with_path(path.clone());
     }
     client = match role {
