@@ -23,7 +23,7 @@ pub struct Config<'c> {
     /// The session's path and query (`/room`, `/room?jwt=...`). Client: sent as
     /// the SETUP Path parameter, the URL's path and query as dialed; `None` or
     /// empty sends none (docs/protocol.md §3.5; leave it `None` over WebSocket,
-    /// where the request URI carries it, §9.4). Server: the path the transport
+    /// where the request URI carries it, §9.3). Server: the path the transport
     /// carried (a WebSocket request URI), reported in [`Event::Setup`] in place
     /// of any SETUP Path; `None` on TCP.
     ///
