@@ -238,7 +238,11 @@ fn through_relay(threads: usize, websocket: bool) {
         .with_hop(0x2222)
         .with_path(Some(PATH))
         .with_timeout(WAIT);
-    let opts = if websocket { opts.with_websocket() } else { opts };
+    let opts = if websocket {
+        opts.with_websocket()
+    } else {
+        opts
+    };
     let subscriber = reference::dial_subscriber(addr, opts, request).expect("start subscriber");
     let received: Received = subscriber.join().expect("subscriber run");
     let _ = release.send(());

@@ -267,7 +267,8 @@ pub fn reframe(src: &Staging, dst: &mut Staging, mask: bool) -> io::Result<()> {
         // The record's Size: always staged, before the next range.
         let limit = ranges.get(ri).map_or(bytes.len(), |r| r.0).min(bytes.len());
         let head_bytes = bytes.get(pos..limit).unwrap_or(&[]);
-        let (size, n) = varint::decode(head_bytes).map_err(|_| malformed("record without a Size"))?;
+        let (size, n) =
+            varint::decode(head_bytes).map_err(|_| malformed("record without a Size"))?;
         pos += n;
         let key = mask.then(frame::new_mask);
         let mut head = [0u8; MAX_HEADER];
@@ -409,7 +410,12 @@ pub type Dialed = (
 /// # Errors
 /// The connect or socket error; `TimedOut`; `InvalidData` for a refused or
 /// malformed answer (its text says which).
-pub async fn dial(host: &str, target: &str, timeout: Duration, max_message: usize) -> io::Result<Dialed> {
+pub async fn dial(
+    host: &str,
+    target: &str,
+    timeout: Duration,
+    max_message: usize,
+) -> io::Result<Dialed> {
     use std::net::ToSocketAddrs;
     let addr = host
         .to_socket_addrs()?

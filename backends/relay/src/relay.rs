@@ -136,9 +136,9 @@ use skiff_monoio::session_driver::{
     App, ByteRead, ByteWrite, DriveCtx, Ended, Lend, MoqSession, StoragePool, TrunkSession,
     TrunkStorage, UpstreamStorage, drive, split_halves,
 };
+use skiff_monoio::tables::{GROUPS, TRACKS, leak_pool_with_spare, leak_slice, pool_blocks};
 use skiff_monoio::ws::{WsReader, WsWriter};
 use skiff_ws::frame::Role as WsRole;
-use skiff_monoio::tables::{GROUPS, TRACKS, leak_pool_with_spare, leak_slice, pool_blocks};
 
 use crate::config::{RelayConfig, Upstream as UpstreamAddr};
 use crate::conn::Connection;
@@ -954,7 +954,10 @@ impl ConnectionHandler for RelayHandler {
                 // The session's state (its future, its tables) exists only from
                 // here on, in an allocation of its own: a connection waiting for
                 // its first byte holds just the small future above.
-                let ended = Box::pin(self.clone().serve_session(id, reader, writer, None, None, ctx));
+                let ended = Box::pin(
+                    self.clone()
+                        .serve_session(id, reader, writer, None, None, ctx),
+                );
                 let ended = ended.await?;
                 tracing::debug!(conn = id, ?ended, "connection done");
                 return Ok(());

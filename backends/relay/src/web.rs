@@ -68,7 +68,8 @@ fn content_type(path: &Path) -> &'static str {
 fn file_under(dir: &Path, path: &str) -> Option<std::path::PathBuf> {
     let rel = path.trim_start_matches('/');
     let rel = if rel.is_empty() { "index.html" } else { rel };
-    if rel.contains(['%', '\\', '\0']) || rel.split('/').any(|s| s.is_empty() || s.starts_with('.')) {
+    if rel.contains(['%', '\\', '\0']) || rel.split('/').any(|s| s.is_empty() || s.starts_with('.'))
+    {
         return None;
     }
     let rel = Path::new(rel);
@@ -148,7 +149,13 @@ fn answer(relay: &Relay, web_dir: &Path, req: &http::Request) -> Vec<u8> {
     let head_only = req.method == "HEAD";
     let text = "text/plain; charset=utf-8";
     if req.method != "GET" && !head_only {
-        return http::response(405, text, b"method not allowed\n", false, &[("Allow", "GET, HEAD")]);
+        return http::response(
+            405,
+            text,
+            b"method not allowed\n",
+            false,
+            &[("Allow", "GET, HEAD")],
+        );
     }
     let path = req.path();
     match path {
@@ -161,9 +168,13 @@ fn answer(relay: &Relay, web_dir: &Path, req: &http::Request) -> Vec<u8> {
         }
         _ => match file_under(web_dir, path).and_then(|f| Some((read_bounded(&f)?, f))) {
             Some((body, file)) => http::response(200, content_type(&file), &body, head_only, &[]),
-            None if path == "/" => {
-                http::response(200, "text/html; charset=utf-8", &fallback_page(relay), head_only, &[])
-            }
+            None if path == "/" => http::response(
+                200,
+                "text/html; charset=utf-8",
+                &fallback_page(relay),
+                head_only,
+                &[],
+            ),
             None => http::response(404, text, b"not found\n", head_only, &[]),
         },
     }
@@ -199,7 +210,13 @@ pub(crate) async fn serve_http(
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() || !reader.read_more(MAX_HEAD_BYTES, left).await? {
                     tracing::debug!(conn, "http: no complete request head in time");
-                    let r = http::response(408, text, b"request head not received in time\n", false, &[]);
+                    let r = http::response(
+                        408,
+                        text,
+                        b"request head not received in time\n",
+                        false,
+                        &[],
+                    );
                     return reply(writer, &r).await;
                 }
             }
@@ -225,7 +242,10 @@ pub(crate) async fn serve_http(
         Choice::NoneOffered => (None, None),
         Choice::NoMatch => {
             tracing::debug!(conn, offered = ?upgrade.protocols, "websocket: no subprotocol we speak");
-            let body = format!("no supported subprotocol: offer {}\n", skiff_ws::SUBPROTOCOL);
+            let body = format!(
+                "no supported subprotocol: offer {}\n",
+                skiff_ws::SUBPROTOCOL
+            );
             let r = http::response(400, text, body.as_bytes(), false, &[]);
             return reply(writer, &r).await;
         }
@@ -251,12 +271,25 @@ mod tests {
         std::fs::create_dir_all(dir.join("assets")).unwrap();
         std::fs::write(dir.join("index.html"), "<p>hi</p>").unwrap();
         std::fs::write(dir.join("assets/app.js"), "x").unwrap();
-        assert_eq!(file_under(&dir, "/"), Some(dir.canonicalize().unwrap().join("index.html")));
+        assert_eq!(
+            file_under(&dir, "/"),
+            Some(dir.canonicalize().unwrap().join("index.html"))
+        );
         assert!(file_under(&dir, "/assets/app.js").is_some());
-        for bad in ["/../etc/passwd", "/assets/../index.html", "/%2e%2e/x", "/.git", "//etc", "/a\\b"] {
+        for bad in [
+            "/../etc/passwd",
+            "/assets/../index.html",
+            "/%2e%2e/x",
+            "/.git",
+            "//etc",
+            "/a\\b",
+        ] {
             assert_eq!(file_under(&dir, bad), None, "{bad}");
         }
-        assert_eq!(content_type(Path::new("a.mjs")), "text/javascript; charset=utf-8");
+        assert_eq!(
+            content_type(Path::new("a.mjs")),
+            "text/javascript; charset=utf-8"
+        );
         assert_eq!(content_type(Path::new("a.wasm")), "application/wasm");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -46,19 +46,33 @@ fn check_frames(frames: &[(u64, u64, usize)], total: u64) {
     assert!(!frames.is_empty(), "the viewer saw no frame");
     let first = frames[0].1 / 33_333;
     for (k, &(_, timestamp, len)) in frames.iter().enumerate() {
-        assert_eq!(timestamp, (first + k as u64) * 33_333, "frame {k} out of order");
+        assert_eq!(
+            timestamp,
+            (first + k as u64) * 33_333,
+            "frame {k} out of order"
+        );
         assert_eq!(len, 1200);
     }
-    assert_eq!(frames.last().unwrap().1, (total - 1) * 33_333, "the last frame is missing");
+    assert_eq!(
+        frames.last().unwrap().1,
+        (total - 1) * 33_333,
+        "the last frame is missing"
+    );
     assert!(first < 30, "the viewer joined late: first frame {first}");
 }
 
 /// The README's viewer on `watch_url` and publisher on `publish_url`.
-fn publish_and_watch(publish_url: String, watch_url: String, frames: u64) -> Vec<(u64, u64, usize)> {
+fn publish_and_watch(
+    publish_url: String,
+    watch_url: String,
+    frames: u64,
+) -> Vec<(u64, u64, usize)> {
     driver::block_on(DriverKind::Legacy, move |_| async move {
         let viewer = monoio::spawn(async move { subscribe::watch(&watch_url).await });
         monoio::time::sleep(Duration::from_millis(200)).await;
-        publish::publish(&publish_url, frames).await.expect("publish");
+        publish::publish(&publish_url, frames)
+            .await
+            .expect("publish");
         viewer.await.expect("watch")
     })
     .expect("runtime")
@@ -70,10 +84,14 @@ fn sdk_publishes_and_subscribes_over_websocket() {
         let dir = temp_dir("sdk");
         // Mixed too: a TCP publisher, a WebSocket viewer and the other way
         // round (a relay each: the README's broadcast name is fixed).
-        for (publisher, viewer, frames) in [("ws", "ws", 75), ("tcp", "ws", 45), ("ws", "tcp", 45)] {
+        for (publisher, viewer, frames) in [("ws", "ws", 75), ("tcp", "ws", 45), ("ws", "tcp", 45)]
+        {
             let relay = start(&dir);
             let addr = relay.local_addr();
-            let (p, v) = (format!("{publisher}://{addr}/anon"), format!("{viewer}://{addr}/anon"));
+            let (p, v) = (
+                format!("{publisher}://{addr}/anon"),
+                format!("{viewer}://{addr}/anon"),
+            );
             check_frames(&publish_and_watch(p, v, frames), frames);
             relay.shutdown().unwrap();
         }
@@ -82,7 +100,11 @@ fn sdk_publishes_and_subscribes_over_websocket() {
 
 #[test]
 fn sdk_refuses_wss_and_other_schemes() {
-    for url in ["wss://127.0.0.1:1/x", "http://127.0.0.1:1/x", "ws://nohost/x"] {
+    for url in [
+        "wss://127.0.0.1:1/x",
+        "http://127.0.0.1:1/x",
+        "ws://nohost/x",
+    ] {
         let err = skiff_monoio::connect(url, skiff_monoio::Config::default()).err();
         assert!(
             matches!(err, Some(skiff_monoio::Error::InvalidUrl { .. })),
@@ -101,7 +123,10 @@ fn request(addr: SocketAddr, method: &str, path: &str) -> (String, String, Vec<u
     write!(s, "{method} {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
     let mut resp = Vec::new();
     s.read_to_end(&mut resp).expect("read response");
-    let at = resp.windows(4).position(|w| w == b"\r\n\r\n").expect("a head");
+    let at = resp
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head");
     let head = String::from_utf8(resp[..at].to_vec()).unwrap();
     let status = head.lines().next().unwrap_or("").to_owned();
     (status, head, resp[at + 4..].to_vec())
@@ -135,7 +160,12 @@ fn endpoints_on_the_listen_port() {
         assert_eq!(body, b"export {}");
         let (_, head, body) = request(addr, "HEAD", "/assets/app.mjs");
         assert!(head.contains("Content-Length: 9") && body.is_empty());
-        for bad in ["/../secret.txt", "/assets/../../secret.txt", "/%2e%2e/secret.txt", "/missing.js"] {
+        for bad in [
+            "/../secret.txt",
+            "/assets/../../secret.txt",
+            "/%2e%2e/secret.txt",
+            "/missing.js",
+        ] {
             let (status, _, _) = request(addr, "GET", bad);
             assert!(status.starts_with("HTTP/1.1 404"), "{bad}: {status}");
         }
@@ -149,7 +179,8 @@ fn endpoints_on_the_listen_port() {
         let url = format!("ws://{addr}/anon");
         let listed = driver::block_on(DriverKind::Legacy, move |_| async move {
             use skiff_core::model::track::Info;
-            let (client, runner) = skiff_monoio::connect(&url, skiff_monoio::Config::default()).unwrap();
+            let (client, runner) =
+                skiff_monoio::connect(&url, skiff_monoio::Config::default()).unwrap();
             monoio::spawn(runner.run());
             let broadcast = client.publish("demo/cam.hang").unwrap();
             let _track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
@@ -177,7 +208,11 @@ fn endpoints_on_the_listen_port() {
         let (status, _, body) = request(relay.local_addr(), "GET", "/");
         assert!(status.starts_with("HTTP/1.1 200"));
         let body = String::from_utf8(body).unwrap();
-        assert!(body.contains("npm --prefix web ci && npm --prefix web run build") || body.contains("npm --prefix web ci &amp;&amp; npm --prefix web run build"), "{body}");
+        assert!(
+            body.contains("npm --prefix web ci && npm --prefix web run build")
+                || body.contains("npm --prefix web ci &amp;&amp; npm --prefix web run build"),
+            "{body}"
+        );
         relay.shutdown().unwrap();
     });
 }
@@ -192,7 +227,9 @@ const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
 /// stream, the answer's status line and the bytes after its head.
 fn upgrade(addr: SocketAddr, protocols: Option<&str>) -> (TcpStream, String, Vec<u8>) {
     let mut s = connect(addr);
-    let offer = protocols.map_or(String::new(), |p| format!("Sec-WebSocket-Protocol: {p}\r\n"));
+    let offer = protocols.map_or(String::new(), |p| {
+        format!("Sec-WebSocket-Protocol: {p}\r\n")
+    });
     write!(
         s,
         "GET /anon HTTP/1.1\r\nHost: test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n{offer}\r\n"
@@ -209,7 +246,11 @@ fn upgrade(addr: SocketAddr, protocols: Option<&str>) -> (TcpStream, String, Vec
         got.extend_from_slice(&buf[..n]);
     };
     let head = String::from_utf8(got[..at].to_vec()).unwrap();
-    (s, head.lines().next().unwrap().to_owned(), got[at + 4..].to_vec())
+    (
+        s,
+        head.lines().next().unwrap().to_owned(),
+        got[at + 4..].to_vec(),
+    )
 }
 
 /// Sends one masked frame.
@@ -298,10 +339,14 @@ fn bad_peers_are_closed_while_a_stream_goes_on() {
         assert!(g.read_to_end(&mut rest).is_ok(), "not closed");
 
         // Upgraded with our subprotocol, then a text frame: close 1003.
-        let (mut s, status, early) = upgrade(addr, Some("qmux-02.moq-lite-05, qmux-01.moq-lite-05"));
+        let (mut s, status, early) =
+            upgrade(addr, Some("qmux-02.moq-lite-05, qmux-01.moq-lite-05"));
         assert!(status.starts_with("HTTP/1.1 101"), "{status}");
         send_frame(&mut s, 0x1, b"hello");
-        assert_eq!(until_close(&mut s, &early).1, Some(frame::CLOSE_UNSUPPORTED));
+        assert_eq!(
+            until_close(&mut s, &early).1,
+            Some(frame::CLOSE_UNSUPPORTED)
+        );
 
         // An oversized message: close 1009.
         let (mut s, _, early) = upgrade(addr, Some("qmux-01.moq-lite-05"));
@@ -311,17 +356,26 @@ fn bad_peers_are_closed_while_a_stream_goes_on() {
         // A record split across two messages: the first is a record whose
         // frame is cut short, a QMux violation; CONNECTION_CLOSE, then a close.
         let (mut s, _, early) = upgrade(addr, Some("qmux-01.moq-lite-05"));
-        let params = [0xff, 0x51, 0x53, 0x30, 0x0d, 0x0a, 0x0d, 0x0a, 0x06, 0x04, 0x04, 0x80];
+        let params = [
+            0xff, 0x51, 0x53, 0x30, 0x0d, 0x0a, 0x0d, 0x0a, 0x06, 0x04, 0x04, 0x80,
+        ];
         send_frame(&mut s, OP_BINARY, &params[..9]);
         send_frame(&mut s, OP_BINARY, &params[9..]);
         let (records, code) = until_close(&mut s, &early);
-        assert!(has_connection_close(&records), "no CONNECTION_CLOSE in {records:02x?}");
+        assert!(
+            has_connection_close(&records),
+            "no CONNECTION_CLOSE in {records:02x?}"
+        );
         assert!(code.is_some());
 
         // A ping is answered with a pong before anything else goes wrong.
         let (mut s, _, early) = upgrade(addr, Some("qmux-01.moq-lite-05"));
         send_frame(&mut s, OP_PING, b"p1");
-        send_frame(&mut s, OP_CLOSE, &frame::close_payload(frame::CLOSE_NORMAL, "bye").0[..5]);
+        send_frame(
+            &mut s,
+            OP_CLOSE,
+            &frame::close_payload(frame::CLOSE_NORMAL, "bye").0[..5],
+        );
         let (_, code, pongs) = until_close_counting(&mut s, &early);
         assert_eq!(code, Some(frame::CLOSE_NORMAL));
         assert_eq!(pongs, 1);

@@ -245,8 +245,8 @@ impl Decoder {
         self.head[kept..kept + add].copy_from_slice(&input[..add]);
         let avail = kept + add;
         let mut cursor = Cursor::new(&self.head[..avail]);
-        let parsed = FrameHeader::parse(&mut cursor)
-            .map_err(|_| FrameError::Protocol("reserved opcode"))?;
+        let parsed =
+            FrameHeader::parse(&mut cursor).map_err(|_| FrameError::Protocol("reserved opcode"))?;
         let Some((h, len)) = parsed else {
             // Incomplete: everything given is kept (less than a header).
             self.head_len = avail;
@@ -447,7 +447,9 @@ pub fn encode_header(opcode: u8, len: u64, mask: Option<[u8; 4]>, out: &mut [u8]
         ..FrameHeader::default()
     };
     let want = h.len(len);
-    let Some(slot) = out.get_mut(..want) else { return 0 };
+    let Some(slot) = out.get_mut(..want) else {
+        return 0;
+    };
     let mut w = Cursor::new(slot);
     match h.format(len, &mut w) {
         Ok(()) => want,
@@ -535,12 +537,18 @@ mod tests {
     #[test]
     fn bad_frames_close_with_their_code() {
         let text = frame(0x1, true, b"hi");
-        assert_eq!(decode(&text, 100).unwrap_err().close_code(), CLOSE_UNSUPPORTED);
+        assert_eq!(
+            decode(&text, 100).unwrap_err().close_code(),
+            CLOSE_UNSUPPORTED
+        );
         let big = frame(OP_BINARY, true, &[0; 16383]);
         assert_eq!(decode(&big, 100).unwrap_err().close_code(), CLOSE_TOO_BIG);
         let mut unmasked = [0u8; MAX_HEADER];
         let n = encode_header(OP_BINARY, 0, None, &mut unmasked);
-        assert_eq!(decode(&unmasked[..n], 100).unwrap_err().close_code(), CLOSE_PROTOCOL);
+        assert_eq!(
+            decode(&unmasked[..n], 100).unwrap_err().close_code(),
+            CLOSE_PROTOCOL
+        );
         let mut cont = frame(OP_BINARY, true, b"x");
         cont[0] = 0x80;
         assert_eq!(decode(&cont, 1).unwrap_err().close_code(), CLOSE_PROTOCOL);

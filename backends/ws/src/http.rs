@@ -130,7 +130,11 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, RequestError> {
         return Err(RequestError::Malformed("the request target must be a path"));
     }
     let target = target.to_owned();
-    let header = |name: &'static str| req.headers.iter().filter(move |h| h.name.eq_ignore_ascii_case(name));
+    let header = |name: &'static str| {
+        req.headers
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+    };
     let wants_ws = header("upgrade").any(|h| lists(h.value, "websocket"));
     if !wants_ws {
         return Ok(Some(Request {
@@ -156,12 +160,18 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, RequestError> {
     let mut keys = header("sec-websocket-key");
     let key = match (keys.next(), keys.next()) {
         (Some(k), None) => k.value.trim_ascii(),
-        _ => return Err(RequestError::BadUpgrade("exactly one Sec-WebSocket-Key is needed")),
+        _ => {
+            return Err(RequestError::BadUpgrade(
+                "exactly one Sec-WebSocket-Key is needed",
+            ));
+        }
     };
     // 16 random bytes in base64: 22 characters and "==".
     let base64 = |b: &u8| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/';
     if key.len() != 24 || !key[..22].iter().all(base64) || &key[22..] != b"==" {
-        return Err(RequestError::BadUpgrade("Sec-WebSocket-Key is not 16 bytes of base64"));
+        return Err(RequestError::BadUpgrade(
+            "Sec-WebSocket-Key is not 16 bytes of base64",
+        ));
     }
     let key = String::from_utf8_lossy(key).into_owned();
     let mut protocols = Vec::new();
@@ -349,12 +359,18 @@ pub fn parse_response(
     if status != 101 {
         return Err(ResponseError::Status(status));
     }
-    let header = |name: &'static str| res.headers.iter().filter(move |h| h.name.eq_ignore_ascii_case(name));
+    let header = |name: &'static str| {
+        res.headers
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+    };
     if !header("upgrade").any(|h| lists(h.value, "websocket")) {
         return Err(ResponseError::BadUpgrade("Upgrade is not websocket"));
     }
     if !header("connection").any(|h| lists(h.value, "upgrade")) {
-        return Err(ResponseError::BadUpgrade("Connection does not list upgrade"));
+        return Err(ResponseError::BadUpgrade(
+            "Connection does not list upgrade",
+        ));
     }
     let accept = accept_key(key);
     if !header("sec-websocket-accept").any(|h| h.value.trim_ascii() == accept.as_bytes()) {
@@ -402,14 +418,19 @@ mod tests {
 
     #[test]
     fn upgrade_is_parsed_and_answered() {
-        let mut head = upgrade("Sec-WebSocket-Protocol: qmux-02.moq-lite-05, qmux-01.moq-lite-05\r\nSec-WebSocket-Protocol: qmux-01\r\n");
+        let mut head = upgrade(
+            "Sec-WebSocket-Protocol: qmux-02.moq-lite-05, qmux-01.moq-lite-05\r\nSec-WebSocket-Protocol: qmux-01\r\n",
+        );
         head.extend_from_slice(b"\x82\x80");
         let req = parse_request(&head).unwrap().unwrap();
         assert_eq!(req.path(), "/anon");
         assert_eq!(req.target, "/anon?jwt=x");
         assert_eq!(req.head_len, head.len() - 2);
         let up = req.upgrade.unwrap();
-        assert_eq!(up.protocols, ["qmux-02.moq-lite-05", "qmux-01.moq-lite-05", "qmux-01"]);
+        assert_eq!(
+            up.protocols,
+            ["qmux-02.moq-lite-05", "qmux-01.moq-lite-05", "qmux-01"]
+        );
         assert_eq!(choose(&up.protocols), Choice::Speak("qmux-01.moq-lite-05"));
         // RFC 6455 §1.3's example key.
         assert_eq!(accept_key(KEY), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
@@ -428,30 +449,59 @@ mod tests {
     #[test]
     fn bad_heads_are_refused() {
         assert_eq!(parse_request(b"GET / HTTP/1.1\r\nHost"), Ok(None));
-        assert_eq!(parse_request(&[b'A'; MAX_HEAD_BYTES]).unwrap_err().status(), 431);
-        assert_eq!(parse_request(b"GET\x00 / HTTP/1.1\r\n\r\n").unwrap_err().status(), 400);
+        assert_eq!(
+            parse_request(&[b'A'; MAX_HEAD_BYTES]).unwrap_err().status(),
+            431
+        );
+        assert_eq!(
+            parse_request(b"GET\x00 / HTTP/1.1\r\n\r\n")
+                .unwrap_err()
+                .status(),
+            400
+        );
         let long = format!("GET /{} HTTP/1.1\r\n", "a".repeat(MAX_HEAD_BYTES));
-        assert_eq!(parse_request(long.as_bytes()).unwrap_err(), RequestError::TooLarge);
+        assert_eq!(
+            parse_request(long.as_bytes()).unwrap_err(),
+            RequestError::TooLarge
+        );
         assert!(matches!(
             parse_request(b"GET http://x/ HTTP/1.1\r\n\r\n"),
             Err(RequestError::Malformed(_))
         ));
-        let v12 = String::from_utf8(upgrade("")).unwrap().replace("Version: 13", "Version: 12");
+        let v12 = String::from_utf8(upgrade(""))
+            .unwrap()
+            .replace("Version: 13", "Version: 12");
         assert_eq!(parse_request(v12.as_bytes()), Err(RequestError::Version));
-        let nokey = String::from_utf8(upgrade("")).unwrap().replace(KEY, "short");
-        assert!(matches!(parse_request(nokey.as_bytes()), Err(RequestError::BadUpgrade(_))));
-        let plain = parse_request(b"GET /health HTTP/1.1\r\nHost: a\r\n\r\n").unwrap().unwrap();
+        let nokey = String::from_utf8(upgrade(""))
+            .unwrap()
+            .replace(KEY, "short");
+        assert!(matches!(
+            parse_request(nokey.as_bytes()),
+            Err(RequestError::BadUpgrade(_))
+        ));
+        let plain = parse_request(b"GET /health HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert!(plain.upgrade.is_none());
     }
 
     #[test]
     fn bad_answers_are_refused() {
         let answer = switching_protocols(KEY, Some("qmux-00.moq-lite-05"));
-        assert_eq!(parse_response(&answer, KEY, SUBPROTOCOL), Err(ResponseError::Protocol));
+        assert_eq!(
+            parse_response(&answer, KEY, SUBPROTOCOL),
+            Err(ResponseError::Protocol)
+        );
         let answer = switching_protocols("x3JJHMbDL1EzLkh9GBhXDw==", None);
-        assert!(matches!(parse_response(&answer, KEY, SUBPROTOCOL), Err(ResponseError::BadUpgrade(_))));
+        assert!(matches!(
+            parse_response(&answer, KEY, SUBPROTOCOL),
+            Err(ResponseError::BadUpgrade(_))
+        ));
         let refused = response(400, "text/plain", b"no", false, &[]);
-        assert_eq!(parse_response(&refused, KEY, SUBPROTOCOL), Err(ResponseError::Status(400)));
+        assert_eq!(
+            parse_response(&refused, KEY, SUBPROTOCOL),
+            Err(ResponseError::Status(400))
+        );
         assert!(client_key().len() == 24);
     }
 }

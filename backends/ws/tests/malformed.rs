@@ -18,16 +18,46 @@ enum Expect {
 
 const CASES: &[(&str, Expect)] = &[
     ("frame_text_message.bin", Expect::Frame(FrameError::Text)),
-    ("frame_unmasked_from_client.bin", Expect::Frame(FrameError::Protocol("client frame not masked"))),
-    ("frame_message_16383_over_limit.bin", Expect::Frame(FrameError::TooBig(16382))),
-    ("frame_continuation_without_message.bin", Expect::Frame(FrameError::Protocol("continuation without a message"))),
-    ("frame_ping_fragmented.bin", Expect::Frame(FrameError::Protocol("control frame fragmented or too long"))),
-    ("frame_ping_126_bytes.bin", Expect::Frame(FrameError::Protocol("control frame fragmented or too long"))),
-    ("frame_reserved_opcode_3.bin", Expect::Frame(FrameError::Protocol("reserved opcode"))),
-    ("frame_rsv1_set.bin", Expect::Frame(FrameError::Protocol("reserved bits set"))),
-    ("frame_close_one_byte.bin", Expect::Frame(FrameError::Protocol("close payload of one byte"))),
-    ("frame_binary_inside_fragmented.bin", Expect::Frame(FrameError::Protocol("new message inside a fragmented one"))),
-    ("frame_fragments_over_limit.bin", Expect::Frame(FrameError::TooBig(16382))),
+    (
+        "frame_unmasked_from_client.bin",
+        Expect::Frame(FrameError::Protocol("client frame not masked")),
+    ),
+    (
+        "frame_message_16383_over_limit.bin",
+        Expect::Frame(FrameError::TooBig(16382)),
+    ),
+    (
+        "frame_continuation_without_message.bin",
+        Expect::Frame(FrameError::Protocol("continuation without a message")),
+    ),
+    (
+        "frame_ping_fragmented.bin",
+        Expect::Frame(FrameError::Protocol("control frame fragmented or too long")),
+    ),
+    (
+        "frame_ping_126_bytes.bin",
+        Expect::Frame(FrameError::Protocol("control frame fragmented or too long")),
+    ),
+    (
+        "frame_reserved_opcode_3.bin",
+        Expect::Frame(FrameError::Protocol("reserved opcode")),
+    ),
+    (
+        "frame_rsv1_set.bin",
+        Expect::Frame(FrameError::Protocol("reserved bits set")),
+    ),
+    (
+        "frame_close_one_byte.bin",
+        Expect::Frame(FrameError::Protocol("close payload of one byte")),
+    ),
+    (
+        "frame_binary_inside_fragmented.bin",
+        Expect::Frame(FrameError::Protocol("new message inside a fragmented one")),
+    ),
+    (
+        "frame_fragments_over_limit.bin",
+        Expect::Frame(FrameError::TooBig(16382)),
+    ),
     ("http_head_over_8k.bin", Expect::Http(431)),
     ("http_target_not_a_path.bin", Expect::Http(400)),
     ("http_method_with_nul.bin", Expect::Http(400)),
@@ -68,7 +98,10 @@ fn every_file_is_listed() {
     for entry in fs::read_dir(corpus()).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         if name.ends_with(".bin") {
-            assert!(CASES.iter().any(|(n, _)| *n == name), "{name} is not in CASES");
+            assert!(
+                CASES.iter().any(|(n, _)| *n == name),
+                "{name} is not in CASES"
+            );
         }
     }
 }

@@ -453,7 +453,10 @@ fn a_protocol_fixed_by_the_transport_is_not_negotiated() {
     let mut st = St::new();
     let session: Session<'_, '_, '_, 32> =
         Session::new(Side::Server, config, Instant::ZERO, &mut st, None).unwrap();
-    let mut pair = Pair::new(Node::new(session), Raw::new(Side::Client, conn::Config::new()));
+    let mut pair = Pair::new(
+        Node::new(session),
+        Raw::new(Side::Client, conn::Config::new()),
+    );
     assert!(pair.run(1000, |p| p.a.closed().is_some()));
     assert!(!pair.a.session.is_established());
 }

@@ -116,7 +116,9 @@ impl Target {
         } else if url.starts_with("tcp://") {
             (Scheme::Tcp, url)
         } else if url.starts_with("wss://") {
-            return Err(bad("wss:// (WebSocket over TLS) is not supported yet: use ws://"));
+            return Err(bad(
+                "wss:// (WebSocket over TLS) is not supported yet: use ws://",
+            ));
         } else {
             return Err(bad("only tcp:// and ws:// URLs are supported"));
         };
