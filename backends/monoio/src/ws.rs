@@ -108,6 +108,7 @@ impl<R: ByteRead> WsReader<R> {
     /// `early` (bytes that followed the HTTP head); messages may be at most
     /// `max_message` bytes (our QMux `max_record_size`).
     pub fn new(inner: R, role: Role, max_message: usize, early: Vec<u8>, link: Rc<Link>) -> Self {
+        let max_message = max_message.min(skiff_ws::frame::MAX_MESSAGE);
         WsReader {
             inner,
             decoder: Decoder::new(role, max_message, READ_BUFFER_BYTES + max_message + 16),

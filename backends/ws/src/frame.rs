@@ -22,6 +22,10 @@ pub const MAX_HEADER: usize = 14;
 /// Longest control frame payload (RFC 6455 §5.5).
 pub const MAX_CONTROL: usize = 125;
 
+/// Largest message a [`Decoder`] accepts whatever it is configured with: a
+/// fragmented message's record `Size` is a 4-byte varint.
+pub const MAX_MESSAGE: usize = (1 << 30) - 1;
+
 /// Opcode of a binary data frame.
 pub const OP_BINARY: u8 = 0x2;
 /// Opcode of a Close frame.
@@ -134,12 +138,13 @@ pub struct Decoder {
 
 impl Decoder {
     /// A decoder for `role` that accepts messages of at most `max_message`
-    /// bytes (our QMux `max_record_size`), with its output buffer allocated once.
+    /// bytes (our QMux `max_record_size`; at most [`MAX_MESSAGE`]), with
+    /// `capacity` bytes of output buffer allocated once.
     #[must_use]
     pub fn new(role: Role, max_message: usize, capacity: usize) -> Self {
         Decoder {
             role,
-            max_message,
+            max_message: max_message.min(MAX_MESSAGE),
             head: [0; MAX_HEADER],
             head_len: 0,
             payload: None,
@@ -275,7 +280,7 @@ impl Decoder {
                 let Some(m) = self.message else {
                     return Err(FrameError::Protocol("continuation without a message"));
                 };
-                if m.len as u64 + len > self.max_message as u64 {
+                if (m.len as u64).saturating_add(len) > self.max_message as u64 {
                     return Err(FrameError::TooBig(self.max_message));
                 }
                 None
@@ -353,6 +358,9 @@ impl Decoder {
                     return Err(FrameError::Protocol("data outside a message"));
                 };
                 m.len += bytes.len();
+                if m.len > self.max_message {
+                    return Err(FrameError::TooBig(self.max_message));
+                }
                 let at = self.out.len();
                 self.out.extend_from_slice(bytes);
                 if let (Some(mask), Some(tail)) = (mask, self.out.get_mut(at..)) {

@@ -58,6 +58,12 @@ const CASES: &[(&str, Expect)] = &[
         "frame_fragments_over_limit.bin",
         Expect::Frame(FrameError::TooBig(16382)),
     ),
+    // Found by the ws_frames fuzz target: a continuation whose 64-bit length
+    // overflowed the message total.
+    (
+        "frame_continuation_length_overflow.bin",
+        Expect::Frame(FrameError::TooBig(16382)),
+    ),
     ("http_head_over_8k.bin", Expect::Http(431)),
     ("http_target_not_a_path.bin", Expect::Http(400)),
     ("http_method_with_nul.bin", Expect::Http(400)),
