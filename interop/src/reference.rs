@@ -232,9 +232,10 @@ pub struct Options {
     /// before closing it (e.g. so a capture includes the once-a-second QX_PINGs).
     /// Still bounded by `timeout`.
     pub linger: Duration,
-    /// Clients only: dial `ws://ADDR/PATH` (QMux over WebSocket, subprotocols
-    /// `qmux-02.<protocol>`, `qmux-01.<protocol>` as a browser offers them)
-    /// instead of QMux over TCP; the path then travels in the URI, not SETUP.
+    /// QMux over WebSocket instead of TCP. A client dials `ws://ADDR/PATH`
+    /// (subprotocols `qmux-02.<protocol>`, `qmux-01.<protocol>` as a browser
+    /// offers them; the path travels in the URI, not SETUP); a server accepts
+    /// the upgrade as moq-relay does, choosing `qmux-01.<protocol>`.
     pub websocket: bool,
 }
 
@@ -293,7 +294,7 @@ impl Options {
         self
     }
 
-    /// Dial over WebSocket (clients only; see [`Options::websocket`]).
+    /// Use QMux over WebSocket (see [`Options::websocket`]).
     #[must_use]
     pub fn with_websocket(mut self) -> Self {
         self.websocket = true;
@@ -537,6 +538,24 @@ pub async fn ws_connect(addr: SocketAddr, opts: &Options) -> Result<qmux::Sessio
         .await
 }
 
+/// Accepts a WebSocket upgrade on `stream` with qmux's own server: each
+/// protocol as `qmux-01.<protocol>`, keep-alive on.
+async fn ws_accept(
+    stream: tokio::net::TcpStream,
+    opts: &Options,
+) -> Result<qmux::Session, qmux::Error> {
+    let mut session = qmux::Config::new(qmux::Version::QMux01);
+    session.max_streams_bidi = 10_000;
+    session.max_streams_uni = 10_000;
+    let versions = [qmux::Version::QMux01];
+    qmux::ws::Server::new()
+        .with_protocols(opts.protocols.iter().map(|p| (p.as_str(), &versions[..])))
+        .with_session_config(session)
+        .with_keep_alive(qmux::ws::KeepAlive::default())
+        .accept(stream)
+        .await
+}
+
 fn versions(opts: &Options) -> Result<moq_net::Versions, HarnessError> {
     let list = opts
         .protocols
@@ -629,7 +648,11 @@ async fn accept(
     .await?;
     drop(listener);
     let qmux = bounded(deadline, "qmux accept", async {
-        Ok(qmux_config(opts).accept(stream).await?)
+        if opts.websocket {
+            Ok(ws_accept(stream, opts).await?)
+        } else {
+            Ok(qmux_config(opts).accept(stream).await?)
+        }
     })
     .await?;
     let protocol = qmux.protocol().map(str::to_owned);
