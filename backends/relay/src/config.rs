@@ -321,6 +321,9 @@ pub struct RelayDemoArgs {
     /// Bytes of a delta frame (a group's first frame is 4x larger).
     #[arg(long, default_value = "8KiB")]
     pub frame_bytes: ByteSize,
+    /// Publisher and viewers dial `ws://` (QMux over WebSocket) instead of `tcp://`.
+    #[arg(long)]
+    pub websocket: bool,
 }
 
 /// Relay settings given as flags; each may also come from the file.
