@@ -2,7 +2,7 @@
 //! endpoints a browser player needs (docs/protocol.md §9).
 //!
 //! A connection whose first three bytes are ASCII capitals is an HTTP
-//! request ([`skiff_ws::http::is_http_start`]); [`serve_http`] reads its head
+//! request ([`skiff_ws::http::is_http_start`]); `serve_http` reads its head
 //! (at most [`MAX_HEAD_BYTES`], within the handshake timeout) and either
 //! switches to WebSocket, for the session to run over, or answers and closes:
 //!
