@@ -180,6 +180,8 @@ pub struct WsWriter<W> {
     /// Mask every frame (we are the client).
     mask: bool,
     started: Instant,
+    ping_every: Duration,
+    idle: Duration,
     next_ping: Instant,
     sleep: Pin<Box<monoio::time::Sleep>>,
     ping_due: bool,
@@ -206,12 +208,25 @@ impl<W: ByteWrite> WsWriter<W> {
             link,
             mask: role == Role::Client,
             started: now,
+            ping_every: PING_EVERY,
+            idle: IDLE_TIMEOUT,
             next_ping: now + PING_EVERY,
             sleep: Box::pin(monoio::time::sleep(PING_EVERY)),
             ping_due: false,
             idle_expired: false,
             closed: false,
         }
+    }
+
+    /// Pings every `ping_every` and gives up after `idle` of silence from the
+    /// peer, instead of [`PING_EVERY`] and [`IDLE_TIMEOUT`].
+    #[must_use]
+    pub fn with_keep_alive(mut self, ping_every: Duration, idle: Duration) -> Self {
+        self.ping_every = ping_every;
+        self.idle = idle;
+        self.next_ping = self.started + ping_every;
+        self.sleep = Box::pin(monoio::time::sleep(ping_every.min(idle)));
+        self
     }
 
     /// Stages one control frame into the inner writer.
@@ -360,14 +375,14 @@ impl<W: ByteWrite> ByteWrite for WsWriter<W> {
             }
             let now = Instant::now();
             let last = self.link.last_rx.get().unwrap_or(self.started);
-            let idle_at = last + IDLE_TIMEOUT;
+            let idle_at = last + self.idle;
             if now >= idle_at {
                 self.idle_expired = true;
                 return Poll::Ready(());
             }
             if now >= self.next_ping {
                 self.ping_due = true;
-                self.next_ping = now + PING_EVERY;
+                self.next_ping = now + self.ping_every;
             }
             let at = self.next_ping.min(idle_at);
             self.sleep
@@ -500,5 +515,44 @@ mod tests {
         let mut bad = Staging::new(Vec::with_capacity(8));
         bad.extend_from_slice(&[5, 1]);
         assert!(reframe(&bad, &mut dst, false).is_err());
+    }
+
+    #[test]
+    fn pings_then_gives_up_on_a_silent_peer() {
+        use std::io::Read;
+        let (ours, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (pings, waited) =
+            crate::driver::block_on(crate::driver::DriverKind::Legacy, move |_| async move {
+                let ours = monoio::net::UnixStream::from_std(ours).unwrap();
+                let (_reader, writer) = split_halves(ours, 4096);
+                let idle = Duration::from_millis(300);
+                let mut w = WsWriter::new(writer, Role::Server, Link::new())
+                    .with_keep_alive(Duration::from_millis(50), idle);
+                let started = Instant::now();
+                let mut pings = 0;
+                loop {
+                    std::future::poll_fn(|cx| w.poll_transport(cx)).await;
+                    match w.flush().await {
+                        Ok(()) => pings += 1,
+                        Err(e) => {
+                            assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+                            break;
+                        }
+                    }
+                }
+                let waited = started.elapsed();
+                // The close that ends the connection says why: 1001.
+                w.close().await.unwrap();
+                assert!(waited >= idle, "gave up after {waited:?}");
+                (pings, waited)
+            })
+            .unwrap();
+        assert!(pings >= 2, "{pings} pings in {waited:?}");
+        let mut got = Vec::new();
+        peer.read_to_end(&mut got).unwrap();
+        // Unmasked empty Pings, then a Close with 1001.
+        assert_eq!(&got[..2], [0x89, 0x00]);
+        let close = &got[got.len() - 2 - 2 - "idle timeout".len()..];
+        assert_eq!(&close[..4], [0x88, 14, 0x03, 0xe9]);
     }
 }
