@@ -1148,6 +1148,17 @@ mod tests {
     }
 
     #[test]
+    fn web_dir_from_default_file_and_flag() {
+        let d = RelayConfig::default();
+        assert!(d.web_dir.ends_with("web/dist"), "{}", d.web_dir.display());
+        let file = FileConfig::parse("web-dir = \"/srv/player\"\n", Path::new("t.toml")).unwrap();
+        let cfg = RelayConfig::merge(&file, &flags(&[])).unwrap();
+        assert_eq!(cfg.web_dir, Path::new("/srv/player"));
+        let cfg = RelayConfig::merge(&file, &flags(&["--web-dir", "/tmp/p"])).unwrap();
+        assert_eq!(cfg.web_dir, Path::new("/tmp/p"));
+    }
+
+    #[test]
     fn timeouts_credit_and_send_buffer() {
         let d = RelayConfig::default();
         assert_eq!(d.timeouts.handshake, Duration::from_secs(10));
