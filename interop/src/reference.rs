@@ -232,6 +232,11 @@ pub struct Options {
     /// before closing it (e.g. so a capture includes the once-a-second QX_PINGs).
     /// Still bounded by `timeout`.
     pub linger: Duration,
+    /// QMux over WebSocket instead of TCP. A client dials `ws://ADDR/PATH`
+    /// (subprotocols `qmux-02.<protocol>`, `qmux-01.<protocol>` as a browser
+    /// offers them; the path travels in the URI, not SETUP); a server accepts
+    /// the upgrade as moq-relay does, choosing `qmux-01.<protocol>`.
+    pub websocket: bool,
 }
 
 impl Options {
@@ -244,6 +249,7 @@ impl Options {
             path: Some("/room".into()),
             timeout: Duration::from_secs(10),
             linger: Duration::ZERO,
+            websocket: false,
         }
     }
 
@@ -256,6 +262,7 @@ impl Options {
             path: None,
             timeout: Duration::from_secs(10),
             linger: Duration::ZERO,
+            websocket: false,
         }
     }
 
@@ -284,6 +291,13 @@ impl Options {
     #[must_use]
     pub fn with_linger(mut self, linger: Duration) -> Self {
         self.linger = linger;
+        self
+    }
+
+    /// Use QMux over WebSocket (see [`Options::websocket`]).
+    #[must_use]
+    pub fn with_websocket(mut self) -> Self {
+        self.websocket = true;
         self
     }
 
@@ -508,6 +522,40 @@ fn qmux_config(opts: &Options) -> qmux::tcp::Config {
         .session_config(session)
 }
 
+/// Dials `ws://addr/PATH` with qmux's WebSocket client as moq-dev's browser
+/// client does: each protocol offered as `qmux-02.` and `qmux-01.`, keep-alive on.
+pub async fn ws_connect(addr: SocketAddr, opts: &Options) -> Result<qmux::Session, qmux::Error> {
+    let mut session = qmux::Config::new(qmux::Version::QMux01);
+    session.max_streams_bidi = 10_000;
+    session.max_streams_uni = 10_000;
+    let versions = [qmux::Version::QMux02, qmux::Version::QMux01];
+    let url = format!("ws://{addr}{}", opts.path.as_deref().unwrap_or("/"));
+    qmux::ws::Client::new()
+        .with_protocols(opts.protocols.iter().map(|p| (p.as_str(), &versions[..])))
+        .with_session_config(session)
+        .with_keep_alive(qmux::ws::KeepAlive::default())
+        .connect(&url)
+        .await
+}
+
+/// Accepts a WebSocket upgrade on `stream` with qmux's own server: each
+/// protocol as `qmux-01.<protocol>`, keep-alive on.
+async fn ws_accept(
+    stream: tokio::net::TcpStream,
+    opts: &Options,
+) -> Result<qmux::Session, qmux::Error> {
+    let mut session = qmux::Config::new(qmux::Version::QMux01);
+    session.max_streams_bidi = 10_000;
+    session.max_streams_uni = 10_000;
+    let versions = [qmux::Version::QMux01];
+    qmux::ws::Server::new()
+        .with_protocols(opts.protocols.iter().map(|p| (p.as_str(), &versions[..])))
+        .with_session_config(session)
+        .with_keep_alive(qmux::ws::KeepAlive::default())
+        .accept(stream)
+        .await
+}
+
 fn versions(opts: &Options) -> Result<moq_net::Versions, HarnessError> {
     let list = opts
         .protocols
@@ -558,12 +606,16 @@ async fn dial(
     deadline: TokioInstant,
 ) -> Result<Connected, HarnessError> {
     let qmux = bounded(deadline, "qmux connect", async {
-        Ok(qmux_config(opts).connect(addr).await?)
+        if opts.websocket {
+            Ok(ws_connect(addr, opts).await?)
+        } else {
+            Ok(qmux_config(opts).connect(addr).await?)
+        }
     })
     .await?;
     let protocol = qmux.protocol().map(str::to_owned);
     let mut client = moq_net::Client::new().with_versions(versions(opts)?);
-    if let Some(path) = &opts.path {
+    if let Some(path) = opts.path.as_ref().filter(|_| !opts.websocket) {
         client = client.with_path(path.clone());
     }
     client = match role {
@@ -596,7 +648,11 @@ async fn accept(
     .await?;
     drop(listener);
     let qmux = bounded(deadline, "qmux accept", async {
-        Ok(qmux_config(opts).accept(stream).await?)
+        if opts.websocket {
+            Ok(ws_accept(stream, opts).await?)
+        } else {
+            Ok(qmux_config(opts).accept(stream).await?)
+        }
     })
     .await?;
     let protocol = qmux.protocol().map(str::to_owned);

@@ -75,6 +75,7 @@ fn versions() -> moq_net::Versions {
 /// [`groups`] once the relay reads group 0, then stays connected until `done` fires.
 async fn live_publisher(
     addr: SocketAddr,
+    websocket: bool,
     done: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<(), String> {
     let hop = moq_net::Hop::new(0x1111).map_err(|e| format!("hop: {e}"))?;
@@ -111,21 +112,32 @@ async fn live_publisher(
     let mut cfg = qmux::Config::new(qmux::Version::QMux01);
     cfg.max_streams_bidi = 10_000;
     cfg.max_streams_uni = 10_000;
-    let qmux = tokio::time::timeout(
-        WAIT,
-        qmux::tcp::Config::new(qmux::Version::QMux01)
-            .protocols([ALPN_LITE_05])
-            .session_config(cfg)
-            .connect(addr),
-    )
-    .await
-    .map_err(|_| "qmux connect timed out".to_owned())?
-    .map_err(|e| format!("qmux connect: {e}"))?;
+    let connect = async {
+        if websocket {
+            let opts = Options::client().with_path(Some(PATH)).with_websocket();
+            reference::ws_connect(addr, &opts).await
+        } else {
+            qmux::tcp::Config::new(qmux::Version::QMux01)
+                .protocols([ALPN_LITE_05])
+                .session_config(cfg)
+                .connect(addr)
+                .await
+        }
+    };
+    let qmux = tokio::time::timeout(WAIT, connect)
+        .await
+        .map_err(|_| "qmux connect timed out".to_owned())?
+        .map_err(|e| format!("qmux connect: {e}"))?;
     let transport: Transport = moq_tokio::transport::Session::new(qmux);
     let client = moq_net::Client::new()
         .with_versions(versions())
-        .with_path(PATH.to_owned())
         .with_publisher(&origin);
+    // Over WebSocket the path is the request URI (docs/protocol.md §9.3).
+    let client = if websocket {
+        client
+    } else {
+        client.with_path(PATH.to_owned())
+    };
     let (session, driver) =
         tokio::time::timeout(WAIT, client.connect(std::time::Instant::now(), transport))
             .await
@@ -179,6 +191,7 @@ async fn live_publisher(
 /// Runs [`live_publisher`] on its own thread and current-thread runtime.
 fn spawn_publisher(
     addr: SocketAddr,
+    websocket: bool,
 ) -> (
     tokio::sync::oneshot::Sender<()>,
     std::thread::JoinHandle<Result<(), String>>,
@@ -189,7 +202,7 @@ fn spawn_publisher(
             .enable_all()
             .build()
             .map_err(|e| format!("runtime: {e}"))?;
-        rt.block_on(live_publisher(addr, rx))
+        rt.block_on(live_publisher(addr, websocket, rx))
     });
     (tx, thread)
 }
@@ -198,7 +211,7 @@ fn spawn_publisher(
 // The scenario
 // ---------------------------------------------------------------------------
 
-fn through_relay(threads: usize) {
+fn through_relay(threads: usize, websocket: bool) {
     let config = RelayConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         threads: NonZeroUsize::new(threads).unwrap(),
@@ -210,7 +223,7 @@ fn through_relay(threads: usize) {
         server::start(config, RelayHandler::factory(threads).unwrap()).expect("start relay");
     let addr = relay.local_addr();
 
-    let (release, publisher) = spawn_publisher(addr);
+    let (release, publisher) = spawn_publisher(addr, websocket);
     let want = groups();
     let request = SubscribeRequest {
         broadcast: BROADCAST.into(),
@@ -225,6 +238,11 @@ fn through_relay(threads: usize) {
         .with_hop(0x2222)
         .with_path(Some(PATH))
         .with_timeout(WAIT);
+    let opts = if websocket {
+        opts.with_websocket()
+    } else {
+        opts
+    };
     let subscriber = reference::dial_subscriber(addr, opts, request).expect("start subscriber");
     let received: Received = subscriber.join().expect("subscriber run");
     let _ = release.send(());
@@ -283,11 +301,18 @@ fn through_relay(threads: usize) {
 /// One relay worker: publisher and subscriber share it.
 #[test]
 fn moq_net_publisher_to_moq_net_subscriber_one_worker() {
-    through_relay(1);
+    through_relay(1, false);
+}
+
+/// Both moq-net clients over WebSocket (qmux's own client, offering
+/// `qmux-02.moq-lite-05, qmux-01.moq-lite-05` as the browser does).
+#[test]
+fn moq_net_over_websocket_through_skiff_relay() {
+    through_relay(1, true);
 }
 
 /// Two relay workers: the clients may land on different workers (worker link).
 #[test]
 fn moq_net_publisher_to_moq_net_subscriber_two_workers() {
-    through_relay(2);
+    through_relay(2, false);
 }

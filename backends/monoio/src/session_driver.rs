@@ -241,6 +241,18 @@ pub trait ByteWrite {
     fn flush(&mut self) -> impl Future<Output = io::Result<()>>;
     /// Flushes, then closes the sending direction.
     fn close(&mut self) -> impl Future<Output = io::Result<()>>;
+    /// `Ready` once the transport has work of its own (a WebSocket pong or
+    /// keep-alive ping, its idle deadline): [`drive`] wakes and flushes. The
+    /// default (a plain byte stream) never has any.
+    fn poll_transport(&mut self, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        let _ = cx;
+        Poll::Pending
+    }
+    /// True when [`ByteWrite::flush`] has bytes of the transport's own to
+    /// send although nothing is staged (default: never).
+    fn wants_flush(&self) -> bool {
+        false
+    }
 }
 
 /// The receiving half of a split monoio stream (TCP to a peer, or a Unix
@@ -753,6 +765,9 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
                 drain_seen = true;
                 return Poll::Ready(());
             }
+            if writer.poll_transport(cx).is_ready() {
+                return Poll::Ready(());
+            }
             Poll::Pending
         })
         .await;
@@ -898,7 +913,7 @@ async fn transmit<W: ByteWrite, const N: usize>(
             break;
         }
     }
-    if !writer.buffer().is_empty() {
+    if !writer.buffer().is_empty() || writer.wants_flush() {
         writer.flush().await?;
     }
     Ok(any)

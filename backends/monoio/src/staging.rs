@@ -113,6 +113,30 @@ impl Staging {
         }
     }
 
+    /// The staged bytes and the pool ranges gathered between them (each with
+    /// the staged position it follows), for a writer that reframes them.
+    pub fn parts(&self) -> (&[u8], &[(usize, pool::Slice<'static>)]) {
+        (self.staged(), &self.ranges)
+    }
+
+    /// Gathers `slice` after the bytes staged so far (sent from its block, not copied).
+    pub fn gather(&mut self, slice: pool::Slice<'static>) {
+        self.gathered += slice.len();
+        self.ranges.push((self.filled, slice));
+    }
+
+    /// The staged bytes `start..end`, to change in place (e.g. mask them).
+    pub fn spare_staged(&mut self, start: usize, end: usize) -> Option<&mut [u8]> {
+        self.buf.get_mut(..self.filled)?.get_mut(start..end)
+    }
+
+    /// Drops everything staged and gathered (the ranges let go of their blocks).
+    pub fn clear(&mut self) {
+        self.filled = 0;
+        self.ranges.clear();
+        self.gathered = 0;
+    }
+
     /// Takes everything to send out for a write (the buffer is empty until
     /// [`Staging::restore`]).
     pub fn take(&mut self) -> Outgoing {

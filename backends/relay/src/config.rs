@@ -321,6 +321,9 @@ pub struct RelayDemoArgs {
     /// Bytes of a delta frame (a group's first frame is 4x larger).
     #[arg(long, default_value = "8KiB")]
     pub frame_bytes: ByteSize,
+    /// Publisher and viewers dial `ws://` (QMux over WebSocket) instead of `tcp://`.
+    #[arg(long)]
+    pub websocket: bool,
 }
 
 /// Relay settings given as flags; each may also come from the file.
@@ -398,6 +401,10 @@ pub struct Flags {
     /// peer that stopped reading can hold in the kernel [default: autotuned].
     #[arg(long, value_name = "BYTES", global = true)]
     pub send_buffer: Option<ByteSize>,
+    /// Directory of the web player served on the listen port (`GET /`,
+    /// `GET /<file>`) [default: the repository's web/dist].
+    #[arg(long, value_name = "DIR", global = true)]
+    pub web_dir: Option<PathBuf>,
     /// Open connections allowed from one IP address per worker thread; more
     /// are closed at once [default: 256].
     #[arg(long, value_name = "N", global = true)]
@@ -497,6 +504,9 @@ pub struct FileConfig {
     /// See [`Flags::send_buffer`].
     #[serde(alias = "send_buffer")]
     pub send_buffer: Option<ByteSize>,
+    /// See [`Flags::web_dir`].
+    #[serde(alias = "web_dir")]
+    pub web_dir: Option<PathBuf>,
     /// See [`Flags::max_connections_per_ip`].
     #[serde(alias = "max_connections_per_ip")]
     pub max_connections_per_ip: Option<u32>,
@@ -613,6 +623,13 @@ pub struct RelayConfig {
     pub send_buffer: Option<u64>,
     /// What one peer may take of the relay.
     pub quotas: Quotas,
+    /// Directory the web player and its files are served from.
+    pub web_dir: PathBuf,
+}
+
+/// The default web directory: the repository's `web/dist`.
+pub fn default_web_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../web/dist")
 }
 
 /// What one peer may take of the relay; each limit refuses only the new
@@ -682,6 +699,7 @@ impl Default for RelayConfig {
             connection_credit: None,
             send_buffer: None,
             quotas: Quotas::default(),
+            web_dir: default_web_dir(),
         }
     }
 }
@@ -901,6 +919,11 @@ impl RelayConfig {
                 .or(file.connection_credit)
                 .map(|b| b.0),
             send_buffer: flags.send_buffer.or(file.send_buffer).map(|b| b.0),
+            web_dir: flags
+                .web_dir
+                .clone()
+                .or_else(|| file.web_dir.clone())
+                .unwrap_or(d.web_dir.clone()),
             quotas: Quotas {
                 connections_per_ip: flags
                     .max_connections_per_ip
@@ -1122,6 +1145,17 @@ mod tests {
         ] {
             assert!(RelayConfig::merge(&FileConfig::default(), &flags(&args)).is_err());
         }
+    }
+
+    #[test]
+    fn web_dir_from_default_file_and_flag() {
+        let d = RelayConfig::default();
+        assert!(d.web_dir.ends_with("web/dist"), "{}", d.web_dir.display());
+        let file = FileConfig::parse("web-dir = \"/srv/player\"\n", Path::new("t.toml")).unwrap();
+        let cfg = RelayConfig::merge(&file, &flags(&[])).unwrap();
+        assert_eq!(cfg.web_dir, Path::new("/srv/player"));
+        let cfg = RelayConfig::merge(&file, &flags(&["--web-dir", "/tmp/p"])).unwrap();
+        assert_eq!(cfg.web_dir, Path::new("/tmp/p"));
     }
 
     #[test]

@@ -252,6 +252,11 @@ impl Reader {
         self.shared.config.timeouts.handshake
     }
 
+    /// The directory the relay serves its web player from.
+    pub fn web_dir(&self) -> &std::path::Path {
+        &self.shared.config.web_dir
+    }
+
     /// The token counting this connection among those in their handshake;
     /// the session driver marks it done once the session is established.
     pub fn take_handshake(&mut self) -> Option<HandshakeToken> {
@@ -284,6 +289,54 @@ impl Reader {
                 self.shared.counters().add_bytes_in(n);
                 self.pending = n;
                 Ok(n > 0)
+            }
+            Err(e) if is_cancelled(&e) || e.kind() == io::ErrorKind::Interrupted => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The bytes received by [`Reader::wait_first`] and [`Reader::read_more`]
+    /// that no read has returned yet.
+    pub fn pending(&self) -> &[u8] {
+        self.buf.get(..self.pending).unwrap_or(&[])
+    }
+
+    /// Takes the pending bytes after the first `skip` (which are dropped):
+    /// what followed an HTTP head, for the WebSocket reader.
+    pub fn take_pending(&mut self, skip: usize) -> Vec<u8> {
+        let rest = self.pending().get(skip..).unwrap_or(&[]).to_vec();
+        self.pending = 0;
+        rest
+    }
+
+    /// Reads more bytes and keeps them after the pending ones (at most
+    /// `max` pending in all), giving up `limit` from now or when the server
+    /// drains: true once bytes arrived, false if the peer closed, the time
+    /// passed or the drain began. For the HTTP head, which is read before any
+    /// session state exists.
+    ///
+    /// # Errors
+    /// Whatever the socket reports.
+    pub async fn read_more(&mut self, max: usize, limit: Duration) -> io::Result<bool> {
+        let room = max.saturating_sub(self.pending);
+        if room == 0 {
+            return Ok(true);
+        }
+        let stop = self.shared.shutdown.clone();
+        let tmp = Vec::with_capacity(room.min(4096));
+        let half = &mut self.half;
+        let (res, tmp) = cancel_on_or_after(&stop, Some(limit), &mut self.canceller, |h| {
+            half.cancelable_read(tmp, h)
+        })
+        .await;
+        match res {
+            Ok(0) => Ok(false),
+            Ok(n) => {
+                self.shared.counters().add_bytes_in(n);
+                self.buf.truncate(self.pending);
+                self.buf.extend_from_slice(tmp.get(..n).unwrap_or(&[]));
+                self.pending += n;
+                Ok(true)
             }
             Err(e) if is_cancelled(&e) || e.kind() == io::ErrorKind::Interrupted => Ok(false),
             Err(e) => Err(e),

@@ -18,6 +18,8 @@
 //!   a leaf keeps a session to its upstream relay;
 //! - [`lend`]: zero-copy fan-out between workers: a link lends pool blocks
 //!   instead of sending their bytes;
+//! - [`web`]: HTTP on the listen port: QMux over WebSocket for browsers
+//!   and the player's endpoints (docs/protocol.md §9);
 //! - [`relay_demo`]: `skiff-relay demo`, the relay plus a camera publisher
 //!   and viewers in one process.
 //!
@@ -34,6 +36,7 @@ pub mod relay;
 pub mod relay_demo;
 pub mod server;
 pub mod signals;
+pub mod web;
 mod worker;
 
 pub use worker::WorkerExit;

@@ -137,6 +137,8 @@ use skiff_monoio::session_driver::{
     TrunkStorage, UpstreamStorage, drive, split_halves,
 };
 use skiff_monoio::tables::{GROUPS, TRACKS, leak_pool_with_spare, leak_slice, pool_blocks};
+use skiff_monoio::ws::{WsReader, WsWriter};
+use skiff_ws::frame::Role as WsRole;
 
 use crate::config::{RelayConfig, Upstream as UpstreamAddr};
 use crate::conn::Connection;
@@ -929,30 +931,81 @@ impl ConnectionHandler for RelayHandler {
                 notify: self.relay.notify.clone(),
                 shutdown: Some(conn.shutdown()),
             };
-            let (mut reader, writer) = conn.into_split();
+            let (mut reader, mut writer) = conn.into_split();
             // Nothing is taken for a connection before it sends something.
             if !reader.wait_first().await? {
                 tracing::debug!(conn = id, "connection closed before it sent anything");
                 return Ok(());
             }
-            // The session's state (its future, its tables) exists only from
-            // here on, in an allocation of its own: a connection waiting for
-            // its first byte holds just the small future above.
-            let ended = Box::pin(self.clone().serve_session(id, reader, writer, ctx)).await;
-            let ended = ended?;
-            tracing::debug!(conn = id, ?ended, "connection done");
+            // docs/protocol.md §9.1: three capitals start an HTTP request;
+            // anything else is QMux over TCP (decided on at most three bytes).
+            let limit = reader.handshake_timeout();
+            let http = loop {
+                match skiff_ws::http::is_http_start(reader.pending()) {
+                    Some(http) => break http,
+                    None => {
+                        if !reader.read_more(3, limit).await? {
+                            return Ok(());
+                        }
+                    }
+                }
+            };
+            if !http {
+                // The session's state (its future, its tables) exists only from
+                // here on, in an allocation of its own: a connection waiting for
+                // its first byte holds just the small future above.
+                let ended = Box::pin(
+                    self.clone()
+                        .serve_session(id, reader, writer, None, None, ctx),
+                );
+                let ended = ended.await?;
+                tracing::debug!(conn = id, ?ended, "connection done");
+                return Ok(());
+            }
+            let web_dir = reader.web_dir().to_path_buf();
+            let routed =
+                crate::web::serve_http(&self.relay, &web_dir, &mut reader, &mut writer, id, limit)
+                    .await?;
+            let crate::web::Routed::Upgrade {
+                target,
+                protocol,
+                early,
+            } = routed
+            else {
+                return Ok(());
+            };
+            let link = skiff_monoio::ws::Link::new();
+            let max = usize::try_from(self.relay.session_config.conn.max_record_size)
+                .unwrap_or(usize::MAX);
+            let reader = WsReader::new(reader, WsRole::Server, max, early, link.clone());
+            let writer = WsWriter::new(writer, WsRole::Server, link);
+            let ended = Box::pin(self.clone().serve_session(
+                id,
+                reader,
+                writer,
+                Some(target),
+                protocol,
+                ctx,
+            ));
+            let ended = ended.await?;
+            tracing::debug!(conn = id, ?ended, "websocket connection done");
             Ok(())
         }
     }
 }
 
 impl RelayHandler {
-    /// Runs the session of client connection `id` once it has sent its first bytes.
-    async fn serve_session(
+    /// Runs the session of client connection `id` once it has sent its
+    /// first bytes; over WebSocket, `path` is the request target and
+    /// `fixed_protocol` the application protocol the subprotocol chose
+    /// (docs/protocol.md §9.2, §9.3).
+    async fn serve_session<R: ByteRead, W: ByteWrite>(
         self: Rc<Self>,
         id: u64,
-        reader: crate::conn::Reader,
-        writer: crate::conn::Writer,
+        reader: R,
+        writer: W,
+        path: Option<String>,
+        fixed_protocol: Option<&'static str>,
         ctx: DriveCtx,
     ) -> io::Result<Ended> {
         let relay = self.relay.clone();
@@ -961,6 +1014,11 @@ impl RelayHandler {
             Resolver::new(&self.relay.router, Some(id), &self.relay.queues).on_refused(&refused);
         let mut storage = self.storage.take();
         let (config, origin) = self.relay.session_setup(Remote::Client);
+        let mut config: Config<'_> = config;
+        config.path = path.as_deref();
+        if path.is_some() {
+            config.conn.fixed_protocol = fixed_protocol;
+        }
         let session: Result<MoqSession<'_>, _> = Session::new(
             Side::Server,
             config,

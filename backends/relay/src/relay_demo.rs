@@ -264,7 +264,8 @@ pub fn run(
         RelayHandler::factory(threads).map_err(RelayError::Spawn)?,
     )?;
     let addr = server.local_addr();
-    let url = format!("tcp://{addr}/anon");
+    let scheme = if args.websocket { "ws" } else { "tcp" };
+    let url = format!("{scheme}://{addr}/anon");
     let stats = Arc::new(DemoStats::default());
     let done = Arc::new(AtomicBool::new(false));
     let epoch = Instant::now();

@@ -37,6 +37,13 @@ pub struct Config {
     pub max_record_size: u64,
     /// `application_protocols` we offer, most preferred first (default `["moq-lite-05"]`).
     pub protocols: &'static [&'static str],
+    /// The application protocol the transport already chose (a WebSocket
+    /// subprotocol `qmux-01.<name>`, docs/protocol.md §9.2), or `None` (default)
+    /// to negotiate in-band from [`Config::protocols`]. When set,
+    /// `application_protocols` is not sent, a peer that sends it breaks the
+    /// handshake (TRANSPORT_PARAMETER_ERROR), and the connection is established
+    /// with this protocol.
+    pub fixed_protocol: Option<&'static str>,
     /// How long to wait for the peer's parameters before closing (default 10 s, as moq-dev);
     /// [`Duration::ZERO`] waits forever.
     pub handshake_timeout: Duration,
@@ -72,6 +79,7 @@ impl Config {
             max_datagram_frame_size: 0,
             max_record_size: DEFAULT_MAX_RECORD_SIZE,
             protocols: &[MOQ_LITE_05],
+            fixed_protocol: None,
             handshake_timeout: Duration::from_secs(10),
             keep_alive: true,
             connection_credit_on_receipt: true,
@@ -106,7 +114,12 @@ impl Config {
             return Err(ConfigError::NoProtocols);
         }
         // moq-dev validates names as HTTP tokens; a peer may reject anything else.
-        if !self.protocols.iter().all(|p| p.bytes().all(is_token_char)) {
+        if !self
+            .protocols
+            .iter()
+            .chain(self.fixed_protocol.iter())
+            .all(|p| !p.is_empty() && p.bytes().all(is_token_char))
+        {
             return Err(ConfigError::InvalidProtocol);
         }
         let (bidi, uni) = self.stream_counts(capacity)?;
@@ -133,7 +146,11 @@ impl Config {
             reset_stream_at: false,
             // moq-dev always sends it, even at the default (docs/protocol.md §6 V1).
             max_record_size: Some(self.max_record_size),
-            application_protocols: Some(Protocols::from_list(self.protocols)),
+            // docs/protocol.md §9.2: a protocol the transport chose is not repeated.
+            application_protocols: match self.fixed_protocol {
+                Some(_) => None,
+                None => Some(Protocols::from_list(self.protocols)),
+            },
         }
     }
 }

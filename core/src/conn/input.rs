@@ -208,7 +208,15 @@ impl<const N: usize> Connection<N> {
             effective_idle(self.config.max_idle_timeout.as_millis(), p.max_idle_timeout),
         );
 
-        match negotiate(self.side, self.config.protocols, p.application_protocols) {
+        let agreed = match self.config.fixed_protocol {
+            // docs/protocol.md §9.2: the transport chose; a list from the peer is a violation.
+            Some(_) if p.application_protocols.is_some() => {
+                return Err(TransportError::TransportParameter);
+            }
+            Some(fixed) => Some(fixed),
+            None => negotiate(self.side, self.config.protocols, p.application_protocols),
+        };
+        match agreed {
             Some(protocol) => {
                 debug!("qmux: established, protocol {}", protocol);
                 self.protocol = Some(protocol);

@@ -20,8 +20,14 @@ pub struct Config<'c> {
     /// Our Hop ID, sent in SETUP, ANNOUNCE_OK and as ANNOUNCE_REQUEST's Exclude
     /// Hop; 0 = none (docs/protocol.md §4.3: give a publisher a stable non-zero one).
     pub hop: u64,
-    /// Client only: the SETUP Path parameter, the URL's path and query as dialed
-    /// (`/room`, `/room?jwt=...`); `None` or empty sends none (docs/protocol.md §3.5).
+    /// The session's path and query (`/room`, `/room?jwt=...`). Client: sent as
+    /// the SETUP Path parameter, the URL's path and query as dialed; `None` or
+    /// empty sends none (docs/protocol.md §3.5; leave it `None` over WebSocket,
+    /// where the request URI carries it, §9.3). Server: the path the transport
+    /// carried (a WebSocket request URI), reported in [`Event::Setup`] in place
+    /// of any SETUP Path; `None` on TCP.
+    ///
+    /// [`Event::Setup`]: super::Event::Setup
     pub path: Option<&'c str>,
     /// Client only: the SETUP Role parameter; [`Role::Both`] sends none. A
     /// publishing client must not say [`Role::Subscriber`] (docs/protocol.md §4.1).

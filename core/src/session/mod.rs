@@ -352,10 +352,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             conn,
             side,
             hop: config.hop,
-            path: match side {
-                Side::Client => config.path.filter(|p| !p.is_empty()),
-                Side::Server => None,
-            },
+            path: config.path.filter(|p| !p.is_empty()),
             role: match side {
                 Side::Client => config.role,
                 Side::Server => Role::Both,

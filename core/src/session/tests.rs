@@ -404,6 +404,64 @@ fn peer_setup_is_reported_with_its_path() {
 }
 
 #[test]
+fn server_reports_the_path_its_transport_carried() {
+    // docs/protocol.md §9.3: over WebSocket the request URI is the path; a
+    // SETUP Path (here `/room`) does not replace it, and the server's own
+    // SETUP stays empty.
+    let config = Config {
+        path: Some("/anon?jwt=x"),
+        ..Config::new()
+    };
+    raw_pair!(Side::Server, config, None, st, pair);
+    pair.b.open(
+        Dir::Uni,
+        &hex("01 12 04 03 01 02 05 02 62 22 02 05 2f 72 6f 6f 6d 01 01 01"),
+        true,
+    );
+    assert!(pair.run(1000, |p| p.a.session.is_setup()));
+    pair.settle(Duration::from_millis(10));
+    assert!(pair.a.events.contains(&Ev::Setup {
+        hop: 0x2222,
+        role: Role::Subscriber,
+        path: Some("/anon?jwt=x".into()),
+    }));
+    assert_eq!(pair.b.received(3), hex("01 01 00"));
+}
+
+#[test]
+fn a_protocol_fixed_by_the_transport_is_not_negotiated() {
+    // docs/protocol.md §9.2: both ends fixed to moq-lite-05 by the WebSocket
+    // subprotocol send no application_protocols and come up with it.
+    let fixed = conn::Config {
+        fixed_protocol: Some(conn::MOQ_LITE_05),
+        ..conn::Config::new()
+    };
+    let config = Config {
+        conn: fixed,
+        ..Config::new()
+    };
+    let mut st = St::new();
+    let session: Session<'_, '_, '_, 32> =
+        Session::new(Side::Server, config, Instant::ZERO, &mut st, None).unwrap();
+    let mut pair = Pair::new(Node::new(session), Raw::new(Side::Client, fixed));
+    assert!(pair.run(1000, |p| p.b.established && p.a.session.is_established()));
+    assert!(pair.a.events.contains(&Ev::Connected {
+        protocol: conn::MOQ_LITE_05.into()
+    }));
+
+    // A peer that negotiates in-band anyway breaks the handshake.
+    let mut st = St::new();
+    let session: Session<'_, '_, '_, 32> =
+        Session::new(Side::Server, config, Instant::ZERO, &mut st, None).unwrap();
+    let mut pair = Pair::new(
+        Node::new(session),
+        Raw::new(Side::Client, conn::Config::new()),
+    );
+    assert!(pair.run(1000, |p| p.a.closed().is_some()));
+    assert!(!pair.a.session.is_established());
+}
+
+#[test]
 fn duplicate_setup_closes_with_protocol_violation() {
     raw_pair!(Side::Server, Config::new(), None, st, pair);
     pair.b.open(Dir::Uni, &hex("01 01 00"), true);

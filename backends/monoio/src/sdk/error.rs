@@ -8,7 +8,8 @@ use skiff_core::model::group;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The URL is not `tcp://host:port[/path]`, or its host does not resolve.
+    /// The URL is not `tcp://host:port[/path]` or `ws://host:port[/path][?query]`
+    /// (`wss://` is refused: TLS is not supported yet), or its host does not resolve.
     #[error("invalid URL {url:?}: {reason}")]
     InvalidUrl {
         /// The URL given.

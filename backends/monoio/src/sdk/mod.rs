@@ -87,10 +87,20 @@ impl Default for Config {
     }
 }
 
-/// Where the client dials: the socket address and the SETUP path.
+/// How the client reaches the relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scheme {
+    /// QMux over TCP; the path travels in SETUP.
+    Tcp,
+    /// QMux over WebSocket; the path is the request URI (docs/protocol.md §9.3).
+    Ws,
+}
+
+/// Where the client dials: the socket address, the transport and the path.
 #[derive(Debug, Clone)]
 struct Target {
     url: String,
+    scheme: Scheme,
     host: String,
     path: String,
 }
@@ -101,13 +111,34 @@ impl Target {
             url: url.to_owned(),
             reason,
         };
-        let (host, path) =
-            crate::client::split_url(url).ok_or_else(|| bad("only tcp:// URLs are supported"))?;
+        let (scheme, rest) = if let Some(rest) = url.strip_prefix("ws://") {
+            (Scheme::Ws, rest)
+        } else if url.starts_with("tcp://") {
+            (Scheme::Tcp, url)
+        } else if url.starts_with("wss://") {
+            return Err(bad(
+                "wss:// (WebSocket over TLS) is not supported yet: use ws://",
+            ));
+        } else {
+            return Err(bad("only tcp:// and ws:// URLs are supported"));
+        };
+        let (host, path) = match scheme {
+            Scheme::Tcp => crate::client::split_url(rest)
+                .ok_or_else(|| bad("only tcp:// and ws:// URLs are supported"))?,
+            Scheme::Ws => match rest.find(['/', '?']) {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            },
+        };
         if host.is_empty() || !host.contains(':') {
             return Err(bad("expected host:port"));
         }
+        if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+            return Err(bad("the path has spaces or control characters"));
+        }
         Ok(Target {
             url: url.to_owned(),
+            scheme,
             host: host.to_owned(),
             path: path.to_owned(),
         })
@@ -241,14 +272,18 @@ pub struct Client {
     shared: Rc<Shared>,
 }
 
-/// A client of the relay at `url` (`tcp://host:port/path`; the path is sent
-/// in SETUP and scopes the session) and the [`Runner`] that connects it.
+/// A client of the relay at `url` and the [`Runner`] that connects it:
+/// `tcp://host:port/path` (QMux over TCP; the path is sent in SETUP and
+/// scopes the session) or `ws://host:port/path?query` (QMux over WebSocket,
+/// subprotocol `qmux-01.moq-lite-05`; the path and query are the request URI
+/// and SETUP carries none, docs/protocol.md §9).
 ///
 /// Call it on the monoio runtime that will run the runner; nothing is dialed
 /// until [`Runner::run`] runs.
 ///
 /// # Errors
-/// [`Error::InvalidUrl`] for another scheme or a URL without a port;
+/// [`Error::InvalidUrl`] for another scheme (`wss://` included: TLS is not
+/// supported yet) or a URL without a port;
 /// [`Error::Full`] if every origin of the thread's client tables is taken.
 pub fn connect(url: &str, config: Config) -> Result<(Client, Runner), Error> {
     let target = Target::parse(url)?;

@@ -8,9 +8,13 @@ use skiff_core::wire::lite::Role;
 use skiff_core::wire::qmux::Side;
 
 use super::subscribe::Phase;
-use super::{Error, Shared};
+use super::{Error, Scheme, Shared};
 use crate::cancel::race;
-use crate::session_driver::{App, MoqSession, drive, split_halves};
+use crate::session_driver::{App, ByteRead, ByteWrite, MoqSession, drive, split_halves};
+
+/// How long a ws:// dial waits for the upgrade's answer when the QMux
+/// handshake timeout is off.
+const WS_UPGRADE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Socket buffer of a client connection, each way.
 const SOCKET_BUFFER: usize = 64 * 1024;
@@ -66,35 +70,81 @@ impl Runner {
     /// One connection, from the dial to the end of its session.
     async fn connect_once(&self) -> Result<(), Error> {
         let s = &*self.shared;
-        let addr = s.target.resolve()?;
-        let stream = TcpStream::connect(addr).await?;
-        let _ = stream.set_nodelay(true);
-        let (reader, writer) = split_halves(stream, SOCKET_BUFFER);
+        match s.target.scheme {
+            Scheme::Tcp => {
+                let addr = s.target.resolve()?;
+                let stream = TcpStream::connect(addr).await?;
+                let _ = stream.set_nodelay(true);
+                let (reader, writer) = split_halves(stream, SOCKET_BUFFER);
+                self.run_session(reader, writer, Some(&s.target.path), None)
+                    .await
+            }
+            Scheme::Ws => {
+                let transport = s.ctx.transport();
+                let timeout = match crate::clock::to_std(transport.handshake_timeout) {
+                    t if t.is_zero() => WS_UPGRADE_TIMEOUT,
+                    t => t,
+                };
+                let max = usize::try_from(transport.max_record_size).unwrap_or(usize::MAX);
+                let target = if s.target.path.starts_with('/') {
+                    s.target.path.clone()
+                } else {
+                    format!("/{}", s.target.path)
+                };
+                let (reader, writer, chosen) =
+                    crate::ws::dial(&s.target.host, &target, timeout, max).await?;
+                // docs/protocol.md §9.2: the subprotocol names the application protocol;
+                // none chosen leaves it to the transport parameters, as on TCP.
+                let fixed = chosen.is_some().then_some(skiff_ws::APPLICATION);
+                // §9.3: the path is the request URI, not repeated in SETUP.
+                self.run_session(reader, writer, None, fixed).await
+            }
+        }
+    }
+
+    /// Runs one session over a connected transport.
+    async fn run_session<R: ByteRead, W: ByteWrite>(
+        &self,
+        reader: R,
+        writer: W,
+        path: Option<&str>,
+        fixed_protocol: Option<&'static str>,
+    ) -> Result<(), Error> {
+        let s = &*self.shared;
         let mut storage = s.ctx.take_storage();
         let res = {
             let config = SessionConfig {
-                conn: s.ctx.transport(),
-                path: Some(&s.target.path),
+                conn: skiff_core::conn::Config {
+                    fixed_protocol,
+                    ..s.ctx.transport()
+                },
+                path,
                 role: Role::Both,
                 ..SessionConfig::new()
             };
-            let session: MoqSession<'_> = Session::new(
+            let session: Result<MoqSession<'_>, _> = Session::new(
                 Side::Client,
                 config,
                 s.ctx.drive.clock.now(),
                 &mut *storage,
                 Some(s.origin),
-            )
-            .map_err(std::io::Error::other)?;
-            let mut app = SessionApp {
-                shared: &self.shared,
-                asked: Vec::new(),
-                announced: Vec::new(),
-            };
-            drive(session, reader, writer, &mut app, &s.ctx.drive).await
+            );
+            match session {
+                Ok(session) => {
+                    let mut app = SessionApp {
+                        shared: &self.shared,
+                        asked: Vec::new(),
+                        announced: Vec::new(),
+                    };
+                    drive(session, reader, writer, &mut app, &s.ctx.drive)
+                        .await
+                        .map(|_| ())
+                }
+                Err(e) => Err(std::io::Error::other(e)),
+            }
         };
         s.ctx.give_storage(storage);
-        res.map(|_| ()).map_err(Error::from)
+        res.map_err(Error::from)
     }
 }
 

@@ -34,8 +34,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         match c.kind {
             Kind::SetupIn { .. } => {
                 let (setup, _) = decode_message::<Setup<'_>>(msg).ok()?;
+                // docs/protocol.md §9.3: a path the transport carried wins over
+                // (and stands in for) SETUP's.
                 let path = match self.side {
-                    Side::Server => setup.path(),
+                    Side::Server => self.path.or(setup.path()),
                     Side::Client => None,
                 };
                 Some(Event::Setup {

@@ -14,7 +14,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     fn setup_params(&self) -> ([Param<'s>; 3], usize) {
         let mut params = [Param::Hop(0); 3];
         let mut n = 0;
-        if let Some(path) = self.path {
+        // A server's `path` is the transport's (a WebSocket request URI), never sent.
+        if let Some(path) = self.path.filter(|_| self.side == Side::Client) {
             params[n] = Param::Path(path);
             n += 1;
         }

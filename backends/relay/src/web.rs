@@ -1,0 +1,296 @@
+//! HTTP on the relay's listen port: the WebSocket upgrade and the plain
+//! endpoints a browser player needs (docs/protocol.md §9).
+//!
+//! A connection whose first three bytes are ASCII capitals is an HTTP
+//! request ([`skiff_ws::http::is_http_start`]); `serve_http` reads its head
+//! (at most [`MAX_HEAD_BYTES`], within the handshake timeout) and either
+//! switches to WebSocket, for the session to run over, or answers and closes:
+//!
+//! * `GET /certificate.sha256`: 404 (no TLS certificate to pin; the player
+//!   asks first and then dials WebSocket);
+//! * `GET /health`: 200 `ok`;
+//! * `GET /announced[/PREFIX]`: a JSON array of the announced broadcast paths;
+//! * `GET /` and `GET /FILE`: the web directory's `index.html` and files
+//!   (read per request, at most [`MAX_FILE_BYTES`]; no path leaves the
+//!   directory); without `index.html`, `/` is a small page listing the
+//!   broadcasts that says how to build the player.
+//!
+//! Every answer but the upgrade says `Connection: close`.
+
+use std::io;
+use std::path::{Component, Path};
+use std::time::{Duration, Instant};
+
+use skiff_ws::http::{self, Choice, MAX_HEAD_BYTES, RequestError};
+
+use crate::conn::{Reader, Writer};
+use crate::relay::Relay;
+
+/// Largest file served from the web directory.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// What [`serve_http`] did with the connection.
+#[derive(Debug)]
+pub(crate) enum Routed {
+    /// Switched to WebSocket: run the session over it.
+    Upgrade {
+        /// The request target (path and query): the session's path.
+        target: String,
+        /// The application protocol the chosen subprotocol names (`None`:
+        /// negotiated in the transport parameters).
+        protocol: Option<&'static str>,
+        /// Bytes that followed the head (the first WebSocket frames).
+        early: Vec<u8>,
+    },
+    /// Answered; the connection is closed.
+    Done,
+}
+
+/// The content type of a file, by extension.
+fn content_type(path: &Path) -> &'static str {
+    match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
+        "html" | "htm" => "text/html; charset=utf-8",
+        "js" | "mjs" => "text/javascript; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "map" | "json" => "application/json",
+        "wasm" => "application/wasm",
+        "svg" => "image/svg+xml",
+        "png" => "image/png",
+        "ico" => "image/x-icon",
+        "txt" => "text/plain; charset=utf-8",
+        _ => "application/octet-stream",
+    }
+}
+
+/// The file under `dir` that `path` (a request path) names, if it stays
+/// inside `dir`: plain segments only (no `..`, no `.`-prefixed names, no
+/// percent escapes or backslashes), and after symlinks still under `dir`.
+fn file_under(dir: &Path, path: &str) -> Option<std::path::PathBuf> {
+    let rel = path.trim_start_matches('/');
+    let rel = if rel.is_empty() { "index.html" } else { rel };
+    if rel.contains(['%', '\\', '\0']) || rel.split('/').any(|s| s.is_empty() || s.starts_with('.'))
+    {
+        return None;
+    }
+    let rel = Path::new(rel);
+    if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+        return None;
+    }
+    let root = dir.canonicalize().ok()?;
+    let full = root.join(rel).canonicalize().ok()?;
+    full.starts_with(&root).then_some(full)
+}
+
+/// Reads a file of at most [`MAX_FILE_BYTES`].
+fn read_bounded(path: &Path) -> Option<Vec<u8>> {
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
+        return None;
+    }
+    std::fs::read(path).ok()
+}
+
+/// The announced broadcast paths under `prefix` (whole segments; `""`: all).
+fn announced(relay: &Relay, prefix: &str) -> Vec<String> {
+    let prefix = prefix.trim_matches('/');
+    let mut paths: Vec<String> = relay
+        .origin()
+        .iter()
+        .map(|b| b.path().as_str().to_owned())
+        .filter(|p| {
+            prefix.is_empty()
+                || p == prefix
+                || p.strip_prefix(prefix).is_some_and(|r| r.starts_with('/'))
+        })
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+/// Escapes text for HTML.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The page `/` shows when the player is not built.
+fn fallback_page(relay: &Relay) -> Vec<u8> {
+    let items: String = announced(relay, "")
+        .iter()
+        .map(|p| format!("<li><code>{}</code></li>\n", escape(p)))
+        .collect();
+    let list = if items.is_empty() {
+        "<p>No broadcast is announced.</p>".to_owned()
+    } else {
+        format!("<ul>\n{items}</ul>")
+    };
+    format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>skiff-relay</title></head><body>\n\
+         <h1>skiff-relay</h1>\n<p>Announced broadcasts:</p>\n{list}\n\
+         <p>The web player is not built: run <code>npm --prefix web ci &amp;&amp; npm --prefix web run build</code>, \
+         or point <code>--web-dir</code> at a built player.</p>\n</body></html>\n"
+    )
+    .into_bytes()
+}
+
+/// Answers a plain (non-upgrade) request.
+fn answer(relay: &Relay, web_dir: &Path, req: &http::Request) -> Vec<u8> {
+    let head_only = req.method == "HEAD";
+    let text = "text/plain; charset=utf-8";
+    if req.method != "GET" && !head_only {
+        return http::response(
+            405,
+            text,
+            b"method not allowed\n",
+            false,
+            &[("Allow", "GET, HEAD")],
+        );
+    }
+    let path = req.path();
+    match path {
+        "/certificate.sha256" => http::response(404, text, b"no certificate\n", head_only, &[]),
+        "/health" => http::response(200, text, b"ok\n", head_only, &[]),
+        _ if path == "/announced" || path.starts_with("/announced/") => {
+            let prefix = path.strip_prefix("/announced").unwrap_or("");
+            let body = serde_json::to_vec(&announced(relay, prefix)).unwrap_or_default();
+            http::response(200, "application/json", &body, head_only, &[])
+        }
+        _ => match file_under(web_dir, path).and_then(|f| Some((read_bounded(&f)?, f))) {
+            Some((body, file)) => http::response(200, content_type(&file), &body, head_only, &[]),
+            None if path == "/" => http::response(
+                200,
+                "text/html; charset=utf-8",
+                &fallback_page(relay),
+                head_only,
+                &[],
+            ),
+            None => http::response(404, text, b"not found\n", head_only, &[]),
+        },
+    }
+}
+
+/// Sends `response` and closes the connection.
+async fn reply(writer: &mut Writer, response: &[u8]) -> io::Result<Routed> {
+    writer.write_all(response).await?;
+    let _ = writer.close().await;
+    Ok(Routed::Done)
+}
+
+/// Reads an HTTP request head whose first bytes are pending in `reader`
+/// and serves it; see the module docs. The head must arrive within
+/// `limit` (else 408).
+///
+/// # Errors
+/// Socket errors.
+pub(crate) async fn serve_http(
+    relay: &Relay,
+    web_dir: &Path,
+    reader: &mut Reader,
+    writer: &mut Writer,
+    conn: u64,
+    limit: Duration,
+) -> io::Result<Routed> {
+    let deadline = Instant::now() + limit;
+    let text = "text/plain; charset=utf-8";
+    let req = loop {
+        match http::parse_request(reader.pending()) {
+            Ok(Some(req)) => break req,
+            Ok(None) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() || !reader.read_more(MAX_HEAD_BYTES, left).await? {
+                    tracing::debug!(conn, "http: no complete request head in time");
+                    let r = http::response(
+                        408,
+                        text,
+                        b"request head not received in time\n",
+                        false,
+                        &[],
+                    );
+                    return reply(writer, &r).await;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(conn, error = %e, "http: request refused");
+                let body = format!("{e}\n");
+                let extra: &[(&str, &str)] = match e {
+                    RequestError::Version => &[("Sec-WebSocket-Version", "13")],
+                    _ => &[],
+                };
+                let r = http::response(e.status(), text, body.as_bytes(), false, extra);
+                return reply(writer, &r).await;
+            }
+        }
+    };
+    let Some(upgrade) = &req.upgrade else {
+        tracing::debug!(conn, method = req.method, path = req.path(), "http request");
+        let r = answer(relay, web_dir, &req);
+        return reply(writer, &r).await;
+    };
+    let (protocol, application) = match http::choose(&upgrade.protocols) {
+        Choice::Speak(p) => (Some(p), Some(skiff_ws::APPLICATION)),
+        Choice::NoneOffered => (None, None),
+        Choice::NoMatch => {
+            tracing::debug!(conn, offered = ?upgrade.protocols, "websocket: no subprotocol we speak");
+            let body = format!(
+                "no supported subprotocol: offer {}\n",
+                skiff_ws::SUBPROTOCOL
+            );
+            let r = http::response(400, text, body.as_bytes(), false, &[]);
+            return reply(writer, &r).await;
+        }
+    };
+    writer
+        .write_all(&http::switching_protocols(&upgrade.key, protocol))
+        .await?;
+    tracing::debug!(conn, target = req.target, ?protocol, "websocket: upgraded");
+    Ok(Routed::Upgrade {
+        target: req.target.clone(),
+        protocol: application,
+        early: reader.take_pending(req.head_len),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_stay_inside_the_directory() {
+        let dir = std::env::temp_dir().join(format!("skiff-web-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("assets")).unwrap();
+        std::fs::write(dir.join("index.html"), "<p>hi</p>").unwrap();
+        std::fs::write(dir.join("assets/app.js"), "x").unwrap();
+        assert_eq!(
+            file_under(&dir, "/"),
+            Some(dir.canonicalize().unwrap().join("index.html"))
+        );
+        assert!(file_under(&dir, "/assets/app.js").is_some());
+        for bad in [
+            "/../etc/passwd",
+            "/assets/../index.html",
+            "/%2e%2e/x",
+            "/.git",
+            "//etc",
+            "/a\\b",
+        ] {
+            assert_eq!(file_under(&dir, bad), None, "{bad}");
+        }
+        assert_eq!(
+            content_type(Path::new("a.mjs")),
+            "text/javascript; charset=utf-8"
+        );
+        assert_eq!(content_type(Path::new("a.wasm")), "application/wasm");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
