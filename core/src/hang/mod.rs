@@ -6,11 +6,13 @@
 //! presentation time in microseconds, then the codec's bytes. Every group of a
 //! media track is one GOP and starts with a keyframe.
 //!
+//! * [`avc`]: H.264 NAL framing, the avcC record and the codec string.
 //! * [`frame`]: the legacy container's prefix, written and read without allocating.
 //! * [`catalog`]: a catalog writer for video renditions into a caller's buffer.
 //! * [`catalog_info`], [`video_info`], [`audio_info`]: the TRACK_INFO values
 //!   moq-dev's publishers give these tracks.
 
+pub mod avc;
 pub mod catalog;
 pub mod frame;
 
