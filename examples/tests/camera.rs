@@ -127,7 +127,10 @@ fn the_viewer_decodes_300_camera_frames_and_writes_pngs() {
         let _ = cam.wait();
         relay.shutdown().expect("relay stops");
         let stdout = passed(&out, 300);
-        assert!(stdout.contains("latency") && !stdout.contains("n/a"), "{stdout}");
+        assert!(
+            stdout.contains("latency") && !stdout.contains("n/a"),
+            "{stdout}"
+        );
         // The pictures: the catalog's size, and the stamp rows change frame to frame.
         let names: Vec<_> = [0, 1, 150, 299]
             .iter()
@@ -252,7 +255,11 @@ fn bad_input_is_refused_with_a_clear_error() {
         }
         data.truncate(data.len() * 2 / 3);
         refuses(&["--input", "h264"], data, "h264 input:");
-        refuses(&["--input", "h264"], vec![0x42; 10_000], "no Annex-B start code");
+        refuses(
+            &["--input", "h264"],
+            vec![0x42; 10_000],
+            "no Annex-B start code",
+        );
         refuses(&["--width", "100"], Vec::new(), "at least 128x96");
     });
 }
@@ -328,8 +335,18 @@ fn the_camera_redials_a_relay_that_comes_back() {
                     .subscribe("cam.hang", hang::CATALOG_TRACK, Request::LIVE)
                     .await
                     .expect("catalog subscribed");
-                let mut g = catalog.next_group().await.unwrap().expect("a catalog group");
-                let json = g.read_frame().await.unwrap().expect("the catalog").payload.to_vec();
+                let mut g = catalog
+                    .next_group()
+                    .await
+                    .unwrap()
+                    .expect("a catalog group");
+                let json = g
+                    .read_frame()
+                    .await
+                    .unwrap()
+                    .expect("the catalog")
+                    .payload
+                    .to_vec();
                 assert!(json.starts_with(b"{\"video\":{\"renditions\":{\"video\":"));
                 client.close().await;
                 runner.await;
