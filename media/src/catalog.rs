@@ -89,7 +89,7 @@ fn hex_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, 
         b'A'..=b'F' => Some(c - b'A' + 10),
         _ => None,
     };
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err(serde::de::Error::custom(
             "description: odd number of hex digits",
         ));

@@ -77,7 +77,10 @@ fn stamp_rows(width: usize) -> usize {
 
 /// True if the pattern fits a `width` × `height` picture (at least [`MIN_SIZE`], even sides).
 pub fn fits(width: usize, height: usize) -> bool {
-    width >= MIN_SIZE.0 && height >= MIN_SIZE.1 && width % 2 == 0 && height % 2 == 0
+    width >= MIN_SIZE.0
+        && height >= MIN_SIZE.1
+        && width.is_multiple_of(2)
+        && height.is_multiple_of(2)
 }
 
 /// Draws frame `stamp.frame` of the pattern into `pic`, stamped with `stamp`.

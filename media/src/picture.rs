@@ -17,7 +17,7 @@ impl Picture {
     /// If a dimension is odd or zero (callers validate sizes from flags and files first).
     pub fn new(width: usize, height: usize) -> Picture {
         assert!(
-            width > 0 && height > 0 && width % 2 == 0 && height % 2 == 0,
+            width > 0 && height > 0 && width.is_multiple_of(2) && height.is_multiple_of(2),
             "picture size {width}x{height}"
         );
         let luma = width * height;

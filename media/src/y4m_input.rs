@@ -55,7 +55,13 @@ impl<R: Read> Y4mSource<R> {
             return Err(Error::Colorspace(format!("{cs:?}")));
         }
         let (w, h) = (decoder.get_width(), decoder.get_height());
-        if w == 0 || h == 0 || w % 2 != 0 || h % 2 != 0 || w.max(h) > 3840 || w.min(h) > 2160 {
+        if w == 0
+            || h == 0
+            || !w.is_multiple_of(2)
+            || !h.is_multiple_of(2)
+            || w.max(h) > 3840
+            || w.min(h) > 2160
+        {
             return Err(Error::Size(w, h));
         }
         Ok(Y4mSource { decoder, frames: 0 })
