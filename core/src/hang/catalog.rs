@@ -35,7 +35,7 @@ pub struct VideoRendition<'a> {
     pub bitrate: Option<u64>,
 }
 
-/// Why [`write`] wrote no catalog.
+/// Why [`write()`] wrote no catalog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum CatalogError {
