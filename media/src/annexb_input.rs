@@ -227,9 +227,9 @@ impl<R: Read> AccessUnits<R> {
                         if self.sps.is_empty() || self.pps.is_empty() {
                             return Err(Error::NoParameterSets);
                         }
-                        let (sps, pps) = (self.sps.clone(), self.pps.clone());
-                        out.push_nal(&sps).map_err(|e| Error::Nal(self.units, e))?;
-                        out.push_nal(&pps).map_err(|e| Error::Nal(self.units, e))?;
+                        let units = self.units;
+                        out.push_nal(&self.sps).map_err(|e| Error::Nal(units, e))?;
+                        out.push_nal(&self.pps).map_err(|e| Error::Nal(units, e))?;
                         has_sets = true;
                     }
                     _ => {}
