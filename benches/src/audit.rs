@@ -39,7 +39,9 @@ use skiff_core::time::Instant;
 use skiff_core::window::{Request, Start};
 use skiff_core::wire::qmux::Side;
 
-use skiff_examples::camera::{Capture, Encoder, Format};
+use skiff_media::h264::{EncodeOptions, Encoder, Payload};
+use skiff_media::pattern::{self, Stamp};
+use skiff_media::picture::Picture;
 
 use crate::counting::{Allocs, measure, snapshot};
 use crate::fixture::{self, Audience, Drained, Follower, GroupEnd, Node};
@@ -780,20 +782,21 @@ fn since(a: Allocs, b: Allocs) -> Allocs {
 }
 
 /// `camera_frame` / `camera_encode`: one frame of the host camera node
-/// (`skiff_examples::camera`, 320x240 grey at 30 fps, 30 frames per group)
-/// is captured into its reusable picture, encoded (a run-length key frame
-/// first in each group, XOR deltas after) into the encoder's reusable
-/// payload and written to a core track; a key frame also finishes the group
-/// before and starts a new one. Audience 0: the track alone. Audience 1: the
+/// (`skiff_examples::node`: the stamped test pattern, 320x240 at 30 fps,
+/// H.264 through openh264 with a keyframe every 30 frames) is drawn into its
+/// reusable picture, encoded into the reusable hang payload, given its
+/// legacy prefix and written to a core track (µs timestamps); a keyframe also
+/// finishes the group before and starts a new one. Audience 0: the track alone. Audience 1: the
 /// track is served by a publisher session to a subscriber session (real
 /// [`Session`]s wired in memory, as in `relay_frame`) whose local track's
 /// reader reads the frame. `camera_frame` counts all but the encoder,
 /// `camera_encode` only the encoder.
 struct CameraFrame {
     part: CameraPart,
-    format: Format,
-    capture: Capture,
+    picture: Picture,
     encoder: Encoder,
+    payload: Payload,
+    groups: u64,
     node: Node,
     group: Option<GroupProducer<'static, 'static>>,
     /// The session pair and the subscriber's reader (audience 1).
@@ -801,6 +804,8 @@ struct CameraFrame {
     now: Instant,
     excluded: Allocs,
     frames: u64,
+    /// Frames written (the encoder may skip a picture).
+    written: u64,
     bytes: u64,
     read: Drained,
 }
@@ -816,7 +821,6 @@ impl CameraFrame {
 
     fn new(part: CameraPart, audience: usize) -> CameraFrame {
         assert!(audience <= 1, "camera cases have audiences 0 and 1");
-        let format = Format::DEFAULT;
         let node = Node::new(512, 4096);
         let now = Instant::ZERO;
         let link = (audience == 1).then(|| {
@@ -838,15 +842,24 @@ impl CameraFrame {
         });
         CameraFrame {
             part,
-            format,
-            capture: Capture::new(format),
-            encoder: Encoder::new(format),
+            picture: Picture::new(320, 240),
+            encoder: Encoder::new(EncodeOptions {
+                width: 320,
+                height: 240,
+                fps: 30.0,
+                gop: 30,
+                bitrate: 1_000_000,
+            })
+            .expect("openh264 starts"),
+            payload: Payload::with_capacity(256 << 10),
+            groups: 0,
             node,
             group: None,
             link,
             now: now.saturating_add(skiff_core::time::Duration::from_millis(1)),
             excluded: Allocs::default(),
             frames: 0,
+            written: 0,
             bytes: 0,
             read: Drained::default(),
         }
@@ -856,23 +869,41 @@ impl CameraFrame {
 impl Op for CameraFrame {
     fn run(&mut self) {
         let t0 = snapshot();
-        let (n, picture) = self.capture.capture();
+        let n = self.frames;
+        let stamp = Stamp {
+            frame: n as u32,
+            time_us: std::time::SystemTime::now()
+                .duration_since(std::time::SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64),
+        };
+        pattern::draw(&mut self.picture, stamp);
         let t1 = snapshot();
-        let payload = self.encoder.encode(n, black_box(picture)).expect("format");
+        let made = self
+            .encoder
+            .encode(black_box(&self.picture), &mut self.payload)
+            .expect("openh264 encodes");
         let t2 = snapshot();
-        if self.format.is_key(n) {
+        if self.payload.is_keyframe() {
             if let Some(mut done) = self.group.take() {
                 done.finish().expect("finish group");
             }
-            let seq = self.format.group(n);
-            self.group = Some(self.node.producer.create_group(seq).expect("group"));
+            self.group = Some(self.node.producer.create_group(self.groups).expect("group"));
+            self.groups += 1;
         }
-        let group = self.group.as_mut().expect("an open group");
-        group
-            .write_frame(self.format.timestamp_ms(n), payload)
-            .expect("room in the pool");
+        // A picture the encoder skipped to hold its bitrate publishes nothing.
+        let pts_us = n * 1_000_000 / 30;
+        let payload = self.payload.frame(pts_us).expect("timestamp in range");
+        if made {
+            let group = self.group.as_mut().expect("an open group");
+            group
+                .write_frame(pts_us, payload)
+                .expect("room in the pool");
+        }
         self.frames += 1;
-        self.bytes += payload.len() as u64;
+        if made {
+            self.bytes += payload.len() as u64;
+            self.written += 1;
+        }
         if let Some((link, reader)) = &mut self.link {
             link.pump(self.now);
             self.read += reader.drain(|chunk| {
@@ -901,10 +932,11 @@ impl Op for CameraFrame {
             return Err(format!("pool exhausted {} times", pool.exhausted_count()));
         }
         // The subscriber joined before the first frame: it read every one.
-        if self.link.is_some() && (self.read.frames, self.read.bytes) != (self.frames, self.bytes) {
+        if self.link.is_some() && (self.read.frames, self.read.bytes) != (self.written, self.bytes)
+        {
             return Err(format!(
                 "read {:?}, want {} frames of {} bytes in all",
-                self.read, self.frames, self.bytes
+                self.read, self.written, self.bytes
             ));
         }
         Ok(())

@@ -27,6 +27,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod conn;
+pub mod hang;
 pub mod model;
 pub mod pacing;
 pub mod pool;

@@ -8,6 +8,7 @@ use std::fs;
 use std::path::PathBuf;
 
 use skiff_core::conn::{CloseCause, Config, Connection, Event};
+use skiff_core::hang::frame::{self as hang_frame, FrameError};
 use skiff_core::model::frame::Header;
 use skiff_core::time::Instant;
 use skiff_core::wire::lite::{
@@ -62,6 +63,8 @@ enum Check {
     /// A fuzzer finding that decodes fine but does not survive a round trip; see
     /// `known_issue_max_age_saturation_round_trip`.
     KnownIssue(Msg),
+    /// `hang::frame::decode` of the whole file (a legacy media payload).
+    Hang(FrameError),
 }
 
 /// The connection first receives the peer's valid parameters (docs/protocol.md §6 V1).
@@ -414,6 +417,18 @@ const CASES: &[(&str, &[Check])] = &[
         "known_trackinfo_max_age_saturates.bin",
         &[Check::KnownIssue(Msg::TrackInfo)],
     ),
+    (
+        "hang_frame_empty.bin",
+        &[Check::Hang(FrameError::Truncated)],
+    ),
+    (
+        "hang_frame_truncated_varint.bin",
+        &[Check::Hang(FrameError::Truncated)],
+    ),
+    (
+        "hang_frame_timestamp_2_53.bin",
+        &[Check::Hang(FrameError::TimestampTooLarge)],
+    ),
 ];
 
 // ---- harness ----
@@ -594,6 +609,10 @@ fn decoders_return_the_listed_error() {
                 Check::Record(want) => (record(&b), want),
                 Check::Params(want) => (TransportParams::decode(&b).map(drop), want),
                 Check::Lite(msg, want) => (lite(msg, &b), want),
+                Check::Hang(want) => {
+                    assert_eq!(hang_frame::decode(&b).map(drop), Err(want), "{name}");
+                    continue;
+                }
                 Check::Conn(..) | Check::ConnParams(_) | Check::KnownIssue(_) => continue,
             };
             assert_eq!(got.0, Err(got.1), "{name}");

@@ -1,14 +1,15 @@
 //! Example programs for skiff; see `src/bin/`.
 //!
-//! * `camera`: the host camera node. [`camera`] captures a moving test pattern and
-//!   encodes it (run-length key frames, XOR-delta frames, a group per GOP); [`node`]
-//!   publishes it through a relay with the monoio client.
-//! * `viewer`: subscribes to a track through a relay and checks every frame, either
-//!   against the test pattern of the mps2-an386 firmware
-//!   (`boards/qemu-mps2-an386/src/pattern.rs`, shared by source;
-//!   `boards/qemu-e2e.sh` runs it against the firmware under QEMU) or, for the host
-//!   camera's frames, by decoding them with [`camera::Decoder`] and comparing the
-//!   picture with [`camera::is_pattern`].
+//! * `camera`: the host camera node. [`node`] publishes H.264 in moq-dev's hang
+//!   format (a `catalog.json` track and a `video` track) from the stamped test
+//!   pattern, a Y4M pipe or an Annex-B pipe, with the monoio client; the media
+//!   code itself is `skiff_media`.
+//! * `viewer`: subscribes through a relay and checks every frame: a hang
+//!   broadcast is decoded with openh264 (continuity, stamps, latency, PNG
+//!   output); any other broadcast is checked against the test pattern of the
+//!   mps2-an386 firmware (`boards/qemu-mps2-an386/src/pattern.rs`, shared by
+//!   source; `boards/qemu-e2e.sh` runs it against the firmware under QEMU) or,
+//!   for frames of the private run-length codec, with [`camera::Decoder`].
 
 pub mod camera;
 pub mod node;

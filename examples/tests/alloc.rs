@@ -1,10 +1,11 @@
 //! The camera node's publishing path allocates nothing per frame once warm:
-//! the SDK's `append_group`, `write_frame` and `finish` are counted (on this
-//! thread, inside their own polls only) while the camera publishes through a
-//! relay to a subscriber on the same runtime, pacing included.
-//!
-//! Capture and encoding are covered by the allocation audit's `camera_frame`
-//! and `camera_encode` cases (`benches/src/audit.rs`).
+//! drawing the stamped pattern, the hang prefix and the SDK's `append_group`,
+//! `write_frame` and `finish` are counted (on this thread, inside their own
+//! polls only) while the camera publishes H.264 through a relay to a
+//! subscriber on the same runtime, pacing included. openh264's encoder is
+//! left out of the count (a real codec may allocate); the allocation audit's
+//! `camera_frame` and `camera_encode` cases (`benches/src/audit.rs`) report
+//! the same split.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -18,9 +19,11 @@ use std::time::Duration;
 mod common;
 
 use common::within;
-use skiff_core::model::track::Info;
-use skiff_examples::camera::{Capture, Encoder, Format};
+use skiff_core::hang;
 use skiff_examples::node;
+use skiff_media::h264::{EncodeOptions, Encoder, Payload};
+use skiff_media::pattern::{self, Stamp};
+use skiff_media::picture::Picture;
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_monoio::sdk::{GroupProducer, Request};
 use skiff_monoio::{Config, connect};
@@ -111,18 +114,19 @@ fn publishing_a_camera_frame_allocates_nothing() {
         let relay = server::start(cfg, RelayHandler::factory(1).unwrap()).expect("relay starts");
         let url = format!("tcp://{}/anon", relay.local_addr());
         let allocs = driver::block_on(DriverKind::Auto, move |_| async move {
-            let format = Format::DEFAULT;
-            let (camera, runner) = connect(&url, node::client_config(format)).unwrap();
+            let (camera, runner) = connect(&url, node::client_config(320, 240, 1_000_000)).unwrap();
             let camera_runner = monoio::spawn(runner.run());
             let (viewer, runner) = connect(&url, Config::default()).unwrap();
             let viewer_runner = monoio::spawn(runner.run());
-            let broadcast = camera.publish("host/cam").unwrap();
-            let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
+            let broadcast = camera.publish("cam.hang").unwrap();
+            let mut track = broadcast
+                .create_track(hang::video_info("video").unwrap())
+                .unwrap();
             let reader = monoio::spawn({
                 let viewer = viewer.clone();
                 async move {
                     let mut t = viewer
-                        .subscribe("host/cam", "video", Request::LIVE)
+                        .subscribe("cam.hang", "video", Request::LIVE)
                         .await
                         .unwrap();
                     let mut frames = 0u64;
@@ -137,14 +141,33 @@ fn publishing_a_camera_frame_allocates_nothing() {
             while track.subscribers() == 0 {
                 monoio::time::sleep(Duration::from_millis(5)).await;
             }
-            let (mut capture, mut encoder) = (Capture::new(format), Encoder::new(format));
+            let mut picture = Picture::new(320, 240);
+            let mut encoder = Encoder::new(EncodeOptions {
+                width: 320,
+                height: 240,
+                fps: 30.0,
+                gop: 30,
+                bitrate: 1_000_000,
+            })
+            .unwrap();
+            let mut payload = Payload::with_capacity(256 << 10);
             let mut group: Option<GroupProducer> = None;
             let mut measured = 0;
-            for _ in 0..WARM + MEASURED {
-                let (n, picture) = capture.capture();
-                let payload = encoder.encode(n, picture).unwrap();
+            for n in 0..WARM + MEASURED {
                 let before = COUNT.with(Cell::get);
-                if format.is_key(n) {
+                counted(|| {
+                    let stamp = Stamp {
+                        frame: n as u32,
+                        time_us: node::wall_clock_us(),
+                    };
+                    pattern::draw(&mut picture, stamp);
+                });
+                // Not counted: openh264.
+                if !encoder.encode(&picture, &mut payload).unwrap() {
+                    continue;
+                }
+                let pts_us = n * 1_000_000 / 30;
+                if payload.is_keyframe() {
                     counted(|| {
                         if let Some(g) = group.take() {
                             g.finish().unwrap();
@@ -152,8 +175,9 @@ fn publishing_a_camera_frame_allocates_nothing() {
                         group = Some(track.append_group().unwrap());
                     });
                 }
+                let bytes = counted(|| payload.frame(pts_us).unwrap());
                 let g = group.as_mut().unwrap();
-                let write = pin!(g.write_frame(format.timestamp_ms(n), payload));
+                let write = pin!(g.write_frame(pts_us, bytes));
                 Counted(write).await.unwrap();
                 if n >= WARM {
                     measured += COUNT.with(Cell::get) - before;

@@ -1,10 +1,12 @@
 //! The host camera node through a real relay: `skiff-relay`'s handler on a
-//! loopback port in this process, the camera node publishing to it, and a
-//! subscriber (or the `viewer` binary) decoding what arrives and comparing
-//! each picture with the test pattern.
+//! loopback port in this process, the `camera` binary (or the node itself)
+//! publishing H.264 in hang format, and the `viewer` binary (or a subscriber
+//! here) decoding what arrives.
 
+use std::io::Write;
 use std::num::NonZeroUsize;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -14,27 +16,22 @@ use std::time::Duration;
 mod common;
 
 use common::within;
-use skiff_examples::camera::{self, Decoder, Format};
-use skiff_examples::node::{self, NodeOptions, Progress};
+use skiff_core::hang::{self, frame};
+use skiff_examples::node::{self, Input, NodeOptions};
+use skiff_media::h264::{EncodeOptions, Encoder, Payload};
+use skiff_media::pattern::{self, Stamp};
+use skiff_media::picture::Picture;
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_monoio::sdk::Request;
-use skiff_monoio::{Client, Config, connect};
+use skiff_monoio::{Config, connect};
 use skiff_relay::config::RelayConfig;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server::{self, ServerHandle};
 
-/// Frames the subscriber must decode and check.
-const WANT: u64 = 45;
-
-/// A small, quick stream: 160×120 at 60 fps, a group every 15 frames.
-fn format() -> Format {
-    Format::new(160, 120, 60, 15).unwrap()
-}
-
-/// A relay on a free loopback port, one worker.
-fn relay() -> ServerHandle {
+/// A relay on `listen`, one worker.
+fn relay_on(listen: std::net::SocketAddr) -> ServerHandle {
     let cfg = RelayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
+        listen,
         threads: NonZeroUsize::MIN,
         drain_timeout: Duration::from_secs(2),
         ..RelayConfig::default()
@@ -42,159 +39,233 @@ fn relay() -> ServerHandle {
     server::start(cfg, RelayHandler::factory(1).unwrap()).expect("relay starts")
 }
 
-/// What the subscriber saw.
-#[derive(Debug, Default)]
-struct Seen {
-    /// Frames decoded and equal to the pattern: (n, key, payload bytes).
-    frames: Vec<(u64, bool, usize)>,
-    /// The first problem, if any.
-    error: Option<String>,
+/// A relay on a free loopback port.
+fn relay() -> ServerHandle {
+    relay_on("127.0.0.1:0".parse().unwrap())
 }
 
-/// The camera node and a decoding subscriber on one client runtime.
-async fn scenario(url: String) -> (Seen, Progress) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let camera = {
-        let opts = NodeOptions {
-            url: url.clone(),
-            broadcast: "host/cam".into(),
-            track: "video".into(),
-            format: format(),
-            frames: Some(600),
-        };
-        monoio::spawn(node::run(opts, stop.clone(), |p| eprintln!("camera: {p}")))
-    };
+/// Runs the viewer binary on `url` for `frames` good frames with `extra` flags.
+fn viewer(url: &str, frames: u32, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_viewer"))
+        .args(["--url", url, "--broadcast", "cam.hang", "--timeout", "60"])
+        .args(["--frames", &frames.to_string()])
+        .args(extra)
+        .output()
+        .expect("viewer runs")
+}
 
-    let (client, runner) = connect(&url, Config::default()).expect("a valid URL");
-    let runner = monoio::spawn(runner.run());
-    let mut seen = Seen::default();
-    if let Err(e) = watch(&client, &mut seen).await {
-        seen.error.get_or_insert(e);
+/// The camera binary with `args`, stdin from `input` (if any).
+fn camera(url: &str, args: &[&str], input: Option<Vec<u8>>) -> std::process::Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_camera"))
+        .args(["--url", url])
+        .args(args)
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("camera starts");
+    if let Some(data) = input {
+        let mut stdin = child.stdin.take().unwrap();
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&data);
+        });
     }
-    client.close().await;
-    runner.await;
-    stop.store(true, Ordering::Relaxed);
-    let progress = camera.await.expect("the camera node runs");
-    (seen, progress)
+    child
 }
 
-/// Subscribes and decodes frames into `seen` until [`WANT`] of them or a problem.
-async fn watch(client: &Client, seen: &mut Seen) -> Result<(), String> {
-    let mut track = client
-        .subscribe("host/cam", "video", Request::LIVE)
-        .await
-        .map_err(|e| format!("subscribe: {e}"))?;
-    let mut decoder = Decoder::new();
-    let mut bytes = Vec::new();
-    while seen.frames.len() < WANT as usize {
-        let mut group = match track.next_group().await {
-            Ok(Some(g)) => g,
-            Ok(None) => return Err("track ended".into()),
-            Err(e) => return Err(format!("track: {e}")),
-        };
-        let mut index = 0u64;
-        while seen.frames.len() < WANT as usize {
-            let Some(f) = group
-                .read_frame()
-                .await
-                .map_err(|e| format!("group: {e}"))?
-            else {
-                break;
-            };
-            bytes.clear();
-            f.payload.chunks().for_each(|c| bytes.extend_from_slice(c));
-            let at = (group.sequence(), index, f.timestamp);
-            let h = camera::check(&mut decoder, &bytes)
-                .map_err(|e| format!("frame {}/{}: {e}", at.0, at.1))?;
-            let fmt = h.format;
-            if h.format != format()
-                || (fmt.group(h.n), fmt.index(h.n), fmt.timestamp_ms(h.n)) != at
-                || h.key != (index == 0)
-            {
-                return Err(format!("frame {h:?} misplaced as {at:?}"));
-            }
-            seen.frames.push((h.n, h.key, bytes.len()));
-            index += 1;
-        }
-    }
-    Ok(())
+/// Asserts the viewer passed with `frames` good frames; returns its stdout.
+fn passed(out: &Output, frames: u32) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "viewer: {stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!("PASS: {frames} good frames (hang avc1.")),
+        "{stdout}"
+    );
+    stdout
 }
 
-#[test]
-fn camera_frames_arrive_decodable_through_a_relay() {
-    within(60, || {
-        let relay = relay();
-        let url = format!("tcp://{}/anon", relay.local_addr());
-        let (seen, progress) =
-            driver::block_on(DriverKind::Auto, move |_| scenario(url)).expect("client runtime");
-        relay.shutdown().expect("relay stops");
-        eprintln!("camera finished: {progress}");
-        assert_eq!(seen.error, None, "after {} good frames", seen.frames.len());
-        assert_eq!(seen.frames.len(), WANT as usize);
-        // Consecutive frames, starting at a group: key frames then deltas, and
-        // deltas much smaller than key frames.
-        let first = seen.frames[0].0;
-        assert!(format().is_key(first), "starts mid-group at {first}");
-        for (k, &(n, key, _)) in seen.frames.iter().enumerate() {
-            assert_eq!(n, first + k as u64);
-            assert_eq!(key, format().is_key(n));
-        }
-        let keys: Vec<usize> = seen.frames.iter().filter(|f| f.1).map(|f| f.2).collect();
-        let deltas: Vec<usize> = seen.frames.iter().filter(|f| !f.1).map(|f| f.2).collect();
-        assert!(keys.len() >= 3, "{keys:?}");
-        assert!(
-            deltas.iter().max() < keys.iter().min(),
-            "{keys:?} {deltas:?}"
+/// A PNG's size and its first `rows` rows of RGB.
+fn png_top(path: &Path, rows: usize) -> ((u32, u32), Vec<u8>) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let row = info.line_size;
+    ((info.width, info.height), buf[..row * rows].to_vec())
+}
+
+/// `frames` pictures of the stamped pattern, `w` × `h`.
+fn pattern_pictures(w: usize, h: usize, frames: u32) -> impl Iterator<Item = Picture> {
+    (0..frames).map(move |n| {
+        let mut pic = Picture::new(w, h);
+        pattern::draw(
+            &mut pic,
+            Stamp {
+                frame: n,
+                time_us: node::wall_clock_us(),
+            },
         );
-        assert!(progress.frames >= WANT, "{progress}");
-        assert_eq!(progress.dropped, 0, "{progress}");
-        assert!(progress.sessions >= 1);
-    });
+        pic
+    })
 }
 
-/// The two binaries, as a user runs them: `camera` publishes, `viewer` checks.
 #[test]
-fn the_viewer_binary_views_the_camera_binary() {
+fn the_viewer_decodes_300_camera_frames_and_writes_pngs() {
     within(90, || {
         let relay = relay();
         let url = format!("tcp://{}/anon", relay.local_addr());
-        let mut camera = Command::new(env!("CARGO_BIN_EXE_camera"))
-            .args([
-                "--url", &url, "--fps", "60", "--gop", "20", "--frames", "3000",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("camera starts");
-        let viewer = Command::new(env!("CARGO_BIN_EXE_viewer"))
-            .args([
-                "--url",
-                &url,
-                "--broadcast",
-                "host/cam",
-                "--track",
-                "video",
-                "--frames",
-                "60",
-                "--timeout",
-                "60",
-            ])
-            .output()
-            .expect("viewer runs");
-        let _ = camera.kill();
-        let _ = camera.wait();
+        let mut cam = camera(&url, &["--frames", "3000"], None);
+        let dir = std::env::temp_dir().join(format!("skiff-viewer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = viewer(&url, 300, &["--out", dir.to_str().unwrap()]);
+        let _ = cam.kill();
+        let _ = cam.wait();
         relay.shutdown().expect("relay stops");
-        let out = String::from_utf8_lossy(&viewer.stdout);
-        let err = String::from_utf8_lossy(&viewer.stderr);
-        assert!(viewer.status.success(), "viewer: {out}\n{err}");
+        let stdout = passed(&out, 300);
         assert!(
-            out.contains("PASS: 60 frames intact (host camera)"),
-            "{out}"
+            stdout.contains("latency") && !stdout.contains("n/a"),
+            "{stdout}"
         );
+        // The pictures: the catalog's size, and the stamp rows change frame to frame.
+        let names: Vec<_> = [0, 1, 150, 299]
+            .iter()
+            .map(|i| dir.join(format!("frame-{i:06}.png")))
+            .collect();
+        let tops: Vec<_> = names.iter().map(|p| png_top(p, 24)).collect();
+        for (size, _) in &tops {
+            assert_eq!(*size, (320, 240));
+        }
+        for pair in tops.windows(2) {
+            assert_ne!(pair[0].1, pair[1].1, "the stamp region did not change");
+        }
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 300);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+#[test]
+fn a_y4m_stream_on_stdin_is_encoded_and_viewed() {
+    within(90, || {
+        let relay = relay();
+        let url = format!("tcp://{}/anon", relay.local_addr());
+        let (w, h) = (160, 120);
+        let mut data = Vec::new();
+        {
+            let mut enc = y4m::encode(w, h, y4m::Ratio::new(30, 1))
+                .with_colorspace(y4m::Colorspace::C420jpeg)
+                .write_header(&mut data)
+                .unwrap();
+            for mut pic in pattern_pictures(w, h, 450) {
+                let bytes = pic.as_bytes_mut();
+                let (y, uv) = bytes.split_at(w * h);
+                let (u, v) = uv.split_at(w * h / 4);
+                enc.write_frame(&y4m::Frame::new([y, u, v], None)).unwrap();
+            }
+        }
+        let mut cam = camera(&url, &["--input", "y4m", "--gop", "15"], Some(data));
+        let out = viewer(&url, 60, &[]);
+        let _ = cam.kill();
+        let _ = cam.wait();
+        relay.shutdown().expect("relay stops");
+        let stdout = passed(&out, 60);
+        assert!(stdout.contains("160x120 30 fps"), "{stdout}");
+    });
+}
+
+#[test]
+fn an_h264_stream_on_stdin_is_published_as_it_is() {
+    within(90, || {
+        let relay = relay();
+        let url = format!("tcp://{}/anon", relay.local_addr());
+        let (w, h) = (192, 108);
+        let opts = EncodeOptions {
+            width: w,
+            height: h,
+            fps: 30.0,
+            gop: 20,
+            bitrate: 400_000,
+        };
+        let mut enc = Encoder::new(opts).unwrap();
+        let mut au = Payload::with_capacity(1 << 16);
+        let mut data = Vec::new();
+        for pic in pattern_pictures(w, h, 450) {
+            if enc.encode(&pic, &mut au).unwrap() {
+                for nal in skiff_core::hang::avc::LengthPrefixed::new(au.access_unit()) {
+                    data.extend_from_slice(&[0, 0, 0, 1]);
+                    data.extend_from_slice(nal.unwrap());
+                }
+            }
+        }
+        let mut cam = camera(&url, &["--input", "h264", "--fps", "30"], Some(data));
+        let out = viewer(&url, 60, &[]);
+        let _ = cam.kill();
+        let _ = cam.wait();
+        relay.shutdown().expect("relay stops");
+        let stdout = passed(&out, 60);
+        assert!(stdout.contains("192x108 30 fps"), "{stdout}");
+    });
+}
+
+/// Runs the camera binary on bad stdin: it must exit 2 with `message`, not panic.
+fn refuses(args: &[&str], input: Vec<u8>, message: &str) {
+    let mut cam = camera("tcp://127.0.0.1:9/anon", args, Some(input));
+    let status = cam.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut cam.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains(message), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_input_is_refused_with_a_clear_error() {
+    within(60, || {
+        refuses(
+            &["--input", "y4m"],
+            b"YUV4MPEG2 W320 Hx F30:1\n".to_vec(),
+            "y4m: bad stream header",
+        );
+        refuses(
+            &["--input", "y4m"],
+            b"YUV4MPEG2 W320 H240 F30:1 C444\nFRAME\n".to_vec(),
+            "not 8-bit 4:2:0",
+        );
+        refuses(&["--input", "y4m"], Vec::new(), "y4m: bad stream header");
+        // An Annex-B stream cut inside its first keyframe.
+        let mut enc = Encoder::new(EncodeOptions {
+            width: 160,
+            height: 120,
+            fps: 30.0,
+            gop: 30,
+            bitrate: 300_000,
+        })
+        .unwrap();
+        let mut au = Payload::with_capacity(1 << 16);
+        let pic = pattern_pictures(160, 120, 1).next().unwrap();
+        assert!(enc.encode(&pic, &mut au).unwrap());
+        let mut data = Vec::new();
+        for nal in skiff_core::hang::avc::LengthPrefixed::new(au.access_unit()) {
+            data.extend_from_slice(&[0, 0, 0, 1]);
+            data.extend_from_slice(nal.unwrap());
+        }
+        data.truncate(data.len() * 2 / 3);
+        refuses(&["--input", "h264"], data, "h264 input:");
+        refuses(
+            &["--input", "h264"],
+            vec![0x42; 10_000],
+            "no Annex-B start code",
+        );
+        refuses(&["--width", "100"], Vec::new(), "at least 128x96");
     });
 }
 
 /// The relay goes away and comes back on the same address: the camera's and
-/// the viewer's clients redial, and the frames go on, decodable.
+/// a subscriber's clients redial, and frames go on arriving, well formed.
 #[test]
 fn the_camera_redials_a_relay_that_comes_back() {
     within(60, || {
@@ -211,15 +282,7 @@ fn the_camera_redials_a_relay_that_comes_back() {
                 if rx.recv().is_ok() {
                     let old = slot.lock().unwrap().take().expect("the first relay");
                     old.shutdown().expect("relay stops");
-                    let cfg = RelayConfig {
-                        listen: addr,
-                        threads: NonZeroUsize::MIN,
-                        drain_timeout: Duration::from_secs(2),
-                        ..RelayConfig::default()
-                    };
-                    let again = server::start(cfg, RelayHandler::factory(1).unwrap())
-                        .expect("the relay starts again on its address");
-                    *slot.lock().unwrap() = Some(again);
+                    *slot.lock().unwrap() = Some(relay_on(addr));
                     let _ = ready_tx.send(());
                 }
             });
@@ -227,21 +290,25 @@ fn the_camera_redials_a_relay_that_comes_back() {
                 let stop = Arc::new(AtomicBool::new(false));
                 let opts = NodeOptions {
                     url: url.clone(),
-                    broadcast: "host/cam".into(),
+                    broadcast: "cam.hang".into(),
                     track: "video".into(),
-                    format: format(),
+                    input: Input::Pattern,
+                    width: 160,
+                    height: 120,
+                    fps: 60.0,
+                    fps_forced: true,
+                    gop: 15,
+                    bitrate: 300_000,
                     frames: None,
                 };
                 let camera = monoio::spawn(node::run(opts, stop.clone(), |_| {}));
                 let (client, runner) = connect(&url, Config::default()).expect("a valid URL");
                 let runner = monoio::spawn(runner.run());
                 let mut track = client
-                    .subscribe("host/cam", "video", Request::LIVE)
+                    .subscribe("cam.hang", "video", Request::LIVE)
                     .await
                     .expect("subscribed");
-                let mut decoder = Decoder::new();
-                let mut bytes = Vec::new();
-                // Intact frames before and after the restart.
+                // Well-formed frames (prefix and FRAME timestamp agree) before and after.
                 let mut counts = [0u64; 2];
                 let mut phase = 0;
                 while counts[1] < 30 {
@@ -250,9 +317,8 @@ fn the_camera_redials_a_relay_that_comes_back() {
                     };
                     // A group the restart cut short ends in an error: read on.
                     while let Ok(Some(f)) = group.read_frame().await {
-                        bytes.clear();
-                        f.payload.chunks().for_each(|c| bytes.extend_from_slice(c));
-                        if camera::check(&mut decoder, &bytes).is_ok() {
+                        let bytes = f.payload.to_vec();
+                        if frame::decode(&bytes).is_ok_and(|(pts, _)| pts == f.timestamp) {
                             counts[phase] += 1;
                         }
                     }
@@ -264,6 +330,24 @@ fn the_camera_redials_a_relay_that_comes_back() {
                         }
                     }
                 }
+                // The catalog is still there for a subscriber that joins now.
+                let mut catalog = client
+                    .subscribe("cam.hang", hang::CATALOG_TRACK, Request::LIVE)
+                    .await
+                    .expect("catalog subscribed");
+                let mut g = catalog
+                    .next_group()
+                    .await
+                    .unwrap()
+                    .expect("a catalog group");
+                let json = g
+                    .read_frame()
+                    .await
+                    .unwrap()
+                    .expect("the catalog")
+                    .payload
+                    .to_vec();
+                assert!(json.starts_with(b"{\"video\":{\"renditions\":{\"video\":"));
                 client.close().await;
                 runner.await;
                 stop.store(true, Ordering::Relaxed);

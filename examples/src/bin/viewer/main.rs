@@ -1,21 +1,29 @@
-//! `viewer`: subscribes to a track through a moq-lite relay and checks every frame, from
-//! the mps2-an386 firmware's test pattern or from the host `camera` node.
+//! `viewer`: subscribes through a moq-lite relay and checks every frame, in one of two modes.
 //!
 //! ```text
+//! viewer --url tcp://127.0.0.1:4443/anon --broadcast cam.hang --frames 300 --out /tmp/frames
 //! viewer --url tcp://127.0.0.1:14443/anon --broadcast mps2/cam --track video --frames 100 --timeout 60
 //! ```
 //!
-//! The host camera (`camera --broadcast host/cam`) is viewed with `--broadcast host/cam`;
-//! its frames (magic `SKC1`) are decoded (key frames, XOR deltas against the previous
-//! frame) and the picture compared with the pattern of its frame number. A firmware frame
-//! must pass [`pattern::check`] (magic, checksum, the picture byte for byte). Each frame
-//! must sit at the group and index the reader found it at, carry the timestamp of its
-//! frame number, and come after the previous one. Groups skipped at the live edge are allowed; a
-//! hole inside a group is not (a group that left the cache before it was read, or that its
-//! source cut short, is left for the next one). The client redials a relay that is not up
-//! yet or goes away, and the subscription follows. Exits 0 once `--frames` intact frames
-//! arrived, 1 on a corrupt frame, an ended track, a refused subscription, an invalid URL,
-//! or the timeout.
+//! **hang** (a broadcast whose name ends in `.hang`): reads the `catalog.json`
+//! track, picks its `avc1`/`avc3` video rendition (or `--track`), and decodes
+//! every frame of that track with openh264. Each frame must carry the same
+//! time in its FRAME timestamp and its legacy prefix, times must rise, a group
+//! must start with a keyframe and lose no frame, and every frame must decode to
+//! a picture of the catalog's size. When the pictures carry the camera's stamp
+//! (its test pattern), the stamp must read back, its counter must rise, and the
+//! glass-to-glass latency (now minus the stamped capture time) is reported.
+//! Prints fps, Mbit/s and latency; `--out DIR` writes each good frame as
+//! `DIR/frame-NNNNNN.png`.
+//!
+//! **pattern** (any other name): the frames of the mps2-an386 firmware's test
+//! pattern (`boards/qemu-e2e.sh`) or of the private run-length codec (`SKC1`),
+//! checked byte for byte as before; see [`skiff_examples::camera`].
+//!
+//! In both modes groups skipped at the live edge are allowed; a hole inside a
+//! group is not. The client redials a relay that is not up yet or goes away.
+//! Exits 0 once `--frames` good frames arrived, 1 on a lost or corrupt frame,
+//! an ended track, a refused subscription, an invalid URL or the timeout.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,28 +37,33 @@ use skiff_monoio::{Client, Config, Error, connect};
 
 // The frame rule, shared by source with the firmware (which is `no_std`).
 #[allow(dead_code)]
-#[path = "../../../boards/qemu-mps2-an386/src/pattern.rs"]
+#[path = "../../../../boards/qemu-mps2-an386/src/pattern.rs"]
 mod pattern;
 
 /// Command-line options.
 #[derive(Parser, Debug)]
-#[command(about = "Subscribe through a relay and verify a camera's frames (mps2-an386 or host)")]
+#[command(
+    about = "Subscribe through a relay and verify a camera's frames (hang H.264, or the mps2-an386 pattern)"
+)]
 struct Args {
     /// The relay, `tcp://HOST:PORT/PATH`.
-    #[arg(long, default_value = "tcp://127.0.0.1:14443/anon")]
+    #[arg(long, default_value = "tcp://127.0.0.1:4443/anon")]
     url: String,
-    /// The broadcast path.
-    #[arg(long, default_value = "mps2/cam")]
+    /// The broadcast path; a name ending in `.hang` is read as hang.
+    #[arg(long, default_value = "cam.hang")]
     broadcast: String,
-    /// The track name.
-    #[arg(long, default_value = "video")]
-    track: String,
-    /// Intact frames to receive before exiting 0.
+    /// The track name [default: hang: the catalog's video rendition; pattern: `video`].
+    #[arg(long)]
+    track: Option<String>,
+    /// Good frames to receive before exiting 0.
     #[arg(long, default_value_t = 100)]
     frames: u64,
     /// Seconds to wait for them (from start) before exiting 1.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
+    /// hang: write each good frame as a PNG file into this directory.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
 }
 
 /// Where a checked frame belongs, whichever camera made it.
@@ -124,11 +137,12 @@ fn main() {
 async fn view(args: Args, intact: Arc<AtomicU64>, started: Instant) -> Result<(), String> {
     let (client, runner) = connect(&args.url, Config::default()).map_err(|e| e.to_string())?;
     let runner = monoio::spawn(runner.run());
-    println!(
-        "viewer: subscribing to {}/{} at {}",
-        args.broadcast, args.track, args.url
-    );
-    let outcome = read(&args, &client, &intact, started).await;
+    println!("viewer: subscribing to {} at {}", args.broadcast, args.url);
+    let outcome = if args.broadcast.ends_with(skiff_core::hang::BROADCAST_SUFFIX) {
+        hang::read(&args, &client, &intact, started).await
+    } else {
+        read(&args, &client, &intact, started).await
+    };
     client.close().await;
     runner.await;
     outcome
@@ -142,7 +156,11 @@ async fn read(
     started: Instant,
 ) -> Result<(), String> {
     let mut track = client
-        .subscribe(&args.broadcast, &args.track, Request::LIVE)
+        .subscribe(
+            &args.broadcast,
+            args.track.as_deref().unwrap_or("video"),
+            Request::LIVE,
+        )
         .await
         .map_err(|e| format!("subscription failed: {e}"))?;
     let mut last: Option<Placed> = None;
@@ -232,6 +250,8 @@ async fn read(
         }
     }
 }
+
+mod hang;
 
 #[cfg(test)]
 mod tests {

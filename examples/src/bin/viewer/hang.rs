@@ -1,0 +1,243 @@
+//! The viewer's hang mode: catalog, H.264 decoding, continuity, stamps, PNG output.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use openh264::formats::YUVSource;
+use skiff_core::hang::{self as core_hang, avc, frame};
+use skiff_examples::node::wall_clock_us;
+use skiff_media::catalog::Catalog;
+use skiff_media::h264::Decoder;
+use skiff_media::pattern;
+use skiff_media::png_out::write_png;
+use skiff_monoio::sdk::Request;
+use skiff_monoio::{Client, Error};
+
+use super::Args;
+
+/// Running counters of good frames.
+#[derive(Debug, Default)]
+struct Stats {
+    frames: u64,
+    bytes: u64,
+    first: Option<Instant>,
+    stamped: u64,
+    latency_sum_ms: f64,
+    latency_max_ms: f64,
+    skipped: u64,
+}
+
+impl Stats {
+    fn line(&self) -> String {
+        let secs = self
+            .first
+            .map_or(0.0, |t| t.elapsed().as_secs_f64())
+            .max(1e-9);
+        let latency = if self.stamped > 0 {
+            format!(
+                "latency {:.1} ms avg {:.1} ms max",
+                self.latency_sum_ms / self.stamped as f64,
+                self.latency_max_ms
+            )
+        } else {
+            "latency n/a (no stamp)".into()
+        };
+        format!(
+            "{} frames, {:.1} fps, {:.3} Mbit/s, {latency}, {} groups skipped at the live edge",
+            self.frames,
+            self.frames as f64 / secs,
+            self.bytes as f64 * 8.0 / 1e6 / secs,
+            self.skipped
+        )
+    }
+}
+
+/// Reads the catalog, then decodes and checks video frames until `args.frames` good ones.
+pub async fn read(
+    args: &Args,
+    client: &Client,
+    intact: &AtomicU64,
+    started: Instant,
+) -> Result<(), String> {
+    // The catalog: the latest group's first frame.
+    let mut catalog_track = client
+        .subscribe(&args.broadcast, core_hang::CATALOG_TRACK, Request::LIVE)
+        .await
+        .map_err(|e| format!("catalog subscription failed: {e}"))?;
+    let json = loop {
+        let mut g = match catalog_track.next_group().await {
+            Ok(Some(g)) => g,
+            Ok(None) => return Err("catalog track finished before a catalog".into()),
+            Err(e) => return Err(format!("catalog: {e}")),
+        };
+        if let Ok(Some(f)) = g.read_frame().await {
+            break f.payload.to_vec();
+        }
+    };
+    let catalog = Catalog::parse(&json).map_err(|e| format!("corrupt catalog: {e}"))?;
+    let (name, config) = match &args.track {
+        Some(t) => catalog
+            .video
+            .renditions
+            .get_key_value(t)
+            .ok_or_else(|| format!("catalog has no video rendition {t:?}"))?,
+        None => catalog
+            .video
+            .renditions
+            .iter()
+            .find(|(_, c)| c.codec.starts_with("avc1") || c.codec.starts_with("avc3"))
+            .ok_or("catalog has no H.264 video rendition")?,
+    };
+    if config.container.kind != "legacy" {
+        return Err(format!(
+            "container {:?} is not supported",
+            config.container.kind
+        ));
+    }
+    println!(
+        "viewer: catalog: {name}: {} {}x{} {} fps, {} bit/s ({:.1} s)",
+        config.codec,
+        config.coded_width.unwrap_or(0),
+        config.coded_height.unwrap_or(0),
+        config.framerate.unwrap_or(0.0),
+        config.bitrate.unwrap_or(0),
+        started.elapsed().as_secs_f64()
+    );
+    let mut decoder = Decoder::new().map_err(|e| e.to_string())?;
+    if let Some(d) = &config.description {
+        decoder
+            .configure(d)
+            .map_err(|e| format!("corrupt catalog description: {e}"))?;
+    }
+    let size = (
+        config.coded_width.map(|w| w as usize),
+        config.coded_height.map(|h| h as usize),
+    );
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).map_err(|e| format!("--out {}: {e}", dir.display()))?;
+    }
+
+    let mut track = client
+        .subscribe(&args.broadcast, name, Request::LIVE)
+        .await
+        .map_err(|e| format!("subscription to {name} failed: {e}"))?;
+    let mut stats = Stats::default();
+    let mut bytes = Vec::new();
+    let mut rgb = Vec::new();
+    let mut last_pts: Option<u64> = None;
+    let mut last_stamp: Option<u32> = None;
+    let mut stamps: Option<bool> = None;
+    let mut first_group = None;
+    loop {
+        let mut group = match track.next_group().await {
+            Ok(Some(g)) => g,
+            Ok(None) => return Err(format!("track finished after {} frames", stats.frames)),
+            Err(e) => return Err(format!("{e} after {} frames", stats.frames)),
+        };
+        let seq = group.sequence();
+        if first_group.is_none() {
+            println!(
+                "viewer: subscribed to {name}, first group {seq} ({:.1} s)",
+                started.elapsed().as_secs_f64()
+            );
+            first_group = Some(seq);
+        } else {
+            stats.skipped += group.skipped();
+        }
+        let mut index = 0u64;
+        loop {
+            let f = match group.read_frame().await {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e @ (Error::Evicted | Error::Aborted(_))) if index > 0 => {
+                    return Err(format!(
+                        "lost frame: group {seq} ended after {index} frames: {e}"
+                    ));
+                }
+                // A group that never started for us: read on with the next one.
+                Err(Error::Evicted | Error::Aborted(_)) => break,
+                Err(e) => return Err(format!("{e} after {} frames", stats.frames)),
+            };
+            bytes.clear();
+            f.payload.chunks().for_each(|c| bytes.extend_from_slice(c));
+            let at = format!("frame {index} of group {seq}");
+            let (pts, au) =
+                frame::decode(&bytes).map_err(|e| format!("corrupt frame: {at}: {e}"))?;
+            if pts != f.timestamp {
+                return Err(format!(
+                    "corrupt frame: {at}: prefix time {pts} µs, FRAME timestamp {}",
+                    f.timestamp
+                ));
+            }
+            if last_pts.is_some_and(|l| pts <= l) {
+                return Err(format!(
+                    "corrupt frame: {at}: time {pts} µs after {} µs",
+                    last_pts.unwrap_or(0)
+                ));
+            }
+            let key = avc::LengthPrefixed::new(au)
+                .flatten()
+                .any(|n| avc::nal_type(n[0]) == avc::NAL_IDR);
+            if index == 0 && !key {
+                return Err(format!(
+                    "corrupt frame: {at}: a group must start with a keyframe"
+                ));
+            }
+            let yuv = decoder
+                .decode(au)
+                .map_err(|e| format!("corrupt frame: {at}: {e}"))?
+                .ok_or_else(|| format!("corrupt frame: {at}: decodes to no picture"))?;
+            let (w, h) = yuv.dimensions();
+            if size.0.is_some_and(|cw| cw != w) || size.1.is_some_and(|ch| ch != h) {
+                return Err(format!(
+                    "corrupt frame: {at}: {w}x{h}, the catalog says {:?}",
+                    size
+                ));
+            }
+            let (stride, _, _) = yuv.strides();
+            let stamp = pattern::read_stamp(yuv.y(), stride, w, h);
+            // The first picture decides whether this camera stamps its frames.
+            let stamped = *stamps.get_or_insert(stamp.is_some());
+            if stamped {
+                let s = stamp.ok_or_else(|| format!("corrupt frame: {at}: stamp unreadable"))?;
+                if last_stamp.is_some_and(|l| s.frame <= l) {
+                    return Err(format!(
+                        "corrupt frame: {at}: stamp frame {} after {}",
+                        s.frame,
+                        last_stamp.unwrap_or(0)
+                    ));
+                }
+                last_stamp = Some(s.frame);
+                let ms = wall_clock_us().saturating_sub(s.time_us) as f64 / 1e3;
+                stats.stamped += 1;
+                stats.latency_sum_ms += ms;
+                stats.latency_max_ms = stats.latency_max_ms.max(ms);
+            }
+            if let Some(dir) = &args.out {
+                let path = dir.join(format!("frame-{:06}.png", stats.frames));
+                write_png(&path, &yuv, &mut rgb)
+                    .map_err(|e| format!("writing {}: {e}", path.display()))?;
+            }
+            last_pts = Some(pts);
+            index += 1;
+            stats.first.get_or_insert_with(Instant::now);
+            stats.frames += 1;
+            stats.bytes += bytes.len() as u64;
+            intact.store(stats.frames, Ordering::Relaxed);
+            if stats.frames.is_multiple_of(30) {
+                println!("viewer: {}", stats.line());
+            }
+            if stats.frames >= args.frames {
+                println!(
+                    "viewer: PASS: {} good frames (hang {}), groups {}..={seq}, {:.1} s",
+                    stats.frames,
+                    config.codec,
+                    first_group.unwrap_or(0),
+                    started.elapsed().as_secs_f64()
+                );
+                println!("viewer: {}", stats.line());
+                return Ok(());
+            }
+        }
+    }
+}
