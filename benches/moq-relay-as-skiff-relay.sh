@@ -7,7 +7,7 @@
 # so the measured pid IS moq-relay. --threads/--log are ignored (moq-relay: one tokio runtime,
 # multi-threaded over all cores by default; MOQ_RELAY_EXTRA adds flags).
 set -euo pipefail
-BIN="${MOQ_RELAY:-/work/tools/moq-relay/bin/moq-relay}"
+BIN="${MOQ_RELAY:-${XDG_CACHE_HOME:-$HOME/.cache}/skiff/moq-relay-0.17.10/bin/moq-relay}"
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 (
   for _ in $(seq 1 300); do

@@ -10,7 +10,8 @@
 //! workers): the publisher on moq-relay and the subscribers on the leaf, then the other
 //! way round.
 //!
-//! The relay binary is taken from `$MOQ_RELAY`, else `/work/tools/moq-relay/bin/moq-relay`,
+//! The relay binary is taken from `$MOQ_RELAY`, else the per-machine cache `.ci/moq-relay`
+//! installs into (`${XDG_CACHE_HOME:-$HOME/.cache}/skiff/moq-relay-0.17.10/bin/moq-relay`),
 //! else `moq-relay` on `PATH`. Without one, [`skiff_client_through_moq_relay`] prints a
 //! skip line and passes; [`skiff_client_through_moq_relay_required`] (ignored by default)
 //! fails instead.
@@ -38,11 +39,10 @@ use skiff_relay::config::RelayConfig;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
 
-/// How to get the relay (docs/protocol.md §7.1; default features off builds much faster).
-const INSTALL: &str = "cargo install moq-relay --version 0.17.10 --no-default-features \
-                       --root /work/tools/moq-relay (or set MOQ_RELAY=/path/to/moq-relay)";
-/// Where the project's helper scripts install it.
-const DEFAULT_BINARY: &str = "/work/tools/moq-relay/bin/moq-relay";
+/// How to get the relay (docs/protocol.md §7.1).
+const INSTALL: &str = "bash .ci/moq-relay (or set MOQ_RELAY=/path/to/moq-relay)";
+/// Where `.ci/moq-relay` installs it, under the user's cache directory.
+const CACHED_BINARY: &str = "skiff/moq-relay-0.17.10/bin/moq-relay";
 /// Bound on the relay coming up and on the whole scenario.
 const STARTUP: Duration = Duration::from_secs(15);
 const SCENARIO_SECS: u64 = 60;
@@ -89,9 +89,15 @@ fn relay_binary() -> Option<PathBuf> {
         let p = PathBuf::from(p);
         return p.is_file().then_some(p);
     }
-    let default = PathBuf::from(DEFAULT_BINARY);
-    if default.is_file() {
-        return Some(default);
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")));
+    if let Some(cached) = cache
+        .map(|dir| dir.join(CACHED_BINARY))
+        .filter(|p| p.is_file())
+    {
+        return Some(cached);
     }
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
