@@ -202,6 +202,12 @@ setInterval(tick, 1000 / fps);
 // The session: dial, publish, and dial again when it ends.
 // ---------------------------------------------------------------------------
 
+/** A connect failure in words: the transport race rejects with every transport's error. */
+function describeError(err) {
+	if (err instanceof AggregateError) return err.errors.map(describeError).join("; ");
+	return String(err?.message ?? err);
+}
+
 async function session() {
 	for (;;) {
 		try {
@@ -216,7 +222,7 @@ async function session() {
 			await connection.closed;
 			status.textContent = `session to ${relay.host} ended; dialing again`;
 		} catch (err) {
-			state.error = String(err?.message ?? err);
+			state.error = describeError(err);
 			status.textContent = `cannot reach ${relay.host}: ${state.error}; dialing again`;
 		}
 		state.connected = false;

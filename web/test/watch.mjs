@@ -302,7 +302,7 @@ const CHROMIUM_ARGS = [
  * (the player's own counter counts frames handed to the decoder, not decoded ones).
  */
 function instrumentDecoder() {
-	const stats = { decoded: 0, firstAt: undefined, lastAt: undefined, configs: [], errors: [] };
+	const stats = { decoded: 0, firstAt: undefined, lastAt: undefined, size: undefined, configs: [], errors: [] };
 	window.skiffWatch = stats;
 	const Native = window.VideoDecoder;
 	if (!Native) return;
@@ -314,6 +314,7 @@ function instrumentDecoder() {
 					const now = performance.now();
 					stats.decoded += 1;
 					stats.firstAt ??= now;
+					stats.size ??= `${frame.displayWidth}x${frame.displayHeight}`;
 					stats.lastAt = now;
 					init.output(frame);
 				},
@@ -324,7 +325,7 @@ function instrumentDecoder() {
 			});
 		}
 		configure(config) {
-			stats.configs.push({ codec: config.codec, codedWidth: config.codedWidth, codedHeight: config.codedHeight });
+			stats.configs.push(config.codec);
 			return super.configure(config);
 		}
 	};
@@ -426,7 +427,7 @@ async function watch(browser, tag, pageUrl, relayUrl, name) {
 	const session = await page.evaluate(() => {
 		const el = document.querySelector("moq-watch");
 		const established = el?.connection?.established?.peek?.();
-		return established ? { version: established.version, transport: String(established.transport?.constructor?.name ?? established.transport) } : undefined;
+		return established ? { version: established.version, transport: String(established.transport) } : undefined;
 	});
 	await sleep(WINDOW_MS);
 	const after = await page.evaluate(() => ({ ...window.skiffWatch }));
@@ -446,8 +447,8 @@ async function watch(browser, tag, pageUrl, relayUrl, name) {
 		decodedTotal: after.decoded,
 		firstFrameMs: Math.round(first.firstAt),
 		fps: inWindow / (WINDOW_MS / 1000),
-		codec: after.configs[0]?.codec,
-		size: after.configs[0] ? `${after.configs[0].codedWidth}x${after.configs[0].codedHeight}` : undefined,
+		codec: after.configs[0],
+		size: after.size,
 		session,
 		picture,
 		change,
@@ -462,6 +463,24 @@ async function watch(browser, tag, pageUrl, relayUrl, name) {
 	}
 	if (change < 0.001) throw new Error(explain(`the picture did not change over 700 ms (${(change * 100).toFixed(3)} % of pixels)`));
 	return figures;
+}
+
+/** Opens the watch page without a name: its listing (from `/announced`) must show `name`. */
+async function listing(browser, pageUrl, relayUrl, name) {
+	const context = await browser.createBrowserContext();
+	try {
+		const page = await context.newPage();
+		const url = new URL(pageUrl);
+		if (new URL(relayUrl).origin !== url.origin) url.searchParams.set("relay", relayUrl);
+		await page.goto(url.href, { waitUntil: "load" });
+		await page.waitForSelector(`moq-watch[name="${name}"] canvas`, { timeout: STARTUP_MS }).catch(async () => {
+			const status = await page.$eval("#status", (el) => el.textContent).catch(() => "?");
+			throw new Error(`the listing at ${url} did not show ${name} within ${STARTUP_MS} ms (it says: ${status})`);
+		});
+		return await page.$$eval("moq-watch", (els) => els.map((el) => el.getAttribute("name")));
+	} finally {
+		await context.close();
+	}
 }
 
 /** Opens publish.html publishing `name` to `relay`; resolves once it publishes. */
@@ -510,6 +529,7 @@ async function runScenario(browser, scenario) {
 		publisher = await publishFromBrowser(browser, relay.page, relay.relay, name);
 	}
 	const figures = await watch(browser, scenario, relay.page, relay.relay, name);
+	figures.listed = await listing(browser, relay.page, relay.relay, name);
 	if (publisher) {
 		figures.published = await publisher.evaluate(() => ({ ...window.skiffPublish }));
 	}
@@ -565,6 +585,7 @@ try {
 			try {
 				const f = await runScenario(browser, scenario);
 				console.log(`ok    ${scenario}: ${describe(f)}`);
+				console.log(`      the listing shows ${f.listed.join(", ")}`);
 				if (f.published) {
 					const p = f.published;
 					console.log(`      publisher: ${p.framesEncoded} frames encoded, ${p.keyframes} groups, ${p.framesDropped} dropped, ${p.version}`);
