@@ -277,7 +277,7 @@ async function startMoqRelay(tag) {
 
 /** The H.264 camera publishing `name` to the relay's TCP URL. */
 function startCamera(tag, relay, name) {
-	return startProcess("camera", opts.camera, ["--url", `${relay.tcp}${name}`], join(outDir, `${tag}-camera.log`));
+	return startProcess("camera", opts.camera, ["--url", relay.tcp, "--broadcast", name], join(outDir, `${tag}-camera.log`));
 }
 
 // ---------------------------------------------------------------------------
