@@ -295,6 +295,11 @@ const CHROMIUM_ARGS = [
 	"--disable-background-timer-throttling",
 	"--disable-renderer-backgrounding",
 	"--disable-backgrounding-occluded-windows",
+	// The machine's network is loopback only: no calls home, no component downloads.
+	"--disable-background-networking",
+	"--disable-component-update",
+	"--disable-sync",
+	"--no-first-run",
 ];
 
 /**
@@ -548,12 +553,35 @@ function describe(f) {
 }
 
 mkdirSync(outDir, { recursive: true });
-const browser = await puppeteer.launch({ executablePath: opts.chromium, args: CHROMIUM_ARGS, headless: true });
-cleanups.push(() => browser.close());
-process.on("SIGINT", async () => {
-	await cleanupAll();
-	process.exit(130);
+// Signals stop the relays and sources started here too, not only the browser.
+const browser = await puppeteer.launch({
+	executablePath: opts.chromium,
+	args: CHROMIUM_ARGS,
+	headless: true,
+	handleSIGINT: false,
+	handleSIGTERM: false,
+	handleSIGHUP: false,
 });
+cleanups.push(() => browser.close());
+for (const [signal, code] of [
+	["SIGINT", 130],
+	["SIGTERM", 143],
+	["SIGHUP", 129],
+]) {
+	process.on(signal, () => stopAll(`${signal}: stopping`, code));
+}
+// A bug in this script must not leave relays or sources running either.
+process.on("uncaughtException", (err) => stopAll(`internal error: ${err.stack ?? err}`, 1));
+process.on("unhandledRejection", (err) => stopAll(`internal error: ${err?.stack ?? err}`, 1));
+
+let stopping = false;
+async function stopAll(message, code) {
+	if (stopping) return;
+	stopping = true;
+	console.log(message);
+	await cleanupAll();
+	process.exit(code);
+}
 
 let passed = 0;
 let failed = 0;
@@ -596,7 +624,13 @@ try {
 				failed += 1;
 			}
 			// Stop this scenario's relay, sources and pages before the next one starts.
-			while (cleanups.length > mark) await cleanups.pop()();
+			while (cleanups.length > mark) {
+				try {
+					await cleanups.pop()();
+				} catch (err) {
+					console.error(`cleanup after ${scenario}: ${err.message}`);
+				}
+			}
 		}
 	}
 } finally {
