@@ -12,7 +12,7 @@
 // screenshots the player's canvas under --out and checks the picture is neither blank nor
 // uniform, and that it changes (the source moves).
 //
-// Usage: node web/test/watch.mjs [--scenarios a,b,...] [--skiff-relay BIN] [--moq-relay BIN]
+// Usage: node web/test/watch.mjs [--scenarios a,b,...] [--require a,b,...] [--skiff-relay BIN] [--moq-relay BIN]
 //        [--camera BIN] [--chromium BIN] [--out DIR] [--url URL --name NAME]
 // Binaries default to $SKIFF_RELAY, $MOQ_RELAY, $SKIFF_CAMERA, $CHROMIUM. A scenario whose
 // binary is not given is skipped with a line that says so, unless --require names it.
