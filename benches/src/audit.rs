@@ -782,7 +782,7 @@ fn since(a: Allocs, b: Allocs) -> Allocs {
 }
 
 /// `camera_frame` / `camera_encode`: one frame of the host camera node
-/// (`skiff_examples::node`: the stamped test pattern, 320x240 at 30 fps,
+/// (`skiff_media::node`: the stamped test pattern, 320x240 at 30 fps,
 /// H.264 through openh264 with a keyframe every 30 frames) is drawn into its
 /// reusable picture, encoded into the reusable hang payload, given its
 /// legacy prefix and written to a core track (µs timestamps); a keyframe also

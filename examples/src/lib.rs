@@ -1,9 +1,9 @@
 //! Example programs for skiff; see `src/bin/`.
 //!
-//! * `camera`: the host camera node. [`node`] publishes H.264 in moq-dev's hang
-//!   format (a `catalog.json` track and a `video` track) from the stamped test
-//!   pattern, a Y4M pipe or an Annex-B pipe, with the monoio client; the media
-//!   code itself is `skiff_media`.
+//! * `camera`: the host camera node, a command line over `skiff_media::node`,
+//!   which publishes H.264 in moq-dev's hang format (a `catalog.json` track and
+//!   a `video` track) from the stamped test pattern, a Y4M pipe or an Annex-B
+//!   pipe, with the monoio client.
 //! * `viewer`: subscribes through a relay and checks every frame: a hang
 //!   broadcast is decoded with openh264 (continuity, stamps, latency, PNG
 //!   output); any other broadcast is checked against the test pattern of the
@@ -12,4 +12,3 @@
 //!   for frames of the private run-length codec, with [`camera::Decoder`].
 
 pub mod camera;
-pub mod node;

@@ -20,8 +20,8 @@ mod common;
 
 use common::within;
 use skiff_core::hang;
-use skiff_examples::node;
 use skiff_media::h264::{EncodeOptions, Encoder, Payload};
+use skiff_media::node;
 use skiff_media::pattern::{self, Stamp};
 use skiff_media::picture::Picture;
 use skiff_monoio::driver::{self, DriverKind};

@@ -17,8 +17,8 @@ mod common;
 
 use common::within;
 use skiff_core::hang::{self, frame};
-use skiff_examples::node::{self, Input, NodeOptions};
 use skiff_media::h264::{EncodeOptions, Encoder, Payload};
+use skiff_media::node::{self, Input, NodeOptions};
 use skiff_media::pattern::{self, Stamp};
 use skiff_media::picture::Picture;
 use skiff_monoio::driver::{self, DriverKind};

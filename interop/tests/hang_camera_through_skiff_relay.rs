@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use hang::container::Frame;
 use openh264::formats::YUVSource;
-use skiff_examples::node::{self, Input, NodeOptions};
 use skiff_interop::ALPN_LITE_05;
 use skiff_interop::reference::{self, End, Options, SubscribeRequest};
 use skiff_media::h264::Decoder;
+use skiff_media::node::{self, Input, NodeOptions};
 use skiff_media::pattern;
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::config::RelayConfig;

@@ -8,10 +8,13 @@
 //! * [`y4m_input`] and [`annexb_input`]: pictures and access units from a pipe.
 //! * [`catalog`]: the host-side parser of a hang catalog.
 //! * [`png_out`]: decoded pictures as PNG files.
+//! * [`node`]: the camera node: a source encoded (or passed through) and
+//!   published as a hang broadcast through the client SDK, redialing.
 
 pub mod annexb_input;
 pub mod catalog;
 pub mod h264;
+pub mod node;
 pub mod pattern;
 pub mod picture;
 pub mod png_out;

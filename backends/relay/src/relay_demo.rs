@@ -11,6 +11,11 @@
 //! every frame's bytes and order and measures publish-to-read latency into a
 //! fixed-size histogram ([`LatencyHistogram`]): average, p50, p99 and max,
 //! per second on the live line and for the whole run in the summary.
+//!
+//! Beside them, on a thread of its own, the camera node of `skiff-media`
+//! publishes real H.264 in moq-dev's hang format as [`BROWSER_BROADCAST`]
+//! (the stamped, moving test pattern), and the demo prints the URL of the
+//! relay's watch page, where a browser plays it with moq-dev's player.
 
 use std::cell::{Cell, RefCell};
 use std::io::{IsTerminal, Write};
@@ -21,6 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use skiff_core::model::track::Info;
+use skiff_media::node::{self, Input, NodeOptions};
 use skiff_monoio::driver;
 use skiff_monoio::sdk::{GroupProducer, Request};
 use skiff_monoio::{Client, Config, Error, connect};
@@ -181,8 +187,18 @@ pub struct RelayDemoReport {
     pub latency_p99_us: u64,
     /// Highest latency, µs.
     pub latency_max_us: u64,
+    /// H.264 frames the browser camera published ([`BROWSER_BROADCAST`]).
+    pub video_frames: u64,
     /// What went wrong (empty = success).
     pub failures: Vec<String>,
+}
+
+/// The broadcast the demo's H.264 camera publishes for browsers.
+pub const BROWSER_BROADCAST: &str = "demo/cam.hang";
+
+/// The watch page's URL of the demo's browser broadcast on a relay at `addr`.
+pub fn watch_url(addr: SocketAddr) -> String {
+    format!("http://{addr}/?name={BROWSER_BROADCAST}")
 }
 
 impl std::fmt::Display for RelayDemoReport {
@@ -208,6 +224,11 @@ impl std::fmt::Display for RelayDemoReport {
             self.latency_p50_us as f64 / 1e3,
             self.latency_p99_us as f64 / 1e3,
             self.latency_max_us as f64 / 1e3
+        )?;
+        writeln!(
+            f,
+            "demo: {} frames of H.264 published as {BROWSER_BROADCAST} for browsers",
+            self.video_frames
         )?;
         for fail in &self.failures {
             writeln!(f, "demo: failure: {fail}")?;
@@ -269,6 +290,31 @@ pub fn run(
     let stats = Arc::new(DemoStats::default());
     let done = Arc::new(AtomicBool::new(false));
     let epoch = Instant::now();
+    let camera_stop = Arc::new(AtomicBool::new(false));
+    let camera = {
+        let opts = NodeOptions {
+            url: format!("{scheme}://{addr}/"),
+            broadcast: BROWSER_BROADCAST.into(),
+            track: "video".into(),
+            input: Input::Pattern,
+            width: 320,
+            height: 240,
+            fps: f64::from(args.fps.max(1)),
+            fps_forced: true,
+            gop: args.fps.max(1),
+            bitrate: 1_000_000,
+            frames: None,
+        };
+        let stop = camera_stop.clone();
+        std::thread::Builder::new()
+            .name("skiff-demo-camera".into())
+            .spawn(move || driver::block_on(kind, move |_| node::run(opts, stop, |_| {})))
+            .map_err(RelayError::Spawn)?
+    };
+    println!(
+        "demo: watch in a browser: {} (the page is built by `npm --prefix web ci && npm --prefix web run build`; --seconds N runs longer)",
+        watch_url(addr)
+    );
     let client = {
         let (stats, done, stop) = (stats.clone(), done.clone(), stop.clone());
         std::thread::Builder::new()
@@ -341,10 +387,25 @@ pub fn run(
         .join()
         .map_err(|_| RelayError::Spawn(std::io::Error::other("client thread panicked")))?;
     let elapsed = epoch.elapsed();
+    camera_stop.store(true, Ordering::Relaxed);
+    let video = camera
+        .join()
+        .map_err(|_| RelayError::Spawn(std::io::Error::other("camera thread panicked")))?;
     server.shutdown()?;
     let mut failures = match res {
         Ok(f) => f,
         Err(e) => vec![format!("client runtime: {e}")],
+    };
+    let video_frames = match video {
+        Ok(Ok(p)) => p.frames,
+        Ok(Err(e)) => {
+            failures.push(format!("browser camera: {e}"));
+            0
+        }
+        Err(e) => {
+            failures.push(format!("browser camera runtime: {e}"));
+            0
+        }
     };
     let bad = stats.bad_frames.load(Ordering::Relaxed);
     if bad > 0 {
@@ -364,6 +425,7 @@ pub fn run(
         latency_p50_us: stats.latency.quantile(0.5).unwrap_or(0).min(max),
         latency_p99_us: stats.latency.quantile(0.99).unwrap_or(0).min(max),
         latency_max_us: max,
+        video_frames,
         failures,
     })
 }

@@ -23,7 +23,7 @@ use std::sync::atomic::AtomicBool;
 
 use clap::{Parser, ValueEnum};
 use signal_hook::consts::{SIGINT, SIGTERM};
-use skiff_examples::node::{self, Input, NodeError, NodeOptions};
+use skiff_media::node::{self, Input, NodeError, NodeOptions};
 use skiff_monoio::driver::{self, DriverKind};
 
 /// Where the pictures come from.

@@ -5,9 +5,9 @@ use std::time::Instant;
 
 use openh264::formats::YUVSource;
 use skiff_core::hang::{self as core_hang, avc, frame};
-use skiff_examples::node::wall_clock_us;
 use skiff_media::catalog::Catalog;
 use skiff_media::h264::Decoder;
+use skiff_media::node::wall_clock_us;
 use skiff_media::pattern;
 use skiff_media::png_out::write_png;
 use skiff_monoio::sdk::Request;

@@ -28,12 +28,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::annexb_input::{self, AccessUnits};
+use crate::h264::{self, EncodeOptions, Encoder, Payload, StreamConfig};
+use crate::pattern::{self, Stamp};
+use crate::picture::Picture;
+use crate::y4m_input::{self, Y4mSource};
 use skiff_core::hang::{self, catalog};
-use skiff_media::annexb_input::{self, AccessUnits};
-use skiff_media::h264::{self, EncodeOptions, Encoder, Payload, StreamConfig};
-use skiff_media::pattern::{self, Stamp};
-use skiff_media::picture::Picture;
-use skiff_media::y4m_input::{self, Y4mSource};
 use skiff_monoio::sdk::{GroupProducer, TrackProducer};
 use skiff_monoio::{Client, Config, Error as SdkError, connect};
 
