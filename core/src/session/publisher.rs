@@ -403,8 +403,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     let unsent = origin.iter().filter(|b| b.is_under(prefix)).skip(start);
                     let scope = self.scope;
                     for (suffix, b) in unsent.filter_map(|b| b.suffix(prefix).map(|s| (s, b))) {
-                        if announceable(suffix.as_path())
-                            && Self::visible(scope, b.path().as_str())
+                        if announceable(suffix.as_path()) && Self::visible(scope, b.path().as_str())
                         {
                             let msg = Announce {
                                 status: AnnounceStatus::Active,

@@ -14,8 +14,9 @@ use crate::wire::lite::Role;
 
 /// Decides whether a client may use the session, and which broadcasts it may see.
 pub trait Scope {
-    /// The client's SETUP: its Path parameter (path and query), if any, and
-    /// its declared role. `Err(reason)` closes the session with UNAUTHORIZED
+    /// The client's SETUP: its path and query (the one the transport
+    /// carried, such as a WebSocket request URI, else SETUP's Path
+    /// parameter), if any, and its declared role. `Err(reason)` closes the session with UNAUTHORIZED
     /// (`0x2`) and the reason.
     ///
     /// # Errors

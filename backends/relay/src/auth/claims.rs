@@ -177,7 +177,10 @@ impl TryFrom<Wire> for Claims {
             }
             (subtrees(w.put)?, subtrees(w.get)?)
         } else {
-            (w.publish.unwrap_or_default(), w.subscribe.unwrap_or_default())
+            (
+                w.publish.unwrap_or_default(),
+                w.subscribe.unwrap_or_default(),
+            )
         };
         Ok(Claims {
             root: w.root,
@@ -234,7 +237,10 @@ mod tests {
         assert_eq!(c.root, "live");
         assert_eq!(c.publish, pats(&["cam"]));
         assert_eq!(c.subscribe, pats(&["**"]));
-        assert_eq!((c.expires, c.not_before, c.issued), (Some(20), Some(10), Some(5)));
+        assert_eq!(
+            (c.expires, c.not_before, c.issued),
+            (Some(20), Some(10), Some(5))
+        );
     }
 
     #[test]
@@ -260,7 +266,10 @@ mod tests {
             r#"not json"#,
         ] {
             assert!(
-                matches!(Claims::from_json(json.as_bytes()), Err(ClaimsError::Malformed(_))),
+                matches!(
+                    Claims::from_json(json.as_bytes()),
+                    Err(ClaimsError::Malformed(_))
+                ),
                 "{json}"
             );
         }
@@ -276,7 +285,9 @@ mod tests {
 
     #[test]
     fn dialing_the_root_keeps_the_grant() {
-        let a = claims("room/1", &["alice/**"], &["**"]).authorize("/room/1").unwrap();
+        let a = claims("room/1", &["alice/**"], &["**"])
+            .authorize("/room/1")
+            .unwrap();
         assert_eq!(a.publish, pats(&["room/1/alice/**"]));
         assert_eq!(a.subscribe, pats(&["room/1/**"]));
     }
@@ -289,13 +300,17 @@ mod tests {
         assert_eq!(a.publish, pats(&["room/1/alice/**"]));
         assert!(a.subscribe.is_empty());
         // A literal reached exactly is the dialed path itself.
-        let a = claims("room", &["alice"], &[]).authorize("room/alice").unwrap();
+        let a = claims("room", &["alice"], &[])
+            .authorize("room/alice")
+            .unwrap();
         assert_eq!(a.publish, pats(&["room/alice"]));
     }
 
     #[test]
     fn dialing_a_parent_keeps_the_root() {
-        let a = claims("demo", &["alice/**"], &["**"]).authorize("/").unwrap();
+        let a = claims("demo", &["alice/**"], &["**"])
+            .authorize("/")
+            .unwrap();
         assert_eq!(a.publish, pats(&["demo/alice/**"]));
         assert_eq!(a.subscribe, pats(&["demo/**"]));
     }

@@ -14,9 +14,6 @@ use super::{Auth, Grant, Refusal, SetupToken};
 /// then asked for each broadcast it publishes, sees or subscribes to.
 pub struct Gate {
     auth: Arc<Auth>,
-    /// The path and query as dialed when the transport gave them before
-    /// SETUP (the request URI over WebSocket); else SETUP's Path is used.
-    dialed: Option<String>,
     /// SETUP's authorization token, when the transport carries one.
     setup_token: Option<(u64, Vec<u8>)>,
     /// The session's clock at admission and the wall clock then, to place
@@ -42,20 +39,12 @@ impl Gate {
     pub fn new(auth: Arc<Auth>, now: impl Fn() -> (Instant, SystemTime) + 'static) -> Self {
         Gate {
             auth,
-            dialed: None,
             setup_token: None,
             now: Box::new(now),
             grant: RefCell::new(None),
             refusal: RefCell::new(None),
             deadline: Cell::new(None),
         }
-    }
-
-    /// Uses `dialed` (path and query) instead of SETUP's Path: for
-    /// transports that carry it before SETUP (WebSocket's request URI).
-    pub fn with_dialed(mut self, dialed: impl Into<String>) -> Self {
-        self.dialed = Some(dialed.into());
-        self
     }
 
     /// SETUP's authorization token (type and value), for transports that carry one.
@@ -85,19 +74,20 @@ impl Gate {
 
 impl Scope for Gate {
     fn admit(&self, path: Option<&str>, role: Role) -> Result<(), &'static str> {
-        let dialed = self.dialed.as_deref().or(path);
-        let token = self.setup_token.as_ref().map(|(kind, value)| SetupToken {
-            kind: *kind,
-            value,
-        });
+        // The core passes the transport's path (WebSocket) or SETUP's (TCP).
+        let dialed = path;
+        let token = self
+            .setup_token
+            .as_ref()
+            .map(|(kind, value)| SetupToken { kind: *kind, value });
         let (mono, wall) = (self.now)();
         match self.auth.admit(dialed, token, role, wall) {
             Ok(grant) => {
                 if let Some(exp) = grant.expires {
                     // No grace: the session ends at `exp` exactly.
-                    let at = u64::try_from(exp)
-                        .ok()
-                        .and_then(|s| SystemTime::UNIX_EPOCH.checked_add(StdDuration::from_secs(s)));
+                    let at = u64::try_from(exp).ok().and_then(|s| {
+                        SystemTime::UNIX_EPOCH.checked_add(StdDuration::from_secs(s))
+                    });
                     let left = at
                         .and_then(|at| at.duration_since(wall).ok())
                         .unwrap_or_default();

@@ -68,11 +68,12 @@ struct KeyScope(Claims);
 
 impl KeyScope {
     fn allows(&self, claims: &Claims) -> bool {
-        let covers = |granted: &moq_pattern::Patterns, asked: &moq_pattern::Patterns| {
-            match (granted.rooted(&self.0.root), asked.rooted(&claims.root)) {
-                (Ok(g), Ok(a)) => g.covers(&a),
-                _ => false,
-            }
+        let covers = |granted: &moq_pattern::Patterns, asked: &moq_pattern::Patterns| match (
+            granted.rooted(&self.0.root),
+            asked.rooted(&claims.root),
+        ) {
+            (Ok(g), Ok(a)) => g.covers(&a),
+            _ => false,
         };
         covers(&self.0.publish, &claims.publish) && covers(&self.0.subscribe, &claims.subscribe)
     }
@@ -119,9 +120,13 @@ impl Key {
             Some(s) => {
                 let claims = Claims::from_json(s.to_string().as_bytes())
                     .map_err(|e| KeyError::Invalid(format!("scope: {e}")))?;
-                if claims.expires.is_some() || claims.not_before.is_some() || claims.issued.is_some()
+                if claims.expires.is_some()
+                    || claims.not_before.is_some()
+                    || claims.issued.is_some()
                 {
-                    return Err(KeyError::Invalid("scope: times are not scope fields".into()));
+                    return Err(KeyError::Invalid(
+                        "scope: times are not scope fields".into(),
+                    ));
                 }
                 claims
                     .validate()
@@ -129,7 +134,8 @@ impl Key {
                 Some(KeyScope(claims))
             }
         };
-        let jwk: Jwk = serde_json::from_value(value).map_err(|e| KeyError::Invalid(e.to_string()))?;
+        let jwk: Jwk =
+            serde_json::from_value(value).map_err(|e| KeyError::Invalid(e.to_string()))?;
         let invalid = |s: &str| KeyError::Invalid(s.to_owned());
         let alg = jwk
             .common
@@ -261,7 +267,9 @@ fn read_limited(path: &Path) -> Result<String, KeyError> {
 fn valid_kid(kid: &str) -> bool {
     !kid.is_empty()
         && kid.len() <= MAX_KID
-        && kid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && kid
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// A parsed key and the file state it was parsed from.
@@ -400,7 +408,9 @@ mod tests {
 
     fn hs_jwk(kid: &str) -> String {
         let k = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(SECRET);
-        format!(r#"{{"kty":"oct","alg":"HS256","k":"{k}","kid":"{kid}","key_ops":["sign","verify"]}}"#)
+        format!(
+            r#"{{"kty":"oct","alg":"HS256","k":"{k}","kid":"{kid}","key_ops":["sign","verify"]}}"#
+        )
     }
 
     fn sign(kid: Option<&str>, payload: &str) -> String {
@@ -428,10 +438,14 @@ mod tests {
     fn unfit_keys_are_refused() {
         let short = r#"{"kty":"oct","alg":"HS256","k":"c2hvcnQ"}"#;
         let no_alg = r#"{"kty":"oct","k":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"}"#;
-        let wrong = r#"{"kty":"oct","alg":"ES256","k":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"}"#;
+        let wrong =
+            r#"{"kty":"oct","alg":"ES256","k":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"}"#;
         let sign_only = r#"{"kty":"oct","alg":"HS256","key_ops":["sign"],"k":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"}"#;
         for bad in [short, no_alg, wrong, sign_only, "{", "!!"] {
-            assert!(matches!(Key::parse(bad), Err(KeyError::Invalid(_))), "{bad}");
+            assert!(
+                matches!(Key::parse(bad), Err(KeyError::Invalid(_))),
+                "{bad}"
+            );
         }
     }
 
@@ -461,17 +475,29 @@ mod tests {
         let mut forged = t.clone();
         forged.pop();
         forged.push(if t.ends_with('A') { 'B' } else { 'A' });
-        assert!(matches!(key.verify(&forged, at(0)), Err(KeyError::Signature(_))));
-        assert!(matches!(key.verify("garbage", at(0)), Err(KeyError::Signature(_))));
+        assert!(matches!(
+            key.verify(&forged, at(0)),
+            Err(KeyError::Signature(_))
+        ));
+        assert!(matches!(
+            key.verify("garbage", at(0)),
+            Err(KeyError::Signature(_))
+        ));
         let other = jsonwebtoken::encode(
             &Header::new(Algorithm::HS384),
             &serde_json::json!({"publish":["**"]}),
             &EncodingKey::from_secret(SECRET),
         )
         .unwrap();
-        assert!(matches!(key.verify(&other, at(0)), Err(KeyError::Signature(_))));
+        assert!(matches!(
+            key.verify(&other, at(0)),
+            Err(KeyError::Signature(_))
+        ));
         let unknown = sign(None, r#"{"publish":["**"],"admin":true}"#);
-        assert!(matches!(key.verify(&unknown, at(0)), Err(KeyError::Claims(_))));
+        assert!(matches!(
+            key.verify(&unknown, at(0)),
+            Err(KeyError::Claims(_))
+        ));
         let useless = sign(None, r#"{"root":"a"}"#);
         assert_eq!(
             key.verify(&useless, at(0)).unwrap_err(),
@@ -489,9 +515,15 @@ mod tests {
         let inside = sign(None, r#"{"root":"p/live/room","publish":["**"]}"#);
         assert!(key.verify(&inside, at(0)).is_ok());
         let outside = sign(None, r#"{"root":"p","publish":["**"]}"#);
-        assert_eq!(key.verify(&outside, at(0)).unwrap_err(), KeyError::ScopeExceeded);
+        assert_eq!(
+            key.verify(&outside, at(0)).unwrap_err(),
+            KeyError::ScopeExceeded
+        );
         let role = sign(None, r#"{"root":"p/live","subscribe":["**"]}"#);
-        assert_eq!(key.verify(&role, at(0)).unwrap_err(), KeyError::ScopeExceeded);
+        assert_eq!(
+            key.verify(&role, at(0)).unwrap_err(),
+            KeyError::ScopeExceeded
+        );
     }
 
     // ---- sources ----
@@ -508,7 +540,10 @@ mod tests {
         let bare = sign(None, r#"{"publish":["**"]}"#);
         assert_eq!(keys.verify(&bare, at(0)).unwrap_err(), KeyError::MissingKid);
         let escape = sign(Some("../k1"), r#"{"publish":["**"]}"#);
-        assert_eq!(keys.verify(&escape, at(0)).unwrap_err(), KeyError::UnknownKey);
+        assert_eq!(
+            keys.verify(&escape, at(0)).unwrap_err(),
+            KeyError::UnknownKey
+        );
         std::fs::remove_file(dir.join("k1.jwk")).unwrap();
         assert_eq!(keys.verify(&t, at(0)).unwrap_err(), KeyError::UnknownKey);
         let _ = std::fs::remove_dir_all(&dir);
@@ -518,7 +553,10 @@ mod tests {
     fn oversized_key_files_are_refused() {
         let file = std::env::temp_dir().join(format!("skiff-big-{}.jwk", std::process::id()));
         std::fs::write(&file, vec![b' '; MAX_KEY_FILE_BYTES as usize + 1]).unwrap();
-        assert!(matches!(Keys::file(file.clone()), Err(KeyError::Read { .. })));
+        assert!(matches!(
+            Keys::file(file.clone()),
+            Err(KeyError::Read { .. })
+        ));
         let _ = std::fs::remove_file(&file);
     }
 }

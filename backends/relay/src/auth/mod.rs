@@ -110,18 +110,32 @@ pub struct Grant {
 pub struct Auth {
     keys: Option<Keys>,
     public: Patterns,
+    /// Refuse everyone (the configured keys could not be read).
+    closed: bool,
 }
 
 impl Auth {
     /// A policy with `keys` (if any) and anonymous access to `public`
     /// (publish and subscribe, rooted at the relay's root).
     pub fn new(keys: Option<Keys>, public: Patterns) -> Self {
-        Auth { keys, public }
+        Auth {
+            keys,
+            public,
+            closed: false,
+        }
+    }
+
+    /// A policy that refuses every session.
+    pub fn refuse_all() -> Self {
+        Auth {
+            closed: true,
+            ..Auth::default()
+        }
     }
 
     /// Whether the relay lets everyone do everything (no keys, no public patterns).
     pub fn is_open(&self) -> bool {
-        self.keys.is_none() && self.public.is_empty()
+        !self.closed && self.keys.is_none() && self.public.is_empty()
     }
 
     /// Decides a session (docs/protocol.md §4.10). `dialed` is the path and
@@ -257,9 +271,15 @@ mod tests {
             kind: 0,
             value: t.as_bytes(),
         };
-        assert!(a.admit(Some("/room"), Some(setup), Role::Both, now()).is_ok());
+        assert!(
+            a.admit(Some("/room"), Some(setup), Role::Both, now())
+                .is_ok()
+        );
         // The same token twice counts once.
-        assert!(a.admit(Some(&dialed), Some(setup), Role::Both, now()).is_ok());
+        assert!(
+            a.admit(Some(&dialed), Some(setup), Role::Both, now())
+                .is_ok()
+        );
         let other = sign(serde_json::json!({"root":"room","subscribe":["**"]}));
         let two = SetupToken {
             kind: 0,
@@ -282,7 +302,9 @@ mod tests {
     #[test]
     fn anonymous_access_follows_the_public_patterns() {
         let a = with_keys("public", &["anon/**"]);
-        let g = a.admit(Some("/anon/room"), None, Role::Both, now()).unwrap();
+        let g = a
+            .admit(Some("/anon/room"), None, Role::Both, now())
+            .unwrap();
         assert_eq!(g.access.subscribe, pats(&["anon/room/**"]));
         assert!(a.admit(Some("/"), None, Role::Both, now()).is_ok());
         assert_eq!(

@@ -58,7 +58,10 @@ mod tests {
     fn splits_the_query() {
         assert_eq!(split_dialed("/room"), ("/room", None));
         assert_eq!(split_dialed("/room?jwt=abc"), ("/room", Some("abc")));
-        assert_eq!(split_dialed("/r?a=1&jwt=old&jwt=new&jwt="), ("/r", Some("new")));
+        assert_eq!(
+            split_dialed("/r?a=1&jwt=old&jwt=new&jwt="),
+            ("/r", Some("new"))
+        );
         assert_eq!(split_dialed("?jwt=&b=2"), ("", None));
         assert_eq!(split_dialed("/r?x=jwt=1"), ("/r", None));
     }

@@ -72,6 +72,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             Side::Server => self.scope,
             Side::Client => None,
         };
+        // The path the transport carried (a WebSocket request URI), else SETUP's.
+        let carried = self.path;
         let parsed = match decode_within::<Setup<'_>>(self.rx_data(slot), limit) {
             // docs/protocol.md §4.10: the client is admitted or refused here,
             // before any of its requests is read.
@@ -79,7 +81,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 setup.hop(),
                 setup.role(),
                 n,
-                scope.map_or(Ok(()), |s| s.admit(setup.path(), setup.role())),
+                scope.map_or(Ok(()), |s| s.admit(carried.or(setup.path()), setup.role())),
             )),
             Err(e) => Err(e),
         };
