@@ -1233,6 +1233,46 @@ mod tests {
     }
 
     #[test]
+    fn auth_settings_from_file_and_flags() {
+        let dir = std::env::temp_dir().join(format!("skiff-cfg-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("k.jwk");
+        std::fs::write(
+            &key,
+            r#"{"kty":"oct","alg":"HS256","k":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"}"#,
+        )
+        .unwrap();
+        let text = format!(
+            "auth-key = {:?}\nauth-public = [\"anon/**\"]\nupstream-token-file = \"t\"\n",
+            key.display().to_string()
+        );
+        let file = FileConfig::parse(&text, Path::new("a.toml")).unwrap();
+        let cfg = RelayConfig::merge(&file, &flags(&[])).unwrap();
+        assert_eq!(cfg.auth.key.as_deref(), Some(key.as_path()));
+        assert!(cfg.auth.public.matches("anon/x"));
+        assert_eq!(cfg.upstream_token_file.as_deref(), Some(Path::new("t")));
+        let cfg = RelayConfig::merge(&file, &flags(&["--auth-public", "a/**,b/*"])).unwrap();
+        assert!(cfg.auth.public.matches("b/x") && !cfg.auth.public.matches("anon/x"));
+        // Refused: a literal public pattern, a bad pattern, both key forms, a bad key.
+        for args in [
+            &["--auth-public", "anon"][..],
+            &["--auth-public", "a/**/b/**"],
+            &["--auth-key-dir", "/"],
+            &["--auth-key", "/nonexistent/k.jwk", "--auth-key-dir", "/"],
+        ] {
+            let f = if args[0] == "--auth-key" {
+                FileConfig::default()
+            } else {
+                file.clone()
+            };
+            assert!(RelayConfig::merge(&f, &flags(args)).is_err(), "{args:?}");
+        }
+        std::fs::write(&key, "{}").unwrap();
+        assert!(RelayConfig::merge(&file, &flags(&[])).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn file_rejects_unknown_keys_and_bad_values() {
         let p = Path::new("bad.toml");
         for text in [

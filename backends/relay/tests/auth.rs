@@ -143,7 +143,12 @@ fn token(key: &Key, root: &str, publish: &[&str], subscribe: &[&str]) -> String 
 }
 
 /// Runs `probe` against `url` until its session ends (at most 10 s).
-async fn run(url: &str, ctx: &ClientCtx, origin: Option<skiff_core::model::origin::Ref<'static, 'static>>, mut probe: Probe) -> Rc<RefCell<Seen>> {
+async fn run(
+    url: &str,
+    ctx: &ClientCtx,
+    origin: Option<skiff_core::model::origin::Ref<'static, 'static>>,
+    mut probe: Probe,
+) -> Rc<RefCell<Seen>> {
     let seen = probe.seen.clone();
     let _ = monoio::time::timeout(
         Duration::from_secs(10),
@@ -161,7 +166,9 @@ fn refusal(url: String) -> (u64, String) {
     })
     .expect("runtime");
     let s = seen.borrow();
-    s.closed.clone().expect("the relay did not close the session")
+    s.closed
+        .clone()
+        .expect("the relay did not close the session")
 }
 
 const UNAUTHORIZED: u64 = 0x2;
@@ -170,7 +177,10 @@ const UNROUTABLE: u64 = 0x36;
 fn assert_refused(url: String, why: &str) {
     let (code, reason) = refusal(url);
     assert_eq!(code, UNAUTHORIZED, "{reason}");
-    assert!(reason.contains(why), "reason `{reason}` does not say `{why}`");
+    assert!(
+        reason.contains(why),
+        "reason `{reason}` does not say `{why}`"
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -404,53 +414,61 @@ fn a_session_is_closed_when_its_token_expires() {
             format!("tcp://{addr}/live?jwt={forever}"),
             format!("tcp://{addr}/live?jwt={short}"),
         );
-        let (seen, frames, closed_wall) = driver::block_on(DriverKind::Legacy, move |_| async move {
-            let ctx = Rc::new(ClientCtx::new(16 << 20));
-            let (origin, producer) = ctx.publication("live/cam", "video");
-            let c = ctx.clone();
-            monoio::spawn(async move {
-                let mut p = Probe::new();
-                let _ = client::run(&pub_url, Some(origin), &mut p, &c).await;
-            });
-            monoio::time::sleep(Duration::from_millis(200)).await;
-            let local = ctx.track("video");
-            let mut v = Probe::new();
-            v.subscribe = Some(("live/cam".into(), local));
-            let seen = v.seen.clone();
-            let c = ctx.clone();
-            monoio::spawn(async move {
-                let _ = client::run(&sub_url, None, &mut v, &c).await;
-            });
-            let frames = Rc::new(RefCell::new(0u64));
-            let (f, notify) = (frames.clone(), ctx.notify().clone());
-            monoio::spawn(async move {
-                let mut reader = FrameReader::new(local);
-                let _: ReadState = reader.read_to_end(&notify, &mut |_: skiff_monoio::client::Frame<'_>| *f.borrow_mut() += 1).await;
-            });
-            // Stream until the relay closes the viewer (deadline: exp + 3 s).
-            let deadline = Instant::now() + Duration::from_secs(8);
-            let mut g = producer.create_group(0).unwrap();
-            let mut i = 0;
-            let mut closed_wall = None;
-            while Instant::now() < deadline {
-                g.write_frame(i, &[7u8; 500]).unwrap();
-                ctx.notify().bump();
-                i += 1;
-                if seen.borrow().closed.is_some() {
-                    closed_wall = Some(SystemTime::now());
-                    break;
+        let (seen, frames, closed_wall) =
+            driver::block_on(DriverKind::Legacy, move |_| async move {
+                let ctx = Rc::new(ClientCtx::new(16 << 20));
+                let (origin, producer) = ctx.publication("live/cam", "video");
+                let c = ctx.clone();
+                monoio::spawn(async move {
+                    let mut p = Probe::new();
+                    let _ = client::run(&pub_url, Some(origin), &mut p, &c).await;
+                });
+                monoio::time::sleep(Duration::from_millis(200)).await;
+                let local = ctx.track("video");
+                let mut v = Probe::new();
+                v.subscribe = Some(("live/cam".into(), local));
+                let seen = v.seen.clone();
+                let c = ctx.clone();
+                monoio::spawn(async move {
+                    let _ = client::run(&sub_url, None, &mut v, &c).await;
+                });
+                let frames = Rc::new(RefCell::new(0u64));
+                let (f, notify) = (frames.clone(), ctx.notify().clone());
+                monoio::spawn(async move {
+                    let mut reader = FrameReader::new(local);
+                    let _: ReadState = reader
+                        .read_to_end(&notify, &mut |_: skiff_monoio::client::Frame<'_>| {
+                            *f.borrow_mut() += 1
+                        })
+                        .await;
+                });
+                // Stream until the relay closes the viewer (deadline: exp + 3 s).
+                let deadline = Instant::now() + Duration::from_secs(8);
+                let mut g = producer.create_group(0).unwrap();
+                let mut i = 0;
+                let mut closed_wall = None;
+                while Instant::now() < deadline {
+                    g.write_frame(i, &[7u8; 500]).unwrap();
+                    ctx.notify().bump();
+                    i += 1;
+                    if seen.borrow().closed.is_some() {
+                        closed_wall = Some(SystemTime::now());
+                        break;
+                    }
+                    monoio::time::sleep(Duration::from_millis(20)).await;
                 }
-                monoio::time::sleep(Duration::from_millis(20)).await;
-            }
-            g.finish().unwrap();
-            (seen, frames, closed_wall)
-        })
-        .expect("runtime");
+                g.finish().unwrap();
+                (seen, frames, closed_wall)
+            })
+            .expect("runtime");
         let s = seen.borrow();
         let (code, reason) = s.closed.clone().expect("not closed at expiry");
         assert_eq!(code, UNAUTHORIZED);
         assert!(reason.contains("expired"), "{reason}");
-        assert!(*frames.borrow() > 0, "the viewer streamed nothing before expiry");
+        assert!(
+            *frames.borrow() > 0,
+            "the viewer streamed nothing before expiry"
+        );
         let closed_wall = closed_wall.unwrap();
         // Not before `exp`, and soon after it (the loop polls every 20 ms).
         assert!(closed_wall >= exp, "closed before exp");
@@ -573,10 +591,19 @@ fn bad_tokens_under_load_do_not_disturb_good_viewers() {
             ..AuthConfig::default()
         });
         let addr = h.local_addr();
-        let good_pub = format!("tcp://{addr}/live?jwt={}", token(&key, "live", &["**"], &[]));
-        let good_sub = format!("tcp://{addr}/live?jwt={}", token(&key, "live", &[], &["**"]));
+        let good_pub = format!(
+            "tcp://{addr}/live?jwt={}",
+            token(&key, "live", &["**"], &[])
+        );
+        let good_sub = format!(
+            "tcp://{addr}/live?jwt={}",
+            token(&key, "live", &[], &["**"])
+        );
         let stranger = Key::generate(Algorithm::ES256, Some(KeyId::decode("es").unwrap())).unwrap();
-        let bad_url = format!("tcp://{addr}/live?jwt={}", token(&stranger, "live", &["**"], &["**"]));
+        let bad_url = format!(
+            "tcp://{addr}/live?jwt={}",
+            token(&stranger, "live", &["**"], &["**"])
+        );
         let started = Instant::now();
         let (got, refused) = driver::block_on(DriverKind::Legacy, move |_| async move {
             let ctx = Rc::new(ClientCtx::new(32 << 20));
@@ -603,7 +630,9 @@ fn bad_tokens_under_load_do_not_disturb_good_viewers() {
                 monoio::spawn(async move {
                     let mut reader = FrameReader::sequential(local, 0);
                     let _ = reader
-                        .read_to_end(&notify, &mut |fr: skiff_monoio::client::Frame<'_>| f.borrow_mut().push(fr.timestamp))
+                        .read_to_end(&notify, &mut |fr: skiff_monoio::client::Frame<'_>| {
+                            f.borrow_mut().push(fr.timestamp)
+                        })
                         .await;
                 });
                 got.push(frames);
@@ -611,7 +640,10 @@ fn bad_tokens_under_load_do_not_disturb_good_viewers() {
             // The track has no group yet: wait for the viewers' sessions,
             // then give their SUBSCRIBEs time to reach the publisher.
             while viewers.iter().any(|v| !v.borrow().setup) {
-                assert!(started.elapsed() < Duration::from_secs(10), "viewers did not set up");
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "viewers did not set up"
+                );
                 monoio::time::sleep(Duration::from_millis(5)).await;
             }
             monoio::time::sleep(Duration::from_millis(300)).await;
@@ -670,7 +702,11 @@ fn bad_tokens_under_load_do_not_disturb_good_viewers() {
         );
         assert_eq!(refused, BAD, "not every bad token was refused");
         for frames in got {
-            assert_eq!(frames, (0..FRAMES).collect::<Vec<_>>(), "a good viewer lost frames");
+            assert_eq!(
+                frames,
+                (0..FRAMES).collect::<Vec<_>>(),
+                "a good viewer lost frames"
+            );
         }
         h.shutdown().expect("relay stops");
     });

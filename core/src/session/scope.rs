@@ -101,7 +101,9 @@ mod tests {
         let mut pair = Pair::new(Node::new(client), Node::new(server));
         pair.settle(Duration::from_millis(100));
         assert_eq!(hook.admitted.get(), 1);
-        assert!(pair.a.saw(|e| matches!(e, Ev::Closed { code: 0x2, reason, .. } if reason == "unauthorized: test")));
+        assert!(pair.a.saw(
+            |e| matches!(e, Ev::Closed { code: 0x2, reason, .. } if reason == "unauthorized: test")
+        ));
         assert!(!pair.b.session.is_setup());
     }
 
@@ -153,13 +155,30 @@ mod tests {
             .subscribe("live/b", local_b.handle(), Request::LIVE)
             .unwrap();
         pair.settle(Duration::from_millis(100));
-        assert!(pair.a.saw(|e| matches!(e, Ev::Announced { path, .. } if path == "live/a")));
-        assert!(!pair.a.saw(|e| matches!(e, Ev::Announced { path, .. } if path == "live/b")));
-        assert!(pair.a.saw(|e| *e == Ev::SubscriptionClosed { subscription: sb, code: Some(0x36) }));
-        assert!(!pair.a.saw(|e| matches!(e, Ev::SubscriptionClosed { subscription, .. } if *subscription == sa)));
+        assert!(
+            pair.a
+                .saw(|e| matches!(e, Ev::Announced { path, .. } if path == "live/a"))
+        );
+        assert!(
+            !pair
+                .a
+                .saw(|e| matches!(e, Ev::Announced { path, .. } if path == "live/b"))
+        );
+        assert!(pair.a.saw(|e| *e
+            == Ev::SubscriptionClosed {
+                subscription: sb,
+                code: Some(0x36)
+            }));
+        assert!(!pair.a.saw(
+            |e| matches!(e, Ev::SubscriptionClosed { subscription, .. } if *subscription == sa)
+        ));
         // A broadcast announced later is filtered too.
         origin.handle().announce(c.handle()).unwrap();
         pair.settle(Duration::from_millis(100));
-        assert!(!pair.a.saw(|e| matches!(e, Ev::Announced { path, .. } if path == "live/c")));
+        assert!(
+            !pair
+                .a
+                .saw(|e| matches!(e, Ev::Announced { path, .. } if path == "live/c"))
+        );
     }
 }
