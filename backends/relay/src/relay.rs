@@ -1162,7 +1162,7 @@ impl RelayHandler {
         )
         .await;
         if let Some(refusal) = gate.as_ref().and_then(|g| g.refusal()) {
-            tracing::info!(conn = id, reason = %refusal, "session refused");
+            tracing::debug!(conn = id, reason = %refusal, "session refused");
         }
         self.storage.give(storage);
         ended

@@ -522,6 +522,71 @@ fn a_key_dir_rotates_without_a_restart() {
 }
 
 // ---------------------------------------------------------------------------
+// A leaf presents its token upstream
+// ---------------------------------------------------------------------------
+
+/// A leaf relay with a token file reaches an upstream that needs one; a
+/// viewer of the upstream watches a broadcast published on the leaf.
+#[test]
+fn a_leaf_presents_its_token_upstream() {
+    within(60, || {
+        let dir = scratch("leaf");
+        let key = moq_key(Algorithm::ES256, "es", &dir.join("key.jwk"));
+        let up = relay(AuthConfig {
+            key: Some(dir.join("key.jwk")),
+            ..AuthConfig::default()
+        });
+        let addr = up.local_addr();
+        std::fs::write(dir.join("token"), token(&key, "live", &["**"], &["**"])).unwrap();
+        let mut cfg = config(1, DriverKind::Legacy);
+        cfg.upstream = Some(format!("tcp://{addr}/live").parse().unwrap());
+        cfg.upstream_token_file = Some(dir.join("token"));
+        let leaf = server::start(cfg, RelayHandler::factory(1).unwrap()).expect("start leaf");
+        let leaf_url = format!("tcp://{}/live", leaf.local_addr());
+        let viewer_url = format!(
+            "tcp://{addr}/live?jwt={}",
+            token(&key, "live", &[], &["**"])
+        );
+        let seen = driver::block_on(DriverKind::Legacy, move |_| async move {
+            let ctx = Rc::new(ClientCtx::new(8 << 20));
+            let (origin, producer) = ctx.publication("live/cam", "video");
+            let mut g = producer.create_group(0).unwrap();
+            g.write_frame(0, b"frame").unwrap();
+            ctx.notify().bump();
+            let c = ctx.clone();
+            monoio::spawn(async move {
+                let mut p = Probe::new();
+                let _ = client::run(&leaf_url, Some(origin), &mut p, &c).await;
+            });
+            let mut v = Probe::new();
+            v.announce = Some("live".into());
+            let seen = v.seen.clone();
+            let c = ctx.clone();
+            monoio::spawn(async move {
+                let _ = client::run(&viewer_url, None, &mut v, &c).await;
+            });
+            // The leaf dials, is admitted and announces `live/cam` upstream.
+            let t0 = Instant::now();
+            while !seen.borrow().announced.iter().any(|p| p == "live/cam")
+                && t0.elapsed() < Duration::from_secs(10)
+            {
+                monoio::time::sleep(Duration::from_millis(10)).await;
+            }
+            drop(g);
+            seen
+        })
+        .expect("runtime");
+        assert!(
+            seen.borrow().announced.iter().any(|p| p == "live/cam"),
+            "the leaf's broadcast did not reach the upstream: {:?}",
+            seen.borrow()
+        );
+        leaf.shutdown().expect("leaf stops");
+        up.shutdown().expect("relay stops");
+    });
+}
+
+// ---------------------------------------------------------------------------
 // Compatibility both ways
 // ---------------------------------------------------------------------------
 
