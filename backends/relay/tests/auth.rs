@@ -9,6 +9,11 @@
 
 mod common;
 
+#[path = "readme/publish.rs"]
+mod publish;
+#[path = "readme/subscribe.rs"]
+mod subscribe;
+
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -583,6 +588,41 @@ fn a_leaf_presents_its_token_upstream() {
         );
         leaf.shutdown().expect("leaf stops");
         up.shutdown().expect("relay stops");
+    });
+}
+
+// ---------------------------------------------------------------------------
+// WebSocket: the token in the request URI
+// ---------------------------------------------------------------------------
+
+/// Over WebSocket the request URI's query carries the token: the README's
+/// publisher and viewer reach each other through a relay that admits
+/// nobody without one.
+#[test]
+fn over_websocket_the_request_uri_carries_the_token() {
+    within(60, || {
+        let dir = scratch("ws");
+        let key = moq_key(Algorithm::ES256, "es", &dir.join("key.jwk"));
+        let h = relay(AuthConfig {
+            key: Some(dir.join("key.jwk")),
+            ..AuthConfig::default()
+        });
+        let addr = h.local_addr();
+        let publisher = format!("ws://{addr}/?jwt={}", token(&key, "", &["camera"], &[]));
+        let viewer = format!("ws://{addr}/?jwt={}", token(&key, "", &[], &["camera"]));
+        const FRAMES: u64 = 45;
+        let frames = driver::block_on(DriverKind::Legacy, move |_| async move {
+            let watching = monoio::spawn(async move { subscribe::watch(&viewer).await });
+            monoio::time::sleep(Duration::from_millis(200)).await;
+            publish::publish(&publisher, FRAMES).await.expect("publish");
+            watching.await.expect("watch")
+        })
+        .expect("runtime");
+        assert!(!frames.is_empty(), "the viewer saw nothing");
+        assert_eq!(frames.last().unwrap().1, (FRAMES - 1) * 33_333);
+        // Without a token the same URL is refused (TCP shows the code).
+        assert_refused(format!("tcp://{addr}/"), "a token is required");
+        h.shutdown().expect("relay stops");
     });
 }
 
