@@ -238,11 +238,14 @@ impl FromStr for Upstream {
 }
 
 impl fmt::Display for Upstream {
+    /// The URL without its query, which may hold a token (kept out of logs).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (path, query) = self.path.split_once('?').unwrap_or((&self.path, ""));
+        let hidden = if query.is_empty() { "" } else { "?…" };
         if self.host.contains(':') {
-            write!(f, "tcp://[{}]:{}/{}", self.host, self.port, self.path)
+            write!(f, "tcp://[{}]:{}/{path}{hidden}", self.host, self.port)
         } else {
-            write!(f, "tcp://{}:{}/{}", self.host, self.port, self.path)
+            write!(f, "tcp://{}:{}/{path}{hidden}", self.host, self.port)
         }
     }
 }
@@ -376,6 +379,20 @@ pub struct Flags {
     /// waiting for it to be announced again (publisher failover) [default: 10s].
     #[arg(long, value_name = "DURATION", global = true)]
     pub failover_grace: Option<DurationArg>,
+    /// Verify access tokens with this JWK file (docs/protocol.md §4.10).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub auth_key: Option<PathBuf>,
+    /// Verify access tokens with `{kid}.jwk` files of this directory, looked
+    /// at again for every token (key rotation needs no restart).
+    #[arg(long, value_name = "DIR", global = true)]
+    pub auth_key_dir: Option<PathBuf>,
+    /// Patterns anonymous sessions may publish and subscribe to, rooted at
+    /// `/` (`anon/**`); repeatable or comma-separated.
+    #[arg(long, value_name = "PATTERNS", global = true, value_delimiter = ',')]
+    pub auth_public: Vec<String>,
+    /// A file holding the token presented to `--upstream` (as `?jwt=`).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub upstream_token_file: Option<PathBuf>,
     /// Time a new connection has to complete the QMux handshake and SETUP,
     /// and a started record or control message to complete, before it is
     /// closed [default: 10s].
@@ -486,6 +503,18 @@ pub struct FileConfig {
     /// See [`Flags::failover_grace`].
     #[serde(alias = "failover_grace")]
     pub failover_grace: Option<DurationArg>,
+    /// See [`Flags::auth_key`].
+    #[serde(alias = "auth_key")]
+    pub auth_key: Option<PathBuf>,
+    /// See [`Flags::auth_key_dir`].
+    #[serde(alias = "auth_key_dir")]
+    pub auth_key_dir: Option<PathBuf>,
+    /// See [`Flags::auth_public`].
+    #[serde(default, alias = "auth_public")]
+    pub auth_public: Vec<String>,
+    /// See [`Flags::upstream_token_file`].
+    #[serde(alias = "upstream_token_file")]
+    pub upstream_token_file: Option<PathBuf>,
     /// See [`Flags::handshake_timeout`].
     #[serde(alias = "handshake_timeout")]
     pub handshake_timeout: Option<DurationArg>,
@@ -625,6 +654,38 @@ pub struct RelayConfig {
     pub quotas: Quotas,
     /// Directory the web player and its files are served from.
     pub web_dir: PathBuf,
+    /// Access control (docs/protocol.md §4.10).
+    pub auth: AuthConfig,
+    /// The file holding the token presented to the upstream relay.
+    pub upstream_token_file: Option<PathBuf>,
+}
+
+/// Where tokens are verified and what anonymous sessions may do; all empty:
+/// the relay is open to everyone.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AuthConfig {
+    /// One JWK file.
+    pub key: Option<PathBuf>,
+    /// A directory of `{kid}.jwk` files.
+    pub key_dir: Option<PathBuf>,
+    /// Anonymous publish and subscribe patterns, rooted at `/`.
+    pub public: moq_pattern::Patterns,
+}
+
+impl AuthConfig {
+    /// The policy this configuration describes, its keys read and checked now.
+    ///
+    /// # Errors
+    /// The key file or directory cannot be used.
+    pub fn build(&self) -> Result<crate::auth::Auth, crate::auth::KeyError> {
+        use crate::auth::{Auth, Keys};
+        let keys = match (&self.key, &self.key_dir) {
+            (Some(file), _) => Some(Keys::file(file.clone())?),
+            (None, Some(dir)) => Some(Keys::dir(dir.clone())?),
+            (None, None) => None,
+        };
+        Ok(Auth::new(keys, self.public.clone()))
+    }
 }
 
 /// The default web directory: the repository's `web/dist`.
@@ -667,6 +728,58 @@ impl Default for Quotas {
     }
 }
 
+/// The access-control settings of `flags` over `file`.
+fn auth_config(file: &FileConfig, flags: &Flags) -> Result<AuthConfig, ConfigError> {
+    let key = flags.auth_key.clone().or_else(|| file.auth_key.clone());
+    let key_dir = flags
+        .auth_key_dir
+        .clone()
+        .or_else(|| file.auth_key_dir.clone());
+    if key.is_some() && key_dir.is_some() {
+        return Err(invalid(
+            "auth-key",
+            "give --auth-key or --auth-key-dir, not both",
+        ));
+    }
+    let texts = if flags.auth_public.is_empty() {
+        &file.auth_public
+    } else {
+        &flags.auth_public
+    };
+    let mut public = moq_pattern::Patterns::new();
+    for text in texts.iter().map(|t| t.trim()).filter(|t| !t.is_empty()) {
+        let pattern: moq_pattern::Pattern = text
+            .parse()
+            .map_err(|e| invalid("auth-public", format!("`{text}`: {e}")))?;
+        // A literal names exactly one broadcast; `anon` for `anon/**` would
+        // mislead, as moq-relay warns too.
+        if pattern.is_literal() {
+            return Err(invalid(
+                "auth-public",
+                format!(
+                    "`{text}` has no wildcard, so it names one broadcast; write `{text}/**` for the subtree"
+                ),
+            ));
+        }
+        public.insert(pattern);
+    }
+    let auth = AuthConfig {
+        key,
+        key_dir,
+        public,
+    };
+    // A relay must not start with keys it cannot use.
+    auth.build().map_err(|e| {
+        let key = if auth.key.is_some() {
+            "auth-key"
+        } else {
+            "auth-key-dir"
+        };
+        invalid(key, e.to_string())
+    })?;
+    Ok(auth)
+}
+
 /// Most worker threads accepted (a sanity bound, far above any core count here).
 pub const MAX_THREADS: usize = 1024;
 
@@ -700,6 +813,8 @@ impl Default for RelayConfig {
             send_buffer: None,
             quotas: Quotas::default(),
             web_dir: default_web_dir(),
+            auth: AuthConfig::default(),
+            upstream_token_file: None,
         }
     }
 }
@@ -954,6 +1069,11 @@ impl RelayConfig {
                     .or(file.max_waiting_track_requests)
                     .unwrap_or(d.quotas.waiting_track_requests),
             },
+            auth: auth_config(file, flags)?,
+            upstream_token_file: flags
+                .upstream_token_file
+                .clone()
+                .or_else(|| file.upstream_token_file.clone()),
         };
         let q = cfg.quotas;
         for (key, v) in [
@@ -1072,6 +1192,10 @@ mod tests {
             ("::1", 9000, "")
         );
         assert_eq!(u.to_string(), "tcp://[::1]:9000/");
+        // A token in the query stays out of what is printed.
+        let u: Upstream = "tcp://h:1/room?jwt=secret".parse().unwrap();
+        assert_eq!(u.path, "room?jwt=secret");
+        assert_eq!(u.to_string(), "tcp://h:1/room?…");
         assert!("https://x:1/".parse::<Upstream>().is_err());
         assert!("tcp://x/".parse::<Upstream>().is_err());
         assert!("tcp://:1/".parse::<Upstream>().is_err());
@@ -1106,6 +1230,46 @@ mod tests {
         assert_eq!(cfg.log.0, tracing::level_filters::LevelFilter::WARN);
         assert_eq!(cfg.driver, DriverKind::Legacy);
         assert_eq!(cfg.drain_timeout, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn auth_settings_from_file_and_flags() {
+        let dir = std::env::temp_dir().join(format!("skiff-cfg-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("k.jwk");
+        std::fs::write(
+            &key,
+            r#"{"kty":"oct","alg":"HS256","k":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"}"#,
+        )
+        .unwrap();
+        let text = format!(
+            "auth-key = {:?}\nauth-public = [\"anon/**\"]\nupstream-token-file = \"t\"\n",
+            key.display().to_string()
+        );
+        let file = FileConfig::parse(&text, Path::new("a.toml")).unwrap();
+        let cfg = RelayConfig::merge(&file, &flags(&[])).unwrap();
+        assert_eq!(cfg.auth.key.as_deref(), Some(key.as_path()));
+        assert!(cfg.auth.public.matches("anon/x"));
+        assert_eq!(cfg.upstream_token_file.as_deref(), Some(Path::new("t")));
+        let cfg = RelayConfig::merge(&file, &flags(&["--auth-public", "a/**,b/*"])).unwrap();
+        assert!(cfg.auth.public.matches("b/x") && !cfg.auth.public.matches("anon/x"));
+        // Refused: a literal public pattern, a bad pattern, both key forms, a bad key.
+        for args in [
+            &["--auth-public", "anon"][..],
+            &["--auth-public", "a/**/b/**"],
+            &["--auth-key-dir", "/"],
+            &["--auth-key", "/nonexistent/k.jwk", "--auth-key-dir", "/"],
+        ] {
+            let f = if args[0] == "--auth-key" {
+                FileConfig::default()
+            } else {
+                file.clone()
+            };
+            assert!(RelayConfig::merge(&f, &flags(args)).is_err(), "{args:?}");
+        }
+        std::fs::write(&key, "{}").unwrap();
+        assert!(RelayConfig::merge(&file, &flags(&[])).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

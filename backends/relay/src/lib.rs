@@ -26,6 +26,7 @@
 //! The worker thread itself (its runtime, accept loop and drain) is private;
 //! [`WorkerExit`] is what each reports when it stops.
 
+pub mod auth;
 pub mod config;
 pub mod conn;
 pub mod error;

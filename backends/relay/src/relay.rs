@@ -126,9 +126,9 @@ use skiff_core::relay::{
     Resolver, Router, RouterLimits, RouterStorage, SourceId, SubscribeQueue, TrackSlot, TrackTable,
     Upstreams, Wake,
 };
-use skiff_core::session::{Config, ConfigError, Event, Resolve, Session};
+use skiff_core::session::{Config, ConfigError, Event, Resolve, Scope, Session};
 use skiff_core::time::Instant;
-use skiff_core::wire::lite::StreamCode;
+use skiff_core::wire::lite::{SessionCode, StreamCode};
 use skiff_core::wire::qmux::Side;
 use skiff_monoio::clock::Clock;
 use skiff_monoio::notify::Notify;
@@ -140,6 +140,7 @@ use skiff_monoio::tables::{GROUPS, TRACKS, leak_pool_with_spare, leak_slice, poo
 use skiff_monoio::ws::{WsReader, WsWriter};
 use skiff_ws::frame::Role as WsRole;
 
+use crate::auth::{Auth, Gate};
 use crate::config::{RelayConfig, Upstream as UpstreamAddr};
 use crate::conn::Connection;
 use crate::handler::{ConnectionHandler, WorkerInfo};
@@ -521,11 +522,21 @@ struct RelayConn<const S: usize> {
     refused_tracks: u64,
     /// A link: what it lends to the other worker.
     lender: Option<Rc<Lender>>,
+    /// A client's admission and scope, when access control is on.
+    gate: Option<Rc<Gate>>,
+    /// Whether a wake-up is armed for the token's expiry.
+    expiry_armed: bool,
 }
 
 impl<const S: usize> RelayConn<S> {
     /// The relay side of session `id` (its queue registered with the relay).
-    fn new(relay: Rc<Relay>, id: u64, kind: PeerKind, lender: Option<Rc<Lender>>) -> Self {
+    fn new(
+        relay: Rc<Relay>,
+        id: u64,
+        kind: PeerKind,
+        lender: Option<Rc<Lender>>,
+        gate: Option<Rc<Gate>>,
+    ) -> Self {
         let queue = Rc::new(SubscribeQueue::new());
         relay.add_source(id, queue.clone());
         RelayConn {
@@ -536,7 +547,17 @@ impl<const S: usize> RelayConn<S> {
             armed: None,
             refused_tracks: 0,
             lender,
+            gate,
+            expiry_armed: false,
         }
+    }
+
+    /// Whether the session's token has expired (docs/protocol.md §4.10: no grace).
+    fn expired(&self) -> bool {
+        self.gate
+            .as_ref()
+            .and_then(|g| g.deadline())
+            .is_some_and(|at| self.relay.clock.now() >= at)
     }
 
     /// Wakes whom a core call says to.
@@ -561,8 +582,20 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
 
     fn on_event(&mut self, event: &Event<'_>) {
         match *event {
-            Event::Setup { role, path, .. } => {
-                tracing::debug!(conn = self.id, ?role, path, "client setup")
+            Event::Setup { role, .. } => {
+                // The path is not logged: its query may hold a token.
+                tracing::debug!(conn = self.id, ?role, "client setup")
+            }
+            Event::Announced { path, .. }
+                if self.gate.as_ref().is_some_and(|g| !g.may_publish(path)) =>
+            {
+                // docs/protocol.md §4.10: outside the token's `publish`, not routed.
+                tracing::info!(
+                    conn = self.id,
+                    path,
+                    "announce refused: outside the publish grant"
+                );
+                return;
             }
             Event::Announced { path, .. } => {
                 tracing::info!(conn = self.id, path, "broadcast announced")
@@ -600,6 +633,26 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
 
     fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>) {
         let relay = self.relay.clone();
+        if let Some(at) = self.gate.as_ref().and_then(|g| g.deadline()) {
+            if self.expired() {
+                if !session.is_closed() {
+                    tracing::info!(conn = self.id, "token expired: session closed");
+                    session.close(
+                        SessionCode::Unauthorized,
+                        "unauthorized: the token has expired",
+                    );
+                }
+                return;
+            }
+            if !self.expiry_armed {
+                self.expiry_armed = true;
+                let (clock, notify) = (relay.clock, relay.notify.clone());
+                monoio::spawn(async move {
+                    clock.sleep_until(at).await;
+                    notify.bump();
+                });
+            }
+        }
         relay.publish_gauges();
         relay.return_lent();
         relay.reclaim_tables();
@@ -641,6 +694,8 @@ pub struct RelayHandler {
     relay: Rc<Relay>,
     storage: Rc<StoragePool>,
     clock: Clock,
+    /// The access policy, shared by every worker.
+    auth: Arc<Auth>,
 }
 
 /// Ids of link sessions (never an accepted connection's id).
@@ -655,6 +710,11 @@ impl RelayHandler {
     /// The handler of the worker described by `info`, without links to
     /// other workers (right for one worker thread) and without its upstream.
     pub fn new(info: &WorkerInfo) -> Self {
+        Self::with_auth(info, Arc::new(auth_policy(info)))
+    }
+
+    /// As [`RelayHandler::new`], with the access policy `auth` (shared by the workers).
+    pub fn with_auth(info: &WorkerInfo, auth: Arc<Auth>) -> Self {
         let notify = Notify::shared();
         // A stable non-zero Hop ID per worker (docs/protocol.md §4.3).
         let hop = 0x5c1f_0000_0000 | ((std::process::id() as u64) << 8) | (info.index as u64 + 1);
@@ -665,6 +725,7 @@ impl RelayHandler {
             relay: Rc::new(relay),
             storage: Rc::new(StoragePool::new()),
             clock,
+            auth,
         }
     }
 
@@ -678,8 +739,10 @@ impl RelayHandler {
         threads: usize,
     ) -> io::Result<impl Fn(&WorkerInfo) -> RelayHandler + Send + Sync + 'static> {
         let mesh = Arc::new(Mesh::new(threads)?);
+        let auth = std::sync::OnceLock::new();
         Ok(move |info: &WorkerInfo| {
-            let h = RelayHandler::new(info);
+            let auth = auth.get_or_init(|| Arc::new(auth_policy(info))).clone();
+            let h = RelayHandler::with_auth(info, auth);
             for (peer, end) in mesh.take(info.index) {
                 h.spawn_link(info, peer, end);
             }
@@ -756,6 +819,7 @@ impl RelayHandler {
                 Remote::Link,
                 Some(lender),
                 None,
+                None,
                 &ctx,
             );
             match res.await {
@@ -779,7 +843,22 @@ impl RelayHandler {
         let shutdown = info.shutdown.clone();
         let worker = info.index;
         // Made once per worker: the session config borrows it for 'static.
-        let path: &'static str = Box::leak(format!("/{}", up.path).into_boxed_str());
+        // A token file adds its token as `jwt` (docs/protocol.md §4.10).
+        let mut dialed = format!("/{}", up.path);
+        if let Some(file) = &info.config.upstream_token_file {
+            match std::fs::read_to_string(file) {
+                Ok(token) if !token.trim().is_empty() => {
+                    dialed.push(if dialed.contains('?') { '&' } else { '?' });
+                    dialed.push_str("jwt=");
+                    dialed.push_str(token.trim());
+                }
+                Ok(_) => tracing::warn!(file = %file.display(), "upstream token file is empty"),
+                Err(e) => {
+                    tracing::warn!(file = %file.display(), error = %e, "cannot read upstream token file")
+                }
+            }
+        }
+        let path: &'static str = Box::leak(dialed.into_boxed_str());
         monoio::spawn(async move {
             let mut backoff = UPSTREAM_BACKOFF.0;
             let mut dial = 0u64;
@@ -811,6 +890,7 @@ impl RelayHandler {
                             peer,
                             None,
                             None,
+                            None,
                             &ctx,
                         );
                         match res.await {
@@ -837,6 +917,34 @@ impl RelayHandler {
                 backoff = (backoff * 2).min(UPSTREAM_BACKOFF.1);
             }
         });
+    }
+}
+
+/// The access policy of `info`'s configuration, its start-up state logged.
+/// Keys that became unusable since the configuration was checked refuse
+/// every session rather than open the relay.
+fn auth_policy(info: &WorkerInfo) -> Auth {
+    let cfg = &info.config.auth;
+    match cfg.build() {
+        Ok(auth) if auth.is_open() => {
+            tracing::warn!(
+                "no --auth-key, --auth-key-dir or --auth-public: the relay is open to everyone"
+            );
+            auth
+        }
+        Ok(auth) => {
+            let public: Vec<&str> = cfg.public.iter().map(|p| p.as_str()).collect();
+            tracing::info!(
+                key = ?cfg.key.as_ref().or(cfg.key_dir.as_ref()),
+                public = %public.join(","),
+                "access control on"
+            );
+            auth
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "auth keys unusable: every session is refused");
+            Auth::refuse_all()
+        }
     }
 }
 
@@ -893,6 +1001,7 @@ async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize>(
     peer: Remote,
     lender: Option<Rc<Lender>>,
     resolver: Option<&'s dyn Resolve<'static, 'static>>,
+    gate: Option<Rc<Gate>>,
     ctx: &DriveCtx,
 ) -> io::Result<Ended> {
     let mut session = session.map_err(io::Error::other)?;
@@ -911,10 +1020,10 @@ async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize>(
         Remote::Upstream(_) => PeerKind::Trunk { ask_first: true },
     };
     if peer.is_local() {
-        let mut app = RelayConn::<CLIENT_UPSTREAM>::new(relay.clone(), id, kind, lender);
+        let mut app = RelayConn::<CLIENT_UPSTREAM>::new(relay.clone(), id, kind, lender, gate);
         drive(session, reader, writer, &mut app, ctx).await
     } else {
-        let mut app = RelayConn::<TRUNK_UPSTREAM>::new(relay.clone(), id, kind, lender);
+        let mut app = RelayConn::<TRUNK_UPSTREAM>::new(relay.clone(), id, kind, lender, None);
         drive(session, reader, writer, &mut app, ctx).await
     }
 }
@@ -1012,6 +1121,12 @@ impl RelayHandler {
         let refused = |e: ResolveRefused, path: &str| relay.track_refused(Some(id), e, path);
         let resolver =
             Resolver::new(&self.relay.router, Some(id), &self.relay.queues).on_refused(&refused);
+        let gate = (!self.auth.is_open()).then(|| {
+            let clock = self.clock;
+            Rc::new(Gate::new(self.auth.clone(), move || {
+                (clock.now(), std::time::SystemTime::now())
+            }))
+        });
         let mut storage = self.storage.take();
         let (config, origin) = self.relay.session_setup(Remote::Client);
         let mut config: Config<'_> = config;
@@ -1025,7 +1140,12 @@ impl RelayHandler {
             ctx.clock.now(),
             &mut storage,
             Some(origin),
-        );
+        )
+        .map(|mut s| {
+            // docs/protocol.md §4.10: admitted at SETUP, scoped from then on.
+            s.set_scope(gate.as_deref().map(|g| g as &dyn Scope));
+            s
+        });
         let relay = self.relay.clone();
         let ended = run_session(
             relay,
@@ -1037,9 +1157,13 @@ impl RelayHandler {
             Remote::Client,
             None,
             Some(&resolver),
+            gate.clone(),
             &ctx,
         )
         .await;
+        if let Some(refusal) = gate.as_ref().and_then(|g| g.refusal()) {
+            tracing::debug!(conn = id, reason = %refusal, "session refused");
+        }
         self.storage.give(storage);
         ended
     }

@@ -63,6 +63,7 @@ mod event;
 mod inbox;
 mod publisher;
 mod resolve;
+mod scope;
 mod slots;
 mod subscriber;
 
@@ -79,6 +80,7 @@ pub use event::OwnedEvent;
 pub use event::{AnnounceId, Event, SubscriptionId};
 pub use inbox::{Fed, Inbox};
 pub use resolve::Resolve;
+pub use scope::Scope;
 
 use heapless::{Deque, String};
 
@@ -215,6 +217,8 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     origin: Option<origin::Ref<'a, 'p>>,
     /// Asked for tracks the peer requests that a known broadcast lacks.
     resolver: Option<&'s dyn Resolve<'a, 'p>>,
+    /// Admits the client at its SETUP and limits what it may see.
+    scope: Option<&'s dyn Scope>,
 
     control: Slots<'s, Control>,
     rx: &'s mut [u8],
@@ -366,6 +370,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             now,
             origin,
             resolver: None,
+            scope: None,
             control: Slots::new(control.as_mut_slice()),
             rx: rx.as_flattened_mut(),
             tx: tx.as_flattened_mut(),

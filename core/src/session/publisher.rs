@@ -344,9 +344,13 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     cursor,
                 } => {
                     // docs/protocol.md §3.6: our Hop ID, and how many ANNOUNCEs follow.
+                    let scope = self.scope;
                     let active = origin
                         .under(prefix)
-                        .filter(|(suffix, _)| announceable(suffix.as_path()))
+                        .filter(|(suffix, b)| {
+                            announceable(suffix.as_path())
+                                && Self::visible(scope, b.path().as_str())
+                        })
                         .count() as u64;
                     let ok = AnnounceOk {
                         hop: self.hop,
@@ -397,8 +401,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     let mut sent: Option<BroadcastPath> = None;
                     let mut full = false;
                     let unsent = origin.iter().filter(|b| b.is_under(prefix)).skip(start);
+                    let scope = self.scope;
                     for (suffix, b) in unsent.filter_map(|b| b.suffix(prefix).map(|s| (s, b))) {
-                        if announceable(suffix.as_path()) {
+                        if announceable(suffix.as_path()) && Self::visible(scope, b.path().as_str())
+                        {
                             let msg = Announce {
                                 status: AnnounceStatus::Active,
                                 suffix: suffix.as_str(),
@@ -465,7 +471,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                         }
                     };
                     let (suffix, change) = change;
-                    if announceable(suffix.as_path()) {
+                    if announceable(suffix.as_path())
+                        && Self::visible(self.scope, change.path().as_str())
+                    {
                         // moq-dev sends an empty hop list with Ended.
                         let msg = Announce {
                             status: if change.is_active() {
@@ -516,6 +524,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 ) {
                     Ok((s, n)) => {
                         let found = match normalize(s.broadcast, &mut self.scratch) {
+                            // docs/protocol.md §4.10: outside the peer's scope.
+                            Some(path) if !Self::visible(self.scope, path.as_str()) => {
+                                Err(StreamCode::Unroutable)
+                            }
                             Some(path) => {
                                 super::resolve::lookup_or_resolve(origin, resolver, path, s.track)
                             }

@@ -68,12 +68,29 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             self.fail(SessionCode::ProtocolViolation, "data after SETUP");
             return Step::Stop;
         }
+        let scope = match self.side {
+            Side::Server => self.scope,
+            Side::Client => None,
+        };
+        // The path the transport carried (a WebSocket request URI), else SETUP's.
+        let carried = self.path;
         let parsed = match decode_within::<Setup<'_>>(self.rx_data(slot), limit) {
-            Ok((setup, n)) => Ok((setup.hop(), setup.role(), n)),
+            // docs/protocol.md §4.10: the client is admitted or refused here,
+            // before any of its requests is read.
+            Ok((setup, n)) => Ok((
+                setup.hop(),
+                setup.role(),
+                n,
+                scope.map_or(Ok(()), |s| s.admit(carried.or(setup.path()), setup.role())),
+            )),
             Err(e) => Err(e),
         };
         match parsed {
-            Ok((hop, role, n)) => {
+            Ok((_, _, _, Err(reason))) => {
+                self.fail(SessionCode::Unauthorized, reason);
+                Step::Stop
+            }
+            Ok((hop, role, n, Ok(()))) => {
                 // Role and Path are client parameters; a server's are ignored.
                 let role = match self.side {
                     Side::Server => role,

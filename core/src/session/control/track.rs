@@ -41,6 +41,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         let answer = match decode_within::<Track<'_>>(data, limit) {
             Ok((t, n)) => {
                 let found = match normalize(t.broadcast, &mut self.scratch) {
+                    // docs/protocol.md §4.10: outside the peer's scope.
+                    Some(path) if !Self::visible(self.scope, path.as_str()) => {
+                        Err(StreamCode::Unroutable)
+                    }
                     Some(path) if over => match lookup(origin, path, t.track) {
                         Err(StreamCode::NotFound) => Err(StreamCode::Evicted),
                         found => found,
