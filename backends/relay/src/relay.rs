@@ -1072,9 +1072,15 @@ impl ConnectionHandler for RelayHandler {
                 return Ok(());
             }
             let web_dir = reader.web_dir().to_path_buf();
-            let routed =
-                crate::web::serve_http(&self.relay, &web_dir, &mut reader, &mut writer, id, limit)
-                    .await?;
+            let routed = crate::web::serve_http(
+                self.relay.origin(),
+                &web_dir,
+                &mut reader,
+                &mut writer,
+                id,
+                limit,
+            )
+            .await?;
             let crate::web::Routed::Upgrade {
                 target,
                 protocol,

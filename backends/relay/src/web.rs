@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use skiff_ws::http::{self, Choice, MAX_HEAD_BYTES, RequestError};
 
 use crate::conn::{Reader, Writer};
-use crate::relay::Relay;
+use skiff_core::model::origin;
 
 /// Largest file served from the web directory.
 pub const MAX_FILE_BYTES: u64 = 16 << 20;
@@ -91,10 +91,9 @@ fn read_bounded(path: &Path) -> Option<Vec<u8>> {
 }
 
 /// The announced broadcast paths under `prefix` (whole segments; `""`: all).
-fn announced(relay: &Relay, prefix: &str) -> Vec<String> {
+fn announced(origin: origin::Ref<'static, 'static>, prefix: &str) -> Vec<String> {
     let prefix = prefix.trim_matches('/');
-    let mut paths: Vec<String> = relay
-        .origin()
+    let mut paths: Vec<String> = origin
         .iter()
         .map(|b| b.path().as_str().to_owned())
         .filter(|p| {
@@ -125,8 +124,8 @@ fn escape(text: &str) -> String {
 }
 
 /// The page `/` shows when the player is not built.
-fn fallback_page(relay: &Relay) -> Vec<u8> {
-    let items: String = announced(relay, "")
+fn fallback_page(origin: origin::Ref<'static, 'static>) -> Vec<u8> {
+    let items: String = announced(origin, "")
         .iter()
         .map(|p| format!("<li><code>{}</code></li>\n", escape(p)))
         .collect();
@@ -145,7 +144,7 @@ fn fallback_page(relay: &Relay) -> Vec<u8> {
 }
 
 /// Answers a plain (non-upgrade) request.
-fn answer(relay: &Relay, web_dir: &Path, req: &http::Request) -> Vec<u8> {
+fn answer(origin: origin::Ref<'static, 'static>, web_dir: &Path, req: &http::Request) -> Vec<u8> {
     let head_only = req.method == "HEAD";
     let text = "text/plain; charset=utf-8";
     if req.method != "GET" && !head_only {
@@ -163,7 +162,7 @@ fn answer(relay: &Relay, web_dir: &Path, req: &http::Request) -> Vec<u8> {
         "/health" => http::response(200, text, b"ok\n", head_only, &[]),
         _ if path == "/announced" || path.starts_with("/announced/") => {
             let prefix = path.strip_prefix("/announced").unwrap_or("");
-            let body = serde_json::to_vec(&announced(relay, prefix)).unwrap_or_default();
+            let body = serde_json::to_vec(&announced(origin, prefix)).unwrap_or_default();
             http::response(200, "application/json", &body, head_only, &[])
         }
         _ => match file_under(web_dir, path).and_then(|f| Some((read_bounded(&f)?, f))) {
@@ -171,7 +170,7 @@ fn answer(relay: &Relay, web_dir: &Path, req: &http::Request) -> Vec<u8> {
             None if path == "/" => http::response(
                 200,
                 "text/html; charset=utf-8",
-                &fallback_page(relay),
+                &fallback_page(origin),
                 head_only,
                 &[],
             ),
@@ -194,7 +193,7 @@ async fn reply(writer: &mut Writer, response: &[u8]) -> io::Result<Routed> {
 /// # Errors
 /// Socket errors.
 pub(crate) async fn serve_http(
-    relay: &Relay,
+    origin: origin::Ref<'static, 'static>,
     web_dir: &Path,
     reader: &mut Reader,
     writer: &mut Writer,
@@ -234,7 +233,7 @@ pub(crate) async fn serve_http(
     };
     let Some(upgrade) = &req.upgrade else {
         tracing::debug!(conn, method = req.method, path = req.path(), "http request");
-        let r = answer(relay, web_dir, &req);
+        let r = answer(origin, web_dir, &req);
         return reply(writer, &r).await;
     };
     let (protocol, application) = match http::choose(&upgrade.protocols) {
