@@ -141,6 +141,8 @@ async fn publish(url: &str, first: u64, base: u64, stop: Stop) {
     match stop {
         Stop::Clean => {
             broadcast.finish();
+            // The ends go out before the session closes.
+            client.flushed().await;
             client.close().await;
         }
         Stop::Lost => {

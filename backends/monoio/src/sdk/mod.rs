@@ -161,10 +161,6 @@ impl Target {
 /// How often a write on a full pool looks again when no session passes.
 const ROOM_RETRY: Duration = Duration::from_millis(10);
 
-/// How long [`Client::close`] waits for the runner to send what the
-/// application ended just before.
-pub const CLOSE_FLUSH: Duration = Duration::from_secs(1);
-
 /// What the client handles and the runner share (one thread).
 pub(crate) struct Shared {
     ctx: ClientCtx,
@@ -382,17 +378,8 @@ impl Client {
     }
 
     /// Closes the session (moq-lite close, NO_ERROR) and stops the runner;
-    /// returns once it stopped. What the application ended just before
-    /// (finished tracks, unannounced broadcasts) goes out first, within
-    /// [`CLOSE_FLUSH`], so the relay sees a clean end rather than a lost
-    /// source.
+    /// returns once it stopped.
     pub async fn close(&self) {
-        if self.is_connected() {
-            // One more pass writes the ends the session has not sent yet.
-            self.shared.kick();
-            let _ = crate::cancel::race(self.shared.wait_pass(), monoio::time::sleep(CLOSE_FLUSH))
-                .await;
-        }
         self.shared.closed.set(true);
         self.shared.ctx.close_all();
         self.shared.wake_all();
