@@ -163,12 +163,17 @@ fn watch_all(client: &Client) -> Vec<monoio::task::JoinHandle<Watched>> {
 }
 
 async fn scenario(url: String, second_first: u64, stop: Stop) {
-    // The first viewer subscribes before the first source exists.
+    // The first viewer subscribes once the first source announced.
     let (viewer, runner) = connect(&url, Config::default()).unwrap();
     monoio::spawn(runner.run());
+    let first = monoio::spawn({
+        let url = url.clone();
+        async move { publish(&url, 0, 0, stop).await }
+    });
+    announced(&url, true).await;
     let first_watch = watch_all(&viewer);
     let mut wrong = Vec::new();
-    publish(&url, 0, 0, stop).await;
+    first.await;
     for (name, w) in TRACKS.iter().zip(first_watch) {
         wrong.extend(check(
             &w.await,
@@ -177,18 +182,15 @@ async fn scenario(url: String, second_first: u64, stop: Stop) {
         ));
     }
     // The relay no longer lists the broadcast once the first source left.
-    let deadline = Instant::now() + DEADLINE;
-    while announced_paths(&url).iter().any(|p| p == PATH) {
-        assert!(Instant::now() < deadline, "{PATH} still announced");
-        monoio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // The second source, and a new viewer (it waits for the announcement).
+    announced(&url, false).await;
+    // The second source, and a new viewer once it announced.
     let (fresh, runner) = connect(&url, Config::default()).unwrap();
     monoio::spawn(runner.run());
     let second = monoio::spawn({
         let url = url.clone();
         async move { publish(&url, second_first, 1000, Stop::Clean).await }
     });
+    announced(&url, true).await;
     let watches = watch_all(&fresh);
     second.await;
     for (w, name) in watches.into_iter().zip(TRACKS) {
@@ -198,6 +200,15 @@ async fn scenario(url: String, second_first: u64, stop: Stop) {
     fresh.close().await;
     viewer.close().await;
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Waits until the relay at `url` lists [`PATH`] (`listed`) or no longer does.
+async fn announced(url: &str, listed: bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while announced_paths(url).iter().any(|p| p == PATH) != listed {
+        assert!(Instant::now() < deadline, "{PATH} listed: {}", !listed);
+        monoio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The broadcast paths the relay at `url` lists on `GET /announced`.
