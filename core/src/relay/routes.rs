@@ -18,7 +18,8 @@
 //!   other workers).
 //! * A path routed already: while its source is gone (the grace period
 //!   runs), the new source adopts it (every open track is asked for again
-//!   from it, subscribers stay where they are); a local source of a path
+//!   from it, subscribers stay where they are; a track the old source
+//!   finished leaves the broadcast, so its name is asked of the new source); a local source of a path
 //!   learned from another worker becomes a standby (in the local origin
 //!   only, so the worker serving the route can fail over to it); any other
 //!   source waits as a spare, next in line when the current one goes away.
@@ -400,7 +401,10 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
     }
 
     /// Makes `owner` the source of orphaned `route`: every open track of it
-    /// is asked for again from `owner`. Returns how many.
+    /// is asked for again from `owner`, and every track the old source ended
+    /// leaves the broadcast (given back to the track table once its last
+    /// readers are done), so a request for its name reaches the new source.
+    /// Returns how many tracks were asked for.
     fn adopt(
         &self,
         route: &mut Route<'a, 'p>,
@@ -430,6 +434,11 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             if t.status() == track::Status::Open {
                 upstreams.subscribe(owner, b, t);
                 asked += 1;
+            } else {
+                // A finished track is over: its subscribers got its end, and
+                // the new source's track of that name is a new one.
+                route.producer.remove(t.info().name.as_str());
+                self.tracks.retire(t);
             }
         }
         asked
@@ -662,7 +671,8 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
 
     /// The upstream subscription of relay track `t` is over (`code`: its
     /// error, `None` for a clean end). A track that finished stays in the
-    /// cache (late subscribers still get its groups and end); one the source
+    /// cache while its source serves the route (late subscribers still get
+    /// its groups and end); one the source
     /// refused or abandoned ends with the code and leaves its broadcast, so
     /// the next request asks again. True if the track ended here.
     pub fn upstream_closed(&self, t: track::Ref<'a, 'p>, code: Option<StreamCode>) -> bool {
@@ -1009,6 +1019,45 @@ mod tests {
             ResolveRefused::Quota("max-relay-tracks")
         );
         assert_eq!(ResolveRefused::Quota("x").code(), StreamCode::Evicted);
+        let _ = pool;
+    }
+
+    #[test]
+    fn a_new_source_adopting_a_route_does_not_inherit_its_finished_tracks() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        let t0 = Instant::ZERO;
+        r.announce(path("cam"), 1, true, &up).unwrap();
+        let b = r.origin().get(path("cam")).unwrap();
+        let done = r.resolve(Some(7), b, "video", &up).unwrap();
+        let open = r.resolve(Some(7), b, "audio", &up).unwrap();
+        up.take();
+        // Source 1 finishes "video" (it stays cached), then its connection goes.
+        let mut p = done.producer().unwrap();
+        p.create_group(0).unwrap().finish().unwrap();
+        p.finish();
+        drop(p);
+        assert!(!r.upstream_closed(done, None));
+        let mut reader = done.consumer(Start::Latest);
+        assert_eq!(r.source_gone(1, t0, &up), 1);
+        // Source 2 adopts: only the open track is asked for again; the
+        // finished one leaves the broadcast, so its name reaches source 2.
+        assert_eq!(
+            r.announce(path("cam"), 2, true, &up),
+            Ok(Announced::Adopted { tracks: 1 })
+        );
+        assert_eq!(up.take(), [(2, "cam".into())]);
+        assert!(b.track("video").is_none());
+        assert!(b.track("audio").is_some_and(|t| t.same_track(&open)));
+        // Its reader still gets its group and its end.
+        assert!(matches!(reader.next_group(), Ok(track::Next::Ready(_))));
+        assert!(matches!(reader.next_group(), Ok(track::Next::Finished)));
+        let again = r.resolve(Some(8), b, "video", &up).unwrap();
+        assert!(!again.same_track(&done) && again.status() == track::Status::Open);
+        assert_eq!(up.take(), [(2, "cam".into())]);
+        // With no producer and no subscription served from it, the finished
+        // track's slot comes back.
+        assert_eq!(r.reclaim(), 1);
         let _ = pool;
     }
 
