@@ -18,7 +18,7 @@ mod common;
 use common::within;
 use skiff_core::hang::{self, frame};
 use skiff_media::h264::{EncodeOptions, Encoder, Payload};
-use skiff_media::node::{self, Input, NodeOptions};
+use skiff_media::node::{self, NodeOptions};
 use skiff_media::pattern::{self, Stamp};
 use skiff_media::picture::Picture;
 use skiff_monoio::driver::{self, DriverKind};
@@ -289,17 +289,12 @@ fn the_camera_redials_a_relay_that_comes_back() {
             driver::block_on(DriverKind::Auto, move |_| async move {
                 let stop = Arc::new(AtomicBool::new(false));
                 let opts = NodeOptions {
-                    url: url.clone(),
-                    broadcast: "cam.hang".into(),
-                    track: "video".into(),
-                    input: Input::Pattern,
                     width: 160,
                     height: 120,
                     fps: 60.0,
-                    fps_forced: true,
                     gop: 15,
                     bitrate: 300_000,
-                    frames: None,
+                    ..NodeOptions::pattern(url.clone(), "cam.hang")
                 };
                 let camera = monoio::spawn(node::run(opts, stop.clone(), |_| {}));
                 let (client, runner) = connect(&url, Config::default()).expect("a valid URL");

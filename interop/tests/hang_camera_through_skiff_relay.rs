@@ -15,7 +15,7 @@ use openh264::formats::YUVSource;
 use skiff_interop::ALPN_LITE_05;
 use skiff_interop::reference::{self, End, Options, SubscribeRequest};
 use skiff_media::h264::Decoder;
-use skiff_media::node::{self, Input, NodeOptions};
+use skiff_media::node::{self, NodeOptions};
 use skiff_media::pattern;
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::config::RelayConfig;
@@ -41,17 +41,13 @@ fn moq_net_reads_the_hang_camera_through_skiff_relay() {
         let stop = stop.clone();
         std::thread::spawn(move || {
             let opts = NodeOptions {
-                url: format!("tcp://{addr}/anon"),
-                broadcast: "cam.hang".into(),
-                track: "video".into(),
-                input: Input::Pattern,
                 width: 160,
                 height: 120,
                 fps: 60.0,
-                fps_forced: true,
                 gop: 12,
                 bitrate: 300_000,
                 frames: Some(6_000),
+                ..NodeOptions::pattern(format!("tcp://{addr}/anon"), "cam.hang")
             };
             driver::block_on(DriverKind::Legacy, move |_| node::run(opts, stop, |_| {}))
                 .expect("camera runtime")

@@ -84,6 +84,27 @@ pub struct NodeOptions {
     pub frames: Option<u64>,
 }
 
+impl NodeOptions {
+    /// The stamped test pattern, 320x240 at 30 fps, a group a second, 1 Mbit/s,
+    /// as track `video` of `broadcast` on the relay at `url`, until stopped:
+    /// change the fields that differ.
+    pub fn pattern(url: impl Into<String>, broadcast: impl Into<String>) -> Self {
+        NodeOptions {
+            url: url.into(),
+            broadcast: broadcast.into(),
+            track: "video".into(),
+            input: Input::Pattern,
+            width: 320,
+            height: 240,
+            fps: 30.0,
+            fps_forced: true,
+            gop: 30,
+            bitrate: 1_000_000,
+            frames: None,
+        }
+    }
+}
+
 /// Why the node could not run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -580,7 +580,6 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
     // What the place follows: the session's track set version and whether it
     // follows every change ([`follow`]).
     let mut followed: Option<(u64, bool)> = None;
-    let mut follows_all = false;
     let mut sleep = pin!(monoio::time::sleep(StdDuration::from_secs(3600)));
     let mut armed: Option<Instant> = None;
     let mut goaway_sent = false;
@@ -673,10 +672,8 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             track.wake_on_change(&ctx.notify.track_waker(track.key()));
         }
         let version = session.tracks_version();
-        let all = session.is_stalled() || session.has_deferred_requests();
-        if followed != Some((version, all)) {
-            follows_all = follow(session, &waiter, &task);
-            followed = Some((version, follows_all));
+        if followed != Some((version, follows_every_change(session))) {
+            followed = Some((version, follow(session, &waiter, &task)));
         } else {
             waiter.rearm(&task);
         }
@@ -751,10 +748,10 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             // that concerned it since took its waker and left the mark seen
             // above); only a session that came to wait on every change since
             // registers again.
-            let all = session_ref.is_stalled() || session_ref.has_deferred_requests();
-            if all != follows_all {
-                follows_all = follow(session_ref, &waiter, cx.waker());
-                followed = Some((session_ref.tracks_version(), follows_all));
+            let all = follows_every_change(session_ref);
+            if followed.is_none_or(|(_, then)| then != all) {
+                let now_all = follow(session_ref, &waiter, cx.waker());
+                followed = Some((session_ref.tracks_version(), now_all));
             }
             Inbox::set_waker(&inbox.session_waker, cx.waker());
             if armed.is_some() && sleep.as_mut().poll(cx).is_ready() {
@@ -774,6 +771,13 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
     }
 }
 
+/// Whether the session waits on every change of the thread: its input is
+/// stalled (room in the pool may come from any task) or a request waits for a
+/// track it does not name.
+fn follows_every_change<const N: usize>(session: &Session<'_, 'static, 'static, N>) -> bool {
+    session.is_stalled() || session.has_deferred_requests()
+}
+
 /// Registers the session's task at its place: for the media of the tracks it
 /// serves and for everything of the tracks it fills; for every change while
 /// its input is stalled (room in the pool may come from any task) or a
@@ -783,7 +787,7 @@ fn follow<const N: usize>(
     waiter: &crate::notify::Waiter<'_>,
     waker: &std::task::Waker,
 ) -> bool {
-    let all = session.is_stalled() || session.has_deferred_requests();
+    let all = follows_every_change(session);
     if all {
         waiter.register(waker);
     } else {

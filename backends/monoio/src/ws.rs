@@ -481,12 +481,10 @@ pub async fn dial(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use skiff_core::pool::{Pool, PoolStorage};
 
     #[test]
     fn records_become_frames_and_payload_stays_gathered() {
-        let storage = Box::leak(Box::new(PoolStorage::<4, 512>::new()));
-        let pool: &'static Pool<'static> = Box::leak(Box::new(Pool::new(storage)));
+        let pool = crate::tables::leak_pool(0);
         let mut block = pool.alloc().unwrap();
         block.append(&[7u8; 300]);
         let shared = block.into_shared();

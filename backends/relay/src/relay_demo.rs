@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use skiff_core::model::track::Info;
-use skiff_media::node::{self, Input, NodeOptions};
+use skiff_media::node::{self, NodeOptions};
 use skiff_monoio::driver;
 use skiff_monoio::sdk::{GroupProducer, Request};
 use skiff_monoio::{Client, Config, Error, connect};
@@ -293,17 +293,9 @@ pub fn run(
     let camera_stop = Arc::new(AtomicBool::new(false));
     let camera = {
         let opts = NodeOptions {
-            url: format!("{scheme}://{addr}/"),
-            broadcast: BROWSER_BROADCAST.into(),
-            track: "video".into(),
-            input: Input::Pattern,
-            width: 320,
-            height: 240,
             fps: f64::from(args.fps.max(1)),
-            fps_forced: true,
             gop: args.fps.max(1),
-            bitrate: 1_000_000,
-            frames: None,
+            ..NodeOptions::pattern(format!("{scheme}://{addr}/"), BROWSER_BROADCAST)
         };
         let stop = camera_stop.clone();
         std::thread::Builder::new()
