@@ -286,7 +286,8 @@ pub fn run(
     )?;
     let addr = server.local_addr();
     let scheme = if args.websocket { "ws" } else { "tcp" };
-    let url = format!("{scheme}://{addr}/anon");
+    // The origin's root, where the watch page's players dial too (docs/protocol.md §4.1).
+    let url = format!("{scheme}://{addr}/");
     let stats = Arc::new(DemoStats::default());
     let done = Arc::new(AtomicBool::new(false));
     let epoch = Instant::now();

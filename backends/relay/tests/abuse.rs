@@ -255,7 +255,7 @@ fn slow_subscriber(addr: SocketAddr, metrics: &Metrics, others: u64) -> Verdict 
 fn bad_peers_scenario(kind: DriverKind) {
     let handle = start(relay_config(kind));
     let addr = handle.local_addr();
-    let url = format!("tcp://{addr}/anon");
+    let url = format!("tcp://{addr}/");
     // `true` until the good clients are all receiving; then `true` again
     // once every bad peer is done.
     let flag = Arc::new(AtomicBool::new(true));
@@ -380,7 +380,7 @@ fn subscriptions_over_the_limit_are_refused() {
             cfg.limits.max_subscriptions = 2;
             let handle = start(cfg);
             let addr = handle.local_addr();
-            let url = format!("tcp://{addr}/anon");
+            let url = format!("tcp://{addr}/");
             let flag = Arc::new(AtomicBool::new(true));
             let clients = {
                 let flag = flag.clone();
@@ -516,7 +516,7 @@ fn oversized_frames_and_groups_are_dropped() {
             cfg.limits.max_frame_bytes = 16 << 10;
             cfg.limits.max_group_bytes = 64 << 10;
             let handle = start(cfg);
-            let url = format!("tcp://{}/anon", handle.local_addr());
+            let url = format!("tcp://{}/", handle.local_addr());
             let out = driver::block_on(kind, move |_| oversized_scenario(url)).unwrap();
             assert_eq!(out[0], Ok(1), "{kind:?}: group 0");
             assert_eq!(

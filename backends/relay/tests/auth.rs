@@ -267,7 +267,8 @@ fn anonymous_access_reaches_only_the_public_patterns() {
         let url = format!("tcp://{addr}/anon");
         let seen = driver::block_on(DriverKind::Legacy, move |_| async move {
             let ctx = ClientCtx::new(8 << 20);
-            let (origin, producer) = ctx.publication("anon/cam", "video");
+            // At `/anon` (docs/protocol.md §4.1), `cam` is `anon/cam`.
+            let (origin, producer) = ctx.publication("cam", "video");
             let mut g = producer.create_group(0).unwrap();
             g.write_frame(0, b"frame").unwrap();
             ctx.notify().bump();
@@ -280,7 +281,7 @@ fn anonymous_access_reaches_only_the_public_patterns() {
             });
             monoio::time::sleep(Duration::from_millis(200)).await;
             let mut viewer = Probe::new();
-            viewer.subscribe = Some(("anon/cam".into(), c.track("video")));
+            viewer.subscribe = Some(("cam".into(), c.track("video")));
             let seen = viewer.seen.clone();
             monoio::spawn(async move {
                 let mut v = viewer;
@@ -324,9 +325,10 @@ fn publish_and_subscribe_stay_inside_their_grants() {
         );
         let seen = driver::block_on(DriverKind::Legacy, move |_| async move {
             let ctx = Rc::new(ClientCtx::new(8 << 20));
-            let (origin, mut producers) = ctx.publication_tracks("room/alice", &["video"]);
+            // Rooted at `/room` (docs/protocol.md §4.1): `alice` is `room/alice`.
+            let (origin, mut producers) = ctx.publication_tracks("alice", &["video"]);
             let alice = producers.remove(0);
-            let (bob_origin, mut bob) = ctx.publication_tracks("room/bob", &["video"]);
+            let (bob_origin, mut bob) = ctx.publication_tracks("bob", &["video"]);
             let bob = bob.remove(0);
             let mut groups = Vec::new();
             for p in [&alice, &bob] {
@@ -345,10 +347,10 @@ fn publish_and_subscribe_stay_inside_their_grants() {
             monoio::time::sleep(Duration::from_millis(300)).await;
             let mut out = Vec::new();
             for (url, path) in [
-                (all_url.clone(), "room/alice"),
-                (all_url.clone(), "room/bob"),
-                (alice_url.clone(), "room/alice"),
-                (alice_url.clone(), "room/bob"),
+                (all_url.clone(), "alice"),
+                (all_url.clone(), "bob"),
+                (alice_url.clone(), "alice"),
+                (alice_url.clone(), "bob"),
             ] {
                 let mut v = Probe::new();
                 v.subscribe = Some((path.into(), ctx.track("video")));
@@ -377,11 +379,11 @@ fn publish_and_subscribe_stay_inside_their_grants() {
         // `room/bob` was announced outside the publisher's grant: not routed.
         assert!(s[0].started.is_some(), "{:?}", s[0]);
         assert_eq!(s[1].sub_closed, Some(Some(UNROUTABLE)), "{:?}", s[1]);
-        assert_eq!(s[0].announced, vec!["room/alice".to_owned()]);
+        assert_eq!(s[0].announced, vec!["alice".to_owned()]);
         // A viewer of `alice` only: `bob` is refused and never announced.
         assert!(s[2].started.is_some(), "{:?}", s[2]);
         assert_eq!(s[3].sub_closed, Some(Some(UNROUTABLE)), "{:?}", s[3]);
-        assert_eq!(s[3].announced, vec!["room/alice".to_owned()]);
+        assert_eq!(s[3].announced, vec!["alice".to_owned()]);
         h.shutdown().expect("relay stops");
     });
 }
@@ -422,7 +424,7 @@ fn a_session_is_closed_when_its_token_expires() {
         let (seen, frames, closed_wall) =
             driver::block_on(DriverKind::Legacy, move |_| async move {
                 let ctx = Rc::new(ClientCtx::new(16 << 20));
-                let (origin, producer) = ctx.publication("live/cam", "video");
+                let (origin, producer) = ctx.publication("cam", "video");
                 let c = ctx.clone();
                 monoio::spawn(async move {
                     let mut p = Probe::new();
@@ -431,7 +433,7 @@ fn a_session_is_closed_when_its_token_expires() {
                 monoio::time::sleep(Duration::from_millis(200)).await;
                 let local = ctx.track("video");
                 let mut v = Probe::new();
-                v.subscribe = Some(("live/cam".into(), local));
+                v.subscribe = Some(("cam".into(), local));
                 let seen = v.seen.clone();
                 let c = ctx.clone();
                 monoio::spawn(async move {
@@ -547,14 +549,16 @@ fn a_leaf_presents_its_token_upstream() {
         cfg.upstream = Some(format!("tcp://{addr}/live").parse().unwrap());
         cfg.upstream_token_file = Some(dir.join("token"));
         let leaf = server::start(cfg, RelayHandler::factory(1).unwrap()).expect("start leaf");
-        let leaf_url = format!("tcp://{}/live", leaf.local_addr());
+        // The leaf's root is the upstream's `live` (docs/protocol.md §4.1):
+        // its `cam` is the upstream's `live/cam`.
+        let leaf_url = format!("tcp://{}/", leaf.local_addr());
         let viewer_url = format!(
             "tcp://{addr}/live?jwt={}",
             token(&key, "live", &[], &["**"])
         );
         let seen = driver::block_on(DriverKind::Legacy, move |_| async move {
             let ctx = Rc::new(ClientCtx::new(8 << 20));
-            let (origin, producer) = ctx.publication("live/cam", "video");
+            let (origin, producer) = ctx.publication("cam", "video");
             let mut g = producer.create_group(0).unwrap();
             g.write_frame(0, b"frame").unwrap();
             ctx.notify().bump();
@@ -564,15 +568,16 @@ fn a_leaf_presents_its_token_upstream() {
                 let _ = client::run(&leaf_url, Some(origin), &mut p, &c).await;
             });
             let mut v = Probe::new();
-            v.announce = Some("live".into());
+            v.announce = Some(String::new());
             let seen = v.seen.clone();
             let c = ctx.clone();
             monoio::spawn(async move {
                 let _ = client::run(&viewer_url, None, &mut v, &c).await;
             });
-            // The leaf dials, is admitted and announces `live/cam` upstream.
+            // The leaf dials, is admitted and announces `cam` upstream, where
+            // the viewer at `/live` sees it as `cam`.
             let t0 = Instant::now();
-            while !seen.borrow().announced.iter().any(|p| p == "live/cam")
+            while !seen.borrow().announced.iter().any(|p| p == "cam")
                 && t0.elapsed() < Duration::from_secs(10)
             {
                 monoio::time::sleep(Duration::from_millis(10)).await;
@@ -582,7 +587,7 @@ fn a_leaf_presents_its_token_upstream() {
         })
         .expect("runtime");
         assert!(
-            seen.borrow().announced.iter().any(|p| p == "live/cam"),
+            seen.borrow().announced.iter().any(|p| p == "cam"),
             "the leaf's broadcast did not reach the upstream: {:?}",
             seen.borrow()
         );
@@ -712,7 +717,7 @@ fn bad_tokens_under_load_do_not_disturb_good_viewers() {
         let started = Instant::now();
         let (got, refused) = driver::block_on(DriverKind::Legacy, move |_| async move {
             let ctx = Rc::new(ClientCtx::new(32 << 20));
-            let (origin, producer) = ctx.publication("live/cam", "video");
+            let (origin, producer) = ctx.publication("cam", "video");
             let c = ctx.clone();
             monoio::spawn(async move {
                 let mut p = Probe::new();
@@ -724,7 +729,7 @@ fn bad_tokens_under_load_do_not_disturb_good_viewers() {
             for _ in 0..2 {
                 let local = ctx.track("video");
                 let mut v = Probe::new();
-                v.subscribe = Some(("live/cam".into(), local));
+                v.subscribe = Some(("cam".into(), local));
                 viewers.push(v.seen.clone());
                 let (c, u) = (ctx.clone(), good_sub.clone());
                 monoio::spawn(async move {

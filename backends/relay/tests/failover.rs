@@ -318,7 +318,7 @@ fn run(mode: Mode) {
                     RelayHandler::factory(threads).unwrap(),
                 )
                 .expect("start relay");
-                let url = format!("tcp://{}/anon", handle.local_addr());
+                let url = format!("tcp://{}/", handle.local_addr());
                 let (seen, killed, next) =
                     driver::block_on(kind, move |_| scenario(url, mode)).expect("client runtime");
                 check(&seen, killed, next);

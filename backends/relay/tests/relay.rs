@@ -202,7 +202,7 @@ fn run_on(kind: DriverKind, threads: usize) {
     let mut cfg = config(threads, kind);
     cfg.cache_bytes = 64 << 20;
     let handle = server::start(cfg, RelayHandler::factory(threads).unwrap()).expect("start relay");
-    let url = format!("tcp://{}/anon", handle.local_addr());
+    let url = format!("tcp://{}/", handle.local_addr());
     let out = driver::block_on(kind, move |_| scenario(url)).expect("client runtime");
     for (i, s) in &out.seen {
         assert!(
@@ -344,7 +344,7 @@ fn publisher_leaving_withdraws_its_broadcast() {
                     RelayHandler::factory(threads).unwrap(),
                 )
                 .expect("start relay");
-                let url = format!("tcp://{}/anon", handle.local_addr());
+                let url = format!("tcp://{}/", handle.local_addr());
                 let log = driver::block_on(kind, move |_| withdraw_scenario(url)).unwrap();
                 assert_eq!(log, ["+room/cam", "-room/cam"], "{threads} threads");
                 handle.shutdown().expect("relay stops");

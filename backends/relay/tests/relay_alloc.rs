@@ -170,7 +170,7 @@ fn steady_state_relaying_allocates_nothing_on_the_worker() {
                 count: c2.clone(),
             })
             .unwrap();
-            let url = format!("tcp://{}/anon", handle.local_addr());
+            let url = format!("tcp://{}/", handle.local_addr());
             let c3 = count.clone();
             let (start, end, frames) = driver::block_on(kind, move |_| load(url, c3)).unwrap();
             assert!(

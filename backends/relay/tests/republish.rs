@@ -243,7 +243,7 @@ fn run(second_first: u64, stop: Stop) {
                 RelayHandler::factory(threads).unwrap(),
             )
             .expect("start relay");
-            let url = format!("tcp://{}/anon", handle.local_addr());
+            let url = format!("tcp://{}/", handle.local_addr());
             driver::block_on(DriverKind::Legacy, move |_| {
                 scenario(url, second_first, stop)
             })

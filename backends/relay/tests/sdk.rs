@@ -35,7 +35,7 @@ fn readme_shows_the_tested_code() {
 #[test]
 fn readme_publisher_reaches_readme_subscriber() {
     let relay = RelayProcess::start(&[]);
-    let url = format!("tcp://{}/anon", relay.addr);
+    let url = format!("tcp://{}/", relay.addr);
     const FRAMES: u64 = 75;
     let frames = driver::block_on(DriverKind::Legacy, move |_| async move {
         let viewer = monoio::spawn({
@@ -94,7 +94,7 @@ async fn publish_once(url: &str, sequence: u64, from: u64, frames: u64) {
 #[test]
 fn a_subscription_follows_a_new_source() {
     let relay = RelayProcess::start(&[]);
-    let url = format!("tcp://{}/anon", relay.addr);
+    let url = format!("tcp://{}/", relay.addr);
     let seen = driver::block_on(DriverKind::Legacy, move |_| async move {
         let (client, runner) =
             skiff_monoio::connect(&url, skiff_monoio::Config::default()).unwrap();

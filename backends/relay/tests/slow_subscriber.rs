@@ -213,7 +213,7 @@ fn slow_and_fast(threads: usize) {
             cfg.cache_bytes = CACHE;
             let handle =
                 server::start(cfg, RelayHandler::factory(threads).unwrap()).expect("start relay");
-            let url = format!("tcp://{}/anon", handle.local_addr());
+            let url = format!("tcp://{}/", handle.local_addr());
             let (fast, slow) = driver::block_on(kind, move |_| scenario(url)).expect("runtime");
             let snap = (0..threads)
                 .map(|t| handle.metrics().thread(t).snapshot())

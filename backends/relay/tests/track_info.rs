@@ -67,7 +67,7 @@ fn subscribers_get_the_publishers_track_info_through_the_relay() {
         within(30, move || {
             let handle = server::start(config(2, kind), RelayHandler::factory(2).unwrap())
                 .expect("start relay");
-            let url = format!("tcp://{}/anon", handle.local_addr());
+            let url = format!("tcp://{}/", handle.local_addr());
             let got = driver::block_on(kind, move |_| async move {
                 let ctx = Rc::new(ClientCtx::new(16 << 20));
                 // The publisher's track, with its own TRACK_INFO values.

@@ -91,7 +91,7 @@ fn a_hundred_tracks_cross_the_worker_link() {
             cfg.cache_bytes = 64 << 20;
             let handle =
                 server::start(cfg, RelayHandler::factory(2).unwrap()).expect("start relay");
-            let url = format!("tcp://{}/anon", handle.local_addr());
+            let url = format!("tcp://{}/", handle.local_addr());
             let missing = driver::block_on(kind, move |_| async move {
                 let base = Rc::new(ClientCtx::with_limits(
                     64 << 20,

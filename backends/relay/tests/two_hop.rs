@@ -240,8 +240,8 @@ fn two_hop_pacing_holds_one_window_per_relay() {
                 RelayHandler::factory(1).unwrap(),
             )
             .expect("relay B");
-            let url_a = format!("tcp://{}/anon", a.local_addr());
-            let url_b = format!("tcp://{}/anon", b.local_addr());
+            let url_a = format!("tcp://{}/", a.local_addr());
+            let url_b = format!("tcp://{}/", b.local_addr());
             let (ma, mb) = (a.metrics().clone(), b.metrics().clone());
             let seen = driver::block_on(kind, move |_| {
                 let parked = move || {

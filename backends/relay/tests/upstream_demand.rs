@@ -276,7 +276,7 @@ fn on_relay(
         RelayHandler::factory(threads).unwrap(),
     )
     .expect("relay");
-    let url = format!("tcp://{}/anon", handle.local_addr());
+    let url = format!("tcp://{}/", handle.local_addr());
     driver::block_on(kind, move |_| scenario(url)).expect("client runtime");
     handle.shutdown().expect("relay stops");
 }
@@ -314,11 +314,11 @@ fn a_leaf_with_a_long_upstream_url_reaches_its_upstream() {
                 .expect("root relay");
             let mut cfg = config(1, kind);
             let token = "t".repeat(700);
-            let upstream = format!("tcp://{}/anon?token={token}", root.local_addr());
+            let upstream = format!("tcp://{}/?token={token}", root.local_addr());
             cfg.upstream = Some(upstream.parse().expect("upstream URL"));
             let leaf = server::start(cfg, RelayHandler::factory(1).unwrap()).expect("leaf relay");
-            let root_url = format!("tcp://{}/anon", root.local_addr());
-            let leaf_url = format!("tcp://{}/anon", leaf.local_addr());
+            let root_url = format!("tcp://{}/", root.local_addr());
+            let leaf_url = format!("tcp://{}/", leaf.local_addr());
             driver::block_on(kind, move |_| async move {
                 let base = ClientCtx::new(16 << 20);
                 let run = Rc::new(Cell::new(true));

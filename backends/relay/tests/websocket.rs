@@ -89,8 +89,8 @@ fn sdk_publishes_and_subscribes_over_websocket() {
             let relay = start(&dir);
             let addr = relay.local_addr();
             let (p, v) = (
-                format!("{publisher}://{addr}/anon"),
-                format!("{viewer}://{addr}/anon"),
+                format!("{publisher}://{addr}/"),
+                format!("{viewer}://{addr}/"),
             );
             check_frames(&publish_and_watch(p, v, frames), frames);
             relay.shutdown().unwrap();
@@ -176,7 +176,7 @@ fn endpoints_on_the_listen_port() {
         assert_eq!(body, b"[]");
 
         // A broadcast announced over WebSocket is listed while it lives.
-        let url = format!("ws://{addr}/anon");
+        let url = format!("ws://{addr}/");
         let listed = driver::block_on(DriverKind::Legacy, move |_| async move {
             use skiff_core::model::track::Info;
             let (client, runner) =
@@ -313,7 +313,7 @@ fn bad_peers_are_closed_while_a_stream_goes_on() {
         let addr = relay.local_addr();
         const FRAMES: u64 = 240;
         // A publisher paced at 30 fps and a viewer, both over WebSocket.
-        let url = format!("ws://{addr}/anon");
+        let url = format!("ws://{addr}/");
         let stream = std::thread::spawn(move || publish_and_watch(url.clone(), url, FRAMES));
         std::thread::sleep(Duration::from_millis(600));
 

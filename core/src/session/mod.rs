@@ -262,6 +262,9 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     changes: changes::Changes,
     /// Joined or normalized paths handed out in events.
     scratch: PathBuf<MAX_PATH>,
+    /// Server: the path the client dialed, which every path it names is
+    /// relative to (docs/protocol.md §4.1); empty for the origin's root.
+    root: PathBuf<MAX_PATH>,
     close_reason: String<{ conn::MAX_REASON_LEN }>,
 
     established: Option<Instant>,
@@ -371,6 +374,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             origin,
             resolver: None,
             scope: None,
+            root: PathBuf::new(),
             control: Slots::new(control.as_mut_slice()),
             rx: rx.as_flattened_mut(),
             tx: tx.as_flattened_mut(),

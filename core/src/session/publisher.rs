@@ -21,7 +21,7 @@
 
 use core::cmp::{Reverse, min};
 
-use super::control::{AnnounceState, Kind, Step, SubState, decode_within, normalize, rx_of};
+use super::control::{AnnounceState, Kind, Step, SubState, decode_within, join, rooted, rx_of};
 use super::{Gather, Session};
 use crate::model::group::{self, Next, ReadError};
 use crate::model::path::{Path, PathBuf};
@@ -234,7 +234,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
         let parsed = match decode_within::<AnnounceRequest<'_>>(self.rx_data(slot), limit) {
             Ok((req, n)) => {
-                let prefix = PathBuf::<{ super::MAX_PATH }>::normalize(req.prefix);
+                // docs/protocol.md §4.1: the prefix is under the peer's root.
+                let prefix = join(self.root.as_str(), req.prefix);
                 Ok((n, prefix.ok(), req.exclude_hop))
             }
             Err(e) => Err(e),
@@ -523,7 +524,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     limit,
                 ) {
                     Ok((s, n)) => {
-                        let found = match normalize(s.broadcast, &mut self.scratch) {
+                        let found = match rooted(&self.root, s.broadcast, &mut self.scratch) {
                             // docs/protocol.md §4.10: outside the peer's scope.
                             Some(path) if !Self::visible(self.scope, path.as_str()) => {
                                 Err(StreamCode::Unroutable)

@@ -61,7 +61,7 @@ mod tests {
 
     type St<'a, 'p> = Storage<'a, 'p, 16, 256, 4, 4, 8, 8>;
 
-    /// Admits a client that dialed `/ok`, and lets it see `live/a` only.
+    /// Admits a client that dialed `/live`, and lets it see `live/a` only.
     struct OnlyA {
         admitted: Cell<u32>,
     }
@@ -70,7 +70,7 @@ mod tests {
         fn admit(&self, path: Option<&str>, _role: Role) -> Result<(), &'static str> {
             self.admitted.set(self.admitted.get() + 1);
             match path {
-                Some("/ok") => Ok(()),
+                Some("/live") => Ok(()),
                 _ => Err("unauthorized: test"),
             }
         }
@@ -127,8 +127,9 @@ mod tests {
         let local_a = track::State::<4>::new(&pool, track::Info::new("v").unwrap());
         let local_b = track::State::<4>::new(&pool, track::Info::new("v").unwrap());
         let (mut cst, mut sst) = (St::new(), St::new());
+        // Rooted at `live` (docs/protocol.md §4.1): the client names `a` for `live/a`.
         let config = Config {
-            path: Some("/ok"),
+            path: Some("/live"),
             ..Config::new()
         };
         let client = Session::new(Side::Client, config, Instant::ZERO, &mut cst, None).unwrap();
@@ -143,26 +144,26 @@ mod tests {
         server.set_scope(Some(&hook));
         let mut pair = Pair::new(Node::new(client), Node::new(server));
         assert!(pair.run(1000, |p| p.a.session.is_setup() && p.b.session.is_setup()));
-        pair.a.session.announce_request("live").unwrap();
+        pair.a.session.announce_request("").unwrap();
         let sa = pair
             .a
             .session
-            .subscribe("live/a", local_a.handle(), Request::LIVE)
+            .subscribe("a", local_a.handle(), Request::LIVE)
             .unwrap();
         let sb = pair
             .a
             .session
-            .subscribe("live/b", local_b.handle(), Request::LIVE)
+            .subscribe("b", local_b.handle(), Request::LIVE)
             .unwrap();
         pair.settle(Duration::from_millis(100));
         assert!(
             pair.a
-                .saw(|e| matches!(e, Ev::Announced { path, .. } if path == "live/a"))
+                .saw(|e| matches!(e, Ev::Announced { path, .. } if path == "a"))
         );
         assert!(
             !pair
                 .a
-                .saw(|e| matches!(e, Ev::Announced { path, .. } if path == "live/b"))
+                .saw(|e| matches!(e, Ev::Announced { path, .. } if path == "b"))
         );
         assert!(pair.a.saw(|e| *e
             == Ev::SubscriptionClosed {
@@ -178,7 +179,7 @@ mod tests {
         assert!(
             !pair
                 .a
-                .saw(|e| matches!(e, Ev::Announced { path, .. } if path == "live/c"))
+                .saw(|e| matches!(e, Ev::Announced { path, .. } if path == "c"))
         );
     }
 }

@@ -18,7 +18,7 @@
 
 use core::cmp::min;
 
-use super::control::Kind;
+use super::control::{Kind, unrooted};
 use super::event::{AnnounceId, Queued, SubscriptionId, Waiting};
 use super::{Error, Session};
 use crate::model::frame::{Header, MAX_HEADER_LEN};
@@ -172,7 +172,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// [`Event::AnnounceEnded`](super::Event::AnnounceEnded) when the stream ends.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for a malformed prefix; [`Error::TooLarge`] if the
+    /// [`Error::Invalid`] for a malformed prefix, or one that neither contains
+    /// nor lies under the session's root (docs/protocol.md §4.1); [`Error::TooLarge`] if the
     /// prefix does not fit a control buffer twice (it is kept to build paths);
     /// [`Error::GoingAway`], [`Error::ControlFull`], [`Error::NotReady`], [`Error::Closed`].
     pub fn announce_request(&mut self, prefix: &str) -> Result<AnnounceId, Error> {
@@ -182,8 +183,21 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         if self.goaway_received {
             return Err(Error::GoingAway);
         }
-        let prefix =
+        let asked =
             PathBuf::<{ super::MAX_PATH }>::normalize(prefix).map_err(|_| Error::Invalid)?;
+        // docs/protocol.md §4.1: the peer names paths under our root. We ask
+        // for the part of the prefix below the root (all of it when the
+        // prefix is above the root) and keep the prefix its answers join.
+        let (wire, prefix) = match unrooted(&self.root, asked.as_path()) {
+            Some(below) => (
+                PathBuf::<{ super::MAX_PATH }>::from_path(below).map_err(|_| Error::Invalid)?,
+                asked,
+            ),
+            None if self.root.as_path().has_prefix(asked.as_path()) => {
+                (PathBuf::new(), self.root.clone())
+            }
+            None => return Err(Error::Invalid),
+        };
         let id = self.next_announce;
         let slot = self
             .alloc_control(
@@ -197,7 +211,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             .ok_or(Error::ControlFull)?;
         let hop = self.hop;
         let req = AnnounceRequest {
-            prefix: prefix.as_str(),
+            prefix: wire.as_str(),
             exclude_hop: hop,
         };
         let ok = self.set_tx_kept(slot, prefix.as_str().as_bytes())
@@ -251,7 +265,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     ///
     /// # Errors
     /// [`Error::TrackBusy`] if `track` already has a producer; [`Error::Invalid`]
-    /// for a malformed broadcast path; [`Error::TooLarge`] if the request does
+    /// for a malformed broadcast path or one outside the session's root
+    /// (docs/protocol.md §4.1); [`Error::TooLarge`] if the request does
     /// not fit a control buffer; [`Error::ControlFull`] (it needs two free
     /// slots); [`Error::SubscriptionsFull`] (a closed subscription whose
     /// [`Event::SubscriptionClosed`](super::Event::SubscriptionClosed) waits
@@ -269,8 +284,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         if self.goaway_received {
             return Err(Error::GoingAway);
         }
-        let path =
+        let full =
             PathBuf::<{ super::MAX_PATH }>::normalize(broadcast).map_err(|_| Error::Invalid)?;
+        // docs/protocol.md §4.1: the peer names it relative to our root.
+        let path = unrooted(&self.root, full.as_path()).ok_or(Error::Invalid)?;
         if self.free_control() < 2 {
             return Err(Error::ControlFull);
         }

@@ -982,6 +982,106 @@ fn announcements_follow_the_origin() {
 }
 
 #[test]
+fn a_client_names_paths_under_the_path_it_dialed() {
+    // docs/protocol.md §4.1: the server roots the session at `/room`.
+    let mut ps = PoolStorage::<16, 64>::new();
+    let pool = Pool::new(&mut ps);
+    let local = track::State::<4>::new(&pool, track::Info::new("video").unwrap());
+    let other = track::State::<4>::new(&pool, track::Info::new("video").unwrap());
+    let lobby = broadcast::State::<2>::new(Path::new("lobby/cam").unwrap()).unwrap();
+    published!(pool, o, "room/cam", "video", video, tp);
+    o.handle().announce(lobby.handle()).unwrap();
+    write_group(&tp, 0, &[(0, b"key")]);
+    let ccfg = Config {
+        path: Some("/room/?jwt=x"),
+        ..Config::new()
+    };
+    session_pair!(o.handle(), ccfg, Config::new(), pair);
+    let all = pair.a.session.announce_request("").unwrap();
+    let sub = pair
+        .a
+        .session
+        .subscribe("cam", local.handle(), Request::LIVE)
+        .unwrap();
+    let outside = pair
+        .a
+        .session
+        .subscribe("lobby/cam", other.handle(), Request::LIVE)
+        .unwrap();
+    assert!(pair.run(2000, |p| p.a.saw(|e| *e
+        == Ev::Group {
+            subscription: sub,
+            sequence: 0
+        })));
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(announced(&pair.a.events, all), ["cam"]);
+    assert_eq!(read_group(local.handle(), 0), frames(&[(0, "key")]));
+    // `lobby/cam` from `/room` is `room/lobby/cam`, which is not there.
+    assert!(pair.a.saw(|e| matches!(e,
+        Ev::SubscriptionClosed { subscription, code: Some(_) } if *subscription == outside)));
+}
+
+#[test]
+fn a_server_names_a_rooted_clients_paths_in_full() {
+    // The client at `/room` publishes `cam`: the server's origin calls it `room/cam`.
+    let mut ps = PoolStorage::<16, 64>::new();
+    let pool = Pool::new(&mut ps);
+    let local = track::State::<4>::new(&pool, track::Info::new("video").unwrap());
+    let other = track::State::<4>::new(&pool, track::Info::new("video").unwrap());
+    published!(pool, o, "cam", "video", video, tp);
+    write_group(&tp, 0, &[(0, b"key")]);
+    let (mut cst, mut sst) = (St::new(), St::new());
+    let ccfg = Config {
+        path: Some("/room"),
+        ..Config::new()
+    };
+    let client = Session::new(
+        Side::Client,
+        ccfg,
+        Instant::ZERO,
+        &mut cst,
+        Some(o.handle()),
+    )
+    .unwrap();
+    let server = Session::new(Side::Server, Config::new(), Instant::ZERO, &mut sst, None).unwrap();
+    let mut pair = Pair::new(Node::new(client), Node::new(server));
+    assert!(pair.run(1000, |p| p.a.session.is_setup() && p.b.session.is_setup()));
+    let all = pair.b.session.announce_request("").unwrap();
+    let under = pair.b.session.announce_request("room").unwrap();
+    assert_eq!(
+        pair.b.session.announce_request("lobby"),
+        Err(Error::Invalid)
+    );
+    let sub = pair
+        .b
+        .session
+        .subscribe("room/cam", local.handle(), Request::LIVE)
+        .unwrap();
+    assert_eq!(
+        pair.b
+            .session
+            .subscribe("lobby/cam", other.handle(), Request::LIVE),
+        Err(Error::Invalid)
+    );
+    assert!(pair.run(2000, |p| p.b.saw(|e| *e
+        == Ev::Group {
+            subscription: sub,
+            sequence: 0
+        })));
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(announced(&pair.b.events, all), ["room/cam"]);
+    assert_eq!(announced(&pair.b.events, under), ["room/cam"]);
+    assert_eq!(read_group(local.handle(), 0), frames(&[(0, "key")]));
+    // On the wire the client was asked for its own names.
+    let s2c = Tap::new(&pair.ba.log);
+    assert!(
+        s2c.streams
+            .values()
+            .any(|(d, _)| d.windows(4).any(|w| w == b"\x03cam"))
+    );
+}
+
+#[test]
 fn announce_initial_set_larger_than_a_buffer() {
     // Seven broadcasts with long names: the initial set is sent a few at a time.
     let names: Vec<std::string::String> = (0..7)

@@ -468,7 +468,7 @@ pub struct SteadyAudience {
 impl SteadyAudience {
     /// Starts it and waits until all ten subscribers receive.
     pub fn start(addr: SocketAddr) -> SteadyAudience {
-        let url = format!("tcp://{addr}/anon");
+        let url = format!("tcp://{addr}/");
         let flag = Arc::new(AtomicBool::new(true));
         let clients = {
             let flag = flag.clone();

@@ -40,7 +40,7 @@ mod track;
 
 pub(super) use decode::decode_within;
 pub(super) use fifo::rx_of;
-pub(super) use paths::normalize;
+pub(super) use paths::{join, rooted, unrooted};
 
 use super::event::Waiting;
 use crate::model::origin;

@@ -4,7 +4,8 @@
 use super::Kind;
 use super::Step;
 use super::decode::{Too, decode_within};
-use crate::session::{Peer, Session};
+use crate::model::path::PathBuf;
+use crate::session::{MAX_PATH, Peer, Session};
 use crate::wire::lite::{Param, SessionCode, Setup, UniStreamType, message_len, write_message};
 use crate::wire::qmux::{Dir, Side};
 
@@ -77,12 +78,21 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         let parsed = match decode_within::<Setup<'_>>(self.rx_data(slot), limit) {
             // docs/protocol.md §4.10: the client is admitted or refused here,
             // before any of its requests is read.
-            Ok((setup, n)) => Ok((
-                setup.hop(),
-                setup.role(),
-                n,
-                scope.map_or(Ok(()), |s| s.admit(carried.or(setup.path()), setup.role())),
-            )),
+            Ok((setup, n)) => {
+                let dialed = carried.or(setup.path());
+                let admitted = scope.map_or(Ok(()), |s| s.admit(dialed, setup.role()));
+                // docs/protocol.md §4.1: a client's session is rooted at the path it dialed.
+                let root = match self.side {
+                    Side::Server => dialed_root(dialed),
+                    Side::Client => Some(PathBuf::new()),
+                };
+                Ok((
+                    setup.hop(),
+                    setup.role(),
+                    n,
+                    admitted.and(root.ok_or("the dialed path is malformed")),
+                ))
+            }
             Err(e) => Err(e),
         };
         match parsed {
@@ -90,7 +100,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 self.fail(SessionCode::Unauthorized, reason);
                 Step::Stop
             }
-            Ok((hop, role, n, Ok(()))) => {
+            Ok((hop, role, n, Ok(root))) => {
+                self.root = root;
                 // Role and Path are client parameters; a server's are ignored.
                 let role = match self.side {
                     Side::Server => role,
@@ -108,4 +119,11 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             Err(e) => self.on_decode_error(slot, e),
         }
     }
+}
+
+/// The root of a session dialed at `dialed` (a path and maybe a query): its
+/// path part, normalized; the origin's root when absent; `None` when malformed.
+fn dialed_root(dialed: Option<&str>) -> Option<PathBuf<{ MAX_PATH }>> {
+    let path = dialed.map_or("", |d| d.split_once('?').map_or(d, |(p, _)| p));
+    PathBuf::normalize(path).ok()
 }

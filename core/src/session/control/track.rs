@@ -4,7 +4,7 @@
 
 use super::decode::decode_within;
 use super::fifo::rx_of;
-use super::paths::normalize;
+use super::paths::rooted;
 use super::{Kind, Step};
 use crate::model::track;
 use crate::session::Session;
@@ -40,7 +40,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         let data = rx_of(self.rx, &self.control[slot], self.buf, slot);
         let answer = match decode_within::<Track<'_>>(data, limit) {
             Ok((t, n)) => {
-                let found = match normalize(t.broadcast, &mut self.scratch) {
+                let found = match rooted(&self.root, t.broadcast, &mut self.scratch) {
                     // docs/protocol.md §4.10: outside the peer's scope.
                     Some(path) if !Self::visible(self.scope, path.as_str()) => {
                         Err(StreamCode::Unroutable)
