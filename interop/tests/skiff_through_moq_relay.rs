@@ -345,7 +345,9 @@ fn leaf_of_moq_relay(bin: &Path, publisher_on_root: bool) {
     };
     cfg.upstream = Some(root.parse().expect("upstream URL"));
     let leaf = server::start(cfg, RelayHandler::factory(2).unwrap()).expect("start leaf");
-    let leaf_url = format!("tcp://{}/anon", leaf.local_addr());
+    // The leaf's root is moq-relay's `PATH` (docs/protocol.md §4.1): a client at the
+    // leaf's root names what a client at `PATH` on moq-relay names.
+    let leaf_url = format!("tcp://{}/", leaf.local_addr());
     eprintln!("skiff-relay leaf on {leaf_url}, moq-relay root on {root}");
     if publisher_on_root {
         run_checked(root, leaf_url);

@@ -317,10 +317,11 @@ fn skiff_subscriber<const N: usize>(
         Session::new(side, config, clock.now(), &mut storage, None).expect("config");
     let mut driver = Driver::new(session, stream, clock, TIMEOUT).expect("socket");
 
-    let connected = driver.run_until("connected", |_, events| {
+    // The peer's SETUP first: on a server, its path roots what we name (docs/protocol.md §4.1).
+    let connected = driver.run_until("set up", |_, events| {
         events
             .iter()
-            .any(|e| matches!(e, Ev::Connected { .. }))
+            .any(|e| matches!(e, Ev::Setup { .. }))
             .then_some(())
     });
     check(connected, &driver);
@@ -884,13 +885,13 @@ fn moq_net_client_publisher_to_skiff_server_subscriber() {
     )
     .unwrap();
     let stream = skiff_driver::accept(&listener, TIMEOUT).unwrap();
-    let received = skiff_subscriber::<SMALL>(
-        Side::Server,
-        stream,
-        conn::Config::new(),
-        &publication,
-        None,
-    );
+    // moq-net dialed `/anon`: its broadcast is skiff's `anon/…` (docs/protocol.md §4.1).
+    let rooted = Publication {
+        broadcast: format!("anon/{}", publication.broadcast),
+        ..publication.clone()
+    };
+    let received =
+        skiff_subscriber::<SMALL>(Side::Server, stream, conn::Config::new(), &rooted, None);
     assert!(received.failed.is_empty(), "{:?}", received.failed);
     assert_eq!(received.groups, publication.groups);
     // The one subscription's id, as its TRACK_INFO reports it (the first: 0).
@@ -966,8 +967,10 @@ fn skiff_server_publisher_to_moq_net_client_subscriber() {
     // The subscriber lingers after the track ended, so moq-net's once-a-second QX_PING
     // (docs/protocol.md §2.5) reaches skiff before the close.
     let client = opts(Options::client()).with_linger(Duration::from_millis(1300));
-    let subscriber =
-        reference::dial_subscriber(tap.addr(), client, request_all(&publication)).unwrap();
+    // The client dials `/room`: skiff's `room/cam` is its `cam` (docs/protocol.md §4.1).
+    let mut request = request_all(&publication);
+    request.broadcast = "cam".into();
+    let subscriber = reference::dial_subscriber(tap.addr(), client, request).unwrap();
     let stream = skiff_driver::accept(&listener, TIMEOUT).unwrap();
     let events = skiff_publisher::<SMALL>(
         Side::Server,
@@ -980,7 +983,7 @@ fn skiff_server_publisher_to_moq_net_client_subscriber() {
     let received = subscriber.join().unwrap();
     assert_eq!(received.end, End::TrackFinished);
     assert_eq!(received.protocol.as_deref(), Some("moq-lite-05"));
-    assert_eq!(received.announced, vec![publication.broadcast.clone()]);
+    assert_eq!(received.announced, vec!["cam".to_owned()]);
     assert_eq!(received.info, Some(publication.info));
     assert_eq!(received.groups, publication.groups);
     // skiff sends group streams newest first (§4.6).
@@ -1036,22 +1039,25 @@ fn skiff_server_publisher_to_moq_net_client_subscriber() {
     assert_eq!(server[&SERVER_UNI].data, hex("01 05 01 05 02 51 11"));
     assert!(server[&SERVER_UNI].fin);
     // moq-net's ANNOUNCE_REQUEST on client bidi 0 is V6; skiff answers ANNOUNCE_OK (our
-    // Hop, 1 active) and ANNOUNCE active "room/cam", no hops (§3.6, V7 form).
+    // Hop, 1 active) and ANNOUNCE active "cam", `room/cam` below the client's root
+    // `/room`, no hops (§3.6, §4.1).
     assert_eq!(client[&0].data, announce_request("", CLIENT_HOP));
-    assert_eq!(server[&0].data, announce_ok_one(SERVER_HOP, "room/cam"));
+    assert_eq!(server[&0].data, announce_ok_one(SERVER_HOP, "cam"));
     assert!(!server[&0].fin, "the announce stream stays open");
     // TRACK → TRACK_INFO (V10 exactly: moq-dev's defaults) and FIN.
     let track = stream_starting(&client, &[0x06], CLIENT_BIDI);
-    assert_eq!(client[&track].data, track_request("room/cam", "video"));
+    assert_eq!(client[&track].data, track_request("cam", "video"));
     assert_eq!(server[&track].data, hex("06 7f 00 53 88 43 e8"));
     assert!(server[&track].fin);
     // moq-net's SUBSCRIBE: as skiff's in test (a) except that moq-net clamped its
     // 10 s max age to the publisher's 5 s from TRACK_INFO before sending it.
     // skiff answers START 3, END 7 (exclusive), FIN (§3.8, V9 form).
     let subscribe = stream_starting(&client, &[0x02], CLIENT_BIDI);
+    let mut asked = request_all(&publication);
+    asked.broadcast = "cam".into();
     assert_eq!(
         client[&subscribe].data,
-        subscribe_msg(0, &clamped(request_all(&publication), publication.info))
+        subscribe_msg(0, &clamped(asked, publication.info))
     );
     assert_eq!(server[&subscribe].data, start_end(3, 7));
     assert!(server[&subscribe].fin);
@@ -1112,8 +1118,12 @@ fn skiff_live_publisher_to_moq_net_subscriber_from_latest() {
     let tap = Tap::start(addr).unwrap();
     let mut request = request_all(&live);
     request.start = None;
-    let subscriber =
-        reference::dial_subscriber(tap.addr(), opts(Options::client()), request).unwrap();
+    let subscriber = reference::dial_subscriber(
+        tap.addr(),
+        opts(Options::client()).with_path(Some("/")),
+        request,
+    )
+    .unwrap();
     let stream = skiff_driver::accept(&listener, TIMEOUT).unwrap();
 
     let clock = Clock::new();
@@ -1309,7 +1319,7 @@ fn large_group_skiff_to_moq_net() {
     let tap = Tap::start(addr).unwrap();
     let subscriber = reference::dial_subscriber(
         tap.addr(),
-        opts(Options::client()),
+        opts(Options::client()).with_path(Some("/")),
         request_all(&publication),
     )
     .unwrap();
@@ -1471,6 +1481,8 @@ fn skiff_refuses_an_unknown_track_to_moq_net() {
     let tap = Tap::start(addr).unwrap();
     let mut request = request_all(&publication);
     request.track = "audio".into();
+    // At `/room`, skiff's `room/cam` is `cam` (docs/protocol.md §4.1).
+    request.broadcast = "cam".into();
     let subscriber =
         reference::dial_subscriber(tap.addr(), opts(Options::client()), request).unwrap();
     let stream = skiff_driver::accept(&listener, TIMEOUT).unwrap();
@@ -1482,7 +1494,7 @@ fn skiff_refuses_an_unknown_track_to_moq_net() {
         4096,
     );
     let received = subscriber.join().unwrap();
-    assert_eq!(received.announced, vec![publication.broadcast.clone()]);
+    assert_eq!(received.announced, vec!["cam".to_owned()]);
     assert!(
         matches!(&received.end, End::Failed(msg) if msg.contains("not found")),
         "{:?}",
@@ -1493,7 +1505,7 @@ fn skiff_refuses_an_unknown_track_to_moq_net() {
     let capture = finished_capture(&tap);
     let client = capture.streams(Direction::ClientToServer).unwrap();
     let server = capture.streams(Direction::ServerToClient).unwrap();
-    let track = stream_starting(&client, &track_request("room/cam", "audio"), CLIENT_BIDI);
+    let track = stream_starting(&client, &track_request("cam", "audio"), CLIENT_BIDI);
     assert_eq!(server[&track].reset.map(|r| r.0), Some(0x33));
     assert!(server[&track].data.is_empty());
 }

@@ -559,8 +559,10 @@ async fn slow_subscriber(
                 priority: 1,
                 max_latency: skiff_core::time::Duration::from_secs(10),
             };
+            // The device dialed PATH: its BROADCAST is PATH/BROADCAST here (docs/protocol.md §4.1).
+            let full = std::format!("{}/{BROADCAST}", PATH.trim_start_matches('/'));
             session
-                .subscribe(BROADCAST, local.handle(), request)
+                .subscribe(&full, local.handle(), request)
                 .expect("subscribe");
             subscribed = true;
         }

@@ -11,8 +11,10 @@ use core::fmt;
 pub enum Error {
     /// The session is closed.
     Closed,
-    /// The QMux connection is not established yet; wait for
-    /// [`Event::Connected`](super::Event::Connected).
+    /// The QMux connection is not established yet (wait for
+    /// [`Event::Connected`](super::Event::Connected)), or, on a server, the
+    /// client's SETUP has not arrived: the path in it roots every path the
+    /// session names (wait for [`Event::Setup`](super::Event::Setup)).
     NotReady,
     /// The peer sent GOAWAY: no new requests may be opened (docs/protocol.md §3.12).
     GoingAway,
@@ -37,7 +39,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Error::Closed => "session closed",
-            Error::NotReady => "connection not established",
+            Error::NotReady => "connection or peer SETUP not established",
             Error::GoingAway => "peer is going away",
             Error::ControlFull => "control stream table full",
             Error::SubscriptionsFull => "subscription table full",

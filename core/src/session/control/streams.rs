@@ -6,7 +6,7 @@ use super::{Control, Kind, SubState};
 use crate::session::{Error, Session};
 use crate::time::Instant;
 use crate::wire::lite::{SessionCode, StreamCode};
-use crate::wire::qmux::StreamId;
+use crate::wire::qmux::{Side, StreamId};
 
 impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// Refuses a peer request: reset our half and stop reading, both with `code`,
@@ -219,6 +219,11 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             return Err(Error::Closed);
         }
         if !self.conn.is_established() {
+            return Err(Error::NotReady);
+        }
+        // docs/protocol.md §4.1: a server's names are relative to the root
+        // the client's SETUP gives.
+        if self.side == Side::Server && self.peer.is_none() {
             return Err(Error::NotReady);
         }
         Ok(())
