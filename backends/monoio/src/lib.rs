@@ -37,6 +37,7 @@ pub mod session_driver;
 pub mod shutdown;
 pub mod staging;
 pub mod tables;
+pub mod tls;
 pub mod ws;
 
 pub use sdk::{Client, Config, Error, Runner, connect};
