@@ -16,6 +16,9 @@ use clap::{Args, Parser, Subcommand};
 use serde::Deserialize;
 
 use skiff_monoio::driver::DriverKind;
+use skiff_monoio::tls::PemError;
+
+use crate::tls::TlsFiles;
 
 /// Default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4443";
@@ -393,6 +396,14 @@ pub struct Flags {
     /// A file holding the token presented to `--upstream` (as `?jwt=`).
     #[arg(long, value_name = "FILE", global = true)]
     pub upstream_token_file: Option<PathBuf>,
+    /// PEM certificate chain (server certificate first): with `--tls-key`
+    /// the listen port speaks TLS only, QMux as `tls://` and WebSocket as
+    /// `wss://`; re-read on SIGHUP (docs/protocol.md §9.8).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert` (PKCS#8, PKCS#1 or SEC1); re-read on SIGHUP.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub tls_key: Option<PathBuf>,
     /// Time a new connection has to complete the QMux handshake and SETUP,
     /// and a started record or control message to complete, before it is
     /// closed [default: 10s].
@@ -515,6 +526,12 @@ pub struct FileConfig {
     /// See [`Flags::upstream_token_file`].
     #[serde(alias = "upstream_token_file")]
     pub upstream_token_file: Option<PathBuf>,
+    /// See [`Flags::tls_cert`].
+    #[serde(alias = "tls_cert")]
+    pub tls_cert: Option<PathBuf>,
+    /// See [`Flags::tls_key`].
+    #[serde(alias = "tls_key")]
+    pub tls_key: Option<PathBuf>,
     /// See [`Flags::handshake_timeout`].
     #[serde(alias = "handshake_timeout")]
     pub handshake_timeout: Option<DurationArg>,
@@ -658,6 +675,8 @@ pub struct RelayConfig {
     pub auth: AuthConfig,
     /// The file holding the token presented to the upstream relay.
     pub upstream_token_file: Option<PathBuf>,
+    /// The listen port's certificate and key: `Some` makes it TLS only.
+    pub tls: Option<TlsFiles>,
 }
 
 /// Where tokens are verified and what anonymous sessions may do; all empty:
@@ -780,6 +799,29 @@ fn auth_config(file: &FileConfig, flags: &Flags) -> Result<AuthConfig, ConfigErr
     Ok(auth)
 }
 
+/// The TLS files of `flags` over `file`, read once to check them: a relay
+/// must not start with a certificate or key it cannot use.
+fn tls_files(file: &FileConfig, flags: &Flags) -> Result<Option<TlsFiles>, ConfigError> {
+    let cert = flags.tls_cert.clone().or_else(|| file.tls_cert.clone());
+    let key = flags.tls_key.clone().or_else(|| file.tls_key.clone());
+    let files = match (cert, key) {
+        (None, None) => return Ok(None),
+        (Some(cert), Some(key)) => TlsFiles { cert, key },
+        (Some(_), None) => return Err(invalid("tls-key", "--tls-cert needs --tls-key")),
+        (None, Some(_)) => return Err(invalid("tls-cert", "--tls-key needs --tls-cert")),
+    };
+    files.server_config().map_err(|e| {
+        let key = match &e {
+            PemError::Read { path, .. } | PemError::Empty { path, .. } if *path == files.cert => {
+                "tls-cert"
+            }
+            _ => "tls-key",
+        };
+        invalid(key, e.to_string())
+    })?;
+    Ok(Some(files))
+}
+
 /// Most worker threads accepted (a sanity bound, far above any core count here).
 pub const MAX_THREADS: usize = 1024;
 
@@ -815,6 +857,7 @@ impl Default for RelayConfig {
             web_dir: default_web_dir(),
             auth: AuthConfig::default(),
             upstream_token_file: None,
+            tls: None,
         }
     }
 }
@@ -1074,6 +1117,7 @@ impl RelayConfig {
                 .upstream_token_file
                 .clone()
                 .or_else(|| file.upstream_token_file.clone()),
+            tls: tls_files(file, flags)?,
         };
         let q = cfg.quotas;
         for (key, v) in [

@@ -143,6 +143,9 @@ use skiff_ws::frame::Role as WsRole;
 use crate::auth::{Auth, Gate};
 use crate::config::{RelayConfig, Upstream as UpstreamAddr};
 use crate::conn::Connection;
+use crate::tls::TlsServer;
+use skiff_monoio::cancel::race;
+use crate::web::HeadRead;
 use crate::handler::{ConnectionHandler, WorkerInfo};
 use crate::lend::{Borrower, Lender, LinkShare, lend_limit, return_released, spare_slots};
 use crate::metrics::Metrics;
@@ -696,6 +699,11 @@ pub struct RelayHandler {
     clock: Clock,
     /// The access policy, shared by every worker.
     auth: Arc<Auth>,
+    /// The listen port's TLS configuration (`--tls-cert`), shared by every
+    /// worker; `None`: plain TCP.
+    tls: Option<Arc<TlsServer>>,
+    /// The directory the web player is served from.
+    web_dir: std::path::PathBuf,
 }
 
 /// Ids of link sessions (never an accepted connection's id).
@@ -726,23 +734,51 @@ impl RelayHandler {
             storage: Rc::new(StoragePool::new()),
             clock,
             auth,
+            tls: None,
+            web_dir: info.config.web_dir.clone(),
         }
+    }
+
+    /// Serves TLS only on the listen port with `tls` (docs/protocol.md §9.8).
+    #[must_use]
+    pub fn with_tls(mut self, tls: Option<Arc<TlsServer>>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// A handler factory for `threads` workers linked pairwise (see
     /// [`Mesh`]), each dialing the configured upstream relay if there is one:
-    /// pass it to [`crate::server::start`].
+    /// pass it to [`crate::server::start`]. With `tls` in the configuration,
+    /// the files are read when the first worker starts (see
+    /// [`RelayHandler::factory_with_tls`] to keep a handle for reloads).
     ///
     /// # Errors
     /// If a socket pair cannot be made.
     pub fn factory(
         threads: usize,
     ) -> io::Result<impl Fn(&WorkerInfo) -> RelayHandler + Send + Sync + 'static> {
+        Self::factory_with_tls(threads, None)
+    }
+
+    /// As [`RelayHandler::factory`], the workers serving TLS with `tls`
+    /// (which the caller keeps to [`TlsServer::reload`]); `None` reads the
+    /// configuration's files, if it names any.
+    ///
+    /// # Errors
+    /// If a socket pair cannot be made.
+    pub fn factory_with_tls(
+        threads: usize,
+        tls: Option<Arc<TlsServer>>,
+    ) -> io::Result<impl Fn(&WorkerInfo) -> RelayHandler + Send + Sync + 'static> {
         let mesh = Arc::new(Mesh::new(threads)?);
         let auth = std::sync::OnceLock::new();
+        let loaded = std::sync::OnceLock::new();
         Ok(move |info: &WorkerInfo| {
             let auth = auth.get_or_init(|| Arc::new(auth_policy(info))).clone();
-            let h = RelayHandler::with_auth(info, auth);
+            let tls = tls
+                .clone()
+                .or_else(|| loaded.get_or_init(|| tls_server(info)).clone());
+            let h = RelayHandler::with_auth(info, auth).with_tls(tls);
             for (peer, end) in mesh.take(info.index) {
                 h.spawn_link(info, peer, end);
             }
@@ -948,6 +984,23 @@ fn auth_policy(info: &WorkerInfo) -> Auth {
     }
 }
 
+/// The TLS server of `info`'s configuration, if it names certificate files.
+/// Files that became unusable since the configuration was checked make
+/// every handshake fail rather than open the port in plain text.
+fn tls_server(info: &WorkerInfo) -> Option<Arc<TlsServer>> {
+    let files = info.config.tls.clone()?;
+    match TlsServer::load(files.clone()) {
+        Ok(tls) => {
+            tracing::info!(cert = %tls.files().cert.display(), "TLS on the listen port");
+            Some(Arc::new(tls))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "TLS certificate unusable: every connection is refused");
+            Some(Arc::new(TlsServer::refusing(files)))
+        }
+    }
+}
+
 /// Dials the upstream relay (`host` resolved each time: it may move).
 async fn dial_upstream(up: &UpstreamAddr) -> io::Result<monoio::net::TcpStream> {
     use std::net::ToSocketAddrs;
@@ -1040,72 +1093,127 @@ impl ConnectionHandler for RelayHandler {
                 notify: self.relay.notify.clone(),
                 shutdown: Some(conn.shutdown()),
             };
-            let (mut reader, mut writer) = conn.into_split();
+            let (mut reader, writer) = conn.into_split();
             // Nothing is taken for a connection before it sends something.
             if !reader.wait_first().await? {
                 tracing::debug!(conn = id, "connection closed before it sent anything");
                 return Ok(());
             }
-            // docs/protocol.md §9.1: three capitals start an HTTP request;
-            // anything else is QMux over TCP (decided on at most three bytes).
+            let Some(tls) = &self.tls else {
+                return self.serve_stream(id, reader, writer, None, ctx).await;
+            };
+            // docs/protocol.md §9.8: TLS first, within the handshake timeout;
+            // then the same choice between QMux and HTTP on the plaintext.
             let limit = reader.handshake_timeout();
-            let http = loop {
-                match skiff_ws::http::is_http_start(reader.pending()) {
-                    Some(http) => break http,
-                    None => {
-                        if !reader.read_more(3, limit).await? {
-                            return Ok(());
-                        }
-                    }
+            let Some(config) = tls.config() else {
+                tracing::info!(conn = id, "no usable TLS certificate; connection closed");
+                return Ok(());
+            };
+            let handshake = match rustls::ServerConnection::new(config) {
+                Ok(conn) => skiff_monoio::tls::handshake(conn, reader, writer),
+                Err(e) => {
+                    tracing::warn!(conn = id, error = %e, "TLS: cannot start a handshake");
+                    return Ok(());
                 }
             };
-            if !http {
-                // The session's state (its future, its tables) exists only from
-                // here on, in an allocation of its own: a connection waiting for
-                // its first byte holds just the small future above.
-                let ended = Box::pin(
-                    self.clone()
-                        .serve_session(id, reader, writer, None, None, ctx),
-                );
-                let ended = ended.await?;
-                tracing::debug!(conn = id, ?ended, "connection done");
-                return Ok(());
-            }
-            let web_dir = reader.web_dir().to_path_buf();
-            let routed = crate::web::serve_http(
-                self.relay.origin(),
-                &web_dir,
-                &mut reader,
-                &mut writer,
-                id,
-                limit,
-            )
-            .await?;
-            let crate::web::Routed::Upgrade {
-                target,
-                protocol,
-                early,
-            } = routed
-            else {
-                return Ok(());
+            let (reader, writer) = match race(handshake, monoio::time::sleep(limit)).await {
+                Ok(Ok(halves)) => halves,
+                Ok(Err(e)) => {
+                    // One line per refused connection (a plaintext client, an
+                    // untrusted certificate on the client's side...).
+                    tracing::info!(conn = id, error = %e, "TLS handshake failed; connection closed");
+                    return Ok(());
+                }
+                Err(()) => {
+                    tracing::info!(conn = id, "TLS handshake not finished in {limit:?}; connection closed");
+                    return Ok(());
+                }
             };
-            let link = skiff_monoio::ws::Link::new();
-            let max = usize::try_from(self.relay.session_config.conn.max_record_size)
-                .unwrap_or(usize::MAX);
-            let reader = WsReader::new(reader, WsRole::Server, max, early, link.clone());
-            let writer = WsWriter::new(writer, WsRole::Server, link);
+            // qmux's ALPN name fixes the application protocol (no
+            // application_protocols parameter then); none or HTTP/1.1 leaves
+            // it to the bytes that follow.
+            let fixed = (reader.alpn().as_deref() == Some(skiff_monoio::tls::ALPN_QMUX))
+                .then_some(skiff_ws::APPLICATION);
+            self.serve_stream(id, reader, writer, fixed, ctx).await
+        }
+    }
+}
+
+impl RelayHandler {
+    /// Serves an accepted byte stream (plain TCP, or TLS once its handshake
+    /// is done) whose first bytes arrived or are on their way: QMux, or HTTP
+    /// and WebSocket (docs/protocol.md §9.1). `fixed_protocol` is the
+    /// application protocol TLS ALPN agreed on for QMux.
+    async fn serve_stream<R: HeadRead, W: ByteWrite>(
+        self: &Rc<Self>,
+        id: u64,
+        mut reader: R,
+        mut writer: W,
+        fixed_protocol: Option<&'static str>,
+        ctx: DriveCtx,
+    ) -> io::Result<()> {
+        // docs/protocol.md §9.1: three capitals start an HTTP request;
+        // anything else is QMux over TCP (decided on at most three bytes).
+        let limit = reader.guard().handshake.unwrap_or(StdDuration::from_secs(10));
+        let http = loop {
+            match skiff_ws::http::is_http_start(reader.pending()) {
+                Some(http) => break http,
+                None => {
+                    if !reader.read_more(3, limit).await? {
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        if !http {
+            // The session's state (its future, its tables) exists only from
+            // here on, in an allocation of its own: a connection waiting for
+            // its first byte holds just the small future above.
             let ended = Box::pin(self.clone().serve_session(
                 id,
                 reader,
                 writer,
-                Some(target),
-                protocol,
+                None,
+                fixed_protocol,
                 ctx,
             ));
             let ended = ended.await?;
-            tracing::debug!(conn = id, ?ended, "websocket connection done");
-            Ok(())
+            tracing::debug!(conn = id, ?ended, "connection done");
+            return Ok(());
         }
+        let routed = crate::web::serve_http(
+            self.relay.origin(),
+            &self.web_dir,
+            &mut reader,
+            &mut writer,
+            id,
+            limit,
+        )
+        .await?;
+        let crate::web::Routed::Upgrade {
+            target,
+            protocol,
+            early,
+        } = routed
+        else {
+            return Ok(());
+        };
+        let link = skiff_monoio::ws::Link::new();
+        let max =
+            usize::try_from(self.relay.session_config.conn.max_record_size).unwrap_or(usize::MAX);
+        let reader = WsReader::new(reader, WsRole::Server, max, early, link.clone());
+        let writer = WsWriter::new(writer, WsRole::Server, link);
+        let ended = Box::pin(self.clone().serve_session(
+            id,
+            reader,
+            writer,
+            Some(target),
+            protocol,
+            ctx,
+        ));
+        let ended = ended.await?;
+        tracing::debug!(conn = id, ?ended, "websocket connection done");
+        Ok(())
     }
 }
 
@@ -1137,7 +1245,7 @@ impl RelayHandler {
         let (config, origin) = self.relay.session_setup(Remote::Client);
         let mut config: Config<'_> = config;
         config.path = path.as_deref();
-        if path.is_some() {
+        if path.is_some() || fixed_protocol.is_some() {
             config.conn.fixed_protocol = fixed_protocol;
         }
         let session: Result<MoqSession<'_>, _> = Session::new(
