@@ -35,6 +35,10 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, Connection, RootCertStore, ServerConfig};
 
+/// The rustls crate these types come from (root stores, errors), for
+/// callers that do not depend on it themselves.
+pub use rustls;
+
 use crate::session_driver::{ByteRead, ByteWrite, Guard, HandshakeToken, READ_BUFFER_BYTES};
 use crate::staging::Staging;
 
@@ -181,7 +185,11 @@ impl<R: ByteRead> TlsReader<R> {
 
     /// The ALPN name the handshake agreed on, if any.
     pub fn alpn(&self) -> Option<Vec<u8>> {
-        self.shared.conn.borrow().alpn_protocol().map(<[u8]>::to_vec)
+        self.shared
+            .conn
+            .borrow()
+            .alpn_protocol()
+            .map(<[u8]>::to_vec)
     }
 
     /// True while the TLS handshake is still going on.
@@ -378,7 +386,9 @@ pub async fn handshake<R: ByteRead, W: ByteWrite>(
     let mut writer = TlsWriter {
         inner: writer,
         shared,
-        staging: Staging::new(Vec::with_capacity(crate::session_driver::WRITE_BUFFER_BYTES)),
+        staging: Staging::new(Vec::with_capacity(
+            crate::session_driver::WRITE_BUFFER_BYTES,
+        )),
         closed: false,
     };
     loop {

@@ -143,12 +143,12 @@ use skiff_ws::frame::Role as WsRole;
 use crate::auth::{Auth, Gate};
 use crate::config::{RelayConfig, Upstream as UpstreamAddr};
 use crate::conn::Connection;
-use crate::tls::TlsServer;
-use skiff_monoio::cancel::race;
-use crate::web::HeadRead;
 use crate::handler::{ConnectionHandler, WorkerInfo};
 use crate::lend::{Borrower, Lender, LinkShare, lend_limit, return_released, spare_slots};
 use crate::metrics::Metrics;
+use crate::tls::TlsServer;
+use crate::web::HeadRead;
+use skiff_monoio::cancel::race;
 
 /// Broadcasts one worker's origin holds at once.
 pub const BROADCASTS: usize = 1024;
@@ -1125,7 +1125,10 @@ impl ConnectionHandler for RelayHandler {
                     return Ok(());
                 }
                 Err(()) => {
-                    tracing::info!(conn = id, "TLS handshake not finished in {limit:?}; connection closed");
+                    tracing::info!(
+                        conn = id,
+                        "TLS handshake not finished in {limit:?}; connection closed"
+                    );
                     return Ok(());
                 }
             };
@@ -1154,7 +1157,10 @@ impl RelayHandler {
     ) -> io::Result<()> {
         // docs/protocol.md §9.1: three capitals start an HTTP request;
         // anything else is QMux over TCP (decided on at most three bytes).
-        let limit = reader.guard().handshake.unwrap_or(StdDuration::from_secs(10));
+        let limit = reader
+            .guard()
+            .handshake
+            .unwrap_or(StdDuration::from_secs(10));
         let http = loop {
             match skiff_ws::http::is_http_start(reader.pending()) {
                 Some(http) => break http,
@@ -1169,14 +1175,11 @@ impl RelayHandler {
             // The session's state (its future, its tables) exists only from
             // here on, in an allocation of its own: a connection waiting for
             // its first byte holds just the small future above.
-            let ended = Box::pin(self.clone().serve_session(
-                id,
-                reader,
-                writer,
-                None,
-                fixed_protocol,
-                ctx,
-            ));
+            let ended =
+                Box::pin(
+                    self.clone()
+                        .serve_session(id, reader, writer, None, fixed_protocol, ctx),
+                );
             let ended = ended.await?;
             tracing::debug!(conn = id, ?ended, "connection done");
             return Ok(());
@@ -1203,14 +1206,11 @@ impl RelayHandler {
             usize::try_from(self.relay.session_config.conn.max_record_size).unwrap_or(usize::MAX);
         let reader = WsReader::new(reader, WsRole::Server, max, early, link.clone());
         let writer = WsWriter::new(writer, WsRole::Server, link);
-        let ended = Box::pin(self.clone().serve_session(
-            id,
-            reader,
-            writer,
-            Some(target),
-            protocol,
-            ctx,
-        ));
+        let ended =
+            Box::pin(
+                self.clone()
+                    .serve_session(id, reader, writer, Some(target), protocol, ctx),
+            );
         let ended = ended.await?;
         tracing::debug!(conn = id, ?ended, "websocket connection done");
         Ok(())

@@ -58,8 +58,8 @@ pub use subscribe::{Frame, GroupConsumer, Payload, TrackConsumer};
 
 use crate::client::{ClientCtx, ClientLimits};
 use crate::tls::{ALPN_HTTP1, ALPN_QMUX};
-use rustls::{ClientConfig, RootCertStore};
 use publish::Published;
+use rustls::{ClientConfig, RootCertStore};
 use subscribe::Wanted;
 
 /// What a [`Client`] is sized and tuned with.

@@ -48,6 +48,16 @@ impl Runner {
         while !s.closed.get() {
             let before = s.sessions.get();
             match race(self.connect_once(), self.closed()).await {
+                Ok(Ok(())) if s.sessions.get() == before => {
+                    // A server that closes before SETUP (a TLS port dialed in
+                    // plain text, a refused token) is a failed attempt.
+                    let e = Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "the server closed the connection before the session was set up",
+                    ));
+                    tracing::debug!(url = %s.target.url, error = %e, "connection failed");
+                    *s.last_error.borrow_mut() = Some(Rc::new(e));
+                }
                 Ok(Ok(())) => tracing::debug!(url = %s.target.url, "session ended"),
                 Ok(Err(e)) => {
                     tracing::debug!(url = %s.target.url, error = %e, "connection failed");
@@ -110,14 +120,12 @@ impl Runner {
             Scheme::Wss => {
                 let (reader, writer) = self.dial_tls().await?;
                 let (timeout, max, target) = self.ws_params();
-                let upgrade =
-                    crate::ws::upgrade(reader, writer, &s.target.host, &target, max);
-                let (reader, writer, chosen) = match race(upgrade, monoio::time::sleep(timeout))
-                    .await
-                {
-                    Ok(res) => res.map_err(Error::from_transport)?,
-                    Err(()) => return Err(timed_out("no websocket upgrade answer in time")),
-                };
+                let upgrade = crate::ws::upgrade(reader, writer, &s.target.host, &target, max);
+                let (reader, writer, chosen) =
+                    match race(upgrade, monoio::time::sleep(timeout)).await {
+                        Ok(res) => res.map_err(Error::from_transport)?,
+                        Err(()) => return Err(timed_out("no websocket upgrade answer in time")),
+                    };
                 let fixed = chosen.is_some().then_some(skiff_ws::APPLICATION);
                 self.run_session(reader, writer, None, fixed).await
             }
