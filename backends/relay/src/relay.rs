@@ -149,6 +149,7 @@ use crate::metrics::Metrics;
 use crate::tls::TlsServer;
 use crate::web::HeadRead;
 use skiff_monoio::cancel::race;
+use skiff_monoio::tls::{TlsReader, TlsWriter};
 
 /// Broadcasts one worker's origin holds at once.
 pub const BROADCASTS: usize = 1024;
@@ -895,6 +896,16 @@ impl RelayHandler {
             }
         }
         let path: &'static str = Box::leak(dialed.into_boxed_str());
+        // tls://: one client configuration per worker, made here.
+        let tls = match up.tls.then(|| upstream_tls(info)) {
+            Some(Ok(config)) => Some(config),
+            Some(Err(e)) => {
+                tracing::error!(worker, upstream = %up, error = %e, "no TLS configuration for the upstream");
+                return;
+            }
+            None => None,
+        };
+        let handshake_limit = info.config.timeouts.handshake;
         monoio::spawn(async move {
             let mut backoff = UPSTREAM_BACKOFF.0;
             let mut dial = 0u64;
@@ -902,44 +913,48 @@ impl RelayHandler {
             let mut storage = Box::new(UpstreamStorage::new());
             while !shutdown.is_draining() {
                 let started = StdInstant::now();
-                match dial_upstream(&up).await {
-                    Ok(stream) => {
+                let id = UPSTREAM_ID_BASE + dial;
+                let ended = match (dial_upstream(&up).await, &tls) {
+                    (Err(e), _) => Err(e),
+                    (Ok(stream), None) => {
                         tracing::info!(worker, upstream = %up, "upstream connected");
                         let (reader, writer) = split_halves(stream, 64 * 1024);
-                        let id = UPSTREAM_ID_BASE + dial;
-                        let peer = Remote::Upstream(path);
-                        let (config, origin) = relay.session_setup(peer);
-                        let session: Result<TrunkSession<'_>, _> = Session::new(
-                            Side::Client,
-                            config,
-                            ctx.clock.now(),
-                            &mut storage,
-                            Some(origin),
-                        );
-                        let res = run_session(
-                            relay.clone(),
-                            session,
-                            reader,
-                            writer,
-                            Side::Client,
+                        let session = UpstreamSession {
+                            relay: &relay,
+                            ctx: &ctx,
+                            path,
                             id,
-                            peer,
-                            None,
-                            None,
-                            None,
-                            &ctx,
-                        );
-                        match res.await {
-                            Ok(ended) => {
-                                tracing::info!(worker, upstream = %up, ?ended, "upstream session ended")
+                        };
+                        session.run(&mut storage, reader, writer, None).await
+                    }
+                    (Ok(stream), Some(config)) => {
+                        let (reader, writer) = split_halves(stream, 64 * 1024);
+                        match upstream_handshake(config, &up, reader, writer, handshake_limit).await
+                        {
+                            Ok((reader, writer)) => {
+                                tracing::info!(worker, upstream = %up, "upstream connected over TLS");
+                                // docs/protocol.md §9.8: qmux's ALPN name fixes the protocol.
+                                let fixed = (reader.alpn().as_deref()
+                                    == Some(skiff_monoio::tls::ALPN_QMUX))
+                                .then_some(skiff_ws::APPLICATION);
+                                let session = UpstreamSession {
+                                    relay: &relay,
+                                    ctx: &ctx,
+                                    path,
+                                    id,
+                                };
+                                session.run(&mut storage, reader, writer, fixed).await
                             }
-                            Err(e) => {
-                                tracing::warn!(worker, upstream = %up, error = %e, "upstream session failed")
-                            }
+                            Err(e) => Err(e),
                         }
                     }
+                };
+                match ended {
+                    Ok(ended) => {
+                        tracing::info!(worker, upstream = %up, ?ended, "upstream session ended")
+                    }
                     Err(e) => {
-                        tracing::warn!(worker, upstream = %up, error = %e, "cannot reach upstream")
+                        tracing::warn!(worker, upstream = %up, error = %e, "upstream session failed or unreachable")
                     }
                 }
                 dial += 1;
@@ -953,6 +968,89 @@ impl RelayHandler {
                 backoff = (backoff * 2).min(UPSTREAM_BACKOFF.1);
             }
         });
+    }
+}
+
+/// One session of a leaf with its upstream relay, over any byte stream.
+struct UpstreamSession<'a> {
+    relay: &'a Rc<Relay>,
+    ctx: &'a DriveCtx,
+    /// The SETUP path (with the token, if any).
+    path: &'static str,
+    id: u64,
+}
+
+impl UpstreamSession<'_> {
+    /// Runs the session over `reader`/`writer` until it ends;
+    /// `fixed_protocol` is what TLS ALPN agreed on.
+    async fn run<R: ByteRead, W: ByteWrite>(
+        self,
+        storage: &mut UpstreamStorage,
+        reader: R,
+        writer: W,
+        fixed_protocol: Option<&'static str>,
+    ) -> io::Result<Ended> {
+        let peer = Remote::Upstream(self.path);
+        let (mut config, origin) = self.relay.session_setup(peer);
+        if fixed_protocol.is_some() {
+            config.conn.fixed_protocol = fixed_protocol;
+        }
+        let session: Result<TrunkSession<'_>, _> = Session::new(
+            Side::Client,
+            config,
+            self.ctx.clock.now(),
+            storage,
+            Some(origin),
+        );
+        run_session(
+            self.relay.clone(),
+            session,
+            reader,
+            writer,
+            Side::Client,
+            self.id,
+            peer,
+            None,
+            None,
+            None,
+            self.ctx,
+        )
+        .await
+    }
+}
+
+/// The TLS client configuration a leaf dials its `tls://` upstream with:
+/// the CAs of `--upstream-ca`, or the system's trust store.
+fn upstream_tls(info: &WorkerInfo) -> Result<Arc<rustls::ClientConfig>, String> {
+    let roots = match &info.config.upstream_ca {
+        Some(file) => skiff_monoio::tls::roots_from_pem_file(file).map_err(|e| e.to_string())?,
+        None => skiff_monoio::tls::system_roots(),
+    };
+    skiff_monoio::tls::client_config(Arc::new(roots), &[skiff_monoio::tls::ALPN_QMUX])
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
+}
+
+/// Runs the TLS handshake with the upstream `up` (its host as SNI) within `limit`.
+async fn upstream_handshake<R: ByteRead, W: ByteWrite>(
+    config: &Arc<rustls::ClientConfig>,
+    up: &UpstreamAddr,
+    reader: R,
+    writer: W,
+    limit: StdDuration,
+) -> io::Result<(TlsReader<R>, TlsWriter<W>)> {
+    let conn = skiff_monoio::tls::client_connection(config.clone(), &up.host)?;
+    match race(
+        skiff_monoio::tls::handshake(conn, reader, writer),
+        monoio::time::sleep(limit),
+    )
+    .await
+    {
+        Ok(res) => res,
+        Err(()) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "no TLS handshake with the upstream in time",
+        )),
     }
 }
 

@@ -486,3 +486,42 @@ fn bad_certificate_files_stop_the_relay_with_status_2() {
     assert_eq!(out.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_leaf_relay_dials_its_upstream_over_tls() {
+    let dir = temp_dir("upstream");
+    let pki = make_pki(&dir, "a");
+    let upstream = TlsRelay::start(&pki.cert, &pki.key);
+    let up_url = format!("tls://{}/anon", upstream.addr);
+    let leaf = peers::RelayProcess::start(&[
+        "--upstream",
+        &up_url,
+        "--upstream-ca",
+        pki.ca.to_str().unwrap(),
+    ]);
+    let leaf_url = format!("tcp://{}/anon", leaf.addr);
+    let ca = pki.ca.clone();
+    let seen = driver::block_on(DriverKind::Legacy, move |_| async move {
+        let stop = Rc::new(Cell::new(false));
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let written = Rc::new(Cell::new(0));
+        // The publisher on the TLS upstream, the viewer on the plain leaf.
+        let publisher = client(&up_url, trusting(&ca));
+        let publishing = monoio::spawn(publish_until(
+            publisher.clone(),
+            stop.clone(),
+            written.clone(),
+        ));
+        let viewer = client(&leaf_url, Config::default());
+        let watching = monoio::spawn(watch_until(viewer.clone(), stop.clone(), seen.clone()));
+        until("30 frames through the leaf", || seen.borrow().len() >= 30).await;
+        stop.set(true);
+        publishing.await;
+        watching.await;
+        seen.take()
+    })
+    .unwrap();
+    assert!(consecutive_after(&seen, 0), "frames lost: {seen:?}");
+    drop(leaf);
+    let _ = std::fs::remove_dir_all(&dir);
+}
