@@ -1214,19 +1214,32 @@ impl ConnectionHandler for RelayHandler {
                     return Ok(());
                 }
             };
-            let (reader, writer) = match race(handshake, monoio::time::sleep(limit)).await {
-                Ok(Ok(halves)) => halves,
-                Ok(Err(e)) => {
+            // Bounded by the handshake timeout, and abandoned when the server drains.
+            let bounded = race(handshake, monoio::time::sleep(limit));
+            let drain = ctx.shutdown.clone();
+            let drained = async move {
+                match &drain {
+                    Some(d) => d.wait().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let (reader, writer) = match race(bounded, drained).await {
+                Ok(Ok(Ok(halves))) => halves,
+                Ok(Ok(Err(e))) => {
                     // One line per refused connection (a plaintext client, an
                     // untrusted certificate on the client's side...).
                     tracing::info!(conn = id, error = %e, "TLS handshake failed; connection closed");
                     return Ok(());
                 }
-                Err(()) => {
+                Ok(Err(())) => {
                     tracing::info!(
                         conn = id,
                         "TLS handshake not finished in {limit:?}; connection closed"
                     );
+                    return Ok(());
+                }
+                Err(()) => {
+                    tracing::debug!(conn = id, "draining: TLS handshake abandoned");
                     return Ok(());
                 }
             };

@@ -78,12 +78,17 @@ struct TlsRelay {
 
 impl TlsRelay {
     fn start(cert: &Path, key: &Path) -> TlsRelay {
+        Self::start_with(cert, key, &[])
+    }
+
+    fn start_with(cert: &Path, key: &Path, extra: &[&str]) -> TlsRelay {
         let mut child = std::process::Command::new(peers::relay_binary())
             .args(["serve", "--listen", "127.0.0.1:0", "--threads", "2"])
             .args(["--log", "info", "--tls-cert"])
             .arg(cert)
             .arg("--tls-key")
             .arg(key)
+            .args(extra)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -523,5 +528,28 @@ fn a_leaf_relay_dials_its_upstream_over_tls() {
     .unwrap();
     assert!(consecutive_after(&seen, 0), "frames lost: {seen:?}");
     drop(leaf);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_stalled_tls_handshake_is_closed_at_the_handshake_timeout() {
+    let dir = temp_dir("stall");
+    let pki = make_pki(&dir, "a");
+    let relay = TlsRelay::start_with(&pki.cert, &pki.key, &["--handshake-timeout", "300ms"]);
+    // The start of a ClientHello record, and then nothing.
+    let mut s = TcpStream::connect(relay.addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).unwrap();
+    let mut got = Vec::new();
+    let end = s.read_to_end(&mut got);
+    assert!(
+        end.is_ok(),
+        "the relay kept a stalled handshake open: {end:?}"
+    );
+    assert!(got.is_empty(), "{} bytes answered", got.len());
+    driver::block_on(DriverKind::Legacy, move |_| async move {
+        relay.wait_log("TLS handshake not finished").await;
+    })
+    .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
