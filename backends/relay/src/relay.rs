@@ -1197,59 +1197,78 @@ impl ConnectionHandler for RelayHandler {
                 tracing::debug!(conn = id, "connection closed before it sent anything");
                 return Ok(());
             }
-            let Some(tls) = &self.tls else {
+            let Some(tls) = self.tls.clone() else {
                 return self.serve_stream(id, reader, writer, None, ctx).await;
             };
-            // docs/protocol.md §9.8: TLS first, within the handshake timeout;
-            // then the same choice between QMux and HTTP on the plaintext.
-            let limit = reader.handshake_timeout();
-            let Some(config) = tls.config() else {
-                tracing::info!(conn = id, "no usable TLS certificate; connection closed");
-                return Ok(());
-            };
-            let handshake = match rustls::ServerConnection::new(config) {
-                Ok(conn) => skiff_monoio::tls::handshake(conn, reader, writer),
-                Err(e) => {
-                    tracing::warn!(conn = id, error = %e, "TLS: cannot start a handshake");
-                    return Ok(());
-                }
-            };
-            // Bounded by the handshake timeout, and abandoned when the server drains.
-            let bounded = race(handshake, monoio::time::sleep(limit));
-            let drain = ctx.shutdown.clone();
-            let drained = async move {
-                match &drain {
-                    Some(d) => d.wait().await,
-                    None => std::future::pending().await,
-                }
-            };
-            let (reader, writer) = match race(bounded, drained).await {
-                Ok(Ok(Ok(halves))) => halves,
-                Ok(Ok(Err(e))) => {
-                    // One line per refused connection (a plaintext client, an
-                    // untrusted certificate on the client's side...).
-                    tracing::info!(conn = id, error = %e, "TLS handshake failed; connection closed");
-                    return Ok(());
-                }
-                Ok(Err(())) => {
-                    tracing::info!(
-                        conn = id,
-                        "TLS handshake not finished in {limit:?}; connection closed"
-                    );
-                    return Ok(());
-                }
-                Err(()) => {
-                    tracing::debug!(conn = id, "draining: TLS handshake abandoned");
-                    return Ok(());
-                }
-            };
-            // qmux's ALPN name fixes the application protocol (no
-            // application_protocols parameter then); none or HTTP/1.1 leaves
-            // it to the bytes that follow.
-            let fixed = (reader.alpn().as_deref() == Some(skiff_monoio::tls::ALPN_QMUX))
-                .then_some(skiff_ws::APPLICATION);
-            self.serve_stream(id, reader, writer, fixed, ctx).await
+            // The TLS state lives in an allocation of its own, so a
+            // connection still waiting for its first byte holds only the
+            // small future above.
+            Box::pin(self.clone().serve_tls(id, tls, reader, writer, ctx)).await
         }
+    }
+}
+
+impl RelayHandler {
+    /// Serves an accepted connection whose first bytes arrived on a TLS
+    /// listen port: the handshake (docs/protocol.md §9.8), then
+    /// [`RelayHandler::serve_stream`] on the plaintext.
+    async fn serve_tls(
+        self: Rc<Self>,
+        id: u64,
+        tls: Arc<TlsServer>,
+        reader: crate::conn::Reader,
+        writer: crate::conn::Writer,
+        ctx: DriveCtx,
+    ) -> io::Result<()> {
+        // docs/protocol.md §9.8: TLS first, within the handshake timeout;
+        // then the same choice between QMux and HTTP on the plaintext.
+        let limit = reader.handshake_timeout();
+        let Some(config) = tls.config() else {
+            tracing::info!(conn = id, "no usable TLS certificate; connection closed");
+            return Ok(());
+        };
+        let handshake = match rustls::ServerConnection::new(config) {
+            Ok(conn) => skiff_monoio::tls::handshake(conn, reader, writer),
+            Err(e) => {
+                tracing::warn!(conn = id, error = %e, "TLS: cannot start a handshake");
+                return Ok(());
+            }
+        };
+        // Bounded by the handshake timeout, and abandoned when the server drains.
+        let bounded = race(handshake, monoio::time::sleep(limit));
+        let drain = ctx.shutdown.clone();
+        let drained = async move {
+            match &drain {
+                Some(d) => d.wait().await,
+                None => std::future::pending().await,
+            }
+        };
+        let (reader, writer) = match race(bounded, drained).await {
+            Ok(Ok(Ok(halves))) => halves,
+            Ok(Ok(Err(e))) => {
+                // One line per refused connection (a plaintext client, an
+                // untrusted certificate on the client's side...).
+                tracing::info!(conn = id, error = %e, "TLS handshake failed; connection closed");
+                return Ok(());
+            }
+            Ok(Err(())) => {
+                tracing::info!(
+                    conn = id,
+                    "TLS handshake not finished in {limit:?}; connection closed"
+                );
+                return Ok(());
+            }
+            Err(()) => {
+                tracing::debug!(conn = id, "draining: TLS handshake abandoned");
+                return Ok(());
+            }
+        };
+        // qmux's ALPN name fixes the application protocol (no
+        // application_protocols parameter then); none or HTTP/1.1 leaves
+        // it to the bytes that follow.
+        let fixed = (reader.alpn().as_deref() == Some(skiff_monoio::tls::ALPN_QMUX))
+            .then_some(skiff_ws::APPLICATION);
+        self.serve_stream(id, reader, writer, fixed, ctx).await
     }
 }
 
