@@ -11,9 +11,11 @@
 //! inner writer's staging, sent in one write. The reads and writes stay the
 //! inner halves' (io_uring, owned buffers, the write-stall limit).
 //!
-//! * Buffers: the plaintext buffer is made once per connection
-//!   ([`PLAIN_BUFFER_BYTES`]); the inner writer's staging grows to one
-//!   flush's ciphertext once and is reused. rustls itself allocates each
+//! * Buffers: the plaintext buffer ([`PLAIN_BUFFER_BYTES`]) and the
+//!   session's staging buffer are made once per connection, when the first
+//!   application bytes come or go (a handshake that stalls holds neither);
+//!   the inner writer's staging grows to one flush's ciphertext once and is
+//!   reused. rustls itself allocates each
 //!   sealed record's buffer (one per TLS record of up to 16 KiB, not per
 //!   frame) and frees it when the record is copied out.
 //! * The two halves share the rustls connection (one thread, never borrowed
@@ -85,7 +87,8 @@ impl Shared {
 pub struct TlsReader<R> {
     inner: R,
     shared: Rc<Shared>,
-    /// Decrypted bytes at `start..end` (the whole length is initialized).
+    /// Decrypted bytes at `start..end` (the whole length is initialized;
+    /// empty until the first application data).
     plain: Vec<u8>,
     start: usize,
     end: usize,
@@ -131,14 +134,20 @@ impl<R: ByteRead> TlsReader<R> {
         let mut open = true;
         while !rest.is_empty() && open {
             let taken = conn.read_tls(&mut rest)?;
-            let processed = conn.process_new_packets();
-            if let Err(e) = processed {
-                // rustls queued an alert for the peer: the writer sends it.
-                drop(conn);
-                self.shared.wake_if_output();
-                return Err(from_tls(e));
+            let state = match conn.process_new_packets() {
+                Ok(state) => state,
+                Err(e) => {
+                    // rustls queued an alert for the peer: the writer sends it.
+                    drop(conn);
+                    self.shared.wake_if_output();
+                    return Err(from_tls(e));
+                }
+            };
+            let want = state.plaintext_bytes_to_read();
+            if want > 0 {
+                drain(&mut conn, &mut self.plain, &mut self.end, want)?;
             }
-            open = drain(&mut conn, &mut self.plain, &mut self.end)? && taken > 0;
+            open = !state.peer_has_closed() && taken > 0;
         }
         drop(conn);
         self.shared.wake_if_output();
@@ -198,24 +207,24 @@ impl<R: ByteRead> TlsReader<R> {
     }
 }
 
-/// Moves every decrypted byte rustls holds into `plain` after `end`; false
-/// once the peer sent close_notify.
-fn drain(conn: &mut Connection, plain: &mut Vec<u8>, end: &mut usize) -> io::Result<bool> {
-    loop {
-        if *end == plain.len() {
-            // Only when more than one socket read is kept (a head being
-            // parsed); a session's reads empty the buffer first.
-            let grown = plain.len() + READ_BUFFER_BYTES;
-            plain.resize(grown, 0);
-        }
-        let room = plain.get_mut(*end..).unwrap_or(&mut []);
-        match conn.reader().read(room) {
-            Ok(0) => return Ok(false),
-            Ok(n) => *end += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
-            Err(e) => return Err(e),
-        }
+/// Moves the `want` decrypted bytes rustls holds into `plain` after `end`.
+/// The buffer is made at the first application data, not for the handshake
+/// (a stalled handshake holds no plaintext buffer), and grows only when
+/// more than one socket read is kept (an HTTP head being parsed).
+fn drain(
+    conn: &mut Connection,
+    plain: &mut Vec<u8>,
+    end: &mut usize,
+    want: usize,
+) -> io::Result<()> {
+    if plain.len() < *end + want {
+        let grown = (*end + want).max(PLAIN_BUFFER_BYTES);
+        plain.resize(grown, 0);
     }
+    let room = plain.get_mut(*end..*end + want).unwrap_or(&mut []);
+    conn.reader().read_exact(room)?;
+    *end += want;
+    Ok(())
 }
 
 impl<R: ByteRead> ByteRead for TlsReader<R> {
@@ -249,15 +258,16 @@ impl<R: ByteRead> ByteRead for TlsReader<R> {
 pub struct TlsWriter<W> {
     inner: W,
     shared: Rc<Shared>,
-    /// What the session stages (plaintext).
-    staging: Staging,
+    /// What the session stages (plaintext); made at the session's first
+    /// write, not for the handshake.
+    staging: Option<Staging>,
     closed: bool,
 }
 
 impl<W> std::fmt::Debug for TlsWriter<W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TlsWriter")
-            .field("staged", &self.staging.len())
+            .field("staged", &self.staging.as_ref().map_or(0, Staging::len))
             .field("closed", &self.closed)
             .finish_non_exhaustive()
     }
@@ -291,8 +301,8 @@ impl<W: ByteWrite> TlsWriter<W> {
     /// (and its own messages) into the inner writer's staging.
     fn seal(&mut self) -> io::Result<()> {
         let mut conn = self.shared.conn.borrow_mut();
-        if !self.staging.is_empty() {
-            let (bytes, ranges) = self.staging.parts();
+        if let Some(staging) = self.staging.as_mut().filter(|s| !s.is_empty()) {
+            let (bytes, ranges) = staging.parts();
             let mut w = conn.writer();
             let mut pos = 0;
             for (at, slice) in ranges {
@@ -301,7 +311,7 @@ impl<W: ByteWrite> TlsWriter<W> {
                 pos = *at;
             }
             w.write_all(bytes.get(pos..).unwrap_or(&[]))?;
-            self.staging.clear();
+            staging.clear();
         }
         let mut sink = StagingSink(self.inner.buffer());
         while conn.wants_write() {
@@ -313,7 +323,11 @@ impl<W: ByteWrite> TlsWriter<W> {
 
 impl<W: ByteWrite> ByteWrite for TlsWriter<W> {
     fn buffer(&mut self) -> &mut Staging {
-        &mut self.staging
+        self.staging.get_or_insert_with(|| {
+            Staging::new(Vec::with_capacity(
+                crate::session_driver::WRITE_BUFFER_BYTES,
+            ))
+        })
     }
 
     async fn flush(&mut self) -> io::Result<()> {
@@ -377,7 +391,7 @@ pub async fn handshake<R: ByteRead, W: ByteWrite>(
     let mut reader = TlsReader {
         inner: reader,
         shared: shared.clone(),
-        plain: vec![0; PLAIN_BUFFER_BYTES],
+        plain: Vec::new(),
         start: 0,
         end: 0,
         given: 0,
@@ -386,9 +400,7 @@ pub async fn handshake<R: ByteRead, W: ByteWrite>(
     let mut writer = TlsWriter {
         inner: writer,
         shared,
-        staging: Staging::new(Vec::with_capacity(
-            crate::session_driver::WRITE_BUFFER_BYTES,
-        )),
+        staging: None,
         closed: false,
     };
     loop {
