@@ -553,3 +553,42 @@ fn a_stalled_tls_handshake_is_closed_at_the_handshake_timeout() {
     .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn http_endpoints_answer_over_tls() {
+    let dir = temp_dir("https");
+    let pki = make_pki(&dir, "a");
+    let relay = TlsRelay::start(&pki.cert, &pki.key);
+    let addr = relay.addr;
+    let ca = pki.ca.clone();
+    let answer = driver::block_on(DriverKind::Legacy, move |_| async move {
+        use skiff_monoio::session_driver::{ByteRead, ByteWrite, split_halves};
+        let roots = Arc::new(skiff_monoio::tls::roots_from_pem_file(&ca).unwrap());
+        let config =
+            skiff_monoio::tls::client_config(roots, &[skiff_monoio::tls::ALPN_HTTP1]).unwrap();
+        let conn = skiff_monoio::tls::client_connection(Arc::new(config), "127.0.0.1").unwrap();
+        let stream = monoio::net::TcpStream::connect(addr).await.unwrap();
+        let (reader, writer) = split_halves(stream, 16 * 1024);
+        let (mut reader, mut writer) = skiff_monoio::tls::handshake(conn, reader, writer)
+            .await
+            .expect("TLS handshake");
+        assert_eq!(reader.alpn().as_deref(), Some(&b"http/1.1"[..]));
+        writer
+            .buffer()
+            .extend_from_slice(b"GET /health HTTP/1.1\r\nHost: test\r\n\r\n");
+        writer.flush().await.unwrap();
+        let mut answer = Vec::new();
+        loop {
+            let data = reader.read().await.unwrap();
+            if data.is_empty() {
+                break;
+            }
+            answer.extend_from_slice(data);
+        }
+        String::from_utf8(answer).unwrap()
+    })
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("ok\n"), "{answer}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
