@@ -717,7 +717,8 @@ const UPSTREAM_BACKOFF: (StdDuration, StdDuration) =
 
 impl RelayHandler {
     /// The handler of the worker described by `info`, without links to
-    /// other workers (right for one worker thread) and without its upstream.
+    /// other workers (right for one worker thread), without its upstream and
+    /// in plain TCP (see [`RelayHandler::with_tls`]).
     pub fn new(info: &WorkerInfo) -> Self {
         Self::with_auth(info, Arc::new(auth_policy(info)))
     }
