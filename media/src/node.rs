@@ -35,6 +35,7 @@ use crate::picture::Picture;
 use crate::y4m_input::{self, Y4mSource};
 use skiff_core::hang::{self, catalog};
 use skiff_monoio::sdk::{GroupProducer, TrackProducer};
+use skiff_monoio::tls::rustls::RootCertStore;
 use skiff_monoio::{Client, Config, Error as SdkError, connect};
 
 /// Where pictures come from.
@@ -82,6 +83,9 @@ pub struct NodeOptions {
     pub bitrate: u32,
     /// Stop after this many frames (`None`: until stopped or the input ends).
     pub frames: Option<u64>,
+    /// The CAs a `tls://` or `wss://` relay's certificate must chain to
+    /// (`None`: the system's trust store).
+    pub tls_roots: Option<Arc<RootCertStore>>,
 }
 
 impl NodeOptions {
@@ -101,6 +105,7 @@ impl NodeOptions {
             gop: 30,
             bitrate: 1_000_000,
             frames: None,
+            tls_roots: None,
         }
     }
 }
@@ -368,7 +373,9 @@ pub async fn run(
             bitrate: opts.bitrate,
         })?),
     };
-    let (client, runner) = connect(&opts.url, client_config(width, height, opts.bitrate))?;
+    let mut config = client_config(width, height, opts.bitrate);
+    config.tls_roots = opts.tls_roots.clone();
+    let (client, runner) = connect(&opts.url, config)?;
     let runner = monoio::spawn(runner.run());
     let video_info =
         hang::video_info(&opts.track).map_err(|_| SdkError::InvalidName(opts.track.clone()))?;

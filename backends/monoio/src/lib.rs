@@ -22,6 +22,9 @@
 //! - [`notify`]: the per-thread "media changed" signal the sessions share;
 //! - [`tables`]: the table sizes of an endpoint (tracks, groups, block size)
 //!   and the block pools and slices it allocates once at start-up;
+//! - [`ws`] and [`tls`]: QMux over WebSocket and over TLS as byte-stream
+//!   layers of the session driver (`ws://`, `tls://`, and `wss://` as the one
+//!   on the other);
 //! - [`sdk`]: the client SDK ([`connect`] → [`Client`] and [`Runner`]):
 //!   publish and subscribe with linear async code;
 //! - [`client`]: sessions driven by hand with ready-made [`session_driver::App`]s
@@ -37,6 +40,7 @@ pub mod session_driver;
 pub mod shutdown;
 pub mod staging;
 pub mod tables;
+pub mod tls;
 pub mod ws;
 
 pub use sdk::{Client, Config, Error, Runner, connect};

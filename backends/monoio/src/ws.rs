@@ -440,34 +440,8 @@ pub async fn dial(
     let handshake = async {
         let stream = monoio::net::TcpStream::connect(addr).await?;
         let _ = stream.set_nodelay(true);
-        let (mut reader, mut writer) = split_halves(stream, READ_BUFFER_BYTES);
-        let key = skiff_ws::http::client_key();
-        let request = skiff_ws::http::client_request(host, target, &key, skiff_ws::SUBPROTOCOL);
-        writer.buffer().extend_from_slice(&request);
-        writer.flush().await?;
-        let mut head = Vec::new();
-        let (len, chosen) = loop {
-            let data = reader.read().await?;
-            if data.is_empty() {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the server closed during the upgrade",
-                ));
-            }
-            head.extend_from_slice(data);
-            match skiff_ws::http::parse_response(&head, &key, skiff_ws::SUBPROTOCOL) {
-                Ok(Some(done)) => break done,
-                Ok(None) => {}
-                Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
-            }
-        };
-        let early = head.split_off(len);
-        let link = Link::new();
-        Ok((
-            WsReader::new(reader, Role::Client, max_message, early, link.clone()),
-            WsWriter::new(writer, Role::Client, link),
-            chosen,
-        ))
+        let (reader, writer) = split_halves(stream, READ_BUFFER_BYTES);
+        upgrade(reader, writer, host, target, max_message).await
     };
     match crate::cancel::race(handshake, monoio::time::sleep(timeout)).await {
         Ok(res) => res,
@@ -476,6 +450,50 @@ pub async fn dial(
             "no websocket upgrade answer in time",
         )),
     }
+}
+
+/// Upgrades a connected byte stream (plain TCP, or TLS for `wss://`) to
+/// WebSocket as a client: sends the request for `target` with `Host: host`,
+/// offering [`skiff_ws::SUBPROTOCOL`], and reads the answer. The caller
+/// bounds the time.
+///
+/// # Errors
+/// Socket errors; `UnexpectedEof`; `InvalidData` for a refused or malformed
+/// answer (its text says which).
+pub async fn upgrade<R: ByteRead, W: ByteWrite>(
+    mut reader: R,
+    mut writer: W,
+    host: &str,
+    target: &str,
+    max_message: usize,
+) -> io::Result<(WsReader<R>, WsWriter<W>, Option<String>)> {
+    let key = skiff_ws::http::client_key();
+    let request = skiff_ws::http::client_request(host, target, &key, skiff_ws::SUBPROTOCOL);
+    writer.buffer().extend_from_slice(&request);
+    writer.flush().await?;
+    let mut head = Vec::new();
+    let (len, chosen) = loop {
+        let data = reader.read().await?;
+        if data.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the server closed during the upgrade",
+            ));
+        }
+        head.extend_from_slice(data);
+        match skiff_ws::http::parse_response(&head, &key, skiff_ws::SUBPROTOCOL) {
+            Ok(Some(done)) => break done,
+            Ok(None) => {}
+            Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+        }
+    };
+    let early = head.split_off(len);
+    let link = Link::new();
+    Ok((
+        WsReader::new(reader, Role::Client, max_message, early, link.clone()),
+        WsWriter::new(writer, Role::Client, link),
+        chosen,
+    ))
 }
 
 #[cfg(test)]

@@ -16,6 +16,9 @@ use clap::{Args, Parser, Subcommand};
 use serde::Deserialize;
 
 use skiff_monoio::driver::DriverKind;
+use skiff_monoio::tls::PemError;
+
+use crate::tls::TlsFiles;
 
 /// Default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4443";
@@ -183,7 +186,8 @@ impl<'de> Deserialize<'de> for DurationArg {
 }
 
 /// The upstream relay this one forwards announcements and subscriptions to,
-/// written `tcp://HOST:PORT/PATH` (PATH may be empty).
+/// written `tcp://HOST:PORT/PATH` or, over TLS, `tls://HOST:PORT/PATH`
+/// (PATH may be empty).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
     /// Host name or IP address (IPv6 without brackets).
@@ -192,17 +196,24 @@ pub struct Upstream {
     pub port: u16,
     /// Broadcast path prefix sent in SETUP, without the leading `/`.
     pub path: String,
+    /// Dial it over TLS (`tls://`, docs/protocol.md §9.8), the host as the
+    /// name its certificate must carry.
+    pub tls: bool,
 }
 
 impl FromStr for Upstream {
     type Err = ParseValueError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let rest = s.strip_prefix("tcp://").ok_or_else(|| {
-            ParseValueError(format!(
-                "`{s}` must start with tcp:// (the relay speaks QMux over plain TCP)"
-            ))
-        })?;
+        let (tls, rest) = if let Some(rest) = s.strip_prefix("tcp://") {
+            (false, rest)
+        } else if let Some(rest) = s.strip_prefix("tls://") {
+            (true, rest)
+        } else {
+            return Err(ParseValueError(format!(
+                "`{s}` must start with tcp:// or tls:// (QMux over TCP, or over TLS)"
+            )));
+        };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i + 1..]),
             None => (rest, ""),
@@ -233,6 +244,7 @@ impl FromStr for Upstream {
             host: host.to_owned(),
             port,
             path: path.to_owned(),
+            tls,
         })
     }
 }
@@ -242,10 +254,11 @@ impl fmt::Display for Upstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (path, query) = self.path.split_once('?').unwrap_or((&self.path, ""));
         let hidden = if query.is_empty() { "" } else { "?…" };
+        let scheme = if self.tls { "tls" } else { "tcp" };
         if self.host.contains(':') {
-            write!(f, "tcp://[{}]:{}/{path}{hidden}", self.host, self.port)
+            write!(f, "{scheme}://[{}]:{}/{path}{hidden}", self.host, self.port)
         } else {
-            write!(f, "tcp://{}:{}/{path}{hidden}", self.host, self.port)
+            write!(f, "{scheme}://{}:{}/{path}{hidden}", self.host, self.port)
         }
     }
 }
@@ -341,7 +354,7 @@ pub struct Flags {
     /// Worker threads, one io runtime and listener each [default: all cores].
     #[arg(long, value_name = "N", global = true)]
     pub threads: Option<usize>,
-    /// Upstream relay, `tcp://HOST:PORT/PATH`.
+    /// Upstream relay, `tcp://HOST:PORT/PATH` or `tls://HOST:PORT/PATH`.
     #[arg(long, value_name = "URL", global = true)]
     pub upstream: Option<Upstream>,
     /// Bytes of group cache per worker thread [default: 256MiB].
@@ -393,6 +406,18 @@ pub struct Flags {
     /// A file holding the token presented to `--upstream` (as `?jwt=`).
     #[arg(long, value_name = "FILE", global = true)]
     pub upstream_token_file: Option<PathBuf>,
+    /// PEM certificate chain (server certificate first): with `--tls-key`
+    /// the listen port speaks TLS only, QMux as `tls://` and WebSocket as
+    /// `wss://`; re-read on SIGHUP (docs/protocol.md §9.8).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert` (PKCS#8, PKCS#1 or SEC1); re-read on SIGHUP.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificates a `tls://` upstream's certificate must chain to
+    /// [default: the system's trust store].
+    #[arg(long, value_name = "FILE", global = true)]
+    pub upstream_ca: Option<PathBuf>,
     /// Time a new connection has to complete the QMux handshake and SETUP,
     /// and a started record or control message to complete, before it is
     /// closed [default: 10s].
@@ -515,6 +540,15 @@ pub struct FileConfig {
     /// See [`Flags::upstream_token_file`].
     #[serde(alias = "upstream_token_file")]
     pub upstream_token_file: Option<PathBuf>,
+    /// See [`Flags::tls_cert`].
+    #[serde(alias = "tls_cert")]
+    pub tls_cert: Option<PathBuf>,
+    /// See [`Flags::tls_key`].
+    #[serde(alias = "tls_key")]
+    pub tls_key: Option<PathBuf>,
+    /// See [`Flags::upstream_ca`].
+    #[serde(alias = "upstream_ca")]
+    pub upstream_ca: Option<PathBuf>,
     /// See [`Flags::handshake_timeout`].
     #[serde(alias = "handshake_timeout")]
     pub handshake_timeout: Option<DurationArg>,
@@ -658,6 +692,10 @@ pub struct RelayConfig {
     pub auth: AuthConfig,
     /// The file holding the token presented to the upstream relay.
     pub upstream_token_file: Option<PathBuf>,
+    /// The listen port's certificate and key: `Some` makes it TLS only.
+    pub tls: Option<TlsFiles>,
+    /// The CAs a `tls://` upstream must chain to (`None`: the system's).
+    pub upstream_ca: Option<PathBuf>,
 }
 
 /// Where tokens are verified and what anonymous sessions may do; all empty:
@@ -780,6 +818,29 @@ fn auth_config(file: &FileConfig, flags: &Flags) -> Result<AuthConfig, ConfigErr
     Ok(auth)
 }
 
+/// The TLS files of `flags` over `file`, read once to check them: a relay
+/// must not start with a certificate or key it cannot use.
+fn tls_files(file: &FileConfig, flags: &Flags) -> Result<Option<TlsFiles>, ConfigError> {
+    let cert = flags.tls_cert.clone().or_else(|| file.tls_cert.clone());
+    let key = flags.tls_key.clone().or_else(|| file.tls_key.clone());
+    let files = match (cert, key) {
+        (None, None) => return Ok(None),
+        (Some(cert), Some(key)) => TlsFiles { cert, key },
+        (Some(_), None) => return Err(invalid("tls-key", "--tls-cert needs --tls-key")),
+        (None, Some(_)) => return Err(invalid("tls-cert", "--tls-key needs --tls-cert")),
+    };
+    files.server_config().map_err(|e| {
+        let key = match &e {
+            PemError::Read { path, .. } | PemError::Empty { path, .. } if *path == files.cert => {
+                "tls-cert"
+            }
+            _ => "tls-key",
+        };
+        invalid(key, e.to_string())
+    })?;
+    Ok(Some(files))
+}
+
 /// Most worker threads accepted (a sanity bound, far above any core count here).
 pub const MAX_THREADS: usize = 1024;
 
@@ -815,6 +876,8 @@ impl Default for RelayConfig {
             web_dir: default_web_dir(),
             auth: AuthConfig::default(),
             upstream_token_file: None,
+            tls: None,
+            upstream_ca: None,
         }
     }
 }
@@ -1074,7 +1137,17 @@ impl RelayConfig {
                 .upstream_token_file
                 .clone()
                 .or_else(|| file.upstream_token_file.clone()),
+            tls: tls_files(file, flags)?,
+            upstream_ca: flags
+                .upstream_ca
+                .clone()
+                .or_else(|| file.upstream_ca.clone()),
         };
+        if let Some(ca) = &cfg.upstream_ca {
+            // A leaf must not start with CAs it cannot use.
+            skiff_monoio::tls::roots_from_pem_file(ca)
+                .map_err(|e| invalid("upstream-ca", e.to_string()))?;
+        }
         let q = cfg.quotas;
         for (key, v) in [
             ("max-connections-per-ip", q.connections_per_ip),
@@ -1183,9 +1256,13 @@ mod tests {
             Upstream {
                 host: "relay.example".into(),
                 port: 4443,
-                path: "room/a".into()
+                path: "room/a".into(),
+                tls: false,
             }
         );
+        let u: Upstream = "tls://relay.example:4443/room".parse().unwrap();
+        assert!(u.tls);
+        assert_eq!(u.to_string(), "tls://relay.example:4443/room");
         let u: Upstream = "tcp://[::1]:9000".parse().unwrap();
         assert_eq!(
             (u.host.as_str(), u.port, u.path.as_str()),
@@ -1435,5 +1512,40 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn tls_files_come_in_pairs_and_must_load() {
+        let file = FileConfig::parse(
+            "tls-cert = \"/nonexistent/c.pem\"\ntls_key = \"/nonexistent/k.pem\"\nupstream-ca = \"/nonexistent/ca.pem\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            file.tls_cert.as_deref(),
+            Some(Path::new("/nonexistent/c.pem"))
+        );
+        assert_eq!(
+            file.tls_key.as_deref(),
+            Some(Path::new("/nonexistent/k.pem"))
+        );
+        let err = RelayConfig::merge(&file, &Flags::default()).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("tls-cert") && text.contains("/nonexistent/c.pem"),
+            "{text}"
+        );
+        let half = Flags {
+            tls_cert: Some("c.pem".into()),
+            ..Flags::default()
+        };
+        let err = RelayConfig::merge(&FileConfig::default(), &half).unwrap_err();
+        assert!(err.to_string().contains("--tls-key"), "{err}");
+        let ca = Flags {
+            upstream_ca: Some("/nonexistent/ca.pem".into()),
+            ..Flags::default()
+        };
+        let err = RelayConfig::merge(&FileConfig::default(), &ca).unwrap_err();
+        assert!(err.to_string().contains("upstream-ca"), "{err}");
     }
 }

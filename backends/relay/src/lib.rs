@@ -10,7 +10,10 @@
 //!   per worker thread and called once per accepted connection;
 //! - [`conn`]: the [`conn::Connection`] a handler gets, with owned,
 //!   reusable read and write buffers;
-//! - [`signals`]: SIGINT/SIGTERM → stop accepting, drain, exit;
+//! - [`signals`]: SIGINT/SIGTERM → stop accepting, drain, exit; SIGHUP →
+//!   reload the TLS certificate;
+//! - [`tls`]: the listen port's TLS certificate, shared by the workers and
+//!   reloaded in place (docs/protocol.md §9.8);
 //! - [`metrics`]: per-thread atomic counters and the Prometheus endpoint;
 //! - [`relay`]: the per-worker relay state (origin, cache pool, routes, the
 //!   on-demand track hook) and [`relay::RelayHandler`], which `serve` runs;
@@ -37,6 +40,7 @@ pub mod relay;
 pub mod relay_demo;
 pub mod server;
 pub mod signals;
+pub mod tls;
 pub mod web;
 mod worker;
 

@@ -146,6 +146,10 @@ use crate::conn::Connection;
 use crate::handler::{ConnectionHandler, WorkerInfo};
 use crate::lend::{Borrower, Lender, LinkShare, lend_limit, return_released, spare_slots};
 use crate::metrics::Metrics;
+use crate::tls::TlsServer;
+use crate::web::HeadRead;
+use skiff_monoio::cancel::race;
+use skiff_monoio::tls::{TlsReader, TlsWriter};
 
 /// Broadcasts one worker's origin holds at once.
 pub const BROADCASTS: usize = 1024;
@@ -696,6 +700,11 @@ pub struct RelayHandler {
     clock: Clock,
     /// The access policy, shared by every worker.
     auth: Arc<Auth>,
+    /// The listen port's TLS configuration (`--tls-cert`), shared by every
+    /// worker; `None`: plain TCP.
+    tls: Option<Arc<TlsServer>>,
+    /// The directory the web player is served from.
+    web_dir: std::path::PathBuf,
 }
 
 /// Ids of link sessions (never an accepted connection's id).
@@ -708,7 +717,8 @@ const UPSTREAM_BACKOFF: (StdDuration, StdDuration) =
 
 impl RelayHandler {
     /// The handler of the worker described by `info`, without links to
-    /// other workers (right for one worker thread) and without its upstream.
+    /// other workers (right for one worker thread), without its upstream and
+    /// in plain TCP (see [`RelayHandler::with_tls`]).
     pub fn new(info: &WorkerInfo) -> Self {
         Self::with_auth(info, Arc::new(auth_policy(info)))
     }
@@ -726,23 +736,51 @@ impl RelayHandler {
             storage: Rc::new(StoragePool::new()),
             clock,
             auth,
+            tls: None,
+            web_dir: info.config.web_dir.clone(),
         }
+    }
+
+    /// Serves TLS only on the listen port with `tls` (docs/protocol.md §9.8).
+    #[must_use]
+    pub fn with_tls(mut self, tls: Option<Arc<TlsServer>>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// A handler factory for `threads` workers linked pairwise (see
     /// [`Mesh`]), each dialing the configured upstream relay if there is one:
-    /// pass it to [`crate::server::start`].
+    /// pass it to [`crate::server::start`]. With `tls` in the configuration,
+    /// the files are read when the first worker starts (see
+    /// [`RelayHandler::factory_with_tls`] to keep a handle for reloads).
     ///
     /// # Errors
     /// If a socket pair cannot be made.
     pub fn factory(
         threads: usize,
     ) -> io::Result<impl Fn(&WorkerInfo) -> RelayHandler + Send + Sync + 'static> {
+        Self::factory_with_tls(threads, None)
+    }
+
+    /// As [`RelayHandler::factory`], the workers serving TLS with `tls`
+    /// (which the caller keeps to [`TlsServer::reload`]); `None` reads the
+    /// configuration's files, if it names any.
+    ///
+    /// # Errors
+    /// If a socket pair cannot be made.
+    pub fn factory_with_tls(
+        threads: usize,
+        tls: Option<Arc<TlsServer>>,
+    ) -> io::Result<impl Fn(&WorkerInfo) -> RelayHandler + Send + Sync + 'static> {
         let mesh = Arc::new(Mesh::new(threads)?);
         let auth = std::sync::OnceLock::new();
+        let loaded = std::sync::OnceLock::new();
         Ok(move |info: &WorkerInfo| {
             let auth = auth.get_or_init(|| Arc::new(auth_policy(info))).clone();
-            let h = RelayHandler::with_auth(info, auth);
+            let tls = tls
+                .clone()
+                .or_else(|| loaded.get_or_init(|| tls_server(info)).clone());
+            let h = RelayHandler::with_auth(info, auth).with_tls(tls);
             for (peer, end) in mesh.take(info.index) {
                 h.spawn_link(info, peer, end);
             }
@@ -859,6 +897,16 @@ impl RelayHandler {
             }
         }
         let path: &'static str = Box::leak(dialed.into_boxed_str());
+        // tls://: one client configuration per worker, made here.
+        let tls = match up.tls.then(|| upstream_tls(info)) {
+            Some(Ok(config)) => Some(config),
+            Some(Err(e)) => {
+                tracing::error!(worker, upstream = %up, error = %e, "no TLS configuration for the upstream");
+                return;
+            }
+            None => None,
+        };
+        let handshake_limit = info.config.timeouts.handshake;
         monoio::spawn(async move {
             let mut backoff = UPSTREAM_BACKOFF.0;
             let mut dial = 0u64;
@@ -866,44 +914,48 @@ impl RelayHandler {
             let mut storage = Box::new(UpstreamStorage::new());
             while !shutdown.is_draining() {
                 let started = StdInstant::now();
-                match dial_upstream(&up).await {
-                    Ok(stream) => {
+                let id = UPSTREAM_ID_BASE + dial;
+                let ended = match (dial_upstream(&up).await, &tls) {
+                    (Err(e), _) => Err(e),
+                    (Ok(stream), None) => {
                         tracing::info!(worker, upstream = %up, "upstream connected");
                         let (reader, writer) = split_halves(stream, 64 * 1024);
-                        let id = UPSTREAM_ID_BASE + dial;
-                        let peer = Remote::Upstream(path);
-                        let (config, origin) = relay.session_setup(peer);
-                        let session: Result<TrunkSession<'_>, _> = Session::new(
-                            Side::Client,
-                            config,
-                            ctx.clock.now(),
-                            &mut storage,
-                            Some(origin),
-                        );
-                        let res = run_session(
-                            relay.clone(),
-                            session,
-                            reader,
-                            writer,
-                            Side::Client,
+                        let session = UpstreamSession {
+                            relay: &relay,
+                            ctx: &ctx,
+                            path,
                             id,
-                            peer,
-                            None,
-                            None,
-                            None,
-                            &ctx,
-                        );
-                        match res.await {
-                            Ok(ended) => {
-                                tracing::info!(worker, upstream = %up, ?ended, "upstream session ended")
+                        };
+                        session.run(&mut storage, reader, writer, None).await
+                    }
+                    (Ok(stream), Some(config)) => {
+                        let (reader, writer) = split_halves(stream, 64 * 1024);
+                        match upstream_handshake(config, &up, reader, writer, handshake_limit).await
+                        {
+                            Ok((reader, writer)) => {
+                                tracing::info!(worker, upstream = %up, "upstream connected over TLS");
+                                // docs/protocol.md §9.8: qmux's ALPN name fixes the protocol.
+                                let fixed = (reader.alpn().as_deref()
+                                    == Some(skiff_monoio::tls::ALPN_QMUX))
+                                .then_some(skiff_ws::APPLICATION);
+                                let session = UpstreamSession {
+                                    relay: &relay,
+                                    ctx: &ctx,
+                                    path,
+                                    id,
+                                };
+                                session.run(&mut storage, reader, writer, fixed).await
                             }
-                            Err(e) => {
-                                tracing::warn!(worker, upstream = %up, error = %e, "upstream session failed")
-                            }
+                            Err(e) => Err(e),
                         }
                     }
+                };
+                match ended {
+                    Ok(ended) => {
+                        tracing::info!(worker, upstream = %up, ?ended, "upstream session ended")
+                    }
                     Err(e) => {
-                        tracing::warn!(worker, upstream = %up, error = %e, "cannot reach upstream")
+                        tracing::warn!(worker, upstream = %up, error = %e, "upstream session failed or unreachable")
                     }
                 }
                 dial += 1;
@@ -917,6 +969,89 @@ impl RelayHandler {
                 backoff = (backoff * 2).min(UPSTREAM_BACKOFF.1);
             }
         });
+    }
+}
+
+/// One session of a leaf with its upstream relay, over any byte stream.
+struct UpstreamSession<'a> {
+    relay: &'a Rc<Relay>,
+    ctx: &'a DriveCtx,
+    /// The SETUP path (with the token, if any).
+    path: &'static str,
+    id: u64,
+}
+
+impl UpstreamSession<'_> {
+    /// Runs the session over `reader`/`writer` until it ends;
+    /// `fixed_protocol` is what TLS ALPN agreed on.
+    async fn run<R: ByteRead, W: ByteWrite>(
+        self,
+        storage: &mut UpstreamStorage,
+        reader: R,
+        writer: W,
+        fixed_protocol: Option<&'static str>,
+    ) -> io::Result<Ended> {
+        let peer = Remote::Upstream(self.path);
+        let (mut config, origin) = self.relay.session_setup(peer);
+        if fixed_protocol.is_some() {
+            config.conn.fixed_protocol = fixed_protocol;
+        }
+        let session: Result<TrunkSession<'_>, _> = Session::new(
+            Side::Client,
+            config,
+            self.ctx.clock.now(),
+            storage,
+            Some(origin),
+        );
+        run_session(
+            self.relay.clone(),
+            session,
+            reader,
+            writer,
+            Side::Client,
+            self.id,
+            peer,
+            None,
+            None,
+            None,
+            self.ctx,
+        )
+        .await
+    }
+}
+
+/// The TLS client configuration a leaf dials its `tls://` upstream with:
+/// the CAs of `--upstream-ca`, or the system's trust store.
+fn upstream_tls(info: &WorkerInfo) -> Result<Arc<rustls::ClientConfig>, String> {
+    let roots = match &info.config.upstream_ca {
+        Some(file) => skiff_monoio::tls::roots_from_pem_file(file).map_err(|e| e.to_string())?,
+        None => skiff_monoio::tls::system_roots(),
+    };
+    skiff_monoio::tls::client_config(Arc::new(roots), &[skiff_monoio::tls::ALPN_QMUX])
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
+}
+
+/// Runs the TLS handshake with the upstream `up` (its host as SNI) within `limit`.
+async fn upstream_handshake<R: ByteRead, W: ByteWrite>(
+    config: &Arc<rustls::ClientConfig>,
+    up: &UpstreamAddr,
+    reader: R,
+    writer: W,
+    limit: StdDuration,
+) -> io::Result<(TlsReader<R>, TlsWriter<W>)> {
+    let conn = skiff_monoio::tls::client_connection(config.clone(), &up.host)?;
+    match race(
+        skiff_monoio::tls::handshake(conn, reader, writer),
+        monoio::time::sleep(limit),
+    )
+    .await
+    {
+        Ok(res) => res,
+        Err(()) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "no TLS handshake with the upstream in time",
+        )),
     }
 }
 
@@ -944,6 +1079,23 @@ fn auth_policy(info: &WorkerInfo) -> Auth {
         Err(e) => {
             tracing::error!(error = %e, "auth keys unusable: every session is refused");
             Auth::refuse_all()
+        }
+    }
+}
+
+/// The TLS server of `info`'s configuration, if it names certificate files.
+/// Files that became unusable since the configuration was checked make
+/// every handshake fail rather than open the port in plain text.
+fn tls_server(info: &WorkerInfo) -> Option<Arc<TlsServer>> {
+    let files = info.config.tls.clone()?;
+    match TlsServer::load(files.clone()) {
+        Ok(tls) => {
+            tracing::info!(cert = %tls.files().cert.display(), "TLS on the listen port");
+            Some(Arc::new(tls))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "TLS certificate unusable: every connection is refused");
+            Some(Arc::new(TlsServer::refusing(files)))
         }
     }
 }
@@ -1040,72 +1192,159 @@ impl ConnectionHandler for RelayHandler {
                 notify: self.relay.notify.clone(),
                 shutdown: Some(conn.shutdown()),
             };
-            let (mut reader, mut writer) = conn.into_split();
+            let (mut reader, writer) = conn.into_split();
             // Nothing is taken for a connection before it sends something.
             if !reader.wait_first().await? {
                 tracing::debug!(conn = id, "connection closed before it sent anything");
                 return Ok(());
             }
-            // docs/protocol.md §9.1: three capitals start an HTTP request;
-            // anything else is QMux over TCP (decided on at most three bytes).
-            let limit = reader.handshake_timeout();
-            let http = loop {
-                match skiff_ws::http::is_http_start(reader.pending()) {
-                    Some(http) => break http,
-                    None => {
-                        if !reader.read_more(3, limit).await? {
-                            return Ok(());
-                        }
-                    }
-                }
+            let Some(tls) = self.tls.clone() else {
+                return self.serve_stream(id, reader, writer, None, ctx).await;
             };
-            if !http {
-                // The session's state (its future, its tables) exists only from
-                // here on, in an allocation of its own: a connection waiting for
-                // its first byte holds just the small future above.
-                let ended = Box::pin(
-                    self.clone()
-                        .serve_session(id, reader, writer, None, None, ctx),
-                );
-                let ended = ended.await?;
-                tracing::debug!(conn = id, ?ended, "connection done");
+            // The TLS state lives in an allocation of its own, so a
+            // connection still waiting for its first byte holds only the
+            // small future above.
+            Box::pin(self.clone().serve_tls(id, tls, reader, writer, ctx)).await
+        }
+    }
+}
+
+impl RelayHandler {
+    /// Serves an accepted connection whose first bytes arrived on a TLS
+    /// listen port: the handshake (docs/protocol.md §9.8), then
+    /// [`RelayHandler::serve_stream`] on the plaintext.
+    async fn serve_tls(
+        self: Rc<Self>,
+        id: u64,
+        tls: Arc<TlsServer>,
+        reader: crate::conn::Reader,
+        writer: crate::conn::Writer,
+        ctx: DriveCtx,
+    ) -> io::Result<()> {
+        // docs/protocol.md §9.8: TLS first, within the handshake timeout;
+        // then the same choice between QMux and HTTP on the plaintext.
+        let limit = reader.handshake_timeout();
+        let Some(config) = tls.config() else {
+            tracing::info!(conn = id, "no usable TLS certificate; connection closed");
+            return Ok(());
+        };
+        let handshake = match rustls::ServerConnection::new(config) {
+            Ok(conn) => skiff_monoio::tls::handshake(conn, reader, writer),
+            Err(e) => {
+                tracing::warn!(conn = id, error = %e, "TLS: cannot start a handshake");
                 return Ok(());
             }
-            let web_dir = reader.web_dir().to_path_buf();
-            let routed = crate::web::serve_http(
-                self.relay.origin(),
-                &web_dir,
-                &mut reader,
-                &mut writer,
-                id,
-                limit,
-            )
-            .await?;
-            let crate::web::Routed::Upgrade {
-                target,
-                protocol,
-                early,
-            } = routed
-            else {
+        };
+        // Bounded by the handshake timeout, and abandoned when the server drains.
+        let bounded = race(handshake, monoio::time::sleep(limit));
+        let drain = ctx.shutdown.clone();
+        let drained = async move {
+            match &drain {
+                Some(d) => d.wait().await,
+                None => std::future::pending().await,
+            }
+        };
+        let (reader, writer) = match race(bounded, drained).await {
+            Ok(Ok(Ok(halves))) => halves,
+            Ok(Ok(Err(e))) => {
+                // One line per refused connection (a plaintext client, an
+                // untrusted certificate on the client's side...).
+                tracing::info!(conn = id, error = %e, "TLS handshake failed; connection closed");
                 return Ok(());
-            };
-            let link = skiff_monoio::ws::Link::new();
-            let max = usize::try_from(self.relay.session_config.conn.max_record_size)
-                .unwrap_or(usize::MAX);
-            let reader = WsReader::new(reader, WsRole::Server, max, early, link.clone());
-            let writer = WsWriter::new(writer, WsRole::Server, link);
-            let ended = Box::pin(self.clone().serve_session(
-                id,
-                reader,
-                writer,
-                Some(target),
-                protocol,
-                ctx,
-            ));
+            }
+            Ok(Err(())) => {
+                tracing::info!(
+                    conn = id,
+                    "TLS handshake not finished in {limit:?}; connection closed"
+                );
+                return Ok(());
+            }
+            Err(()) => {
+                tracing::debug!(conn = id, "draining: TLS handshake abandoned");
+                return Ok(());
+            }
+        };
+        // qmux's ALPN name fixes the application protocol (no
+        // application_protocols parameter then); none or HTTP/1.1 leaves
+        // it to the bytes that follow.
+        let fixed = (reader.alpn().as_deref() == Some(skiff_monoio::tls::ALPN_QMUX))
+            .then_some(skiff_ws::APPLICATION);
+        self.serve_stream(id, reader, writer, fixed, ctx).await
+    }
+}
+
+impl RelayHandler {
+    /// Serves an accepted byte stream (plain TCP, or TLS once its handshake
+    /// is done) whose first bytes arrived or are on their way: QMux, or HTTP
+    /// and WebSocket (docs/protocol.md §9.1). `fixed_protocol` is the
+    /// application protocol TLS ALPN agreed on for QMux.
+    async fn serve_stream<R: HeadRead, W: ByteWrite>(
+        self: &Rc<Self>,
+        id: u64,
+        mut reader: R,
+        mut writer: W,
+        fixed_protocol: Option<&'static str>,
+        ctx: DriveCtx,
+    ) -> io::Result<()> {
+        // docs/protocol.md §9.1: three capitals start an HTTP request;
+        // anything else is QMux over TCP (decided on at most three bytes).
+        let limit = reader
+            .guard()
+            .handshake
+            .unwrap_or(StdDuration::from_secs(10));
+        let http = loop {
+            match skiff_ws::http::is_http_start(reader.pending()) {
+                Some(http) => break http,
+                None => {
+                    if !reader.read_more(3, limit).await? {
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        if !http {
+            // The session's state (its future, its tables) exists only from
+            // here on, in an allocation of its own: a connection waiting for
+            // its first byte holds just the small future above.
+            let ended =
+                Box::pin(
+                    self.clone()
+                        .serve_session(id, reader, writer, None, fixed_protocol, ctx),
+                );
             let ended = ended.await?;
-            tracing::debug!(conn = id, ?ended, "websocket connection done");
-            Ok(())
+            tracing::debug!(conn = id, ?ended, "connection done");
+            return Ok(());
         }
+        let routed = crate::web::serve_http(
+            self.relay.origin(),
+            &self.web_dir,
+            &mut reader,
+            &mut writer,
+            id,
+            limit,
+        )
+        .await?;
+        let crate::web::Routed::Upgrade {
+            target,
+            protocol,
+            early,
+        } = routed
+        else {
+            return Ok(());
+        };
+        let link = skiff_monoio::ws::Link::new();
+        let max =
+            usize::try_from(self.relay.session_config.conn.max_record_size).unwrap_or(usize::MAX);
+        let reader = WsReader::new(reader, WsRole::Server, max, early, link.clone());
+        let writer = WsWriter::new(writer, WsRole::Server, link);
+        let ended =
+            Box::pin(
+                self.clone()
+                    .serve_session(id, reader, writer, Some(target), protocol, ctx),
+            );
+        let ended = ended.await?;
+        tracing::debug!(conn = id, ?ended, "websocket connection done");
+        Ok(())
     }
 }
 
@@ -1137,7 +1376,7 @@ impl RelayHandler {
         let (config, origin) = self.relay.session_setup(Remote::Client);
         let mut config: Config<'_> = config;
         config.path = path.as_deref();
-        if path.is_some() {
+        if path.is_some() || fixed_protocol.is_some() {
             config.conn.fixed_protocol = fixed_protocol;
         }
         let session: Result<MoqSession<'_>, _> = Session::new(

@@ -6,7 +6,8 @@
 //! (at most [`MAX_HEAD_BYTES`], within the handshake timeout) and either
 //! switches to WebSocket, for the session to run over, or answers and closes:
 //!
-//! * `GET /certificate.sha256`: 404 (no TLS certificate to pin; the player
+//! * `GET /certificate.sha256`: 404 (no self-signed certificate to pin: with
+//!   `--tls-cert` browsers verify the certificate themselves; the player
 //!   asks first and then dials WebSocket);
 //! * `GET /health`: 200 `ok`;
 //! * `GET /announced[/PREFIX]`: a JSON array of the announced broadcast paths;
@@ -23,8 +24,59 @@ use std::time::{Duration, Instant};
 
 use skiff_ws::http::{self, Choice, MAX_HEAD_BYTES, RequestError};
 
-use crate::conn::{Reader, Writer};
 use skiff_core::model::origin;
+use skiff_monoio::session_driver::{ByteRead, ByteWrite};
+use skiff_monoio::tls::TlsReader;
+
+use crate::conn::Reader;
+
+/// A connection's receiving half while its first bytes are looked at: the
+/// bytes received and not handed out yet, and more of them (the plain
+/// [`Reader`], or the TLS reader over it for `wss://`).
+pub(crate) trait HeadRead: ByteRead {
+    /// The bytes received and not returned by a read yet.
+    fn pending(&self) -> &[u8];
+    /// Reads more, keeping it after the pending bytes (at most `max`
+    /// pending in all), within `limit`: false if the peer closed, the time
+    /// passed or the server drains.
+    fn read_more(
+        &mut self,
+        max: usize,
+        limit: Duration,
+    ) -> impl std::future::Future<Output = io::Result<bool>>;
+    /// Drops the first `head_len` pending bytes (the HTTP head) and returns
+    /// those after them that a WebSocket reader must decode before it reads
+    /// from this half (empty when this half still hands them out).
+    fn take_after_head(&mut self, head_len: usize) -> Vec<u8>;
+}
+
+impl HeadRead for Reader {
+    fn pending(&self) -> &[u8] {
+        Reader::pending(self)
+    }
+    async fn read_more(&mut self, max: usize, limit: Duration) -> io::Result<bool> {
+        Reader::read_more(self, max, limit).await
+    }
+    fn take_after_head(&mut self, head_len: usize) -> Vec<u8> {
+        self.take_pending(head_len)
+    }
+}
+
+impl HeadRead for TlsReader<Reader> {
+    fn pending(&self) -> &[u8] {
+        TlsReader::pending(self)
+    }
+    async fn read_more(&mut self, max: usize, limit: Duration) -> io::Result<bool> {
+        if TlsReader::pending(self).len() >= max {
+            return Ok(true);
+        }
+        TlsReader::read_more(self, limit).await
+    }
+    fn take_after_head(&mut self, head_len: usize) -> Vec<u8> {
+        self.consume(head_len);
+        Vec::new()
+    }
+}
 
 /// Largest file served from the web directory.
 pub const MAX_FILE_BYTES: u64 = 16 << 20;
@@ -180,8 +232,9 @@ fn answer(origin: origin::Ref<'static, 'static>, web_dir: &Path, req: &http::Req
 }
 
 /// Sends `response` and closes the connection.
-async fn reply(writer: &mut Writer, response: &[u8]) -> io::Result<Routed> {
-    writer.write_all(response).await?;
+async fn reply<W: ByteWrite>(writer: &mut W, response: &[u8]) -> io::Result<Routed> {
+    writer.buffer().extend_from_slice(response);
+    writer.flush().await?;
     let _ = writer.close().await;
     Ok(Routed::Done)
 }
@@ -192,11 +245,11 @@ async fn reply(writer: &mut Writer, response: &[u8]) -> io::Result<Routed> {
 ///
 /// # Errors
 /// Socket errors.
-pub(crate) async fn serve_http(
+pub(crate) async fn serve_http<R: HeadRead, W: ByteWrite>(
     origin: origin::Ref<'static, 'static>,
     web_dir: &Path,
-    reader: &mut Reader,
-    writer: &mut Writer,
+    reader: &mut R,
+    writer: &mut W,
     conn: u64,
     limit: Duration,
 ) -> io::Result<Routed> {
@@ -250,13 +303,14 @@ pub(crate) async fn serve_http(
         }
     };
     writer
-        .write_all(&http::switching_protocols(&upgrade.key, protocol))
-        .await?;
+        .buffer()
+        .extend_from_slice(&http::switching_protocols(&upgrade.key, protocol));
+    writer.flush().await?;
     tracing::debug!(conn, target = req.target, ?protocol, "websocket: upgraded");
     Ok(Routed::Upgrade {
         target: req.target.clone(),
         protocol: application,
-        early: reader.take_pending(req.head_len),
+        early: reader.take_after_head(req.head_len),
     })
 }
 

@@ -99,12 +99,8 @@ fn sdk_publishes_and_subscribes_over_websocket() {
 }
 
 #[test]
-fn sdk_refuses_wss_and_other_schemes() {
-    for url in [
-        "wss://127.0.0.1:1/x",
-        "http://127.0.0.1:1/x",
-        "ws://nohost/x",
-    ] {
+fn sdk_refuses_other_schemes() {
+    for url in ["http://127.0.0.1:1/x", "wss://nohost/x", "ws://nohost/x"] {
         let err = skiff_monoio::connect(url, skiff_monoio::Config::default()).err();
         assert!(
             matches!(err, Some(skiff_monoio::Error::InvalidUrl { .. })),

@@ -8,6 +8,9 @@
 //! viewer --url tcp://127.0.0.1:4443/anon --broadcast cam.hang --frames 300 --out /tmp/frames
 //! ffmpeg -f v4l2 -i /dev/video0 -pix_fmt yuv420p -f yuv4mpegpipe - | camera --input y4m
 //! ffmpeg -f v4l2 -i /dev/video0 -c:v libx264 -tune zerolatency -g 30 -bsf:v h264_mp4toannexb -f h264 - | camera --input h264 --fps 30
+//! # Over TLS (a relay started with --tls-cert/--tls-key), trusting a private CA:
+//! camera --url tls://relay.example:4443/anon --ca ca.pem
+//! viewer --url wss://relay.example:4443/anon --ca ca.pem --frames 300
 //! ```
 //!
 //! Sources (`--input`): `pattern` (default; moving colour bars with a
@@ -41,9 +44,13 @@ enum Source {
 #[derive(Parser, Debug)]
 #[command(about = "Publish H.264 video in moq-dev's hang format through a moq-lite relay")]
 struct Args {
-    /// The relay, `tcp://HOST:PORT/PATH`.
+    /// The relay: `tcp://HOST:PORT/PATH`, `tls://...`, `ws://...` or `wss://...`.
     #[arg(long, default_value = "tcp://127.0.0.1:4443/anon")]
     url: String,
+    /// Trust the CA certificates of this PEM file for `tls://` and `wss://`
+    /// instead of the system's.
+    #[arg(long, value_name = "FILE")]
+    ca: Option<std::path::PathBuf>,
     /// The broadcast path (hang broadcasts end in `.hang`).
     #[arg(long, default_value = "cam.hang")]
     broadcast: String,
@@ -95,6 +102,16 @@ fn main() {
         "camera: publishing {} ({}, {:?} source) to {}",
         args.broadcast, args.track, args.input, args.url
     );
+    let tls_roots = match &args.ca {
+        Some(file) => match skiff_monoio::tls::roots_from_pem_file(file) {
+            Ok(roots) => Some(Arc::new(roots)),
+            Err(e) => {
+                eprintln!("camera: --ca: {e}");
+                std::process::exit(2);
+            }
+        },
+        None => None,
+    };
     let opts = NodeOptions {
         url: args.url,
         broadcast: args.broadcast,
@@ -107,6 +124,7 @@ fn main() {
         gop: args.gop,
         bitrate: args.bitrate,
         frames: args.frames,
+        tls_roots,
     };
     let result = driver::block_on(DriverKind::Auto, move |_| {
         node::run(opts, stop, |p| println!("camera: {p}"))

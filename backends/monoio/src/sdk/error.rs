@@ -8,8 +8,9 @@ use skiff_core::model::group;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The URL is not `tcp://host:port[/path]` or `ws://host:port[/path][?query]`
-    /// (`wss://` is refused: TLS is not supported yet), or its host does not resolve.
+    /// The URL is not `tcp://host:port[/path]`, `tls://host:port[/path]`,
+    /// `ws://host:port[/path][?query]` or `wss://host:port[/path][?query]`,
+    /// or its host does not resolve.
     #[error("invalid URL {url:?}: {reason}")]
     InvalidUrl {
         /// The URL given.
@@ -48,9 +49,30 @@ pub enum Error {
     /// The client was closed ([`crate::sdk::Client::close`]).
     #[error("the client is closed")]
     Closed,
+    /// The TLS handshake failed: the server's certificate does not chain to
+    /// the trusted roots or does not name the host, the server is no TLS
+    /// server, no common protocol version or ALPN name (docs/protocol.md §9.8).
+    #[error("TLS: {0}")]
+    Tls(rustls::Error),
     /// A socket error on the connection.
     #[error(transparent)]
     Io(#[from] io::Error),
+}
+
+impl From<rustls::Error> for Error {
+    fn from(e: rustls::Error) -> Self {
+        Error::Tls(e)
+    }
+}
+
+impl Error {
+    /// [`Error::Tls`] for an I/O error that carries a TLS failure, else [`Error::Io`].
+    pub(crate) fn from_transport(e: io::Error) -> Self {
+        match crate::tls::tls_error(&e) {
+            Some(tls) => Error::Tls(tls.clone()),
+            None => Error::Io(e),
+        }
+    }
 }
 
 impl From<group::WriteError> for Error {

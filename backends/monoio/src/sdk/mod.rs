@@ -42,6 +42,7 @@ mod subscribe;
 use std::cell::{Cell, RefCell};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::Waker;
 use std::time::Duration;
 
@@ -56,11 +57,13 @@ pub use skiff_core::window::{End, Request, Start};
 pub use subscribe::{Frame, GroupConsumer, Payload, TrackConsumer};
 
 use crate::client::{ClientCtx, ClientLimits};
+use crate::tls::{ALPN_HTTP1, ALPN_QMUX};
 use publish::Published;
+use rustls::{ClientConfig, RootCertStore};
 use subscribe::Wanted;
 
 /// What a [`Client`] is sized and tuned with.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Config {
     /// Bytes of the block pool every published and received frame lives in.
@@ -73,6 +76,10 @@ pub struct Config {
     pub backoff_min: Duration,
     /// The longest wait between attempts (the wait doubles per failure).
     pub backoff_max: Duration,
+    /// The CA certificates a `tls://` or `wss://` server's certificate must
+    /// chain to ([`crate::tls::roots_from_pem_file`] reads a PEM file);
+    /// `None`: the operating system's trust store.
+    pub tls_roots: Option<Arc<RootCertStore>>,
 }
 
 impl Default for Config {
@@ -83,6 +90,7 @@ impl Default for Config {
             transport: conn::Config::new(),
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
+            tls_roots: None,
         }
     }
 }
@@ -94,6 +102,17 @@ enum Scheme {
     Tcp,
     /// QMux over WebSocket; the path is the request URI (docs/protocol.md §9.3).
     Ws,
+    /// QMux over TLS over TCP (docs/protocol.md §9.8); the path travels in SETUP.
+    Tls,
+    /// QMux over WebSocket over TLS; the path is the request URI.
+    Wss,
+}
+
+impl Scheme {
+    /// Whether the transport runs over TLS.
+    fn is_tls(self) -> bool {
+        matches!(self, Scheme::Tls | Scheme::Wss)
+    }
 }
 
 /// Where the client dials: the socket address, the transport and the path.
@@ -113,19 +132,25 @@ impl Target {
         };
         let (scheme, rest) = if let Some(rest) = url.strip_prefix("ws://") {
             (Scheme::Ws, rest)
-        } else if url.starts_with("tcp://") {
-            (Scheme::Tcp, url)
-        } else if url.starts_with("wss://") {
-            return Err(bad(
-                "wss:// (WebSocket over TLS) is not supported yet: use ws://",
-            ));
+        } else if let Some(rest) = url.strip_prefix("wss://") {
+            (Scheme::Wss, rest)
+        } else if let Some(rest) = url.strip_prefix("tcp://") {
+            (Scheme::Tcp, rest)
+        } else if let Some(rest) = url.strip_prefix("tls://") {
+            (Scheme::Tls, rest)
         } else {
-            return Err(bad("only tcp:// and ws:// URLs are supported"));
+            return Err(bad(
+                "only tcp://, tls://, ws:// and wss:// URLs are supported",
+            ));
         };
         let (host, path) = match scheme {
-            Scheme::Tcp => crate::client::split_url(rest)
-                .ok_or_else(|| bad("only tcp:// and ws:// URLs are supported"))?,
-            Scheme::Ws => match rest.find(['/', '?']) {
+            // The path (from its `/`) is the SETUP path.
+            Scheme::Tcp | Scheme::Tls => match rest.find('/') {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            },
+            // The path and query are the request target.
+            Scheme::Ws | Scheme::Wss => match rest.find(['/', '?']) {
                 Some(i) => rest.split_at(i),
                 None => (rest, ""),
             },
@@ -166,6 +191,11 @@ pub(crate) struct Shared {
     ctx: ClientCtx,
     target: Target,
     config: Config,
+    /// The TLS configuration of a `tls://` or `wss://` client (made once).
+    tls: Option<Arc<ClientConfig>>,
+    /// Why the last connection attempt failed, if it did (cleared by a
+    /// session that reached SETUP).
+    last_error: RefCell<Option<Rc<Error>>>,
     /// The origin every broadcast of the client is announced in.
     origin: origin::Ref<'static, 'static>,
     origin_slot: usize,
@@ -274,19 +304,37 @@ pub struct Client {
 
 /// A client of the relay at `url` and the [`Runner`] that connects it:
 /// `tcp://host:port/path` (QMux over TCP; the path is sent in SETUP and
-/// scopes the session) or `ws://host:port/path?query` (QMux over WebSocket,
+/// scopes the session), `ws://host:port/path?query` (QMux over WebSocket,
 /// subprotocol `qmux-01.moq-lite-05`; the path and query are the request URI
-/// and SETUP carries none, docs/protocol.md §9).
+/// and SETUP carries none, docs/protocol.md §9), or either over TLS:
+/// `tls://host:port/path` and `wss://host:port/path?query` (§9.8). A TLS
+/// server's certificate must chain to [`Config::tls_roots`] (default: the
+/// system's trust store) and name the URL's host, which is also sent as SNI.
 ///
 /// Call it on the monoio runtime that will run the runner; nothing is dialed
 /// until [`Runner::run`] runs.
 ///
 /// # Errors
-/// [`Error::InvalidUrl`] for another scheme (`wss://` included: TLS is not
-/// supported yet) or a URL without a port;
+/// [`Error::InvalidUrl`] for another scheme or a URL without a port;
+/// [`Error::Tls`] if no TLS configuration can be made;
 /// [`Error::Full`] if every origin of the thread's client tables is taken.
 pub fn connect(url: &str, config: Config) -> Result<(Client, Runner), Error> {
     let target = Target::parse(url)?;
+    let tls = if target.scheme.is_tls() {
+        let roots = config
+            .tls_roots
+            .clone()
+            .unwrap_or_else(|| Arc::new(crate::tls::system_roots()));
+        // docs/protocol.md §9.8: qmux's ALPN name for tls://, HTTP/1.1 for wss://.
+        let alpn: &[&[u8]] = if target.scheme == Scheme::Tls {
+            &[ALPN_QMUX]
+        } else {
+            &[ALPN_HTTP1]
+        };
+        Some(Arc::new(crate::tls::client_config(roots, alpn)?))
+    } else {
+        None
+    };
     let ctx = ClientCtx::with_limits(config.pool_bytes, config.limits);
     ctx.set_transport(config.transport);
     let (origin, origin_slot) = ctx.claim_origin().ok_or(Error::Full("origin"))?;
@@ -294,6 +342,8 @@ pub fn connect(url: &str, config: Config) -> Result<(Client, Runner), Error> {
         ctx,
         target,
         config,
+        tls,
+        last_error: RefCell::new(None),
         origin,
         origin_slot,
         published: RefCell::new(Vec::new()),
@@ -346,6 +396,13 @@ impl Client {
     /// True while a session with the relay is set up.
     pub fn is_connected(&self) -> bool {
         self.shared.connected.get() && !self.shared.closed.get()
+    }
+
+    /// Why the last connection attempt failed ([`Error::Tls`] for a failed
+    /// TLS handshake, [`Error::Io`] for a refused connect...); `None` once a
+    /// session reached SETUP. The runner keeps retrying either way.
+    pub fn last_error(&self) -> Option<Rc<Error>> {
+        self.shared.last_error.borrow().clone()
     }
 
     /// Sessions set up with the relay so far: 0 before the first SETUP, then

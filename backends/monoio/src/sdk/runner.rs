@@ -10,10 +10,16 @@ use skiff_core::wire::qmux::Side;
 use super::subscribe::Phase;
 use super::{Error, Scheme, Shared};
 use crate::cancel::race;
+use crate::client::{TcpReader, TcpWriter};
 use crate::session_driver::{App, ByteRead, ByteWrite, MoqSession, drive, split_halves};
+use crate::tls::{TlsReader, TlsWriter};
 
-/// How long a ws:// dial waits for the upgrade's answer when the QMux
-/// handshake timeout is off.
+fn timed_out(what: &'static str) -> Error {
+    Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
+}
+
+/// How long a ws:// dial waits for the upgrade's answer (a tls:// or wss://
+/// dial for its TLS handshake) when the QMux handshake timeout is off.
 const WS_UPGRADE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Socket buffer of a client connection, each way.
@@ -42,8 +48,21 @@ impl Runner {
         while !s.closed.get() {
             let before = s.sessions.get();
             match race(self.connect_once(), self.closed()).await {
+                Ok(Ok(())) if s.sessions.get() == before => {
+                    // A server that closes before SETUP (a TLS port dialed in
+                    // plain text, a refused token) is a failed attempt.
+                    let e = Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "the server closed the connection before the session was set up",
+                    ));
+                    tracing::debug!(url = %s.target.url, error = %e, "connection failed");
+                    *s.last_error.borrow_mut() = Some(Rc::new(e));
+                }
                 Ok(Ok(())) => tracing::debug!(url = %s.target.url, "session ended"),
-                Ok(Err(e)) => tracing::debug!(url = %s.target.url, error = %e, "connection failed"),
+                Ok(Err(e)) => {
+                    tracing::debug!(url = %s.target.url, error = %e, "connection failed");
+                    *s.last_error.borrow_mut() = Some(Rc::new(e));
+                }
                 Err(()) => break,
             }
             let wait = if s.sessions.get() != before {
@@ -80,17 +99,7 @@ impl Runner {
                     .await
             }
             Scheme::Ws => {
-                let transport = s.ctx.transport();
-                let timeout = match crate::clock::to_std(transport.handshake_timeout) {
-                    t if t.is_zero() => WS_UPGRADE_TIMEOUT,
-                    t => t,
-                };
-                let max = usize::try_from(transport.max_record_size).unwrap_or(usize::MAX);
-                let target = if s.target.path.starts_with('/') {
-                    s.target.path.clone()
-                } else {
-                    format!("/{}", s.target.path)
-                };
+                let (timeout, max, target) = self.ws_params();
                 let (reader, writer, chosen) =
                     crate::ws::dial(&s.target.host, &target, timeout, max).await?;
                 // docs/protocol.md §9.2: the subprotocol names the application protocol;
@@ -99,6 +108,70 @@ impl Runner {
                 // §9.3: the path is the request URI, not repeated in SETUP.
                 self.run_session(reader, writer, None, fixed).await
             }
+            Scheme::Tls => {
+                let (reader, writer) = self.dial_tls().await?;
+                // docs/protocol.md §9.8: the ALPN name fixes the application
+                // protocol; none agreed leaves it to the transport parameters.
+                let fixed = (reader.alpn().as_deref() == Some(crate::tls::ALPN_QMUX))
+                    .then_some(skiff_ws::APPLICATION);
+                self.run_session(reader, writer, Some(&s.target.path), fixed)
+                    .await
+            }
+            Scheme::Wss => {
+                let (reader, writer) = self.dial_tls().await?;
+                let (timeout, max, target) = self.ws_params();
+                let upgrade = crate::ws::upgrade(reader, writer, &s.target.host, &target, max);
+                let (reader, writer, chosen) =
+                    match race(upgrade, monoio::time::sleep(timeout)).await {
+                        Ok(res) => res.map_err(Error::from_transport)?,
+                        Err(()) => return Err(timed_out("no websocket upgrade answer in time")),
+                    };
+                let fixed = chosen.is_some().then_some(skiff_ws::APPLICATION);
+                self.run_session(reader, writer, None, fixed).await
+            }
+        }
+    }
+
+    /// The upgrade's time limit, the largest message and the request target of a WebSocket dial.
+    fn ws_params(&self) -> (std::time::Duration, usize, String) {
+        let s = &*self.shared;
+        let transport = s.ctx.transport();
+        let timeout = self.handshake_limit();
+        let max = usize::try_from(transport.max_record_size).unwrap_or(usize::MAX);
+        let target = if s.target.path.starts_with('/') {
+            s.target.path.clone()
+        } else {
+            format!("/{}", s.target.path)
+        };
+        (timeout, max, target)
+    }
+
+    /// How long a TLS handshake or WebSocket upgrade may take: the QMux
+    /// handshake timeout, or [`WS_UPGRADE_TIMEOUT`] when that is off.
+    fn handshake_limit(&self) -> std::time::Duration {
+        match crate::clock::to_std(self.shared.ctx.transport().handshake_timeout) {
+            t if t.is_zero() => WS_UPGRADE_TIMEOUT,
+            t => t,
+        }
+    }
+
+    /// Connects over TCP and runs the TLS handshake with the URL's host as
+    /// the server name, within [`Runner::handshake_limit`].
+    async fn dial_tls(&self) -> Result<(TlsReader<TcpReader>, TlsWriter<TcpWriter>), Error> {
+        let s = &*self.shared;
+        let config = s
+            .tls
+            .clone()
+            .ok_or_else(|| Error::Io(std::io::Error::other("no TLS configuration")))?;
+        let conn = crate::tls::client_connection(config, crate::tls::host_of(&s.target.host))?;
+        let addr = s.target.resolve()?;
+        let stream = TcpStream::connect(addr).await?;
+        let _ = stream.set_nodelay(true);
+        let (reader, writer) = split_halves(stream, SOCKET_BUFFER);
+        let handshake = crate::tls::handshake(conn, reader, writer);
+        match race(handshake, monoio::time::sleep(self.handshake_limit())).await {
+            Ok(res) => res.map_err(Error::from_transport),
+            Err(()) => Err(timed_out("no TLS handshake in time")),
         }
     }
 
@@ -144,7 +217,7 @@ impl Runner {
             }
         };
         s.ctx.give_storage(storage);
-        res.map_err(Error::from)
+        res.map_err(Error::from_transport)
     }
 }
 
@@ -178,6 +251,7 @@ impl App for SessionApp<'_> {
             Event::Setup { .. } => {
                 self.shared.sessions.set(self.shared.sessions.get() + 1);
                 self.shared.connected.set(true);
+                self.shared.last_error.borrow_mut().take();
             }
             Event::Announced { path, .. } if !self.announced.iter().any(|p| p == path) => {
                 self.announced.push(path.to_owned());

@@ -14,10 +14,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
-use skiff_relay::config::{Cli, Command, RelayConfig};
+use skiff_relay::config::{Cli, Command, ConfigError, RelayConfig};
 use skiff_relay::error::RelayError;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::signals::SignalWatcher;
+use skiff_relay::tls::TlsServer;
 use skiff_relay::{relay_demo, server};
 
 fn main() -> ExitCode {
@@ -44,11 +45,29 @@ fn run(cli: Cli) -> Result<(), RelayError> {
     match command {
         Command::Serve => {
             let threads = config.threads.get();
+            // The certificate is read once here (checked already by the
+            // configuration) and shared by the workers and the SIGHUP reload.
+            let tls = match config.tls.clone() {
+                Some(files) => Some(Arc::new(TlsServer::load(files).map_err(|e| {
+                    RelayError::Config(ConfigError::Invalid {
+                        key: "tls-cert",
+                        reason: e.to_string(),
+                    })
+                })?)),
+                None => None,
+            };
             let handle = server::start(
                 config,
-                RelayHandler::factory(threads).map_err(RelayError::Spawn)?,
+                RelayHandler::factory_with_tls(threads, tls.clone()).map_err(RelayError::Spawn)?,
             )?;
             announce(&handle);
+            let signals = match tls {
+                Some(tls) => signals.on_reload(move || {
+                    // Errors are logged by reload; the old certificate stays.
+                    let _ = tls.reload();
+                }),
+                None => signals,
+            };
             let _signal_thread = signals
                 .stop_on_signal(handle.stop_trigger())
                 .map_err(RelayError::Spawn)?;
@@ -60,6 +79,13 @@ fn run(cli: Cli) -> Result<(), RelayError> {
             Ok(())
         }
         Command::Demo(args) => {
+            if config.tls.is_some() {
+                // The demo's own camera and viewers dial plain tcp:// or ws://.
+                return Err(RelayError::Config(ConfigError::Invalid {
+                    key: "tls-cert",
+                    reason: "the demo serves plain TCP only: drop --tls-cert and --tls-key".into(),
+                }));
+            }
             if cli.flags.listen.is_none() && config.listen == RelayConfig::default().listen {
                 // Pick a free port so the demo never collides with a running relay.
                 config.listen.set_port(0);

@@ -46,9 +46,13 @@ mod pattern;
     about = "Subscribe through a relay and verify a camera's frames (hang H.264, or the mps2-an386 pattern)"
 )]
 struct Args {
-    /// The relay, `tcp://HOST:PORT/PATH`.
+    /// The relay: `tcp://HOST:PORT/PATH`, `tls://...`, `ws://...` or `wss://...`.
     #[arg(long, default_value = "tcp://127.0.0.1:4443/anon")]
     url: String,
+    /// Trust the CA certificates of this PEM file for `tls://` and `wss://`
+    /// instead of the system's.
+    #[arg(long, value_name = "FILE")]
+    ca: Option<std::path::PathBuf>,
     /// The broadcast path; a name ending in `.hang` is read as hang.
     #[arg(long, default_value = "cam.hang")]
     broadcast: String,
@@ -135,7 +139,13 @@ fn main() {
 
 /// Subscribes and reads until `args.frames` intact frames arrived (`Ok`) or a rule broke.
 async fn view(args: Args, intact: Arc<AtomicU64>, started: Instant) -> Result<(), String> {
-    let (client, runner) = connect(&args.url, Config::default()).map_err(|e| e.to_string())?;
+    let mut config = Config::default();
+    if let Some(file) = &args.ca {
+        let roots =
+            skiff_monoio::tls::roots_from_pem_file(file).map_err(|e| format!("--ca: {e}"))?;
+        config.tls_roots = Some(Arc::new(roots));
+    }
+    let (client, runner) = connect(&args.url, config).map_err(|e| e.to_string())?;
     let runner = monoio::spawn(runner.run());
     println!("viewer: subscribing to {} at {}", args.broadcast, args.url);
     let outcome = if args.broadcast.ends_with(skiff_core::hang::BROADCAST_SUFFIX) {

@@ -1,0 +1,632 @@
+//! TLS on monoio (docs/protocol.md §9.8): a [`ByteRead`] and a [`ByteWrite`]
+//! that run a rustls connection over a plain byte stream's halves, so
+//! [`drive`] runs a session over TLS exactly as over TCP, and WebSocket
+//! ([`crate::ws`]) can sit on top of it for `wss://`.
+//!
+//! rustls is driven sans-IO: the reader hands each chunk the socket
+//! delivered to `read_tls` and `process_new_packets` and copies the
+//! decrypted bytes into a plaintext buffer of its own; the writer copies what
+//! the session staged (staged bytes and gathered pool ranges, in wire order)
+//! into rustls at each flush and moves the records rustls sealed into the
+//! inner writer's staging, sent in one write. The reads and writes stay the
+//! inner halves' (io_uring, owned buffers, the write-stall limit).
+//!
+//! * Buffers: the plaintext buffer ([`PLAIN_BUFFER_BYTES`]) and the
+//!   session's staging buffer are made once per connection, when the first
+//!   application bytes come or go (a handshake that stalls holds neither);
+//!   the inner writer's staging grows to one flush's ciphertext once and is
+//!   reused. rustls itself allocates each
+//!   sealed record's buffer (one per TLS record of up to 16 KiB, not per
+//!   frame) and frees it when the record is copied out.
+//! * The two halves share the rustls connection (one thread, never borrowed
+//!   across an await). When the reader leaves bytes for the peer (an alert,
+//!   a key update, session tickets) it wakes the writer, whose
+//!   [`ByteWrite::poll_transport`] then asks [`drive`] for a flush.
+//!
+//! [`drive`]: crate::session_driver::drive
+
+use std::cell::RefCell;
+use std::io::{self, Read as _, Write as _};
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, Connection, RootCertStore, ServerConfig};
+
+/// The rustls crate these types come from (root stores, errors), for
+/// callers that do not depend on it themselves.
+pub use rustls;
+
+use crate::session_driver::{ByteRead, ByteWrite, Guard, HandshakeToken, READ_BUFFER_BYTES};
+use crate::staging::Staging;
+
+/// The TLS ALPN name of QMux qmux-01 carrying moq-lite-05, as qmux names its
+/// TLS and WebSocket pairs (docs/protocol.md §9.2, §9.8).
+pub const ALPN_QMUX: &[u8] = b"qmux-01.moq-lite-05";
+
+/// The TLS ALPN name of HTTP/1.1, which browsers offer for `wss://`.
+pub const ALPN_HTTP1: &[u8] = b"http/1.1";
+
+/// Capacity of a TLS reader's plaintext buffer: one read buffer plus room for
+/// a record that was cut by the previous read, so one socket read's
+/// plaintext always fits once the buffer was emptied.
+pub const PLAIN_BUFFER_BYTES: usize = READ_BUFFER_BYTES + 2 * 17 * 1024;
+
+/// The crypto provider every configuration here is built with (aws-lc-rs),
+/// named explicitly so no process-wide default is needed.
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// What the two halves of one TLS connection share.
+struct Shared {
+    conn: RefCell<Connection>,
+    /// The writer's task, woken when the reader left bytes for the peer.
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Shared {
+    fn wake_if_output(&self) {
+        if self.conn.borrow().wants_write()
+            && let Some(w) = self.waker.borrow_mut().take()
+        {
+            w.wake();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Reader
+// ---------------------------------------------------------------------------
+
+/// The receiving half: TLS records in, plaintext out.
+pub struct TlsReader<R> {
+    inner: R,
+    shared: Rc<Shared>,
+    /// Decrypted bytes at `start..end` (the whole length is initialized;
+    /// empty until the first application data).
+    plain: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Bytes the last read returned (dropped at the next).
+    given: usize,
+    /// The peer closed (EOF or close_notify).
+    ended: bool,
+}
+
+impl<R> std::fmt::Debug for TlsReader<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsReader")
+            .field("buffered", &(self.end - self.start))
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The TLS error inside `e`, if the error is one (a failed handshake, a
+/// certificate the peer or we refused, a corrupt record).
+pub fn tls_error(e: &io::Error) -> Option<&rustls::Error> {
+    e.get_ref()?.downcast_ref::<rustls::Error>()
+}
+
+fn from_tls(e: rustls::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+impl<R: ByteRead> TlsReader<R> {
+    /// Reads one chunk from the socket and decrypts what it completes into
+    /// the plaintext buffer; false at end of stream.
+    async fn fill(&mut self) -> io::Result<bool> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        let data = self.inner.read().await?;
+        if data.is_empty() {
+            return Ok(false);
+        }
+        let mut rest = data;
+        let mut conn = self.shared.conn.borrow_mut();
+        let mut open = true;
+        while !rest.is_empty() && open {
+            let taken = conn.read_tls(&mut rest)?;
+            let state = match conn.process_new_packets() {
+                Ok(state) => state,
+                Err(e) => {
+                    // rustls queued an alert for the peer: the writer sends it.
+                    drop(conn);
+                    self.shared.wake_if_output();
+                    return Err(from_tls(e));
+                }
+            };
+            let want = state.plaintext_bytes_to_read();
+            if want > 0 {
+                drain(&mut conn, &mut self.plain, &mut self.end, want)?;
+            }
+            open = !state.peer_has_closed() && taken > 0;
+        }
+        drop(conn);
+        self.shared.wake_if_output();
+        if !open {
+            // close_notify: what it followed is still handed out.
+            self.ended = true;
+        }
+        Ok(open || self.start < self.end)
+    }
+
+    /// The decrypted bytes received and not returned by a read yet.
+    pub fn pending(&self) -> &[u8] {
+        self.plain.get(self.start..self.end).unwrap_or(&[])
+    }
+
+    /// Reads more from the peer, keeping what it decrypts after the pending
+    /// bytes, giving up after `limit`: true once more bytes (or none, but
+    /// the stream is still open) arrived; false if the peer closed or the
+    /// time passed. For the HTTP head of `wss://`, read before any session
+    /// state exists.
+    ///
+    /// # Errors
+    /// Socket and TLS errors.
+    pub async fn read_more(&mut self, limit: Duration) -> io::Result<bool> {
+        if self.ended {
+            return Ok(false);
+        }
+        let before = self.end - self.start;
+        match crate::cancel::race(self.fill(), monoio::time::sleep(limit)).await {
+            Ok(Ok(true)) => Ok(true),
+            Ok(Ok(false)) => {
+                self.ended = true;
+                Ok(self.end - self.start > before)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(()) => Ok(false),
+        }
+    }
+
+    /// Drops the first `n` pending bytes (an HTTP head already parsed).
+    pub fn consume(&mut self, n: usize) {
+        self.start = (self.start + n).min(self.end);
+    }
+
+    /// The ALPN name the handshake agreed on, if any.
+    pub fn alpn(&self) -> Option<Vec<u8>> {
+        self.shared
+            .conn
+            .borrow()
+            .alpn_protocol()
+            .map(<[u8]>::to_vec)
+    }
+
+    /// True while the TLS handshake is still going on.
+    fn is_handshaking(&self) -> bool {
+        self.shared.conn.borrow().is_handshaking()
+    }
+}
+
+/// Moves the `want` decrypted bytes rustls holds into `plain` after `end`.
+/// The buffer is made at the first application data, not for the handshake
+/// (a stalled handshake holds no plaintext buffer), and grows only when
+/// more than one socket read is kept (an HTTP head being parsed).
+fn drain(
+    conn: &mut Connection,
+    plain: &mut Vec<u8>,
+    end: &mut usize,
+    want: usize,
+) -> io::Result<()> {
+    if plain.len() < *end + want {
+        let grown = (*end + want).max(PLAIN_BUFFER_BYTES);
+        plain.resize(grown, 0);
+    }
+    let room = plain.get_mut(*end..*end + want).unwrap_or(&mut []);
+    conn.reader().read_exact(room)?;
+    *end += want;
+    Ok(())
+}
+
+impl<R: ByteRead> ByteRead for TlsReader<R> {
+    async fn read(&mut self) -> io::Result<&[u8]> {
+        self.start += std::mem::take(&mut self.given);
+        while self.start == self.end && !self.ended {
+            if !self.fill().await? {
+                self.ended = true;
+            }
+        }
+        // At most one read buffer's worth, as the session driver's inbox expects.
+        let n = (self.end - self.start).min(READ_BUFFER_BYTES);
+        self.given = n;
+        Ok(self.plain.get(self.start..self.start + n).unwrap_or(&[]))
+    }
+
+    fn guard(&self) -> Guard {
+        self.inner.guard()
+    }
+
+    fn take_handshake(&mut self) -> Option<HandshakeToken> {
+        self.inner.take_handshake()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Writer
+// ---------------------------------------------------------------------------
+
+/// The sending half: the session's bytes out as TLS records.
+pub struct TlsWriter<W> {
+    inner: W,
+    shared: Rc<Shared>,
+    /// What the session stages (plaintext); made at the session's first
+    /// write, not for the handshake.
+    staging: Option<Staging>,
+    closed: bool,
+}
+
+impl<W> std::fmt::Debug for TlsWriter<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsWriter")
+            .field("staged", &self.staging.as_ref().map_or(0, Staging::len))
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An `io::Write` that stages into a [`Staging`] (rustls writes its records here).
+struct StagingSink<'s>(&'s mut Staging);
+
+impl io::Write for StagingSink<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let mut n = 0;
+        for b in bufs {
+            self.0.extend_from_slice(b);
+            n += b.len();
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<W: ByteWrite> TlsWriter<W> {
+    /// Hands the staged plaintext to rustls and moves the records it sealed
+    /// (and its own messages) into the inner writer's staging.
+    fn seal(&mut self) -> io::Result<()> {
+        let mut conn = self.shared.conn.borrow_mut();
+        if let Some(staging) = self.staging.as_mut().filter(|s| !s.is_empty()) {
+            let (bytes, ranges) = staging.parts();
+            let mut w = conn.writer();
+            let mut pos = 0;
+            for (at, slice) in ranges {
+                w.write_all(bytes.get(pos..*at).unwrap_or(&[]))?;
+                w.write_all(slice.as_bytes())?;
+                pos = *at;
+            }
+            w.write_all(bytes.get(pos..).unwrap_or(&[]))?;
+            staging.clear();
+        }
+        let mut sink = StagingSink(self.inner.buffer());
+        while conn.wants_write() {
+            conn.write_tls(&mut sink)?;
+        }
+        Ok(())
+    }
+}
+
+impl<W: ByteWrite> ByteWrite for TlsWriter<W> {
+    fn buffer(&mut self) -> &mut Staging {
+        self.staging.get_or_insert_with(|| {
+            Staging::new(Vec::with_capacity(
+                crate::session_driver::WRITE_BUFFER_BYTES,
+            ))
+        })
+    }
+
+    async fn flush(&mut self) -> io::Result<()> {
+        self.seal()?;
+        self.inner.flush().await
+    }
+
+    async fn close(&mut self) -> io::Result<()> {
+        if !std::mem::replace(&mut self.closed, true) {
+            self.shared.conn.borrow_mut().send_close_notify();
+        }
+        self.seal()?;
+        self.inner.close().await
+    }
+
+    fn poll_transport(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        {
+            let mut w = self.shared.waker.borrow_mut();
+            if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *w = Some(cx.waker().clone());
+            }
+        }
+        let inner = self.inner.poll_transport(cx);
+        if self.wants_flush() {
+            return Poll::Ready(());
+        }
+        inner
+    }
+
+    fn wants_flush(&self) -> bool {
+        self.shared.conn.borrow().wants_write() || self.inner.wants_flush()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Handshake
+// ---------------------------------------------------------------------------
+
+/// Runs the TLS handshake of `conn` (a server or client connection) over
+/// `reader` and `writer` and returns the TLS halves. Bytes of the session
+/// that came with the handshake's last flight are kept for the first read.
+/// A failed handshake sends rustls's alert before it returns. The caller
+/// bounds the time (a peer may send nothing).
+///
+/// # Errors
+/// Socket errors; `InvalidData` wrapping a [`rustls::Error`] (see
+/// [`tls_error`]) when the handshake fails; `UnexpectedEof` if the peer
+/// closed during it.
+pub async fn handshake<R: ByteRead, W: ByteWrite>(
+    conn: impl Into<Connection>,
+    reader: R,
+    writer: W,
+) -> io::Result<(TlsReader<R>, TlsWriter<W>)> {
+    let mut conn: Connection = conn.into();
+    // The staging buffers bound what one flush hands rustls.
+    conn.set_buffer_limit(None);
+    let shared = Rc::new(Shared {
+        conn: RefCell::new(conn),
+        waker: RefCell::new(None),
+    });
+    let mut reader = TlsReader {
+        inner: reader,
+        shared: shared.clone(),
+        plain: Vec::new(),
+        start: 0,
+        end: 0,
+        given: 0,
+        ended: false,
+    };
+    let mut writer = TlsWriter {
+        inner: writer,
+        shared,
+        staging: None,
+        closed: false,
+    };
+    loop {
+        writer.seal()?;
+        writer.inner.flush().await?;
+        if !reader.is_handshaking() {
+            return Ok((reader, writer));
+        }
+        match reader.fill().await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the peer closed during the TLS handshake",
+                ));
+            }
+            Err(e) => {
+                // The alert rustls queued tells the peer why.
+                if writer.seal().is_ok() {
+                    let _ = writer.inner.flush().await;
+                }
+                return Err(e);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Certificates and configurations
+// ---------------------------------------------------------------------------
+
+/// Why a certificate or key file could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PemError {
+    /// The file could not be read or parsed as PEM.
+    #[error("cannot read {}: {reason}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The file holds no item of the kind wanted.
+    #[error("{} holds no {what}", path.display())]
+    Empty {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What was looked for ("certificate", "private key").
+        what: &'static str,
+    },
+    /// rustls refused the certificate and key together (a key that does not
+    /// match the certificate, an unsupported key type).
+    #[error("certificate {} with key {}: {source}", cert.display(), key.display())]
+    Pair {
+        /// The certificate file.
+        cert: std::path::PathBuf,
+        /// The key file.
+        key: std::path::PathBuf,
+        /// What rustls said.
+        source: rustls::Error,
+    },
+}
+
+/// The certificates of the PEM file `path`, in file order.
+///
+/// # Errors
+/// [`PemError::Read`] or [`PemError::Empty`].
+pub fn certs_from_pem_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, PemError> {
+    let read = |reason: String| PemError::Read {
+        path: path.to_owned(),
+        reason,
+    };
+    let text = std::fs::read(path).map_err(|e| read(e.to_string()))?;
+    let certs = CertificateDer::pem_slice_iter(&text)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| read(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(PemError::Empty {
+            path: path.to_owned(),
+            what: "certificate",
+        });
+    }
+    Ok(certs)
+}
+
+/// The (first) private key of the PEM file `path` (PKCS#8, PKCS#1 or SEC1).
+///
+/// # Errors
+/// [`PemError::Read`] or [`PemError::Empty`].
+pub fn key_from_pem_file(path: &Path) -> Result<PrivateKeyDer<'static>, PemError> {
+    let text = std::fs::read(path).map_err(|e| PemError::Read {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    PrivateKeyDer::from_pem_slice(&text).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => PemError::Empty {
+            path: path.to_owned(),
+            what: "private key",
+        },
+        e => PemError::Read {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        },
+    })
+}
+
+/// A root store holding the certificates of the PEM file `path` (a CA to
+/// trust instead of the system's roots).
+///
+/// # Errors
+/// [`PemError`] if the file cannot be read or holds no usable certificate.
+pub fn roots_from_pem_file(path: &Path) -> Result<RootCertStore, PemError> {
+    let mut roots = RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(certs_from_pem_file(path)?);
+    if added == 0 {
+        return Err(PemError::Empty {
+            path: path.to_owned(),
+            what: "usable CA certificate",
+        });
+    }
+    Ok(roots)
+}
+
+/// The operating system's trust store (empty if it cannot be read; the
+/// reasons are logged).
+pub fn system_roots() -> RootCertStore {
+    let found = rustls_native_certs::load_native_certs();
+    for e in &found.errors {
+        tracing::warn!(error = %e, "reading the system's CA certificates");
+    }
+    let mut roots = RootCertStore::empty();
+    let (added, ignored) = roots.add_parsable_certificates(found.certs);
+    tracing::debug!(added, ignored, "system CA certificates");
+    roots
+}
+
+/// A server configuration with the certificate chain of `cert` and the key
+/// of `key` (PEM files), offering `alpn` (best first).
+///
+/// # Errors
+/// [`PemError`] naming the file that cannot be used.
+pub fn server_config(cert: &Path, key: &Path, alpn: &[&[u8]]) -> Result<ServerConfig, PemError> {
+    let chain = certs_from_pem_file(cert)?;
+    let private = key_from_pem_file(key)?;
+    let pair = |source| PemError::Pair {
+        cert: cert.to_owned(),
+        key: key.to_owned(),
+        source,
+    };
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(pair)?
+        .with_no_client_auth()
+        .with_single_cert(chain, private)
+        .map_err(pair)?;
+    config.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    Ok(config)
+}
+
+/// A client configuration that verifies servers against `roots`, offering `alpn`.
+///
+/// # Errors
+/// rustls refuses the provider's protocol versions (does not happen with aws-lc-rs).
+pub fn client_config(
+    roots: Arc<RootCertStore>,
+    alpn: &[&[u8]],
+) -> Result<ClientConfig, rustls::Error> {
+    let mut config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    Ok(config)
+}
+
+/// A client connection to `host` (SNI and the name the certificate must
+/// carry: a DNS name or an IP address, without port or brackets).
+///
+/// # Errors
+/// `InvalidInput` for a host that is no valid server name.
+pub fn client_connection(config: Arc<ClientConfig>, host: &str) -> io::Result<ClientConnection> {
+    let name = ServerName::try_from(host.to_owned()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the host is not a valid TLS server name",
+        )
+    })?;
+    ClientConnection::new(config, name).map_err(from_tls)
+}
+
+/// The host part of `host:port` (`[v6]:port` loses its brackets), for SNI.
+pub fn host_of(authority: &str) -> &str {
+    if let Some(v6) = authority.strip_prefix('[') {
+        return v6.split_once(']').map_or(v6, |(h, _)| h);
+    }
+    authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_without_port() {
+        assert_eq!(host_of("example.com:443"), "example.com");
+        assert_eq!(host_of("127.0.0.1:4443"), "127.0.0.1");
+        assert_eq!(host_of("[::1]:4443"), "::1");
+    }
+
+    #[test]
+    fn missing_files_name_the_file() {
+        let e = certs_from_pem_file(Path::new("/nonexistent/cert.pem")).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/cert.pem"), "{e}");
+        let dir = std::env::temp_dir().join(format!("skiff-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let empty = dir.join("empty.pem");
+        std::fs::write(&empty, "not pem\n").unwrap();
+        assert!(matches!(
+            certs_from_pem_file(&empty),
+            Err(PemError::Empty { .. })
+        ));
+        assert!(matches!(
+            key_from_pem_file(&empty),
+            Err(PemError::Empty { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,219 @@
+//! What relaying over TLS allocates on the relay worker after warm-up: the
+//! TLS layer's own buffers (plaintext buffer, staging) are made once per
+//! connection and reused, so what remains is rustls's: one buffer per TLS
+//! record it seals and per record it opens. The test measures allocations
+//! per frame delivered and holds them to that bound.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::*;
+use skiff_core::model::track::Info;
+use skiff_monoio::driver;
+use skiff_monoio::sdk::Request;
+use skiff_monoio::{Config, connect};
+use skiff_relay::conn::Connection;
+use skiff_relay::handler::{ConnectionHandler, WorkerInfo};
+use skiff_relay::relay::RelayHandler;
+use skiff_relay::server;
+
+/// Counts allocations made by the current thread.
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards to the system allocator unchanged; the counter is a
+// const-initialised thread-local Cell, which never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+/// The relay handler, publishing the worker thread's allocation count
+/// whenever the thread's notify fires (the count is read, not changed).
+struct Probed {
+    inner: Rc<RelayHandler>,
+    count: Arc<AtomicU64>,
+}
+
+impl ConnectionHandler for Probed {
+    type Error = std::io::Error;
+
+    fn serve(
+        self: Rc<Self>,
+        conn: Connection,
+    ) -> impl Future<Output = Result<(), Self::Error>> + 'static {
+        let count = self.count.clone();
+        let notify = self.inner.relay().notify().clone();
+        monoio::spawn(async move {
+            let waiter = notify.waiter();
+            loop {
+                let seen = notify.generation();
+                count.store(ALLOCS.with(Cell::get), Ordering::Relaxed);
+                waiter.changed(seen).await;
+            }
+        });
+        self.inner.clone().serve(conn)
+    }
+}
+
+const VIEWERS: usize = 5;
+const WARM_GROUPS: u64 = 4;
+const GROUPS: u64 = 12;
+const FRAMES: u64 = 10;
+
+/// A CA and a certificate for 127.0.0.1 in `dir`: (ca, cert, key) paths.
+fn certificates(dir: &std::path::Path) -> [std::path::PathBuf; 3] {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let paths = [
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    ];
+    std::fs::write(&paths[0], ca.pem()).unwrap();
+    std::fs::write(&paths[1], cert.pem()).unwrap();
+    std::fs::write(&paths[2], key.serialize_pem()).unwrap();
+    paths
+}
+
+/// Publishes and watches over `url`; (worker count at warm-up end, at the end, frames read).
+async fn load(url: String, config: Config, count: Arc<AtomicU64>) -> (u64, u64, u64) {
+    let frames = Rc::new(Cell::new(0u64));
+    let started = Rc::new(Cell::new(0usize));
+    let mut viewers = Vec::new();
+    for _ in 0..VIEWERS {
+        let (client, runner) = connect(&url, config.clone()).unwrap();
+        monoio::spawn(runner.run());
+        let (frames, started) = (frames.clone(), started.clone());
+        viewers.push(client.clone());
+        monoio::spawn(async move {
+            let Ok(mut track) = client.subscribe("cam", "video", Request::LIVE).await else {
+                return;
+            };
+            started.set(started.get() + 1);
+            while let Ok(Some(mut group)) = track.next_group().await {
+                while let Ok(Some(_)) = group.read_frame().await {
+                    frames.set(frames.get() + 1);
+                }
+            }
+        });
+    }
+    let (publisher, runner) = connect(&url, config).unwrap();
+    monoio::spawn(runner.run());
+    let broadcast = publisher.publish("cam").unwrap();
+    let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
+    while started.get() < VIEWERS || track.subscribers() == 0 {
+        monoio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut start = 0;
+    let mut counted_from = 0;
+    for g in 0..GROUPS {
+        if g == WARM_GROUPS {
+            monoio::time::sleep(Duration::from_millis(50)).await;
+            start = count.load(Ordering::Relaxed);
+            counted_from = frames.get();
+        }
+        let mut group = track.append_group().unwrap();
+        for i in 0..FRAMES {
+            group
+                .write_frame(g * 1000 + i, &[g as u8; 900])
+                .await
+                .unwrap();
+            monoio::time::sleep(Duration::from_millis(2)).await;
+        }
+        group.finish().unwrap();
+    }
+    monoio::time::sleep(Duration::from_millis(100)).await;
+    let end = count.load(Ordering::Relaxed);
+    let delivered = frames.get() - counted_from;
+    track.finish();
+    publisher.close().await;
+    for v in viewers {
+        v.close().await;
+    }
+    (start, end, delivered)
+}
+
+#[test]
+fn tls_relaying_allocates_only_rustls_record_buffers() {
+    for kind in drivers() {
+        within(60, move || {
+            let dir = std::env::temp_dir()
+                .join(format!("skiff-tls-alloc-{}-{kind:?}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let [ca, cert, key] = certificates(&dir);
+            let count = Arc::new(AtomicU64::new(0));
+            let c2 = count.clone();
+            let make = RelayHandler::factory(1).unwrap();
+            let cfg = skiff_relay::config::RelayConfig {
+                tls: Some(skiff_relay::tls::TlsFiles { cert, key }),
+                ..config(1, kind)
+            };
+            let handle = server::start(cfg, move |w: &WorkerInfo| Probed {
+                inner: Rc::new(make(w)),
+                count: c2.clone(),
+            })
+            .unwrap();
+            let url = format!("tls://{}/anon", handle.local_addr());
+            let mut client_config = Config::default();
+            client_config.tls_roots = Some(Arc::new(
+                skiff_monoio::tls::roots_from_pem_file(&ca).unwrap(),
+            ));
+            let c3 = count.clone();
+            let (start, end, delivered) =
+                driver::block_on(kind, move |_| load(url, client_config, c3)).unwrap();
+            let wanted = VIEWERS as u64 * (GROUPS - WARM_GROUPS) * FRAMES;
+            assert!(delivered >= wanted, "{delivered} of {wanted} frames");
+            assert!(start > 0, "probe never sampled");
+            let per_frame = (end - start) as f64 / delivered as f64;
+            eprintln!(
+                "{kind:?}: {} worker allocations for {delivered} frames delivered over TLS ({per_frame:.2} per frame)",
+                end - start
+            );
+            // At most one sealed record per frame per viewer plus one opened
+            // record per frame from the publisher, with room for records
+            // that carry control frames (credit, acknowledgements).
+            assert!(
+                per_frame <= 4.0,
+                "{kind:?}: {per_frame:.2} allocations per frame delivered"
+            );
+            handle.shutdown().unwrap();
+            let _ = std::fs::remove_dir_all(&dir);
+        });
+    }
+}
