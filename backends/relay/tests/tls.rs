@@ -504,7 +504,8 @@ fn a_leaf_relay_dials_its_upstream_over_tls() {
         "--upstream-ca",
         pki.ca.to_str().unwrap(),
     ]);
-    let leaf_url = format!("tcp://{}/anon", leaf.addr);
+    // The leaf's root is the upstream's `anon` (docs/protocol.md §4.1).
+    let leaf_url = format!("tcp://{}/", leaf.addr);
     let ca = pki.ca.clone();
     let seen = driver::block_on(DriverKind::Legacy, move |_| async move {
         let stop = Rc::new(Cell::new(false));
