@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# End-to-end test: the mps2-an386 firmware under QEMU publishes its synthetic camera
-# through skiff-relay on the host, and a viewer must receive E2E_FRAMES intact frames.
+# End-to-end test: the mps2-an386 firmware under QEMU publishes its camera, the hang
+# broadcast mps2/cam.hang (catalog.json and I_PCM H.264 of skiff-core's test card),
+# through skiff-relay on the host, and a viewer must decode E2E_FRAMES frames, each
+# exact in every sample, with the drawn frame counter rising.
 #
 #   firmware (QEMU, LAN9118, slirp) --TCP 10.0.2.2:PORT--> skiff-relay on 127.0.0.1:PORT
-#   viewer --tcp://127.0.0.1:PORT/anon--> skiff-relay; subscribes to mps2/cam, track video
+#   viewer --tcp://127.0.0.1:PORT/anon--> skiff-relay; subscribes to mps2/cam.hang
 #
 # Env: E2E_PORT (host TCP port, default 14443; baked into the firmware via MPS2_HOST_PORT),
 #      E2E_FRAMES (default 100), E2E_TIMEOUT (viewer's seconds, default 90),
@@ -73,8 +75,8 @@ qemu_pid=$!
 echo "e2e: QEMU booting the firmware (pid $qemu_pid)"
 
 set +e
-"$bin/viewer" --url "tcp://127.0.0.1:$port/anon" --broadcast mps2/cam --track video \
-    --frames "$frames" --timeout "$limit"
+"$bin/viewer" --url "tcp://127.0.0.1:$port/anon" --broadcast mps2/cam.hang \
+    --expect-ipcm-pattern --frames "$frames" --timeout "$limit"
 viewer_rc=$?
 set -e
 

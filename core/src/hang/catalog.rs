@@ -246,7 +246,10 @@ mod tests {
                 ..rendition()
             };
             let s = written(&[r]);
-            assert!(s.contains(&std::format!("\"framerate\":{text},")), "{f}: {s}");
+            assert!(
+                s.contains(&std::format!("\"framerate\":{text},")),
+                "{f}: {s}"
+            );
         }
     }
 
