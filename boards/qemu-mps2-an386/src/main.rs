@@ -299,7 +299,7 @@ async fn camera(
     let mut n: u32 = 0;
     let mut dropped: u32 = 0;
     loop {
-        if n % CARD.fps() == 0 {
+        if n.is_multiple_of(CARD.fps()) {
             println!(
                 "second {}: state {:?}, subscribers {}, sessions {}, frames dropped {}",
                 n / CARD.fps(),
