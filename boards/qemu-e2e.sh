@@ -9,7 +9,11 @@
 #
 # Env: E2E_PORT (host TCP port, default 14443; baked into the firmware via MPS2_HOST_PORT),
 #      E2E_FRAMES (default 100), E2E_TIMEOUT (viewer's seconds, default 90),
-#      CARGO_TARGET_DIR (honoured for the firmware and the host binaries).
+#      CARGO_TARGET_DIR (honoured for the firmware and the host binaries),
+#      E2E_BROWSER=1: then also headless Chromium plays the board on skiff-relay's watch
+#      page (web/test/watch.mjs: frames counted, screenshot kept as
+#      $CARGO_TARGET_DIR/qemu-board.png); needs chromium, node and web/dist
+#      (npm --prefix web ci && npm --prefix web run build), which it does not install.
 # Installs qemu-system-arm with apt-get if it is missing. Exits 0 only if the viewer
 # verified every frame it needed; QEMU and the relay are stopped by PID on every exit.
 set -euo pipefail
@@ -49,7 +53,8 @@ echo "e2e: building firmware (relay port $port), skiff-relay and viewer"
 (cd "$board" && MPS2_HOST_PORT="$port" cargo build --release --quiet)
 elf="${CARGO_TARGET_DIR:-$board/target}/thumbv7em-none-eabihf/release/qemu-mps2-an386"
 (cd "$root" && cargo build --release --quiet -p skiff-relay --bin skiff-relay -p skiff-examples --bin viewer)
-bin="${CARGO_TARGET_DIR:-$root/target}/release"
+target="${CARGO_TARGET_DIR:-$root/target}"
+bin="$target/release"
 
 # The relay on loopback only; one worker thread keeps it small.
 "$bin/skiff-relay" serve --listen "127.0.0.1:$port" --threads 1 --cache-bytes 64MiB \
@@ -91,5 +96,17 @@ if [[ "$viewer_rc" -ne 0 ]]; then
     tail -n 40 "$work/relay.log"
     echo "e2e: FAIL (viewer exited with $viewer_rc)" >&2
     exit 1
+fi
+
+if [[ "${E2E_BROWSER:-0}" == 1 ]]; then
+    # The board is still streaming: the player watches it through the same relay, which
+    # serves the page and takes the browser's WebSocket on the same port.
+    echo "e2e: browser: headless Chromium plays mps2/cam.hang on the watch page"
+    if ! timeout 300 node "$root/web/test/watch.mjs" --url "http://127.0.0.1:$port/" \
+        --name mps2/cam.hang --out "$target" --tag qemu-board; then
+        echo "e2e: FAIL (the browser did not play the board)" >&2
+        exit 1
+    fi
+    echo "e2e: browser screenshot: $target/qemu-board.png"
 fi
 echo "e2e: PASS ($frames frames from the emulated board through skiff-relay, ${SECONDS}s)"
