@@ -14,7 +14,8 @@
 #      page (web/test/watch.mjs: frames counted, screenshot kept as
 #      $CARGO_TARGET_DIR/qemu-board.png); needs chromium, node and web/dist
 #      (npm --prefix web ci && npm --prefix web run build), which it does not install.
-# Installs qemu-system-arm with apt-get if it is missing. Exits 0 only if the viewer
+# Installs qemu-system-arm with apt-get and the firmware's toolchain and target (its
+# rust-toolchain.toml) with rustup if they are missing. Exits 0 only if the viewer
 # verified every frame it needed; QEMU and the relay are stopped by PID on every exit.
 set -euo pipefail
 
@@ -47,6 +48,12 @@ if ! command -v qemu-system-arm >/dev/null; then
     echo "e2e: installing qemu-system-arm"
     sudo=""; [[ "$(id -u)" -eq 0 ]] || sudo="sudo"
     $sudo apt-get update -qq && $sudo apt-get install -y -qq qemu-system-arm >/dev/null
+fi
+
+# The firmware's toolchain and target, from its rust-toolchain.toml (a no-op once there; on
+# a fresh machine this installs them, whatever RUSTUP_AUTO_INSTALL says).
+if command -v rustup >/dev/null; then
+    (cd "$board" && rustup toolchain install >/dev/null)
 fi
 
 echo "e2e: building firmware (relay port $port), skiff-relay and viewer"
