@@ -55,6 +55,12 @@ impl Stats {
     }
 }
 
+/// A pause between good frames longer than this (seconds) counts as an outage.
+const GAP_SECS: f64 = 1.0;
+
+/// Good frames the last of `--recoveries` must be followed by (the first included).
+const RECOVERED_FRAMES: u64 = 15;
+
 /// Reads the catalog, then decodes and checks video frames until `args.frames` good ones.
 pub async fn read(
     args: &Args,
@@ -137,6 +143,9 @@ pub async fn read(
     };
     let mut last_counter: Option<u32> = None;
     let mut counter_gaps = 0u64;
+    let mut last_good: Option<Instant> = None;
+    let mut recoveries = 0u64;
+    let mut since_recovery = 0u64;
     loop {
         let mut group = match track.next_group().await {
             Ok(Some(g)) => g,
@@ -241,6 +250,21 @@ pub async fn read(
                 write_png(&path, &yuv, &mut rgb)
                     .map_err(|e| format!("writing {}: {e}", path.display()))?;
             }
+            let now = Instant::now();
+            if let Some(gap) = last_good
+                .map(|t| now - t)
+                .filter(|g| g.as_secs_f64() > GAP_SECS)
+            {
+                recoveries += 1;
+                since_recovery = 0;
+                println!(
+                    "viewer: recovery {recoveries}: frames again after a {:.2} s gap ({at}, {:.1} s)",
+                    gap.as_secs_f64(),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            last_good = Some(now);
+            since_recovery += 1;
             last_pts = Some(pts);
             index += 1;
             stats.first.get_or_insert_with(Instant::now);
@@ -250,7 +274,9 @@ pub async fn read(
             if stats.frames.is_multiple_of(30) {
                 println!("viewer: {}", stats.line());
             }
-            if stats.frames >= args.frames {
+            let recovered = args.recoveries == 0
+                || (recoveries >= args.recoveries && since_recovery >= RECOVERED_FRAMES);
+            if stats.frames >= args.frames && recovered {
                 println!(
                     "viewer: PASS: {} good frames (hang {}), groups {}..={seq}, {:.1} s",
                     stats.frames,

@@ -16,7 +16,10 @@
 //! With `--expect-ipcm-pattern` every picture must instead be skiff-core's
 //! test card (`skiff_core::hang::testcard`, what the firmware under
 //! `boards/` publishes; `boards/qemu-e2e.sh` runs this): every sample exact,
-//! the drawn counter rising, the frame's time `counter / fps`.
+//! the drawn counter rising, the frame's time `counter / fps`. With
+//! `--recoveries N` it also waits for N gaps of over a second (the relay
+//! restarted, a link went down) after which frames flow again, and prints
+//! each gap's length.
 //! Prints fps, Mbit/s and latency; `--out DIR` writes each good frame as
 //! `DIR/frame-NNNNNN.png`.
 //!
@@ -66,6 +69,11 @@ struct Args {
     /// exact in every sample, its drawn counter rising.
     #[arg(long)]
     expect_ipcm_pattern: bool,
+    /// hang: also wait for this many recoveries, frames flowing again after a gap of over
+    /// a second (the relay restarted, the link came back), the last followed by 15 good
+    /// frames; each gap is printed.
+    #[arg(long, default_value_t = 0)]
+    recoveries: u64,
 }
 
 /// Where a checked frame belongs, whichever camera made it.
