@@ -76,7 +76,7 @@ fn any_samples_decode_exactly_even_with_escapes() {
         let g = Geometry::new(w, h).unwrap();
         let sample = |p: Plane, x: usize, y: usize| -> u8 {
             let v = (x * 31 + y * 17 + p as usize * 101).wrapping_mul(2_654_435_761) >> 13;
-            if v % 3 == 0 { 0 } else { v as u8 }
+            if v.is_multiple_of(3) { 0 } else { v as u8 }
         };
         let mut buf = vec![0u8; g.max_access_unit_len()];
         let mut decoder = Decoder::new().unwrap();

@@ -96,7 +96,11 @@ impl Geometry {
     /// [`IpcmError::BadSize`] unless both are non-zero multiples of [`MB_SIZE`]
     /// and the picture has at most [`MAX_MBS`] macroblocks.
     pub const fn new(width: usize, height: usize) -> Result<Geometry, IpcmError> {
-        if width == 0 || height == 0 || width % MB_SIZE != 0 || height % MB_SIZE != 0 {
+        if width == 0
+            || height == 0
+            || !width.is_multiple_of(MB_SIZE)
+            || !height.is_multiple_of(MB_SIZE)
+        {
             return Err(IpcmError::BadSize);
         }
         let (width_mbs, height_mbs) = (width / MB_SIZE, height / MB_SIZE);
@@ -582,13 +586,13 @@ mod tests {
                     1 => prop_assert_eq!(r.se(), i64::from(s)),
                     2 => prop_assert_eq!(r.bits(u32::from(n)), if n == 32 { v } else { v & ((1 << n) - 1) }),
                     _ => {
-                        while r.bit % 8 != 0 { prop_assert_eq!(r.bit(), 0); }
+                        while !r.bit.is_multiple_of(8) { prop_assert_eq!(r.bit(), 0); }
                         prop_assert_eq!(r.bits(8), u32::from(v as u8));
                     }
                 }
             }
             prop_assert_eq!(r.bit(), 1);
-            while r.bit % 8 != 0 { prop_assert_eq!(r.bit(), 0); }
+            while !r.bit.is_multiple_of(8) { prop_assert_eq!(r.bit(), 0); }
             prop_assert_eq!(r.bit, rbsp.len() * 8);
         }
 
@@ -611,7 +615,7 @@ mod tests {
             let g = Geometry::new(w * 16, h * 16).unwrap();
             let mut buf = std::vec![0u8; g.max_access_unit_len()];
             let mut i = 0usize;
-            let n = write_access_unit(g, 0, |_, _, _| { i += 1; if i % zero_every == 0 { fill } else { 0 } }, &mut buf).unwrap();
+            let n = write_access_unit(g, 0, |_, _, _| { i += 1; if i.is_multiple_of(zero_every) { fill } else { 0 } }, &mut buf).unwrap();
             prop_assert!(n <= buf.len());
         }
     }
@@ -662,7 +666,7 @@ mod tests {
         assert_eq!(r.se(), 0);
         assert_eq!(r.ue(), 1);
         assert_eq!(r.ue(), 25);
-        while r.bit % 8 != 0 {
+        while !r.bit.is_multiple_of(8) {
             assert_eq!(r.bit(), 0);
         }
         let start = r.bit / 8;
