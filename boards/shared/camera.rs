@@ -1,20 +1,23 @@
-//! The application: once DHCP has configured the stack, publish a synthetic camera track
-//! to a relay with the skiff publisher (`skiff-embassy`).
+//! The application: once DHCP has configured the stack, publish the board's camera as a
+//! hang broadcast (docs/protocol.md §10) to a relay with the skiff publisher
+//! (`skiff-embassy`), which moq-dev's player, a browser's included, plays.
 //!
-//! One broadcast ([`BROADCAST`]) with one track ([`TRACK`]): every [`FRAME_INTERVAL`] a
-//! [`WIDTH`]×[`HEIGHT`] 8-bit grayscale test pattern (a diagonal gradient with a bright
-//! bar sweeping across it), one group per second ([`FRAMES_PER_GROUP`] frames), so a
-//! subscriber that joins late starts at the next second. Timestamps are milliseconds
-//! since boot (the track's default timescale). The publisher dials the relay at
-//! [`RELAY_ADDR`]:[`RELAY_PORT`] and redials with backoff whenever the connection drops;
-//! frames keep being produced meanwhile and the track's ring and pool drop the oldest.
+//! The broadcast (its name ends in `.hang`) holds two tracks: `catalog.json`, one group
+//! kept open with the catalog, and [`TRACK`], H.264 of skiff-core's test card ([`CARD`]: a
+//! moving pattern with the frame number drawn in), written without an encoder as I_PCM
+//! pictures (docs/protocol.md §10.4): every [`CARD`] frame period one IDR picture, in a
+//! group of its own, so a subscriber that joins late starts at the next frame. The
+//! publisher dials the relay at [`RELAY_ADDR`]:[`RELAY_PORT`] and redials with backoff
+//! whenever the connection drops; frames keep being produced meanwhile and the track's
+//! ring and pool drop the oldest.
 //!
 //! This file is shared, byte for byte, by every real-board firmware under `boards/`.
 
 use defmt::{info, unwrap, warn};
 use embassy_executor::Spawner;
 use embassy_net::{IpEndpoint, Ipv4Address, Stack};
-use embassy_time::{Duration, Instant, Ticker};
+use embassy_time::{Duration, Ticker, Timer};
+use skiff_core::hang::{self, testcard::TestCard};
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, group, origin, track};
 use skiff_core::pool::{Pool, PoolStorage};
@@ -29,22 +32,24 @@ pub const RELAY_PORT: u16 = 4443;
 const RELAY_PATH: &str = "/anon";
 /// Hop identifier of this publisher, for the relay's loop detection.
 const HOP: u64 = 0x5e1f_0b0a_4d00_0001;
-/// Name of the track.
-const TRACK: &str = "camera";
-/// Frame width in pixels.
-const WIDTH: usize = 32;
-/// Frame height in pixels.
-const HEIGHT: usize = 24;
-/// Bytes per frame (8-bit grayscale).
-const FRAME_LEN: usize = WIDTH * HEIGHT;
-/// Time between frames: 10 frames per second.
-const FRAME_INTERVAL: Duration = Duration::from_millis(100);
-/// Frames per group: a group per second.
-const FRAMES_PER_GROUP: u32 = 10;
-/// Groups the track keeps (the latest ones, for subscribers that join).
+/// Name of the video track.
+const TRACK: &str = "video";
+/// The camera: a 96×64 test card at 15 fps, about 9.3 KiB per frame (1.1 Mbit/s).
+const CARD: TestCard = match TestCard::new(96, 64, 15) {
+    Ok(card) => card,
+    Err(_) => panic!("96x64 at 15 fps is a valid test card"),
+};
+/// Bytes of the frame buffer: the largest frame [`CARD`] can write.
+const FRAME_LEN: usize = CARD.max_frame_len();
+/// Groups the video track keeps (the latest frames, for subscribers that join).
 const TRACK_GROUPS: usize = 4;
-/// Pool blocks and their size: 24 KiB of media, room for two seconds of frames.
-const POOL_BLOCKS: usize = 48;
+/// Groups the catalog track keeps (it holds one, kept open).
+const CATALOG_GROUPS: usize = 2;
+/// The video track's cache budget: three frames, inside the pool, so older groups are
+/// evicted before the pool runs dry.
+const CACHE_BYTES: u64 = 30 * 1024;
+/// Pool blocks and their size: 40 KiB of media, room for four frames and the catalog.
+const POOL_BLOCKS: usize = 80;
 /// See [`POOL_BLOCKS`].
 const POOL_BLOCK_SIZE: usize = 512;
 
@@ -66,20 +71,31 @@ pub async fn run(spawner: Spawner, stack: Stack<'static>, broadcast: &'static st
         info!("dhcp: address {}, gateway {}", cfg.address, cfg.gateway);
     }
 
-    // The media: one broadcast with one track over a pool, all in statics.
+    // The media: one broadcast with two tracks over a pool, all in statics.
     static POOL_STORAGE: StaticCell<PoolStorage<POOL_BLOCKS, POOL_BLOCK_SIZE>> = StaticCell::new();
     static POOL: StaticCell<Pool<'static>> = StaticCell::new();
     static TRACK_STATE: StaticCell<track::State<'static, TRACK_GROUPS>> = StaticCell::new();
-    static BROADCAST_STATE: StaticCell<broadcast::State<'static, 'static, 1>> = StaticCell::new();
+    static CATALOG_STATE: StaticCell<track::State<'static, CATALOG_GROUPS>> = StaticCell::new();
+    static BROADCAST_STATE: StaticCell<broadcast::State<'static, 'static, 2>> = StaticCell::new();
     static ORIGIN: StaticCell<origin::State<'static, 'static, 1, 2>> = StaticCell::new();
     static RESOURCES: StaticCell<Resources> = StaticCell::new();
 
-    let pool: &'static Pool<'static> = POOL.init(Pool::new(POOL_STORAGE.init(PoolStorage::new())));
-    let track_info = unwrap!(track::Info::new(TRACK).ok()).with_priority(1);
-    let track: &'static _ = TRACK_STATE.init(track::State::new(pool, track_info));
+    let pool: &'static Pool<'static> =
+        POOL.init(Pool::new(POOL_STORAGE.init_with(PoolStorage::new)));
+    let track_info = unwrap!(hang::video_info(TRACK).ok());
+    let limits = track::Limits {
+        group_bytes: CACHE_BYTES,
+        cache_bytes: CACHE_BYTES,
+    };
+    let track: &'static _ =
+        TRACK_STATE.init_with(|| track::State::with_limits(pool, track_info, limits));
+    let catalog: &'static _ =
+        CATALOG_STATE.init_with(|| track::State::new(pool, hang::catalog_info()));
     let path = unwrap!(Path::new(broadcast).ok());
     let bcast: &'static _ = BROADCAST_STATE.init(unwrap!(broadcast::State::new(path).ok()));
-    unwrap!(unwrap!(bcast.producer().ok()).add(track.handle()).ok());
+    let tracks = unwrap!(bcast.producer().ok());
+    unwrap!(tracks.add(catalog.handle()).ok());
+    unwrap!(tracks.add(track.handle()).ok());
     let origin: &'static _ = ORIGIN.init(origin::State::new());
     unwrap!(origin.handle().announce(bcast.handle()).ok());
 
@@ -88,69 +104,75 @@ pub async fn run(spawner: Spawner, stack: Stack<'static>, broadcast: &'static st
     let (publisher, runner) = skiff_embassy::new(
         stack,
         config,
-        RESOURCES.init(Resources::new()),
+        RESOURCES.init_with(Resources::new),
         origin.handle(),
     );
     info!(
-        "publishing {}/{} to {}:{}",
+        "publishing {} (catalog.json, {}) to {}:{}",
         broadcast, TRACK, RELAY_ADDR, RELAY_PORT
     );
     spawner.spawn(unwrap!(publisher_task(runner)));
 
-    produce(publisher, track.handle()).await
+    // The catalog's only group stays open while the broadcast lasts, so a viewer that joins
+    // later still finds it (docs/protocol.md §10.2).
+    let catalog = unwrap!(catalog.producer().ok());
+    let mut json = [0u8; hang::testcard::CATALOG_MAX_LEN];
+    let len = unwrap!(CARD.catalog(TRACK, &mut json));
+    let mut catalog_group = unwrap!(catalog.create_group(0));
+    unwrap!(catalog_group.write_frame(0, &json[..len]));
+
+    // `tracks`, `catalog` and `catalog_group` live as long as this never-ending task:
+    // dropping them would finish the broadcast, the catalog track or its group.
+    let producer = unwrap!(track.producer().ok());
+    produce(publisher, producer).await
 }
 
-/// Writes a frame every [`FRAME_INTERVAL`], a new group every [`FRAMES_PER_GROUP`]
-/// frames, paced by the publisher while a subscriber reads the track.
+/// Writes picture `n` of [`CARD`] every frame period as group `n`, paced by the publisher
+/// while a subscriber reads the track.
 async fn produce(
     publisher: Publisher<'static, 'static, 'static>,
-    track: track::Ref<'static, 'static>,
+    producer: track::Producer<'static, 'static>,
 ) -> ! {
-    let producer = unwrap!(track.producer().ok());
-    let mut frame = [0u8; FRAME_LEN];
-    let mut ticker = Ticker::every(FRAME_INTERVAL);
+    static FRAME: StaticCell<[u8; FRAME_LEN]> = StaticCell::new();
+    let buf = FRAME.init([0; FRAME_LEN]);
+    let mut ticker = Ticker::every(Duration::from_hz(u64::from(CARD.fps())));
     let mut n: u32 = 0;
     loop {
-        let mut group = match producer.append_group() {
-            Ok(group) => group,
-            Err(e) => {
-                warn!("new group: {}", e);
-                ticker.next().await;
-                continue;
-            }
-        };
-        for _ in 0..FRAMES_PER_GROUP {
-            ticker.next().await;
-            draw(&mut frame, n);
-            n = n.wrapping_add(1);
-            publisher.paced(&group).await;
-            match group.write_frame(Instant::now().as_millis(), &frame) {
-                Ok(()) => {}
-                // No room right now (nobody drained the track yet): drop this frame.
-                Err(group::WriteError::PoolExhausted) => warn!("pool full, frame dropped"),
-                Err(e) => {
-                    warn!("frame: {}", e);
-                    break;
+        match producer.create_group(u64::from(n)) {
+            Ok(mut group) => {
+                let pts = CARD.pts_us(u64::from(n));
+                let frame = unwrap!(CARD.frame(n, pts, buf));
+                publisher.paced(&group).await;
+                if let Err(e) = write(&mut group, pts, frame).await {
+                    warn!("frame {}: {}", n, e);
+                }
+                // Finished, not dropped: a dropped producer would abort the group.
+                if let Err(e) = group.finish() {
+                    warn!("group end: {}", e);
                 }
             }
+            Err(e) => warn!("group {}: {}", n, e),
         }
-        if let Err(e) = group.finish() {
-            warn!("group end: {}", e);
-        }
+        n = n.wrapping_add(1);
+        ticker.next().await;
     }
 }
 
-/// Frame `n` of the test pattern: a diagonal gradient scrolling by one pixel per frame,
-/// with a white vertical bar sweeping left to right.
-fn draw(frame: &mut [u8; FRAME_LEN], n: u32) {
-    let bar = (n as usize) % WIDTH;
-    for (y, row) in frame.chunks_exact_mut(WIDTH).enumerate() {
-        for (x, px) in row.iter_mut().enumerate() {
-            *px = if x == bar {
-                0xff
-            } else {
-                (((x + y + n as usize) % 64) * 3) as u8
-            };
+/// Writes one frame, waiting out a full pool (the session is still sending older blocks)
+/// for up to a frame period.
+async fn write(
+    group: &mut track::GroupProducer<'static, 'static>,
+    timestamp: u64,
+    frame: &[u8],
+) -> Result<(), group::WriteError> {
+    let mut tries = 0;
+    loop {
+        match group.write_frame(timestamp, frame) {
+            Err(group::WriteError::PoolExhausted) if tries < 60 => {
+                tries += 1;
+                Timer::after_millis(1).await;
+            }
+            other => return other,
         }
     }
 }

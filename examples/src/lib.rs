@@ -6,9 +6,8 @@
 //!   pipe, with the monoio client.
 //! * `viewer`: subscribes through a relay and checks every frame: a hang
 //!   broadcast is decoded with openh264 (continuity, stamps, latency, PNG
-//!   output); any other broadcast is checked against the test pattern of the
-//!   mps2-an386 firmware (`boards/qemu-mps2-an386/src/pattern.rs`, shared by
-//!   source; `boards/qemu-e2e.sh` runs it against the firmware under QEMU) or,
-//!   for frames of the private run-length codec, with [`camera::Decoder`].
+//!   output, or the boards' I_PCM test card checked sample by sample:
+//!   `boards/qemu-e2e.sh` runs it against the firmware under QEMU); frames of
+//!   the private run-length codec are checked with [`camera::Decoder`].
 
 pub mod camera;

@@ -5,7 +5,8 @@
 //   skiff-browser   publish.html in one page -> skiff-relay -> the player in another
 //   moq-camera      the H.264 camera -> moq-relay 0.17.10 -> the player
 //   moq-browser     publish.html -> moq-relay 0.17.10 -> the player
-// or, with --url URL --name NAME, only the player against a relay that is already running.
+// or, with --url URL --name NAME, only the player against a relay that is already running
+// (its screenshot is --out/TAG.png, TAG from --tag, default "given").
 //
 // Each scenario requires at least MIN_FRAMES frames decoded by the page's WebCodecs
 // VideoDecoder within WINDOW_MS of the first one, records the time to the first decoded frame,
@@ -13,7 +14,7 @@
 // uniform, and that it changes (the source moves).
 //
 // Usage: node web/test/watch.mjs [--scenarios a,b,...] [--require a,b,...] [--skiff-relay BIN] [--moq-relay BIN]
-//        [--camera BIN] [--chromium BIN] [--out DIR] [--url URL --name NAME]
+//        [--camera BIN] [--chromium BIN] [--out DIR] [--url URL --name NAME [--tag TAG]]
 // Binaries default to $SKIFF_RELAY, $MOQ_RELAY, $SKIFF_CAMERA, $CHROMIUM. A scenario whose
 // binary is not given is skipped with a line that says so, unless --require names it.
 // Prints one line per scenario and a closing "N passed, N failed" line; exits 1 on a failure.
@@ -59,6 +60,7 @@ const { values: opts } = parseArgs({
 		out: { type: "string" },
 		url: { type: "string" },
 		name: { type: "string" },
+		tag: { type: "string", default: "given" },
 		help: { type: "boolean", short: "h" },
 	},
 });
@@ -589,7 +591,7 @@ let skipped = 0;
 try {
 	if (opts.url) {
 		try {
-			const f = await watch(browser, "given", opts.url, opts.url, opts.name);
+			const f = await watch(browser, opts.tag, opts.url, opts.url, opts.name);
 			console.log(`ok    ${opts.name} on ${opts.url}: ${describe(f)}`);
 			passed += 1;
 		} catch (err) {

@@ -23,7 +23,7 @@ use static_cell::StaticCell;
 use {defmt_rtt as _, panic_probe as _};
 
 /// Name of the broadcast this board publishes.
-const BROADCAST: &str = "skiff/nucleo-f767zi";
+const BROADCAST: &str = "skiff/nucleo-f767zi.hang";
 /// Locally administered unicast MAC (set a unique one per board on a shared LAN).
 const MAC: [u8; 6] = [0x02, 0x00, 0x5a, 0x1f, 0x07, 0x67];
 

@@ -2,18 +2,19 @@
 //! publisher of a synthetic camera.
 //!
 //! Brings up embassy-net over the LAN9118 with DHCPv4 (QEMU user networking hands out
-//! 10.0.2.15) and publishes broadcast [`BROADCAST`] with one track, [`TRACK`], through
-//! skiff-embassy to a moq-lite relay at `tcp://10.0.2.2:`[`HOST_PORT`][`RELAY_PATH`]
-//! (slirp forwards 10.0.2.2 to the host's 127.0.0.1). The camera writes one frame per tick
-//! at 30 fps, a moving test pattern of [`pattern::FRAME_LEN`] bytes that a viewer can
-//! verify byte for byte (see [`pattern`]), and starts a new group every second. Each write
-//! is paced by the publisher, so the track never runs ahead of the relay's credit. The
-//! publisher redials on its own if the relay is not up yet or the connection drops; the
-//! firmware runs until QEMU is stopped.
+//! 10.0.2.15) and publishes the hang broadcast [`BROADCAST`] (docs/protocol.md §10)
+//! through skiff-embassy to a moq-lite relay at `tcp://10.0.2.2:`[`HOST_PORT`][`RELAY_PATH`]
+//! (slirp forwards 10.0.2.2 to the host's 127.0.0.1): a `catalog.json` track and the
+//! H.264 video track [`TRACK`], which any H.264 decoder (a browser's included) plays. The
+//! camera is skiff-core's test card ([`CARD`]: a moving pattern with the frame number
+//! drawn in), written as I_PCM pictures without an encoder (docs/protocol.md §10.4), one
+//! IDR picture and one group per frame. Each write is paced by the publisher, so the track
+//! never runs ahead of the relay's credit. The publisher redials on its own if the relay
+//! is not up yet or the connection drops; the firmware runs until QEMU is stopped.
 //!
-//! Console: UART0 (stdio under `-nographic`), one status line per group. No global
-//! allocator: the block pool, the track, broadcast and origin and the publisher's buffers
-//! are statics.
+//! Console: UART0 (stdio under `-nographic`), one status line per second. No global
+//! allocator: the block pool, the tracks, broadcast and origin, the publisher's buffers and
+//! the frame buffer are statics.
 //!
 //! # Executor
 //!
@@ -27,7 +28,6 @@
 #![no_main]
 #![deny(unsafe_code)]
 
-mod pattern;
 mod time_driver;
 mod uart;
 
@@ -40,6 +40,7 @@ use embassy_executor::{InterruptExecutor, Spawner};
 use embassy_net::{IpEndpoint, Ipv4Address, StackResources};
 use embassy_time::{Duration, Ticker, Timer};
 use lan9118::{Lan9118, Regs};
+use skiff_core::hang::{self, testcard::TestCard};
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, group, origin, track};
 use skiff_core::pool::{Pool, PoolStorage};
@@ -56,21 +57,30 @@ const HOST_PORT: u16 = match option_env!("MPS2_HOST_PORT") {
 const HOST_ADDR: Ipv4Address = Ipv4Address::new(10, 0, 2, 2);
 /// SETUP path sent to the relay (the path of its URL).
 const RELAY_PATH: &str = "/anon";
-/// The broadcast the board announces.
-const BROADCAST: &str = "mps2/cam";
-/// The camera's track within [`BROADCAST`].
+/// The broadcast the board announces (a hang broadcast: its name ends in `.hang`).
+const BROADCAST: &str = "mps2/cam.hang";
+/// The camera's video track within [`BROADCAST`].
 const TRACK: &str = "video";
+/// The camera: a 96×64 test card at 15 fps, about 9.3 KiB per frame (1.1 Mbit/s).
+const CARD: TestCard = match TestCard::new(96, 64, 15) {
+    Ok(card) => card,
+    Err(_) => panic!("96x64 at 15 fps is a valid test card"),
+};
+/// Bytes of the frame buffer: the largest frame [`CARD`] can write.
+const FRAME_LEN: usize = CARD.max_frame_len();
 /// The publisher's moq-lite Hop ID: stable and non-zero (docs/protocol.md §4.3).
 const HOP: u64 = 0x6d70_7332_0001;
-/// Block pool: [`POOL_BLOCKS`] blocks of [`BLOCK_SIZE`] bytes hold the track's cache.
+/// Block pool: [`POOL_BLOCKS`] blocks of [`BLOCK_SIZE`] bytes hold both tracks' caches.
 const POOL_BLOCKS: usize = 48;
 /// Bytes per pool block.
 const BLOCK_SIZE: usize = 1024;
-/// Group slots of the track's ring.
+/// Group slots of the video track's ring (a group is one frame).
 const GROUP_SLOTS: usize = 4;
-/// The track's cache budget: two seconds of video (a group is about 15.5 KiB), well
-/// inside the pool, so older groups are evicted before the pool runs dry.
-const CACHE_BYTES: u64 = 32 * 1024;
+/// Group slots of the catalog track's ring (it holds one group, kept open).
+const CATALOG_SLOTS: usize = 2;
+/// The video track's cache budget: three frames (a frame is about 9.3 KiB), well inside
+/// the pool, so older groups are evicted before the pool runs dry.
+const CACHE_BYTES: u64 = 30 * 1024;
 /// Locally administered unicast MAC for the board.
 const MAC: [u8; 6] = [0x02, 0x00, 0x5a, 0x1f, 0x00, 0x01];
 /// LAN9118 register window (hw/arm/mps2.c: `ethernet_base` for AN386).
@@ -188,12 +198,13 @@ async fn app(spawner: Spawner) {
         Err(_) => fail("spawn net_task"),
     }
 
-    // The media: a pool, one track in one broadcast, an origin announcing it. `StaticCell`
+    // The media: a pool, two tracks in one broadcast, an origin announcing it. `StaticCell`
     // with `init_with` throughout: these types are `!Send` and too big to copy around.
     static POOL_STORAGE: StaticCell<PoolStorage<POOL_BLOCKS, BLOCK_SIZE>> = StaticCell::new();
     static POOL: StaticCell<Pool<'static>> = StaticCell::new();
     static TRACK_STATE: StaticCell<track::State<'static, GROUP_SLOTS>> = StaticCell::new();
-    static BROADCAST_STATE: StaticCell<broadcast::State<'static, 'static, 1>> = StaticCell::new();
+    static CATALOG_STATE: StaticCell<track::State<'static, CATALOG_SLOTS>> = StaticCell::new();
+    static BROADCAST_STATE: StaticCell<broadcast::State<'static, 'static, 2>> = StaticCell::new();
     static BROADCAST_PRODUCER: StaticCell<broadcast::Producer<'static, 'static>> =
         StaticCell::new();
     static ORIGIN: StaticCell<origin::State<'static, 'static, 1, 4>> = StaticCell::new();
@@ -201,7 +212,7 @@ async fn app(spawner: Spawner) {
 
     let pool: &'static Pool<'static> =
         POOL.init(Pool::new(POOL_STORAGE.init_with(PoolStorage::new)));
-    let Ok(info) = track::Info::new(TRACK) else {
+    let Ok(info) = hang::video_info(TRACK) else {
         fail("track name too long");
     };
     let limits = track::Limits {
@@ -209,6 +220,8 @@ async fn app(spawner: Spawner) {
         cache_bytes: CACHE_BYTES,
     };
     let track: &'static _ = TRACK_STATE.init_with(|| track::State::with_limits(pool, info, limits));
+    let catalog: &'static _ =
+        CATALOG_STATE.init_with(|| track::State::new(pool, hang::catalog_info()));
     let Ok(path) = Path::new(BROADCAST) else {
         fail("bad broadcast path");
     };
@@ -221,7 +234,7 @@ async fn app(spawner: Spawner) {
     };
     // Kept for good: dropping the producer would finish the broadcast.
     let tracks = BROADCAST_PRODUCER.init(tracks);
-    if tracks.add(track.handle()).is_err() {
+    if tracks.add(catalog.handle()).is_err() || tracks.add(track.handle()).is_err() {
         fail("add track");
     }
     let origin: &'static _ = ORIGIN.init_with(origin::State::new);
@@ -239,65 +252,82 @@ async fn app(spawner: Spawner) {
         Err(_) => fail("spawn publisher_task"),
     }
     println!(
-        "publishing {}/{} to tcp://{}:{}{}",
-        BROADCAST, TRACK, HOST_ADDR, HOST_PORT, RELAY_PATH
+        "publishing {} (catalog.json, {}: {}x{} I_PCM H.264 at {} fps) to tcp://{}:{}{}",
+        BROADCAST,
+        TRACK,
+        CARD.geometry().width(),
+        CARD.geometry().height(),
+        CARD.fps(),
+        HOST_ADDR,
+        HOST_PORT,
+        RELAY_PATH
     );
 
+    let Ok(catalog) = catalog.producer() else {
+        fail("catalog producer taken");
+    };
+    // The catalog's only group stays open while the broadcast lasts, so a viewer that joins
+    // later still finds it (docs/protocol.md §10.2).
+    static CATALOG_GROUP: StaticCell<track::GroupProducer<'static, 'static>> = StaticCell::new();
+    let mut json = [0u8; hang::testcard::CATALOG_MAX_LEN];
+    let len = match CARD.catalog(TRACK, &mut json) {
+        Ok(len) => len,
+        Err(e) => fail_with("catalog", e),
+    };
+    let group = match catalog.create_group(0) {
+        Ok(g) => CATALOG_GROUP.init(g),
+        Err(e) => fail_with("catalog group", e),
+    };
+    if let Err(e) = group.write_frame(0, &json[..len]) {
+        fail_with("catalog frame", e);
+    }
     let Ok(producer) = track.producer() else {
         fail("track producer taken");
     };
     camera(publisher, producer).await
 }
 
-/// The synthetic camera: frame `n` of [`pattern`] every tick, group `n / 30` per second,
-/// each write paced by `publisher`.
+/// The synthetic camera: picture `n` of [`CARD`] every tick as group `n` (one IDR picture
+/// per group), each write paced by `publisher`.
 async fn camera(
     publisher: Publisher<'static, 'static, 'static>,
     producer: track::Producer<'static, 'static>,
 ) -> ! {
-    let mut frame = [0u8; pattern::FRAME_LEN];
-    let mut ticker = Ticker::every(Duration::from_hz(u64::from(pattern::FRAMES_PER_GROUP)));
-    let mut group: Option<track::GroupProducer<'static, 'static>> = None;
+    static FRAME: StaticCell<[u8; FRAME_LEN]> = StaticCell::new();
+    let buf = FRAME.init([0; FRAME_LEN]);
+    let mut ticker = Ticker::every(Duration::from_hz(u64::from(CARD.fps())));
     let mut n: u32 = 0;
     let mut dropped: u32 = 0;
-    // Self-test of the shared rule: what `fill` writes, `check` (the viewer's side) accepts.
-    pattern::fill(&mut frame, 0);
-    if let Err(e) = pattern::check(&frame) {
-        fail_with("test pattern self-check", e);
-    }
     loop {
-        let pos = pattern::Position::of(n);
-        if pos.index == 0 {
-            if let Some(mut done) = group.take() {
-                // An evicted or aborted group cannot be finished; nothing to do about it.
-                let _ = done.finish();
-            }
-            group = match producer.create_group(u64::from(pos.group)) {
-                Ok(g) => Some(g),
-                Err(e) => {
-                    println!("group {}: not created: {}", pos.group, e);
-                    None
-                }
-            };
+        if n.is_multiple_of(CARD.fps()) {
             println!(
-                "group {}: state {:?}, subscribers {}, sessions {}, frames dropped {}",
-                pos.group,
+                "second {}: state {:?}, subscribers {}, sessions {}, frames dropped {}",
+                n / CARD.fps(),
                 publisher.state(),
                 publisher.subscribers(),
                 publisher.sessions(),
                 dropped
             );
         }
-        if let Some(g) = group.as_mut() {
-            pattern::fill(&mut frame, n);
-            publisher.paced(g).await;
-            if let Err(e) = write(g, pos.timestamp_ms(), &frame).await {
-                // The rest of this group would have a hole: drop it, start afresh next second.
-                println!("frame {}: {}; ending group {} early", n, e, pos.group);
-                dropped = dropped.wrapping_add(1);
-                // Finished, not dropped: a dropped producer would abort the group.
+        match producer.create_group(u64::from(n)) {
+            Ok(mut g) => {
+                let pts = CARD.pts_us(u64::from(n));
+                let frame = match CARD.frame(n, pts, buf) {
+                    Ok(frame) => frame,
+                    Err(e) => fail_with("test card frame", e),
+                };
+                publisher.paced(&g).await;
+                if let Err(e) = write(&mut g, pts, frame).await {
+                    println!("frame {}: {}", n, e);
+                    dropped = dropped.wrapping_add(1);
+                }
+                // Finished, not dropped: a dropped producer would abort the group. An
+                // evicted or aborted group cannot be finished; nothing to do about it.
                 let _ = g.finish();
-                group = None;
+            }
+            Err(e) => {
+                println!("group {}: not created: {}", n, e);
+                dropped = dropped.wrapping_add(1);
             }
         }
         n = n.wrapping_add(1);
@@ -315,7 +345,7 @@ async fn write(
     let mut tries = 0;
     loop {
         match g.write_frame(timestamp, frame) {
-            Err(group::WriteError::PoolExhausted) if tries < 30 => {
+            Err(group::WriteError::PoolExhausted) if tries < 60 => {
                 tries += 1;
                 Timer::after_millis(1).await;
             }

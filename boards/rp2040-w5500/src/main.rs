@@ -27,7 +27,7 @@ use static_cell::StaticCell;
 use {defmt_rtt as _, panic_probe as _};
 
 /// Name of the broadcast this board publishes.
-const BROADCAST: &str = "skiff/rp2040-w5500";
+const BROADCAST: &str = "skiff/rp2040-w5500.hang";
 /// Locally administered unicast MAC (set a unique one per board on a shared LAN).
 const MAC: [u8; 6] = [0x02, 0x00, 0x5a, 0x1f, 0x20, 0x40];
 /// SPI clock requested (the W5500 takes up to 80 MHz; the RP2040's SPI divides its

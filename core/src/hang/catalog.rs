@@ -107,7 +107,8 @@ fn emit(video: &[VideoRendition<'_>], w: &mut Out<'_>) -> fmt::Result {
             r.coded_width, r.coded_height
         )?;
         if let Some(f) = r.framerate {
-            write!(w, ",\"framerate\":{f}")?;
+            w.write_str(",\"framerate\":")?;
+            decimal_milli(w, f)?;
         }
         if let Some(b) = r.bitrate {
             write!(w, ",\"bitrate\":{b}")?;
@@ -115,6 +116,24 @@ fn emit(video: &[VideoRendition<'_>], w: &mut Out<'_>) -> fmt::Result {
         w.write_str(",\"container\":{\"kind\":\"legacy\"}}")?;
     }
     w.write_str("}}}")
+}
+
+/// A finite, positive `f` as a JSON number rounded to three decimals, trailing
+/// zeros dropped (`30`, `29.97`), in integer arithmetic: no float formatting
+/// code, which would cost a microcontroller several KiB of flash.
+fn decimal_milli(w: &mut Out<'_>, f: f64) -> fmt::Result {
+    // Saturates above u64::MAX thousandths; frame rates are nowhere near.
+    let milli = (f * 1000.0 + 0.5) as u64;
+    let (int, mut frac, mut digits) = (milli / 1000, milli % 1000, 3);
+    write!(w, "{int}")?;
+    if frac == 0 {
+        return Ok(());
+    }
+    while frac % 10 == 0 {
+        frac /= 10;
+        digits -= 1;
+    }
+    write!(w, ".{frac:0digits$}")
 }
 
 /// `s` as a JSON string (RFC 8259 §7): quotes, backslashes and control
@@ -153,6 +172,8 @@ impl Write for Out<'_> {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
+
     use super::*;
 
     fn rendition() -> VideoRendition<'static> {
@@ -208,6 +229,28 @@ mod tests {
         assert!(s.contains("\"framerate\":29.97,\"container\""), "{s}");
         assert!(s.contains("},\"low\":{\"codec\":\"avc1.42c01f\""), "{s}");
         assert_eq!(written(&[]).as_str(), "{\"video\":{\"renditions\":{}}}");
+    }
+
+    #[test]
+    fn framerates_to_three_decimals() {
+        for (f, text) in [
+            (30.0, "30"),
+            (29.97, "29.97"),
+            (30000.0 / 1001.0, "29.97"),
+            (0.5, "0.5"),
+            (12.0625, "12.063"),
+            (1e30, "18446744073709551.615"),
+        ] {
+            let r = VideoRendition {
+                framerate: Some(f),
+                ..rendition()
+            };
+            let s = written(&[r]);
+            assert!(
+                s.contains(&std::format!("\"framerate\":{text},")),
+                "{f}: {s}"
+            );
+        }
     }
 
     #[test]

@@ -9,12 +9,17 @@
 //! * [`avc`]: H.264 NAL framing, the avcC record and the codec string.
 //! * [`frame`]: the legacy container's prefix, written and read without allocating.
 //! * [`catalog`]: a catalog writer for video renditions into a caller's buffer.
+//! * [`ipcm`]: an H.264 writer without an encoder (I_PCM macroblocks).
+//! * [`testcard`]: a moving test card with a drawn frame counter, as catalog
+//!   and frames, for boards without a camera, and its check for viewers.
 //! * [`catalog_info`], [`video_info`], [`audio_info`]: the TRACK_INFO values
 //!   moq-dev's publishers give these tracks.
 
 pub mod avc;
 pub mod catalog;
 pub mod frame;
+pub mod ipcm;
+pub mod testcard;
 
 use core::num::NonZeroU64;
 

@@ -1,9 +1,12 @@
-//! The viewer's hang mode: catalog, H.264 decoding, continuity, stamps, PNG output.
+//! The viewer's hang mode: catalog, H.264 decoding, continuity, stamps or the
+//! test card, PNG output.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use openh264::formats::YUVSource;
+use skiff_core::hang::ipcm::Plane;
+use skiff_core::hang::testcard::TestCard;
 use skiff_core::hang::{self as core_hang, avc, frame};
 use skiff_media::catalog::Catalog;
 use skiff_media::h264::Decoder;
@@ -51,6 +54,12 @@ impl Stats {
         )
     }
 }
+
+/// A pause between good frames longer than this (seconds) counts as an outage.
+const GAP_SECS: f64 = 1.0;
+
+/// Good frames the last of `--recoveries` must be followed by (the first included).
+const RECOVERED_FRAMES: u64 = 15;
 
 /// Reads the catalog, then decodes and checks video frames until `args.frames` good ones.
 pub async fn read(
@@ -128,6 +137,15 @@ pub async fn read(
     let mut last_stamp: Option<u32> = None;
     let mut stamps: Option<bool> = None;
     let mut first_group = None;
+    let card = match args.expect_ipcm_pattern {
+        true => Some(test_card(config)?),
+        false => None,
+    };
+    let mut last_counter: Option<u32> = None;
+    let mut counter_gaps = 0u64;
+    let mut last_good: Option<Instant> = None;
+    let mut recoveries = 0u64;
+    let mut since_recovery = 0u64;
     loop {
         let mut group = match track.next_group().await {
             Ok(Some(g)) => g,
@@ -195,7 +213,21 @@ pub async fn read(
                 ));
             }
             let (stride, _, _) = yuv.strides();
-            let stamp = pattern::read_stamp(yuv.y(), stride, w, h);
+            if let Some(card) = &card {
+                let n = check_test_card(card, &yuv, pts)
+                    .map_err(|e| format!("corrupt frame: {at}: {e}"))?;
+                if let Some(l) = last_counter {
+                    if n <= l {
+                        return Err(format!("corrupt frame: {at}: counter {n} after {l}"));
+                    }
+                    counter_gaps += u64::from(n - l - 1);
+                }
+                last_counter = Some(n);
+            }
+            let stamp = match card {
+                Some(_) => None,
+                None => pattern::read_stamp(yuv.y(), stride, w, h),
+            };
             // The first picture decides whether this camera stamps its frames.
             let stamped = *stamps.get_or_insert(stamp.is_some());
             if stamped {
@@ -218,6 +250,21 @@ pub async fn read(
                 write_png(&path, &yuv, &mut rgb)
                     .map_err(|e| format!("writing {}: {e}", path.display()))?;
             }
+            let now = Instant::now();
+            if let Some(gap) = last_good
+                .map(|t| now - t)
+                .filter(|g| g.as_secs_f64() > GAP_SECS)
+            {
+                recoveries += 1;
+                since_recovery = 0;
+                println!(
+                    "viewer: recovery {recoveries}: frames again after a {:.2} s gap ({at}, {:.1} s)",
+                    gap.as_secs_f64(),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            last_good = Some(now);
+            since_recovery += 1;
             last_pts = Some(pts);
             index += 1;
             stats.first.get_or_insert_with(Instant::now);
@@ -227,7 +274,9 @@ pub async fn read(
             if stats.frames.is_multiple_of(30) {
                 println!("viewer: {}", stats.line());
             }
-            if stats.frames >= args.frames {
+            let recovered = args.recoveries == 0
+                || (recoveries >= args.recoveries && since_recovery >= RECOVERED_FRAMES);
+            if stats.frames >= args.frames && recovered {
                 println!(
                     "viewer: PASS: {} good frames (hang {}), groups {}..={seq}, {:.1} s",
                     stats.frames,
@@ -236,8 +285,63 @@ pub async fn read(
                     started.elapsed().as_secs_f64()
                 );
                 println!("viewer: {}", stats.line());
+                if let Some(n) = last_counter {
+                    println!(
+                        "viewer: test card exact in every sample, counter rising to {n} ({counter_gaps} frames not seen)"
+                    );
+                }
                 return Ok(());
             }
         }
     }
+}
+
+/// The test card the catalog's rendition describes (size and frame rate).
+fn test_card(config: &skiff_media::catalog::VideoConfig) -> Result<TestCard, String> {
+    let (Some(w), Some(h), Some(fps)) = (config.coded_width, config.coded_height, config.framerate)
+    else {
+        return Err(
+            "--expect-ipcm-pattern: the catalog lacks codedWidth, codedHeight or framerate".into(),
+        );
+    };
+    if fps.fract() != 0.0 || !(1.0..=1000.0).contains(&fps) {
+        return Err(format!(
+            "--expect-ipcm-pattern: frame rate {fps} is not a whole number of fps"
+        ));
+    }
+    TestCard::new(w as usize, h as usize, fps as u32)
+        .map_err(|e| format!("--expect-ipcm-pattern: {w}x{h} at {fps} fps: {e}"))
+}
+
+/// Checks a decoded picture against `card`: its counter must read back, every
+/// sample must be the card's for that counter, and `pts` its time. Returns the counter.
+fn check_test_card(card: &TestCard, yuv: &impl YUVSource, pts: u64) -> Result<u32, String> {
+    let (sy, su, sv) = yuv.strides();
+    let n = card
+        .read_counter(yuv.y(), sy)
+        .ok_or("test card counter unreadable")?;
+    let g = card.geometry();
+    for (plane, data, stride, sub) in [
+        (Plane::Y, yuv.y(), sy, 1),
+        (Plane::Cb, yuv.u(), su, 2),
+        (Plane::Cr, yuv.v(), sv, 2),
+    ] {
+        for y in 0..g.height() / sub {
+            for x in 0..g.width() / sub {
+                let (got, want) = (data[y * stride + x], card.sample(plane, x, y, n));
+                if got != want {
+                    return Err(format!(
+                        "test card {n}: {plane:?} sample ({x}, {y}) is {got}, not {want}"
+                    ));
+                }
+            }
+        }
+    }
+    if pts != card.pts_us(n.into()) {
+        return Err(format!(
+            "test card {n}: time {pts} µs, not {} µs",
+            card.pts_us(n.into())
+        ));
+    }
+    Ok(n)
 }

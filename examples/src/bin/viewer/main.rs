@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! viewer --url tcp://127.0.0.1:4443/anon --broadcast cam.hang --frames 300 --out /tmp/frames
-//! viewer --url tcp://127.0.0.1:14443/anon --broadcast mps2/cam --track video --frames 100 --timeout 60
+//! viewer --url tcp://127.0.0.1:14443/anon --broadcast mps2/cam.hang --expect-ipcm-pattern --frames 100
 //! ```
 //!
 //! **hang** (a broadcast whose name ends in `.hang`): reads the `catalog.json`
@@ -13,12 +13,18 @@
 //! a picture of the catalog's size. When the pictures carry the camera's stamp
 //! (its test pattern), the stamp must read back, its counter must rise, and the
 //! glass-to-glass latency (now minus the stamped capture time) is reported.
+//! With `--expect-ipcm-pattern` every picture must instead be skiff-core's
+//! test card (`skiff_core::hang::testcard`, what the firmware under
+//! `boards/` publishes; `boards/qemu-e2e.sh` runs this): every sample exact,
+//! the drawn counter rising, the frame's time `counter / fps`. With
+//! `--recoveries N` it also waits for N gaps of over a second (the relay
+//! restarted, a link went down) after which frames flow again, and prints
+//! each gap's length.
 //! Prints fps, Mbit/s and latency; `--out DIR` writes each good frame as
 //! `DIR/frame-NNNNNN.png`.
 //!
-//! **pattern** (any other name): the frames of the mps2-an386 firmware's test
-//! pattern (`boards/qemu-e2e.sh`) or of the private run-length codec (`SKC1`),
-//! checked byte for byte as before; see [`skiff_examples::camera`].
+//! **pattern** (any other name): the frames of the private run-length codec
+//! (`SKC1`), checked byte for byte; see [`skiff_examples::camera`].
 //!
 //! In both modes groups skipped at the live edge are allowed; a hole inside a
 //! group is not. The client redials a relay that is not up yet or goes away.
@@ -35,15 +41,10 @@ use skiff_monoio::driver::{self, DriverKind};
 use skiff_monoio::sdk::Request;
 use skiff_monoio::{Client, Config, Error, connect};
 
-// The frame rule, shared by source with the firmware (which is `no_std`).
-#[allow(dead_code)]
-#[path = "../../../../boards/qemu-mps2-an386/src/pattern.rs"]
-mod pattern;
-
 /// Command-line options.
 #[derive(Parser, Debug)]
 #[command(
-    about = "Subscribe through a relay and verify a camera's frames (hang H.264, or the mps2-an386 pattern)"
+    about = "Subscribe through a relay and verify a camera's frames (hang H.264, or the private SKC1 codec)"
 )]
 struct Args {
     /// The relay: `tcp://HOST:PORT/PATH`, `tls://...`, `ws://...` or `wss://...`.
@@ -68,6 +69,15 @@ struct Args {
     /// hang: write each good frame as a PNG file into this directory.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
+    /// hang: every picture must be skiff-core's I_PCM test card (the boards' camera),
+    /// exact in every sample, its drawn counter rising.
+    #[arg(long)]
+    expect_ipcm_pattern: bool,
+    /// hang: also wait for this many recoveries, frames flowing again after a gap of over
+    /// a second (the relay restarted, the link came back), the last followed by 15 good
+    /// frames; each gap is printed.
+    #[arg(long, default_value_t = 0)]
+    recoveries: u64,
 }
 
 /// Where a checked frame belongs, whichever camera made it.
@@ -85,28 +95,20 @@ struct Placed {
     kind: &'static str,
 }
 
-/// Checks one payload: a host camera frame (`SKC1`: decoded with `decoder`, the
-/// picture compared with the pattern) or an mps2-an386 firmware frame (`SKF1`).
+/// Checks one payload, a host camera frame of the private codec (`SKC1`):
+/// decoded with `decoder`, the picture compared with the pattern.
 fn place(decoder: &mut camera::Decoder, payload: &[u8]) -> Result<Placed, String> {
-    if payload.starts_with(&camera::MAGIC) {
-        let h = camera::check(decoder, payload).map_err(|e| e.to_string())?;
-        Ok(Placed {
-            n: h.n,
-            group: h.format.group(h.n),
-            index: h.format.index(h.n),
-            timestamp: h.format.timestamp_ms(h.n),
-            kind: "host camera",
-        })
-    } else {
-        let p = pattern::check(payload).map_err(|e| e.to_string())?;
-        Ok(Placed {
-            n: p.n.into(),
-            group: p.group.into(),
-            index: p.index.into(),
-            timestamp: p.timestamp_ms(),
-            kind: "mps2-an386 pattern",
-        })
+    if !payload.starts_with(&camera::MAGIC) {
+        return Err("not an SKC1 frame (a hang broadcast's name ends in .hang)".into());
     }
+    let h = camera::check(decoder, payload).map_err(|e| e.to_string())?;
+    Ok(Placed {
+        n: h.n,
+        group: h.format.group(h.n),
+        index: h.format.index(h.n),
+        timestamp: h.format.timestamp_ms(h.n),
+        kind: "host camera",
+    })
 }
 
 /// Prints `msg` and exits 1.
@@ -262,54 +264,3 @@ async fn read(
 }
 
 mod hang;
-
-#[cfg(test)]
-mod tests {
-    use super::pattern::{self, Corrupt, FRAME_LEN, Position};
-
-    // ---- the shared frame rule ----
-
-    #[test]
-    fn filled_frames_check_out() {
-        let mut frame = [0u8; FRAME_LEN];
-        for n in [0, 1, 29, 30, 31, 12_345, u32::MAX] {
-            pattern::fill(&mut frame, n);
-            assert_eq!(pattern::check(&frame), Ok(Position::of(n)));
-        }
-        assert_eq!(Position::of(61).group, 2);
-        assert_eq!(Position::of(61).index, 1);
-        assert_eq!(Position::of(30).timestamp_ms(), 1000);
-    }
-
-    #[test]
-    fn every_flipped_byte_is_caught() {
-        let mut frame = [0u8; FRAME_LEN];
-        pattern::fill(&mut frame, 77);
-        for i in 0..FRAME_LEN {
-            let mut bad = frame;
-            bad[i] ^= 0x01;
-            assert!(pattern::check(&bad).is_err(), "flip at byte {i} passed");
-        }
-    }
-
-    #[test]
-    fn wrong_lengths_and_magic_are_named() {
-        let mut frame = [0u8; FRAME_LEN];
-        pattern::fill(&mut frame, 5);
-        assert_eq!(
-            pattern::check(&frame[..FRAME_LEN - 1]),
-            Err(Corrupt::Length)
-        );
-        assert_eq!(pattern::check(&[]), Err(Corrupt::Length));
-        frame[0] = b'X';
-        assert_eq!(pattern::check(&frame), Err(Corrupt::Magic));
-    }
-
-    #[test]
-    fn the_picture_moves() {
-        let (mut a, mut b) = ([0u8; FRAME_LEN], [0u8; FRAME_LEN]);
-        pattern::fill(&mut a, 3);
-        pattern::fill(&mut b, 4);
-        assert_ne!(a[16..508], b[16..508]);
-    }
-}
