@@ -191,10 +191,12 @@ fi
 
 if [[ "${E2E_BROWSER:-0}" == 1 ]]; then
     # The board is still streaming: the player watches it through the same relay, which
-    # serves the page and takes the browser's WebSocket on the same port.
-    echo "e2e: browser: headless Chromium plays mps2/cam.hang on the watch page"
+    # serves the page and takes the browser's WebSocket on the same port. The player
+    # dials the relay's root, where the board's broadcast (published at /anon) is
+    # anon/mps2/cam.hang (docs/protocol.md §4.1).
+    echo "e2e: browser: headless Chromium plays anon/mps2/cam.hang on the watch page"
     if ! timeout 300 node "$root/web/test/watch.mjs" --url "http://127.0.0.1:$port/" \
-        --name mps2/cam.hang --out "$target" --tag qemu-board; then
+        --name anon/mps2/cam.hang --out "$target" --tag qemu-board; then
         echo "e2e: FAIL (the browser did not play the board)" >&2
         exit 1
     fi
