@@ -443,7 +443,11 @@ async fn publisher(
                         // subscriber that fails leaves the minimum).
                         let _ = tokio::time::timeout(Duration::from_millis(50), notified).await;
                     }
-                    None => tokio::time::sleep(Duration::from_millis(10)).await,
+                    // Nobody reads yet: publish at 100 fps until someone does.
+                    None => {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        break;
+                    }
                 }
             },
             (None, Pace::Fps(_)) => {}
@@ -538,10 +542,15 @@ async fn subscribe_and_read(
         .await
         .map_err(|e| format!("broadcast: {e}"))?;
     let track = broadcast.track(TRACK).map_err(|e| format!("track: {e}"))?;
-    let mut sub = track
-        .subscribe(moq_net::track::Subscription::default())
-        .await
-        .map_err(|e| format!("subscribe: {e}"))?;
+    let mut sub = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        track.subscribe(moq_net::track::Subscription::default()),
+    )
+    .await
+    .map_err(|_| "subscribe timed out".to_owned())?
+    .map_err(|e| format!("subscribe: {e}"))?;
+    // Subscribed: let the next subscriber connect.
+    drop(permit.take());
     let result = loop {
         if shared.stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -589,7 +598,6 @@ async fn subscribe_and_read(
             stat.bytes.fetch_add(p.len() as u64, Ordering::Relaxed);
             stat.next.fetch_max(seq + 1, Ordering::Relaxed);
             stat.live.store(true, Ordering::Relaxed);
-            permit.take();
             if shared.measuring.load(Ordering::Relaxed) {
                 let us = now.saturating_sub(sent) / 1000;
                 if let Ok(mut l) = stat.latencies.lock() {
