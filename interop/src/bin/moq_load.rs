@@ -67,7 +67,9 @@ enum Which {
 }
 
 #[derive(Debug, Parser)]
-#[command(about = "Fan-out load through skiff-relay and moq-relay with the published moq-net client.")]
+#[command(
+    about = "Fan-out load through skiff-relay and moq-relay with the published moq-net client."
+)]
 struct Cli {
     /// The relay(s) to measure.
     #[arg(long, value_enum, default_value_t = Which::Both)]
@@ -105,7 +107,11 @@ struct Cli {
     /// Extra flags for `skiff-relay serve`, space-separated (write
     /// `--skiff-args=...`). The default lifts the per-address connection limit
     /// (256 per worker), since every client here comes from 127.0.0.1.
-    #[arg(long, allow_hyphen_values = true, default_value = "--max-connections-per-ip 100000")]
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        default_value = "--max-connections-per-ip 100000"
+    )]
     skiff_args: String,
     /// The moq-relay binary [default: $MOQ_RELAY, then ~/.cache/skiff/moq-relay-0.17.10/bin/moq-relay].
     #[arg(long)]
@@ -195,7 +201,9 @@ fn start_skiff(cli: &Cli, bin: &Path) -> Result<RelayChild, String> {
             relay.addr = addr;
             Ok(relay)
         }
-        _ => Err(format!("skiff-relay did not say where it listens: {line:?}")),
+        _ => Err(format!(
+            "skiff-relay did not say where it listens: {line:?}"
+        )),
     }
 }
 
@@ -319,7 +327,9 @@ fn versions() -> Result<moq_net::Versions, String> {
 
 fn origin(hop: u64) -> Result<moq_net::origin::Producer, String> {
     let hop = moq_net::Hop::new(hop).map_err(|e| format!("hop: {e}"))?;
-    Ok(moq_tokio::origin::spawn_config(moq_net::origin::Config::new(hop)))
+    Ok(moq_tokio::origin::spawn_config(
+        moq_net::origin::Config::new(hop),
+    ))
 }
 
 /// Dials `addr` with qmux's TCP client (moq-tokio's settings) and sets up a
@@ -457,7 +467,7 @@ async fn publisher(
         if shared.stop.load(Ordering::Relaxed) {
             break;
         }
-        if seq % group_frames == 0 {
+        if seq.is_multiple_of(group_frames) {
             if let Some(g) = group.take() {
                 let _ = g.finish();
             }
@@ -698,7 +708,11 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
         tokio::time::sleep(Duration::from_secs_f64(cli.warmup)).await;
 
         let snap = |s: &Shared| {
-            let f: u64 = s.subs.iter().map(|x| x.frames.load(Ordering::Relaxed)).sum();
+            let f: u64 = s
+                .subs
+                .iter()
+                .map(|x| x.frames.load(Ordering::Relaxed))
+                .sum();
             let b: u64 = s.subs.iter().map(|x| x.bytes.load(Ordering::Relaxed)).sum();
             let bad: u64 = s.subs.iter().map(|x| x.bad.load(Ordering::Relaxed)).sum();
             let old: u64 = s.subs.iter().map(|x| x.old.load(Ordering::Relaxed)).sum();
