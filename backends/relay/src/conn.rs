@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -154,11 +155,13 @@ impl Connection {
     ) -> Self {
         // Latency matters more than segment count for a relay.
         let _ = stream.set_nodelay(true);
+        let fd = stream.as_raw_fd();
         let (r, w) = stream.into_split();
         // Buffers are taken from the pool when bytes come or go, not before:
         // a connection that has sent nothing holds none.
         let reader = Reader {
             half: r,
+            fd,
             buf: Vec::new(),
             pending: 0,
             canceller: Canceller::new(),
@@ -229,6 +232,8 @@ impl Connection {
 /// The receiving half of a [`Connection`] with its reusable read buffer.
 pub struct Reader {
     half: OwnedReadHalf<TcpStream>,
+    /// The socket's descriptor, for [`quick_ack`] (owned by `half`).
+    fd: RawFd,
     buf: Vec<u8>,
     /// Bytes at the front of `buf` received by [`Reader::wait_first`] and
     /// not returned by a read yet.
@@ -367,6 +372,13 @@ impl Reader {
         let (res, buf) = self.half.read(buf).await;
         self.buf = buf;
         let n = res?;
+        // A short read drained the socket: the peer may be holding back its
+        // next segment (Nagle) until this one is acknowledged, so acknowledge
+        // now rather than at the delayed-ACK timer. A full read means more is
+        // queued, and the kernel acknowledges that by itself.
+        if n > 0 && n < self.buf.capacity() {
+            quick_ack(self.fd);
+        }
         self.shared.counters().add_bytes_in(n);
         Ok(self.buf.get(..n).unwrap_or(&[]))
     }
@@ -399,6 +411,31 @@ impl Reader {
         self.shared.counters().add_bytes_in(n);
         Ok(Some(self.buf.get(..n).unwrap_or(&[])))
     }
+}
+
+/// Has the kernel send the ACK it owes on `fd` now and acknowledge at once
+/// until it next decides to delay (`TCP_QUICKACK`, which Linux clears by
+/// itself, so it is set again after every read that needs it).
+///
+/// A peer that does not set `TCP_NODELAY` (moq-net's TCP transport, for
+/// one) sends a partial segment only once everything before it is
+/// acknowledged; with the relay's ACK delayed (40 ms and up on Linux) that
+/// adds tens of milliseconds to a frame split over two writes. One
+/// `setsockopt` per short read costs far less than the stall.
+fn quick_ack(fd: RawFd) {
+    let one: libc::c_int = 1;
+    // SAFETY: `fd` is the open socket of the read half that calls this (the
+    // half owns it for as long as the reader lives); `one` is a live c_int
+    // and its size is passed with it. A failure (not a TCP socket) is harmless.
+    let _ = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_QUICKACK,
+            (&raw const one).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
 }
 
 impl Drop for Reader {

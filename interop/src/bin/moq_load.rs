@@ -1,0 +1,935 @@
+//! `moq_load`: fan-out load through a relay with the published moq-net 0.3.18
+//! client on both ends, so the figures are not flattered by skiff's own client.
+//!
+//! For each relay (`skiff-relay serve`, the published `moq-relay`, or both in
+//! turn) and each subscriber count N, it starts the relay as a child process on
+//! a free loopback port, connects one moq-net publisher and N moq-net
+//! subscribers over QMux over TCP (qmux's TCP transport as it is: this tool sets
+//! no socket option), publishes fixed-size frames at `--fps` (or, with `max`,
+//! as fast as the slowest live subscriber reads them, at most `--window` frames
+//! ahead), waits until every subscriber has read a frame, lets `--warmup`
+//! pass, and measures over `--seconds`:
+//!
+//! - delivered MB/s: payload bytes of frames read by all subscribers, each
+//!   frame's length and its sequence byte checked; the delivered ratio is
+//!   frames read over frames published × live subscribers;
+//! - latency publish → complete frame at the subscriber (the publisher writes
+//!   its send time, nanoseconds since an epoch of this process, into the
+//!   payload's first 8 bytes): p50, p99, max;
+//! - the relay's CPU (utime + stime of `/proc/PID/stat`) over the window, per
+//!   delivered GB and as a share of one core;
+//! - the relay's RSS (`VmRSS`) before the subscribers and at the end of the
+//!   window, and the growth per live subscriber;
+//! - this tool's own CPU share, so a reader sees how much of the machine the
+//!   clients took.
+//!
+//! The clients run on one multi-threaded tokio runtime with `--client-threads`
+//! workers (default 2). Subscribers that fail to connect or subscribe are
+//! counted and printed; they never abort the run.
+//!
+//! ```text
+//! cargo build --release -p skiff-relay --bin skiff-relay
+//! cargo build --release -p skiff-interop --bin moq_load
+//! target/release/moq_load --relay both --subscribers 10 --frame-bytes 16384 --fps 60
+//! ```
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+use skiff_interop::ALPN_LITE_05;
+
+/// Broadcast path the publisher announces.
+const BROADCAST: &str = "load";
+/// Track name of the load.
+const TRACK: &str = "video";
+/// SETUP path of every client (the root with anonymous access on both relays).
+const PATH: &str = "/anon";
+/// Payload header: send time (ns since the epoch), then the frame's sequence number.
+const HEADER: usize = 16;
+/// Bound on one client's connect and handshake.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Which relay a row runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Which {
+    /// `skiff-relay serve`.
+    Skiff,
+    /// The published moq-relay.
+    MoqRelay,
+    /// Both, alternating, in one invocation.
+    Both,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    about = "Fan-out load through skiff-relay and moq-relay with the published moq-net client."
+)]
+struct Cli {
+    /// The relay(s) to measure.
+    #[arg(long, value_enum, default_value_t = Which::Both)]
+    relay: Which,
+    /// Subscriber counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "10")]
+    subscribers: Vec<usize>,
+    /// Bytes per frame (at least 17: the header and a check byte).
+    #[arg(long, default_value_t = 16384)]
+    frame_bytes: usize,
+    /// Frames per second, or `max`: as fast as the slowest live subscriber reads.
+    #[arg(long, default_value = "60")]
+    fps: String,
+    /// Frames per group.
+    #[arg(long, default_value_t = 30)]
+    group_frames: u64,
+    /// Measured seconds per row.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Seconds between every subscriber being live and the measured window.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// With `--fps max`: most frames the publisher runs ahead of the slowest live subscriber.
+    #[arg(long, default_value_t = 8)]
+    window: u64,
+    /// Rounds: each runs every (subscriber count, relay) once, relays alternating.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// The skiff-relay binary [default: `skiff-relay` next to this one].
+    #[arg(long)]
+    skiff_relay: Option<PathBuf>,
+    /// Worker threads of skiff-relay (`--threads`).
+    #[arg(long, default_value_t = 1)]
+    skiff_threads: usize,
+    /// Extra flags for `skiff-relay serve`, space-separated (write
+    /// `--skiff-args=...`). The default lifts the per-address connection limit
+    /// (256 per worker), since every client here comes from 127.0.0.1.
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        default_value = "--max-connections-per-ip 100000"
+    )]
+    skiff_args: String,
+    /// The moq-relay binary [default: $MOQ_RELAY, then ~/.cache/skiff/moq-relay-0.17.10/bin/moq-relay].
+    #[arg(long)]
+    moq_relay: Option<PathBuf>,
+    /// Worker threads of the clients' tokio runtime.
+    #[arg(long, default_value_t = 2)]
+    client_threads: usize,
+    /// Subscribers connecting at once.
+    #[arg(long, default_value_t = 32)]
+    connect_parallel: usize,
+    /// Seconds the subscribers get to read their first frame.
+    #[arg(long, default_value_t = 60.0)]
+    live_timeout: f64,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(&cli) {
+        eprintln!("moq_load: error: {e}");
+        std::process::exit(1);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Relays as child processes
+// ---------------------------------------------------------------------------
+
+/// A relay child, killed when dropped.
+struct RelayChild {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for RelayChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn skiff_path(cli: &Cli) -> Result<PathBuf, String> {
+    if let Some(p) = &cli.skiff_relay {
+        return Ok(p.clone());
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("current exe: {e}"))?;
+    Ok(exe.with_file_name("skiff-relay"))
+}
+
+fn moq_relay_path(cli: &Cli) -> Option<PathBuf> {
+    if let Some(p) = &cli.moq_relay {
+        return Some(p.clone());
+    }
+    if let Some(p) = std::env::var_os("MOQ_RELAY") {
+        return Some(PathBuf::from(p));
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    let p = cache.join("skiff/moq-relay-0.17.10/bin/moq-relay");
+    p.exists().then_some(p)
+}
+
+fn start_skiff(cli: &Cli, bin: &Path) -> Result<RelayChild, String> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--log", "error"])
+        .args(["--threads", &cli.skiff_threads.to_string()])
+        .args(cli.skiff_args.split_whitespace())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut line = String::new();
+    let read = BufReader::new(stdout).read_line(&mut line);
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .and_then(|a| a.parse().ok());
+    let mut relay = RelayChild {
+        child,
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+    };
+    match (read, addr) {
+        (Ok(_), Some(addr)) => {
+            relay.addr = addr;
+            Ok(relay)
+        }
+        _ => Err(format!(
+            "skiff-relay did not say where it listens: {line:?}"
+        )),
+    }
+}
+
+fn start_moq_relay(bin: &Path) -> Result<RelayChild, String> {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("free port: {e}"))?
+        .port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let child = Command::new(bin)
+        .args(["--listen-tcp-bind", &addr.to_string()])
+        .args(["--auth-public", "**", "--log-level", "error"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
+    let relay = RelayChild { child, addr };
+    for _ in 0..300 {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+            return Ok(relay);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!("moq-relay did not listen on {addr}"))
+}
+
+// ---------------------------------------------------------------------------
+// /proc
+// ---------------------------------------------------------------------------
+
+/// CPU seconds (user + system, all threads) of `pid` so far, or 0 if unreadable.
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // stat(5): utime is field 14 and stime 15; `rest` starts at field 3.
+    let tick = |i: usize| -> u64 { fields.get(i).and_then(|f| f.parse().ok()).unwrap_or(0) };
+    // /proc reports in USER_HZ, which the Linux ABI fixes at 100 per second.
+    (tick(11) + tick(12)) as f64 / 100.0
+}
+
+/// `VmRSS` of `pid` in KiB, or 0 if unreadable.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------------
+// Shared counters
+// ---------------------------------------------------------------------------
+
+/// One subscriber's progress, written by its task, read by the measurer.
+#[derive(Default)]
+struct SubStat {
+    /// It has read its first frame.
+    live: AtomicBool,
+    /// It stopped with an error (connect, subscribe or read).
+    failed: AtomicBool,
+    /// Frames read with the right length and check byte.
+    frames: AtomicU64,
+    /// Payload bytes of those frames.
+    bytes: AtomicU64,
+    /// Frames with a wrong length or check byte.
+    bad: AtomicU64,
+    /// Groups given up as old (a newer group started while one was being read).
+    old: AtomicU64,
+    /// Sequence number of the last frame read, plus one.
+    next: AtomicU64,
+    /// Latencies (µs) of frames read while measuring.
+    latencies: Mutex<Vec<u32>>,
+    /// Why it failed, if it did.
+    error: Mutex<Option<String>>,
+}
+
+/// State shared by the publisher, the subscribers and the measurer.
+struct Shared {
+    epoch: Instant,
+    measuring: AtomicBool,
+    stop: AtomicBool,
+    /// Frames published so far.
+    published: AtomicU64,
+    subs: Vec<SubStat>,
+    /// Wakes a publisher waiting for the slowest subscriber (`--fps max`).
+    progress: tokio::sync::Notify,
+}
+
+impl Shared {
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// The next sequence number the slowest live subscriber waits for.
+    fn slowest(&self) -> Option<u64> {
+        self.subs
+            .iter()
+            .filter(|s| s.live.load(Ordering::Relaxed) && !s.failed.load(Ordering::Relaxed))
+            .map(|s| s.next.load(Ordering::Relaxed))
+            .min()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Clients
+// ---------------------------------------------------------------------------
+
+type Transport = moq_tokio::transport::Session<qmux::Session>;
+
+fn versions() -> Result<moq_net::Versions, String> {
+    let v = moq_net::Version::from_alpn(ALPN_LITE_05).ok_or("moq-lite-05 unknown")?;
+    Ok(moq_net::Versions::from(vec![v]))
+}
+
+fn origin(hop: u64) -> Result<moq_net::origin::Producer, String> {
+    let hop = moq_net::Hop::new(hop).map_err(|e| format!("hop: {e}"))?;
+    Ok(moq_tokio::origin::spawn_config(
+        moq_net::origin::Config::new(hop),
+    ))
+}
+
+/// Dials `addr` with qmux's TCP client (moq-tokio's settings) and sets up a
+/// moq-lite session publishing or subscribing `origin`.
+async fn connect(
+    addr: SocketAddr,
+    origin: &moq_net::origin::Producer,
+    publish: bool,
+) -> Result<moq_net::Session, String> {
+    let mut cfg = qmux::Config::new(qmux::Version::QMux01);
+    cfg.max_streams_bidi = 10_000;
+    cfg.max_streams_uni = 10_000;
+    let qmux = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        qmux::tcp::Config::new(qmux::Version::QMux01)
+            .protocols([ALPN_LITE_05])
+            .session_config(cfg)
+            .connect(addr),
+    )
+    .await
+    .map_err(|_| "qmux connect timed out".to_owned())?
+    .map_err(|e| format!("qmux connect: {e}"))?;
+    let transport: Transport = moq_tokio::transport::Session::new(qmux);
+    let client = moq_net::Client::new()
+        .with_versions(versions()?)
+        .with_path(PATH.to_owned());
+    let client = if publish {
+        client.with_publisher(origin)
+    } else {
+        client.with_subscriber(origin.clone())
+    };
+    let (session, driver) = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        client.connect(std::time::Instant::now(), transport),
+    )
+    .await
+    .map_err(|_| "moq connect timed out".to_owned())?
+    .map_err(|e| format!("moq connect: {e}"))?;
+    tokio::spawn(moq_net::time::run(driver));
+    Ok(session)
+}
+
+/// Frame pacing of the publisher.
+#[derive(Clone, Copy)]
+enum Pace {
+    Fps(u32),
+    Max { window: u64 },
+}
+
+/// Connects, announces the broadcast and publishes frames until `stop`.
+async fn publisher(
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    frame_bytes: usize,
+    group_frames: u64,
+    pace: Pace,
+    ready: tokio::sync::oneshot::Sender<Result<(), String>>,
+) {
+    let origin = match origin(0x5151) {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let setup = || -> Result<_, String> {
+        let broadcast = origin
+            .create_broadcast(BROADCAST)
+            .map_err(|e| format!("broadcast: {e}"))?;
+        let track = broadcast
+            .create_track(TRACK, moq_net::track::Info::default())
+            .map_err(|e| format!("track: {e}"))?;
+        broadcast
+            .announce(moq_net::origin::Route::default())
+            .map_err(|e| format!("announce: {e}"))?;
+        Ok((broadcast, track))
+    };
+    let (broadcast, track) = match setup() {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let session = match connect(addr, &origin, true).await {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ready.send(Err(format!("publisher: {e}")));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(()));
+
+    let scale = moq_net::Timescale::MICRO;
+    let mut template = vec![0u8; frame_bytes];
+    for (i, b) in template.iter_mut().enumerate().skip(HEADER) {
+        *b = (i % 251) as u8;
+    }
+    let mut interval = match pace {
+        Pace::Fps(fps) => {
+            let mut i = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(fps)));
+            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            Some(i)
+        }
+        Pace::Max { .. } => None,
+    };
+    let mut group: Option<moq_net::group::Producer> = None;
+    let mut seq: u64 = 0;
+    while !shared.stop.load(Ordering::Relaxed) {
+        match (&mut interval, pace) {
+            (Some(i), _) => {
+                i.tick().await;
+            }
+            (None, Pace::Max { window }) => loop {
+                if shared.stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let notified = shared.progress.notified();
+                match shared.slowest() {
+                    Some(next) if seq < next + window => break,
+                    Some(_) => {
+                        // Wait for a read, but look again now and then (a
+                        // subscriber that fails leaves the minimum).
+                        let _ = tokio::time::timeout(Duration::from_millis(50), notified).await;
+                    }
+                    // Nobody reads yet: publish at 100 fps until someone does.
+                    None => {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        break;
+                    }
+                }
+            },
+            (None, Pace::Fps(_)) => {}
+        }
+        if shared.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if seq.is_multiple_of(group_frames) {
+            if let Some(g) = group.take() {
+                let _ = g.finish();
+            }
+            match track.create_group(moq_net::group::Info::from(seq / group_frames)) {
+                Ok(g) => group = Some(g),
+                Err(e) => {
+                    eprintln!("moq_load: publisher group: {e}");
+                    break;
+                }
+            }
+        }
+        let mut payload = bytes::BytesMut::from(&template[..]);
+        let sent = shared.now_ns();
+        payload[..8].copy_from_slice(&sent.to_le_bytes());
+        payload[8..16].copy_from_slice(&seq.to_le_bytes());
+        if let Some(last) = payload.last_mut() {
+            *last = seq as u8;
+        }
+        let ts = moq_net::Timestamp::new(sent / 1000, scale).unwrap_or(moq_net::Timestamp::ZERO);
+        if let Some(g) = group.as_mut()
+            && let Err(e) = g.write_frame(ts, payload.freeze())
+        {
+            eprintln!("moq_load: publisher frame: {e}");
+            break;
+        }
+        seq += 1;
+        shared.published.store(seq, Ordering::Relaxed);
+    }
+    if let Some(g) = group.take() {
+        let _ = g.finish();
+    }
+    let _ = track.finish();
+    let _ = tokio::time::timeout(Duration::from_secs(1), session.close()).await;
+    drop((track, broadcast));
+}
+
+/// One subscriber: connect, find the broadcast, subscribe at the live edge and
+/// read frames until `stop`.
+async fn subscriber(
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    index: usize,
+    frame_bytes: usize,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let Some(stat) = shared.subs.get(index) else {
+        return;
+    };
+    let result = subscribe_and_read(addr, &shared, stat, frame_bytes, Some(permit)).await;
+    if let Err(e) = result {
+        stat.failed.store(true, Ordering::Relaxed);
+        if let Ok(mut slot) = stat.error.lock() {
+            *slot = Some(e);
+        }
+        shared.progress.notify_one();
+    }
+}
+
+async fn subscribe_and_read(
+    addr: SocketAddr,
+    shared: &Shared,
+    stat: &SubStat,
+    frame_bytes: usize,
+    mut permit: Option<tokio::sync::OwnedSemaphorePermit>,
+) -> Result<(), String> {
+    let origin = origin(0x2000)?;
+    let session = connect(addr, &origin, false).await?;
+    let consumer = origin.consume();
+    let mut announced = consumer.announced();
+    let found = tokio::time::timeout(CONNECT_TIMEOUT, async {
+        while let Some(update) = announced.next().await {
+            if update.kind.is_active() && update.prefix.as_str() == BROADCAST {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    if !matches!(found, Ok(true)) {
+        return Err("no announcement".into());
+    }
+    let broadcast = consumer
+        .routed_broadcast(BROADCAST)
+        .await
+        .map_err(|e| format!("broadcast: {e}"))?;
+    let track = broadcast.track(TRACK).map_err(|e| format!("track: {e}"))?;
+    let mut sub = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        track.subscribe(moq_net::track::Subscription::default()),
+    )
+    .await
+    .map_err(|_| "subscribe timed out".to_owned())?
+    .map_err(|e| format!("subscribe: {e}"))?;
+    // Subscribed: let the next subscriber connect.
+    drop(permit.take());
+    let result = loop {
+        if shared.stop.load(Ordering::Relaxed) {
+            break Ok(());
+        }
+        let mut group = match sub.recv_group().await {
+            Ok(Some(g)) => g,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(format!("group: {e}")),
+        };
+        loop {
+            let frame = match group.read_frame().await {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                // A live subscription (max age 0) gives up a group still being
+                // read once a newer one starts: go on with the newer one.
+                Err(moq_net::Error::Old | moq_net::Error::Stream(moq_net::StreamError::Old)) => {
+                    stat.old.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                Err(e) => {
+                    if shared.stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    return Err(format!("frame: {e} ({e:?})"));
+                }
+            };
+            let now = shared.now_ns();
+            let p = &frame.payload[..];
+            let header = p
+                .get(..HEADER)
+                .map(|h| {
+                    let (a, b) = h.split_at(8);
+                    (
+                        u64::from_le_bytes(a.try_into().unwrap_or([0; 8])),
+                        u64::from_le_bytes(b.try_into().unwrap_or([0; 8])),
+                    )
+                })
+                .filter(|_| p.len() == frame_bytes);
+            let Some((sent, seq)) = header.filter(|&(_, seq)| p.last() == Some(&(seq as u8)))
+            else {
+                stat.bad.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            stat.frames.fetch_add(1, Ordering::Relaxed);
+            stat.bytes.fetch_add(p.len() as u64, Ordering::Relaxed);
+            stat.next.fetch_max(seq + 1, Ordering::Relaxed);
+            stat.live.store(true, Ordering::Relaxed);
+            if shared.measuring.load(Ordering::Relaxed) {
+                let us = now.saturating_sub(sent) / 1000;
+                if let Ok(mut l) = stat.latencies.lock() {
+                    l.push(u32::try_from(us).unwrap_or(u32::MAX));
+                }
+            }
+            shared.progress.notify_one();
+        }
+    };
+    drop(sub);
+    let _ = tokio::time::timeout(Duration::from_secs(1), session.close()).await;
+    result
+}
+
+// ---------------------------------------------------------------------------
+// One row
+// ---------------------------------------------------------------------------
+
+/// What one (relay, N) run measured.
+struct Row {
+    relay: &'static str,
+    n: usize,
+    live: usize,
+    failed: usize,
+    first_error: Option<String>,
+    secs: f64,
+    frames: u64,
+    bytes: u64,
+    bad: u64,
+    old: u64,
+    published: u64,
+    lat: Vec<u32>,
+    relay_cpu: f64,
+    tool_cpu: f64,
+    rss_before: u64,
+    rss_after: u64,
+}
+
+fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<Row, String> {
+    let relay = match which {
+        Which::Skiff => start_skiff(cli, bin)?,
+        _ => start_moq_relay(bin)?,
+    };
+    let pid = relay.child.id();
+    let addr = relay.addr;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cli.client_threads.max(1))
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    let shared = Arc::new(Shared {
+        epoch: Instant::now(),
+        measuring: AtomicBool::new(false),
+        stop: AtomicBool::new(false),
+        published: AtomicU64::new(0),
+        subs: (0..n).map(|_| SubStat::default()).collect(),
+        progress: tokio::sync::Notify::new(),
+    });
+    let me = std::process::id();
+    let result = rt.block_on(async {
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(publisher(
+            addr,
+            shared.clone(),
+            cli.frame_bytes,
+            cli.group_frames.max(1),
+            pace,
+            ready_tx,
+        ));
+        ready_rx
+            .await
+            .map_err(|_| "publisher task ended".to_owned())??;
+        // Let the announcement settle before taking the baseline RSS.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let rss_before = rss_kib(pid);
+        let gate = Arc::new(tokio::sync::Semaphore::new(cli.connect_parallel.max(1)));
+        for i in 0..n {
+            let permit = gate
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| "semaphore closed".to_owned())?;
+            tokio::spawn(subscriber(addr, shared.clone(), i, cli.frame_bytes, permit));
+        }
+        let deadline = Instant::now() + Duration::from_secs_f64(cli.live_timeout);
+        loop {
+            let settled = shared
+                .subs
+                .iter()
+                .all(|s| s.live.load(Ordering::Relaxed) || s.failed.load(Ordering::Relaxed));
+            if settled || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_secs_f64(cli.warmup)).await;
+
+        let snap = |s: &Shared| {
+            let f: u64 = s
+                .subs
+                .iter()
+                .map(|x| x.frames.load(Ordering::Relaxed))
+                .sum();
+            let b: u64 = s.subs.iter().map(|x| x.bytes.load(Ordering::Relaxed)).sum();
+            let bad: u64 = s.subs.iter().map(|x| x.bad.load(Ordering::Relaxed)).sum();
+            let old: u64 = s.subs.iter().map(|x| x.old.load(Ordering::Relaxed)).sum();
+            (f, b, bad, old, s.published.load(Ordering::Relaxed))
+        };
+        let (f0, b0, bad0, old0, p0) = snap(&shared);
+        let (c0, t0) = (cpu_seconds(pid), cpu_seconds(me));
+        let start = Instant::now();
+        shared.measuring.store(true, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs_f64(cli.seconds)).await;
+        shared.measuring.store(false, Ordering::Relaxed);
+        let secs = start.elapsed().as_secs_f64();
+        let (f1, b1, bad1, old1, p1) = snap(&shared);
+        let (c1, t1) = (cpu_seconds(pid), cpu_seconds(me));
+        let rss_after = rss_kib(pid);
+        shared.stop.store(true, Ordering::Relaxed);
+        shared.progress.notify_one();
+
+        let live = shared
+            .subs
+            .iter()
+            .filter(|s| s.live.load(Ordering::Relaxed))
+            .count();
+        let failed = shared
+            .subs
+            .iter()
+            .filter(|s| s.failed.load(Ordering::Relaxed))
+            .count();
+        let first_error = shared
+            .subs
+            .iter()
+            .find_map(|s| s.error.lock().ok().and_then(|e| e.clone()));
+        let mut lat = Vec::new();
+        for s in &shared.subs {
+            if let Ok(mut l) = s.latencies.lock() {
+                lat.append(&mut l);
+            }
+        }
+        Ok::<Row, String>(Row {
+            relay: if which == Which::Skiff {
+                "skiff-relay"
+            } else {
+                "moq-relay"
+            },
+            n,
+            live,
+            failed,
+            first_error,
+            secs,
+            frames: f1 - f0,
+            bytes: b1 - b0,
+            bad: bad1 - bad0,
+            old: old1 - old0,
+            published: p1 - p0,
+            lat,
+            relay_cpu: c1 - c0,
+            tool_cpu: t1 - t0,
+            rss_before,
+            rss_after,
+        })
+    });
+    rt.shutdown_timeout(Duration::from_secs(2));
+    drop(relay);
+    result
+}
+
+// ---------------------------------------------------------------------------
+// Output
+// ---------------------------------------------------------------------------
+
+fn command_line(args: &[&str]) -> Option<String> {
+    let (cmd, rest) = args.split_first()?;
+    let out = Command::new(cmd).args(rest).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn machine_line() -> String {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
+    let commit = command_line(&["git", "rev-parse", "--short", "HEAD"]).unwrap_or("?".into());
+    let dirty = command_line(&["git", "status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|s| !s.is_empty());
+    let date = command_line(&["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"]).unwrap_or_default();
+    format!(
+        "machine: {cores} cores, load average {load}, commit {commit}{}, {date}",
+        if dirty { " (modified)" } else { "" }
+    )
+}
+
+fn percentile(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    f64::from(sorted[i.min(sorted.len() - 1)]) / 1000.0
+}
+
+fn header() {
+    println!(
+        "{:<11} {:>5} {:>9} {:>9} {:>7} {:>7} {:>7} {:>8} {:>9} {:>8} {:>8} {:>9} {:>11} {:>8} {:>6}",
+        "relay",
+        "subs",
+        "live/fail",
+        "MB/s",
+        "ratio",
+        "p50_ms",
+        "p99_ms",
+        "max_ms",
+        "relay_cpu",
+        "core_%",
+        "CPU-s/GB",
+        "rss0_MiB",
+        "rss/sub_KiB",
+        "tool_%",
+        "old"
+    );
+}
+
+fn print_row(r: &mut Row) {
+    r.lat.sort_unstable();
+    let gb = r.bytes as f64 / 1e9;
+    let expected = r.published as f64 * r.live as f64;
+    let rss_per = (r.rss_after as f64 - r.rss_before as f64) / r.live.max(1) as f64;
+    println!(
+        "{:<11} {:>5} {:>9} {:>9.1} {:>7.3} {:>7.2} {:>7.2} {:>8.2} {:>9.2} {:>8.1} {:>8.3} {:>9.1} {:>11.1} {:>8.1} {:>6}",
+        r.relay,
+        r.n,
+        format!("{}/{}", r.live, r.failed),
+        r.bytes as f64 / 1e6 / r.secs,
+        if expected > 0.0 {
+            r.frames as f64 / expected
+        } else {
+            f64::NAN
+        },
+        percentile(&r.lat, 0.50),
+        percentile(&r.lat, 0.99),
+        r.lat.last().map_or(f64::NAN, |&m| f64::from(m) / 1000.0),
+        r.relay_cpu,
+        100.0 * r.relay_cpu / r.secs,
+        if gb > 0.0 { r.relay_cpu / gb } else { f64::NAN },
+        r.rss_before as f64 / 1024.0,
+        rss_per,
+        100.0 * r.tool_cpu / r.secs,
+        r.old,
+    );
+    if r.failed > 0 || r.bad > 0 || r.live < r.n {
+        println!(
+            "            note: {} of {} live, {} failed ({}), {} bad frames",
+            r.live,
+            r.n,
+            r.failed,
+            r.first_error.as_deref().unwrap_or("-"),
+            r.bad
+        );
+    }
+}
+
+fn run(cli: &Cli) -> Result<(), String> {
+    if cli.frame_bytes <= HEADER {
+        return Err(format!("--frame-bytes must be more than {HEADER}"));
+    }
+    let pace = match cli.fps.as_str() {
+        "max" => Pace::Max {
+            window: cli.window.max(1),
+        },
+        s => match s.parse::<u32>() {
+            Ok(f) if f > 0 => Pace::Fps(f),
+            _ => return Err(format!("--fps: {s:?} is neither a positive number nor max")),
+        },
+    };
+    let skiff = skiff_path(cli)?;
+    let moq = moq_relay_path(cli);
+    let mut relays: Vec<(Which, PathBuf)> = Vec::new();
+    if matches!(cli.relay, Which::Skiff | Which::Both) {
+        relays.push((Which::Skiff, skiff));
+    }
+    if matches!(cli.relay, Which::MoqRelay | Which::Both) {
+        match moq {
+            Some(p) => relays.push((Which::MoqRelay, p)),
+            None if cli.relay == Which::Both => {
+                println!("moq_load: no moq-relay found (--moq-relay, $MOQ_RELAY); skiff-relay only")
+            }
+            None => return Err("no moq-relay found (--moq-relay, $MOQ_RELAY)".into()),
+        }
+    }
+    println!(
+        "moq_load: moq-net 0.3.18 clients, frame {} B, {} frames/group, fps {}, warm-up {} s, {} s measured, skiff-relay --threads {}, {} client threads",
+        cli.frame_bytes,
+        cli.group_frames,
+        cli.fps,
+        cli.warmup,
+        cli.seconds,
+        cli.skiff_threads,
+        cli.client_threads
+    );
+    println!("{}", machine_line());
+    header();
+    for round in 0..cli.rounds.max(1) {
+        for &n in &cli.subscribers {
+            // Alternate which relay goes first from round to round.
+            let order: Vec<&(Which, PathBuf)> = if round % 2 == 0 {
+                relays.iter().collect()
+            } else {
+                relays.iter().rev().collect()
+            };
+            for (which, bin) in order {
+                match run_row(cli, *which, bin, n, pace) {
+                    Ok(mut row) => print_row(&mut row),
+                    Err(e) => println!("{:<11} {:>5} failed: {e}", format!("{which:?}"), n),
+                }
+            }
+        }
+    }
+    println!("{}", machine_line());
+    Ok(())
+}
