@@ -372,11 +372,11 @@ impl Reader {
         let (res, buf) = self.half.read(buf).await;
         self.buf = buf;
         let n = res?;
-        // A short read drained the socket: the peer may be holding back its
-        // next segment (Nagle) until this one is acknowledged, so acknowledge
-        // now rather than at the delayed-ACK timer. A full read means more is
-        // queued, and the kernel acknowledges that by itself.
-        if n > 0 && n < self.buf.capacity() {
+        // With --quick-ack, a short read drained the socket: the peer may be
+        // holding back its next segment (Nagle) until this one is acknowledged,
+        // so acknowledge now rather than at the delayed-ACK timer. A full read
+        // means more is queued, and the kernel acknowledges that by itself.
+        if self.shared.config.quick_ack && n > 0 && n < self.buf.capacity() {
             quick_ack(self.fd);
         }
         self.shared.counters().add_bytes_in(n);
