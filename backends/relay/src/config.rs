@@ -1418,7 +1418,11 @@ mod tests {
         assert!(!RelayConfig::default().quick_ack);
         let none = FileConfig::parse("", Path::new("t.toml")).unwrap();
         assert!(!RelayConfig::merge(&none, &flags(&[])).unwrap().quick_ack);
-        assert!(RelayConfig::merge(&none, &flags(&["--quick-ack"])).unwrap().quick_ack);
+        assert!(
+            RelayConfig::merge(&none, &flags(&["--quick-ack"]))
+                .unwrap()
+                .quick_ack
+        );
         let file = FileConfig::parse("quick-ack = true\n", Path::new("t.toml")).unwrap();
         assert!(RelayConfig::merge(&file, &flags(&[])).unwrap().quick_ack);
     }
