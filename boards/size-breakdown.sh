@@ -41,7 +41,7 @@ nm=llvm-nm; size=llvm-size
 command -v llvm-nm >/dev/null || { nm=arm-none-eabi-nm; size=arm-none-eabi-size; }
 
 echo "ELF: $elf"
-"$size" -A "$elf" | grep -E '^\.(vector_table|text|rodata|data|bss|uninit) '
+"$size" -A "$elf" | grep -E '^\.(boot2|vector_table|text|rodata|data|bss|uninit) '
 "$nm" --size-sort --print-size --demangle "$elf" |
     BOARD="${board//-/_}" TOP="$top" python3 -c '
 import os, re, sys
