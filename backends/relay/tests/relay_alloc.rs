@@ -4,81 +4,24 @@
 //! sized for their bounds once per connection and reused.
 
 mod common;
+mod counting;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::*;
+use counting::*;
 use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
 use skiff_monoio::driver;
-use skiff_relay::conn::Connection;
-use skiff_relay::handler::{ConnectionHandler, WorkerInfo};
+use skiff_relay::handler::WorkerInfo;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
 
-/// Counts allocations made by the current thread.
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator unchanged; the counter is a
-// const-initialised thread-local Cell, which never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
 static A: Counting = Counting;
-
-/// The relay handler, publishing the worker thread's allocation count
-/// after every connection event it sees (the count is read, not changed).
-struct Probed {
-    inner: Rc<RelayHandler>,
-    count: Arc<AtomicU64>,
-}
-
-impl ConnectionHandler for Probed {
-    type Error = std::io::Error;
-
-    fn serve(
-        self: Rc<Self>,
-        conn: Connection,
-    ) -> impl Future<Output = Result<(), Self::Error>> + 'static {
-        let count = self.count.clone();
-        // Every wake of the relay's tasks passes through the worker; sample
-        // the counter from a task that rides the thread's notify.
-        let notify = self.inner.relay().notify().clone();
-        monoio::spawn(async move {
-            let waiter = notify.waiter();
-            loop {
-                let seen = notify.generation();
-                count.store(ALLOCS.with(Cell::get), Ordering::Relaxed);
-                waiter.changed(seen).await;
-            }
-        });
-        self.inner.clone().serve(conn)
-    }
-}
 
 const VIEWERS: usize = 5;
 const WARM_GROUPS: u64 = 4;
