@@ -775,6 +775,8 @@ impl RelayHandler {
         let mesh = Arc::new(Mesh::new(threads)?);
         let auth = std::sync::OnceLock::new();
         let loaded = std::sync::OnceLock::new();
+        let upstream_path = std::sync::OnceLock::new();
+        let upstream_tls_config = std::sync::OnceLock::new();
         Ok(move |info: &WorkerInfo| {
             let auth = auth.get_or_init(|| Arc::new(auth_policy(info))).clone();
             let tls = tls
@@ -785,7 +787,13 @@ impl RelayHandler {
                 h.spawn_link(info, peer, end);
             }
             if let Some(up) = &info.config.upstream {
-                h.spawn_upstream(info, up.clone());
+                let path = *upstream_path.get_or_init(|| dialed_upstream_path(info, up));
+                let tls = up.tls.then(|| {
+                    upstream_tls_config
+                        .get_or_init(|| upstream_tls(info))
+                        .clone()
+                });
+                h.spawn_upstream(info, up.clone(), path, tls);
             }
             h
         })
@@ -874,31 +882,22 @@ impl RelayHandler {
     /// Over that session the worker asks for every announcement (so its
     /// subscribers reach the upstream's broadcasts, one upstream subscription
     /// per track, docs/protocol.md §4.5) and announces its own clients'
-    /// broadcasts (so the upstream's subscribers reach them).
-    fn spawn_upstream(&self, info: &WorkerInfo, up: UpstreamAddr) {
+    /// broadcasts (so the upstream's subscribers reach them). `path` is
+    /// what its SETUP carries ([`dialed_upstream_path`]), `tls` the client
+    /// configuration of a `tls://` upstream ([`upstream_tls`]); both are made
+    /// once for all workers.
+    fn spawn_upstream(
+        &self,
+        info: &WorkerInfo,
+        up: UpstreamAddr,
+        path: &'static str,
+        tls: Option<Result<Arc<rustls::ClientConfig>, String>>,
+    ) {
         let ctx = self.drive_ctx(info);
         let relay = self.relay.clone();
         let shutdown = info.shutdown.clone();
         let worker = info.index;
-        // Made once per worker: the session config borrows it for 'static.
-        // A token file adds its token as `jwt` (docs/protocol.md §4.10).
-        let mut dialed = format!("/{}", up.path);
-        if let Some(file) = &info.config.upstream_token_file {
-            match std::fs::read_to_string(file) {
-                Ok(token) if !token.trim().is_empty() => {
-                    dialed.push(if dialed.contains('?') { '&' } else { '?' });
-                    dialed.push_str("jwt=");
-                    dialed.push_str(token.trim());
-                }
-                Ok(_) => tracing::warn!(file = %file.display(), "upstream token file is empty"),
-                Err(e) => {
-                    tracing::warn!(file = %file.display(), error = %e, "cannot read upstream token file")
-                }
-            }
-        }
-        let path: &'static str = Box::leak(dialed.into_boxed_str());
-        // tls://: one client configuration per worker, made here.
-        let tls = match up.tls.then(|| upstream_tls(info)) {
+        let tls = match tls {
             Some(Ok(config)) => Some(config),
             Some(Err(e)) => {
                 tracing::error!(worker, upstream = %up, error = %e, "no TLS configuration for the upstream");
@@ -915,17 +914,17 @@ impl RelayHandler {
             while !shutdown.is_draining() {
                 let started = StdInstant::now();
                 let id = UPSTREAM_ID_BASE + dial;
+                let session = UpstreamSession {
+                    relay: &relay,
+                    ctx: &ctx,
+                    path,
+                    id,
+                };
                 let ended = match (dial_upstream(&up).await, &tls) {
                     (Err(e), _) => Err(e),
                     (Ok(stream), None) => {
                         tracing::info!(worker, upstream = %up, "upstream connected");
                         let (reader, writer) = split_halves(stream, 64 * 1024);
-                        let session = UpstreamSession {
-                            relay: &relay,
-                            ctx: &ctx,
-                            path,
-                            id,
-                        };
                         session.run(&mut storage, reader, writer, None).await
                     }
                     (Ok(stream), Some(config)) => {
@@ -938,12 +937,6 @@ impl RelayHandler {
                                 let fixed = (reader.alpn().as_deref()
                                     == Some(skiff_monoio::tls::ALPN_QMUX))
                                 .then_some(skiff_ws::APPLICATION);
-                                let session = UpstreamSession {
-                                    relay: &relay,
-                                    ctx: &ctx,
-                                    path,
-                                    id,
-                                };
                                 session.run(&mut storage, reader, writer, fixed).await
                             }
                             Err(e) => Err(e),
@@ -1018,6 +1011,28 @@ impl UpstreamSession<'_> {
         )
         .await
     }
+}
+
+/// The path and query a leaf sends upstream: the `--upstream` URL's, with the
+/// token of `--upstream-token-file` added as `jwt` (docs/protocol.md §4.10).
+/// Made once for the process (the factory keeps it), so the file is read
+/// once and the leaked string does not grow with the workers.
+fn dialed_upstream_path(info: &WorkerInfo, up: &UpstreamAddr) -> &'static str {
+    let mut dialed = format!("/{}", up.path);
+    if let Some(file) = &info.config.upstream_token_file {
+        match std::fs::read_to_string(file) {
+            Ok(token) if !token.trim().is_empty() => {
+                dialed.push(if dialed.contains('?') { '&' } else { '?' });
+                dialed.push_str("jwt=");
+                dialed.push_str(token.trim());
+            }
+            Ok(_) => tracing::warn!(file = %file.display(), "upstream token file is empty"),
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "cannot read upstream token file")
+            }
+        }
+    }
+    Box::leak(dialed.into_boxed_str())
 }
 
 /// The TLS client configuration a leaf dials its `tls://` upstream with:
