@@ -519,7 +519,7 @@ impl Op for GroupCycle {
 
 /// Session tables of the `relay_frame` case: 16 control streams of 2 KiB
 /// buffers, 4 subscriptions each way, 8 group streams each way.
-type RelayStorage = Storage<'static, 'static, 16, 2048, 4, 4, 8, 8>;
+type RelayStorage = Storage<'static, 'static, 16, 2048, 4, 4, 8, 8, 32>;
 
 /// A session of the `relay_frame` case (64 QMux stream slots).
 type RelaySession = Session<'static, 'static, 'static, 64>;

@@ -44,7 +44,7 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Control-stream tables of the skiff sessions here: 24 control streams of 512 bytes,
 /// 8 subscriptions each way, 8 group streams out, 16 in.
-type Store = Storage<'static, 'static, 24, 512, 8, 8, 8, 16>;
+type Store = Storage<'static, 'static, 24, 512, 8, 8, 8, 16, 48>;
 
 /// Stream table of a skiff session with skiff's default QMux settings (advertises a
 /// quarter of it per direction: 16 bidi, 16 uni).

@@ -19,9 +19,11 @@ pub const FULL_RECORD: usize = 16_390;
 /// * `STREAMS`: the QMux stream table of the session (every stream either side has
 ///   open: control streams and our group streams). By default the relay may open a
 ///   quarter of it as bidi streams (its ANNOUNCE and SUBSCRIBE requests).
-/// * `CONTROL`, `BUF`: control-stream slots and the bytes of each slot's receive and
-///   send buffers (see [`Storage`]): our SETUP and the relay's, its announce request,
-///   one per subscription. A path or track name must fit `BUF` with its message.
+/// * `CONTROL`, `BUF`: control-stream slots and the bytes of a control buffer (see
+///   [`Storage`]): our SETUP and the relay's, its announce request, one per
+///   subscription. A path or track name must fit `BUF` with its message.
+/// * `CHUNKS`: control buffers the slots share (the announce stream keeps one;
+///   a request holds one while it is received and its answer while it is sent).
 /// * `SERVE`: subscriptions the relay may hold on our tracks at once.
 /// * `OUT`: group streams sent at once.
 /// * `RX`: input staging: received bytes wait here until the session takes them. A
@@ -42,6 +44,7 @@ pub struct PublisherResources<
     const STREAMS: usize,
     const CONTROL: usize,
     const BUF: usize,
+    const CHUNKS: usize,
     const SERVE: usize,
     const OUT: usize,
     const RX: usize,
@@ -49,7 +52,7 @@ pub struct PublisherResources<
     const SOCK_RX: usize,
     const SOCK_TX: usize,
 > {
-    pub(crate) storage: Storage<'a, 'p, CONTROL, BUF, SERVE, 0, OUT, 1>,
+    pub(crate) storage: Storage<'a, 'p, CONTROL, BUF, SERVE, 0, OUT, 1, CHUNKS>,
     pub(crate) shared: Shared<'a, 'p>,
     pub(crate) rx: [u8; RX],
     pub(crate) tx: [u8; TX],
@@ -63,13 +66,14 @@ impl<
     const STREAMS: usize,
     const CONTROL: usize,
     const BUF: usize,
+    const CHUNKS: usize,
     const SERVE: usize,
     const OUT: usize,
     const RX: usize,
     const TX: usize,
     const SOCK_RX: usize,
     const SOCK_TX: usize,
-> PublisherResources<'a, 'p, STREAMS, CONTROL, BUF, SERVE, OUT, RX, TX, SOCK_RX, SOCK_TX>
+> PublisherResources<'a, 'p, STREAMS, CONTROL, BUF, CHUNKS, SERVE, OUT, RX, TX, SOCK_RX, SOCK_TX>
 {
     /// Empty resources; `const`, so they can be built in a `static` initializer.
     pub const fn new() -> Self {
@@ -88,6 +92,7 @@ impl<
     const STREAMS: usize,
     const CONTROL: usize,
     const BUF: usize,
+    const CHUNKS: usize,
     const SERVE: usize,
     const OUT: usize,
     const RX: usize,
@@ -95,7 +100,20 @@ impl<
     const SOCK_RX: usize,
     const SOCK_TX: usize,
 > Default
-    for PublisherResources<'_, '_, STREAMS, CONTROL, BUF, SERVE, OUT, RX, TX, SOCK_RX, SOCK_TX>
+    for PublisherResources<
+        '_,
+        '_,
+        STREAMS,
+        CONTROL,
+        BUF,
+        CHUNKS,
+        SERVE,
+        OUT,
+        RX,
+        TX,
+        SOCK_RX,
+        SOCK_TX,
+    >
 {
     fn default() -> Self {
         Self::new()
@@ -106,13 +124,13 @@ impl<
 /// bytes, 4 subscriptions, 4 group streams, a full-record input buffer, 2 KiB output
 /// staging and 4 KiB each way for the socket.
 pub type Resources<'a, 'p> =
-    PublisherResources<'a, 'p, 16, 8, 256, 4, 4, FULL_RECORD, 2048, 4096, 4096>;
+    PublisherResources<'a, 'p, 16, 8, 256, 10, 4, 4, FULL_RECORD, 2048, 4096, 4096>;
 
 /// [`Resources`] with a 2 KiB input buffer, for boards short of RAM: it relies on the
 /// relay sending no record over 2 KiB, which holds for a relay talking to a publisher
 /// (its SUBSCRIBE, announce requests, credit and pings are tens of bytes).
 pub type SmallResources<'a, 'p> =
-    PublisherResources<'a, 'p, 16, 8, 256, 4, 4, 2048, 2048, 4096, 4096>;
+    PublisherResources<'a, 'p, 16, 8, 256, 10, 4, 4, 2048, 2048, 4096, 4096>;
 
 /// Builds a session over size-erased storage, so the runner does not carry the
 /// storage's capacities in its type.
@@ -136,7 +154,8 @@ impl<
     const SUBS: usize,
     const OUT: usize,
     const IN: usize,
-> MakeSession<'a, 'p, N> for Storage<'a, 'p, CONTROL, BUF, SERVE, SUBS, OUT, IN>
+    const CHUNKS: usize,
+> MakeSession<'a, 'p, N> for Storage<'a, 'p, CONTROL, BUF, SERVE, SUBS, OUT, IN, CHUNKS>
 {
     fn make(
         &mut self,

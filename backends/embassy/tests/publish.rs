@@ -181,8 +181,18 @@ async fn scenario<const RX: usize>(
     origin.handle().announce(bcast.handle()).expect("announce");
 
     // The publisher.
-    let mut resources =
-        Box::new(PublisherResources::<16, 8, 256, 4, 4, RX, 2048, 4096, 4096>::new());
+    let mut resources = Box::new(PublisherResources::<
+        16,
+        8,
+        256,
+        10,
+        4,
+        4,
+        RX,
+        2048,
+        4096,
+        4096,
+    >::new());
     let relay = IpEndpoint::new(GATEWAY_ADDR.into(), GATEWAY_PORT);
     let config = Config::new(relay, PATH, HOP)
         .with_backoff(Duration::from_millis(200), Duration::from_millis(800));
@@ -513,7 +523,7 @@ async fn slow_subscriber(
     let mut pool_storage = Box::new(PoolStorage::<128, 512>::new());
     let pool = Pool::new(&mut pool_storage);
     let local = track::State::<8>::new(&pool, track::Info::new(TRACK).expect("name"));
-    let mut storage = Box::new(Storage::<16, 256, 4, 4, 8, 8>::new());
+    let mut storage = Box::new(Storage::<16, 256, 4, 4, 8, 8, 32>::new());
     let config = skiff_core::session::Config {
         conn: conn::Config {
             max_stream_data_uni: window,

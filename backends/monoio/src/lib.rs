@@ -16,6 +16,8 @@
 //!   of two futures;
 //! - [`staging`]: a connection's staging buffer, whose bytes and gathered
 //!   pool ranges go out in one vectored write;
+//! - [`buffers`]: the thread's pools of inbox and staging buffers, which a
+//!   connection holds only while bytes pass through it;
 //! - [`session_driver`]: runs one skiff-core `Session` over a byte stream (a
 //!   reader task into an inbox, a session task for input, timers, events,
 //!   transmit; GOAWAY on drain) with an [`session_driver::App`] on top;
@@ -30,6 +32,7 @@
 //! - [`client`]: sessions driven by hand with ready-made [`session_driver::App`]s
 //!   (the tests' and tools' lower-level client).
 
+pub mod buffers;
 pub mod cancel;
 pub mod client;
 pub mod clock;

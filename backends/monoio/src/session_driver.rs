@@ -62,12 +62,17 @@ use crate::shutdown::Shutdown;
 use crate::staging::Staging;
 
 /// Stream slots of one session's QMux connection (a quarter each are
-/// advertised as the peer's bidi and uni stream limits).
-pub const STREAMS: usize = 128;
+/// advertised as the peer's bidi and uni stream limits: 20 requests and 20
+/// group streams at once).
+pub const STREAMS: usize = 80;
 
-/// The tables of one session: 64 control streams of 1 KiB buffers, 64
-/// subscriptions each way, 64 group streams each way.
-pub type SessionStorage = Storage<'static, 'static, 64, 1024, 64, 64, 64, 64>;
+/// The tables of one client's session: 24 control streams sharing 8 control
+/// buffers of 1 KiB (a stream holds one only while a message is on its way
+/// or a prefix is kept), 16 subscriptions each way, 16 group streams each
+/// way: 24 KiB, so a viewer costs little more than the window of media in
+/// flight to it. A limit reached is refused on the wire, or waits
+/// (a control buffer), never grown.
+pub type SessionStorage = Storage<'static, 'static, 24, 1024, 16, 16, 16, 16, 8>;
 
 /// A session whose media (origin, tracks, pool) lives for the whole thread.
 pub type MoqSession<'s> = Session<'s, 'static, 'static, STREAMS>;
@@ -81,38 +86,39 @@ pub const TRUNK_STREAMS: usize = 512;
 /// (a control message holds at most a 128-byte path and a 128-byte name),
 /// 128 subscriptions each way, 128 group streams each way: 370 KiB, twice
 /// a client's. Every worker has one per other worker, so it stays small.
-pub type TrunkStorage = Storage<'static, 'static, 256, 512, 128, 128, 128, 128>;
+pub type TrunkStorage = Storage<'static, 'static, 256, 512, 128, 128, 128, 128, 512>;
 
 /// The tables of a leaf's session to its upstream: a trunk's, with 2 KiB
 /// control buffers, since its SETUP carries the upstream URL's path and
 /// query (an access token can be long). One per worker.
-pub type UpstreamStorage = Storage<'static, 'static, 256, 2048, 128, 128, 128, 128>;
+pub type UpstreamStorage = Storage<'static, 'static, 256, 2048, 128, 128, 128, 128, 512>;
 
 /// A trunk session (see [`TRUNK_STREAMS`]).
 pub type TrunkSession<'s> = Session<'s, 'static, 'static, TRUNK_STREAMS>;
 
 /// The reader stops reading while this many received bytes wait in the inbox.
-pub const INBOX_BYTES: usize = 256 * 1024;
+pub use crate::buffers::INBOX_BYTES;
 
 /// Most bytes one [`ByteRead::read`] of a connection returns (its read
-/// buffer's capacity): [`drive`] sizes the inbox for [`INBOX_BYTES`] plus one.
-pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// buffer's capacity): the inbox has room for [`INBOX_BYTES`] plus one.
+pub use crate::buffers::INBOX_READ as READ_BUFFER_BYTES;
 
 /// Capacity of a connection's staging buffer ([`ByteWrite::buffer`]).
-pub const WRITE_BUFFER_BYTES: usize = 64 * 1024;
+pub use crate::buffers::STAGING_CAPACITY as WRITE_BUFFER_BYTES;
 
-/// Room offered to one `poll_transmit` call (two full QMux records).
-const TRANSMIT_CHUNK: usize = 2 * 16390;
+/// Room offered to one `poll_transmit` call. Group payload is gathered from
+/// the pool, not staged, so this holds record headers and control messages
+/// (a longer control message is cut into several records); each call that
+/// fills it is followed by another.
+const TRANSMIT_CHUNK: usize = 4096;
 
 /// Bytes to send (staged and gathered) are flushed to the socket once they
 /// reach this much.
 const FLUSH_AT: usize = 128 * 1024;
 
-/// Room of the staging buffer: control bytes and record headers (group
-/// payload is gathered from the pool, not staged). `transmit` flushes once
-/// less than a [`TRANSMIT_CHUNK`] is left, so the buffer never grows.
-const STAGING_BYTES: usize = WRITE_BUFFER_BYTES;
-const _: () = assert!(STAGING_BYTES >= TRANSMIT_CHUNK);
+// `transmit` flushes once less than a [`TRANSMIT_CHUNK`] is left in the
+// staging buffer, so the buffer never grows.
+const _: () = assert!(WRITE_BUFFER_BYTES >= 2 * TRANSMIT_CHUNK);
 
 // ---------------------------------------------------------------------------
 // Storage pool
@@ -162,9 +168,29 @@ impl StoragePool {
 // ---------------------------------------------------------------------------
 
 /// The receiving half of a byte stream.
+///
+/// A reader either hands out bytes it read into a buffer of its own
+/// ([`ByteRead::read`]), or, if it can, reads straight into the inbox
+/// without waiting ([`ByteRead::try_read_into`]) and waits for readiness
+/// holding no buffer ([`ByteRead::readable`]): an idle connection then holds
+/// no read buffer at all, and received bytes are copied once fewer.
 pub trait ByteRead: 'static {
     /// The next bytes received; empty at end of stream.
     fn read(&mut self) -> impl Future<Output = io::Result<&[u8]>>;
+    /// Reads what has already arrived into `dst` without waiting:
+    /// `Some(Ok(n))` (0 at end of stream), `Some(Err(e))` with
+    /// [`io::ErrorKind::WouldBlock`] if nothing waits, or `None` if this
+    /// reader cannot (then [`drive`] uses [`ByteRead::read`]). The default:
+    /// `None`.
+    fn try_read_into(&mut self, dst: &mut [u8]) -> Option<io::Result<usize>> {
+        let _ = dst;
+        None
+    }
+    /// Waits until [`ByteRead::try_read_into`] has bytes or the end to
+    /// report (it may still find none: call it again). The default is ready.
+    fn readable(&mut self) -> impl Future<Output = io::Result<()>> {
+        std::future::ready(Ok(()))
+    }
     /// What [`drive`] enforces on the peer at the other end (nothing by default:
     /// a trusted link or our own client).
     fn guard(&self) -> Guard {
@@ -253,6 +279,10 @@ pub trait ByteWrite {
     fn wants_flush(&self) -> bool {
         false
     }
+    /// Nothing is staged: a writer whose staging buffer comes from a pool
+    /// may give it back until the next [`ByteWrite::buffer`] (default: keeps
+    /// it).
+    fn release(&mut self) {}
 }
 
 /// The receiving half of a split monoio stream (TCP to a peer, or a Unix
@@ -390,9 +420,11 @@ pub trait App<const N: usize = STREAMS> {
 /// and the flags and wakers the two tasks share.
 #[derive(Debug)]
 pub struct Inbox {
-    /// The received bytes, in one buffer allocated with the inbox: room for
-    /// [`INBOX_BYTES`] plus one read, kept free after the bytes waiting.
-    data: RefCell<skiff_core::session::Inbox<Vec<u8>>>,
+    /// The received bytes, in a buffer from the thread's pool
+    /// ([`crate::buffers::take_inbox`]) while any wait (room for
+    /// [`INBOX_BYTES`] plus one read, kept free after the bytes waiting);
+    /// `None` while the session has taken everything.
+    data: RefCell<Option<skiff_core::session::Inbox<Vec<u8>>>>,
     fresh: Cell<bool>,
     eof: Cell<bool>,
     error: Cell<bool>,
@@ -402,19 +434,31 @@ pub struct Inbox {
 }
 
 impl Inbox {
-    /// An empty inbox with its buffer.
+    /// An empty inbox (its buffer is taken when bytes arrive).
     fn new() -> Self {
         Inbox {
-            data: RefCell::new(skiff_core::session::Inbox::with_min_room(
-                vec![0; INBOX_BYTES + READ_BUFFER_BYTES],
-                READ_BUFFER_BYTES,
-            )),
+            data: RefCell::new(None),
             fresh: Cell::new(false),
             eof: Cell::new(false),
             error: Cell::new(false),
             stop: Cell::new(false),
             session_waker: RefCell::new(None),
             reader_waker: RefCell::new(None),
+        }
+    }
+
+    /// Bytes waiting.
+    fn len(&self) -> usize {
+        self.data.borrow().as_ref().map_or(0, |d| d.len())
+    }
+
+    /// Gives the buffer back to the thread's pool if no byte waits in it.
+    fn release_if_empty(&self) {
+        let mut data = self.data.borrow_mut();
+        if data.as_ref().is_some_and(|d| d.is_empty())
+            && let Some(d) = data.take()
+        {
+            crate::buffers::give_inbox(d.into_inner());
         }
     }
 
@@ -439,12 +483,37 @@ impl Inbox {
     }
 }
 
+impl Drop for Inbox {
+    fn drop(&mut self) {
+        if let Some(d) = self.data.get_mut().take() {
+            crate::buffers::give_inbox(d.into_inner());
+        }
+    }
+}
+
+/// A core inbox over a pooled buffer, with a whole read's room kept free.
+fn pooled_inbox() -> skiff_core::session::Inbox<Vec<u8>> {
+    skiff_core::session::Inbox::with_min_room(crate::buffers::take_inbox(), READ_BUFFER_BYTES)
+}
+
+/// What one read into the inbox came to.
+enum Received {
+    /// Bytes were appended.
+    Bytes,
+    /// Nothing waits on the socket now (a direct reader only).
+    Nothing,
+    /// The peer closed its sending side.
+    End,
+    /// The socket failed, or a read did not fit.
+    Failed,
+}
+
 /// The reader task: socket → inbox, until EOF, an error or the stop flag.
 async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
     loop {
         // Wait for room (backpressure) or the stop.
         poll_fn(|cx| {
-            if inbox.stop.get() || inbox.data.borrow().len() < INBOX_BYTES {
+            if inbox.stop.get() || inbox.len() < INBOX_BYTES {
                 Poll::Ready(())
             } else {
                 Inbox::set_waker(&inbox.reader_waker, cx.waker());
@@ -463,29 +532,77 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
                 Poll::Pending
             }
         });
-        match race(reader.read(), stopped).await {
-            Err(()) => return,
-            Ok(Ok([])) => {
+        // Straight into the inbox if the reader can; the buffer is taken
+        // only for bytes that arrived and given back while none wait.
+        let direct = {
+            let mut data = inbox.data.borrow_mut();
+            let bytes = data.get_or_insert_with(pooled_inbox);
+            reader
+                .try_read_into(bytes.spare_mut())
+                .map(|res| match res {
+                    Ok(0) => Received::End,
+                    Ok(n) => {
+                        bytes.commit(n);
+                        Received::Bytes
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => Received::Nothing,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => Received::Nothing,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "read failed");
+                        Received::Failed
+                    }
+                })
+        };
+        let received = match direct {
+            Some(Received::Nothing) => {
+                inbox.release_if_empty();
+                match race(reader.readable(), stopped).await {
+                    Err(()) => return,
+                    Ok(Ok(())) => continue,
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "waiting for bytes failed");
+                        Received::Failed
+                    }
+                }
+            }
+            Some(received) => received,
+            None => match race(reader.read(), stopped).await {
+                Err(()) => return,
+                Ok(Ok([])) => Received::End,
+                Ok(Ok(data)) => {
+                    // Below INBOX_BYTES waiting, the spare room holds a whole read.
+                    let mut slot = inbox.data.borrow_mut();
+                    let bytes = slot.get_or_insert_with(pooled_inbox);
+                    match bytes.spare_mut().get_mut(..data.len()) {
+                        Some(room) => {
+                            room.copy_from_slice(data);
+                            bytes.commit(data.len());
+                            Received::Bytes
+                        }
+                        None => {
+                            tracing::warn!(len = data.len(), "read larger than the inbox's room");
+                            Received::Failed
+                        }
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "read failed");
+                    Received::Failed
+                }
+            },
+        };
+        match received {
+            Received::Bytes => {
+                inbox.fresh.set(true);
+                inbox.wake_session();
+            }
+            Received::Nothing => {}
+            Received::End => {
                 inbox.eof.set(true);
                 inbox.wake_session();
                 return;
             }
-            Ok(Ok(data)) => {
-                // Below INBOX_BYTES waiting, the spare room holds a whole read.
-                let mut bytes = inbox.data.borrow_mut();
-                let Some(room) = bytes.spare_mut().get_mut(..data.len()) else {
-                    tracing::warn!(len = data.len(), "read larger than the inbox's room");
-                    inbox.error.set(true);
-                    inbox.wake_session();
-                    return;
-                };
-                room.copy_from_slice(data);
-                bytes.commit(data.len());
-                inbox.fresh.set(true);
-                inbox.wake_session();
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "read failed");
+            Received::Failed => {
                 inbox.error.set(true);
                 inbox.wake_session();
                 return;
@@ -534,9 +651,8 @@ pub async fn drive<R: ByteRead, W: ByteWrite, A: App<N>, const N: usize>(
     app: &mut A,
     ctx: &DriveCtx,
 ) -> io::Result<Ended> {
-    // Size both buffers for their bounds now, so a burst never grows them.
+    // Both buffers come from the thread's pools while bytes pass through.
     let inbox = Rc::new(Inbox::new());
-    writer.buffer().reserve(STAGING_BYTES);
     let guard = reader.guard();
     let mut handshake = reader.take_handshake();
     monoio::spawn(read_loop(reader, inbox.clone()));
@@ -603,20 +719,29 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
         // Input: everything not consumed yet, oldest first.
         inbox.fresh.set(false);
         if !session.is_closed() {
-            let mut data = inbox.data.borrow_mut();
+            let mut slot = inbox.data.borrow_mut();
             let mut consumed = false;
+            let mut empty = true;
             // A session stalled on input it already took (data passed by
             // reference) is called with no new bytes too.
-            if let Ok(fed) = data.feed(session, now)
-                && fed.progress()
-            {
-                progress = true;
-                consumed = true;
-                inbox.wake_reader();
+            if slot.is_some() || session.is_stalled() {
+                let data = slot.get_or_insert_with(pooled_inbox);
+                if let Ok(fed) = data.feed(session, now)
+                    && fed.progress()
+                {
+                    progress = true;
+                    consumed = true;
+                    inbox.wake_reader();
+                }
+                empty = data.is_empty();
+            }
+            drop(slot);
+            if empty {
+                inbox.release_if_empty();
             }
             // Slowloris: bytes waiting that the session could take but that
             // do not complete a record.
-            if consumed || data.is_empty() || session.is_stalled() {
+            if consumed || empty || session.is_stalled() {
                 partial_since = None;
             } else if partial_since.is_none() {
                 partial_since = Some(now);
@@ -686,7 +811,7 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
         if inbox.error.get() {
             return Ok(Ended::SocketError);
         }
-        if inbox.eof.get() && (inbox.data.borrow().is_empty() || !progress) {
+        if inbox.eof.get() && (inbox.len() == 0 || !progress) {
             return Ok(Ended::PeerEof);
         }
         if progress {
@@ -887,12 +1012,13 @@ async fn transmit<W: ByteWrite, const N: usize>(
         if !staging.is_empty()
             && (staging.len() >= FLUSH_AT
                 || staging.is_gather_full()
-                || staging.spare().len() < TRANSMIT_CHUNK)
+                || staging.room_left() < TRANSMIT_CHUNK)
         {
             writer.flush().await?;
             continue;
         }
-        // Only a buffer `drive` did not size grows here.
+        // Initializes the room the first time a buffer offers it (within
+        // its capacity: the flush above keeps a chunk free).
         staging.reserve(staging.staged().len() + TRANSMIT_CHUNK);
         let (spare, gather) = staging.spare_and_gather();
         let room = spare.len();
@@ -920,5 +1046,6 @@ async fn transmit<W: ByteWrite, const N: usize>(
     if !writer.buffer().is_empty() || writer.wants_flush() {
         writer.flush().await?;
     }
+    writer.release();
     Ok(any)
 }

@@ -17,12 +17,13 @@ pub const GATHER_RANGES: usize = 32;
 /// Largest iovec count one `writev` is given (Linux `IOV_MAX`).
 const IOV_MAX: usize = 1024;
 
-/// A write staging buffer whose whole length is initialized memory (zeroed
-/// once, when it is made or grows), with a count of the bytes staged and the
-/// pool ranges gathered between them.
+/// A write staging buffer, with a count of the bytes staged and the pool
+/// ranges gathered between them. Its bytes are initialized (zeroed) as they
+/// are first reserved, not all when it is made: a buffer that only ever
+/// staged record headers touches a few KiB of its capacity.
 #[derive(Debug, Default)]
 pub struct Staging {
-    /// Always `len() == capacity()` once made (all initialized).
+    /// Initialized up to `len()`, the most ever reserved.
     buf: Vec<u8>,
     /// Bytes staged at the front of `buf`.
     filled: usize,
@@ -35,12 +36,9 @@ pub struct Staging {
 }
 
 impl Staging {
-    /// A staging buffer over `buf`'s allocation (its bytes are dropped and
-    /// its capacity zeroed once).
+    /// A staging buffer over `buf`'s allocation (its bytes are dropped).
     pub fn new(mut buf: Vec<u8>) -> Self {
         buf.clear();
-        let cap = buf.capacity();
-        buf.resize(cap, 0);
         Staging {
             buf,
             filled: 0,
@@ -50,14 +48,22 @@ impl Staging {
         }
     }
 
-    /// Grows the buffer to hold at least `total` staged bytes (allocates and
-    /// zeroes only if it is smaller now).
+    /// Makes room for at least `total` staged bytes (zeroes what was never
+    /// reserved before; allocates only past the capacity).
     pub fn reserve(&mut self, total: usize) {
         if self.buf.len() < total {
             self.buf.resize(total, 0);
-            let cap = self.buf.capacity();
-            self.buf.resize(cap, 0);
         }
+    }
+
+    /// Bytes the allocation holds.
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// Bytes that can still be staged without allocating.
+    pub fn room_left(&self) -> usize {
+        self.buf.capacity().saturating_sub(self.filled)
     }
 
     /// Bytes to send: staged and gathered.

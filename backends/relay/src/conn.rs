@@ -22,6 +22,7 @@ use monoio::io::{
     OwnedWriteHalf, Splitable,
 };
 use monoio::net::TcpStream;
+use skiff_monoio::buffers;
 use skiff_monoio::cancel::{cancel_on, cancel_on_or_after, is_cancelled, write_all_or_stall};
 use skiff_monoio::session_driver::{
     ByteRead, ByteWrite, Guard, HandshakeToken, READ_BUFFER_BYTES, WRITE_BUFFER_BYTES,
@@ -383,6 +384,68 @@ impl Reader {
         Ok(self.buf.get(..n).unwrap_or(&[]))
     }
 
+    /// Reads what has arrived into `dst` without waiting (bytes a sniff read
+    /// first): `Err(WouldBlock)` if nothing waits, `Ok(0)` at end of stream.
+    ///
+    /// # Errors
+    /// Whatever the socket reports.
+    pub fn try_read_into(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        if self.pending > 0 {
+            let n = self.pending.min(dst.len());
+            if let (Some(d), Some(s)) = (dst.get_mut(..n), self.buf.get(..n)) {
+                d.copy_from_slice(s);
+            }
+            self.buf.drain(..n);
+            self.pending -= n;
+            if self.pending == 0 {
+                // The sniffed bytes are all out: the buffer is not needed again.
+                self.buf = Vec::new();
+            }
+            return Ok(n);
+        }
+        if dst.is_empty() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        // SAFETY: `fd` is the open socket the read half owns for as long as
+        // this reader lives; `dst` is a live, writable buffer of the length
+        // passed. MSG_DONTWAIT makes the call return at once whatever the
+        // socket's blocking mode.
+        let n = unsafe {
+            libc::recv(
+                self.fd,
+                dst.as_mut_ptr().cast(),
+                dst.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        let Ok(n) = usize::try_from(n) else {
+            return Err(io::Error::last_os_error());
+        };
+        // As in `read`: a short read drained the socket.
+        if self.shared.config.quick_ack && n > 0 && n < dst.len() {
+            quick_ack(self.fd);
+        }
+        self.shared.counters().add_bytes_in(n);
+        Ok(n)
+    }
+
+    /// Waits until the socket has bytes (or the end) to read, holding no
+    /// buffer meanwhile.
+    ///
+    /// # Errors
+    /// Whatever the wait reports.
+    pub async fn readable(&mut self) -> io::Result<()> {
+        if self.pending > 0 {
+            return Ok(());
+        }
+        // SAFETY: the stream lives in the `Rc` both halves share for as long
+        // as either does; `readable` takes it by shared reference and only
+        // reads its descriptor to queue a poll, as the halves' own reads and
+        // writes do through the same cell.
+        let stream: &TcpStream = unsafe { &*self.half.0.get() };
+        stream.readable(true).await
+    }
+
     /// Like [`Reader::read`], but gives up when the server starts draining:
     /// `Ok(None)` then. The in-flight read is cancelled, not abandoned, so
     /// the buffer comes back and no received byte is lost (bytes that won
@@ -465,9 +528,17 @@ impl Writer {
     /// The staging buffer: stage bytes here, then [`Writer::flush`]. A
     /// sans-IO session's `poll_transmit` writes straight into its spare room.
     pub fn buffer(&mut self) -> &mut Staging {
-        let pool = &self.shared.pool;
-        self.buf
-            .get_or_insert_with(|| Staging::new(pool.take(WRITE_BUFFER_BYTES)))
+        self.buf.get_or_insert_with(buffers::take_staging)
+    }
+
+    /// Gives the staging buffer back to the thread's pool if nothing is
+    /// staged (the next [`Writer::buffer`] takes one again).
+    pub fn release(&mut self) {
+        if self.buf.as_ref().is_some_and(Staging::is_empty)
+            && let Some(buf) = self.buf.take()
+        {
+            buffers::give_staging(buf);
+        }
     }
 
     /// Writes every staged byte, then empties the buffer (keeping its allocation).
@@ -522,7 +593,7 @@ impl Writer {
 impl Drop for Writer {
     fn drop(&mut self) {
         if let Some(buf) = self.buf.take() {
-            self.shared.pool.give(buf.into_vec());
+            buffers::give_staging(buf);
         }
     }
 }
@@ -544,6 +615,12 @@ impl ByteRead for Reader {
     fn take_handshake(&mut self) -> Option<HandshakeToken> {
         Reader::take_handshake(self)
     }
+    fn try_read_into(&mut self, dst: &mut [u8]) -> Option<io::Result<usize>> {
+        Some(Reader::try_read_into(self, dst))
+    }
+    fn readable(&mut self) -> impl Future<Output = io::Result<()>> {
+        Reader::readable(self)
+    }
 }
 
 impl ByteWrite for Writer {
@@ -555,6 +632,9 @@ impl ByteWrite for Writer {
     }
     fn close(&mut self) -> impl Future<Output = io::Result<()>> {
         Writer::close(self)
+    }
+    fn release(&mut self) {
+        Writer::release(self);
     }
 }
 

@@ -455,7 +455,7 @@ struct Publisher {
 
 /// The tables of a probe client: a relay client session's, with more
 /// control slots (a subscription holds two until its TRACK_INFO).
-type ClientStorage = Storage<'static, 'static, 72, 1024, 64, 64, 64, 64>;
+type ClientStorage = Storage<'static, 'static, 72, 1024, 64, 64, 64, 64, 144>;
 
 /// A client storage.
 fn client_storage() -> Box<ClientStorage> {

@@ -244,7 +244,7 @@ mod tests {
     use crate::wire::lite::StreamCode;
     use crate::wire::qmux::Side;
 
-    type St = Storage<'static, 'static, 16, 512, 8, 8, 8, 8>;
+    type St = Storage<'static, 'static, 16, 512, 8, 8, 8, 8, 32>;
     const T: usize = 4;
     const G: usize = 8;
     const GRACE: Duration = Duration::from_secs(10);

@@ -91,10 +91,9 @@ impl Default for Config<'static> {
 /// * `CONTROL`: control-stream slots: our SETUP and the peer's, each announce,
 ///   track, subscribe and goaway stream either side opened. A subscription we
 ///   make takes two while its TRACK request is open, one afterwards.
-/// * `BUF`: bytes of each control stream's receive buffer and of its send
-///   buffer (two per slot). A control message longer than this is refused
-///   (the stream is reset, or the session closed for a SETUP/GOAWAY), never
-///   buffered elsewhere. At least [`MIN_BUF`].
+/// * `BUF`: bytes of a control buffer. A control message longer than this is
+///   refused (the stream is reset, or the session closed for a SETUP/GOAWAY),
+///   never buffered elsewhere. At least [`MIN_BUF`].
 /// * `SERVE`: subscriptions the peer holds on our tracks (publisher side).
 /// * `SUBS`: subscriptions we hold on the peer's tracks (subscriber side);
 ///   a closed one keeps its entry while its
@@ -103,6 +102,14 @@ impl Default for Config<'static> {
 /// * `OUT`: group streams we send at once (publisher side).
 /// * `IN`: group streams we receive at once (subscriber side); keep it at least
 ///   the connection's `max_streams_uni` so a compliant peer never finds it full.
+/// * `CHUNKS`: control buffers, shared by the slots: a slot holds one for
+///   receiving while a message is incomplete, held for the application or
+///   kept (an announce stream's prefix), and one for sending while bytes wait
+///   or a prefix is kept; an idle slot holds none.
+///   `2 * CONTROL` never runs short. Fewer save memory: a slot that finds
+///   none free stops taking bytes (the peer's data waits, backpressure) or,
+///   for a message of ours, fails as a control buffer too small would.
+///   At least 2.
 ///
 /// A full table is never grown: the request is refused on the wire with a
 /// stream reset (see the module documentation of [`session`](super)).
@@ -117,10 +124,11 @@ pub struct Storage<
     const SUBS: usize,
     const OUT: usize,
     const IN: usize,
+    const CHUNKS: usize,
 > {
     pub(super) control: [Control; CONTROL],
-    pub(super) rx: [[u8; BUF]; CONTROL],
-    pub(super) tx: [[u8; BUF]; CONTROL],
+    pub(super) chunks: [[u8; BUF]; CHUNKS],
+    pub(super) chunk_used: [bool; CHUNKS],
     pub(super) served: [Option<Served<'a, 'p>>; SERVE],
     pub(super) subs: [Option<SubEntry<'a, 'p>>; SUBS],
     pub(super) out: [Option<GroupOut<'a, 'p>>; OUT],
@@ -136,14 +144,15 @@ impl<
     const SUBS: usize,
     const OUT: usize,
     const IN: usize,
-> Storage<'a, 'p, CONTROL, BUF, SERVE, SUBS, OUT, IN>
+    const CHUNKS: usize,
+> Storage<'a, 'p, CONTROL, BUF, SERVE, SUBS, OUT, IN, CHUNKS>
 {
     /// Empty tables.
     pub const fn new() -> Self {
         Storage {
             control: [Control::FREE; CONTROL],
-            rx: [[0; BUF]; CONTROL],
-            tx: [[0; BUF]; CONTROL],
+            chunks: [[0; BUF]; CHUNKS],
+            chunk_used: [false; CHUNKS],
             served: [const { None }; SERVE],
             subs: [const { None }; SUBS],
             out: [const { None }; OUT],
@@ -159,14 +168,15 @@ impl<
     const SUBS: usize,
     const OUT: usize,
     const IN: usize,
-> Default for Storage<'_, '_, CONTROL, BUF, SERVE, SUBS, OUT, IN>
+    const CHUNKS: usize,
+> Default for Storage<'_, '_, CONTROL, BUF, SERVE, SUBS, OUT, IN, CHUNKS>
 {
     fn default() -> Self {
         Self::new()
     }
 }
 
-/// A storage size that suits a small node: 24 control streams of 512-byte
-/// buffers, 8 subscriptions each way, 8 group streams each way (about 26 KiB
-/// of buffers).
-pub type DefaultStorage<'a, 'p> = Storage<'a, 'p, 24, 512, 8, 8, 8, 8>;
+/// A storage size that suits a small node: 24 control streams with 48
+/// control buffers of 512 bytes (two each, so never short), 8 subscriptions
+/// each way, 8 group streams each way (about 26 KiB of buffers).
+pub type DefaultStorage<'a, 'p> = Storage<'a, 'p, 24, 512, 8, 8, 8, 8, 48>;

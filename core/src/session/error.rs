@@ -68,6 +68,8 @@ pub enum ConfigError {
     SetupTooLarge,
     /// Storage has no control-stream slot at all.
     NoControl,
+    /// Storage has fewer than two control buffers (one to receive, one to send).
+    TooFewChunks,
 }
 
 impl fmt::Display for ConfigError {
@@ -77,6 +79,7 @@ impl fmt::Display for ConfigError {
             ConfigError::BufferTooSmall => f.write_str("control buffers too small"),
             ConfigError::SetupTooLarge => f.write_str("our SETUP does not fit a control buffer"),
             ConfigError::NoControl => f.write_str("no control stream slots"),
+            ConfigError::TooFewChunks => f.write_str("fewer than two control buffers"),
         }
     }
 }

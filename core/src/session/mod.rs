@@ -221,8 +221,13 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     scope: Option<&'s dyn Scope>,
 
     control: Slots<'s, Control>,
-    rx: &'s mut [u8],
-    tx: &'s mut [u8],
+    /// The control buffers, `buf` bytes each, lent to slots while they need
+    /// them (see [`Storage`]).
+    chunks: &'s mut [u8],
+    /// Which control buffers a slot holds.
+    chunk_used: &'s mut [bool],
+    /// Control buffers no slot holds.
+    free_chunks: usize,
     buf: usize,
     served: Slots<'s, Option<Served<'a, 'p>>>,
     subs: Slots<'s, Option<SubEntry<'a, 'p>>>,
@@ -310,15 +315,19 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         const SUBS: usize,
         const OUT: usize,
         const IN: usize,
+        const CHUNKS: usize,
     >(
         side: Side,
         config: Config<'s>,
         now: Instant,
-        storage: &'s mut Storage<'a, 'p, CONTROL, BUF, SERVE, SUBS, OUT, IN>,
+        storage: &'s mut Storage<'a, 'p, CONTROL, BUF, SERVE, SUBS, OUT, IN, CHUNKS>,
         origin: Option<origin::Ref<'a, 'p>>,
     ) -> Result<Self, ConfigError> {
         if CONTROL == 0 {
             return Err(ConfigError::NoControl);
+        }
+        if CHUNKS < 2 {
+            return Err(ConfigError::TooFewChunks);
         }
         if BUF < MIN_BUF {
             return Err(ConfigError::BufferTooSmall);
@@ -333,8 +342,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
         let Storage {
             control,
-            rx,
-            tx,
+            chunks,
+            chunk_used,
             served,
             subs,
             out,
@@ -343,6 +352,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         // Storage may come from an earlier session: start from empty tables.
         // (A session that ended unregistered what it served, see `teardown`.)
         control.fill(Control::FREE);
+        chunk_used.fill(false);
         for s in served.iter_mut() {
             if let Some(s) = s.take() {
                 s.source.remove_subscriber(s.window.request());
@@ -376,8 +386,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             scope: None,
             root: PathBuf::new(),
             control: Slots::new(control.as_mut_slice()),
-            rx: rx.as_flattened_mut(),
-            tx: tx.as_flattened_mut(),
+            chunks: chunks.as_flattened_mut(),
+            chunk_used: chunk_used.as_mut_slice(),
+            free_chunks: CHUNKS,
             buf: BUF,
             served: Slots::new(served),
             subs: Slots::new(subs.as_mut_slice()),
@@ -1180,6 +1191,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         self.serve_subscriptions();
         self.release_credit();
         self.sweep_control();
+        // Buffers of FIFOs that emptied go back for the next message.
+        self.trim_chunks();
         // Later passes scan only up to the highest slot still in use.
         self.control.trim();
         self.served.trim();

@@ -520,7 +520,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 let origin = self.origin;
                 let resolver = self.resolver;
                 let parsed = match decode_within::<Subscribe<'_>>(
-                    rx_of(self.rx, &self.control[slot], self.buf, slot),
+                    rx_of(self.chunks, &self.control[slot], self.buf),
                     limit,
                 ) {
                     Ok((s, n)) => {

@@ -91,7 +91,7 @@ mod tests {
     use crate::window::Request;
     use crate::wire::qmux::Side;
 
-    type St<'a, 'p> = Storage<'a, 'p, 16, 256, 4, 4, 8, 8>;
+    type St<'a, 'p> = Storage<'a, 'p, 16, 256, 4, 4, 8, 8, 32>;
 
     /// Hands out one prepared track, once, for the name "audio".
     struct OneTrack<'b, 'a, 'p> {

@@ -59,7 +59,7 @@ mod tests {
     use crate::window::Request;
     use crate::wire::qmux::Side;
 
-    type St<'a, 'p> = Storage<'a, 'p, 16, 256, 4, 4, 8, 8>;
+    type St<'a, 'p> = Storage<'a, 'p, 16, 256, 4, 4, 8, 8, 32>;
 
     /// Admits a client that dialed `/live`, and lets it see `live/a` only.
     struct OnlyA {

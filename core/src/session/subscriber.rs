@@ -199,6 +199,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             None => return Err(Error::Invalid),
         };
         let id = self.next_announce;
+        if self.free_chunks() == 0 {
+            return Err(Error::ControlFull);
+        }
         let slot = self
             .alloc_control(
                 Kind::AnnounceOut {
@@ -308,6 +311,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             start_group: request.start.into(),
             end_group: request.end.into(),
         };
+        // Both requests go out at once: each needs a control buffer.
+        if self.free_chunks() < 2 {
+            return Err(Error::ControlFull);
+        }
         let t = self
             .alloc_control(
                 Kind::TrackOut {

@@ -22,7 +22,7 @@ use crate::window::{End, Request, Start};
 use crate::wire::lite::{Role, SessionCode, StreamCode};
 use crate::wire::qmux::{Dir, Side};
 
-type St<'a, 'p> = Storage<'a, 'p, 16, 256, 4, 4, 8, 8>;
+type St<'a, 'p> = Storage<'a, 'p, 16, 256, 4, 4, 8, 8, 32>;
 
 fn cfg(hop: u64) -> Config<'static> {
     Config {
@@ -1142,8 +1142,8 @@ fn announce_initial_set_walks_the_origin_once() {
         o.handle().announce(b.handle()).unwrap();
     }
     // 4 KiB control buffers: the set goes out in a few buffers' worth.
-    let mut cst = Storage::<'_, '_, 16, 4096, 4, 4, 8, 8>::new();
-    let mut sst = Storage::<'_, '_, 16, 4096, 4, 4, 8, 8>::new();
+    let mut cst = Storage::<'_, '_, 16, 4096, 4, 4, 8, 8, 32>::new();
+    let mut sst = Storage::<'_, '_, 16, 4096, 4, 4, 8, 8, 32>::new();
     let client = Session::new(Side::Client, Config::new(), Instant::ZERO, &mut cst, None).unwrap();
     let server = Session::new(
         Side::Server,
@@ -1681,7 +1681,7 @@ fn ends_are_never_lost_on_a_full_event_queue() {
         setup_timeout: Duration::from_secs(2),
         ..Config::new()
     };
-    let mut st = Storage::<'_, '_, { 2 * SUBS + 4 }, 64, 1, SUBS, 1, 8>::new();
+    let mut st = Storage::<'_, '_, { 2 * SUBS + 4 }, 64, 1, SUBS, 1, 8, { 4 * SUBS + 8 }>::new();
     let session = Session::new(Side::Client, config, Instant::ZERO, &mut st, None).unwrap();
     let raw = Raw::new(Side::Server, conn::Config::new());
     let mut pair = Pair::new(Node::new(session), raw);
@@ -1734,7 +1734,7 @@ fn an_announce_end_on_a_full_queue_waits_in_its_slot() {
     let locals: Vec<_> = (0..SUBS)
         .map(|_| track::State::<2>::new(&cpool, track::Info::new("t").unwrap()))
         .collect();
-    let mut st = Storage::<'_, '_, { 2 * SUBS + 4 }, 64, 1, SUBS, 1, 8>::new();
+    let mut st = Storage::<'_, '_, { 2 * SUBS + 4 }, 64, 1, SUBS, 1, 8, { 4 * SUBS + 8 }>::new();
     let session = Session::new(Side::Client, Config::new(), Instant::ZERO, &mut st, None).unwrap();
     let raw = Raw::new(Side::Server, conn::Config::new());
     let mut pair = Pair::new(Node::new(session), raw);
@@ -1978,8 +1978,8 @@ fn group_streams_are_chosen_in_one_pass_by_priority() {
         },
         ..Config::new()
     };
-    let mut cst = Storage::<'_, '_, 16, 256, 4, 4, 8, 80>::new();
-    let mut sst = Storage::<'_, '_, 16, 256, 4, 4, S, 8>::new();
+    let mut cst = Storage::<'_, '_, 16, 256, 4, 4, 8, 80, 32>::new();
+    let mut sst = Storage::<'_, '_, 16, 256, 4, 4, S, 8, 32>::new();
     let client: Session<'_, '_, '_, 128> =
         Session::new(Side::Client, ccfg, Instant::ZERO, &mut cst, None).unwrap();
     let server: Session<'_, '_, '_, 160> = Session::new(
@@ -2366,3 +2366,6 @@ fn sessions_report_the_tracks_they_changed() {
 }
 
 mod inbox;
+
+#[path = "tests/chunks.rs"]
+mod chunks;

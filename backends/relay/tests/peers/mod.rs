@@ -13,11 +13,15 @@ use std::time::{Duration, Instant as StdInstant};
 
 use crate::common::*;
 use skiff_core::model::track;
-use skiff_core::session::{Config, Event, Session};
+use skiff_core::session::{Config, Event, Session, Storage};
 use skiff_core::time::Instant;
 use skiff_core::wire::qmux::Side;
 use skiff_monoio::client::{self, ClientCtx, Publisher, ReadState};
-use skiff_monoio::session_driver::{MoqSession, SessionStorage};
+use skiff_monoio::session_driver::MoqSession;
+
+/// A raw client's tables: room for bursts of requests (the relay's side is
+/// what the tests measure).
+type RawStorage = Storage<'static, 'static, 64, 1024, 64, 64, 64, 64, 128>;
 use skiff_monoio::tables::leak_pool;
 
 // ---------------------------------------------------------------------------
@@ -168,7 +172,7 @@ impl Raw {
         };
         s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
         s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
-        let storage: &'static mut SessionStorage = Box::leak(Box::new(SessionStorage::new()));
+        let storage: &'static mut RawStorage = Box::leak(Box::new(RawStorage::new()));
         let session = Session::new(
             Side::Client,
             config,

@@ -19,6 +19,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         self.control[slot].event = 0;
         self.rx_consume(slot, n);
         self.process_rx(slot);
+        if self.control[slot].kind != super::Kind::Free {
+            self.trim_slot(slot);
+        }
     }
 
     /// A slot with a message waiting for `poll_event`.
@@ -29,8 +32,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     /// The event for the message held in `slot` (validated when it was parsed).
     pub(in crate::session) fn held_event(&mut self, slot: usize) -> Option<Event<'_>> {
         let c = self.control[slot];
-        let start = slot * self.buf + c.rx_keep;
-        let msg = self.rx.get(start..start + c.event)?;
+        let start = self.rx_base(slot)? + c.rx_keep;
+        let msg = self.chunks.get(start..start + c.event)?;
         match c.kind {
             Kind::SetupIn { .. } => {
                 let (setup, _) = decode_message::<Setup<'_>>(msg).ok()?;
@@ -52,9 +55,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             }
             Kind::AnnounceOut { id, publisher } => {
                 let (a, _) = decode_message::<Announce<'_>>(msg).ok()?;
-                let base = slot * self.buf;
-                let kept = self.tx.get(base..base + c.tx_keep)?;
-                let prefix = core::str::from_utf8(kept).ok()?;
+                let prefix = core::str::from_utf8(self.tx_kept(slot)).ok()?;
                 self.scratch = join(prefix, a.suffix).ok()?;
                 let path = self.scratch.as_str();
                 let request = AnnounceId(id);

@@ -1,12 +1,18 @@
-//! Control streams: fixed slots with a receive buffer (message reassembly) and a
-//! send buffer each, and message dispatch by stream type.
+//! Control streams: fixed slots that borrow a receive buffer (message
+//! reassembly) and a send buffer while they need them, and message dispatch by
+//! stream type.
 //!
 //! Every bidirectional moq-lite stream and both SETUP streams occupy one
-//! [`Control`] slot. Slot `i` owns bytes `i * BUF .. (i + 1) * BUF` of the
-//! session's receive and send memories. Each buffer is a FIFO behind an
-//! optional *kept* prefix (`keep` bytes that are neither parsed nor sent): an
-//! announce stream keeps its prefix there, so a joined path can be rebuilt for
-//! every announcement without another buffer.
+//! [`Control`] slot. The session's control buffers (`CHUNKS` of `BUF` bytes)
+//! are shared: a slot takes one for receiving when bytes arrive and one for
+//! sending when it writes a message, and gives each back once it is empty, so
+//! an idle stream holds none. Each buffer is a FIFO behind an optional *kept*
+//! prefix (`keep` bytes that are neither parsed nor sent): an announce stream
+//! keeps its prefix there (and its buffer with it), so a joined path can be
+//! rebuilt for every announcement without another buffer. A slot takes a
+//! receive buffer only while another stays free for its answer; with none,
+//! the peer's bytes wait in the connection (backpressure) until a buffer comes
+//! back.
 //!
 //! Receiving: stream bytes are copied into the receive FIFO (credit goes back
 //! to the peer at once; control streams are not paced) and complete messages
@@ -120,6 +126,9 @@ pub(super) enum Kind {
     GoawayIn { done: bool },
 }
 
+/// The "no control buffer" index of [`Control::rx_chunk`] and [`Control::tx_chunk`].
+pub(super) const NO_CHUNK: u16 = u16::MAX;
+
 /// One control stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Control {
@@ -127,6 +136,10 @@ pub(crate) struct Control {
     /// `None` until the stream is opened (ours may wait for stream credit).
     pub(super) stream: Option<StreamId>,
     pub(super) dir: Dir,
+    /// The control buffer holding the receive FIFO ([`NO_CHUNK`]: none, both empty).
+    pub(super) rx_chunk: u16,
+    /// The control buffer holding the send FIFO ([`NO_CHUNK`]: none, both empty).
+    pub(super) tx_chunk: u16,
     pub(super) rx_keep: usize,
     pub(super) rx_len: usize,
     pub(super) tx_keep: usize,
@@ -157,6 +170,8 @@ impl Control {
         kind: Kind::Free,
         stream: None,
         dir: Dir::Bidi,
+        rx_chunk: NO_CHUNK,
+        tx_chunk: NO_CHUNK,
         rx_keep: 0,
         rx_len: 0,
         tx_keep: 0,

@@ -62,11 +62,21 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             }
             let room = self.buf.saturating_sub(c.rx_keep + c.rx_len);
             let n = min(room, data.len() - used);
-            let start = slot * self.buf + c.rx_keep + c.rx_len;
-            if let (Some(dst), Some(src)) =
-                (self.rx.get_mut(start..start + n), data.get(used..used + n))
+            if n > 0 && !self.ensure_rx_chunk(slot) {
+                // No control buffer free: the bytes wait for one (another
+                // slot's answer going out gives one back).
+                return used;
+            }
+            if let Some(base) = self.rx_base(slot)
+                && n > 0
             {
-                dst.copy_from_slice(src);
+                let start = base + c.rx_keep + c.rx_len;
+                if let (Some(dst), Some(src)) = (
+                    self.chunks.get_mut(start..start + n),
+                    data.get(used..used + n),
+                ) {
+                    dst.copy_from_slice(src);
+                }
             }
             self.control[slot].rx_len += n;
             used += n;
@@ -76,6 +86,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 self.control[slot].rx_fin = true;
             }
             self.process_rx(slot);
+            if self.control[slot].stream == Some(id) {
+                self.trim_slot(slot);
+            }
             if used == data.len() {
                 return used;
             }

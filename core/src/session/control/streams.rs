@@ -66,6 +66,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         if self.surfaced == Some(slot) {
             self.surfaced = None;
         }
+        self.release_chunks(slot);
         self.control[slot] = Control::FREE;
     }
 
@@ -119,8 +120,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             while self.control[slot].wants_flush() {
                 let c = self.control[slot];
                 let Some(id) = c.stream else { break };
-                let base = slot * self.buf + c.tx_keep;
-                let data = self.tx.get(base..base + c.tx_len).unwrap_or(&[]);
+                let base = self.tx_base(slot).unwrap_or(0) + c.tx_keep;
+                let data = if c.tx_len == 0 {
+                    &[][..]
+                } else {
+                    self.chunks.get(base..base + c.tx_len).unwrap_or(&[])
+                };
                 let Some(room) = out.get_mut(pos..) else {
                     return pos;
                 };
@@ -129,7 +134,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                         pos += w.out;
                         let c = &mut self.control[slot];
                         let rest = c.tx_len - w.data;
-                        if let Some(region) = self.tx.get_mut(base..base + c.tx_len) {
+                        if let Some(region) = self.chunks.get_mut(base..base + c.tx_len) {
                             region.copy_within(w.data.., 0);
                         }
                         c.tx_len = rest;
@@ -150,6 +155,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 }
             }
         }
+        self.trim_chunks();
         pos
     }
 

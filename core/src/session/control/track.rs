@@ -37,7 +37,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         // Over the limit of waiting requests, a new one is not resolved:
         // only a track whose values are known can answer it.
         let over = !deferred && self.waiting_tracks() >= self.max_waiting_tracks;
-        let data = rx_of(self.rx, &self.control[slot], self.buf, slot);
+        let data = rx_of(self.chunks, &self.control[slot], self.buf);
         let answer = match decode_within::<Track<'_>>(data, limit) {
             Ok((t, n)) => {
                 let found = match rooted(&self.root, t.broadcast, &mut self.scratch) {

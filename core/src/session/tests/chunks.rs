@@ -1,0 +1,83 @@
+//! Control buffers shared by a session's control slots: lent while a message
+//! is on its way or a prefix is kept, given back once empty, and waited for
+//! (not refused) when a burst of requests needs more than there are.
+
+use super::*;
+
+/// Control slots, buffer size and buffers of the publisher below: four
+/// buffers for sixteen slots.
+const CHUNKS: usize = 4;
+type Tight<'a, 'p> = Storage<'a, 'p, 16, 256, 8, 1, 8, 1, CHUNKS>;
+
+#[test]
+fn a_burst_of_requests_waits_for_control_buffers_and_every_one_is_served() {
+    let mut ps = PoolStorage::<64, 64>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<64, 64>::new();
+    let cpool = Pool::new(&mut pc);
+    let names = ["t0", "t1", "t2", "t3", "t4"];
+    let tracks: Vec<_> = names
+        .iter()
+        .map(|n| track::State::<4>::new(&pool, track::Info::new(n).unwrap()))
+        .collect();
+    let bcast = broadcast::State::<8>::new(Path::new("room/live").unwrap()).unwrap();
+    let o = origin::State::<4, 8>::new();
+    let bp = bcast.producer().unwrap();
+    let producers: Vec<_> = tracks.iter().map(|t| t.producer().unwrap()).collect();
+    for (t, p) in tracks.iter().zip(&producers) {
+        bp.add(t.handle()).unwrap();
+        write_group(p, 0, &[(0, b"key")]);
+    }
+    o.handle().announce(bcast.handle()).unwrap();
+
+    let locals: Vec<_> = names
+        .iter()
+        .map(|n| track::State::<4>::new(&cpool, track::Info::new(n).unwrap()))
+        .collect();
+    let mut cst = Storage::<'_, '_, 16, 256, 4, 8, 8, 8, 32>::new();
+    let mut sst = Tight::new();
+    let client = Session::new(Side::Client, Config::new(), Instant::ZERO, &mut cst, None).unwrap();
+    let server = Session::new(
+        Side::Server,
+        Config::new(),
+        Instant::ZERO,
+        &mut sst,
+        Some(o.handle()),
+    )
+    .unwrap();
+    let mut pair = Pair::new(Node::new(client), Node::new(server));
+    assert!(pair.run(1000, |p| p.a.session.is_setup() && p.b.session.is_setup()));
+    // Both SETUP streams went quiet: their buffers are back.
+    assert_eq!(pair.b.session.free_chunks(), CHUNKS);
+
+    // Five subscriptions at once: ten requests (TRACK and SUBSCRIBE each)
+    // for four buffers. Those that find none wait in the input.
+    for l in &locals {
+        pair.a
+            .session
+            .subscribe(
+                "room/live",
+                l.handle(),
+                Request::test(1, 1000, Start::Latest, End::Open),
+            )
+            .unwrap();
+    }
+    assert!(pair.run(5000, |p| p.b.session.served_count() == names.len()));
+    for l in &locals {
+        let h = l.handle();
+        assert!(
+            pair.run(2000, |_| h.group(0).is_some()),
+            "{}",
+            h.info().name
+        );
+    }
+    assert_eq!(pair.b.session.refused_track_requests(), 0);
+    // Answered and quiet: every buffer is back.
+    assert!(pair.run(1000, |p| p.b.session.free_chunks() == CHUNKS));
+
+    // An announce request keeps its prefix, and the buffer holding it.
+    pair.a.session.announce_request("room").unwrap();
+    pair.settle(Duration::from_millis(50));
+    assert!(pair.a.saw(|e| matches!(e, Ev::Announced { .. })));
+    assert!(pair.run(1000, |p| p.b.session.free_chunks() == CHUNKS - 1));
+}
