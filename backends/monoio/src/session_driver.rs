@@ -72,7 +72,12 @@ pub const STREAMS: usize = 80;
 /// way: 24 KiB, so a viewer costs little more than the window of media in
 /// flight to it. A limit reached is refused on the wire, or waits
 /// (a control buffer), never grown.
-pub type SessionStorage = Storage<'static, 'static, 24, 1024, 16, 16, 16, 16, 8>;
+pub type SessionStorage =
+    Storage<'static, 'static, 24, 1024, 16, CLIENT_SUBSCRIPTIONS, 16, 16, 8>;
+
+/// Subscriptions a client's session holds on its peer's tracks at once (the
+/// `SUBS` of [`SessionStorage`]).
+pub const CLIENT_SUBSCRIPTIONS: usize = 16;
 
 /// A session whose media (origin, tracks, pool) lives for the whole thread.
 pub type MoqSession<'s> = Session<'s, 'static, 'static, STREAMS>;
@@ -491,9 +496,34 @@ impl Drop for Inbox {
     }
 }
 
-/// A core inbox over a pooled buffer, with a whole read's room kept free.
+/// A core inbox over a small pooled buffer, with a whole record's room kept
+/// free after the bytes waiting.
 fn pooled_inbox() -> skiff_core::session::Inbox<Vec<u8>> {
-    skiff_core::session::Inbox::with_min_room(crate::buffers::take_inbox(), READ_BUFFER_BYTES)
+    skiff_core::session::Inbox::with_min_room(
+        crate::buffers::take_inbox(false),
+        crate::buffers::RECORD_BYTES,
+    )
+}
+
+/// Moves the bytes waiting in a small inbox buffer to a large one once more
+/// than a record's worth waits (a backlog: a publisher's burst, a session
+/// that stopped taking bytes), so a whole read fits after them again.
+/// `incoming`: the size of a read about to be copied in, which must fit too.
+fn grow_if_backlogged(inbox: &mut skiff_core::session::Inbox<Vec<u8>>, incoming: usize) {
+    use crate::buffers::{LARGE_INBOX, RECORD_BYTES, SMALL_INBOX, give_inbox, take_inbox};
+    if inbox.capacity() == LARGE_INBOX
+        || (inbox.len() <= RECORD_BYTES && inbox.len() + incoming <= SMALL_INBOX)
+    {
+        return;
+    }
+    let mut large = skiff_core::session::Inbox::with_min_room(take_inbox(true), READ_BUFFER_BYTES);
+    let waiting = inbox.unconsumed();
+    if let Some(room) = large.spare_mut().get_mut(..waiting.len()) {
+        room.copy_from_slice(waiting);
+        large.commit(waiting.len());
+        let small = std::mem::replace(inbox, large);
+        give_inbox(small.into_inner());
+    }
 }
 
 /// What one read into the inbox came to.
@@ -537,6 +567,7 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
         let direct = {
             let mut data = inbox.data.borrow_mut();
             let bytes = data.get_or_insert_with(pooled_inbox);
+            grow_if_backlogged(bytes, 0);
             reader
                 .try_read_into(bytes.spare_mut())
                 .map(|res| match res {
@@ -573,6 +604,7 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
                     // Below INBOX_BYTES waiting, the spare room holds a whole read.
                     let mut slot = inbox.data.borrow_mut();
                     let bytes = slot.get_or_insert_with(pooled_inbox);
+                    grow_if_backlogged(bytes, data.len());
                     match bytes.spare_mut().get_mut(..data.len()) {
                         Some(room) => {
                             room.copy_from_slice(data);
@@ -644,8 +676,12 @@ pub struct DriveCtx {
 ///
 /// # Errors
 /// The writer's error if sending failed.
+///
+/// The session comes boxed: it is the largest part of a connection, and a
+/// future that took it by value would hold a copy of it in every caller's
+/// state as well.
 pub async fn drive<R: ByteRead, W: ByteWrite, A: App<N>, const N: usize>(
-    mut session: Session<'_, 'static, 'static, N>,
+    mut session: Box<Session<'_, 'static, 'static, N>>,
     mut reader: R,
     mut writer: W,
     app: &mut A,

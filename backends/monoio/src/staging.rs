@@ -298,6 +298,7 @@ mod tests {
 
         let mut st = Staging::new(Vec::with_capacity(64));
         st.extend_from_slice(b"ctl;");
+        st.reserve(st.staged().len() + 16);
         {
             let (room, mut sink) = st.spare_and_gather();
             room[..3].copy_from_slice(b"h1;");

@@ -443,7 +443,9 @@ impl Reader {
         // reads its descriptor to queue a poll, as the halves' own reads and
         // writes do through the same cell.
         let stream: &TcpStream = unsafe { &*self.half.0.get() };
-        stream.readable(true).await
+        // Not relaxed: the reads bypass monoio, so on the epoll driver its
+        // readiness must be checked against the socket, not its own record.
+        stream.readable(false).await
     }
 
     /// Like [`Reader::read`], but gives up when the server starts draining:

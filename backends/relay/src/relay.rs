@@ -159,9 +159,9 @@ const CHANGES: usize = 1024;
 /// standbys (local sources of paths served over a link), about 2.2 KiB each.
 pub const BROADCAST_SLOTS: usize = 2 * BROADCASTS;
 
-/// Upstream subscriptions a client session's peer holds at once (its
-/// table's size); a trunk's hold [`TRUNK_UPSTREAM`].
-const CLIENT_UPSTREAM: usize = 64;
+/// Upstream subscriptions a client session's peer holds at once: as many as
+/// its session's tables; a trunk's hold [`TRUNK_UPSTREAM`].
+const CLIENT_UPSTREAM: usize = skiff_monoio::session_driver::CLIENT_SUBSCRIPTIONS;
 /// Upstream subscriptions a trunk session's peer holds at once.
 const TRUNK_UPSTREAM: usize = 128;
 
@@ -848,11 +848,11 @@ impl RelayHandler {
             let (reader, writer) = split_halves(stream, 64 * 1024);
             let mut storage = Box::new(TrunkStorage::new());
             let (config, origin) = relay.session_setup(Remote::Link);
-            let session: Result<TrunkSession<'_>, _> =
+            let session: Result<Box<TrunkSession<'_>>, _> =
                 Session::new(side, config, ctx.clock.now(), &mut storage, Some(origin)).map(
                     |mut s| {
                         s.set_foreign(Some(&borrower));
-                        s
+                        Box::new(s)
                     },
                 );
             let res = run_session(
@@ -989,13 +989,14 @@ impl UpstreamSession<'_> {
         if fixed_protocol.is_some() {
             config.conn.fixed_protocol = fixed_protocol;
         }
-        let session: Result<TrunkSession<'_>, _> = Session::new(
+        let session: Result<Box<TrunkSession<'_>>, _> = Session::new(
             Side::Client,
             config,
             self.ctx.clock.now(),
             storage,
             Some(origin),
-        );
+        )
+        .map(Box::new);
         run_session(
             self.relay.clone(),
             session,
@@ -1160,7 +1161,7 @@ impl Relay {
 #[allow(clippy::too_many_arguments)]
 async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize>(
     relay: Rc<Relay>,
-    session: Result<Session<'s, 'static, 'static, N>, ConfigError>,
+    session: Result<Box<Session<'s, 'static, 'static, N>>, ConfigError>,
     reader: R,
     writer: W,
     side: Side,
@@ -1394,7 +1395,8 @@ impl RelayHandler {
         if path.is_some() || fixed_protocol.is_some() {
             config.conn.fixed_protocol = fixed_protocol;
         }
-        let session: Result<MoqSession<'_>, _> = Session::new(
+        // Boxed at once, so the session is not copied into the futures below.
+        let session: Result<Box<MoqSession<'_>>, _> = Session::new(
             Side::Server,
             config,
             ctx.clock.now(),
@@ -1404,7 +1406,7 @@ impl RelayHandler {
         .map(|mut s| {
             // docs/protocol.md §4.10: admitted at SETUP, scoped from then on.
             s.set_scope(gate.as_deref().map(|g| g as &dyn Scope));
-            s
+            Box::new(s)
         });
         let relay = self.relay.clone();
         let ended = run_session(

@@ -132,6 +132,7 @@ fn tls_relaying_allocates_only_rustls_record_buffers() {
             let handle = server::start(cfg, move |w: &WorkerInfo| Probed {
                 inner: Rc::new(make(w)),
                 count: c2.clone(),
+                live: Default::default(),
             })
             .unwrap();
             let url = format!("tls://{}/anon", handle.local_addr());

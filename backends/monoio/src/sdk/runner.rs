@@ -209,7 +209,7 @@ impl Runner {
                         asked: Vec::new(),
                         announced: Vec::new(),
                     };
-                    drive(session, reader, writer, &mut app, &s.ctx.drive)
+                    drive(Box::new(session), reader, writer, &mut app, &s.ctx.drive)
                         .await
                         .map(|_| ())
                 }
