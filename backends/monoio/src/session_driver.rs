@@ -72,8 +72,7 @@ pub const STREAMS: usize = 80;
 /// way: 24 KiB, so a viewer costs little more than the window of media in
 /// flight to it. A limit reached is refused on the wire, or waits
 /// (a control buffer), never grown.
-pub type SessionStorage =
-    Storage<'static, 'static, 24, 1024, 16, CLIENT_SUBSCRIPTIONS, 16, 16, 8>;
+pub type SessionStorage = Storage<'static, 'static, 24, 1024, 16, CLIENT_SUBSCRIPTIONS, 16, 16, 8>;
 
 /// Subscriptions a client's session holds on its peer's tracks at once (the
 /// `SUBS` of [`SessionStorage`]).

@@ -133,8 +133,8 @@ use skiff_core::wire::qmux::Side;
 use skiff_monoio::clock::Clock;
 use skiff_monoio::notify::Notify;
 use skiff_monoio::session_driver::{
-    App, ByteRead, ByteWrite, DriveCtx, Ended, Lend, MoqSession, StoragePool, TrunkSession,
-    TrunkStorage, UpstreamStorage, drive, split_halves,
+    App, ByteRead, ByteWrite, DriveCtx, Ended, Lend, MoqSession, STREAMS, StoragePool,
+    TRUNK_STREAMS, TrunkSession, TrunkStorage, UpstreamStorage, drive, split_halves,
 };
 use skiff_monoio::tables::{GROUPS, TRACKS, leak_pool_with_spare, leak_slice, pool_blocks};
 use skiff_monoio::ws::{WsReader, WsWriter};
@@ -855,7 +855,7 @@ impl RelayHandler {
                         Box::new(s)
                     },
                 );
-            let res = run_session(
+            let res = run_session::<_, _, TRUNK_STREAMS, TRUNK_UPSTREAM>(
                 relay,
                 session,
                 reader,
@@ -997,7 +997,7 @@ impl UpstreamSession<'_> {
             Some(origin),
         )
         .map(Box::new);
-        run_session(
+        run_session::<_, _, TRUNK_STREAMS, TRUNK_UPSTREAM>(
             self.relay.clone(),
             session,
             reader,
@@ -1157,9 +1157,12 @@ impl Relay {
 }
 
 /// Runs one relay session (a client connection, a worker link or the
-/// upstream), made from [`Relay::session_setup`].
+/// upstream), made from [`Relay::session_setup`], whose peer holds `S`
+/// upstream subscriptions at once ([`CLIENT_UPSTREAM`] for a client,
+/// [`TRUNK_UPSTREAM`] for a link or the upstream: a client's future then
+/// holds no trunk-sized table).
 #[allow(clippy::too_many_arguments)]
-async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize>(
+async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize, const S: usize>(
     relay: Rc<Relay>,
     session: Result<Box<Session<'s, 'static, 'static, N>>, ConfigError>,
     reader: R,
@@ -1187,13 +1190,9 @@ async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize>(
         },
         Remote::Upstream(_) => PeerKind::Trunk { ask_first: true },
     };
-    if peer.is_local() {
-        let mut app = RelayConn::<CLIENT_UPSTREAM>::new(relay.clone(), id, kind, lender, gate);
-        drive(session, reader, writer, &mut app, ctx).await
-    } else {
-        let mut app = RelayConn::<TRUNK_UPSTREAM>::new(relay.clone(), id, kind, lender, None);
-        drive(session, reader, writer, &mut app, ctx).await
-    }
+    let gate = if peer.is_local() { gate } else { None };
+    let mut app = RelayConn::<S>::new(relay.clone(), id, kind, lender, gate);
+    drive(session, reader, writer, &mut app, ctx).await
 }
 
 impl ConnectionHandler for RelayHandler {
@@ -1409,7 +1408,7 @@ impl RelayHandler {
             Box::new(s)
         });
         let relay = self.relay.clone();
-        let ended = run_session(
+        let ended = run_session::<_, _, STREAMS, CLIENT_UPSTREAM>(
             relay,
             session,
             reader,

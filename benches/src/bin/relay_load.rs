@@ -34,7 +34,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
+use skiff_monoio::client::{
+    self, ClientCtx, ClientLimits, FrameReader, Publisher, ReadState, Subscriber,
+};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::relay_demo::{LATENCY_BUCKETS, LatencyHistogram};
 
@@ -163,6 +165,13 @@ fn run(cli: &Cli) -> io::Result<()> {
             c_per,
             s_per / c_per
         );
+        println!(
+            "      {} of {} subscribers live {:.1} s after they started; relay RSS {:.1} KiB per live subscriber",
+            s.live,
+            n,
+            s.connect.as_secs_f64(),
+            s.rss_delta_kib as f64 / s.live.max(1) as f64
+        );
         if s.live < n as u64 || s.bad > 0 || s.delivered == 0 {
             println!(
                 "      note: {} of {} subscribers live, {} bad frames, {} bytes delivered in the window",
@@ -269,6 +278,8 @@ struct SkiffResult {
     live: u64,
     bad: u64,
     lagged: u64,
+    /// From starting the subscribers until all were live (or the timeout).
+    connect: Duration,
 }
 
 fn spawn_skiff(bin: &PathBuf, threads: usize) -> io::Result<(ChildGuard, SocketAddr)> {
@@ -281,6 +292,12 @@ fn spawn_skiff(bin: &PathBuf, threads: usize) -> io::Result<(ChildGuard, SocketA
             &threads.to_string(),
             "--log",
             "error",
+            // Every subscriber comes from 127.0.0.1: lift the per-address
+            // and total limits above the largest row.
+            "--max-connections-per-ip",
+            "100000",
+            "--max-connections",
+            "100000",
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -338,6 +355,7 @@ fn skiff_row(cli: &Cli, bin: &PathBuf, n: usize) -> io::Result<SkiffResult> {
     while shared.live.load(Ordering::Relaxed) < n as u64 && started.elapsed() < LIVE_TIMEOUT {
         std::thread::sleep(Duration::from_millis(20));
     }
+    let connect = started.elapsed();
     std::thread::sleep(Duration::from_secs(1));
     let me = std::process::id();
     let gen0 = cpu_seconds(me)?;
@@ -378,6 +396,7 @@ fn skiff_row(cli: &Cli, bin: &PathBuf, n: usize) -> io::Result<SkiffResult> {
         load_cpu,
         rss_delta_kib: rss1 as i64 - rss0 as i64,
         live: shared.live.load(Ordering::Relaxed),
+        connect,
         bad: shared.bad.load(Ordering::Relaxed),
         lagged: shared.lagged.load(Ordering::Relaxed),
     })
@@ -516,11 +535,20 @@ async fn subscribers(
     let group_bytes = frame_bytes as u64 * FRAMES_PER_GROUP;
     // Each local track keeps about BUDGET_GROUPS groups besides the latest.
     let per_track = group_bytes * (BUDGET_GROUPS + 1) + 64 * 1024;
-    let ctx = Rc::new(ClientCtx::new(
+    let ctx = Rc::new(ClientCtx::with_limits(
         (per_track * m as u64 + group_bytes).max(64 << 20),
+        ClientLimits {
+            tracks: m + 16,
+            ..ClientLimits::default()
+        },
     ));
     let notify = ctx.notify().clone();
     for k in 0..m {
+        // Connections a few hundred at a time, so the relay's listen
+        // backlog never overflows (a dropped SYN costs a second or more).
+        if k > 0 && k % 200 == 0 {
+            monoio::time::sleep(Duration::from_millis(20)).await;
+        }
         let local = ctx.track(TRACK);
         local.set_budget(group_bytes * BUDGET_GROUPS + frame_bytes as u64);
         let app = Subscriber::new(&broadcast_name((placed.0 + k) % placed.1.max(1)), local);
