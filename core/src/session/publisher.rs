@@ -256,7 +256,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             self.refuse(slot, StreamCode::Internal);
             return Step::Stop;
         };
-        if !self.set_rx_kept(slot, prefix.as_str().as_bytes()) {
+        // The stream keeps its buffer while it lives: refused unless two
+        // stay free for the other streams' messages and answers.
+        if self.free_chunks() < 2 || !self.set_rx_kept(slot, prefix.as_str().as_bytes()) {
             self.refuse(slot, StreamCode::Internal);
             return Step::Stop;
         }

@@ -199,7 +199,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             None => return Err(Error::Invalid),
         };
         let id = self.next_announce;
-        if self.free_chunks() == 0 {
+        // Its buffer is kept for the prefix: two stay free for the rest.
+        if self.free_chunks() < 3 {
             return Err(Error::ControlFull);
         }
         let slot = self
@@ -311,8 +312,11 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             start_group: request.start.into(),
             end_group: request.end.into(),
         };
-        // Both requests go out at once: each needs a control buffer.
-        if self.free_chunks() < 2 {
+        // Both requests take a control buffer, and the SUBSCRIBE keeps its
+        // own until TRACK_INFO arrives, which needs one more to be read in:
+        // taken only while two stay free after them, or held SUBSCRIBEs
+        // could keep every buffer from the answers they wait for.
+        if self.free_chunks() < 4 {
             return Err(Error::ControlFull);
         }
         let t = self
