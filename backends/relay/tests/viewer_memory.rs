@@ -76,26 +76,25 @@ async fn load(url: String, live: Arc<AtomicI64>) -> (i64, i64, i64) {
         (states, viewers)
     };
     let settle = || monoio::time::sleep(Duration::from_millis(200));
-    let (warm, _warm_viewers) = join(WARM);
-    while !warm.iter().all(|s| s.started.get().is_some()) {
+    // Warm-up, then the measured viewers: each group joins, is served,
+    // and the worker's heap is read once it settled.
+    let mut sampled = Vec::new();
+    let mut groups = Vec::new();
+    for n in [WARM, VIEWERS] {
+        let (states, viewers) = join(n);
+        while !states.iter().all(|s| s.started.get().is_some()) {
+            publish(2);
+            monoio::time::sleep(Duration::from_millis(20)).await;
+        }
         publish(2);
-        monoio::time::sleep(Duration::from_millis(20)).await;
+        settle().await;
+        publish(1);
+        settle().await;
+        sampled.push(live.load(Ordering::Relaxed));
+        groups.push(viewers);
     }
-    publish(2);
-    settle().await;
-    publish(1);
-    settle().await;
-    let before = live.load(Ordering::Relaxed);
-    let (measured, viewers) = join(VIEWERS);
-    while !measured.iter().all(|s| s.started.get().is_some()) {
-        publish(2);
-        monoio::time::sleep(Duration::from_millis(20)).await;
-    }
-    publish(2);
-    settle().await;
-    publish(1);
-    settle().await;
-    let with = live.load(Ordering::Relaxed);
+    let (before, with) = (sampled[0], sampled[1]);
+    let viewers = groups.pop().unwrap_or_default();
     for v in &viewers {
         v.close_all();
     }
