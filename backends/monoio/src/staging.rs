@@ -171,11 +171,6 @@ impl Staging {
         self.filled = 0;
         self.gathered = 0;
     }
-
-    /// The allocation, for a buffer pool.
-    pub fn into_vec(self) -> Vec<u8> {
-        self.buf
-    }
 }
 
 /// The [`Gather`] of a [`Staging`] during one transmit call.

@@ -1191,7 +1191,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         self.serve_subscriptions();
         self.release_credit();
         self.sweep_control();
-        // Buffers of FIFOs that emptied go back for the next message.
+        // Buffers of FIFOs that emptied (sent by the round before, taken by
+        // the application) go back for the next message.
         self.trim_chunks();
         // Later passes scan only up to the highest slot still in use.
         self.control.trim();

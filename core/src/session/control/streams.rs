@@ -155,7 +155,6 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 }
             }
         }
-        self.trim_chunks();
         pos
     }
 
