@@ -119,6 +119,15 @@ pub fn free_counts() -> (usize, usize, usize) {
     )
 }
 
+/// Bytes the free buffers of this thread's pools hold: memory kept for the
+/// next connections, bounded by the pools' limits whatever the load.
+pub fn free_bytes() -> usize {
+    let inboxes = |p: &RefCell<Vec<Vec<u8>>>| p.borrow().iter().map(Vec::capacity).sum::<usize>();
+    SMALL.with(inboxes)
+        + LARGE.with(inboxes)
+        + STAGINGS.with(|p| p.borrow().iter().map(Staging::capacity).sum::<usize>())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -66,12 +66,12 @@ use crate::staging::Staging;
 /// group streams at once).
 pub const STREAMS: usize = 80;
 
-/// The tables of one client's session: 24 control streams sharing 24 control
+/// The tables of one client's session: 24 control streams sharing 8 control
 /// buffers of 1 KiB (a stream holds one only while a message is on its way
 /// or a prefix is kept), 16 subscriptions each way, 16 group streams each
-/// way: 39 KiB. A limit reached is refused on the wire, or waits (a control
+/// way: 23 KiB. A limit reached is refused on the wire, or waits (a control
 /// buffer), never grown.
-pub type SessionStorage = Storage<'static, 'static, 24, 1024, 16, CLIENT_SUBSCRIPTIONS, 16, 16, 24>;
+pub type SessionStorage = Storage<'static, 'static, 24, 1024, 16, CLIENT_SUBSCRIPTIONS, 16, 16, 8>;
 
 /// Subscriptions a client's session holds on its peer's tracks at once (the
 /// `SUBS` of [`SessionStorage`]).
@@ -744,10 +744,6 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
     // A link's look for returned lent blocks: the wait, and the returns seen.
     let mut lend_wait = LEND_RECLAIM.0;
     let mut returns_seen = 0;
-    // Whether a session stalled on its input was fed again after the pass
-    // that last changed it: a pass can give back what the input waits for
-    // (a control buffer) without sending a byte.
-    let mut stalled_retried = false;
     loop {
         let now = ctx.clock.now();
         let mut progress = false;
@@ -854,11 +850,6 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
         }
         if progress {
             forward_changes(session, notify, events && A::EVENTS_WAKE_ALL);
-            stalled_retried = false;
-            continue;
-        }
-        if session.is_stalled() && !stalled_retried {
-            stalled_retried = true;
             continue;
         }
 

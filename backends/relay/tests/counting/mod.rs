@@ -65,7 +65,9 @@ pub struct Probed {
     pub inner: Rc<RelayHandler>,
     /// The worker thread's allocation count, as last sampled.
     pub count: Arc<AtomicU64>,
-    /// The worker thread's live heap bytes, as last sampled.
+    /// The worker thread's live heap bytes, as last sampled, less what its
+    /// buffer pools keep free for later connections (bounded by the pools'
+    /// limits, not by the load).
     pub live: Arc<AtomicI64>,
 }
 
@@ -87,7 +89,8 @@ impl ConnectionHandler for Probed {
                 loop {
                     let seen = notify.generation();
                     count.store(ALLOCS.with(Cell::get), Ordering::Relaxed);
-                    live.store(LIVE.with(Cell::get), Ordering::Relaxed);
+                    let pooled = skiff_monoio::buffers::free_bytes() as i64;
+                    live.store(LIVE.with(Cell::get) - pooled, Ordering::Relaxed);
                     waiter.changed(seen).await;
                 }
             });

@@ -88,12 +88,17 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     done: true,
                     deferred: false,
                 };
+                // The request is parsed: its buffer goes back before the
+                // answer takes one, so an answer always finds a buffer even
+                // when every other one holds a request still waiting.
+                self.rx_consume(slot, n);
+                self.trim_slot(slot);
                 if self.tx_write(slot, |w| write_message(&info, w)).is_err() {
                     self.refuse(slot, StreamCode::Internal);
                     return Step::Stop;
                 }
                 self.control[slot].fin = true;
-                Step::Consumed(n)
+                Step::Consumed(0)
             }
             Ok((_, Err(code))) => {
                 self.refuse(slot, code);

@@ -11,6 +11,19 @@ type Tight<'a, 'p> = Storage<'a, 'p, 16, 256, 8, 1, 8, 1, CHUNKS>;
 
 #[test]
 fn a_burst_of_requests_waits_for_control_buffers_and_every_one_is_served() {
+    burst(false);
+}
+
+#[test]
+fn requests_waiting_for_track_info_in_every_buffer_are_all_answered() {
+    // Each waiting TRACK request holds a buffer; when the values arrive,
+    // every answer goes out in the buffer its request leaves.
+    burst(true);
+}
+
+/// Five subscriptions to a server with four control buffers; with
+/// `waiting`, the server's tracks wait for their TRACK_INFO values first.
+fn burst(waiting: bool) {
     let mut ps = PoolStorage::<64, 64>::new();
     let pool = Pool::new(&mut ps);
     let mut pc = PoolStorage::<64, 64>::new();
@@ -29,6 +42,9 @@ fn a_burst_of_requests_waits_for_control_buffers_and_every_one_is_served() {
         write_group(p, 0, &[(0, b"key")]);
     }
     o.handle().announce(bcast.handle()).unwrap();
+    if waiting {
+        tracks.iter().for_each(|t| t.handle().await_info());
+    }
 
     let locals: Vec<_> = names
         .iter()
@@ -62,6 +78,18 @@ fn a_burst_of_requests_waits_for_control_buffers_and_every_one_is_served() {
             )
             .unwrap();
     }
+    if waiting {
+        pair.settle(Duration::from_millis(50));
+        assert!(pair.b.session.has_deferred_requests());
+        assert!(pair.b.session.free_chunks() <= 1, "the waiting requests hold the buffers");
+        for t in &tracks {
+            t.handle().set_info(crate::wire::lite::TrackInfo {
+                priority: 1,
+                max_age: Duration::from_millis(1000),
+                timescale: core::num::NonZeroU64::new(1000).unwrap(),
+            });
+        }
+    }
     assert!(pair.run(5000, |p| p.b.session.served_count() == names.len()));
     for l in &locals {
         let h = l.handle();
@@ -74,6 +102,10 @@ fn a_burst_of_requests_waits_for_control_buffers_and_every_one_is_served() {
     assert_eq!(pair.b.session.refused_track_requests(), 0);
     // Answered and quiet: every buffer is back.
     assert!(pair.run(1000, |p| p.b.session.free_chunks() == CHUNKS));
+    assert!(!pair.a.saw(|e| matches!(e, Ev::SubscriptionClosed { .. })));
+    if waiting {
+        return;
+    }
 
     // An announce request keeps its prefix, and the buffer holding it.
     pair.a.session.announce_request("room").unwrap();
