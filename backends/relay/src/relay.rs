@@ -1297,7 +1297,7 @@ impl RelayHandler {
         self: &Rc<Self>,
         id: u64,
         mut reader: R,
-        mut writer: W,
+        writer: W,
         fixed_protocol: Option<&'static str>,
         ctx: DriveCtx,
     ) -> io::Result<()> {
@@ -1311,7 +1311,9 @@ impl RelayHandler {
             match skiff_ws::http::is_http_start(reader.pending()) {
                 Some(http) => break http,
                 None => {
-                    if !reader.read_more(3, limit).await? {
+                    // Boxed: a first read of fewer than three bytes is rare,
+                    // and the task should not carry this wait's state.
+                    if !Box::pin(reader.read_more(3, limit)).await? {
                         return Ok(());
                     }
                 }
@@ -1330,6 +1332,22 @@ impl RelayHandler {
             tracing::debug!(conn = id, ?ended, "connection done");
             return Ok(());
         }
+        // The HTTP path (its head parser, its WebSocket framing) lives in an
+        // allocation of its own, so a QMux connection's task does not carry
+        // its state.
+        Box::pin(self.serve_web(id, reader, writer, limit, ctx)).await
+    }
+
+    /// Serves an HTTP connection: a page or file, or a WebSocket upgrade
+    /// whose messages carry the session (docs/protocol.md §9.2).
+    async fn serve_web<R: HeadRead, W: ByteWrite>(
+        self: &Rc<Self>,
+        id: u64,
+        mut reader: R,
+        mut writer: W,
+        limit: StdDuration,
+        ctx: DriveCtx,
+    ) -> io::Result<()> {
         let routed = crate::web::serve_http(
             self.relay.origin(),
             &self.web_dir,

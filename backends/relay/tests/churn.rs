@@ -32,6 +32,13 @@ const NAME_BATCH: usize = 16;
 /// NOT_FOUND (docs/protocol.md §3.15).
 const NOT_FOUND: u64 = 0x33;
 
+/// A client's settings with an idle timeout of ten minutes.
+fn patient() -> Config<'static> {
+    let mut config = Config::new();
+    config.conn.max_idle_timeout = skiff_core::time::Duration::from_secs(600);
+    config
+}
+
 /// A publisher announcing and withdrawing made-up broadcast paths.
 struct PathChurn {
     raw: Raw,
@@ -44,7 +51,7 @@ impl PathChurn {
         let o: &'static origin::State<'static, 'static, 64, 1024> =
             Box::leak(Box::new(origin::State::new()));
         let origin = o.handle();
-        let mut raw = Raw::connect_with(addr, Config::new(), None, Some(origin));
+        let mut raw = Raw::connect_with(addr, patient(), None, Some(origin));
         raw.handshake();
         PathChurn {
             raw,
@@ -77,7 +84,10 @@ impl PathChurn {
         let deadline = StdInstant::now() + Duration::from_secs(10);
         loop {
             self.raw.send_output();
-            self.raw.read_once();
+            assert!(
+                self.raw.read_once(),
+                "{what}: the relay ended the connection"
+            );
             if want(relay.metric("skiff_relay_broadcasts")) {
                 return;
             }
@@ -103,7 +113,7 @@ impl NameChurn {
                 .into_boxed_slice(),
         );
         let tracks = Box::leak(Box::new(TrackTable::new(slots)));
-        let mut raw = Raw::connect(addr, Config::new(), None);
+        let mut raw = Raw::connect(addr, patient(), None);
         raw.handshake();
         NameChurn {
             raw,
@@ -165,7 +175,11 @@ fn visit(addr: SocketAddr, local: track::Ref<'static, 'static>) {
 #[test]
 fn churn_leaves_the_relay_where_it_was() {
     within(300, || {
-        let relay = RelayProcess::start(&[]);
+        // Each churning connection sits silent while the other kinds of
+        // churn run, which on a slow machine is longer than the default
+        // 30 s idle timeout; this test is about tables and memory, so the
+        // relay and the churning clients allow ten minutes.
+        let relay = RelayProcess::start(&["--idle-timeout", "600s"]);
         let addr = relay.addr;
         let audience = SteadyAudience::start(addr);
         let t0 = StdInstant::now();

@@ -81,7 +81,10 @@ fn burst(waiting: bool) {
     if waiting {
         pair.settle(Duration::from_millis(50));
         assert!(pair.b.session.has_deferred_requests());
-        assert!(pair.b.session.free_chunks() <= 1, "the waiting requests hold the buffers");
+        assert!(
+            pair.b.session.free_chunks() <= 1,
+            "the waiting requests hold the buffers"
+        );
         for t in &tracks {
             t.handle().set_info(crate::wire::lite::TrackInfo {
                 priority: 1,
