@@ -1339,7 +1339,7 @@ impl RelayHandler {
     }
 
     /// Serves an HTTP connection: a page or file, or a WebSocket upgrade
-    /// whose messages carry the session (docs/protocol.md §9.2).
+    /// whose messages carry the session (docs/protocol.md §9.2, §9.6).
     async fn serve_web<R: HeadRead, W: ByteWrite>(
         self: &Rc<Self>,
         id: u64,
