@@ -2,18 +2,22 @@
 //! through it: inbox buffers (received bytes the session has not taken yet)
 //! and staging buffers (bytes on their way to the socket).
 //!
-//! Inbox buffers come in two sizes: a small one, which holds a whole QMux
-//! record and a read (all a viewer's requests ever need), and a large one
-//! for a backlog (a publisher's burst, a session that stopped taking bytes),
-//! which a connection moves to once more than a record waits and leaves once
-//! everything is taken.
+//! Inbox buffers come in three sizes ([`InboxSize`]): a tiny one, which holds
+//! the short records a viewer sends (credit, acknowledgements, a request), a
+//! small one, which holds a whole QMux record and a read, and a large one for
+//! a backlog (a publisher's burst, a session that stopped taking bytes). A
+//! connection moves up a size once more waits than its buffer is for, and
+//! gives the buffer back once everything is taken.
 //!
 //! A viewer sends a few hundred bytes a second and its media goes out within
 //! the pass that staged it, so it holds neither buffer between passes: a
 //! connection costs its session tables and the window of media in flight to
-//! it, not a worst-case reservation. Each pool keeps a bounded number of free
-//! buffers (more are dropped when given back), so after warm-up taking one
-//! allocates nothing and a burst that ends gives its memory back.
+//! it, not a worst-case reservation. While its socket is full it holds one
+//! staging buffer, which carries only record headers (the payload stays in
+//! the block pool), so a thousand slow viewers hold a few KiB each. Each pool
+//! keeps a bounded number of free buffers (more are dropped when given
+//! back), so after warm-up taking one allocates nothing and a burst that
+//! ends gives its memory back.
 //!
 //! The pools are thread-local: every connection of a thread-per-core runtime
 //! lives on one thread, so no locking.
@@ -34,98 +38,237 @@ pub const INBOX_READ: usize = 64 * 1024;
 /// a small inbox buffer must hold for the session to take it.
 pub const RECORD_BYTES: usize = 16 * 1024 + 8;
 
+/// Bytes of a tiny inbox buffer: the records a viewer sends, a few dozen
+/// bytes each, and a read after them.
+pub const TINY_INBOX: usize = 4 * 1024;
+
+/// Bytes waiting past which a tiny inbox buffer moves up a size (the room
+/// kept free for a read after them, too): more than a viewer's records, so
+/// most likely the start of a long record.
+pub const TINY_RECORD: usize = TINY_INBOX / 2;
+
 /// Bytes of a small inbox buffer: a whole record waiting and a read after it.
 pub const SMALL_INBOX: usize = 2 * RECORD_BYTES;
 
 /// The large inbox buffer's size.
 pub const LARGE_INBOX: usize = INBOX_BYTES + INBOX_READ;
 
-/// Capacity of a staging buffer. Only what a pass stages is ever written
-/// (its bytes are initialized as they are first used), so a buffer that
-/// carried record headers only is a few KiB of memory in use.
-pub const STAGING_CAPACITY: usize = 16 * 1024;
+/// Capacity of a staging buffer: record headers and control messages (group
+/// payload is gathered from the pool, not staged). A pass that stages more
+/// sends what it has first, so the buffer does not grow.
+pub const STAGING_CAPACITY: usize = 2 * 1024;
 
-/// Free small inbox buffers a thread keeps.
-const MAX_FREE_SMALL: usize = 8;
+/// Free tiny inbox buffers a thread keeps whatever its use.
+const MIN_FREE_TINY: usize = 64;
 
-/// Free large inbox buffers a thread keeps.
-const MAX_FREE_LARGE: usize = 4;
+/// Free small inbox buffers a thread keeps whatever its use.
+const MIN_FREE_SMALL: usize = 8;
 
-/// Free staging buffers a thread keeps.
-const MAX_FREE_STAGINGS: usize = 64;
+/// Free large inbox buffers a thread keeps whatever its use.
+const MIN_FREE_LARGE: usize = 4;
+
+/// Free staging buffers a thread keeps whatever its use.
+const MIN_FREE_STAGINGS: usize = 64;
+
+/// Free buffers of one kind, kept up to the most in use at once since the
+/// last [`trim`] (at least a floor): a load that holds many at once, pass
+/// after pass, takes them without allocating, and once it is gone the next
+/// trim drops what it no longer needs.
+#[derive(Debug)]
+struct FreeList<T> {
+    free: Vec<T>,
+    /// Taken and not given back.
+    in_use: usize,
+    /// Most in use at once since the last trim.
+    peak: usize,
+    /// Free buffers kept whatever the use.
+    floor: usize,
+}
+
+impl<T> FreeList<T> {
+    const fn new(floor: usize) -> Self {
+        FreeList {
+            free: Vec::new(),
+            in_use: 0,
+            peak: 0,
+            floor,
+        }
+    }
+
+    /// Buffers (in use and free) the list answers for now.
+    fn limit(&self) -> usize {
+        self.peak.max(self.floor)
+    }
+
+    fn take(&mut self) -> Option<T> {
+        self.in_use += 1;
+        self.peak = self.peak.max(self.in_use);
+        self.free.pop()
+    }
+
+    fn give(&mut self, buf: T) {
+        self.in_use = self.in_use.saturating_sub(1);
+        if self.in_use + self.free.len() < self.limit() {
+            self.free.push(buf);
+        }
+    }
+
+    /// Drops the free buffers beyond the peak since the last trim, then
+    /// counts the peak again from the buffers in use now.
+    fn trim(&mut self) {
+        let keep = self.limit().saturating_sub(self.in_use);
+        if self.free.len() > keep {
+            self.free.truncate(keep);
+            self.free.shrink_to(keep.max(self.floor));
+        }
+        self.peak = self.in_use;
+    }
+}
 
 thread_local! {
-    static SMALL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
-    static LARGE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
-    static STAGINGS: RefCell<Vec<Staging>> = const { RefCell::new(Vec::new()) };
+    static TINY: RefCell<FreeList<Vec<u8>>> = const { RefCell::new(FreeList::new(MIN_FREE_TINY)) };
+    static SMALL: RefCell<FreeList<Vec<u8>>> = const { RefCell::new(FreeList::new(MIN_FREE_SMALL)) };
+    static LARGE: RefCell<FreeList<Vec<u8>>> = const { RefCell::new(FreeList::new(MIN_FREE_LARGE)) };
+    static STAGINGS: RefCell<FreeList<Staging>> =
+        const { RefCell::new(FreeList::new(MIN_FREE_STAGINGS)) };
 }
 
-/// A small ([`SMALL_INBOX`]) or large ([`LARGE_INBOX`]) inbox buffer
-/// (zeroed once, when first made), reused if one is free.
-pub fn take_inbox(large: bool) -> Vec<u8> {
-    let (pool, len) = if large {
-        (&LARGE, LARGE_INBOX)
-    } else {
-        (&SMALL, SMALL_INBOX)
-    };
-    pool.with(|p| p.borrow_mut().pop())
-        .unwrap_or_else(|| vec![0; len])
+/// How often a runtime's thread should [`trim`] its pools: a burst's
+/// buffers are given back within about this long of its end.
+pub const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Drops the free buffers of this thread's pools beyond the most that were
+/// in use at once since the last call (or beyond each pool's floor), and
+/// starts counting that peak again. Call it every [`TRIM_EVERY`].
+pub fn trim() {
+    TINY.with(|p| p.borrow_mut().trim());
+    SMALL.with(|p| p.borrow_mut().trim());
+    LARGE.with(|p| p.borrow_mut().trim());
+    STAGINGS.with(|p| p.borrow_mut().trim());
 }
 
-/// Gives an inbox buffer back (dropped if its pool is full or it is neither size).
-pub fn give_inbox(buf: Vec<u8>) {
-    let (pool, max) = match buf.len() {
-        SMALL_INBOX => (&SMALL, MAX_FREE_SMALL),
-        LARGE_INBOX => (&LARGE, MAX_FREE_LARGE),
-        _ => return,
-    };
-    pool.with(|p| {
-        let mut free = p.borrow_mut();
-        if free.len() < max {
-            free.push(buf);
+/// The sizes of inbox buffer, smallest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum InboxSize {
+    /// [`TINY_INBOX`] bytes: a viewer's short records.
+    Tiny,
+    /// [`SMALL_INBOX`] bytes: a whole record and a read.
+    Small,
+    /// [`LARGE_INBOX`] bytes: a backlog.
+    Large,
+}
+
+impl InboxSize {
+    /// The size of buffer with `capacity` bytes, if it is one of these.
+    pub fn of(capacity: usize) -> Option<Self> {
+        match capacity {
+            TINY_INBOX => Some(InboxSize::Tiny),
+            SMALL_INBOX => Some(InboxSize::Small),
+            LARGE_INBOX => Some(InboxSize::Large),
+            _ => None,
         }
-    });
+    }
+
+    /// Bytes of a buffer of this size.
+    pub fn bytes(self) -> usize {
+        match self {
+            InboxSize::Tiny => TINY_INBOX,
+            InboxSize::Small => SMALL_INBOX,
+            InboxSize::Large => LARGE_INBOX,
+        }
+    }
+
+    /// Room kept free after the bytes waiting, for the next read.
+    pub fn min_room(self) -> usize {
+        match self {
+            InboxSize::Tiny => TINY_RECORD,
+            InboxSize::Small => RECORD_BYTES,
+            InboxSize::Large => INBOX_READ,
+        }
+    }
+
+    /// The smallest size that holds `waiting` bytes with room for a read of
+    /// `incoming` after them, and is not yet outgrown: more than a tiny
+    /// buffer's record waiting moves to a small one, more than a whole
+    /// record to a large one.
+    pub fn for_waiting(waiting: usize, incoming: usize) -> Self {
+        let fits = |size: usize, most: usize| waiting <= most && waiting + incoming <= size;
+        if fits(TINY_INBOX, TINY_RECORD) {
+            InboxSize::Tiny
+        } else if fits(SMALL_INBOX, RECORD_BYTES) {
+            InboxSize::Small
+        } else {
+            InboxSize::Large
+        }
+    }
+
+    fn pool(self) -> &'static std::thread::LocalKey<RefCell<FreeList<Vec<u8>>>> {
+        match self {
+            InboxSize::Tiny => &TINY,
+            InboxSize::Small => &SMALL,
+            InboxSize::Large => &LARGE,
+        }
+    }
+}
+
+/// An inbox buffer of `size` (zeroed once, when first made), reused if one
+/// is free.
+pub fn take_inbox(size: InboxSize) -> Vec<u8> {
+    size.pool()
+        .with(|p| p.borrow_mut().take())
+        .unwrap_or_else(|| vec![0; size.bytes()])
+}
+
+/// Gives an inbox buffer back (dropped if its pool has all it keeps, or it
+/// is none of the sizes).
+pub fn give_inbox(buf: Vec<u8>) {
+    if let Some(size) = InboxSize::of(buf.len()) {
+        size.pool().with(|p| p.borrow_mut().give(buf));
+    }
 }
 
 /// An empty staging buffer of [`STAGING_CAPACITY`], reused if one is free.
 pub fn take_staging() -> Staging {
     STAGINGS
-        .with(|p| p.borrow_mut().pop())
+        .with(|p| p.borrow_mut().take())
         .unwrap_or_else(|| Staging::new(Vec::with_capacity(STAGING_CAPACITY)))
 }
 
 /// Gives a staging buffer back, emptied first (its gathered ranges let go
-/// of their blocks); dropped if the pool is full or it grew past
-/// [`STAGING_CAPACITY`].
+/// of their blocks); dropped if the pool has all it keeps or the buffer
+/// grew past [`STAGING_CAPACITY`].
 pub fn give_staging(mut staging: Staging) {
     staging.clear();
-    if staging.capacity() > STAGING_CAPACITY {
-        return;
-    }
     STAGINGS.with(|p| {
         let mut free = p.borrow_mut();
-        if free.len() < MAX_FREE_STAGINGS {
-            free.push(staging);
+        if staging.capacity() > STAGING_CAPACITY {
+            free.in_use = free.in_use.saturating_sub(1);
+        } else {
+            free.give(staging);
         }
     });
 }
 
-/// Free buffers of this thread's pools: (small inboxes, large inboxes, stagings).
-pub fn free_counts() -> (usize, usize, usize) {
+/// Free buffers of this thread's pools: (tiny, small and large inboxes, stagings).
+pub fn free_counts() -> (usize, usize, usize, usize) {
     (
-        SMALL.with(|p| p.borrow().len()),
-        LARGE.with(|p| p.borrow().len()),
-        STAGINGS.with(|p| p.borrow().len()),
+        TINY.with(|p| p.borrow().free.len()),
+        SMALL.with(|p| p.borrow().free.len()),
+        LARGE.with(|p| p.borrow().free.len()),
+        STAGINGS.with(|p| p.borrow().free.len()),
     )
 }
 
 /// Bytes the free buffers of this thread's pools hold: memory kept for the
-/// next connections, bounded by the pools' limits whatever the load.
+/// next connections, bounded by the most buffers in use at once since the
+/// last [`trim`].
 pub fn free_bytes() -> usize {
-    let inboxes = |p: &RefCell<Vec<Vec<u8>>>| p.borrow().iter().map(Vec::capacity).sum::<usize>();
-    SMALL.with(inboxes)
+    let inboxes =
+        |p: &RefCell<FreeList<Vec<u8>>>| p.borrow().free.iter().map(Vec::capacity).sum::<usize>();
+    TINY.with(inboxes)
+        + SMALL.with(inboxes)
         + LARGE.with(inboxes)
-        + STAGINGS.with(|p| p.borrow().iter().map(Staging::capacity).sum::<usize>())
+        + STAGINGS.with(|p| p.borrow().free.iter().map(Staging::capacity).sum::<usize>())
 }
 
 #[cfg(test)]
@@ -134,20 +277,22 @@ mod tests {
 
     #[test]
     fn buffers_are_reused_and_the_pools_are_bounded() {
-        let a = take_inbox(false);
+        let a = take_inbox(InboxSize::Small);
         assert_eq!(a.len(), SMALL_INBOX);
         let ptr = a.as_ptr();
         give_inbox(a);
-        let again = take_inbox(false);
+        let again = take_inbox(InboxSize::Small);
         assert_eq!(again.as_ptr(), ptr);
         drop(again);
         give_inbox(vec![0; 8]);
-        assert_eq!(free_counts().0, 0);
-        for _ in 0..MAX_FREE_LARGE + 3 {
+        assert_eq!(free_counts().1, 0);
+        for _ in 0..MIN_FREE_LARGE + 3 {
             give_inbox(vec![0; LARGE_INBOX]);
         }
-        assert_eq!(free_counts().1, MAX_FREE_LARGE);
-        assert_eq!(take_inbox(true).len(), LARGE_INBOX);
+        assert_eq!(free_counts().2, MIN_FREE_LARGE);
+        assert_eq!(take_inbox(InboxSize::Large).len(), LARGE_INBOX);
+        give_inbox(take_inbox(InboxSize::Tiny));
+        assert_eq!(free_counts().0, 1);
 
         let mut s = take_staging();
         s.extend_from_slice(b"header");
@@ -155,5 +300,62 @@ mod tests {
         let s = take_staging();
         assert!(s.is_empty());
         assert_eq!(s.capacity(), STAGING_CAPACITY);
+    }
+
+    #[test]
+    fn a_pool_keeps_what_its_peak_use_needs_until_a_trim_finds_it_unused() {
+        let mut list = FreeList::new(2);
+        // Ten in use at once, then all given back: all ten are kept, so the
+        // same load again allocates nothing.
+        let taken: Vec<_> = (0..10).map(|i| list.take().unwrap_or(i)).collect();
+        assert!(taken.iter().all(|&b| b < 10));
+        for b in taken {
+            list.give(b);
+        }
+        assert_eq!(list.free.len(), 10);
+        for _ in 0..10 {
+            assert!(list.take().is_some());
+        }
+        for b in 0..10 {
+            list.give(b);
+        }
+        // A trim after the peak starts counting again: the next trim with
+        // three in use at most keeps three, and then the floor.
+        list.trim();
+        assert_eq!(list.free.len(), 10);
+        let three: Vec<_> = (0..3).filter_map(|_| list.take()).collect();
+        for b in three {
+            list.give(b);
+        }
+        list.trim();
+        assert_eq!(list.free.len(), 3);
+        list.trim();
+        assert_eq!(list.free.len(), 2);
+        // Buffers in use are never counted out: with five taken, five
+        // given back are all kept.
+        let five: Vec<_> = (0..5).map(|i| list.take().unwrap_or(i)).collect();
+        list.trim();
+        for b in five {
+            list.give(b);
+        }
+        assert_eq!(list.free.len(), 5);
+    }
+
+    #[test]
+    fn an_inbox_moves_up_a_size_once_more_waits_than_it_is_for() {
+        assert_eq!(InboxSize::for_waiting(0, 0), InboxSize::Tiny);
+        assert_eq!(InboxSize::for_waiting(TINY_RECORD, 0), InboxSize::Tiny);
+        assert_eq!(InboxSize::for_waiting(TINY_RECORD + 1, 0), InboxSize::Small);
+        assert_eq!(InboxSize::for_waiting(0, TINY_INBOX + 1), InboxSize::Small);
+        assert_eq!(InboxSize::for_waiting(RECORD_BYTES, 0), InboxSize::Small);
+        assert_eq!(
+            InboxSize::for_waiting(RECORD_BYTES + 1, 0),
+            InboxSize::Large
+        );
+        assert_eq!(InboxSize::for_waiting(0, INBOX_READ), InboxSize::Large);
+        for size in [InboxSize::Tiny, InboxSize::Small, InboxSize::Large] {
+            assert_eq!(InboxSize::of(size.bytes()), Some(size));
+            assert!(size.min_room() <= size.bytes() / 2 || size == InboxSize::Large);
+        }
     }
 }

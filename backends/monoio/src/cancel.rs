@@ -5,8 +5,8 @@
 
 use std::future::{Future, poll_fn};
 use std::io;
-use std::pin::pin;
-use std::task::Poll;
+use std::pin::{Pin, pin};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use monoio::io::{CancelableAsyncWriteRent, Canceller};
@@ -142,17 +142,33 @@ pub fn is_cancelled(e: &io::Error) -> bool {
 /// `b` is polled first on every wake-up, so a `b` that registers a waker
 /// (such as [`LocalEvent::wait`]) does so on the very first poll, before `a`
 /// runs; it then never allocates later, in the middle of `a`'s steady state.
-pub async fn race<A: Future, B: Future>(a: A, b: B) -> Result<A::Output, B::Output> {
-    let mut a = pin!(a);
-    let mut b = pin!(b);
-    poll_fn(|cx| {
-        if let Poll::Ready(y) = b.as_mut().poll(cx) {
+pub fn race<A: Future, B: Future>(a: A, b: B) -> Race<A, B> {
+    Race { a, b }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`race`]: both futures in place, each stored once (a
+    /// connection's task holds several races, so their size is its size).
+    #[must_use = "futures do nothing unless awaited"]
+    pub struct Race<A, B> {
+        #[pin]
+        a: A,
+        #[pin]
+        b: B,
+    }
+}
+
+impl<A: Future, B: Future> Future for Race<A, B> {
+    type Output = Result<A::Output, B::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(y) = this.b.poll(cx) {
             return Poll::Ready(Err(y));
         }
-        if let Poll::Ready(x) = a.as_mut().poll(cx) {
+        if let Poll::Ready(x) = this.a.poll(cx) {
             return Poll::Ready(Ok(x));
         }
         Poll::Pending
-    })
-    .await
+    }
 }

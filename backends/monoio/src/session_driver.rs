@@ -55,6 +55,7 @@ use skiff_core::time::{Duration, Instant};
 use skiff_core::wire::lite::SessionCode;
 use skiff_core::wire::qmux::Side;
 
+use crate::buffers::InboxSize;
 use crate::cancel::{race, write_all_or_stall};
 use crate::clock::Clock;
 use crate::notify::{Notify, TrackKey};
@@ -66,11 +67,11 @@ use crate::staging::Staging;
 /// group streams at once).
 pub const STREAMS: usize = 80;
 
-/// The tables of one client's session: 24 control streams sharing 8 control
+/// The tables of one client's session: 24 control streams sharing 4 control
 /// buffers of 1 KiB (a stream holds one only while a message is on its way
-/// or a prefix is kept), 16 subscriptions each way, 16 group streams each
-/// way: 23 KiB. A limit reached is refused on the wire, or waits (a control
-/// buffer), never grown.
+/// or a prefix is kept; an answer takes the buffer its request leaves), 16
+/// subscriptions each way, 16 group streams each way: 19 KiB. A limit
+/// reached is refused on the wire, or waits (a control buffer), never grown.
 pub type SessionStorage = Storage<'static, 'static, 24, 1024, 16, CLIENT_SUBSCRIPTIONS, 16, 16, 8>;
 
 /// Subscriptions a client's session holds on its peer's tracks at once (the
@@ -113,7 +114,7 @@ pub use crate::buffers::STAGING_CAPACITY as WRITE_BUFFER_BYTES;
 /// the pool, not staged, so this holds record headers and control messages
 /// (a longer control message is cut into several records); each call that
 /// fills it is followed by another.
-const TRANSMIT_CHUNK: usize = 4096;
+const TRANSMIT_CHUNK: usize = 1024;
 
 /// Bytes to send (staged and gathered) are flushed to the socket once they
 /// reach this much.
@@ -494,33 +495,31 @@ impl Drop for Inbox {
     }
 }
 
-/// A core inbox over a small pooled buffer, with a whole record's room kept
+/// A core inbox over a pooled buffer of `size`, with that size's room kept
 /// free after the bytes waiting.
-fn pooled_inbox() -> skiff_core::session::Inbox<Vec<u8>> {
-    skiff_core::session::Inbox::with_min_room(
-        crate::buffers::take_inbox(false),
-        crate::buffers::RECORD_BYTES,
-    )
+fn pooled_inbox(size: InboxSize) -> skiff_core::session::Inbox<Vec<u8>> {
+    skiff_core::session::Inbox::with_min_room(crate::buffers::take_inbox(size), size.min_room())
 }
 
-/// Moves the bytes waiting in a small inbox buffer to a large one once more
-/// than a record's worth waits (a backlog: a publisher's burst, a session
-/// that stopped taking bytes), so a whole read fits after them again.
-/// `incoming`: the size of a read about to be copied in, which must fit too.
+/// Moves the bytes waiting in an inbox buffer to a larger one once more
+/// waits than its size is for (a long record starting in a tiny buffer, a
+/// backlog: a publisher's burst, a session that stopped taking bytes), so a
+/// whole read fits after them again. `incoming`: the size of a read about
+/// to be copied in, which must fit too. A buffer never moves down while
+/// bytes wait; it goes back to its pool once they are all taken.
 fn grow_if_backlogged(inbox: &mut skiff_core::session::Inbox<Vec<u8>>, incoming: usize) {
-    use crate::buffers::{LARGE_INBOX, RECORD_BYTES, SMALL_INBOX, give_inbox, take_inbox};
-    if inbox.capacity() == LARGE_INBOX
-        || (inbox.len() <= RECORD_BYTES && inbox.len() + incoming <= SMALL_INBOX)
-    {
+    let now = InboxSize::of(inbox.capacity()).unwrap_or(InboxSize::Large);
+    let wanted = InboxSize::for_waiting(inbox.len(), incoming);
+    if wanted <= now {
         return;
     }
-    let mut large = skiff_core::session::Inbox::with_min_room(take_inbox(true), READ_BUFFER_BYTES);
+    let mut larger = pooled_inbox(wanted);
     let waiting = inbox.unconsumed();
-    if let Some(room) = large.spare_mut().get_mut(..waiting.len()) {
+    if let Some(room) = larger.spare_mut().get_mut(..waiting.len()) {
         room.copy_from_slice(waiting);
-        large.commit(waiting.len());
-        let small = std::mem::replace(inbox, large);
-        give_inbox(small.into_inner());
+        larger.commit(waiting.len());
+        let smaller = std::mem::replace(inbox, larger);
+        crate::buffers::give_inbox(smaller.into_inner());
     }
 }
 
@@ -564,7 +563,7 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
         // only for bytes that arrived and given back while none wait.
         let direct = {
             let mut data = inbox.data.borrow_mut();
-            let bytes = data.get_or_insert_with(pooled_inbox);
+            let bytes = data.get_or_insert_with(|| pooled_inbox(InboxSize::Tiny));
             grow_if_backlogged(bytes, 0);
             reader
                 .try_read_into(bytes.spare_mut())
@@ -601,7 +600,8 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
                 Ok(Ok(data)) => {
                     // Below INBOX_BYTES waiting, the spare room holds a whole read.
                     let mut slot = inbox.data.borrow_mut();
-                    let bytes = slot.get_or_insert_with(pooled_inbox);
+                    let bytes = slot
+                        .get_or_insert_with(|| pooled_inbox(InboxSize::for_waiting(0, data.len())));
                     grow_if_backlogged(bytes, data.len());
                     match bytes.spare_mut().get_mut(..data.len()) {
                         Some(room) => {
@@ -759,7 +759,7 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             // A session stalled on input it already took (data passed by
             // reference) is called with no new bytes too.
             if slot.is_some() || session.is_stalled() {
-                let data = slot.get_or_insert_with(pooled_inbox);
+                let data = slot.get_or_insert_with(|| pooled_inbox(InboxSize::Tiny));
                 if let Ok(fed) = data.feed(session, now)
                     && fed.progress()
                 {

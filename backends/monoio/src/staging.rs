@@ -12,7 +12,7 @@ use skiff_core::pool;
 use skiff_core::session::Gather;
 
 /// Most payload ranges one staging buffer gathers before it must be sent.
-pub const GATHER_RANGES: usize = 32;
+pub const GATHER_RANGES: usize = 16;
 
 /// Largest iovec count one `writev` is given (Linux `IOV_MAX`).
 const IOV_MAX: usize = 1024;
