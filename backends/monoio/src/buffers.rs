@@ -40,7 +40,7 @@ pub const RECORD_BYTES: usize = 16 * 1024 + 8;
 
 /// Bytes of a tiny inbox buffer: the records a viewer sends, a few dozen
 /// bytes each, and a read after them.
-pub const TINY_INBOX: usize = 4 * 1024;
+pub const TINY_INBOX: usize = 2 * 1024;
 
 /// Bytes waiting past which a tiny inbox buffer moves up a size (the room
 /// kept free for a read after them, too): more than a viewer's records, so
