@@ -20,9 +20,13 @@
 //! ends gives its memory back.
 //!
 //! The pools are thread-local: every connection of a thread-per-core runtime
-//! lives on one thread, so no locking.
+//! lives on one thread, so no locking. Each session pass checks whether a
+//! trim is due: a busy thread trims once a second, an idle one at its next
+//! pass.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+
+use skiff_core::time::{Duration, Instant};
 
 use crate::staging::Staging;
 
@@ -109,6 +113,11 @@ impl<T> FreeList<T> {
     fn give(&mut self, buf: T) {
         self.in_use = self.in_use.saturating_sub(1);
         if self.in_use + self.free.len() < self.limit() {
+            // Room for the floor at the first give, so a load within it
+            // never grows the list.
+            if self.free.capacity() == 0 {
+                self.free.reserve_exact(self.floor);
+            }
             self.free.push(buf);
         }
     }
@@ -117,10 +126,9 @@ impl<T> FreeList<T> {
     /// counts the peak again from the buffers in use now.
     fn trim(&mut self) {
         let keep = self.limit().saturating_sub(self.in_use);
-        if self.free.len() > keep {
-            self.free.truncate(keep);
-            self.free.shrink_to(keep.max(self.floor));
-        }
+        // The list keeps its capacity (a word or three per buffer of the
+        // peak), so giving buffers back after a trim never allocates.
+        self.free.truncate(keep);
         self.peak = self.in_use;
     }
 }
@@ -131,20 +139,37 @@ thread_local! {
     static LARGE: RefCell<FreeList<Vec<u8>>> = const { RefCell::new(FreeList::new(MIN_FREE_LARGE)) };
     static STAGINGS: RefCell<FreeList<Staging>> =
         const { RefCell::new(FreeList::new(MIN_FREE_STAGINGS)) };
+    static NEXT_TRIM: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
-/// How often a runtime's thread should [`trim`] its pools: a burst's
+/// How often a thread trims its pools ([`trim_if_due`]): a burst's
 /// buffers are given back within about this long of its end.
-pub const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+pub const TRIM_EVERY: Duration = Duration::from_secs(1);
 
 /// Drops the free buffers of this thread's pools beyond the most that were
 /// in use at once since the last call (or beyond each pool's floor), and
-/// starts counting that peak again. Call it every [`TRIM_EVERY`].
+/// starts counting that peak again.
 pub fn trim() {
     TINY.with(|p| p.borrow_mut().trim());
     SMALL.with(|p| p.borrow_mut().trim());
     LARGE.with(|p| p.borrow_mut().trim());
     STAGINGS.with(|p| p.borrow_mut().trim());
+}
+
+/// [`trim`]s this thread's pools if [`TRIM_EVERY`] has passed since the
+/// last trim (a session driver calls it on every pass with the time it
+/// was passed; no timer of its own, so it never allocates).
+pub fn trim_if_due(now: Instant) {
+    let due = NEXT_TRIM.with(|next| match next.get() {
+        Some(at) if now < at => false,
+        _ => {
+            next.set(Some(now + TRIM_EVERY));
+            true
+        }
+    });
+    if due {
+        trim();
+    }
 }
 
 /// The sizes of inbox buffer, smallest first.

@@ -430,6 +430,9 @@ pub struct Inbox {
     /// `None` while the session has taken everything.
     data: RefCell<Option<skiff_core::session::Inbox<Vec<u8>>>>,
     fresh: Cell<bool>,
+    /// The reader waits for the session to see the bytes of a full tiny
+    /// buffer before it reads more ([`Inbox::waits_for_session`]).
+    reader_parked: Cell<bool>,
     eof: Cell<bool>,
     error: Cell<bool>,
     stop: Cell<bool>,
@@ -443,6 +446,7 @@ impl Inbox {
         Inbox {
             data: RefCell::new(None),
             fresh: Cell::new(false),
+            reader_parked: Cell::new(false),
             eof: Cell::new(false),
             error: Cell::new(false),
             stop: Cell::new(false),
@@ -454,6 +458,18 @@ impl Inbox {
     /// Bytes waiting.
     fn len(&self) -> usize {
         self.data.borrow().as_ref().map_or(0, |d| d.len())
+    }
+
+    /// Whether a tiny buffer holds more than a viewer's records that the
+    /// session has not seen yet: the reader then waits for the session's
+    /// pass rather than moving the bytes to a larger buffer, since most
+    /// likely they are whole records the pass takes. Only bytes a pass left
+    /// (the start of a long record) make the buffer move up a size.
+    fn waits_for_session(&self) -> bool {
+        self.fresh.get()
+            && self.data.borrow().as_ref().is_some_and(|d| {
+                d.capacity() == crate::buffers::TINY_INBOX && d.len() > crate::buffers::TINY_RECORD
+            })
     }
 
     /// Gives the buffer back to the thread's pool if no byte waits in it.
@@ -540,9 +556,11 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
     loop {
         // Wait for room (backpressure) or the stop.
         poll_fn(|cx| {
-            if inbox.stop.get() || inbox.len() < INBOX_BYTES {
+            if inbox.stop.get() || (inbox.len() < INBOX_BYTES && !inbox.waits_for_session()) {
+                inbox.reader_parked.set(false);
                 Poll::Ready(())
             } else {
+                inbox.reader_parked.set(true);
                 Inbox::set_waker(&inbox.reader_waker, cx.waker());
                 Poll::Pending
             }
@@ -746,6 +764,7 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
     let mut returns_seen = 0;
     loop {
         let now = ctx.clock.now();
+        crate::buffers::trim_if_due(now);
         let mut progress = false;
         // Events reach the app, which may change what other tasks wait on
         // (see [`App::EVENTS_WAKE_ALL`]).
@@ -772,6 +791,11 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             drop(slot);
             if empty {
                 inbox.release_if_empty();
+            }
+            // The pass saw the bytes the reader waits on: if it took none,
+            // the reader moves them to a larger buffer and reads on.
+            if !consumed && inbox.reader_parked.get() {
+                inbox.wake_reader();
             }
             // Slowloris: bytes waiting that the session could take but that
             // do not complete a record.

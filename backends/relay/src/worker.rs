@@ -208,19 +208,6 @@ where
         stop_event.fire();
     });
 
-    // The buffer pools keep what their peak use needs; once a second they
-    // drop what the last second did not use.
-    let trim_stop = shared.shutdown.clone();
-    monoio::spawn(async move {
-        let trims = async {
-            loop {
-                monoio::time::sleep(skiff_monoio::buffers::TRIM_EVERY).await;
-                skiff_monoio::buffers::trim();
-            }
-        };
-        let _ = race(trims, trim_stop.wait()).await;
-    });
-
     report(&ready, index, Ok(active));
     drop(ready);
     accept_loop(&listener, &shared, &handler).await;
