@@ -68,7 +68,8 @@ const MIN_FREE_TINY: usize = 64;
 /// Free small inbox buffers a thread keeps whatever its use.
 const MIN_FREE_SMALL: usize = 8;
 
-/// Free large inbox buffers a thread keeps whatever its use.
+/// Free large inbox buffers a thread keeps whatever its use (and makes at
+/// its first use, as every pool makes its floor).
 const MIN_FREE_LARGE: usize = 4;
 
 /// Free staging buffers a thread keeps whatever its use.
@@ -87,6 +88,8 @@ struct FreeList<T> {
     peak: usize,
     /// Free buffers kept whatever the use.
     floor: usize,
+    /// Whether the list was filled to its floor ([`FreeList::take_or_make`]).
+    warmed: bool,
 }
 
 impl<T> FreeList<T> {
@@ -96,6 +99,7 @@ impl<T> FreeList<T> {
             in_use: 0,
             peak: 0,
             floor,
+            warmed: false,
         }
     }
 
@@ -108,6 +112,20 @@ impl<T> FreeList<T> {
         self.in_use += 1;
         self.peak = self.peak.max(self.in_use);
         self.free.pop()
+    }
+
+    /// A free buffer, or a new one by `make`. The first take fills the
+    /// list to its floor, so a thread's first connections meet the load
+    /// they bring with buffers made at start, not in the middle of it.
+    fn take_or_make(&mut self, mut make: impl FnMut() -> T) -> T {
+        if !self.warmed {
+            self.warmed = true;
+            self.free.reserve_exact(self.floor);
+            while self.free.len() < self.floor {
+                self.free.push(make());
+            }
+        }
+        self.take().unwrap_or_else(make)
     }
 
     fn give(&mut self, buf: T) {
@@ -240,8 +258,7 @@ impl InboxSize {
 /// is free.
 pub fn take_inbox(size: InboxSize) -> Vec<u8> {
     size.pool()
-        .with(|p| p.borrow_mut().take())
-        .unwrap_or_else(|| vec![0; size.bytes()])
+        .with(|p| p.borrow_mut().take_or_make(|| vec![0; size.bytes()]))
 }
 
 /// Gives an inbox buffer back (dropped if its pool has all it keeps, or it
@@ -254,9 +271,10 @@ pub fn give_inbox(buf: Vec<u8>) {
 
 /// An empty staging buffer of [`STAGING_CAPACITY`], reused if one is free.
 pub fn take_staging() -> Staging {
-    STAGINGS
-        .with(|p| p.borrow_mut().take())
-        .unwrap_or_else(|| Staging::new(Vec::with_capacity(STAGING_CAPACITY)))
+    STAGINGS.with(|p| {
+        p.borrow_mut()
+            .take_or_make(|| Staging::new(Vec::with_capacity(STAGING_CAPACITY)))
+    })
 }
 
 /// Gives a staging buffer back, emptied first (its gathered ranges let go
@@ -302,22 +320,28 @@ mod tests {
 
     #[test]
     fn buffers_are_reused_and_the_pools_are_bounded() {
+        // The first take makes the pool's floor; the buffer given back is
+        // the one the next take returns.
         let a = take_inbox(InboxSize::Small);
         assert_eq!(a.len(), SMALL_INBOX);
+        assert_eq!(free_counts().1, MIN_FREE_SMALL - 1);
         let ptr = a.as_ptr();
         give_inbox(a);
         let again = take_inbox(InboxSize::Small);
         assert_eq!(again.as_ptr(), ptr);
-        drop(again);
+        give_inbox(again);
+        assert_eq!(free_counts().1, MIN_FREE_SMALL);
+        // A buffer of none of the sizes is dropped; past the floor (and no
+        // peak above it), given buffers are dropped too.
         give_inbox(vec![0; 8]);
-        assert_eq!(free_counts().1, 0);
+        assert_eq!(free_counts().1, MIN_FREE_SMALL);
+        assert_eq!(take_inbox(InboxSize::Large).len(), LARGE_INBOX);
         for _ in 0..MIN_FREE_LARGE + 3 {
             give_inbox(vec![0; LARGE_INBOX]);
         }
         assert_eq!(free_counts().2, MIN_FREE_LARGE);
-        assert_eq!(take_inbox(InboxSize::Large).len(), LARGE_INBOX);
         give_inbox(take_inbox(InboxSize::Tiny));
-        assert_eq!(free_counts().0, 1);
+        assert_eq!(free_counts().0, MIN_FREE_TINY);
 
         let mut s = take_staging();
         s.extend_from_slice(b"header");

@@ -433,6 +433,14 @@ pub struct Inbox {
     /// The reader waits for the session to see the bytes of a full tiny
     /// buffer before it reads more ([`Inbox::waits_for_session`]).
     reader_parked: Cell<bool>,
+    /// The size of buffer the next bytes go into: small if the last buffer
+    /// had to move up from tiny (a record longer than a tiny buffer's) and
+    /// more than a tiny buffer's worth waited in it, else tiny. So a
+    /// publisher's frames start in a small buffer and a viewer's records in
+    /// a tiny one, each without a move per frame.
+    next_size: Cell<InboxSize>,
+    /// The most bytes waiting at once since the buffer was taken.
+    peak: Cell<usize>,
     eof: Cell<bool>,
     error: Cell<bool>,
     stop: Cell<bool>,
@@ -447,6 +455,8 @@ impl Inbox {
             data: RefCell::new(None),
             fresh: Cell::new(false),
             reader_parked: Cell::new(false),
+            next_size: Cell::new(InboxSize::Tiny),
+            peak: Cell::new(0),
             eof: Cell::new(false),
             error: Cell::new(false),
             stop: Cell::new(false),
@@ -473,13 +483,28 @@ impl Inbox {
     }
 
     /// Gives the buffer back to the thread's pool if no byte waits in it.
+    /// The size the next buffer is taken at follows this one's
+    /// ([`Inbox::next_size`]; never large: a backlog is met when it comes).
     fn release_if_empty(&self) {
         let mut data = self.data.borrow_mut();
         if data.as_ref().is_some_and(|d| d.is_empty())
             && let Some(d) = data.take()
         {
+            let size = InboxSize::of(d.capacity()).unwrap_or(InboxSize::Tiny);
             crate::buffers::give_inbox(d.into_inner());
+            let peak = self.peak.replace(0);
+            let next = if size > InboxSize::Tiny && peak > crate::buffers::TINY_RECORD {
+                InboxSize::Small
+            } else {
+                InboxSize::Tiny
+            };
+            self.next_size.set(next);
         }
+    }
+
+    /// Notes that `waiting` bytes wait now (for [`Inbox::release_if_empty`]).
+    fn note_waiting(&self, waiting: usize) {
+        self.peak.set(self.peak.get().max(waiting));
     }
 
     fn wake_session(&self) {
@@ -581,7 +606,7 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
         // only for bytes that arrived and given back while none wait.
         let direct = {
             let mut data = inbox.data.borrow_mut();
-            let bytes = data.get_or_insert_with(|| pooled_inbox(InboxSize::Tiny));
+            let bytes = data.get_or_insert_with(|| pooled_inbox(inbox.next_size.get()));
             grow_if_backlogged(bytes, 0);
             reader
                 .try_read_into(bytes.spare_mut())
@@ -589,6 +614,7 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
                     Ok(0) => Received::End,
                     Ok(n) => {
                         bytes.commit(n);
+                        inbox.note_waiting(bytes.len());
                         Received::Bytes
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => Received::Nothing,
@@ -618,13 +644,17 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
                 Ok(Ok(data)) => {
                     // Below INBOX_BYTES waiting, the spare room holds a whole read.
                     let mut slot = inbox.data.borrow_mut();
-                    let bytes = slot
-                        .get_or_insert_with(|| pooled_inbox(InboxSize::for_waiting(0, data.len())));
+                    let bytes = slot.get_or_insert_with(|| {
+                        pooled_inbox(
+                            InboxSize::for_waiting(0, data.len()).max(inbox.next_size.get()),
+                        )
+                    });
                     grow_if_backlogged(bytes, data.len());
                     match bytes.spare_mut().get_mut(..data.len()) {
                         Some(room) => {
                             room.copy_from_slice(data);
                             bytes.commit(data.len());
+                            inbox.note_waiting(bytes.len());
                             Received::Bytes
                         }
                         None => {
