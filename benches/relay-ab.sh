@@ -17,6 +17,6 @@ for _ in $(seq "$rounds"); do
     printf '%-40s ' "$relay"
     "$bin/relay_load" --subscribers "${SUBS:-100}" --frame-bytes "${FRAME:-65536}" \
       --fps "${FPS:-30}" --seconds "${SECS:-5}" --relay-bin "$relay" \
-      --copy-bin "$bin/copy_relay" | tail -1
+      --copy-bin "$bin/copy_relay" | grep -A1 '^subs' | tail -1
   done
 done
