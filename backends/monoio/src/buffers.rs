@@ -15,9 +15,10 @@
 //! it, not a worst-case reservation. While its socket is full it holds one
 //! staging buffer, which carries only record headers (the payload stays in
 //! the block pool), so a thousand slow viewers hold a few KiB each. Each pool
-//! keeps a bounded number of free buffers (more are dropped when given
-//! back), so after warm-up taking one allocates nothing and a burst that
-//! ends gives its memory back.
+//! keeps as many free buffers as were in use at once since its last trim
+//! (at least a floor, made at its first use), so after warm-up taking one
+//! allocates nothing, and a trim a second after a burst ends gives its
+//! memory back.
 //!
 //! The pools are thread-local: every connection of a thread-per-core runtime
 //! lives on one thread, so no locking. Each session pass checks whether a

@@ -67,10 +67,10 @@ use crate::staging::Staging;
 /// group streams at once).
 pub const STREAMS: usize = 80;
 
-/// The tables of one client's session: 24 control streams sharing 4 control
+/// The tables of one client's session: 24 control streams sharing 8 control
 /// buffers of 1 KiB (a stream holds one only while a message is on its way
 /// or a prefix is kept; an answer takes the buffer its request leaves), 16
-/// subscriptions each way, 16 group streams each way: 19 KiB. A limit
+/// subscriptions each way, 16 group streams each way: 23 KiB. A limit
 /// reached is refused on the wire, or waits (a control buffer), never grown.
 pub type SessionStorage = Storage<'static, 'static, 24, 1024, 16, CLIENT_SUBSCRIPTIONS, 16, 16, 8>;
 
