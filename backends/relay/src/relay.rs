@@ -1209,7 +1209,10 @@ impl ConnectionHandler for RelayHandler {
             };
             let (mut reader, writer) = conn.into_split();
             // Nothing is taken for a connection before it sends something.
-            if !reader.wait_first().await? {
+            // Boxed: the wait (a timer and a read in flight) ends with the
+            // first bytes, so the task, which lives as long as the
+            // connection, does not carry its state.
+            if !Box::pin(reader.wait_first()).await? {
                 tracing::debug!(conn = id, "connection closed before it sent anything");
                 return Ok(());
             }
