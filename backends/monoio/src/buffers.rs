@@ -132,13 +132,13 @@ impl<T> FreeList<T> {
     fn give(&mut self, buf: T) {
         self.in_use = self.in_use.saturating_sub(1);
         if self.in_use + self.free.len() < self.limit() {
-            // Room for the floor at the first give, so a load within it
-            // never grows the list.
-            if self.free.capacity() == 0 {
-                self.free.reserve_exact(self.floor);
-            }
             self.free.push(buf);
         }
+    }
+
+    /// A taken buffer is dropped rather than given back.
+    fn discard(&mut self) {
+        self.in_use = self.in_use.saturating_sub(1);
     }
 
     /// Drops the free buffers beyond the peak since the last trim, then
@@ -286,7 +286,7 @@ pub fn give_staging(mut staging: Staging) {
     STAGINGS.with(|p| {
         let mut free = p.borrow_mut();
         if staging.capacity() > STAGING_CAPACITY {
-            free.in_use = free.in_use.saturating_sub(1);
+            free.discard();
         } else {
             free.give(staging);
         }

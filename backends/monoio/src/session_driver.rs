@@ -425,9 +425,9 @@ pub trait App<const N: usize = STREAMS> {
 #[derive(Debug)]
 pub struct Inbox {
     /// The received bytes, in a buffer from the thread's pool
-    /// ([`crate::buffers::take_inbox`]) while any wait (room for
-    /// [`INBOX_BYTES`] plus one read, kept free after the bytes waiting);
-    /// `None` while the session has taken everything.
+    /// ([`crate::buffers::take_inbox`], of the [`InboxSize`] they need; the
+    /// reader stops at [`INBOX_BYTES`]) while any wait; `None` while the
+    /// session has taken everything.
     data: RefCell<Option<skiff_core::session::Inbox<Vec<u8>>>>,
     fresh: Cell<bool>,
     /// The reader waits for the session to see the bytes of a full tiny
@@ -502,7 +502,8 @@ impl Inbox {
         }
     }
 
-    /// Notes that `waiting` bytes wait now (for [`Inbox::release_if_empty`]).
+    /// Notes that `waiting` bytes wait after a read (for
+    /// [`Inbox::release_if_empty`]).
     fn note_waiting(&self, waiting: usize) {
         self.peak.set(self.peak.get().max(waiting));
     }
@@ -614,7 +615,6 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
                     Ok(0) => Received::End,
                     Ok(n) => {
                         bytes.commit(n);
-                        inbox.note_waiting(bytes.len());
                         Received::Bytes
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => Received::Nothing,
@@ -654,7 +654,6 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
                         Some(room) => {
                             room.copy_from_slice(data);
                             bytes.commit(data.len());
-                            inbox.note_waiting(bytes.len());
                             Received::Bytes
                         }
                         None => {
@@ -671,6 +670,7 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
         };
         match received {
             Received::Bytes => {
+                inbox.note_waiting(inbox.len());
                 inbox.fresh.set(true);
                 inbox.wake_session();
             }
