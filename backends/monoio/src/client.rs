@@ -401,7 +401,13 @@ pub async fn run<A: App>(
         let config = Config {
             conn: ctx.transport.get(),
             path: Some(&path),
-            role: Role::Both,
+            // docs/protocol.md §4.1: a client that publishes nothing says so,
+            // as moq-net's does, and the relay keeps no tables for its media.
+            role: if origin.is_some() {
+                Role::Both
+            } else {
+                Role::Subscriber
+            },
             ..Config::new()
         };
         let session: MoqSession<'_> = Session::new(
@@ -412,7 +418,7 @@ pub async fn run<A: App>(
             origin,
         )
         .map_err(io::Error::other)?;
-        drive(Box::new(session), reader, writer, app, &ctx.drive).await
+        drive(Box::new(session), None, reader, writer, app, &ctx.drive).await
     };
     ctx.storage.give(storage);
     res

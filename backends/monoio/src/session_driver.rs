@@ -50,9 +50,11 @@ use monoio::io::{
     OwnedWriteHalf, Split, Splitable,
 };
 use skiff_core::pool::Slice;
-use skiff_core::session::{Change, Event, Gather, LISTED_CHANGES, Session, Storage};
+use skiff_core::session::{
+    Change, Event, Gather, LISTED_CHANGES, PublisherTables, Session, Storage, SubscriberTables,
+};
 use skiff_core::time::{Duration, Instant};
-use skiff_core::wire::lite::SessionCode;
+use skiff_core::wire::lite::{Role, SessionCode};
 use skiff_core::wire::qmux::Side;
 
 use crate::buffers::InboxSize;
@@ -128,14 +130,21 @@ const _: () = assert!(WRITE_BUFFER_BYTES >= 2 * TRANSMIT_CHUNK);
 // Storage pool
 // ---------------------------------------------------------------------------
 
-/// A per-thread free list of session storage, so accepting a connection does
-/// not allocate the tables again.
-#[derive(Default)]
-pub struct StoragePool {
-    free: RefCell<Vec<Box<SessionStorage>>>,
+/// A per-thread free list of session tables (a [`SessionStorage`] by
+/// default), so accepting a connection does not allocate them again.
+pub struct StoragePool<T = SessionStorage> {
+    free: RefCell<Vec<Box<T>>>,
 }
 
-impl std::fmt::Debug for StoragePool {
+impl<T> Default for StoragePool<T> {
+    fn default() -> Self {
+        StoragePool {
+            free: RefCell::new(Vec::new()),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for StoragePool<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StoragePool")
             .field("free", &self.free.borrow().len())
@@ -146,23 +155,121 @@ impl std::fmt::Debug for StoragePool {
 /// Most storages a thread keeps for reuse.
 const MAX_POOLED_STORAGE: usize = 256;
 
-impl StoragePool {
+impl<T: Default> StoragePool<T> {
     /// An empty pool.
     pub fn new() -> Self {
         Self::default()
     }
 
     /// A storage, reused if one is free (the session clears it).
-    pub fn take(&self) -> Box<SessionStorage> {
+    pub fn take(&self) -> Box<T> {
         let reused = self.free.borrow_mut().pop();
-        reused.unwrap_or_else(|| Box::new(Storage::new()))
+        reused.unwrap_or_default()
     }
 
     /// Gives a storage back.
-    pub fn give(&self, storage: Box<SessionStorage>) {
+    pub fn give(&self, storage: Box<T>) {
         let mut free = self.free.borrow_mut();
         if free.len() < MAX_POOLED_STORAGE {
             free.push(storage);
+        }
+    }
+}
+
+/// The tables of a server's session before its peer's SETUP: the control
+/// streams and buffers of a [`SessionStorage`], and no media table but the
+/// slot of the peer's SETUP stream. [`SideTables`] adds the media tables the
+/// peer's Role asks for, so a viewer holds none for media it never sends.
+pub type ServerStorage = Storage<'static, 'static, 24, 1024, 0, 0, 0, 1, 8>;
+
+/// The media a server's session sends: 16 subscriptions the peer holds and
+/// 16 group streams out, as in a [`SessionStorage`].
+pub type PublisherSide = PublisherTables<'static, 'static, 16, 16>;
+
+/// The media a server's session receives: [`CLIENT_SUBSCRIPTIONS`]
+/// subscriptions on the peer's tracks and 16 group streams in, as in a
+/// [`SessionStorage`].
+pub type SubscriberSide = SubscriberTables<'static, 'static, CLIENT_SUBSCRIPTIONS, 16>;
+
+/// A thread's free lists of [`PublisherSide`] and [`SubscriberSide`] tables.
+#[derive(Debug, Default)]
+pub struct SidePools {
+    publisher: StoragePool<PublisherSide>,
+    subscriber: StoragePool<SubscriberSide>,
+}
+
+impl SidePools {
+    /// Empty free lists.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// The media tables one server session takes at its peer's SETUP (see
+/// [`ServerStorage`]); they go back to their pools when this is dropped,
+/// which the session's borrow puts after the session.
+pub struct SideTables {
+    publisher: Option<Box<PublisherSide>>,
+    subscriber: Option<Box<SubscriberSide>>,
+    pools: Rc<SidePools>,
+}
+
+impl SideTables {
+    /// No tables yet; they come from `pools`.
+    pub fn new(pools: Rc<SidePools>) -> Self {
+        SideTables {
+            publisher: None,
+            subscriber: None,
+            pools,
+        }
+    }
+
+    /// Gives `session` the tables a peer of `role` needs: a subscriber's
+    /// session sends media only, a publisher's receives only, and one that
+    /// does both gets both (docs/protocol.md §4.1).
+    pub fn attach<'s, const N: usize>(
+        &'s mut self,
+        session: &mut Session<'s, 'static, 'static, N>,
+        role: Role,
+    ) {
+        let SideTables {
+            publisher,
+            subscriber,
+            pools,
+        } = self;
+        // A session built on a bare storage uses no entry yet, so the
+        // tables always take what it holds.
+        if role != Role::Publisher {
+            let tables = publisher.insert(pools.publisher.take());
+            if session.attach_publisher_tables(tables).is_err() {
+                tracing::warn!("publisher tables smaller than the session's own");
+            }
+        }
+        if role != Role::Subscriber {
+            let tables = subscriber.insert(pools.subscriber.take());
+            if session.attach_subscriber_tables(tables).is_err() {
+                tracing::warn!("subscriber tables smaller than the session's own");
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for SideTables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SideTables")
+            .field("publisher", &self.publisher.is_some())
+            .field("subscriber", &self.subscriber.is_some())
+            .finish()
+    }
+}
+
+impl Drop for SideTables {
+    fn drop(&mut self) {
+        if let Some(t) = self.publisher.take() {
+            self.pools.publisher.give(t);
+        }
+        if let Some(t) = self.subscriber.take() {
+            self.pools.subscriber.give(t);
         }
     }
 }
@@ -726,8 +833,13 @@ pub struct DriveCtx {
 /// The session comes boxed: it is the largest part of a connection, and a
 /// future that took it by value would hold a copy of it in every caller's
 /// state as well.
-pub async fn drive<R: ByteRead, W: ByteWrite, A: App<N>, const N: usize>(
-    mut session: Box<Session<'_, 'static, 'static, N>>,
+///
+/// `sides`: for a session on a [`ServerStorage`], the media tables it takes
+/// at the peer's SETUP (see [`SideTables::attach`]); `None` for a session
+/// whose storage has them already.
+pub async fn drive<'s, R: ByteRead, W: ByteWrite, A: App<N>, const N: usize>(
+    mut session: Box<Session<'s, 'static, 'static, N>>,
+    sides: Option<&'s mut SideTables>,
     mut reader: R,
     mut writer: W,
     app: &mut A,
@@ -740,6 +852,7 @@ pub async fn drive<R: ByteRead, W: ByteWrite, A: App<N>, const N: usize>(
     monoio::spawn(read_loop(reader, inbox.clone()));
     let res = session_loop(
         &mut session,
+        sides,
         &inbox,
         &mut writer,
         app,
@@ -758,8 +871,10 @@ pub async fn drive<R: ByteRead, W: ByteWrite, A: App<N>, const N: usize>(
     res
 }
 
-async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
-    session: &mut Session<'_, 'static, 'static, N>,
+#[allow(clippy::too_many_arguments)]
+async fn session_loop<'s, W: ByteWrite, A: App<N>, const N: usize>(
+    session: &mut Session<'s, 'static, 'static, N>,
+    mut sides: Option<&'s mut SideTables>,
     inbox: &Inbox,
     writer: &mut W,
     app: &mut A,
@@ -861,9 +976,20 @@ async fn session_loop<W: ByteWrite, A: App<N>, const N: usize>(
             session.handle_timeout(now);
         }
         while let Some(ev) = session.poll_event() {
+            let setup = match ev {
+                Event::Setup { role, .. } => Some(role),
+                _ => None,
+            };
             app.on_event(&ev);
             progress = true;
             events = true;
+            // The session reads on past the SETUP only now: its media tables
+            // are in place before the peer's first request.
+            if let Some(role) = setup
+                && let Some(sides) = sides.take()
+            {
+                sides.attach(session, role);
+            }
         }
         app.act(session);
         if !goaway_sent && ctx.shutdown.as_ref().is_some_and(Shutdown::is_draining) {

@@ -133,8 +133,9 @@ use skiff_core::wire::qmux::Side;
 use skiff_monoio::clock::Clock;
 use skiff_monoio::notify::Notify;
 use skiff_monoio::session_driver::{
-    App, ByteRead, ByteWrite, DriveCtx, Ended, Lend, MoqSession, STREAMS, StoragePool,
-    TRUNK_STREAMS, TrunkSession, TrunkStorage, UpstreamStorage, drive, split_halves,
+    App, ByteRead, ByteWrite, DriveCtx, Ended, Lend, MoqSession, STREAMS, ServerStorage, SidePools,
+    SideTables, StoragePool, TRUNK_STREAMS, TrunkSession, TrunkStorage, UpstreamStorage, drive,
+    split_halves,
 };
 use skiff_monoio::tables::{GROUPS, TRACKS, leak_pool_with_spare, leak_slice, pool_blocks};
 use skiff_monoio::ws::{WsReader, WsWriter};
@@ -696,7 +697,10 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
 #[derive(Debug)]
 pub struct RelayHandler {
     relay: Rc<Relay>,
-    storage: Rc<StoragePool>,
+    /// A client session's control tables, taken at accept.
+    storage: Rc<StoragePool<ServerStorage>>,
+    /// Its media tables, taken at its SETUP for the directions it uses.
+    sides: Rc<SidePools>,
     clock: Clock,
     /// The access policy, shared by every worker.
     auth: Arc<Auth>,
@@ -734,6 +738,7 @@ impl RelayHandler {
         RelayHandler {
             relay: Rc::new(relay),
             storage: Rc::new(StoragePool::new()),
+            sides: Rc::new(SidePools::new()),
             clock,
             auth,
             tls: None,
@@ -858,6 +863,7 @@ impl RelayHandler {
             let res = run_session::<_, _, TRUNK_STREAMS, TRUNK_UPSTREAM>(
                 relay,
                 session,
+                None,
                 reader,
                 writer,
                 side,
@@ -1000,6 +1006,7 @@ impl UpstreamSession<'_> {
         run_session::<_, _, TRUNK_STREAMS, TRUNK_UPSTREAM>(
             self.relay.clone(),
             session,
+            None,
             reader,
             writer,
             Side::Client,
@@ -1165,6 +1172,7 @@ impl Relay {
 async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize, const S: usize>(
     relay: Rc<Relay>,
     session: Result<Box<Session<'s, 'static, 'static, N>>, ConfigError>,
+    sides: Option<&'s mut SideTables>,
     reader: R,
     writer: W,
     side: Side,
@@ -1192,7 +1200,7 @@ async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize, const S: usi
     };
     let gate = if peer.is_local() { gate } else { None };
     let mut app = RelayConn::<S>::new(relay.clone(), id, kind, lender, gate);
-    drive(session, reader, writer, &mut app, ctx).await
+    drive(session, sides, reader, writer, &mut app, ctx).await
 }
 
 impl ConnectionHandler for RelayHandler {
@@ -1408,6 +1416,9 @@ impl RelayHandler {
                 (clock.now(), std::time::SystemTime::now())
             }))
         });
+        // Media tables come at the client's SETUP, for the directions its
+        // Role names; they outlive the session that borrows them.
+        let mut sides = SideTables::new(self.sides.clone());
         let mut storage = self.storage.take();
         let (config, origin) = self.relay.session_setup(Remote::Client);
         let mut config: Config<'_> = config;
@@ -1432,6 +1443,7 @@ impl RelayHandler {
         let ended = run_session::<_, _, STREAMS, CLIENT_UPSTREAM>(
             relay,
             session,
+            Some(&mut sides),
             reader,
             writer,
             Side::Server,

@@ -114,6 +114,14 @@ impl Default for Config<'static> {
 /// A full table is never grown: the request is refused on the wire with a
 /// stream reset (see the module documentation of [`session`](super)).
 ///
+/// A server that does not know yet which way its peer's media flows can
+/// leave `SERVE`, `SUBS` and `OUT` at 0 and `IN` at 1 (the peer's SETUP
+/// stream): the session then reads no further than the peer's SETUP until
+/// the application has seen [`Event::Setup`](super::Event::Setup), and the
+/// application attaches [`PublisherTables`] and [`SubscriberTables`] for the
+/// directions the peer's Role asks for. A viewer then never holds tables for
+/// media it will not send.
+///
 /// `new` is `const`, so on firmware the storage can sit in a `static`.
 pub struct Storage<
     'a,
@@ -171,6 +179,58 @@ impl<
     const CHUNKS: usize,
 > Default for Storage<'_, '_, CONTROL, BUF, SERVE, SUBS, OUT, IN, CHUNKS>
 {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The publisher side of a session's tables, for a session that takes them
+/// only once the peer's SETUP shows it subscribes
+/// ([`Session::attach_publisher_tables`](super::Session::attach_publisher_tables)):
+/// `SERVE` subscriptions the peer holds on our tracks and `OUT` group
+/// streams we send at once, as in [`Storage`].
+pub struct PublisherTables<'a, 'p, const SERVE: usize, const OUT: usize> {
+    pub(super) served: [Option<Served<'a, 'p>>; SERVE],
+    pub(super) out: [Option<GroupOut<'a, 'p>>; OUT],
+}
+
+impl<const SERVE: usize, const OUT: usize> PublisherTables<'_, '_, SERVE, OUT> {
+    /// Empty tables.
+    pub const fn new() -> Self {
+        PublisherTables {
+            served: [const { None }; SERVE],
+            out: [const { None }; OUT],
+        }
+    }
+}
+
+impl<const SERVE: usize, const OUT: usize> Default for PublisherTables<'_, '_, SERVE, OUT> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The subscriber side of a session's tables, for a session that takes them
+/// only once the peer's SETUP shows it publishes
+/// ([`Session::attach_subscriber_tables`](super::Session::attach_subscriber_tables)):
+/// `SUBS` subscriptions we hold on the peer's tracks and `IN` group streams
+/// we receive at once, as in [`Storage`].
+pub struct SubscriberTables<'a, 'p, const SUBS: usize, const IN: usize> {
+    pub(super) subs: [Option<SubEntry<'a, 'p>>; SUBS],
+    pub(super) inc: [Option<GroupIn<'a, 'p>>; IN],
+}
+
+impl<const SUBS: usize, const IN: usize> SubscriberTables<'_, '_, SUBS, IN> {
+    /// Empty tables.
+    pub const fn new() -> Self {
+        SubscriberTables {
+            subs: [const { None }; SUBS],
+            inc: [const { None }; IN],
+        }
+    }
+}
+
+impl<const SUBS: usize, const IN: usize> Default for SubscriberTables<'_, '_, SUBS, IN> {
     fn default() -> Self {
         Self::new()
     }

@@ -73,7 +73,7 @@ pub(crate) mod harness;
 mod tests;
 
 pub use changes::{Change, LISTED_CHANGES};
-pub use config::{Config, DefaultStorage, MIN_BUF, Storage};
+pub use config::{Config, DefaultStorage, MIN_BUF, PublisherTables, Storage, SubscriberTables};
 pub use error::{ConfigError, Error};
 #[cfg(any(test, feature = "alloc"))]
 pub use event::OwnedEvent;
@@ -255,6 +255,12 @@ pub struct Session<'s, 'a, 'p, const N: usize> {
     deferred: bool,
     /// See [`Config::max_waiting_tracks`].
     max_waiting_tracks: usize,
+    /// See [`Config::max_served`] (applied to attached tables too).
+    max_served: usize,
+    /// The peer's SETUP was read by a session with no table for either
+    /// direction: input waits until the application has seen
+    /// [`Event::Setup`] or attached tables.
+    awaiting_tables: bool,
     /// TRACK requests refused by [`Config::max_waiting_tracks`] so far.
     refused_tracks: u64,
     /// [`Session::media_stamp`] when `dirty` was last cleared.
@@ -353,18 +359,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         // (A session that ended unregistered what it served, see `teardown`.)
         control.fill(Control::FREE);
         chunk_used.fill(false);
-        for s in served.iter_mut() {
-            if let Some(s) = s.take() {
-                s.source.remove_subscriber(s.window.request());
-            }
-        }
-        subs.iter_mut().for_each(|s| *s = None);
-        out.iter_mut().for_each(|s| *s = None);
-        inc.iter_mut().for_each(|s| *s = None);
-        // A configured subscription limit narrows the served table.
-        let served = served.as_mut_slice();
-        let served_len = config.max_served.min(served.len());
-        let (served, _) = served.split_at_mut(served_len);
+        let (served, out) = clear_publisher_tables(served, out, config.max_served);
+        let (subs, inc) = clear_subscriber_tables(subs, inc);
         let session = Session {
             conn,
             side,
@@ -379,6 +375,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             announce_step: config.announce_step,
             control_timeout: config.control_timeout,
             max_waiting_tracks: config.max_waiting_tracks,
+            max_served: config.max_served,
+            awaiting_tables: false,
             refused_tracks: 0,
             now,
             origin,
@@ -391,9 +389,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             free_chunks: CHUNKS,
             buf: BUF,
             served: Slots::new(served),
-            subs: Slots::new(subs.as_mut_slice()),
-            out: Slots::new(out.as_mut_slice()),
-            inc: Slots::new(inc.as_mut_slice()),
+            subs: Slots::new(subs),
+            out: Slots::new(out),
+            inc: Slots::new(inc),
             events: Deque::new(),
             waiting: 0,
             next_waiting: 0,
@@ -717,7 +715,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 return Ok(pos);
             }
         }
-        while !self.is_closed() && self.has_event_room() {
+        while !self.is_closed() && self.has_event_room() && !self.awaiting_tables {
             let rest = input.get(pos..).unwrap_or(&[]);
             let step = self.conn.handle_input(now, rest);
             let Some(event) = step.event else {
@@ -1261,6 +1259,97 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
         self.stall = None;
         self.stall_ref = None;
+    }
+}
+
+/// Empties publisher-side tables that may come from an earlier session and
+/// narrows the served table to `max_served`.
+fn clear_publisher_tables<'t, 'a, 'p>(
+    served: &'t mut [Option<Served<'a, 'p>>],
+    out: &'t mut [Option<GroupOut<'a, 'p>>],
+    max_served: usize,
+) -> (
+    &'t mut [Option<Served<'a, 'p>>],
+    &'t mut [Option<GroupOut<'a, 'p>>],
+) {
+    // A session that ended unregistered what it served (see `teardown`).
+    for s in served.iter_mut() {
+        if let Some(s) = s.take() {
+            s.source.remove_subscriber(s.window.request());
+        }
+    }
+    out.iter_mut().for_each(|s| *s = None);
+    let served_len = max_served.min(served.len());
+    (served.split_at_mut(served_len).0, out)
+}
+
+/// Empties subscriber-side tables that may come from an earlier session.
+fn clear_subscriber_tables<'t, 'a, 'p>(
+    subs: &'t mut [Option<SubEntry<'a, 'p>>],
+    inc: &'t mut [Option<GroupIn<'a, 'p>>],
+) -> (
+    &'t mut [Option<SubEntry<'a, 'p>>],
+    &'t mut [Option<GroupIn<'a, 'p>>],
+) {
+    subs.iter_mut().for_each(|s| *s = None);
+    inc.iter_mut().for_each(|s| *s = None);
+    (subs, inc)
+}
+
+/// Tables offered to [`Session::attach_publisher_tables`] or
+/// [`Session::attach_subscriber_tables`] that hold fewer entries than the
+/// session already uses; the session goes on with its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct TablesTooSmall;
+
+impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+    /// Gives the session `tables` for the media it sends (the peer's
+    /// subscriptions, our group streams), in place of its own: the entries
+    /// in use move over, and its own become free for the caller once the
+    /// session is gone. Call it at [`Event::Setup`], when the peer's Role
+    /// shows it subscribes (see [`Storage`]).
+    ///
+    /// # Errors
+    /// [`TablesTooSmall`] if `tables` cannot hold the entries in use.
+    pub fn attach_publisher_tables<const SERVE: usize, const OUT: usize>(
+        &mut self,
+        tables: &'s mut PublisherTables<'a, 'p, SERVE, OUT>,
+    ) -> Result<(), TablesTooSmall> {
+        let PublisherTables { served, out } = tables;
+        let (served, out) = clear_publisher_tables(served, out, self.max_served);
+        if served.len() < self.served.span() || out.len() < self.out.span() {
+            return Err(TablesTooSmall);
+        }
+        self.served.move_to(served).map_err(|_| TablesTooSmall)?;
+        self.out.move_to(out).map_err(|_| TablesTooSmall)?;
+        self.awaiting_tables = false;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Gives the session `tables` for the media it receives (our
+    /// subscriptions, the peer's group streams), as
+    /// [`attach_publisher_tables`](Self::attach_publisher_tables) does for
+    /// the media it sends. Call it at [`Event::Setup`], when the peer's Role
+    /// shows it publishes.
+    ///
+    /// # Errors
+    /// [`TablesTooSmall`] if `tables` cannot hold the entries in use.
+    pub fn attach_subscriber_tables<const SUBS: usize, const IN: usize>(
+        &mut self,
+        tables: &'s mut SubscriberTables<'a, 'p, SUBS, IN>,
+    ) -> Result<(), TablesTooSmall> {
+        let SubscriberTables { subs, inc } = tables;
+        let (subs, inc) = clear_subscriber_tables(subs, inc);
+        if subs.len() < self.subs.span() || inc.len() < self.inc.span() {
+            return Err(TablesTooSmall);
+        }
+        self.subs.move_to(subs).map_err(|_| TablesTooSmall)?;
+        self.inc.move_to(inc).map_err(|_| TablesTooSmall)?;
+        self.awaiting_tables = false;
+        self.dirty = true;
+        Ok(())
     }
 }
 

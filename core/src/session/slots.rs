@@ -46,6 +46,11 @@ impl<'s, T: Slot> Slots<'s, T> {
         Slots { items, span: 0 }
     }
 
+    /// How many slots the table has.
+    pub(super) fn capacity(&self) -> usize {
+        self.items.len()
+    }
+
     /// One past the highest slot that may be in use: scans stop here.
     pub(super) fn span(&self) -> usize {
         self.span
@@ -91,6 +96,21 @@ impl<'s, T: Slot> Slots<'s, T> {
     /// How many slots are free.
     pub(super) fn free_count(&self) -> usize {
         self.items.len() - self.span + self.iter().filter(|s| s.is_free()).count()
+    }
+
+    /// Moves the entries below the watermark into `items` (all free, and at
+    /// least that many) and goes on over `items`; the old slots are left
+    /// free. Gives `items` back if they are too few.
+    pub(super) fn move_to(&mut self, items: &'s mut [T]) -> Result<(), &'s mut [T]> {
+        if items.len() < self.span {
+            return Err(items);
+        }
+        debug_assert!(items.iter().all(Slot::is_free));
+        for (old, new) in self.items[..self.span].iter_mut().zip(items.iter_mut()) {
+            core::mem::swap(old, new);
+        }
+        self.items = items;
+        Ok(())
     }
 
     /// Moves the watermark down over trailing free slots.

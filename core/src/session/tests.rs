@@ -2369,3 +2369,110 @@ mod inbox;
 
 #[path = "tests/chunks.rs"]
 mod chunks;
+
+/// The Role of the peer's SETUP, from the events waiting.
+fn setup_role<const N: usize>(session: &mut Session<'_, '_, '_, N>) -> Option<Role> {
+    while let Some(e) = session.poll_event() {
+        if let Event::Setup { role, .. } = e {
+            return Some(role);
+        }
+    }
+    None
+}
+
+/// A server storage with no table for either direction (see [`Storage`]).
+type Bare<'a, 'p> = Storage<'a, 'p, 16, 256, 0, 0, 0, 1, 32>;
+
+#[test]
+fn tables_attached_at_setup_serve_a_subscription_sent_with_the_setup() {
+    let mut ps = PoolStorage::<8, 64>::new();
+    let pool = Pool::new(&mut ps);
+    published!(pool, o, "b", "t", _t, _tp);
+    let mut served = PublisherTables::<4, 4>::new();
+    let mut st = Bare::new();
+    let session = Session::new(
+        Side::Server,
+        Config::new(),
+        Instant::ZERO,
+        &mut st,
+        Some(o.handle()),
+    )
+    .unwrap();
+    let raw = Raw::new(Side::Client, conn::Config::new());
+    let mut pair = Pair::new(Node::new(session), raw);
+    pair.a.auto_drain = false;
+    assert!(pair.run(1000, |p| p.b.established && p.a.session.is_established()));
+    // SETUP with Role 2 (subscriber), then a SUBSCRIBE in the same flight.
+    pair.b.open(Dir::Uni, &hex("01 04 01 03 01 02"), true);
+    let sub = pair.b.open(
+        Dir::Bidi,
+        &hex("02 0a 00 01 62 01 74 00 00 00 00 00"),
+        false,
+    );
+    pair.settle(Duration::from_millis(50));
+    // The SUBSCRIBE waits unread while the SETUP is unseen.
+    assert_eq!(pair.a.session.served_count(), 0);
+    assert!(pair.b.resets.is_empty());
+    assert_eq!(setup_role(&mut pair.a.session), Some(Role::Subscriber));
+    pair.a.session.attach_publisher_tables(&mut served).unwrap();
+    pair.a.auto_drain = true;
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(pair.a.session.served_count(), 1);
+    assert!(!pair.b.resets.iter().any(|(id, _)| *id == sub.value()));
+    assert_eq!(pair.b.closed, None);
+}
+
+#[test]
+fn a_session_without_subscriber_tables_refuses_group_streams_and_goes_on() {
+    let mut ps = PoolStorage::<8, 64>::new();
+    let pool = Pool::new(&mut ps);
+    published!(pool, o, "b", "t", _t, _tp);
+    let mut served = PublisherTables::<4, 4>::new();
+    let mut st = Bare::new();
+    let session = Session::new(
+        Side::Server,
+        Config::new(),
+        Instant::ZERO,
+        &mut st,
+        Some(o.handle()),
+    )
+    .unwrap();
+    let raw = Raw::new(Side::Client, conn::Config::new());
+    let mut pair = Pair::new(Node::new(session), raw);
+    pair.a.auto_drain = false;
+    assert!(pair.run(1000, |p| p.b.established && p.a.session.is_established()));
+    pair.b.open(Dir::Uni, &hex("01 04 01 03 01 02"), true);
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(setup_role(&mut pair.a.session), Some(Role::Subscriber));
+    pair.a.session.attach_publisher_tables(&mut served).unwrap();
+    pair.a.auto_drain = true;
+    // A group stream (subscription 0, group 5) from a peer that said it only
+    // subscribes: no table takes it, so it is refused and nothing else ends.
+    let group = pair.b.open(Dir::Uni, &hex("00 02 00 05"), false);
+    pair.settle(Duration::from_millis(50));
+    assert!(pair.b.stops.iter().any(|(id, _)| *id == group.value()));
+    assert_eq!(pair.b.closed, None);
+    assert!(pair.a.session.is_established());
+}
+
+#[test]
+fn attached_tables_too_small_for_the_entries_in_use_are_refused() {
+    let mut ps = PoolStorage::<8, 64>::new();
+    let pool = Pool::new(&mut ps);
+    published!(pool, o, "b", "t", _t, _tp);
+    let mut none = PublisherTables::<0, 0>::new();
+    raw_pair!(Side::Server, Config::new(), Some(o.handle()), st, pair);
+    pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+    pair.b.open(
+        Dir::Bidi,
+        &hex("02 0a 00 01 62 01 74 00 00 00 00 00"),
+        false,
+    );
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(pair.a.session.served_count(), 1);
+    assert_eq!(
+        pair.a.session.attach_publisher_tables(&mut none),
+        Err(TablesTooSmall)
+    );
+    assert_eq!(pair.a.session.served_count(), 1);
+}

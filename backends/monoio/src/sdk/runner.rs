@@ -209,9 +209,16 @@ impl Runner {
                         asked: Vec::new(),
                         announced: Vec::new(),
                     };
-                    drive(Box::new(session), reader, writer, &mut app, &s.ctx.drive)
-                        .await
-                        .map(|_| ())
+                    drive(
+                        Box::new(session),
+                        None,
+                        reader,
+                        writer,
+                        &mut app,
+                        &s.ctx.drive,
+                    )
+                    .await
+                    .map(|_| ())
                 }
                 Err(e) => Err(std::io::Error::other(e)),
             }

@@ -36,6 +36,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         let msg = self.chunks.get(start..start + c.event)?;
         match c.kind {
             Kind::SetupIn { .. } => {
+                // The application sees the SETUP now: input goes on (with
+                // whatever tables it attaches before the next call).
+                self.awaiting_tables = false;
                 let (setup, _) = decode_message::<Setup<'_>>(msg).ok()?;
                 // docs/protocol.md §9.3: a path the transport carried wins over
                 // (and stands in for) SETUP's.

@@ -109,6 +109,11 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 };
                 self.peer = Some(Peer { hop, role });
                 self.control[slot].kind = Kind::SetupIn { done: true };
+                // Tables for either direction come with the application's
+                // answer to the SETUP: read on once it has seen it.
+                if self.served.capacity() == 0 && self.subs.capacity() == 0 {
+                    self.awaiting_tables = true;
+                }
                 debug!("session: peer SETUP, hop {}", hop);
                 Step::Held(n)
             }
