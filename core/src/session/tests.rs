@@ -2383,27 +2383,36 @@ fn setup_role<const N: usize>(session: &mut Session<'_, '_, '_, N>) -> Option<Ro
 /// A server storage with no table for either direction (see [`Storage`]).
 type Bare<'a, 'p> = Storage<'a, 'p, 16, 256, 0, 0, 0, 1, 32>;
 
+/// A server session on a [`Bare`] storage serving origin `$o`, and a raw
+/// client that has sent its SETUP with Role 2 (subscriber); the server's
+/// events are left for the test to poll.
+macro_rules! bare_pair {
+    ($o:ident, $storage:ident, $pair:ident) => {
+        let mut $storage = Bare::new();
+        let session = Session::new(
+            Side::Server,
+            Config::new(),
+            Instant::ZERO,
+            &mut $storage,
+            Some($o.handle()),
+        )
+        .unwrap();
+        let raw = Raw::new(Side::Client, conn::Config::new());
+        let mut $pair = Pair::new(Node::new(session), raw);
+        $pair.a.auto_drain = false;
+        assert!($pair.run(1000, |p| p.b.established && p.a.session.is_established()));
+        $pair.b.open(Dir::Uni, &hex("01 04 01 03 01 02"), true);
+    };
+}
+
 #[test]
 fn tables_attached_at_setup_serve_a_subscription_sent_with_the_setup() {
     let mut ps = PoolStorage::<8, 64>::new();
     let pool = Pool::new(&mut ps);
     published!(pool, o, "b", "t", _t, _tp);
     let mut served = PublisherTables::<4, 4>::new();
-    let mut st = Bare::new();
-    let session = Session::new(
-        Side::Server,
-        Config::new(),
-        Instant::ZERO,
-        &mut st,
-        Some(o.handle()),
-    )
-    .unwrap();
-    let raw = Raw::new(Side::Client, conn::Config::new());
-    let mut pair = Pair::new(Node::new(session), raw);
-    pair.a.auto_drain = false;
-    assert!(pair.run(1000, |p| p.b.established && p.a.session.is_established()));
-    // SETUP with Role 2 (subscriber), then a SUBSCRIBE in the same flight.
-    pair.b.open(Dir::Uni, &hex("01 04 01 03 01 02"), true);
+    bare_pair!(o, st, pair);
+    // A SUBSCRIBE in the same flight as the SETUP.
     let sub = pair.b.open(
         Dir::Bidi,
         &hex("02 0a 00 01 62 01 74 00 00 00 00 00"),
@@ -2428,20 +2437,7 @@ fn a_session_without_subscriber_tables_refuses_group_streams_and_goes_on() {
     let pool = Pool::new(&mut ps);
     published!(pool, o, "b", "t", _t, _tp);
     let mut served = PublisherTables::<4, 4>::new();
-    let mut st = Bare::new();
-    let session = Session::new(
-        Side::Server,
-        Config::new(),
-        Instant::ZERO,
-        &mut st,
-        Some(o.handle()),
-    )
-    .unwrap();
-    let raw = Raw::new(Side::Client, conn::Config::new());
-    let mut pair = Pair::new(Node::new(session), raw);
-    pair.a.auto_drain = false;
-    assert!(pair.run(1000, |p| p.b.established && p.a.session.is_established()));
-    pair.b.open(Dir::Uni, &hex("01 04 01 03 01 02"), true);
+    bare_pair!(o, st, pair);
     pair.settle(Duration::from_millis(50));
     assert_eq!(setup_role(&mut pair.a.session), Some(Role::Subscriber));
     pair.a.session.attach_publisher_tables(&mut served).unwrap();
