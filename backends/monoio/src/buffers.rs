@@ -168,7 +168,7 @@ pub const TRIM_EVERY: Duration = Duration::from_secs(1);
 /// Drops the free buffers of this thread's pools beyond the most that were
 /// in use at once since the last call (or beyond each pool's floor), and
 /// starts counting that peak again.
-pub fn trim() {
+fn trim() {
     TINY.with(|p| p.borrow_mut().trim());
     SMALL.with(|p| p.borrow_mut().trim());
     LARGE.with(|p| p.borrow_mut().trim());

@@ -360,7 +360,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         control.fill(Control::FREE);
         chunk_used.fill(false);
         let (served, out) = clear_publisher_tables(served, out, config.max_served);
-        let (subs, inc) = clear_subscriber_tables(subs, inc);
+        clear_subscriber_tables(subs, inc);
         let session = Session {
             conn,
             side,
@@ -1262,8 +1262,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     }
 }
 
-/// Empties publisher-side tables that may come from an earlier session and
-/// narrows the served table to `max_served`.
+/// Empties publisher-side tables (a reused storage holds an ended session's
+/// entries) and narrows the served table to `max_served`.
 fn clear_publisher_tables<'t, 'a, 'p>(
     served: &'t mut [Option<Served<'a, 'p>>],
     out: &'t mut [Option<GroupOut<'a, 'p>>],
@@ -1283,17 +1283,30 @@ fn clear_publisher_tables<'t, 'a, 'p>(
     (served.split_at_mut(served_len).0, out)
 }
 
-/// Empties subscriber-side tables that may come from an earlier session.
-fn clear_subscriber_tables<'t, 'a, 'p>(
-    subs: &'t mut [Option<SubEntry<'a, 'p>>],
-    inc: &'t mut [Option<GroupIn<'a, 'p>>],
-) -> (
-    &'t mut [Option<SubEntry<'a, 'p>>],
-    &'t mut [Option<GroupIn<'a, 'p>>],
+/// Empties subscriber-side tables (a reused storage holds an ended
+/// session's entries).
+fn clear_subscriber_tables(
+    subs: &mut [Option<SubEntry<'_, '_>>],
+    inc: &mut [Option<GroupIn<'_, '_>>],
 ) {
     subs.iter_mut().for_each(|s| *s = None);
     inc.iter_mut().for_each(|s| *s = None);
-    (subs, inc)
+}
+
+/// Moves the entries in use of two tables into `a` and `b`, both or
+/// neither.
+fn move_both<'s, A: slots::Slot, B: slots::Slot>(
+    table_a: &mut Slots<'s, A>,
+    a: &'s mut [A],
+    table_b: &mut Slots<'s, B>,
+    b: &'s mut [B],
+) -> Result<(), TablesTooSmall> {
+    if a.len() < table_a.span() || b.len() < table_b.span() {
+        return Err(TablesTooSmall);
+    }
+    table_a.move_to(a);
+    table_b.move_to(b);
+    Ok(())
 }
 
 /// Tables offered to [`Session::attach_publisher_tables`] or
@@ -1318,11 +1331,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     ) -> Result<(), TablesTooSmall> {
         let PublisherTables { served, out } = tables;
         let (served, out) = clear_publisher_tables(served, out, self.max_served);
-        if served.len() < self.served.span() || out.len() < self.out.span() {
-            return Err(TablesTooSmall);
-        }
-        self.served.move_to(served).map_err(|_| TablesTooSmall)?;
-        self.out.move_to(out).map_err(|_| TablesTooSmall)?;
+        move_both(&mut self.served, served, &mut self.out, out)?;
         self.awaiting_tables = false;
         self.dirty = true;
         Ok(())
@@ -1341,12 +1350,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         tables: &'s mut SubscriberTables<'a, 'p, SUBS, IN>,
     ) -> Result<(), TablesTooSmall> {
         let SubscriberTables { subs, inc } = tables;
-        let (subs, inc) = clear_subscriber_tables(subs, inc);
-        if subs.len() < self.subs.span() || inc.len() < self.inc.span() {
-            return Err(TablesTooSmall);
-        }
-        self.subs.move_to(subs).map_err(|_| TablesTooSmall)?;
-        self.inc.move_to(inc).map_err(|_| TablesTooSmall)?;
+        clear_subscriber_tables(subs, inc);
+        move_both(&mut self.subs, subs, &mut self.inc, inc)?;
         self.awaiting_tables = false;
         self.dirty = true;
         Ok(())

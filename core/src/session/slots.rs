@@ -99,18 +99,15 @@ impl<'s, T: Slot> Slots<'s, T> {
     }
 
     /// Moves the entries below the watermark into `items` (all free, and at
-    /// least that many) and goes on over `items`; the old slots are left
-    /// free. Gives `items` back if they are too few.
-    pub(super) fn move_to(&mut self, items: &'s mut [T]) -> Result<(), &'s mut [T]> {
-        if items.len() < self.span {
-            return Err(items);
-        }
+    /// least [`Slots::span`] of them) and goes on over `items`; the old
+    /// slots are left free.
+    pub(super) fn move_to(&mut self, items: &'s mut [T]) {
+        debug_assert!(items.len() >= self.span);
         debug_assert!(items.iter().all(Slot::is_free));
         for (old, new) in self.items[..self.span].iter_mut().zip(items.iter_mut()) {
             core::mem::swap(old, new);
         }
         self.items = items;
-        Ok(())
     }
 
     /// Moves the watermark down over trailing free slots.
