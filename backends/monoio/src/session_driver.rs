@@ -313,6 +313,13 @@ pub trait ByteRead: 'static {
     fn take_handshake(&mut self) -> Option<HandshakeToken> {
         None
     }
+    /// Whether the peer's data deserves an ACK at once after a read that
+    /// drained the socket ([`drive`] says false once the peer's SETUP says
+    /// it only subscribes: its records are small, nothing waits on their
+    /// ACK, and ACKs ride on the media sent to it). The default ignores it.
+    fn set_prompt_acks(&mut self, on: bool) {
+        let _ = on;
+    }
 }
 
 /// Deadlines [`drive`] enforces on an untrusted peer, beyond the session's own
@@ -537,6 +544,10 @@ pub struct Inbox {
     /// session has taken everything.
     data: RefCell<Option<skiff_core::session::Inbox<Vec<u8>>>>,
     fresh: Cell<bool>,
+    /// Whether the reader acknowledges a draining read at once
+    /// ([`ByteRead::set_prompt_acks`]): until the peer's SETUP says it
+    /// only subscribes.
+    prompt_acks: Cell<bool>,
     /// The reader waits for the session to see the bytes of a full tiny
     /// buffer before it reads more ([`Inbox::waits_for_session`]).
     reader_parked: Cell<bool>,
@@ -561,6 +572,7 @@ impl Inbox {
         Inbox {
             data: RefCell::new(None),
             fresh: Cell::new(false),
+            prompt_acks: Cell::new(true),
             reader_parked: Cell::new(false),
             next_size: Cell::new(InboxSize::Tiny),
             peak: Cell::new(0),
@@ -702,6 +714,7 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
         if inbox.stop.get() {
             return;
         }
+        reader.set_prompt_acks(inbox.prompt_acks.get());
         let stopped = poll_fn(|cx| {
             if inbox.stop.get() {
                 Poll::Ready(())
@@ -985,10 +998,11 @@ async fn session_loop<'s, W: ByteWrite, A: App<N>, const N: usize>(
             events = true;
             // The session reads on past the SETUP only now: its media tables
             // are in place before the peer's first request.
-            if let Some(role) = setup
-                && let Some(sides) = sides.take()
-            {
-                sides.attach(session, role);
+            if let Some(role) = setup {
+                inbox.prompt_acks.set(role != Role::Subscriber);
+                if let Some(sides) = sides.take() {
+                    sides.attach(session, role);
+                }
             }
         }
         app.act(session);

@@ -248,6 +248,10 @@ impl<R: ByteRead> ByteRead for TlsReader<R> {
     fn take_handshake(&mut self) -> Option<HandshakeToken> {
         self.inner.take_handshake()
     }
+
+    fn set_prompt_acks(&mut self, on: bool) {
+        self.inner.set_prompt_acks(on);
+    }
 }
 
 // ---------------------------------------------------------------------------

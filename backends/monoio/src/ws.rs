@@ -165,6 +165,10 @@ impl<R: ByteRead> ByteRead for WsReader<R> {
     fn take_handshake(&mut self) -> Option<HandshakeToken> {
         self.inner.take_handshake()
     }
+
+    fn set_prompt_acks(&mut self, on: bool) {
+        self.inner.set_prompt_acks(on);
+    }
 }
 
 // ---------------------------------------------------------------------------

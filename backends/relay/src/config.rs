@@ -444,12 +444,13 @@ pub struct Flags {
     #[arg(long, value_name = "BYTES", global = true)]
     pub send_buffer: Option<ByteSize>,
     /// Acknowledge at once after a read that drained the socket
-    /// (TCP_QUICKACK), so a publisher without TCP_NODELAY (moq-net's TCP
-    /// transport) is not held back by the relay's delayed ACK: about 40 ms
-    /// less p99 latency for such publishers. Off by default: with it, 2 of 30
-    /// demo runs stalled in testing (BENCHMARKS.md, issue 16) [default: off].
-    #[arg(long, global = true)]
-    pub quick_ack: bool,
+    /// (TCP_QUICKACK) on connections whose peer may publish, so a publisher
+    /// without TCP_NODELAY (moq-net's TCP transport) is not held back by the
+    /// relay's delayed ACK: about 40 ms less p99 latency for such
+    /// publishers. A peer whose SETUP says it only subscribes is left to the
+    /// kernel's delayed ACKs. `--quick-ack=false` turns it off [default: true]
+    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub quick_ack: Option<bool>,
     /// Directory of the web player served on the listen port (`GET /`,
     /// `GET /<file>`) [default: the repository's web/dist].
     #[arg(long, value_name = "DIR", global = true)]
@@ -694,7 +695,8 @@ pub struct RelayConfig {
     pub connection_credit: Option<u64>,
     /// SO_SNDBUF of accepted connections (`None`: kernel autotuning).
     pub send_buffer: Option<u64>,
-    /// TCP_QUICKACK after every read that drained a socket.
+    /// TCP_QUICKACK after every read that drained the socket of a peer
+    /// that may publish.
     pub quick_ack: bool,
     /// What one peer may take of the relay.
     pub quotas: Quotas,
@@ -884,7 +886,7 @@ impl Default for RelayConfig {
             stream_credit: DEFAULT_STREAM_CREDIT,
             connection_credit: None,
             send_buffer: None,
-            quick_ack: false,
+            quick_ack: true,
             quotas: Quotas::default(),
             web_dir: default_web_dir(),
             auth: AuthConfig::default(),
@@ -1110,7 +1112,7 @@ impl RelayConfig {
                 .or(file.connection_credit)
                 .map(|b| b.0),
             send_buffer: flags.send_buffer.or(file.send_buffer).map(|b| b.0),
-            quick_ack: flags.quick_ack || file.quick_ack.unwrap_or(false),
+            quick_ack: flags.quick_ack.or(file.quick_ack).unwrap_or(true),
             web_dir: flags
                 .web_dir
                 .clone()
@@ -1414,17 +1416,27 @@ mod tests {
     }
 
     #[test]
-    fn quick_ack_is_off_unless_asked_for() {
-        assert!(!RelayConfig::default().quick_ack);
+    fn quick_ack_is_on_unless_turned_off() {
+        assert!(RelayConfig::default().quick_ack);
         let none = FileConfig::parse("", Path::new("t.toml")).unwrap();
-        assert!(!RelayConfig::merge(&none, &flags(&[])).unwrap().quick_ack);
+        assert!(RelayConfig::merge(&none, &flags(&[])).unwrap().quick_ack);
         assert!(
             RelayConfig::merge(&none, &flags(&["--quick-ack"]))
                 .unwrap()
                 .quick_ack
         );
-        let file = FileConfig::parse("quick-ack = true\n", Path::new("t.toml")).unwrap();
-        assert!(RelayConfig::merge(&file, &flags(&[])).unwrap().quick_ack);
+        assert!(
+            !RelayConfig::merge(&none, &flags(&["--quick-ack=false"]))
+                .unwrap()
+                .quick_ack
+        );
+        let file = FileConfig::parse("quick-ack = false\n", Path::new("t.toml")).unwrap();
+        assert!(!RelayConfig::merge(&file, &flags(&[])).unwrap().quick_ack);
+        assert!(
+            RelayConfig::merge(&file, &flags(&["--quick-ack=true"]))
+                .unwrap()
+                .quick_ack
+        );
     }
 
     #[test]

@@ -163,6 +163,7 @@ impl Connection {
         let reader = Reader {
             half: r,
             fd,
+            prompt_acks: shared.config.quick_ack,
             buf: Vec::new(),
             pending: 0,
             canceller: Canceller::new(),
@@ -235,6 +236,9 @@ pub struct Reader {
     half: OwnedReadHalf<TcpStream>,
     /// The socket's descriptor, for [`quick_ack`] (owned by `half`).
     fd: RawFd,
+    /// Whether a read that drained the socket is acknowledged at once
+    /// (`--quick-ack`, and the peer may publish: [`ByteRead::set_prompt_acks`]).
+    prompt_acks: bool,
     buf: Vec<u8>,
     /// Bytes at the front of `buf` received by [`Reader::wait_first`] and
     /// not returned by a read yet.
@@ -373,11 +377,11 @@ impl Reader {
         let (res, buf) = self.half.read(buf).await;
         self.buf = buf;
         let n = res?;
-        // With --quick-ack, a short read drained the socket: the peer may be
-        // holding back its next segment (Nagle) until this one is acknowledged,
-        // so acknowledge now rather than at the delayed-ACK timer. A full read
-        // means more is queued, and the kernel acknowledges that by itself.
-        if self.shared.config.quick_ack && n > 0 && n < self.buf.capacity() {
+        // A short read drained the socket: the peer may be holding back its
+        // next segment (Nagle) until this one is acknowledged, so acknowledge
+        // now rather than at the delayed-ACK timer. A full read means more is
+        // queued, and the kernel acknowledges that by itself.
+        if self.prompt_acks && n > 0 && n < self.buf.capacity() {
             quick_ack(self.fd);
         }
         self.shared.counters().add_bytes_in(n);
@@ -422,7 +426,7 @@ impl Reader {
             return Err(io::Error::last_os_error());
         };
         // As in `read`: a short read drained the socket.
-        if self.shared.config.quick_ack && n > 0 && n < dst.len() {
+        if self.prompt_acks && n > 0 && n < dst.len() {
             quick_ack(self.fd);
         }
         self.shared.counters().add_bytes_in(n);
@@ -622,6 +626,9 @@ impl ByteRead for Reader {
     }
     fn readable(&mut self) -> impl Future<Output = io::Result<()>> {
         Reader::readable(self)
+    }
+    fn set_prompt_acks(&mut self, on: bool) {
+        self.prompt_acks = on && self.shared.config.quick_ack;
     }
 }
 

@@ -106,12 +106,11 @@ struct Cli {
     skiff_threads: usize,
     /// Extra flags for `skiff-relay serve`, space-separated (write
     /// `--skiff-args=...`). The default lifts the per-address connection limit
-    /// (256 per worker), since every client here comes from 127.0.0.1, and
-    /// turns on `--quick-ack`, which moq-net's publisher (no TCP_NODELAY) needs.
+    /// (256 per worker), since every client here comes from 127.0.0.1.
     #[arg(
         long,
         allow_hyphen_values = true,
-        default_value = "--max-connections-per-ip 100000 --quick-ack"
+        default_value = "--max-connections-per-ip 100000"
     )]
     skiff_args: String,
     /// The moq-relay binary [default: $MOQ_RELAY, then ~/.cache/skiff/moq-relay-0.17.10/bin/moq-relay].
