@@ -29,6 +29,8 @@ const VISITORS: usize = 1_000;
 /// per-connection quota of pending track requests).
 const PATH_BATCH: usize = 50;
 const NAME_BATCH: usize = 16;
+/// The wait before each RSS sample: past two of the buffer pools' trims.
+const SETTLE: Duration = Duration::from_millis(2500);
 /// NOT_FOUND (docs/protocol.md §3.15).
 const NOT_FOUND: u64 = 0x33;
 
@@ -202,11 +204,14 @@ fn churn_leaves_the_relay_where_it_was() {
             }
         };
         run(&mut paths, &mut names, VISITORS / 2);
-        std::thread::sleep(Duration::from_millis(600));
+        // The relay's buffer pools give back what a burst took at their
+        // next trim, once a second: sample after two have passed, so the
+        // figure is the relay's state, not the buffers of the last burst.
+        std::thread::sleep(SETTLE);
         let warm = relay.rss();
         let warm_tracks = relay.metric("skiff_relay_relay_tracks");
         run(&mut paths, &mut names, VISITORS / 2);
-        std::thread::sleep(Duration::from_millis(600));
+        std::thread::sleep(SETTLE);
         let end = relay.rss();
         let end_tracks = relay.metric("skiff_relay_relay_tracks");
         let end_broadcasts = relay.metric("skiff_relay_broadcasts");
