@@ -381,8 +381,8 @@ impl Reader {
         // next segment (Nagle) until this one is acknowledged, so acknowledge
         // now rather than at the delayed-ACK timer. A full read means more is
         // queued, and the kernel acknowledges that by itself.
-        if self.prompt_acks && n > 0 && n < self.buf.capacity() {
-            quick_ack(self.fd);
+        if n > 0 && n < self.buf.capacity() {
+            self.drained();
         }
         self.shared.counters().add_bytes_in(n);
         Ok(self.buf.get(..n).unwrap_or(&[]))
@@ -426,11 +426,20 @@ impl Reader {
             return Err(io::Error::last_os_error());
         };
         // As in `read`: a short read drained the socket.
-        if self.prompt_acks && n > 0 && n < dst.len() {
-            quick_ack(self.fd);
+        if n > 0 && n < dst.len() {
+            self.drained();
         }
         self.shared.counters().add_bytes_in(n);
         Ok(n)
+    }
+
+    /// After a read that drained the socket: acknowledges it at once if the
+    /// peer may publish, and counts it.
+    fn drained(&self) {
+        if self.prompt_acks {
+            quick_ack(self.fd);
+        }
+        self.shared.counters().short_read(self.prompt_acks);
     }
 
     /// Waits until the socket has bytes (or the end) to read, holding no

@@ -26,6 +26,8 @@ pub struct ThreadCounters {
     accept_errors: AtomicU64,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
+    short_reads: AtomicU64,
+    prompt_acks: AtomicU64,
     cache_bytes: AtomicU64,
     cache_high_water: AtomicU64,
     lent_bytes: AtomicU64,
@@ -64,6 +66,15 @@ impl ThreadCounters {
     /// Counts bytes read from peers.
     pub fn add_bytes_in(&self, n: usize) {
         self.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Counts a read that drained a peer's socket, and whether the relay
+    /// acknowledged it at once (`TCP_QUICKACK`, for a peer that may publish).
+    pub fn short_read(&self, acked_at_once: bool) {
+        self.short_reads.fetch_add(1, Ordering::Relaxed);
+        if acked_at_once {
+            self.prompt_acks.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Counts bytes written to peers.
@@ -129,6 +140,8 @@ impl ThreadCounters {
             accept_errors: self.accept_errors.load(Ordering::Relaxed),
             bytes_in: self.bytes_in.load(Ordering::Relaxed),
             bytes_out: self.bytes_out.load(Ordering::Relaxed),
+            short_reads: self.short_reads.load(Ordering::Relaxed),
+            prompt_acks: self.prompt_acks.load(Ordering::Relaxed),
             cache_bytes: self.cache_bytes.load(Ordering::Relaxed),
             cache_high_water: self.cache_high_water.load(Ordering::Relaxed),
             lent_bytes: self.lent_bytes.load(Ordering::Relaxed),
@@ -155,6 +168,10 @@ pub struct Snapshot {
     pub bytes_in: u64,
     /// Bytes written to peers.
     pub bytes_out: u64,
+    /// Reads that drained a peer's socket.
+    pub short_reads: u64,
+    /// Of those, the ones acknowledged at once (`TCP_QUICKACK`).
+    pub prompt_acks: u64,
     /// Bytes of the cache pool in use (group bytes held), whole blocks.
     pub cache_bytes: u64,
     /// The most cache-pool bytes ever in use at once.
@@ -179,6 +196,8 @@ impl core::ops::AddAssign for Snapshot {
         self.accept_errors += o.accept_errors;
         self.bytes_in += o.bytes_in;
         self.bytes_out += o.bytes_out;
+        self.short_reads += o.short_reads;
+        self.prompt_acks += o.prompt_acks;
         self.cache_bytes += o.cache_bytes;
         self.cache_high_water += o.cache_high_water;
         self.lent_bytes += o.lent_bytes;
@@ -238,6 +257,18 @@ const FAMILIES: &[Family] = &[
         kind: "counter",
         help: "Bytes written to peers.",
         get: |s| s.bytes_out,
+    },
+    Family {
+        name: "short_reads_total",
+        kind: "counter",
+        help: "Reads that drained a peer's socket.",
+        get: |s| s.short_reads,
+    },
+    Family {
+        name: "prompt_acks_total",
+        kind: "counter",
+        help: "Reads that drained the socket of a peer that may publish, acknowledged at once (TCP_QUICKACK).",
+        get: |s| s.prompt_acks,
     },
     Family {
         name: "cache_bytes",
