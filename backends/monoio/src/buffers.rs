@@ -231,15 +231,26 @@ impl InboxSize {
         }
     }
 
+    /// The most bytes that may wait in a buffer of this size before it is
+    /// outgrown: a tiny buffer's record, a small buffer's whole record.
+    pub fn most_waiting(self) -> usize {
+        match self {
+            InboxSize::Tiny => TINY_RECORD,
+            InboxSize::Small => RECORD_BYTES,
+            InboxSize::Large => INBOX_BYTES,
+        }
+    }
+
     /// The smallest size that holds `waiting` bytes with room for a read of
     /// `incoming` after them, and is not yet outgrown: more than a tiny
     /// buffer's record waiting moves to a small one, more than a whole
     /// record to a large one.
     pub fn for_waiting(waiting: usize, incoming: usize) -> Self {
-        let fits = |size: usize, most: usize| waiting <= most && waiting + incoming <= size;
-        if fits(TINY_INBOX, TINY_RECORD) {
+        let fits =
+            |size: InboxSize| waiting <= size.most_waiting() && waiting + incoming <= size.bytes();
+        if fits(InboxSize::Tiny) {
             InboxSize::Tiny
-        } else if fits(SMALL_INBOX, RECORD_BYTES) {
+        } else if fits(InboxSize::Small) {
             InboxSize::Small
         } else {
             InboxSize::Large

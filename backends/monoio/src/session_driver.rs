@@ -589,15 +589,19 @@ impl Inbox {
         self.data.borrow().as_ref().map_or(0, |d| d.len())
     }
 
-    /// Whether a tiny buffer holds more than a viewer's records that the
-    /// session has not seen yet: the reader then waits for the session's
-    /// pass rather than moving the bytes to a larger buffer, since most
-    /// likely they are whole records the pass takes. Only bytes a pass left
-    /// (the start of a long record) make the buffer move up a size.
+    /// Whether a tiny or small buffer holds more than its size is for
+    /// ([`InboxSize::most_waiting`]: a viewer's records, a whole record) and
+    /// the session has not seen those bytes yet: the reader then waits for
+    /// the session's pass rather than moving them to a larger buffer, since
+    /// most likely they are whole records the pass takes (a publisher's
+    /// frame read in one go). Only bytes a pass left (the start of a long
+    /// record, a stalled session's input) make the buffer move up a size,
+    /// so a steady publisher costs no copy between buffers per frame.
     fn waits_for_session(&self) -> bool {
         self.fresh.get()
             && self.data.borrow().as_ref().is_some_and(|d| {
-                d.capacity() == crate::buffers::TINY_INBOX && d.len() > crate::buffers::TINY_RECORD
+                InboxSize::of(d.capacity())
+                    .is_some_and(|size| size < InboxSize::Large && d.len() > size.most_waiting())
             })
     }
 
@@ -1030,9 +1034,11 @@ async fn session_loop<'s, W: ByteWrite, A: App<N>, const N: usize>(
         } else {
             waiter.rearm(&task);
         }
-        if transmit(session, now, writer, app.lender()).await? {
-            progress = true;
-        }
+        // Whether this pass took input, raised events or changed state before
+        // sending: only then can another pass find more to do at once.
+        let changed = progress;
+        let sent = transmit(session, now, writer, app.lender()).await?;
+        progress |= sent;
         if session.is_closed() && (session.is_drained() || !progress) {
             return Ok(Ended::Closed);
         }
@@ -1044,6 +1050,13 @@ async fn session_loop<'s, W: ByteWrite, A: App<N>, const N: usize>(
         }
         if progress {
             forward_changes(session, notify, events && A::EVENTS_WAKE_ALL);
+        }
+        // A pass that only sent (a viewer's media) sent all it could: what
+        // lets it send more (media, credit, input) wakes it, and the waiter
+        // it armed before sending keeps any change since. So it goes to wait
+        // rather than walk its tables again for nothing, and the next
+        // viewer's task runs sooner.
+        if changed || (sent && session.is_closed()) {
             continue;
         }
 
