@@ -12,7 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 bin="$CARGO_TARGET_DIR/release"
-cargo build -q --release -p skiff-timeline -p skiff-interop --bin moq_load
+cargo build -q --release -p skiff-timeline
+cargo build -q --release -p skiff-interop --bin moq_load
 [ $# -ge 1 ] || cargo build -q --release -p skiff-relay --bin skiff-relay
 relay="${1:-$bin/skiff-relay}"
 subs="${SUBS:-10}"; frame="${FRAME:-16384}"

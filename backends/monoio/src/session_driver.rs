@@ -551,12 +551,17 @@ pub struct Inbox {
     /// The reader waits for the session to see the bytes of a full tiny
     /// buffer before it reads more ([`Inbox::waits_for_session`]).
     reader_parked: Cell<bool>,
-    /// The size of buffer the next bytes go into: small if the last buffer
-    /// had to move up from tiny (a record longer than a tiny buffer's) and
-    /// more than a tiny buffer's worth waited in it, else tiny. So a
-    /// publisher's frames start in a small buffer and a viewer's records in
-    /// a tiny one, each without a move per frame.
+    /// The size of buffer the next bytes go into: small once a buffer held
+    /// more than a tiny buffer's worth, until [`TINY_RUN`] buffers in a row
+    /// held no more than that; else tiny. So a publisher's frames start in
+    /// a small buffer (even though its kernel sends each frame's first few
+    /// bytes on their own, Nagle holding back the rest until they are
+    /// acknowledged, and those bytes are taken by themselves) and a
+    /// viewer's records in a tiny one, each without a move per frame.
     next_size: Cell<InboxSize>,
+    /// Buffers in a row given back with no more than a tiny buffer's worth
+    /// waiting in them at once (see [`Inbox::next_size`]).
+    tiny_run: Cell<u8>,
     /// The most bytes waiting at once since the buffer was taken.
     peak: Cell<usize>,
     eof: Cell<bool>,
@@ -575,6 +580,7 @@ impl Inbox {
             prompt_acks: Cell::new(true),
             reader_parked: Cell::new(false),
             next_size: Cell::new(InboxSize::Tiny),
+            tiny_run: Cell::new(0),
             peak: Cell::new(0),
             eof: Cell::new(false),
             error: Cell::new(false),
@@ -616,12 +622,16 @@ impl Inbox {
             let size = InboxSize::of(d.capacity()).unwrap_or(InboxSize::Tiny);
             crate::buffers::give_inbox(d.into_inner());
             let peak = self.peak.replace(0);
-            let next = if size > InboxSize::Tiny && peak > crate::buffers::TINY_RECORD {
-                InboxSize::Small
+            if size > InboxSize::Tiny && peak > crate::buffers::TINY_RECORD {
+                self.tiny_run.set(0);
+                self.next_size.set(InboxSize::Small);
             } else {
-                InboxSize::Tiny
-            };
-            self.next_size.set(next);
+                let run = self.tiny_run.get().saturating_add(1);
+                self.tiny_run.set(run);
+                if run >= TINY_RUN {
+                    self.next_size.set(InboxSize::Tiny);
+                }
+            }
         }
     }
 
@@ -659,6 +669,11 @@ impl Drop for Inbox {
         }
     }
 }
+
+/// Buffers in a row that held no more than a tiny buffer's worth after which
+/// a connection's next buffer is tiny again ([`Inbox::next_size`]): more
+/// than the two buffers a publisher's frame may come in.
+const TINY_RUN: u8 = 16;
 
 /// A core inbox over a pooled buffer of `size`, with that size's room kept
 /// free after the bytes waiting.
@@ -931,6 +946,9 @@ async fn session_loop<'s, W: ByteWrite, A: App<N>, const N: usize>(
         // Events reach the app, which may change what other tasks wait on
         // (see [`App::EVENTS_WAKE_ALL`]).
         let mut events = false;
+        // Whether the pass left work another pass may do at once: input it
+        // did not take, events the app saw, a timeout or a close.
+        let mut more = false;
         // Input: everything not consumed yet, oldest first.
         inbox.fresh.set(false);
         if !session.is_closed() {
@@ -949,6 +967,7 @@ async fn session_loop<'s, W: ByteWrite, A: App<N>, const N: usize>(
                     inbox.wake_reader();
                 }
                 empty = data.is_empty();
+                more |= consumed && (!empty || session.is_stalled());
             }
             drop(slot);
             if empty {
@@ -982,6 +1001,7 @@ async fn session_loop<'s, W: ByteWrite, A: App<N>, const N: usize>(
                 // docs/protocol.md §3.15: CONTROL_MESSAGE_TIMEOUT.
                 session.close(SessionCode::ControlMessageTimeout, reason);
                 progress = true;
+                more = true;
             }
         }
         if session.is_setup()
@@ -991,6 +1011,7 @@ async fn session_loop<'s, W: ByteWrite, A: App<N>, const N: usize>(
         }
         if session.poll_timeout().is_some_and(|t| t <= now) {
             session.handle_timeout(now);
+            more = true;
         }
         while let Some(ev) = session.poll_event() {
             let setup = match ev {
@@ -1000,6 +1021,7 @@ async fn session_loop<'s, W: ByteWrite, A: App<N>, const N: usize>(
             app.on_event(&ev);
             progress = true;
             events = true;
+            more = true;
             // The session reads on past the SETUP only now: its media tables
             // are in place before the peer's first request.
             if let Some(role) = setup {
@@ -1034,9 +1056,6 @@ async fn session_loop<'s, W: ByteWrite, A: App<N>, const N: usize>(
         } else {
             waiter.rearm(&task);
         }
-        // Whether this pass took input, raised events or changed state before
-        // sending: only then can another pass find more to do at once.
-        let changed = progress;
         let sent = transmit(session, now, writer, app.lender()).await?;
         progress |= sent;
         if session.is_closed() && (session.is_drained() || !progress) {
@@ -1051,12 +1070,13 @@ async fn session_loop<'s, W: ByteWrite, A: App<N>, const N: usize>(
         if progress {
             forward_changes(session, notify, events && A::EVENTS_WAKE_ALL);
         }
-        // A pass that only sent (a viewer's media) sent all it could: what
-        // lets it send more (media, credit, input) wakes it, and the waiter
-        // it armed before sending keeps any change since. So it goes to wait
-        // rather than walk its tables again for nothing, and the next
-        // viewer's task runs sooner.
-        if changed || (sent && session.is_closed()) {
+        // A pass that took all its input and only sent besides (a
+        // publisher's frame, a viewer's media and credit) left nothing it
+        // could do at once: what lets it do more (bytes, media, credit)
+        // wakes it, and the waiter it armed before sending keeps any change
+        // since. So it goes to wait rather than walk its tables again for
+        // nothing, and the tasks its changes woke run sooner.
+        if more || (progress && session.is_closed()) {
             continue;
         }
 
