@@ -210,7 +210,7 @@ where
 
     report(&ready, index, Ok(active));
     drop(ready);
-    accept_loop(&listener, &shared, &handler).await;
+    accept_loop(&listener, active, &shared, &handler).await;
     drop(listener);
     shared.counters().set_draining();
 
@@ -252,11 +252,11 @@ where
 
 async fn accept_loop<H: ConnectionHandler>(
     listener: &TcpListener,
+    active: ActiveDriver,
     shared: &Rc<WorkerShared>,
     handler: &Rc<H>,
 ) {
     let index = shared.index;
-    let limit = shared.config.limits.max_connections;
     let mut canceller = Canceller::new();
     loop {
         if shared.shutdown.is_fired() {
@@ -266,8 +266,8 @@ async fn accept_loop<H: ConnectionHandler>(
             listener.cancelable_accept(h)
         })
         .await;
-        let (stream, peer) = match accepted {
-            Ok(x) => x,
+        match accepted {
+            Ok((stream, peer)) => admit(stream, peer, shared, handler),
             Err(e) if is_cancelled(&e) => return,
             Err(e) => {
                 shared.counters().accept_error();
@@ -275,50 +275,130 @@ async fn accept_loop<H: ConnectionHandler>(
                 monoio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
                 continue;
             }
-        };
-        if shared.shutdown.is_fired() || shared.open.get() >= limit {
-            // Over the limit (or the accept raced the stop): close at once.
-            shared.counters().connection_refused();
-            tracing::debug!(worker = index, %peer, open = shared.open.get(), "connection refused");
-            drop(stream);
-            continue;
         }
-        let quotas = shared.config.quotas;
-        let from_ip = shared.per_ip.borrow().get(&peer.ip()).copied().unwrap_or(0);
-        let over = if from_ip >= quotas.connections_per_ip {
-            Some("max-connections-per-ip")
-        } else if shared.handshaking.get() >= quotas.handshakes {
-            Some("max-handshakes")
-        } else {
-            None
-        };
-        if let Some(quota) = over {
-            shared.counters().connection_refused();
-            shared.counters().add_quota_refused();
-            tracing::debug!(worker = index, %peer, quota, "over quota: connection refused");
-            drop(stream);
-            continue;
-        }
-        let id = shared.next_id.get();
-        shared.next_id.set(id.wrapping_add(1));
-        let guard = OpenGuard::new(shared.clone(), peer.ip());
-        let conn = Connection::new(stream, peer, id, shared.clone());
-        let handler = handler.clone();
-        let force = shared.force.clone();
-        tracing::debug!(worker = index, conn = id, %peer, "connection accepted");
-        monoio::spawn(async move {
-            let _guard = guard;
-            match race(handler.serve(conn), force.wait()).await {
-                Ok(Ok(())) => tracing::debug!(worker = index, conn = id, "connection finished"),
-                Ok(Err(e)) => {
-                    tracing::debug!(worker = index, conn = id, error = %e, "connection ended with an error")
-                }
-                Err(()) => tracing::debug!(
-                    worker = index,
-                    conn = id,
-                    "connection closed by the drain timeout"
-                ),
+        // The rest of the listen queue, at once: an accept that waits for
+        // the runtime's next turn takes one connection per turn, and a
+        // worker busy with thousands of sessions would then let its
+        // backlog overflow (each dropped SYN costs the client a second or
+        // more) while it has the time to admit them.
+        for _ in 1..ACCEPT_BATCH {
+            if shared.shutdown.is_fired() {
+                return;
             }
-        });
+            match accept_queued(listener, active) {
+                Ok(Some((stream, peer))) => admit(stream, peer, shared, handler),
+                Ok(None) => break,
+                Err(e) => {
+                    shared.counters().accept_error();
+                    tracing::warn!(worker = index, error = %e, "accept failed");
+                    break;
+                }
+            }
+        }
     }
+}
+
+/// Connections one turn of the accept loop takes from the listen queue at most.
+const ACCEPT_BATCH: usize = 64;
+
+/// Takes a connection already waiting in `listener`'s queue, if any, without
+/// waiting: `poll` with no timeout, then `accept4` (a worker's listener is
+/// its own, `SO_REUSEPORT`, so nothing else takes the connection between
+/// the two). The socket is made as the driver wants it: non-blocking for
+/// epoll, blocking for io_uring (which honours `O_NONBLOCK`), as the
+/// listener is.
+fn accept_queued(
+    listener: &TcpListener,
+    active: ActiveDriver,
+) -> io::Result<Option<(monoio::net::TcpStream, std::net::SocketAddr)>> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let fd = listener.as_raw_fd();
+    let mut poll = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: `poll` is one live pollfd and the count passed is 1; the
+    // listener's descriptor stays open while `listener` is borrowed.
+    let ready = unsafe { libc::poll(&raw mut poll, 1, 0) };
+    if ready <= 0 || poll.revents & libc::POLLIN == 0 {
+        return Ok(None);
+    }
+    let flags = if active == ActiveDriver::Legacy {
+        libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK
+    } else {
+        libc::SOCK_CLOEXEC
+    };
+    // SAFETY: null address pointers ask for no peer address (read below from
+    // the socket); the descriptor is the listener's, open while borrowed.
+    let conn = unsafe { libc::accept4(fd, std::ptr::null_mut(), std::ptr::null_mut(), flags) };
+    if conn < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            // The peer gave up while queued: nothing to admit.
+            io::ErrorKind::ConnectionAborted => Ok(None),
+            _ => Err(e),
+        };
+    }
+    // SAFETY: `conn` is a socket accept4 just returned, owned by nothing else.
+    let std = unsafe { std::net::TcpStream::from_raw_fd(conn) };
+    let peer = std.peer_addr()?;
+    let stream = monoio::net::TcpStream::from_std(std)?;
+    Ok(Some((stream, peer)))
+}
+
+/// Admits an accepted connection within the worker's limits and quotas (or
+/// closes it at once) and spawns its handler.
+fn admit<H: ConnectionHandler>(
+    stream: monoio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    shared: &Rc<WorkerShared>,
+    handler: &Rc<H>,
+) {
+    let index = shared.index;
+    if shared.shutdown.is_fired() || shared.open.get() >= shared.config.limits.max_connections {
+        // Over the limit (or the accept raced the stop): close at once.
+        shared.counters().connection_refused();
+        tracing::debug!(worker = index, %peer, open = shared.open.get(), "connection refused");
+        drop(stream);
+        return;
+    }
+    let quotas = shared.config.quotas;
+    let from_ip = shared.per_ip.borrow().get(&peer.ip()).copied().unwrap_or(0);
+    let over = if from_ip >= quotas.connections_per_ip {
+        Some("max-connections-per-ip")
+    } else if shared.handshaking.get() >= quotas.handshakes {
+        Some("max-handshakes")
+    } else {
+        None
+    };
+    if let Some(quota) = over {
+        shared.counters().connection_refused();
+        shared.counters().add_quota_refused();
+        tracing::debug!(worker = index, %peer, quota, "over quota: connection refused");
+        drop(stream);
+        return;
+    }
+    let id = shared.next_id.get();
+    shared.next_id.set(id.wrapping_add(1));
+    let guard = OpenGuard::new(shared.clone(), peer.ip());
+    let conn = Connection::new(stream, peer, id, shared.clone());
+    let handler = handler.clone();
+    let force = shared.force.clone();
+    tracing::debug!(worker = index, conn = id, %peer, "connection accepted");
+    monoio::spawn(async move {
+        let _guard = guard;
+        match race(handler.serve(conn), force.wait()).await {
+            Ok(Ok(())) => tracing::debug!(worker = index, conn = id, "connection finished"),
+            Ok(Err(e)) => {
+                tracing::debug!(worker = index, conn = id, error = %e, "connection ended with an error")
+            }
+            Err(()) => tracing::debug!(
+                worker = index,
+                conn = id,
+                "connection closed by the drain timeout"
+            ),
+        }
+    });
 }

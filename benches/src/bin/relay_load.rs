@@ -24,6 +24,7 @@
 //! relay_load --subscribers 1,10,100 --frame-bytes 65536 --fps 100 --seconds 4
 //! ```
 
+use std::future::poll_fn;
 use std::io::{self, BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,6 +32,7 @@ use std::process::{Child, Command, Stdio};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -48,8 +50,8 @@ const BROADCAST: &str = "bench";
 const TRACK: &str = "video";
 /// Groups a subscriber's local track keeps besides the one being written.
 const BUDGET_GROUPS: u64 = 2;
-/// How long the subscribers get to go live.
-const LIVE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Handshakes one client thread keeps in flight while its subscribers connect.
+const CONNECTING: usize = 256;
 
 #[derive(Debug, Parser)]
 #[command(about = "Fan-out load on skiff-relay, side by side with the copy_relay baseline.")]
@@ -86,6 +88,10 @@ struct Cli {
     /// copy_relay baseline (one stream) is skipped.
     #[arg(long, default_value_t = 1)]
     broadcasts: usize,
+    /// Seconds the subscribers get to go live (each has read the start of
+    /// its subscription); the window is measured over those live by then.
+    #[arg(long, default_value_t = 60.0)]
+    live_timeout: f64,
 }
 
 fn main() {
@@ -352,7 +358,8 @@ fn skiff_row(cli: &Cli, bin: &PathBuf, n: usize) -> io::Result<SkiffResult> {
     }
 
     let started = Instant::now();
-    while shared.live.load(Ordering::Relaxed) < n as u64 && started.elapsed() < LIVE_TIMEOUT {
+    let live_timeout = Duration::from_secs_f64(cli.live_timeout.max(0.1));
+    while shared.live.load(Ordering::Relaxed) < n as u64 && started.elapsed() < live_timeout {
         std::thread::sleep(Duration::from_millis(20));
     }
     let connect = started.elapsed();
@@ -543,34 +550,57 @@ async fn subscribers(
         },
     ));
     let notify = ctx.notify().clone();
+    // Subscribers of this thread started and not live yet.
+    let connecting = Rc::new(std::cell::Cell::new(0usize));
     for k in 0..m {
-        // Connections a few hundred at a time, so the relay's listen
-        // backlog never overflows (a dropped SYN costs a second or more).
-        if k > 0 && k % 200 == 0 {
-            monoio::time::sleep(Duration::from_millis(20)).await;
+        // At most CONNECTING handshakes at a time, so the relay's listen
+        // backlog never overflows however fast it accepts (a dropped SYN
+        // is retried a second later, then 3, 7, 15 s...).
+        while connecting.get() >= CONNECTING {
+            monoio::time::sleep(Duration::from_millis(2)).await;
         }
+        connecting.set(connecting.get() + 1);
+        // Frees this subscriber's place once: when it goes live or its session ends.
+        let unsettled = Rc::new(std::cell::Cell::new(true));
+        let settle = {
+            let (connecting, unsettled) = (connecting.clone(), unsettled.clone());
+            move || {
+                if unsettled.replace(false) {
+                    connecting.set(connecting.get() - 1);
+                }
+            }
+        };
         let local = ctx.track(TRACK);
         local.set_budget(group_bytes * BUDGET_GROUPS + frame_bytes as u64);
         let app = Subscriber::new(&broadcast_name((placed.0 + k) % placed.1.max(1)), local);
         let state = app.state.clone();
         {
             let (ctx, url) = (ctx.clone(), url.clone());
+            let settle = settle.clone();
             monoio::spawn(async move {
                 let mut app = app;
                 if let Err(e) = client::run(&url, None, &mut app, &ctx).await {
                     eprintln!("relay_load: subscriber session: {e}");
                 }
+                settle();
             });
         }
         let (notify, shared) = (notify.clone(), shared.clone());
         monoio::spawn(async move {
+            let key = local.key();
             let mut reader = FrameReader::new(local);
             let waiter = notify.waiter();
+            // This reader wakes for its own track's media only (and for its
+            // session's start, which changes every track): a flush for
+            // another subscriber's frame leaves it asleep, so the clients'
+            // cost per frame does not grow with the subscribers on a thread.
+            let task = poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
+            waiter.register_media_for(&task, [key]);
             let mut live = false;
             loop {
-                let seen = notify.generation();
                 if !live && state.started.get().is_some() {
                     live = true;
+                    settle();
                     shared.live.fetch_add(1, Ordering::Relaxed);
                 }
                 let mut got = false;
@@ -595,9 +625,18 @@ async fn subscribers(
                     break;
                 }
                 if got {
-                    notify.bump();
+                    // The session filling the track may owe its peer credit.
+                    notify.bump_consumed_tracks([key]);
                 }
-                waiter.changed(seen).await;
+                poll_fn(|cx| {
+                    if waiter.take_concerned() || (!live && state.started.get().is_some()) {
+                        Poll::Ready(())
+                    } else {
+                        waiter.rearm(cx.waker());
+                        Poll::Pending
+                    }
+                })
+                .await;
             }
         });
     }
