@@ -1310,3 +1310,105 @@ async fn transmit<W: ByteWrite, const N: usize>(
     writer.release();
     Ok(any)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Puts `n` received bytes into the inbox's buffer (taken at its next
+    /// size), as the reader does, and marks them unseen by the session.
+    fn receive(inbox: &Inbox, n: usize) {
+        let mut data = inbox.data.borrow_mut();
+        let bytes = data.get_or_insert_with(|| pooled_inbox(inbox.next_size.get()));
+        let room = bytes.spare_mut().len();
+        assert!(room >= n, "{n} bytes do not fit the {room} free");
+        bytes.commit(n);
+        drop(data);
+        inbox.note_waiting(inbox.len());
+        inbox.fresh.set(true);
+    }
+
+    /// Lets the session take every byte waiting, as a pass does.
+    fn take_all(inbox: &Inbox) {
+        inbox.fresh.set(false);
+        if let Some(d) = inbox.data.borrow_mut().as_mut() {
+            let n = d.len();
+            d.consume(n);
+        }
+        inbox.release_if_empty();
+    }
+
+    fn capacity(inbox: &Inbox) -> usize {
+        inbox.data.borrow().as_ref().map_or(0, |d| d.capacity())
+    }
+
+    #[test]
+    fn a_publishers_inbox_stays_small_across_the_bytes_nagle_sends_ahead() {
+        let inbox = Inbox::new();
+        // The first frame: its few bytes alone in a tiny buffer, then the
+        // rest, which moves the buffer up once.
+        receive(&inbox, 13);
+        take_all(&inbox);
+        assert_eq!(inbox.next_size.get(), InboxSize::Tiny);
+        let mut data = inbox.data.borrow_mut();
+        let mut bytes = pooled_inbox(InboxSize::Tiny);
+        bytes.commit(1500);
+        grow_if_backlogged(&mut bytes, 14_000);
+        *data = Some(bytes);
+        drop(data);
+        inbox.note_waiting(1500);
+        take_all(&inbox);
+        assert_eq!(inbox.next_size.get(), InboxSize::Small);
+        // Every later frame: the few bytes alone, then the whole frame, each
+        // in a small buffer; the frame waits for the session's pass there
+        // instead of moving to a large buffer.
+        for _ in 0..2 * usize::from(TINY_RUN) {
+            receive(&inbox, 13);
+            assert_eq!(capacity(&inbox), crate::buffers::SMALL_INBOX);
+            take_all(&inbox);
+            receive(&inbox, 16_402);
+            assert_eq!(capacity(&inbox), crate::buffers::SMALL_INBOX);
+            assert!(
+                inbox.waits_for_session(),
+                "a whole unseen frame waits for the pass"
+            );
+            take_all(&inbox);
+            assert_eq!(inbox.next_size.get(), InboxSize::Small);
+        }
+    }
+
+    #[test]
+    fn an_inbox_goes_back_to_tiny_after_a_run_of_short_buffers() {
+        let inbox = Inbox::new();
+        inbox.next_size.set(InboxSize::Small);
+        receive(&inbox, 4096);
+        take_all(&inbox);
+        assert_eq!(inbox.next_size.get(), InboxSize::Small);
+        for i in 1..=TINY_RUN {
+            receive(&inbox, 40);
+            take_all(&inbox);
+            let want = if i < TINY_RUN {
+                InboxSize::Small
+            } else {
+                InboxSize::Tiny
+            };
+            assert_eq!(inbox.next_size.get(), want, "after {i} short buffers");
+        }
+    }
+
+    #[test]
+    fn bytes_a_pass_left_move_a_small_buffer_up() {
+        let inbox = Inbox::new();
+        inbox.next_size.set(InboxSize::Small);
+        receive(&inbox, 20_000);
+        assert!(inbox.waits_for_session());
+        // The pass took nothing (a stalled session): the reader moves on.
+        inbox.fresh.set(false);
+        assert!(!inbox.waits_for_session());
+        let mut data = inbox.data.borrow_mut();
+        let bytes = data.as_mut().expect("bytes wait");
+        grow_if_backlogged(bytes, 0);
+        assert_eq!(bytes.capacity(), crate::buffers::LARGE_INBOX);
+        assert_eq!(bytes.len(), 20_000);
+    }
+}
