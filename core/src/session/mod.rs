@@ -300,6 +300,8 @@ struct Visits {
     announce: usize,
     /// The most group-stream slots one `flush_groups` call visited.
     groups: usize,
+    /// `flush_groups` calls: a transmit's rounds over the group streams.
+    group_rounds: usize,
 }
 
 impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
@@ -836,14 +838,17 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         loop {
             self.drive();
             let start = pos;
-            pos += self
+            let conn_bytes = self
                 .conn
                 .poll_transmit(now, out.get_mut(pos..).unwrap_or(&mut []));
+            pos += conn_bytes;
             if self.conn.is_closed() || !self.conn.is_established() {
                 self.dirty = true;
                 return pos;
             }
-            pos += self.flush_control(now, out.get_mut(pos..).unwrap_or(&mut []));
+            let control = self.flush_control(now, out.get_mut(pos..).unwrap_or(&mut []));
+            pos += control;
+            let free = self.out.free_count();
             pos += self.flush_groups(
                 now,
                 out.get_mut(pos..).unwrap_or(&mut []),
@@ -855,6 +860,16 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 // caller calls again (its buffer may have been full).
                 self.dirty = pos > 0;
                 self.stamp = stamp;
+                return pos;
+            }
+            // A round that wrote group data only, and ended no group stream,
+            // gave `drive` nothing new: every stream wrote all it could, and
+            // no slot or control buffer came free. The session stays dirty,
+            // so its next call walks the tables again (as after the idle
+            // round this saves), and whatever lets it send more (media,
+            // credit, a request) comes with a call or a media change.
+            if conn_bytes == 0 && control == 0 && self.out.free_count() == free {
+                self.dirty = true;
                 return pos;
             }
         }
@@ -938,6 +953,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     #[cfg(test)]
     fn count_group_visits(&mut self, n: usize) {
         self.visits.groups = self.visits.groups.max(n);
+        self.visits.group_rounds += 1;
     }
 
     /// Records how many group-stream slots one `flush_groups` call visited (tests only).

@@ -1597,6 +1597,45 @@ fn a_sender_short_of_credit_wakes_the_readers_it_waits_for() {
 }
 
 #[test]
+fn a_frame_for_an_open_group_stream_is_sent_in_one_round() {
+    let mut ps = PoolStorage::<64, 128>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<64, 128>::new();
+    let cpool = Pool::new(&mut pc);
+    published!(pool, o, "cam", "video", video, tp);
+    let mut gp = tp.create_group(0).unwrap();
+    gp.write_frame(0, b"key").unwrap();
+    let local = track::State::<2>::new(&cpool, track::Info::new("video").unwrap());
+    session_pair!(o.handle(), pair);
+    pair.a
+        .session
+        .subscribe("cam", local.handle(), Request::LIVE)
+        .unwrap();
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(
+        local.handle().sequences().count(),
+        1,
+        "the group stream is open"
+    );
+    // The next frame only adds data to that stream: its pass writes it in
+    // one round over the group streams, with no second round to find that
+    // nothing else came of it.
+    gp.write_frame(10, b"delta").unwrap();
+    pair.b.session.visits.group_rounds = 0;
+    let mut out = [0u8; 4096];
+    let n = pair.b.session.poll_transmit(pair.now, &mut out);
+    assert!(n > b"delta".len(), "{n} bytes");
+    assert_eq!(pair.b.session.visits.group_rounds, 1);
+    // The stream's FIN frees its slot, which may let the session open the
+    // next stream: that pass takes another round.
+    gp.finish().unwrap();
+    pair.b.session.visits.group_rounds = 0;
+    let n = pair.b.session.poll_transmit(pair.now, &mut out);
+    assert!(n > 0);
+    assert_eq!(pair.b.session.visits.group_rounds, 2);
+}
+
+#[test]
 fn exhausted_pool_backpressures_the_input() {
     let mut ps = PoolStorage::<64, 64>::new();
     let pool = Pool::new(&mut ps);
