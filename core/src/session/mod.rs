@@ -848,13 +848,13 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             }
             let control = self.flush_control(now, out.get_mut(pos..).unwrap_or(&mut []));
             pos += control;
-            let free = self.out.free_count();
-            pos += self.flush_groups(
+            let groups = self.flush_groups(
                 now,
                 out.get_mut(pos..).unwrap_or(&mut []),
                 pos,
                 reborrow(&mut gather),
             );
+            pos += groups.bytes;
             if pos == start {
                 // Idle only after a whole pass wrote nothing; otherwise the
                 // caller calls again (its buffer may have been full).
@@ -862,13 +862,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 self.stamp = stamp;
                 return pos;
             }
-            // A round that wrote group data only, and ended no group stream,
-            // gave `drive` nothing new: every stream wrote all it could, and
-            // no slot or control buffer came free. The session stays dirty,
-            // so its next call walks the tables again (as after the idle
-            // round this saves), and whatever lets it send more (media,
-            // credit, a request) comes with a call or a media change.
-            if conn_bytes == 0 && control == 0 && self.out.free_count() == free {
+            // A round that wrote group data only and ended no stream gave
+            // `drive` nothing new to queue, so another round would write
+            // nothing. The session stays dirty (it sent), so its next call
+            // walks the tables again; what lets it send more (media, credit,
+            // a request) comes with that call or a media change.
+            if conn_bytes == 0 && control == 0 && !groups.ended {
                 self.dirty = true;
                 return pos;
             }

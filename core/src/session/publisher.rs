@@ -205,6 +205,15 @@ enum Chunk<'c, 'p> {
     Shared(Slice<'p>, usize),
 }
 
+/// What one [`Session::flush_groups`] call did.
+pub(super) struct Flushed {
+    /// Bytes written into the caller's `out`.
+    pub(super) bytes: usize,
+    /// A group stream ended (FIN sent, or the stream failed), freeing its
+    /// slot: the session's `drive` may have more to queue.
+    pub(super) ended: bool,
+}
+
 /// What writing one group stream did.
 enum Wrote {
     /// This many bytes of `out` were used.
@@ -889,7 +898,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             .is_some_and(|o| self.served.get(o.served).is_some_and(Option::is_some))
     }
 
-    /// Writes group data into `out` in priority order; returns the bytes written.
+    /// Writes group data into `out` in priority order; returns the bytes
+    /// written and whether a stream ended.
     ///
     /// With `gather`, payload stays in the pool: `out` gets the record headers
     /// and `gather` the payload ranges, `base` being where `out` starts in the
@@ -906,9 +916,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         out: &mut [u8],
         base: usize,
         mut gather: Option<&mut dyn Gather<'p>>,
-    ) -> usize {
+    ) -> Flushed {
         let mut visited = self.sort_out();
         let mut pos = 0;
+        let mut ended = false;
         'streams: for idx in 0..self.out.span() {
             visited += 1;
             if !self.is_ranked(idx) {
@@ -922,13 +933,18 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                         pos += n;
                         self.note_consumed(idx);
                     }
-                    Wrote::Idle => break,
+                    Wrote::Idle => {
+                        // A ranked slot is in use when the loop starts, so an
+                        // empty one now was ended by this call.
+                        ended |= matches!(self.out.get(idx), Some(None));
+                        break;
+                    }
                     Wrote::Full => break 'streams,
                 }
             }
         }
         self.count_group_visits(visited);
-        pos
+        Flushed { bytes: pos, ended }
     }
 
     /// Records that group stream `idx` read its served track.
