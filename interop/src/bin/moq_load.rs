@@ -17,7 +17,9 @@
 //!   its send time, nanoseconds since an epoch of this process, into the
 //!   payload's first 8 bytes): p50, p99, max;
 //! - the relay's CPU (utime + stime of `/proc/PID/stat`) over the window, per
-//!   delivered GB and as a share of one core;
+//!   delivered GB and as a share of one core, and the part of it spent in
+//!   the kernel (`sys_%`, stime over utime + stime: on loopback the sockets'
+//!   send path, receivers' input included);
 //! - the relay's RSS (`VmRSS`) before the subscribers and at the end of the
 //!   window, and the growth per live subscriber;
 //! - this tool's own CPU share, so a reader sees how much of the machine the
@@ -235,17 +237,35 @@ fn start_moq_relay(bin: &Path) -> Result<RelayChild, String> {
 // /proc
 // ---------------------------------------------------------------------------
 
-/// CPU seconds (user + system, all threads) of `pid` so far, or 0 if unreadable.
-fn cpu_seconds(pid: u32) -> f64 {
+/// CPU seconds of `pid` so far, all threads, in user and in system (kernel)
+/// mode, or zeros if unreadable.
+fn cpu_seconds(pid: u32) -> Cpu {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
+        return Cpu::default();
     };
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // stat(5): utime is field 14 and stime 15; `rest` starts at field 3.
     let tick = |i: usize| -> u64 { fields.get(i).and_then(|f| f.parse().ok()).unwrap_or(0) };
     // /proc reports in USER_HZ, which the Linux ABI fixes at 100 per second.
-    (tick(11) + tick(12)) as f64 / 100.0
+    Cpu {
+        user: tick(11) as f64 / 100.0,
+        system: tick(12) as f64 / 100.0,
+    }
+}
+
+/// CPU seconds a process spent, by mode.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    user: f64,
+    system: f64,
+}
+
+impl Cpu {
+    /// User and system seconds together.
+    fn total(self) -> f64 {
+        self.user + self.system
+    }
 }
 
 /// `VmRSS` of `pid` in KiB, or 0 if unreadable.
@@ -643,6 +663,8 @@ struct Row {
     published: u64,
     lat: Vec<u32>,
     relay_cpu: f64,
+    /// The part of `relay_cpu` spent in the kernel (system time).
+    relay_sys: f64,
     tool_cpu: f64,
     rss_before: u64,
     rss_after: u64,
@@ -768,8 +790,9 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             old: old1 - old0,
             published: p1 - p0,
             lat,
-            relay_cpu: c1 - c0,
-            tool_cpu: t1 - t0,
+            relay_cpu: c1.total() - c0.total(),
+            relay_sys: c1.system - c0.system,
+            tool_cpu: t1.total() - t0.total(),
             rss_before,
             rss_after,
         })
@@ -816,7 +839,7 @@ fn percentile(sorted: &[u32], p: f64) -> f64 {
 
 fn header() {
     println!(
-        "{:<11} {:>5} {:>9} {:>9} {:>7} {:>7} {:>7} {:>8} {:>9} {:>8} {:>8} {:>9} {:>11} {:>8} {:>6}",
+        "{:<11} {:>5} {:>9} {:>9} {:>7} {:>7} {:>7} {:>8} {:>9} {:>8} {:>8} {:>6} {:>9} {:>11} {:>8} {:>6}",
         "relay",
         "subs",
         "live/fail",
@@ -828,6 +851,7 @@ fn header() {
         "relay_cpu",
         "core_%",
         "CPU-s/GB",
+        "sys_%",
         "rss0_MiB",
         "rss/sub_KiB",
         "tool_%",
@@ -841,7 +865,7 @@ fn print_row(r: &mut Row) {
     let expected = r.published as f64 * r.live as f64;
     let rss_per = (r.rss_after as f64 - r.rss_before as f64) / r.live.max(1) as f64;
     println!(
-        "{:<11} {:>5} {:>9} {:>9.1} {:>7.3} {:>7.2} {:>7.2} {:>8.2} {:>9.2} {:>8.1} {:>8.3} {:>9.1} {:>11.1} {:>8.1} {:>6}",
+        "{:<11} {:>5} {:>9} {:>9.1} {:>7.3} {:>7.2} {:>7.2} {:>8.2} {:>9.2} {:>8.1} {:>8.3} {:>6.1} {:>9.1} {:>11.1} {:>8.1} {:>6}",
         r.relay,
         r.n,
         format!("{}/{}", r.live, r.failed),
@@ -857,6 +881,11 @@ fn print_row(r: &mut Row) {
         r.relay_cpu,
         100.0 * r.relay_cpu / r.secs,
         if gb > 0.0 { r.relay_cpu / gb } else { f64::NAN },
+        if r.relay_cpu > 0.0 {
+            100.0 * r.relay_sys / r.relay_cpu
+        } else {
+            f64::NAN
+        },
         r.rss_before as f64 / 1024.0,
         rss_per,
         100.0 * r.tool_cpu / r.secs,
