@@ -66,6 +66,17 @@ enum Which {
     MoqRelay,
     /// Both, alternating, in one invocation.
     Both,
+    /// No relay: the publisher's process serves the subscribers itself, one
+    /// hop of moq-net's own client and server, for the floor the clients set.
+    Direct,
+}
+
+/// Where the publisher sends its broadcast.
+enum Target {
+    /// A relay's address, dialled as a client.
+    Relay(SocketAddr),
+    /// A listener the publisher serves subscribers on itself.
+    Serve(tokio::net::TcpListener),
 }
 
 #[derive(Debug, Parser)]
@@ -73,9 +84,9 @@ enum Which {
     about = "Fan-out load through skiff-relay and moq-relay with the published moq-net client."
 )]
 struct Cli {
-    /// The relay(s) to measure.
-    #[arg(long, value_enum, default_value_t = Which::Both)]
-    relay: Which,
+    /// The relay(s) to measure, comma-separated (`both` is skiff and moq-relay).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "both")]
+    relay: Vec<Which>,
     /// Subscriber counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "10")]
     subscribers: Vec<usize>,
@@ -401,7 +412,7 @@ enum Pace {
 
 /// Connects, announces the broadcast and publishes frames until `stop`.
 async fn publisher(
-    addr: SocketAddr,
+    target: Target,
     shared: Arc<Shared>,
     frame_bytes: usize,
     group_frames: u64,
@@ -434,11 +445,25 @@ async fn publisher(
             return;
         }
     };
-    let session = match connect(addr, &origin, true).await {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = ready.send(Err(format!("publisher: {e}")));
-            return;
+    let session = match target {
+        Target::Relay(addr) => match connect(addr, &origin, true).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                let _ = ready.send(Err(format!("publisher: {e}")));
+                return;
+            }
+        },
+        Target::Serve(listener) => {
+            match versions() {
+                Ok(v) => {
+                    tokio::spawn(serve(listener, origin.consume(), v));
+                }
+                Err(e) => {
+                    let _ = ready.send(Err(e));
+                    return;
+                }
+            }
+            None
         }
     };
     let _ = ready.send(Ok(()));
@@ -520,8 +545,57 @@ async fn publisher(
         let _ = g.finish();
     }
     let _ = track.finish();
-    let _ = tokio::time::timeout(Duration::from_secs(1), session.close()).await;
+    if let Some(session) = session {
+        let _ = tokio::time::timeout(Duration::from_secs(1), session.close()).await;
+    }
     drop((track, broadcast));
+}
+
+/// Accepts subscribers on `listener` with qmux's TCP server and moq-net's
+/// server, serving them `origin`: the direct row's stand-in for a relay.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    origin: moq_net::origin::Consumer,
+    versions: moq_net::Versions,
+) {
+    let server = moq_net::Server::new()
+        .with_versions(versions)
+        .with_publisher(origin);
+    let server = Arc::new(server);
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            return;
+        };
+        // Without it, moq-net's writes hit the Nagle / delayed-ACK stall
+        // (40 ms and more) a relay avoids: the floor wants the clients' own cost.
+        let _ = stream.set_nodelay(true);
+        let server = server.clone();
+        tokio::spawn(async move {
+            let mut cfg = qmux::Config::new(qmux::Version::QMux01);
+            cfg.max_streams_bidi = 10_000;
+            cfg.max_streams_uni = 10_000;
+            let qmux = match qmux::tcp::Config::new(qmux::Version::QMux01)
+                .protocols([ALPN_LITE_05])
+                .session_config(cfg)
+                .accept(stream)
+                .await
+            {
+                Ok(q) => q,
+                Err(e) => {
+                    eprintln!("moq_load: direct accept: {e}");
+                    return;
+                }
+            };
+            let transport: Transport = moq_tokio::transport::Session::new(qmux);
+            match server.accept(std::time::Instant::now(), transport).await {
+                Ok((session, driver)) => {
+                    moq_net::time::run(driver).await;
+                    drop(session);
+                }
+                Err(e) => eprintln!("moq_load: direct session: {e}"),
+            }
+        });
+    }
 }
 
 /// One subscriber: connect, find the broadcast, subscribe at the live edge and
@@ -672,16 +746,30 @@ struct Row {
 
 fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<Row, String> {
     let relay = match which {
-        Which::Skiff => start_skiff(cli, bin)?,
-        _ => start_moq_relay(bin)?,
+        Which::Skiff => Some(start_skiff(cli, bin)?),
+        Which::Direct => None,
+        _ => Some(start_moq_relay(bin)?),
     };
-    let pid = relay.child.id();
-    let addr = relay.addr;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cli.client_threads.max(1))
         .enable_all()
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
+    // The direct row has no relay process: its relay columns stay empty.
+    let (target, addr, pid) = match &relay {
+        Some(r) => (Target::Relay(r.addr), r.addr, Some(r.child.id())),
+        None => {
+            let listener = rt
+                .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+                .map_err(|e| format!("direct listener: {e}"))?;
+            let addr = listener
+                .local_addr()
+                .map_err(|e| format!("direct listener: {e}"))?;
+            (Target::Serve(listener), addr, None)
+        }
+    };
+    let relay_cpu = || pid.map_or(Cpu::default(), cpu_seconds);
+    let relay_rss = || pid.map_or(0, rss_kib);
     let shared = Arc::new(Shared {
         epoch: Instant::now(),
         measuring: AtomicBool::new(false),
@@ -694,7 +782,7 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
     let result = rt.block_on(async {
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         tokio::spawn(publisher(
-            addr,
+            target,
             shared.clone(),
             cli.frame_bytes,
             cli.group_frames.max(1),
@@ -706,7 +794,7 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             .map_err(|_| "publisher task ended".to_owned())??;
         // Let the announcement settle before taking the baseline RSS.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let rss_before = rss_kib(pid);
+        let rss_before = relay_rss();
         let gate = Arc::new(tokio::sync::Semaphore::new(cli.connect_parallel.max(1)));
         for i in 0..n {
             let permit = gate
@@ -741,15 +829,15 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             (f, b, bad, old, s.published.load(Ordering::Relaxed))
         };
         let (f0, b0, bad0, old0, p0) = snap(&shared);
-        let (c0, t0) = (cpu_seconds(pid), cpu_seconds(me));
+        let (c0, t0) = (relay_cpu(), cpu_seconds(me));
         let start = Instant::now();
         shared.measuring.store(true, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_secs_f64(cli.seconds)).await;
         shared.measuring.store(false, Ordering::Relaxed);
         let secs = start.elapsed().as_secs_f64();
         let (f1, b1, bad1, old1, p1) = snap(&shared);
-        let (c1, t1) = (cpu_seconds(pid), cpu_seconds(me));
-        let rss_after = rss_kib(pid);
+        let (c1, t1) = (relay_cpu(), cpu_seconds(me));
+        let rss_after = relay_rss();
         shared.stop.store(true, Ordering::Relaxed);
         shared.progress.notify_one();
 
@@ -774,10 +862,10 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             }
         }
         Ok::<Row, String>(Row {
-            relay: if which == Which::Skiff {
-                "skiff-relay"
-            } else {
-                "moq-relay"
+            relay: match which {
+                Which::Skiff => "skiff-relay",
+                Which::Direct => "direct",
+                _ => "moq-relay",
             },
             n,
             live,
@@ -864,8 +952,17 @@ fn print_row(r: &mut Row) {
     let gb = r.bytes as f64 / 1e9;
     let expected = r.published as f64 * r.live as f64;
     let rss_per = (r.rss_after as f64 - r.rss_before as f64) / r.live.max(1) as f64;
+    // The direct row has no relay process to measure.
+    let relay = r.relay != "direct";
+    let col = |v: f64, prec: usize| {
+        if relay {
+            format!("{v:.prec$}")
+        } else {
+            "-".to_owned()
+        }
+    };
     println!(
-        "{:<11} {:>5} {:>9} {:>9.1} {:>7.3} {:>7.2} {:>7.2} {:>8.2} {:>9.2} {:>8.1} {:>8.3} {:>6.1} {:>9.1} {:>11.1} {:>8.1} {:>6}",
+        "{:<11} {:>5} {:>9} {:>9.1} {:>7.3} {:>7.2} {:>7.2} {:>8.2} {:>9} {:>8} {:>8} {:>6} {:>9} {:>11} {:>8.1} {:>6}",
         r.relay,
         r.n,
         format!("{}/{}", r.live, r.failed),
@@ -878,16 +975,19 @@ fn print_row(r: &mut Row) {
         percentile(&r.lat, 0.50),
         percentile(&r.lat, 0.99),
         r.lat.last().map_or(f64::NAN, |&m| f64::from(m) / 1000.0),
-        r.relay_cpu,
-        100.0 * r.relay_cpu / r.secs,
-        if gb > 0.0 { r.relay_cpu / gb } else { f64::NAN },
-        if r.relay_cpu > 0.0 {
-            100.0 * r.relay_sys / r.relay_cpu
-        } else {
-            f64::NAN
-        },
-        r.rss_before as f64 / 1024.0,
-        rss_per,
+        col(r.relay_cpu, 2),
+        col(100.0 * r.relay_cpu / r.secs, 1),
+        col(if gb > 0.0 { r.relay_cpu / gb } else { f64::NAN }, 3),
+        col(
+            if r.relay_cpu > 0.0 {
+                100.0 * r.relay_sys / r.relay_cpu
+            } else {
+                f64::NAN
+            },
+            1
+        ),
+        col(r.rss_before as f64 / 1024.0, 1),
+        col(rss_per, 1),
         100.0 * r.tool_cpu / r.secs,
         r.old,
     );
@@ -919,17 +1019,22 @@ fn run(cli: &Cli) -> Result<(), String> {
     let skiff = skiff_path(cli)?;
     let moq = moq_relay_path(cli);
     let mut relays: Vec<(Which, PathBuf)> = Vec::new();
-    if matches!(cli.relay, Which::Skiff | Which::Both) {
+    let wants = |w: Which| cli.relay.contains(&w);
+    let both = wants(Which::Both);
+    if wants(Which::Skiff) || both {
         relays.push((Which::Skiff, skiff));
     }
-    if matches!(cli.relay, Which::MoqRelay | Which::Both) {
+    if wants(Which::MoqRelay) || both {
         match moq {
             Some(p) => relays.push((Which::MoqRelay, p)),
-            None if cli.relay == Which::Both => {
+            None if !wants(Which::MoqRelay) => {
                 println!("moq_load: no moq-relay found (--moq-relay, $MOQ_RELAY); skiff-relay only")
             }
             None => return Err("no moq-relay found (--moq-relay, $MOQ_RELAY)".into()),
         }
+    }
+    if wants(Which::Direct) {
+        relays.push((Which::Direct, PathBuf::new()));
     }
     println!(
         "moq_load: moq-net 0.3.18 clients, frame {} B, {} frames/group, fps {}, warm-up {} s, {} s measured, skiff-relay --threads {}, {} client threads",
