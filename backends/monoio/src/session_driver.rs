@@ -716,7 +716,14 @@ enum Received {
 }
 
 /// The reader task: socket → inbox, until EOF, an error or the stop flag.
+///
+/// A direct read that returned less than the room it was offered drained the
+/// socket: unless the read asked for a prompt ACK (which can release a
+/// publisher's held-back segment at once, so that the next read finds it),
+/// the task waits for readiness next instead of making a read that would find
+/// nothing. A viewer's credit records then cost one read each, not two.
 async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
+    let mut drained = false;
     loop {
         // Wait for room (backpressure) or the stop.
         poll_fn(|cx| {
@@ -744,16 +751,20 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
         });
         // Straight into the inbox if the reader can; the buffer is taken
         // only for bytes that arrived and given back while none wait.
-        let direct = {
+        let direct = if std::mem::take(&mut drained) {
+            Some(Received::Nothing)
+        } else {
             let mut data = inbox.data.borrow_mut();
             let bytes = data.get_or_insert_with(|| pooled_inbox(inbox.next_size.get()));
             grow_if_backlogged(bytes, 0);
+            let room = bytes.spare_mut().len();
             reader
                 .try_read_into(bytes.spare_mut())
                 .map(|res| match res {
                     Ok(0) => Received::End,
                     Ok(n) => {
                         bytes.commit(n);
+                        drained = n < room && !inbox.prompt_acks.get();
                         Received::Bytes
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => Received::Nothing,
@@ -1394,6 +1405,70 @@ mod tests {
             };
             assert_eq!(inbox.next_size.get(), want, "after {i} short buffers");
         }
+    }
+
+    /// A reader that plays back a list of direct reads and logs each call,
+    /// stopping the reader task once the list is spent and it waits.
+    struct Scripted {
+        reads: std::collections::VecDeque<usize>,
+        log: Rc<std::cell::RefCell<Vec<&'static str>>>,
+        inbox: Rc<Inbox>,
+    }
+
+    impl ByteRead for Scripted {
+        async fn read(&mut self) -> io::Result<&[u8]> {
+            Ok(&[])
+        }
+        fn try_read_into(&mut self, dst: &mut [u8]) -> Option<io::Result<usize>> {
+            self.log.borrow_mut().push("read");
+            Some(match self.reads.pop_front() {
+                Some(n) => Ok(n.min(dst.len())),
+                None => Err(io::ErrorKind::WouldBlock.into()),
+            })
+        }
+        async fn readable(&mut self) -> io::Result<()> {
+            self.log.borrow_mut().push("readable");
+            if self.reads.is_empty() {
+                self.inbox.stop.set(true);
+            }
+            Ok(())
+        }
+    }
+
+    /// The calls the reader task makes on `reads`, for a peer whose reads
+    /// ask for a prompt ACK or not.
+    fn reader_calls(reads: &[usize], prompt_acks: bool) -> Vec<&'static str> {
+        let inbox = Rc::new(Inbox::new());
+        inbox.prompt_acks.set(prompt_acks);
+        let log = Rc::new(std::cell::RefCell::new(Vec::new()));
+        let reader = Scripted {
+            reads: reads.iter().copied().collect(),
+            log: log.clone(),
+            inbox: inbox.clone(),
+        };
+        crate::driver::block_on(crate::driver::DriverKind::Legacy, |_| {
+            read_loop(reader, inbox)
+        })
+        .expect("runtime");
+        log.take()
+    }
+
+    #[test]
+    fn a_short_read_of_a_viewer_waits_for_readiness_before_the_next() {
+        // Two credit records, each alone on the socket: one read each.
+        assert_eq!(
+            reader_calls(&[14, 20], false),
+            ["read", "readable", "read", "readable"]
+        );
+    }
+
+    #[test]
+    fn a_short_read_with_a_prompt_ack_reads_again_at_once() {
+        // A publisher's few bytes, then the segment the ACK released.
+        assert_eq!(
+            reader_calls(&[14, 100], true),
+            ["read", "read", "read", "readable"]
+        );
     }
 
     #[test]
