@@ -5,13 +5,13 @@
 //! turn) and each subscriber count N, it starts the relay as a child process on
 //! a free loopback port, connects one moq-net publisher and N moq-net
 //! subscribers over QMux over TCP (qmux's TCP transport as it is: this tool sets
-//! no socket option on the clients' sockets), publishes fixed-size frames at `--fps` (or, with `max`,
-//! as fast as the slowest live subscriber reads them, at most `--window` frames
-//! ahead), waits until every subscriber has read a frame, lets `--warmup`
-//! pass, and measures over `--seconds`. `--relay direct` runs the same with
-//! no relay: the publisher's process serves the subscribers with moq-net's
-//! own server (one hop instead of two), the floor the published client and
-//! server set on this machine. It measures:
+//! no socket option on the clients' sockets), publishes fixed-size frames at
+//! `--fps` (or, with `max`, as fast as the slowest live subscriber reads them,
+//! at most `--window` frames ahead), waits until every subscriber has read a
+//! frame, lets `--warmup` pass, and measures over `--seconds`. `--relay
+//! direct` runs the same with no relay: the publisher's process serves the
+//! subscribers with moq-net's own server (one hop instead of two), the floor
+//! the published client and server set on this machine. It measures:
 //!
 //! - delivered MB/s: payload bytes of frames read by all subscribers, each
 //!   frame's length and its sequence byte checked; the delivered ratio is
