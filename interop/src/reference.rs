@@ -512,22 +512,32 @@ fn check_loopback(addr: SocketAddr) -> Result<(), HarnessError> {
 /// The poll-interface transport moq-net runs on.
 type Transport = moq_tokio::transport::Session<qmux::Session>;
 
-fn qmux_config(opts: &Options) -> qmux::tcp::Config {
-    // moq-tokio's own qmux settings: library defaults with 10 000 streams each way.
+/// moq-tokio's own qmux session settings: the library's defaults with
+/// 10 000 streams each way.
+pub fn qmux_session() -> qmux::Config {
     let mut session = qmux::Config::new(qmux::Version::QMux01);
     session.max_streams_bidi = 10_000;
     session.max_streams_uni = 10_000;
+    session
+}
+
+/// qmux's TCP transport on wire version qmux-01 as moq-tokio sets it up,
+/// offering `protocols`: the same config dials ([`qmux::tcp::Config::connect`])
+/// and accepts ([`qmux::tcp::Config::accept`]).
+pub fn qmux_tcp<'a>(protocols: impl IntoIterator<Item = &'a str>) -> qmux::tcp::Config {
     qmux::tcp::Config::new(qmux::Version::QMux01)
-        .protocols(opts.protocols.iter().map(String::as_str))
-        .session_config(session)
+        .protocols(protocols)
+        .session_config(qmux_session())
+}
+
+fn qmux_config(opts: &Options) -> qmux::tcp::Config {
+    qmux_tcp(opts.protocols.iter().map(String::as_str))
 }
 
 /// Dials `ws://addr/PATH` with qmux's WebSocket client as moq-dev's browser
 /// client does: each protocol offered as `qmux-02.` and `qmux-01.`, keep-alive on.
 pub async fn ws_connect(addr: SocketAddr, opts: &Options) -> Result<qmux::Session, qmux::Error> {
-    let mut session = qmux::Config::new(qmux::Version::QMux01);
-    session.max_streams_bidi = 10_000;
-    session.max_streams_uni = 10_000;
+    let session = qmux_session();
     let versions = [qmux::Version::QMux02, qmux::Version::QMux01];
     let url = format!("ws://{addr}{}", opts.path.as_deref().unwrap_or("/"));
     qmux::ws::Client::new()
@@ -544,9 +554,7 @@ async fn ws_accept(
     stream: tokio::net::TcpStream,
     opts: &Options,
 ) -> Result<qmux::Session, qmux::Error> {
-    let mut session = qmux::Config::new(qmux::Version::QMux01);
-    session.max_streams_bidi = 10_000;
-    session.max_streams_uni = 10_000;
+    let session = qmux_session();
     let versions = [qmux::Version::QMux01];
     qmux::ws::Server::new()
         .with_protocols(opts.protocols.iter().map(|p| (p.as_str(), &versions[..])))

@@ -109,19 +109,12 @@ async fn live_publisher(
         .announce(moq_net::origin::Route::default())
         .map_err(|e| format!("announce: {e}"))?;
 
-    let mut cfg = qmux::Config::new(qmux::Version::QMux01);
-    cfg.max_streams_bidi = 10_000;
-    cfg.max_streams_uni = 10_000;
     let connect = async {
         if websocket {
             let opts = Options::client().with_path(Some(PATH)).with_websocket();
             reference::ws_connect(addr, &opts).await
         } else {
-            qmux::tcp::Config::new(qmux::Version::QMux01)
-                .protocols([ALPN_LITE_05])
-                .session_config(cfg)
-                .connect(addr)
-                .await
+            reference::qmux_tcp([ALPN_LITE_05]).connect(addr).await
         }
     };
     let qmux = tokio::time::timeout(WAIT, connect)

@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use skiff_interop::ALPN_LITE_05;
+use skiff_interop::reference::qmux_tcp;
 
 /// Broadcast path the publisher announces.
 const BROADCAST: &str = "load";
@@ -72,6 +73,18 @@ enum Which {
     /// No relay: the publisher's process serves the subscribers itself, one
     /// hop of moq-net's own client and server, for the floor the clients set.
     Direct,
+}
+
+impl Which {
+    /// The row's name in the table.
+    fn name(self) -> &'static str {
+        match self {
+            Which::Skiff => "skiff-relay",
+            Which::MoqRelay => "moq-relay",
+            Which::Both => "both",
+            Which::Direct => "direct",
+        }
+    }
 }
 
 /// Where the publisher sends its broadcast.
@@ -373,19 +386,10 @@ async fn connect(
     origin: &moq_net::origin::Producer,
     publish: bool,
 ) -> Result<moq_net::Session, String> {
-    let mut cfg = qmux::Config::new(qmux::Version::QMux01);
-    cfg.max_streams_bidi = 10_000;
-    cfg.max_streams_uni = 10_000;
-    let qmux = tokio::time::timeout(
-        CONNECT_TIMEOUT,
-        qmux::tcp::Config::new(qmux::Version::QMux01)
-            .protocols([ALPN_LITE_05])
-            .session_config(cfg)
-            .connect(addr),
-    )
-    .await
-    .map_err(|_| "qmux connect timed out".to_owned())?
-    .map_err(|e| format!("qmux connect: {e}"))?;
+    let qmux = tokio::time::timeout(CONNECT_TIMEOUT, qmux_tcp([ALPN_LITE_05]).connect(addr))
+        .await
+        .map_err(|_| "qmux connect timed out".to_owned())?
+        .map_err(|e| format!("qmux connect: {e}"))?;
     let transport: Transport = moq_tokio::transport::Session::new(qmux);
     let client = moq_net::Client::new()
         .with_versions(versions()?)
@@ -574,15 +578,7 @@ async fn serve(
         let _ = stream.set_nodelay(true);
         let server = server.clone();
         tokio::spawn(async move {
-            let mut cfg = qmux::Config::new(qmux::Version::QMux01);
-            cfg.max_streams_bidi = 10_000;
-            cfg.max_streams_uni = 10_000;
-            let qmux = match qmux::tcp::Config::new(qmux::Version::QMux01)
-                .protocols([ALPN_LITE_05])
-                .session_config(cfg)
-                .accept(stream)
-                .await
-            {
+            let qmux = match qmux_tcp([ALPN_LITE_05]).accept(stream).await {
                 Ok(q) => q,
                 Err(e) => {
                     eprintln!("moq_load: direct accept: {e}");
@@ -727,7 +723,7 @@ async fn subscribe_and_read(
 
 /// What one (relay, N) run measured.
 struct Row {
-    relay: &'static str,
+    which: Which,
     n: usize,
     live: usize,
     failed: usize,
@@ -865,11 +861,7 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             }
         }
         Ok::<Row, String>(Row {
-            relay: match which {
-                Which::Skiff => "skiff-relay",
-                Which::Direct => "direct",
-                _ => "moq-relay",
-            },
+            which,
             n,
             live,
             failed,
@@ -956,9 +948,8 @@ fn print_row(r: &mut Row) {
     let expected = r.published as f64 * r.live as f64;
     let rss_per = (r.rss_after as f64 - r.rss_before as f64) / r.live.max(1) as f64;
     // The direct row has no relay process to measure.
-    let relay = r.relay != "direct";
     let col = |v: f64, prec: usize| {
-        if relay {
+        if r.which != Which::Direct {
             format!("{v:.prec$}")
         } else {
             "-".to_owned()
@@ -966,7 +957,7 @@ fn print_row(r: &mut Row) {
     };
     println!(
         "{:<11} {:>5} {:>9} {:>9.1} {:>7.3} {:>7.2} {:>7.2} {:>8.2} {:>9} {:>8} {:>8} {:>6} {:>9} {:>11} {:>8.1} {:>6}",
-        r.relay,
+        r.which.name(),
         r.n,
         format!("{}/{}", r.live, r.failed),
         r.bytes as f64 / 1e6 / r.secs,
@@ -1062,7 +1053,7 @@ fn run(cli: &Cli) -> Result<(), String> {
             for (which, bin) in order {
                 match run_row(cli, *which, bin, n, pace) {
                     Ok(mut row) => print_row(&mut row),
-                    Err(e) => println!("{:<11} {:>5} failed: {e}", format!("{which:?}"), n),
+                    Err(e) => println!("{:<11} {:>5} failed: {e}", which.name(), n),
                 }
             }
         }
