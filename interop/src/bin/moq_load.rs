@@ -60,6 +60,9 @@ const PATH: &str = "/anon";
 const HEADER: usize = 16;
 /// Bound on one client's connect and handshake.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a client keeps a group nobody reads when its cache is bounded
+/// (`--client-cache-kib`).
+const CLIENT_CACHE_EXPIRY: Duration = Duration::from_secs(2);
 
 /// Which relay a row runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -154,6 +157,14 @@ struct Cli {
     /// Seconds the subscribers get to read their first frame.
     #[arg(long, default_value_t = 60.0)]
     live_timeout: f64,
+    /// Each client's cache of groups in KiB (the capacity of its origin's
+    /// moq-net cache pool, with a 2 s idle expiry), or 0 for moq-net's
+    /// default pool, under which each client here kept every frame it read
+    /// for as long as we watched (a minute). The default holds two groups of
+    /// the largest frames measured, so a thousand clients in one process do
+    /// not fault in fresh memory for every frame; nothing on the wire changes.
+    #[arg(long, default_value_t = 4096)]
+    client_cache_kib: u64,
 }
 
 fn main() {
@@ -344,6 +355,8 @@ struct Shared {
     subs: Vec<SubStat>,
     /// Wakes a publisher waiting for the slowest subscriber (`--fps max`).
     progress: tokio::sync::Notify,
+    /// Each client's cache capacity in KiB, 0 for moq-net's default pool.
+    cache_kib: u64,
 }
 
 impl Shared {
@@ -372,11 +385,17 @@ fn versions() -> Result<moq_net::Versions, String> {
     Ok(moq_net::Versions::from(vec![v]))
 }
 
-fn origin(hop: u64) -> Result<moq_net::origin::Producer, String> {
+fn origin(hop: u64, cache_kib: u64) -> Result<moq_net::origin::Producer, String> {
     let hop = moq_net::Hop::new(hop).map_err(|e| format!("hop: {e}"))?;
-    Ok(moq_tokio::origin::spawn_config(
-        moq_net::origin::Config::new(hop),
-    ))
+    let mut config = moq_net::origin::Config::new(hop);
+    if cache_kib > 0 {
+        config.pool = moq_net::cache::Pool::new(
+            moq_net::cache::Config::default()
+                .with_capacity(cache_kib.saturating_mul(1024))
+                .with_expiry(CLIENT_CACHE_EXPIRY),
+        );
+    }
+    Ok(moq_tokio::origin::spawn_config(config))
 }
 
 /// Dials `addr` with qmux's TCP client (moq-tokio's settings) and sets up a
@@ -426,7 +445,7 @@ async fn publisher(
     pace: Pace,
     ready: tokio::sync::oneshot::Sender<Result<(), String>>,
 ) {
-    let origin = match origin(0x5151) {
+    let origin = match origin(0x5151, shared.cache_kib) {
         Ok(o) => o,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -626,7 +645,7 @@ async fn subscribe_and_read(
     frame_bytes: usize,
     mut permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<(), String> {
-    let origin = origin(0x2000)?;
+    let origin = origin(0x2000, shared.cache_kib)?;
     let session = connect(addr, &origin, false).await?;
     let consumer = origin.consume();
     let mut announced = consumer.announced();
@@ -776,6 +795,7 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
         published: AtomicU64::new(0),
         subs: (0..n).map(|_| SubStat::default()).collect(),
         progress: tokio::sync::Notify::new(),
+        cache_kib: cli.client_cache_kib,
     });
     let me = std::process::id();
     let result = rt.block_on(async {
@@ -1031,14 +1051,18 @@ fn run(cli: &Cli) -> Result<(), String> {
         relays.push((Which::Direct, PathBuf::new()));
     }
     println!(
-        "moq_load: moq-net 0.3.18 clients, frame {} B, {} frames/group, fps {}, warm-up {} s, {} s measured, skiff-relay --threads {}, {} client threads",
+        "moq_load: moq-net 0.3.18 clients, frame {} B, {} frames/group, fps {}, warm-up {} s, {} s measured, skiff-relay --threads {}, {} client threads, client cache {}",
         cli.frame_bytes,
         cli.group_frames,
         cli.fps,
         cli.warmup,
         cli.seconds,
         cli.skiff_threads,
-        cli.client_threads
+        cli.client_threads,
+        match cli.client_cache_kib {
+            0 => "moq-net's default".to_owned(),
+            kib => format!("{kib} KiB"),
+        }
     );
     println!("{}", machine_line());
     header();
