@@ -154,6 +154,11 @@ struct Cli {
     /// Subscribers connecting at once.
     #[arg(long, default_value_t = 32)]
     connect_parallel: usize,
+    /// After each row, print every subscriber's median latency (ms) in the
+    /// order they connected: a relay that serves them in a fixed order shows
+    /// as a rising line.
+    #[arg(long)]
+    per_subscriber: bool,
     /// Seconds the subscribers get to read their first frame.
     #[arg(long, default_value_t = 60.0)]
     live_timeout: f64,
@@ -754,6 +759,8 @@ struct Row {
     old: u64,
     published: u64,
     lat: Vec<u32>,
+    /// Each subscriber's median latency in ms, in connection order.
+    per_sub_p50: Vec<f64>,
     relay_cpu: f64,
     /// The part of `relay_cpu` spent in the kernel (system time).
     relay_sys: f64,
@@ -875,8 +882,11 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             .iter()
             .find_map(|s| s.error.lock().ok().and_then(|e| e.clone()));
         let mut lat = Vec::new();
+        let mut per_sub_p50 = Vec::with_capacity(shared.subs.len());
         for s in &shared.subs {
             if let Ok(mut l) = s.latencies.lock() {
+                l.sort_unstable();
+                per_sub_p50.push(percentile(&l, 0.50));
                 lat.append(&mut l);
             }
         }
@@ -893,6 +903,7 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             old: old1 - old0,
             published: p1 - p0,
             lat,
+            per_sub_p50,
             relay_cpu: c1.total() - c0.total(),
             relay_sys: c1.system - c0.system,
             tool_cpu: t1.total() - t0.total(),
@@ -1076,7 +1087,14 @@ fn run(cli: &Cli) -> Result<(), String> {
             };
             for (which, bin) in order {
                 match run_row(cli, *which, bin, n, pace) {
-                    Ok(mut row) => print_row(&mut row),
+                    Ok(mut row) => {
+                        print_row(&mut row);
+                        if cli.per_subscriber {
+                            let p50s: Vec<String> =
+                                row.per_sub_p50.iter().map(|v| format!("{v:.2}")).collect();
+                            println!("  p50_ms by subscriber: {}", p50s.join(" "));
+                        }
+                    }
                     Err(e) => println!("{:<11} {:>5} failed: {e}", which.name(), n),
                 }
             }
