@@ -247,14 +247,23 @@ fn through_relay(threads: usize, websocket: bool) {
     eprintln!("connections accepted per worker: {accepted:?}");
     relay.shutdown().expect("relay stops");
 
-    assert_eq!(published, Ok(()), "publisher");
     assert_eq!(received.protocol.as_deref(), Some(ALPN_LITE_05));
     assert!(
         received.announced.iter().any(|p| p == BROADCAST),
         "announced: {:?}",
         received.announced
     );
-    assert_eq!(received.end, End::GroupCount, "subscriber end");
+    assert_eq!(
+        received.end,
+        End::GroupCount,
+        "subscriber end; groups arrived {:?}, frames per group {:?}, publisher {published:?}",
+        received.arrival,
+        received
+            .groups
+            .iter()
+            .map(|g| (g.sequence, g.frames.len()))
+            .collect::<Vec<_>>()
+    );
     let info = received.info.expect("TRACK_INFO");
     assert_eq!(info.timescale, TrackInfo::default().timescale);
     assert_eq!(
@@ -267,6 +276,7 @@ fn through_relay(threads: usize, websocket: bool) {
         "group sequences (arrival {:?})",
         received.arrival
     );
+    assert_eq!(published, Ok(()), "publisher");
     for (got, want) in received.groups.iter().zip(&want) {
         assert_eq!(
             got.frames.len(),
