@@ -292,8 +292,9 @@ pub trait Timeline {
     fn newest(&self) -> Instant;
 
     /// For a group older than the latest: when its successor began, i.e. when
-    /// it stopped being the newest. `None` if the group is not held, which
-    /// makes it undeliverable.
+    /// it stopped being the newest. `None` if the group is not held and will
+    /// not be, which makes it undeliverable (a track's groups still on their
+    /// way from upstream count as held here, see `track::Ref::may_arrive`).
     ///
     /// Must be non-decreasing in `seq` over the groups held (see module docs).
     fn superseded_at(&self, seq: u64) -> Option<Instant>;

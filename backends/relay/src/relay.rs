@@ -103,16 +103,14 @@
 //!   end); past that, the values that did not fit are kept as a bound until
 //!   the track has no subscriber. Updates keep the start of the SUBSCRIBE:
 //!   a later subscriber asking for an older start than the upstream one is
-//!   served from what the cache holds. Across workers this reaches the first
-//!   subscriber too: a worker's link subscription, made at the subscriber's
-//!   TRACK, starts at the latest group the publisher's worker holds when the
-//!   link's SUBSCRIBE gets there, and groups the publisher wrote in between
-//!   never reach the other worker, so a subscriber there asking for them
-//!   (an absolute start) is served from the link's first group. A group
-//!   also counts as gone once a newer one of its track is held, while an
-//!   upstream serving several at once sends the newest first. Under load
-//!   `interop/tests/moq_net_through_skiff_relay.rs`'s two-worker case shows
-//!   it (group 0 of 4 missed in 2 of 25 runs beside three busy loops).
+//!   served from what the cache holds. A leaf's upstream subscription starts
+//!   at the upstream's latest group, so a subscriber of the leaf asking for
+//!   older groups gets them from there on. A link between workers does not
+//!   have that limit: it asks for every group the other worker holds
+//!   (`skiff_core::relay::mirror_request`), which that worker sends newest
+//!   first, and the older ones still on their way stay wanted
+//!   (`track::Ref::may_arrive`), so a subscriber is served the same groups
+//!   whichever worker its connection lands on.
 //! * Broadcast and track states live in tables made at the worker's start
 //!   ([`BROADCAST_SLOTS`] broadcasts, `--max-relay-tracks` tracks) and are
 //!   reused once nothing uses them (generation-checked handles): a relay
@@ -1202,10 +1200,16 @@ async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize, const S: usi
         Remote::Client => PeerKind::Client,
         // The dialing side of a link, and a leaf towards its upstream, ask
         // for announcements at once; accepted clients after their SETUP.
+        // A link mirrors the other worker's groups: a subscriber here can
+        // have any group one there could.
         Remote::Link => PeerKind::Trunk {
             ask_first: side == Side::Client,
+            mirror: true,
         },
-        Remote::Upstream(_) => PeerKind::Trunk { ask_first: true },
+        Remote::Upstream(_) => PeerKind::Trunk {
+            ask_first: true,
+            mirror: false,
+        },
     };
     let gate = if peer.is_local() { gate } else { None };
     let mut app = RelayConn::<S>::new(relay.clone(), id, kind, lender, gate);

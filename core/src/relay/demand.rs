@@ -36,6 +36,25 @@ pub fn upstream_request(t: track::Ref<'_, '_>) -> Request {
     }
 }
 
+/// The SUBSCRIBE for relay track `t` over a mirroring trunk (a link to
+/// another worker): [`upstream_request`], but a track holding no group yet
+/// starts at group 0, which the peer serves from the oldest group it holds
+/// that is fresh for the max age asked, newest first. Whichever start a
+/// subscriber here asks for, it then finds what the peer's worker holds:
+/// the groups older than the first one held here are still on their way
+/// ([`track::Ref::may_arrive`]). A subscriber asking for the latest group
+/// starts at the newest one that arrives first.
+pub fn mirror_request(t: track::Ref<'_, '_>) -> Request {
+    let request = upstream_request(t);
+    if t.latest().is_some() {
+        return request;
+    }
+    Request {
+        start: Start::Group(0),
+        ..request
+    }
+}
+
 /// What an upstream subscription should do now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
@@ -74,8 +93,10 @@ impl Follow {
     }
 
     /// What to do now for relay track `t` (`now` is asked only while the
-    /// track has no subscriber). The start stays what the SUBSCRIBE asked (an
-    /// update with another start would reposition the upstream window).
+    /// track has no subscriber). The start stays what the SUBSCRIBE asked:
+    /// an update says "latest", which keeps the upstream's start in force,
+    /// where an explicit start would reposition its window and send the
+    /// groups it delivered already again.
     pub fn step(&mut self, t: track::Ref<'_, '_>, now: impl FnOnce() -> Instant) -> Step {
         let Some(demand) = t.demand() else {
             let now = now();
@@ -95,7 +116,10 @@ impl Follow {
         if want == self.sent {
             Step::Wait(None)
         } else {
-            Step::Update(want)
+            Step::Update(Request {
+                start: Start::Latest,
+                ..want
+            })
         }
     }
 
@@ -126,6 +150,40 @@ mod tests {
     use crate::model::track::{Info, State};
     use crate::pool::{Pool, PoolStorage};
     use crate::window::End;
+
+    #[test]
+    fn a_mirroring_trunk_asks_for_every_group_held_until_the_track_has_one() {
+        let mut ps = PoolStorage::<4, 32>::new();
+        let pool = Pool::new(&mut ps);
+        let state = State::<2>::new(&pool, Info::new("v").unwrap());
+        let t = state.handle();
+        assert_eq!(
+            mirror_request(t),
+            Request {
+                start: Start::Group(0),
+                ..UPSTREAM
+            }
+        );
+        // A subscriber's preferences go up as an update that keeps that start
+        // (says "latest"): group 0 again would make the peer resend its groups.
+        let mut f = Follow::new(mirror_request(t), LINGER);
+        let sub = Request::test(5, 1000, Start::Group(0), End::Open);
+        t.add_subscriber(&sub);
+        let Step::Update(r) = f.step(t, || Instant::ZERO) else {
+            panic!("no update for the first subscriber")
+        };
+        assert_eq!((r.start, r.priority), (Start::Latest, 5));
+        f.updated(r);
+        assert_eq!(f.step(t, || Instant::ZERO), Step::Wait(None));
+        t.remove_subscriber(&sub);
+        // A track that holds groups (a new source takes over) goes on from
+        // the new source's latest, as any upstream does.
+        let p = t.producer().unwrap();
+        let mut g = p.create_group(7).unwrap();
+        g.write_frame(0, b"f").unwrap();
+        assert_eq!(mirror_request(t), upstream_request(t));
+        assert_eq!(mirror_request(t).start, Start::Latest);
+    }
 
     #[test]
     fn demand_goes_up_and_back_down_then_lingers_out() {

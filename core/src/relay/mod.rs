@@ -27,7 +27,7 @@ mod table;
 pub mod tracks;
 
 pub use broadcasts::{BroadcastSlot, BroadcastTable, ClaimError};
-pub use demand::{Follow, LINGER, Step, UPSTREAM, upstream_request};
+pub use demand::{Follow, LINGER, Step, UPSTREAM, mirror_request, upstream_request};
 pub use peer::{Effect, Peer, PeerKind, RefusedHook, Resolver, SubscribeQueue, Wake};
 pub use routes::{
     AnnounceRefused, Announced, Pending, ResolveRefused, Route, Router, RouterLimits,

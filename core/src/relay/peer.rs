@@ -11,7 +11,7 @@
 use core::cell::RefCell;
 use core::fmt;
 
-use super::demand::{Follow, LINGER, Step, upstream_request};
+use super::demand::{Follow, LINGER, Step, mirror_request, upstream_request};
 use super::routes::{AnnounceRefused, ResolveRefused, Router, SourceId, Upstreams, end_track};
 use crate::model::path::Path;
 use crate::model::{broadcast, track};
@@ -90,6 +90,11 @@ pub enum PeerKind {
     Trunk {
         /// Ask for the peer's announcements without waiting for its SETUP.
         ask_first: bool,
+        /// Subscribe to a new track from the oldest group the peer holds
+        /// (within the max age asked), not its latest: a link between two
+        /// workers of one relay, so a subscriber on this worker can have
+        /// what one on the peer's worker could ([`mirror_request`]).
+        mirror: bool,
     },
 }
 
@@ -161,7 +166,13 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
         Peer {
             id,
             kind,
-            want_announce: matches!(kind, PeerKind::Trunk { ask_first: true }),
+            want_announce: matches!(
+                kind,
+                PeerKind::Trunk {
+                    ask_first: true,
+                    ..
+                }
+            ),
             announce: None,
             subs: heapless::Vec::new(),
             announced: false,
@@ -287,7 +298,10 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
             if self.subs.is_full() {
                 break;
             }
-            let request = upstream_request(t);
+            let request = match self.kind {
+                PeerKind::Trunk { mirror: true, .. } => mirror_request(t),
+                _ => upstream_request(t),
+            };
             let held = b.path();
             match session.subscribe(held.as_str(), t, request) {
                 Ok(id) => {

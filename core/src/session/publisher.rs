@@ -56,6 +56,11 @@ pub(crate) struct Served<'a, 'p> {
     pub(super) window: Window<WINDOW_RANGES>,
     pub(super) started: bool,
     pub(super) end: Option<u64>,
+    /// A SUBSCRIBE for the latest group that came while the track held none:
+    /// the window wants nothing until the first group is held, then starts at
+    /// the newest held (an upstream with several groups sends the newest first,
+    /// and the older ones are not the live edge this subscriber asked for).
+    pub(super) latest_pending: bool,
 }
 
 /// One group stream we send.
@@ -594,7 +599,13 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             max_latency: min(request.max_latency, source.info().max_age),
             ..request
         };
-        let window = match Window::resolve(request, &source) {
+        let latest_pending = request.start == window::Start::Latest && source.latest().is_none();
+        let resolved = if latest_pending {
+            Ok(Window::new(request))
+        } else {
+            Window::resolve(request, &source)
+        };
+        let window = match resolved {
             Ok(w) => w,
             Err(WindowError::Expired) => {
                 // Everything asked for is gone: SUBSCRIBE_DROP the range, then END.
@@ -637,6 +648,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             window,
             started: false,
             end: None,
+            latest_pending,
         });
         self.control[slot].kind = Kind::SubscribeIn {
             served: SubState::Serving(i),
@@ -660,6 +672,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         let before = *s.window.request();
         if s.window.update(request, &source).is_err() {
             debug!("session: subscribe update refused by the window");
+        } else if request.start != window::Start::Latest {
+            // An explicit start resolved the window.
+            s.latest_pending = false;
         }
         source.update_subscriber(&before, s.window.request());
         self.served_changes += 1;
@@ -723,6 +738,17 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             return;
         }
         let latest = source.latest();
+        // The first group is held: a latest-group subscription starts at the
+        // newest one.
+        if latest.is_some()
+            && let Some(s) = self.served_mut(i)
+            && s.latest_pending
+        {
+            s.latest_pending = false;
+            if let Ok(w) = Window::resolve(*s.window.request(), &source) {
+                s.window = w;
+            }
+        }
 
         // Group streams whose group went stale: reset OLD (§4.7).
         for o in self.out.iter_mut() {
@@ -769,6 +795,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 .and_then(|s| highest_wanted(&s.window, latest))
             {
                 let Some(consumer) = source.group(seq) else {
+                    // Older than every group held but still to come from
+                    // upstream (which sends newest first): it stays wanted,
+                    // and nothing older is held either.
+                    if source.may_arrive(seq) {
+                        break;
+                    }
                     // Not held, and older groups are not either.
                     if let Some(s) = self.served_mut(i) {
                         s.window.remove_through(seq);

@@ -481,12 +481,19 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
 
     /// A typed response on our Subscribe stream (docs/protocol.md §3.8).
     pub(super) fn on_response(&mut self, sub: u64, r: SubscribeResponse) {
-        if self.sub_index(sub).is_none() {
+        let Some(i) = self.sub_index(sub) else {
             return;
-        }
+        };
         let id = SubscriptionId(sub);
         match r {
-            SubscribeResponse::Start { group } => self.queue(Queued::Started(id, group)),
+            SubscribeResponse::Start { group } => {
+                // Groups from here on that are older than the first one held
+                // may still come (the publisher sends newest first).
+                if let Some(s) = self.subs[i].as_mut().and_then(SubEntry::open_mut) {
+                    s.producer.track().set_upstream_first(group);
+                }
+                self.queue(Queued::Started(id, group))
+            }
             SubscribeResponse::End { group } => self.queue(Queued::Ended(id, group)),
             SubscribeResponse::Drop { start, end, code } => {
                 self.queue(Queued::Dropped(id, start, end, code))

@@ -872,6 +872,92 @@ fn late_joiner_starts_at_the_latest_group() {
     assert_eq!(video.handle().demand(), None);
 }
 
+/// A relay track filled by an upstream that sends several groups newest
+/// first: a subscriber that asked for the oldest still gets the older ones
+/// arriving after a newer one.
+#[test]
+fn groups_an_upstream_sends_newest_first_reach_a_subscriber_from_the_oldest() {
+    let mut ps = PoolStorage::<64, 128>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<64, 128>::new();
+    let cpool = Pool::new(&mut pc);
+    published!(pool, o, "live", "video", video, tp);
+    // The upstream said it delivers from group 0, then sent group 3 first.
+    video.handle().set_upstream_first(0);
+    write_group(&tp, 3, &[(300, b"three")]);
+    let local = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
+    session_pair!(o.handle(), pair);
+    let from_oldest = Request {
+        start: Start::Group(0),
+        max_latency: Duration::from_secs(10),
+        ..Request::LIVE
+    };
+    let sub = pair
+        .a
+        .session
+        .subscribe("live", local.handle(), from_oldest)
+        .unwrap();
+    assert!(pair.run(2000, |p| p.a.saw(|e| *e
+        == Ev::Group {
+            subscription: sub,
+            sequence: 3
+        })));
+    for seq in [2, 1, 0] {
+        write_group(&tp, seq, &[(seq * 100, b"older")]);
+    }
+    pair.settle(Duration::from_millis(50));
+    assert!(pair.a.events.contains(&Ev::Started {
+        subscription: sub,
+        group: 0
+    }));
+    let mut got: Vec<u64> = local.handle().sequences().collect();
+    got.sort_unstable();
+    assert_eq!(got, vec![0, 1, 2, 3]);
+    assert_eq!(read_group(local.handle(), 0), frames(&[(0, "older")]));
+}
+
+/// A subscriber to the latest group of a track that holds none yet starts at
+/// the newest group that arrives, not at older ones an upstream sends after it.
+#[test]
+fn a_latest_subscriber_of_an_empty_track_starts_at_the_newest_that_arrives() {
+    let mut ps = PoolStorage::<64, 128>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<64, 128>::new();
+    let cpool = Pool::new(&mut pc);
+    published!(pool, o, "live", "video", video, tp);
+    video.handle().set_upstream_first(3);
+    let local = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
+    session_pair!(o.handle(), pair);
+    let live_with_budget = Request {
+        max_latency: Duration::from_secs(10),
+        ..Request::LIVE
+    };
+    let sub = pair
+        .a
+        .session
+        .subscribe("live", local.handle(), live_with_budget)
+        .unwrap();
+    pair.settle(Duration::from_millis(50));
+    write_group(&tp, 5, &[(500, b"five")]);
+    assert!(pair.run(2000, |p| p.a.saw(|e| *e
+        == Ev::Group {
+            subscription: sub,
+            sequence: 5
+        })));
+    write_group(&tp, 4, &[(400, b"four")]);
+    write_group(&tp, 3, &[(300, b"three")]);
+    pair.settle(Duration::from_millis(50));
+    write_group(&tp, 6, &[(600, b"six")]);
+    pair.settle(Duration::from_millis(50));
+    assert!(pair.a.events.contains(&Ev::Started {
+        subscription: sub,
+        group: 5
+    }));
+    let mut got: Vec<u64> = local.handle().sequences().collect();
+    got.sort_unstable();
+    assert_eq!(got, vec![5, 6]);
+}
+
 #[test]
 fn unknown_track_and_broadcast_are_refused() {
     let mut ps = PoolStorage::<16, 64>::new();

@@ -280,6 +280,25 @@ impl<'t, 'p> Ref<'t, 'p> {
         self.find(seq).map(|i| self.slot(i).group.consumer())
     }
 
+    /// Records the first group the subscription filling this track said it
+    /// delivers (its SUBSCRIBE_START), for [`Ref::may_arrive`].
+    pub fn set_upstream_first(&self, seq: u64) {
+        self.core.upstream_first.set(Some(seq));
+    }
+
+    /// Whether group `seq`, not held, may still arrive: the track is open,
+    /// its upstream said it delivers from `seq` or earlier, and `seq` is older
+    /// than every group held and newer than every group evicted. An upstream
+    /// with several groups to send sends the newest first (docs/protocol.md
+    /// §4.6), so the older ones of a burst come after a newer one is held.
+    pub fn may_arrive(&self, seq: u64) -> bool {
+        let c = self.core;
+        c.status.get() == Status::Open
+            && c.upstream_first.get().is_some_and(|first| first <= seq)
+            && c.evicted_max.get().is_none_or(|e| e < seq)
+            && self.oldest_slot(None).is_some_and(|i| seq < self.seq(i))
+    }
+
     /// A reader of the latest group from its first byte: the first group of a
     /// [`Start::Latest`] subscription (docs/protocol.md §4.8).
     pub fn latest_group(&self) -> Option<group::Consumer<'t, 'p>> {
@@ -379,6 +398,7 @@ impl<'t, 'p> Ref<'t, 'p> {
         c.status.set(Status::Open);
         c.latest.set(None);
         c.evicted_max.set(None);
+        c.upstream_first.set(None);
         c.has_producer.set(false);
         c.failover.set(false);
         c.demand.set(Demand::NONE);
@@ -401,7 +421,9 @@ impl Timeline for Ref<'_, '_> {
     }
 
     fn superseded_at(&self, seq: u64) -> Option<Instant> {
-        self.find(seq)?;
+        if self.find(seq).is_none() && !self.may_arrive(seq) {
+            return None;
+        }
         Some(self.core.info.get().instant(self.superseded_ts(seq)))
     }
 }

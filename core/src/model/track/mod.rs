@@ -272,6 +272,9 @@ struct Core {
     latest: Cell<Option<u64>>,
     /// The highest sequence ever evicted (for lag detection).
     evicted_max: Cell<Option<u64>>,
+    /// The first group the subscription filling the track said it delivers
+    /// (SUBSCRIBE_START), see [`Ref::may_arrive`].
+    upstream_first: Cell<Option<u64>>,
     evicted: Cell<u64>,
     version: Cell<u64>,
     budget: Cell<u64>,

@@ -39,6 +39,7 @@ impl<'p, const G: usize> State<'p, G> {
                 epoch: Cell::new(0),
                 latest: Cell::new(None),
                 evicted_max: Cell::new(None),
+                upstream_first: Cell::new(None),
                 evicted: Cell::new(0),
                 version: Cell::new(0),
                 budget: Cell::new(limits.cache_bytes),

@@ -1122,3 +1122,33 @@ fn demand_update_is_exact() {
     t.remove_subscriber(&a2);
     assert_eq!(t.demand(), None);
 }
+
+#[test]
+fn older_groups_may_still_arrive_only_from_the_upstream_first_to_the_oldest_held() {
+    let mut ps = PoolStorage::<16, 32>::new();
+    let pool = Pool::new(&mut ps);
+    let state = State::<4>::new(&pool, info("v"));
+    let t = state.handle();
+    let mut p = t.producer().unwrap();
+    fill(&p, [5]);
+    // No SUBSCRIBE_START seen: a group that is not held is gone.
+    assert!(!t.may_arrive(4));
+    assert_eq!(t.superseded_at(4), None);
+    t.set_upstream_first(3);
+    assert!(t.may_arrive(4) && t.may_arrive(3));
+    // Before the upstream's first group, at or above the oldest held: never.
+    assert!(!t.may_arrive(2) && !t.may_arrive(5) && !t.may_arrive(6));
+    // A group still to come is as fresh as the oldest held one's start.
+    assert_eq!(t.superseded_at(4), Some(t.info().instant(50)));
+    // It arrives: the ones below it may still come.
+    fill(&p, [4]);
+    assert!(t.may_arrive(3) && !t.may_arrive(4));
+    // A finished track gets no more groups.
+    p.finish();
+    assert!(!t.may_arrive(3));
+    // Reopened for another track, the upstream's first group is forgotten.
+    let t = t.reopen(info("w"));
+    let p = t.producer().unwrap();
+    fill(&p, [9]);
+    assert!(!t.may_arrive(8));
+}
