@@ -916,6 +916,50 @@ fn groups_an_upstream_sends_newest_first_reach_a_subscriber_from_the_oldest() {
     assert_eq!(read_group(local.handle(), 0), frames(&[(0, "older")]));
 }
 
+/// Groups still awaited from upstream do not hold a subscription open once
+/// the track finishes without them: it ends with what was delivered.
+#[test]
+fn groups_awaited_from_upstream_are_given_up_when_the_track_finishes() {
+    let mut ps = PoolStorage::<64, 128>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<64, 128>::new();
+    let cpool = Pool::new(&mut pc);
+    published!(pool, o, "live", "video", video, tp);
+    video.handle().set_upstream_first(0);
+    write_group(&tp, 3, &[(300, b"three")]);
+    let local = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
+    session_pair!(o.handle(), pair);
+    let from_oldest = Request {
+        start: Start::Group(0),
+        max_latency: Duration::from_secs(10),
+        ..Request::LIVE
+    };
+    let sub = pair
+        .a
+        .session
+        .subscribe("live", local.handle(), from_oldest)
+        .unwrap();
+    assert!(pair.run(2000, |p| p.a.saw(|e| *e
+        == Ev::Group {
+            subscription: sub,
+            sequence: 3
+        })));
+    pair.settle(Duration::from_millis(50));
+    // Groups 0 to 2 are still wanted: the subscription stays.
+    assert_eq!(pair.b.session.served_count(), 1);
+    tp.finish();
+    assert!(pair.run(2000, |p| {
+        p.a.saw(|e| matches!(e, Ev::SubscriptionClosed { code: None, .. }))
+    }));
+    assert!(pair.a.events.contains(&Ev::Ended {
+        subscription: sub,
+        end: 4
+    }));
+    pair.settle(Duration::from_millis(50));
+    assert_eq!(pair.b.session.served_count(), 0);
+    assert_eq!(local.handle().sequences().collect::<Vec<_>>(), vec![3]);
+}
+
 /// A subscriber to the latest group of a track that holds none yet starts at
 /// the newest group that arrives, not at older ones an upstream sends after it.
 #[test]
