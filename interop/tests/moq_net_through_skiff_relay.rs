@@ -2,7 +2,8 @@
 //! the relay on loopback and announces a broadcast, a moq-net subscriber dials the
 //! same relay, finds the broadcast by ANNOUNCE, subscribes, and must receive every
 //! frame of every group (one frame larger than 16 KiB) with its bytes, order and
-//! timestamp intact.
+//! timestamp intact, and later subscribers on either relay worker get the
+//! groups the relay held before they came.
 //!
 //! The relay subscribes upstream at the live edge (see the `relay` module docs of
 //! skiff-monoio), so the publisher here is live: it writes its groups only once the
@@ -318,4 +319,88 @@ fn moq_net_over_websocket_through_skiff_relay() {
 #[test]
 fn moq_net_publisher_to_moq_net_subscriber_two_workers() {
     through_relay(2, false);
+}
+
+/// Subscribers that come once the relay holds every group, asking for all of
+/// them (start 0): those the kernel puts on the worker without the publisher
+/// get them too, since that worker's link subscription asks for every group
+/// the publisher's worker holds, not only its latest.
+#[test]
+fn later_subscribers_on_either_worker_get_the_groups_held_before_them() {
+    const THREADS: usize = 2;
+    const LATER: usize = 12;
+    let config = RelayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        threads: NonZeroUsize::new(THREADS).unwrap(),
+        driver: DriverKind::Legacy,
+        drain_timeout: Duration::from_secs(2),
+        ..RelayConfig::default()
+    };
+    let relay =
+        server::start(config, RelayHandler::factory(THREADS).unwrap()).expect("start relay");
+    let addr = relay.local_addr();
+    let (release, publisher) = spawn_publisher(addr, false);
+    let want = groups();
+    let request = || SubscribeRequest {
+        broadcast: BROADCAST.into(),
+        track: TRACK.into(),
+        priority: 3,
+        max_age_ms: 10_000,
+        start: Some(0),
+        end: None,
+        stop_after: Some(want.len()),
+    };
+    let opts = || {
+        Options::client()
+            .with_hop(0x2222)
+            .with_path(Some(PATH))
+            .with_timeout(WAIT)
+    };
+    // The first subscriber makes the relay subscribe upstream, and the live
+    // publisher writes every group once the relay reads the first.
+    let first = reference::dial_subscriber(addr, opts(), request())
+        .expect("start subscriber")
+        .join()
+        .expect("first subscriber");
+    assert_eq!(
+        first.end,
+        End::GroupCount,
+        "first subscriber: {:?}",
+        first.arrival
+    );
+    // The later ones come within the relay track's linger, so the relay still
+    // holds the groups; the kernel spreads them over both workers.
+    let later: Vec<_> = (0..LATER)
+        .map(|_| reference::dial_subscriber(addr, opts(), request()).expect("start subscriber"))
+        .collect();
+    let received: Vec<Received> = later
+        .into_iter()
+        .map(|r| r.join().expect("subscriber run"))
+        .collect();
+    let _ = release.send(());
+    let published = publisher.join().expect("publisher thread");
+    let accepted: Vec<u64> = (0..THREADS)
+        .map(|t| relay.metrics().thread(t).snapshot().accepted)
+        .collect();
+    relay.shutdown().expect("relay stops");
+
+    assert!(
+        accepted.iter().all(|&a| a > 0),
+        "connections accepted per worker: {accepted:?}"
+    );
+    let sequences: Vec<u64> = want.iter().map(|g| g.sequence).collect();
+    for (i, r) in received.iter().enumerate() {
+        assert_eq!(
+            r.end,
+            End::GroupCount,
+            "subscriber {i}: groups arrived {:?}",
+            r.arrival
+        );
+        assert_eq!(
+            r.groups.iter().map(|g| g.sequence).collect::<Vec<_>>(),
+            sequences,
+            "subscriber {i}"
+        );
+    }
+    assert_eq!(published, Ok(()), "publisher");
 }
