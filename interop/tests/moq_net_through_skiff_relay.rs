@@ -205,7 +205,8 @@ fn spawn_publisher(
 // The scenario
 // ---------------------------------------------------------------------------
 
-fn through_relay(threads: usize, websocket: bool) {
+/// skiff-relay on a free loopback port with `threads` workers.
+fn start_relay(threads: usize) -> server::ServerHandle {
     let config = RelayConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         threads: NonZeroUsize::new(threads).unwrap(),
@@ -213,31 +214,44 @@ fn through_relay(threads: usize, websocket: bool) {
         drain_timeout: Duration::from_secs(2),
         ..RelayConfig::default()
     };
-    let relay =
-        server::start(config, RelayHandler::factory(threads).unwrap()).expect("start relay");
-    let addr = relay.local_addr();
+    server::start(config, RelayHandler::factory(threads).unwrap()).expect("start relay")
+}
 
-    let (release, publisher) = spawn_publisher(addr, websocket);
-    let want = groups();
-    let request = SubscribeRequest {
+/// Every group of the track, from group 0, until [`groups`] have come.
+fn every_group() -> SubscribeRequest {
+    SubscribeRequest {
         broadcast: BROADCAST.into(),
         track: TRACK.into(),
         priority: 3,
         max_age_ms: 10_000,
         start: Some(0),
         end: None,
-        stop_after: Some(want.len()),
-    };
-    let opts = Options::client()
+        stop_after: Some(groups().len()),
+    }
+}
+
+/// A subscriber's options: its hop, the SETUP path, the wait bound.
+fn subscriber_options() -> Options {
+    Options::client()
         .with_hop(0x2222)
         .with_path(Some(PATH))
-        .with_timeout(WAIT);
+        .with_timeout(WAIT)
+}
+
+fn through_relay(threads: usize, websocket: bool) {
+    let relay = start_relay(threads);
+    let addr = relay.local_addr();
+
+    let (release, publisher) = spawn_publisher(addr, websocket);
+    let want = groups();
+    let opts = subscriber_options();
     let opts = if websocket {
         opts.with_websocket()
     } else {
         opts
     };
-    let subscriber = reference::dial_subscriber(addr, opts, request).expect("start subscriber");
+    let subscriber =
+        reference::dial_subscriber(addr, opts, every_group()).expect("start subscriber");
     let received: Received = subscriber.join().expect("subscriber run");
     let _ = release.send(());
     let published = publisher.join().expect("publisher thread");
@@ -329,33 +343,11 @@ fn moq_net_publisher_to_moq_net_subscriber_two_workers() {
 fn later_subscribers_on_either_worker_get_the_groups_held_before_them() {
     const THREADS: usize = 2;
     const LATER: usize = 12;
-    let config = RelayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        threads: NonZeroUsize::new(THREADS).unwrap(),
-        driver: DriverKind::Legacy,
-        drain_timeout: Duration::from_secs(2),
-        ..RelayConfig::default()
-    };
-    let relay =
-        server::start(config, RelayHandler::factory(THREADS).unwrap()).expect("start relay");
+    let relay = start_relay(THREADS);
     let addr = relay.local_addr();
     let (release, publisher) = spawn_publisher(addr, false);
     let want = groups();
-    let request = || SubscribeRequest {
-        broadcast: BROADCAST.into(),
-        track: TRACK.into(),
-        priority: 3,
-        max_age_ms: 10_000,
-        start: Some(0),
-        end: None,
-        stop_after: Some(want.len()),
-    };
-    let opts = || {
-        Options::client()
-            .with_hop(0x2222)
-            .with_path(Some(PATH))
-            .with_timeout(WAIT)
-    };
+    let (request, opts) = (every_group, subscriber_options);
     // The first subscriber makes the relay subscribe upstream, and the live
     // publisher writes every group once the relay reads the first.
     let first = reference::dial_subscriber(addr, opts(), request())

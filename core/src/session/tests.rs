@@ -872,36 +872,44 @@ fn late_joiner_starts_at_the_latest_group() {
     assert_eq!(video.handle().demand(), None);
 }
 
+/// A client subscribed to "live"/"video" from group 0 with a 10 s budget;
+/// the server's track says its upstream delivers from group 0 and holds only
+/// group 3 (sent first, newest first), which has reached the client.
+macro_rules! subscribed_from_oldest {
+    ($tp:ident, $local:ident, $pair:ident, $sub:ident) => {
+        let mut ps = PoolStorage::<64, 128>::new();
+        let pool = Pool::new(&mut ps);
+        let mut pc = PoolStorage::<64, 128>::new();
+        let cpool = Pool::new(&mut pc);
+        published!(pool, o, "live", "video", video, $tp);
+        video.handle().set_upstream_first(0);
+        write_group(&$tp, 3, &[(300, b"three")]);
+        let $local = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
+        session_pair!(o.handle(), $pair);
+        let from_oldest = Request {
+            start: Start::Group(0),
+            max_latency: Duration::from_secs(10),
+            ..Request::LIVE
+        };
+        let $sub = $pair
+            .a
+            .session
+            .subscribe("live", $local.handle(), from_oldest)
+            .unwrap();
+        assert!($pair.run(2000, |p| p.a.saw(|e| *e
+            == Ev::Group {
+                subscription: $sub,
+                sequence: 3
+            })));
+    };
+}
+
 /// A relay track filled by an upstream that sends several groups newest
 /// first: a subscriber that asked for the oldest still gets the older ones
 /// arriving after a newer one.
 #[test]
 fn groups_an_upstream_sends_newest_first_reach_a_subscriber_from_the_oldest() {
-    let mut ps = PoolStorage::<64, 128>::new();
-    let pool = Pool::new(&mut ps);
-    let mut pc = PoolStorage::<64, 128>::new();
-    let cpool = Pool::new(&mut pc);
-    published!(pool, o, "live", "video", video, tp);
-    // The upstream said it delivers from group 0, then sent group 3 first.
-    video.handle().set_upstream_first(0);
-    write_group(&tp, 3, &[(300, b"three")]);
-    let local = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
-    session_pair!(o.handle(), pair);
-    let from_oldest = Request {
-        start: Start::Group(0),
-        max_latency: Duration::from_secs(10),
-        ..Request::LIVE
-    };
-    let sub = pair
-        .a
-        .session
-        .subscribe("live", local.handle(), from_oldest)
-        .unwrap();
-    assert!(pair.run(2000, |p| p.a.saw(|e| *e
-        == Ev::Group {
-            subscription: sub,
-            sequence: 3
-        })));
+    subscribed_from_oldest!(tp, local, pair, sub);
     for seq in [2, 1, 0] {
         write_group(&tp, seq, &[(seq * 100, b"older")]);
     }
@@ -920,30 +928,7 @@ fn groups_an_upstream_sends_newest_first_reach_a_subscriber_from_the_oldest() {
 /// the track finishes without them: it ends with what was delivered.
 #[test]
 fn groups_awaited_from_upstream_are_given_up_when_the_track_finishes() {
-    let mut ps = PoolStorage::<64, 128>::new();
-    let pool = Pool::new(&mut ps);
-    let mut pc = PoolStorage::<64, 128>::new();
-    let cpool = Pool::new(&mut pc);
-    published!(pool, o, "live", "video", video, tp);
-    video.handle().set_upstream_first(0);
-    write_group(&tp, 3, &[(300, b"three")]);
-    let local = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
-    session_pair!(o.handle(), pair);
-    let from_oldest = Request {
-        start: Start::Group(0),
-        max_latency: Duration::from_secs(10),
-        ..Request::LIVE
-    };
-    let sub = pair
-        .a
-        .session
-        .subscribe("live", local.handle(), from_oldest)
-        .unwrap();
-    assert!(pair.run(2000, |p| p.a.saw(|e| *e
-        == Ev::Group {
-            subscription: sub,
-            sequence: 3
-        })));
+    subscribed_from_oldest!(tp, local, pair, sub);
     pair.settle(Duration::from_millis(50));
     // Groups 0 to 2 are still wanted: the subscription stays.
     assert_eq!(pair.b.session.served_count(), 1);
