@@ -795,10 +795,14 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 .and_then(|s| highest_wanted(&s.window, latest))
             {
                 let Some(consumer) = source.group(seq) else {
-                    // Older than every group held but still to come from
-                    // upstream (which sends newest first): it stays wanted,
-                    // and nothing older is held either.
-                    if source.may_arrive(seq) {
+                    // Not held but not expired either: the window's own rule
+                    // (`Timeline::superseded_at`) says it is still on its way
+                    // from upstream, older than every group held, so it stays
+                    // wanted and nothing older is held.
+                    if self
+                        .served_ref(i)
+                        .is_some_and(|s| !s.window.is_expired(seq, &source))
+                    {
                         break;
                     }
                     // Not held, and older groups are not either.
