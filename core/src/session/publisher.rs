@@ -8,8 +8,8 @@
 //! Group stream per wanted group: a GROUP header with the subscription's id and
 //! the group's sequence, then the group's stored bytes verbatim, then FIN. A
 //! group that goes stale while its stream is open is reset with OLD (§4.7).
-//! When the track finishes, SUBSCRIBE_END (exclusive) goes out, and FIN once
-//! every group in range was delivered or given up.
+//! Once the track has finished and every group in range was delivered or given
+//! up, SUBSCRIBE_END (exclusive) goes out, then FIN.
 //!
 //! A wanted group that was trimmed (its first bytes already released, see
 //! [`crate::model::group`]) cannot be sent from byte 0: it is skipped, no stream
@@ -827,10 +827,20 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 }
             }
         }
-        // The track finished: SUBSCRIBE_END (exclusive), then FIN once all is delivered.
+        // The track finished: once every group below its end was delivered or given
+        // up, SUBSCRIBE_END (exclusive) and FIN. END waits for the group streams
+        // because a lite-05 reader can take END for the end of its track and lose a
+        // group whose stream starts behind it (docs/protocol.md §3.8).
         let Some(end) = track_end(source) else {
             return;
         };
+        let pending = self
+            .served_ref(i)
+            .is_some_and(|s| s.window.lowest().is_some_and(|lo| lo < end));
+        let in_flight = self.out.iter().flatten().any(|o| o.served == i);
+        if pending || in_flight {
+            return;
+        }
         if self.served_ref(i).is_some_and(|s| s.end.is_none()) {
             let msg = SubscribeResponse::End { group: end };
             if self.tx_write(slot, |w| msg.write(w)).is_err() {
@@ -840,18 +850,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 s.end = Some(end);
             }
         }
-        let pending = self
-            .served_ref(i)
-            .is_some_and(|s| s.window.lowest().is_some_and(|lo| lo < end));
-        let in_flight = self.out.iter().flatten().any(|o| o.served == i);
-        if !pending && !in_flight {
-            debug!("session: served subscription complete");
-            self.free_served(i);
-            self.control[slot].kind = Kind::SubscribeIn {
-                served: SubState::Done,
-            };
-            self.control[slot].fin = true;
-        }
+        debug!("session: served subscription complete");
+        self.free_served(i);
+        self.control[slot].kind = Kind::SubscribeIn {
+            served: SubState::Done,
+        };
+        self.control[slot].fin = true;
     }
 
     fn served_ref(&self, i: usize) -> Option<&Served<'a, 'p>> {

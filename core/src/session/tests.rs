@@ -904,6 +904,79 @@ macro_rules! subscribed_from_oldest {
     };
 }
 
+/// Whether group `seq` of `track` is held whole: every byte readable and its end known.
+fn group_complete(track: track::Ref<'_, '_>, seq: u64) -> bool {
+    let Some(mut c) = track.group(seq) else {
+        return false;
+    };
+    let mut buf = [0u8; 4096];
+    loop {
+        match c.read(&mut buf) {
+            Ok(Next::Ready(_)) => {}
+            Ok(Next::Finished) => return true,
+            Ok(Next::Pending) | Err(_) => return false,
+        }
+    }
+}
+
+/// A finished track's SUBSCRIBE_END comes after the last byte of every group
+/// it serves, so a reader that ends its track at END (moq-net on lite-05,
+/// docs/protocol.md §3.8) holds each group whole by then: here an older 40 KB
+/// group paced by a 4 KiB stream window, behind a newer one-frame group.
+#[test]
+fn subscribe_end_comes_after_the_last_group_stream() {
+    let mut ps = PoolStorage::<512, 128>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<512, 128>::new();
+    let cpool = Pool::new(&mut pc);
+    published!(pool, o, "cam", "video", video, tp);
+    let big: Vec<u8> = (0..40_000).map(|i| (i % 253) as u8).collect();
+    write_group(&tp, 0, &[(0, &big)]);
+    write_group(&tp, 1, &[(33, b"last")]);
+    assert!(tp.finish());
+    let local = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
+    let small_window = Config {
+        conn: conn::Config {
+            max_stream_data_uni: 4096,
+            ..conn::Config::new()
+        },
+        ..Config::new()
+    };
+    session_pair!(o.handle(), small_window, Config::new(), pair);
+    pair.ba.chunking = Chunking::Random;
+    let from_oldest = Request {
+        start: Start::Group(0),
+        max_latency: Duration::from_secs(10),
+        ..Request::LIVE
+    };
+    let sub = pair
+        .a
+        .session
+        .subscribe("cam", local.handle(), from_oldest)
+        .unwrap();
+    // A reader takes group 0 in as it arrives, which is what renews the window.
+    let mut reader = None;
+    let ended = pair.run(100_000, |p| {
+        read_group_bytes(local.handle(), &mut reader);
+        p.a.saw(|e| matches!(e, Ev::Ended { .. }))
+    });
+    assert!(ended, "{:?}", pair.a.events);
+    // The step that delivered END ran the subscriber's input in order: what
+    // came before END on the wire is in the local track.
+    assert!(group_complete(local.handle(), 0), "group 0 whole at END");
+    assert!(group_complete(local.handle(), 1), "group 1 whole at END");
+    pair.settle(Duration::from_millis(50));
+    assert!(pair.a.events.contains(&Ev::Ended {
+        subscription: sub,
+        end: 2
+    }));
+    assert!(pair.a.events.contains(&Ev::SubscriptionClosed {
+        subscription: sub,
+        code: None
+    }));
+    assert_eq!(read_group(local.handle(), 0), vec![(0, big)]);
+}
+
 /// A relay track filled by an upstream that sends several groups newest
 /// first: a subscriber that asked for the oldest still gets the older ones
 /// arriving after a newer one.
