@@ -872,6 +872,15 @@ fn late_joiner_starts_at_the_latest_group() {
     assert_eq!(video.handle().demand(), None);
 }
 
+/// A live subscription from group 0, with a 10 s budget that keeps the older groups fresh.
+fn from_oldest() -> Request {
+    Request {
+        start: Start::Group(0),
+        max_latency: Duration::from_secs(10),
+        ..Request::LIVE
+    }
+}
+
 /// A client subscribed to "live"/"video" from group 0 with a 10 s budget;
 /// the server's track says its upstream delivers from group 0 and holds only
 /// group 3 (sent first, newest first), which has reached the client.
@@ -886,15 +895,10 @@ macro_rules! subscribed_from_oldest {
         write_group(&$tp, 3, &[(300, b"three")]);
         let $local = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
         session_pair!(o.handle(), $pair);
-        let from_oldest = Request {
-            start: Start::Group(0),
-            max_latency: Duration::from_secs(10),
-            ..Request::LIVE
-        };
         let $sub = $pair
             .a
             .session
-            .subscribe("live", $local.handle(), from_oldest)
+            .subscribe("live", $local.handle(), from_oldest())
             .unwrap();
         assert!($pair.run(2000, |p| p.a.saw(|e| *e
             == Ev::Group {
@@ -944,15 +948,10 @@ fn subscribe_end_comes_after_the_last_group_stream() {
     };
     session_pair!(o.handle(), small_window, Config::new(), pair);
     pair.ba.chunking = Chunking::Random;
-    let from_oldest = Request {
-        start: Start::Group(0),
-        max_latency: Duration::from_secs(10),
-        ..Request::LIVE
-    };
     let sub = pair
         .a
         .session
-        .subscribe("cam", local.handle(), from_oldest)
+        .subscribe("cam", local.handle(), from_oldest())
         .unwrap();
     // A reader takes group 0 in as it arrives, which is what renews the window.
     let mut reader = None;
