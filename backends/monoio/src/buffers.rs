@@ -143,12 +143,15 @@ impl<T> FreeList<T> {
 
     /// Drops the free buffers beyond the peak since the last trim, then
     /// counts the peak again from the buffers in use now.
-    fn trim(&mut self) {
+    /// Returns how many free buffers it dropped.
+    fn trim(&mut self) -> usize {
         let keep = self.limit().saturating_sub(self.in_use);
+        let dropped = self.free.len().saturating_sub(keep);
         // The list keeps its capacity (a word or three per buffer of the
         // peak), so giving buffers back after a trim never allocates.
         self.free.truncate(keep);
         self.peak = self.in_use;
+        dropped
     }
 }
 
@@ -165,14 +168,36 @@ thread_local! {
 /// buffers are given back within about this long of its end.
 pub const TRIM_EVERY: Duration = Duration::from_secs(1);
 
+/// Bytes of buffers a [`trim`] drops past which it asks the allocator to
+/// return freed memory to the system ([`give_back_memory`]).
+const GIVE_BACK_AFTER: usize = 256 * 1024;
+
 /// Drops the free buffers of this thread's pools beyond the most that were
 /// in use at once since the last call (or beyond each pool's floor), and
-/// starts counting that peak again.
+/// starts counting that peak again. When that frees a burst's worth, the
+/// allocator is asked to hand it back: glibc keeps freed memory in its heap
+/// otherwise, and a relay whose viewers stay connected would keep a burst's
+/// buffers resident for good.
 fn trim() {
-    TINY.with(|p| p.borrow_mut().trim());
-    SMALL.with(|p| p.borrow_mut().trim());
-    LARGE.with(|p| p.borrow_mut().trim());
-    STAGINGS.with(|p| p.borrow_mut().trim());
+    let dropped = TINY.with(|p| p.borrow_mut().trim()) * TINY_INBOX
+        + SMALL.with(|p| p.borrow_mut().trim()) * SMALL_INBOX
+        + LARGE.with(|p| p.borrow_mut().trim()) * LARGE_INBOX
+        + STAGINGS.with(|p| p.borrow_mut().trim()) * STAGING_CAPACITY;
+    if dropped >= GIVE_BACK_AFTER {
+        give_back_memory();
+    }
+}
+
+/// Asks the allocator to return freed memory to the system (glibc keeps the
+/// memory of many small frees in its heap for ever otherwise). O(heap): for
+/// after a burst only.
+pub fn give_back_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes a plain integer and only rearranges the
+    // allocator's free lists; it is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// [`trim`]s this thread's pools if [`TRIM_EVERY`] has passed since the

@@ -14,6 +14,7 @@ use std::time::Duration;
 use monoio::io::Canceller;
 use monoio::net::TcpListener;
 
+use skiff_monoio::buffers::give_back_memory;
 use skiff_monoio::cancel::{cancel_on, is_cancelled, race};
 use skiff_monoio::driver::{self, ActiveDriver};
 use skiff_monoio::shutdown::{LocalEvent, Shutdown, StopReceiver};
@@ -42,20 +43,9 @@ impl OpenGuard {
 }
 
 /// Connections closed since the allocator was last asked to give memory
-/// back, past which a close asks again ([`give_back_memory`]).
+/// back, past which a close asks again ([`give_back_memory`]): a flood of
+/// short connections leaves many small frees behind.
 const CLOSES_PER_TRIM: u32 = 256;
-
-/// Asks the allocator to return freed memory to the system (glibc keeps the
-/// memory of many small frees, such as a flood of short connections, in its
-/// heap for ever otherwise). O(heap); called after a burst of closes only.
-fn give_back_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim takes a plain integer and only rearranges the
-    // allocator's free lists; it is safe to call from any thread at any time.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
 
 impl Drop for OpenGuard {
     fn drop(&mut self) {

@@ -93,10 +93,10 @@ fn bad_tokens_leave_the_relay_where_it_was() {
         // The warm-up: the relay's pools and the audience's group cache fill.
         let warm_refused = flood(addr, path, WARM_UP);
         std::thread::sleep(Duration::from_millis(600));
-        let warm = relay.rss();
+        let warm = relay.settled_rss();
         let refused = flood(addr, path, BAD);
         std::thread::sleep(Duration::from_millis(600));
-        let end = relay.rss();
+        let end = relay.settled_rss();
         let elapsed = t0.elapsed();
         let open = relay.metric("skiff_relay_connections_open");
         let seen = audience.finish();

@@ -208,11 +208,11 @@ fn churn_leaves_the_relay_where_it_was() {
         // next trim, once a second: sample after two have passed, so the
         // figure is the relay's state, not the buffers of the last burst.
         std::thread::sleep(SETTLE);
-        let warm = relay.rss();
+        let warm = relay.settled_rss();
         let warm_tracks = relay.metric("skiff_relay_relay_tracks");
         run(&mut paths, &mut names, VISITORS / 2);
         std::thread::sleep(SETTLE);
-        let end = relay.rss();
+        let end = relay.settled_rss();
         let end_tracks = relay.metric("skiff_relay_relay_tracks");
         let end_broadcasts = relay.metric("skiff_relay_broadcasts");
         let elapsed = t0.elapsed();

@@ -112,6 +112,19 @@ impl RelayProcess {
             * 1024
     }
 
+    /// Its resident memory once its pools' trims have run: the least of three
+    /// samples half a second apart, since a trim (once a second) is what hands
+    /// a burst's buffers back, and a sample between the burst and the trim
+    /// counts memory the relay no longer keeps.
+    pub fn settled_rss(&self) -> u64 {
+        let mut least = self.rss();
+        for _ in 0..2 {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            least = least.min(self.rss());
+        }
+        least
+    }
+
     /// One series of the relay's metrics.
     pub fn metric(&self, series: &str) -> u64 {
         let (_, body) = http_get(self.metrics, "/metrics");
