@@ -67,6 +67,17 @@ fn check(ret: isize) -> io::Result<usize> {
     usize::try_from(ret).map_err(|_| io::Error::last_os_error())
 }
 
+/// Writes all of `buf` to `fd` in one call (a pipe with room for it), or fails
+/// saying `what` came up short.
+fn write_whole(fd: RawFd, buf: &[u8], what: &str) -> io::Result<()> {
+    // SAFETY: `buf` is a live, readable slice for the call's duration.
+    let n = unsafe { libc::write(fd, buf.as_ptr() as *const libc::c_void, buf.len()) };
+    if check(n)? != buf.len() {
+        return Err(io::Error::other(format!("short write: {what}")));
+    }
+    Ok(())
+}
+
 /// A pipe (read end, write end) with room for a frame.
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
@@ -164,17 +175,7 @@ struct Pipes {
 /// record by record with headers, or (`whole`) in one splice without them.
 fn send_spliced(viewers: &[TcpStream], frame: &[u8], pipes: &Pipes, whole: bool) -> io::Result<()> {
     let source_out = pipes.source.0.as_raw_fd();
-    // SAFETY: `frame` is a live, readable buffer of `frame.len()` bytes.
-    let n = unsafe {
-        libc::write(
-            pipes.source.1.as_raw_fd(),
-            frame.as_ptr() as *const libc::c_void,
-            frame.len(),
-        )
-    };
-    if check(n)? != frame.len() {
-        return Err(io::Error::other("short write into the source pipe"));
-    }
+    write_whole(pipes.source.1.as_raw_fd(), frame, "the source pipe")?;
     for (v, (out, inp)) in viewers.iter().zip(&pipes.per_viewer) {
         // SAFETY: both are open pipe descriptors; tee copies page references only.
         let t = unsafe { libc::tee(source_out, inp.as_raw_fd(), frame.len(), 0) };
@@ -209,32 +210,12 @@ fn send_spliced(viewers: &[TcpStream], frame: &[u8], pipes: &Pipes, whole: bool)
 /// in the viewer's pipe (header written, chunk tee'd) and spliced out at once.
 fn send_pipe_framed(viewers: &[TcpStream], frame: &[u8], pipes: &Pipes) -> io::Result<()> {
     for (chunk, (_, inp)) in frame.chunks(CHUNK).zip(&pipes.chunks) {
-        // SAFETY: `chunk` is a live, readable slice of the frame.
-        let n = unsafe {
-            libc::write(
-                inp.as_raw_fd(),
-                chunk.as_ptr() as *const libc::c_void,
-                chunk.len(),
-            )
-        };
-        if check(n)? != chunk.len() {
-            return Err(io::Error::other("short write into a chunk pipe"));
-        }
+        write_whole(inp.as_raw_fd(), chunk, "a chunk pipe")?;
     }
     let framed = RECORDS * (HEADER.len() + CHUNK);
     for (v, (out, inp)) in viewers.iter().zip(&pipes.per_viewer) {
         for (chunk_out, _) in &pipes.chunks {
-            // SAFETY: HEADER is a live 8-byte buffer; the pipe is open.
-            let h = unsafe {
-                libc::write(
-                    inp.as_raw_fd(),
-                    HEADER.as_ptr() as *const libc::c_void,
-                    HEADER.len(),
-                )
-            };
-            if check(h)? != HEADER.len() {
-                return Err(io::Error::other("short header write"));
-            }
+            write_whole(inp.as_raw_fd(), &HEADER, "a header")?;
             // SAFETY: both are open pipe descriptors; tee copies page references only.
             let t = unsafe { libc::tee(chunk_out.as_raw_fd(), inp.as_raw_fd(), CHUNK, 0) };
             if check(t)? != CHUNK {
