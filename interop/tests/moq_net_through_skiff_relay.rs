@@ -347,10 +347,9 @@ fn later_subscribers_on_either_worker_get_the_groups_held_before_them() {
     let addr = relay.local_addr();
     let (release, publisher) = spawn_publisher(addr, false);
     let want = groups();
-    let (request, opts) = (every_group, subscriber_options);
     // The first subscriber makes the relay subscribe upstream, and the live
     // publisher writes every group once the relay reads the first.
-    let first = reference::dial_subscriber(addr, opts(), request())
+    let first = reference::dial_subscriber(addr, subscriber_options(), every_group())
         .expect("start subscriber")
         .join()
         .expect("first subscriber");
@@ -363,7 +362,10 @@ fn later_subscribers_on_either_worker_get_the_groups_held_before_them() {
     // The later ones come within the relay track's linger, so the relay still
     // holds the groups; the kernel spreads them over both workers.
     let later: Vec<_> = (0..LATER)
-        .map(|_| reference::dial_subscriber(addr, opts(), request()).expect("start subscriber"))
+        .map(|_| {
+            reference::dial_subscriber(addr, subscriber_options(), every_group())
+                .expect("start subscriber")
+        })
         .collect();
     let received: Vec<Received> = later
         .into_iter()

@@ -817,6 +817,21 @@ macro_rules! published {
     };
 }
 
+/// Finishes the track behind `$tp`, steps until the client's subscription
+/// `$sub` closes cleanly, and checks it was told END `$end` (exclusive).
+macro_rules! finish_and_see_end {
+    ($tp:ident, $pair:ident, $sub:ident, $end:expr) => {
+        $tp.finish();
+        assert!($pair.run(2000, |p| {
+            p.a.saw(|e| matches!(e, Ev::SubscriptionClosed { code: None, .. }))
+        }));
+        assert!($pair.a.events.contains(&Ev::Ended {
+            subscription: $sub,
+            end: $end
+        }));
+    };
+}
+
 #[test]
 fn late_joiner_starts_at_the_latest_group() {
     let mut ps = PoolStorage::<64, 128>::new();
@@ -855,14 +870,7 @@ fn late_joiner_starts_at_the_latest_group() {
     assert_eq!(read_group(local.handle(), 4), frames(&[(400, "key")]));
     assert_eq!(pair.b.session.served_count(), 1);
     // The publisher finishes: END 5 (exclusive), FIN, the local track finishes.
-    tp.finish();
-    assert!(pair.run(2000, |p| {
-        p.a.saw(|e| matches!(e, Ev::SubscriptionClosed { code: None, .. }))
-    }));
-    assert!(pair.a.events.contains(&Ev::Ended {
-        subscription: sub,
-        end: 5
-    }));
+    finish_and_see_end!(tp, pair, sub, 5);
     assert_eq!(local.handle().status(), track::Status::Finished);
     pair.settle(Duration::from_millis(50));
     assert_eq!(pair.b.session.served_count(), 0);
@@ -1004,14 +1012,7 @@ fn groups_awaited_from_upstream_are_given_up_when_the_track_finishes() {
     pair.settle(Duration::from_millis(50));
     // Groups 0 to 2 are still wanted: the subscription stays.
     assert_eq!(pair.b.session.served_count(), 1);
-    tp.finish();
-    assert!(pair.run(2000, |p| {
-        p.a.saw(|e| matches!(e, Ev::SubscriptionClosed { code: None, .. }))
-    }));
-    assert!(pair.a.events.contains(&Ev::Ended {
-        subscription: sub,
-        end: 4
-    }));
+    finish_and_see_end!(tp, pair, sub, 4);
     pair.settle(Duration::from_millis(50));
     assert_eq!(pair.b.session.served_count(), 0);
     assert_eq!(local.handle().sequences().collect::<Vec<_>>(), vec![3]);

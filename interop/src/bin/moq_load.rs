@@ -759,7 +759,8 @@ struct Row {
     old: u64,
     published: u64,
     lat: Vec<u32>,
-    /// Each subscriber's median latency in ms, in connection order.
+    /// Each subscriber's median latency in ms, in connection order (with
+    /// `--per-subscriber` only).
     per_sub_p50: Vec<f64>,
     relay_cpu: f64,
     /// The part of `relay_cpu` spent in the kernel (system time).
@@ -882,11 +883,13 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             .iter()
             .find_map(|s| s.error.lock().ok().and_then(|e| e.clone()));
         let mut lat = Vec::new();
-        let mut per_sub_p50 = Vec::with_capacity(shared.subs.len());
+        let mut per_sub_p50 = Vec::new();
         for s in &shared.subs {
             if let Ok(mut l) = s.latencies.lock() {
-                l.sort_unstable();
-                per_sub_p50.push(percentile(&l, 0.50));
+                if cli.per_subscriber {
+                    l.sort_unstable();
+                    per_sub_p50.push(percentile(&l, 0.50));
+                }
                 lat.append(&mut l);
             }
         }
