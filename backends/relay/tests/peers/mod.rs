@@ -43,15 +43,12 @@ pub struct RelayProcess {
 impl RelayProcess {
     pub fn start(extra: &[&str]) -> RelayProcess {
         use std::io::BufRead;
-        // A free port for the metrics endpoint (bound and released here).
-        let metrics = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
+        // Both ports are the relay's to pick (a port found free here could be
+        // taken by another test's relay before this one binds it); it prints
+        // each address it bound.
         let mut child = std::process::Command::new(relay_binary())
             .args(["serve", "--listen", "127.0.0.1:0", "--threads", "1"])
-            .arg("--metrics")
-            .arg(metrics.to_string())
+            .args(["--metrics", "127.0.0.1:0"])
             // SKIFF_RELAY_LOG=debug shows the relay's log on the test's stderr.
             .args([
                 "--log",
@@ -70,8 +67,14 @@ impl RelayProcess {
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
+            // The binary prints "listening on ADDR", then "metrics on ADDR".
+            let (mut listen, mut metrics) = (None, None);
             let mut sent = false;
             let echo = std::env::var_os("SKIFF_RELAY_LOG").is_some();
+            let after = |l: &str, marker: &str| -> Option<String> {
+                let i = l.find(marker)? + marker.len();
+                Some(l[i..].chars().take_while(|c| !c.is_whitespace()).collect())
+            };
             for l in std::io::BufReader::new(stdout)
                 .lines()
                 .map_while(Result::ok)
@@ -79,21 +82,19 @@ impl RelayProcess {
                 if echo {
                     eprintln!("relay: {l}");
                 }
-                if !sent && let Some(i) = l.find("listening on ") {
-                    let addr: String = l[i + 13..]
-                        .chars()
-                        .take_while(|c| !c.is_whitespace())
-                        .collect();
-                    let _ = tx.send(addr);
+                listen = listen.or_else(|| after(&l, "listening on "));
+                metrics = metrics.or_else(|| after(&l, "metrics on "));
+                if !sent && let (Some(a), Some(m)) = (&listen, &metrics) {
+                    let _ = tx.send((a.clone(), m.clone()));
                     sent = true;
                 }
             }
         });
-        let addr = rx
+        let (addr, metrics) = rx
             .recv_timeout(Duration::from_secs(20))
-            .expect("relay startup line")
-            .parse()
-            .expect("listen address");
+            .expect("relay startup lines");
+        let addr = addr.parse().expect("listen address");
+        let metrics = metrics.parse().expect("metrics address");
         RelayProcess {
             child,
             addr,
