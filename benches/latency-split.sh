@@ -3,7 +3,10 @@
 # moq-net's publisher and subscribers through skiff-relay, every socket read
 # and write of both processes logged with its time by an LD_PRELOAD library
 # (benches/timeline), then split per frame by timeline-split. The relay runs
-# on its epoll driver, whose writes are calls the library sees.
+# on its epoll driver, whose writes are calls the library sees. moq_load's
+# --marks adds the generator's own time on each side of the sockets (send
+# time stamped -> first byte written, last byte read -> frame handed over),
+# so the rows add up to the tool's latency.
 #
 #   benches/latency-split.sh [SKIFF_RELAY_BINARY]
 #
@@ -22,5 +25,7 @@ trap 'rm -rf "$logs"' EXIT
 SKIFF_TIMELINE_DIR="$logs" LD_PRELOAD="$bin/libskiff_timeline.so" \
   "$bin/moq_load" --relay skiff --skiff-relay "$relay" \
   --skiff-args="--max-connections-per-ip 100000 --driver legacy" \
-  --subscribers "$subs" --frame-bytes "$frame" --fps "${FPS:-60}" --seconds "${SECS:-10}"
-"$bin/timeline-split" --dir "$logs" --frame-bytes "$frame" --subscribers "$subs"
+  --subscribers "$subs" --frame-bytes "$frame" --fps "${FPS:-60}" --seconds "${SECS:-10}" \
+  --marks "$logs/marks"
+"$bin/timeline-split" --dir "$logs" --frame-bytes "$frame" --subscribers "$subs" \
+  --marks "$logs/marks"

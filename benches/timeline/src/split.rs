@@ -15,6 +15,12 @@
 //! descriptors with the most bytes read. A frame starts with a write on the
 //! publisher's socket after a gap of at least `--gap-us` (the run must be
 //! paced, not `--fps max`).
+//!
+//! With `--marks` (the file `moq_load --marks` wrote in the same run), the
+//! split also covers the generator's own time on each side of the sockets:
+//! from the send time the publisher stamped into the frame to its first
+//! byte on the socket, and from a subscriber's last byte read to moq-net
+//! handing it the whole frame. The rows then add up to the tool's latency.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -36,6 +42,31 @@ struct Cli {
     /// The least gap between two frames' writes on the publisher's socket.
     #[arg(long, default_value_t = 2000)]
     gap_us: u64,
+    /// `moq_load --marks`'s file of the same run: `sent read` lines, both
+    /// `CLOCK_MONOTONIC` nanoseconds.
+    #[arg(long)]
+    marks: Option<PathBuf>,
+}
+
+/// The frames the subscribers read, keyed by the publisher's send time,
+/// each with the times its subscribers had it whole, sorted.
+fn load_marks(path: &std::path::Path) -> Result<Vec<(u64, Vec<u64>)>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut by_sent: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+    for (i, line) in text.lines().enumerate() {
+        let mut f = line.split_whitespace().map(str::parse::<u64>);
+        match (f.next(), f.next(), f.next()) {
+            (Some(Ok(sent)), Some(Ok(read)), None) => by_sent.entry(sent).or_default().push(read),
+            _ => return Err(format!("{}:{}: not `sent read`", path.display(), i + 1)),
+        }
+    }
+    Ok(by_sent
+        .into_iter()
+        .map(|(sent, mut reads)| {
+            reads.sort_unstable();
+            (sent, reads)
+        })
+        .collect())
 }
 
 /// One logged call.
@@ -184,16 +215,26 @@ fn main() -> Result<(), String> {
         }
         last = c.ns;
     }
-    let names = [
+    let marks = cli.marks.as_deref().map(load_marks).transpose()?;
+    let mut names = vec![
         "publisher's first byte -> relay reads it",
         "relay's first read -> frame complete at the relay",
         "frame complete at the relay -> first subscriber written",
         "frame complete at the relay -> median subscriber written",
         "frame complete at the relay -> last subscriber written",
         "publisher's first byte -> median subscriber written (relay's share)",
+        "median subscriber written -> median subscriber's last byte read",
+        "first subscriber's last byte read -> median subscriber's",
         "publisher's first byte -> median subscriber's last byte read",
         "publisher's first byte -> last subscriber's last byte read",
     ];
+    if marks.is_some() {
+        names.extend([
+            "send time stamped -> publisher's first byte (moq-net's publisher)",
+            "median subscriber's last byte read -> median has the frame (moq-net's reader)",
+            "send time stamped -> median subscriber has the frame (the tool's latency)",
+        ]);
+    }
     let mut cols: Vec<Vec<u64>> = vec![Vec::new(); names.len()];
     let mut frames = 0;
     for w in starts.windows(2).skip(10) {
@@ -218,16 +259,35 @@ fn main() -> Result<(), String> {
         sent.sort_unstable();
         got.sort_unstable();
         let mid = cli.subscribers / 2;
-        let row = [
+        let mut row = vec![
             r_first - t0,
             r_done - r_first,
             sent[0].saturating_sub(r_done),
             sent[mid].saturating_sub(r_done),
             sent[sent.len() - 1].saturating_sub(r_done),
             sent[mid] - t0,
+            got[mid].saturating_sub(sent[mid]),
+            got[mid] - got[0],
             got[mid] - t0,
             got[got.len() - 1] - t0,
         ];
+        if let Some(marks) = &marks {
+            // The frame's stamp is the latest send time before its first
+            // byte, within one gap; its reads must be every subscriber's.
+            let at = marks.partition_point(|(stamp, _)| *stamp <= t0);
+            let Some((stamp, reads)) = at.checked_sub(1).map(|i| &marks[i]) else {
+                continue;
+            };
+            if t0 - stamp >= gap || reads.len() < cli.subscribers {
+                continue;
+            }
+            let had = reads[reads.len() / 2];
+            row.extend([
+                t0 - stamp,
+                had.saturating_sub(got[mid]),
+                had.saturating_sub(*stamp),
+            ]);
+        }
         for (c, v) in cols.iter_mut().zip(row) {
             c.push(v);
         }

@@ -170,6 +170,13 @@ struct Cli {
     /// not fault in fresh memory for every frame; nothing on the wire changes.
     #[arg(long, default_value_t = 4096)]
     client_cache_kib: u64,
+    /// Append every frame read while measuring to this file, one line each:
+    /// the publisher's send time and the time the subscriber had the whole
+    /// frame, both `CLOCK_MONOTONIC` nanoseconds, the clock of
+    /// `benches/timeline`'s logs (`timeline-split --marks` lines them up with
+    /// the socket calls).
+    #[arg(long)]
+    marks: Option<PathBuf>,
 }
 
 fn main() {
@@ -346,6 +353,9 @@ struct SubStat {
     next: AtomicU64,
     /// Latencies (µs) of frames read while measuring.
     latencies: Mutex<Vec<u32>>,
+    /// Send and read times (ns since the epoch) of frames read while
+    /// measuring, kept only with `--marks`.
+    reads: Mutex<Vec<(u64, u64)>>,
     /// Why it failed, if it did.
     error: Mutex<Option<String>>,
 }
@@ -353,6 +363,10 @@ struct SubStat {
 /// State shared by the publisher, the subscribers and the measurer.
 struct Shared {
     epoch: Instant,
+    /// `CLOCK_MONOTONIC` at `epoch`, in nanoseconds.
+    epoch_monotonic_ns: u64,
+    /// Whether subscribers keep `SubStat::reads` (`--marks`).
+    marks: bool,
     measuring: AtomicBool,
     stop: AtomicBool,
     /// Frames published so far.
@@ -366,7 +380,7 @@ struct Shared {
 
 impl Shared {
     fn now_ns(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        nanos(self.epoch.elapsed())
     }
 
     /// The next sequence number the slowest live subscriber waits for.
@@ -732,6 +746,11 @@ async fn subscribe_and_read(
                 if let Ok(mut l) = stat.latencies.lock() {
                     l.push(u32::try_from(us).unwrap_or(u32::MAX));
                 }
+                if shared.marks
+                    && let Ok(mut r) = stat.reads.lock()
+                {
+                    r.push((sent, now));
+                }
             }
             shared.progress.notify_one();
         }
@@ -796,8 +815,11 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
     };
     let relay_cpu = || pid.map_or(Cpu::default(), cpu_seconds);
     let relay_rss = || pid.map_or(0, rss_kib);
+    let epoch = Instant::now();
     let shared = Arc::new(Shared {
-        epoch: Instant::now(),
+        epoch,
+        epoch_monotonic_ns: monotonic_ns().saturating_sub(nanos(epoch.elapsed())),
+        marks: cli.marks.is_some(),
         measuring: AtomicBool::new(false),
         stop: AtomicBool::new(false),
         published: AtomicU64::new(0),
@@ -882,6 +904,9 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             .subs
             .iter()
             .find_map(|s| s.error.lock().ok().and_then(|e| e.clone()));
+        if let Some(path) = &cli.marks {
+            write_marks(path, &shared).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
         let mut lat = Vec::new();
         let mut per_sub_p50 = Vec::new();
         for s in &shared.subs {
@@ -944,6 +969,48 @@ fn machine_line() -> String {
         "machine: {cores} cores, load average {load}, commit {commit}{}, {date}",
         if dirty { " (modified)" } else { "" }
     )
+}
+
+/// A duration in nanoseconds, saturating.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock `Instant` reads on
+/// Linux and `benches/timeline` logs by.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let sub = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(sub)
+}
+
+/// Appends the row's reads to `path` as `sent read` lines of
+/// `CLOCK_MONOTONIC` nanoseconds (`--marks`).
+fn write_marks(path: &std::path::Path, shared: &Shared) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let mut out = std::io::BufWriter::new(file);
+    let base = shared.epoch_monotonic_ns;
+    for s in &shared.subs {
+        if let Ok(reads) = s.reads.lock() {
+            for &(sent, read) in reads.iter() {
+                writeln!(out, "{} {}", base + sent, base + read)?;
+            }
+        }
+    }
+    out.flush()
 }
 
 fn percentile(sorted: &[u32], p: f64) -> f64 {
