@@ -309,3 +309,40 @@ fn main() -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marks_file(name: &str, text: &str) -> PathBuf {
+        let path = std::env::temp_dir().join(format!("skiff-marks-{}-{name}", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn marks_group_each_frames_reads_by_its_send_time_in_order() {
+        let path = marks_file("ok", "100 180\n200 260\n100 150\n100 170\n");
+        let marks = load_marks(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(marks, vec![(100, vec![150, 170, 180]), (200, vec![260])]);
+    }
+
+    #[test]
+    fn a_marks_line_that_is_not_two_numbers_names_its_line() {
+        for (name, text) in [
+            ("short", "100 180\n200\n"),
+            ("long", "100 180 7\n"),
+            ("word", "x 1\n"),
+        ] {
+            let path = marks_file(name, text);
+            let err = load_marks(&path).unwrap_err();
+            std::fs::remove_file(&path).unwrap();
+            let line = if name == "short" { 2 } else { 1 };
+            assert!(
+                err.ends_with(&format!(":{line}: not `sent read`")),
+                "{name}: {err}"
+            );
+        }
+    }
+}
