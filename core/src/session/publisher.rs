@@ -55,7 +55,6 @@ pub(crate) struct Served<'a, 'p> {
     pub(super) source: track::Ref<'a, 'p>,
     pub(super) window: Window<WINDOW_RANGES>,
     pub(super) started: bool,
-    pub(super) end: Option<u64>,
     /// A SUBSCRIBE for the latest group that came while the track held none:
     /// the window wants nothing until the first group is held, then starts at
     /// the newest held (an upstream with several groups sends the newest first,
@@ -647,7 +646,6 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             source,
             window,
             started: false,
-            end: None,
             latest_pending,
         });
         self.control[slot].kind = Kind::SubscribeIn {
@@ -841,14 +839,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         if pending || in_flight {
             return;
         }
-        if self.served_ref(i).is_some_and(|s| s.end.is_none()) {
-            let msg = SubscribeResponse::End { group: end };
-            if self.tx_write(slot, |w| msg.write(w)).is_err() {
-                return;
-            }
-            if let Some(s) = self.served_mut(i) {
-                s.end = Some(end);
-            }
+        let msg = SubscribeResponse::End { group: end };
+        if self.tx_write(slot, |w| msg.write(w)).is_err() {
+            return;
         }
         debug!("session: served subscription complete");
         self.free_served(i);
