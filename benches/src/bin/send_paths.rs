@@ -23,17 +23,34 @@
 use std::io::{self, Read};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::LazyLock;
 use std::time::Instant;
 
 use clap::Parser;
+use skiff_core::wire::qmux::{
+    DEFAULT_MAX_RECORD_SIZE, StreamId, encode_stream_record_header, max_stream_payload,
+};
 
-/// Payload bytes of one record (the largest QMux STREAM frame in one record).
-const CHUNK: usize = 16_352;
+/// The stream the records are framed for: a group stream.
+const STREAM: StreamId = StreamId(3);
+/// The offset the records are framed at: past the group's first record,
+/// where the relay's record headers are 8 bytes.
+const OFFSET: u64 = 16_352;
+
+/// Payload bytes of one record: the most one STREAM frame carries in a record
+/// of QMux's default size limit (16,352).
+static CHUNK: LazyLock<usize> =
+    LazyLock::new(|| max_stream_payload(DEFAULT_MAX_RECORD_SIZE, STREAM, OFFSET));
 /// Records per frame.
 const RECORDS: usize = 4;
-/// A record header as the relay sends it (record length, STREAM type, stream
-/// id, offset, length); its bytes do not matter to the kernel.
-const HEADER: [u8; 8] = [0x7f, 0xf6, 0x0f, 0x03, 0x80, 0x00, 0x7f, 0xe0];
+/// A record header as the relay writes it ahead of a gathered chunk (record
+/// size, STREAM type, stream id, offset, length), by the core's encoder.
+static HEADER: LazyLock<Vec<u8>> = LazyLock::new(|| {
+    let mut buf = [0u8; 32];
+    let n = encode_stream_record_header(STREAM, OFFSET, *CHUNK, false, &mut buf)
+        .expect("a STREAM record header fits 32 bytes");
+    buf[..n].to_vec()
+});
 /// Pipe capacity asked for, above one frame.
 const PIPE_BYTES: libc::c_int = 256 * 1024;
 
@@ -152,8 +169,8 @@ fn splice_all(from: RawFd, to: RawFd, mut len: usize, flags: libc::c_uint) -> io
 /// One frame to every viewer by a gathered write each.
 fn send_writev(viewers: &[TcpStream], frame: &[u8]) -> io::Result<()> {
     let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * RECORDS);
-    for chunk in frame.chunks(CHUNK) {
-        parts.push(&HEADER);
+    for chunk in frame.chunks(*CHUNK) {
+        parts.push(&HEADER[..]);
         parts.push(chunk);
     }
     for v in viewers {
@@ -187,7 +204,7 @@ fn send_spliced(viewers: &[TcpStream], frame: &[u8], pipes: &Pipes, whole: bool)
             continue;
         }
         for _ in 0..RECORDS {
-            // SAFETY: HEADER is a live 8-byte buffer; the socket is open.
+            // SAFETY: HEADER is a live buffer of the length passed; the socket is open.
             let h = unsafe {
                 libc::send(
                     v.as_raw_fd(),
@@ -199,7 +216,7 @@ fn send_spliced(viewers: &[TcpStream], frame: &[u8], pipes: &Pipes, whole: bool)
             if check(h)? != HEADER.len() {
                 return Err(io::Error::other("short header send"));
             }
-            splice_all(out.as_raw_fd(), v.as_raw_fd(), CHUNK, libc::SPLICE_F_MORE)?;
+            splice_all(out.as_raw_fd(), v.as_raw_fd(), *CHUNK, libc::SPLICE_F_MORE)?;
         }
     }
     // The source pipe's copy has been shared; empty it for the next frame.
@@ -209,23 +226,23 @@ fn send_spliced(viewers: &[TcpStream], frame: &[u8], pipes: &Pipes, whole: bool)
 /// One frame's chunks into their pipes once; per viewer the records are framed
 /// in the viewer's pipe (header written, chunk tee'd) and spliced out at once.
 fn send_pipe_framed(viewers: &[TcpStream], frame: &[u8], pipes: &Pipes) -> io::Result<()> {
-    for (chunk, (_, inp)) in frame.chunks(CHUNK).zip(&pipes.chunks) {
+    for (chunk, (_, inp)) in frame.chunks(*CHUNK).zip(&pipes.chunks) {
         write_whole(inp.as_raw_fd(), chunk, "a chunk pipe")?;
     }
-    let framed = RECORDS * (HEADER.len() + CHUNK);
+    let framed = RECORDS * (HEADER.len() + *CHUNK);
     for (v, (out, inp)) in viewers.iter().zip(&pipes.per_viewer) {
         for (chunk_out, _) in &pipes.chunks {
-            write_whole(inp.as_raw_fd(), &HEADER, "a header")?;
+            write_whole(inp.as_raw_fd(), &HEADER[..], "a header")?;
             // SAFETY: both are open pipe descriptors; tee copies page references only.
-            let t = unsafe { libc::tee(chunk_out.as_raw_fd(), inp.as_raw_fd(), CHUNK, 0) };
-            if check(t)? != CHUNK {
+            let t = unsafe { libc::tee(chunk_out.as_raw_fd(), inp.as_raw_fd(), *CHUNK, 0) };
+            if check(t)? != *CHUNK {
                 return Err(io::Error::other("short tee"));
             }
         }
         splice_all(out.as_raw_fd(), v.as_raw_fd(), framed, 0)?;
     }
     for (chunk_out, _) in &pipes.chunks {
-        splice_all(chunk_out.as_raw_fd(), pipes.sink.as_raw_fd(), CHUNK, 0)?;
+        splice_all(chunk_out.as_raw_fd(), pipes.sink.as_raw_fd(), *CHUNK, 0)?;
     }
     Ok(())
 }
@@ -245,7 +262,7 @@ fn main() -> io::Result<()> {
             while matches!(reader.read(&mut buf), Ok(n) if n > 0) {}
         });
     }
-    let frame: Vec<u8> = (0..RECORDS * CHUNK).map(|i| (i % 251) as u8).collect();
+    let frame: Vec<u8> = (0..RECORDS * *CHUNK).map(|i| (i % 251) as u8).collect();
     let pipes = Pipes {
         source: pipe()?,
         chunks: (0..RECORDS).map(|_| pipe()).collect::<io::Result<_>>()?,
@@ -254,7 +271,7 @@ fn main() -> io::Result<()> {
             .collect::<io::Result<_>>()?,
         sink: std::fs::OpenOptions::new().write(true).open("/dev/null")?,
     };
-    let bytes = (args.frames * args.viewers * RECORDS * (HEADER.len() + CHUNK)) as f64;
+    let bytes = (args.frames * args.viewers * RECORDS * (HEADER.len() + *CHUNK)) as f64;
     println!(
         "send_paths: {} viewers, {} frames of {} B per path per round, loopback TCP",
         args.viewers,
