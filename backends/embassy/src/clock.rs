@@ -1,7 +1,8 @@
 //! Converts between embassy-time and the core's time values (both microsecond counts
 //! since the board's time driver started).
 //!
-//! The core reads no clock (STYLE.md item 3); this module is where the backend does.
+//! The core reads no clock: time is a value the backend passes in, and this module is
+//! where the backend reads it.
 
 use skiff_core::time::{Duration, Instant};
 

@@ -35,9 +35,9 @@ use crate::error::Error;
 use crate::publisher::{Shared, State};
 use crate::resources::MakeSession;
 
-/// Drives one publisher's connection to the relay; never spawned for you
-/// (STYLE.md item 7): run [`Runner::run`] in a task of the executor that runs the
-/// application (their shared state is `!Sync`).
+/// Drives one publisher's connection to the relay; never spawned for you (the
+/// application owns every task it runs): run [`Runner::run`] in a task of the
+/// executor that runs the application (their shared state is `!Sync`).
 ///
 /// `'d` is the network stack's lifetime, `'r` the resources', `'a` the local media's
 /// (origin, broadcasts, tracks, and the configuration's path), `'p` the block pool's;

@@ -12,10 +12,11 @@
 //! fixed-size histogram ([`LatencyHistogram`]): average, p50, p99 and max,
 //! per second on the live line and for the whole run in the summary.
 //!
-//! Beside them, on a thread of its own, the camera node of `skiff-media`
-//! publishes real H.264 in moq-dev's hang format as [`BROWSER_BROADCAST`]
-//! (the stamped, moving test pattern), and the demo prints the URL of the
-//! relay's watch page, where a browser plays it with moq-dev's player.
+//! Beside them, on a thread of its own, a browser camera publishes H.264 in
+//! moq-dev's hang format as [`BROWSER_BROADCAST`]: the core's moving test
+//! card ([`TestCard`], I_PCM pictures with the frame number drawn in), which
+//! needs no encoder, so the relay builds without one. The demo prints the URL
+//! of the relay's watch page, where a browser plays it with moq-dev's player.
 
 use std::cell::{Cell, RefCell};
 use std::io::{IsTerminal, Write};
@@ -25,8 +26,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use skiff_core::hang::{self, testcard::TestCard};
 use skiff_core::model::track::Info;
-use skiff_media::node::{self, NodeOptions};
 use skiff_monoio::driver;
 use skiff_monoio::sdk::{GroupProducer, Request};
 use skiff_monoio::{Client, Config, Error, connect};
@@ -293,15 +294,10 @@ pub fn run(
     let epoch = Instant::now();
     let camera_stop = Arc::new(AtomicBool::new(false));
     let camera = {
-        let opts = NodeOptions {
-            fps: f64::from(args.fps.max(1)),
-            gop: args.fps.max(1),
-            ..NodeOptions::pattern(format!("{scheme}://{addr}/"), BROWSER_BROADCAST)
-        };
-        let stop = camera_stop.clone();
+        let (url, fps, stop) = (url.clone(), args.fps.max(1), camera_stop.clone());
         std::thread::Builder::new()
             .name("skiff-demo-camera".into())
-            .spawn(move || driver::block_on(kind, move |_| node::run(opts, stop, |_| {})))
+            .spawn(move || driver::block_on(kind, move |_| browser_camera(url, fps, stop)))
             .map_err(RelayError::Spawn)?
     };
     println!(
@@ -390,7 +386,7 @@ pub fn run(
         Err(e) => vec![format!("client runtime: {e}")],
     };
     let video_frames = match video {
-        Ok(Ok(p)) => p.frames,
+        Ok(Ok(frames)) => frames,
         Ok(Err(e)) => {
             failures.push(format!("browser camera: {e}"));
             0
@@ -506,6 +502,62 @@ async fn clients(
     }
     failures.take()
 }
+
+/// Width and height of the browser camera's test card: small, since I_PCM
+/// pictures are uncompressed (about 41 KiB a picture, 10 Mbit/s at 30 fps).
+const CARD_SIZE: (usize, usize) = (192, 144);
+
+/// The browser camera: the core's test card as a hang broadcast
+/// ([`BROWSER_BROADCAST`]: `catalog.json` in one open group, and `video`, a
+/// group per picture since every picture is an IDR), a picture per tick
+/// until `stop` is set. Returns the pictures published.
+async fn browser_camera(url: String, fps: u32, stop: Arc<AtomicBool>) -> Result<u64, Error> {
+    let card = TestCard::new(CARD_SIZE.0, CARD_SIZE.1, fps)
+        .map_err(|e| Error::Io(std::io::Error::other(format!("test card: {e}"))))?;
+    let mut config = Config::default();
+    // Room for a second of pictures.
+    config.pool_bytes = (card.max_frame_len() as u64 * u64::from(fps) * 2).max(16 << 20);
+    let (client, runner) = connect(&url, config)?;
+    let runner = monoio::spawn(runner.run());
+    let broadcast = client.publish(BROWSER_BROADCAST)?;
+    let mut catalog_track = broadcast.create_track(hang::catalog_info())?;
+    let video = hang::video_info(VIDEO_TRACK).map_err(|_| Error::InvalidName(VIDEO_TRACK.into()))?;
+    let mut track = broadcast.create_track(video)?;
+    let mut json = [0u8; hang::testcard::CATALOG_MAX_LEN];
+    let len = card
+        .catalog(VIDEO_TRACK, &mut json)
+        .map_err(|e| Error::Io(std::io::Error::other(format!("test card catalog: {e}"))))?;
+    let mut catalog = catalog_track.append_group()?;
+    catalog.write_frame(0, &json[..len]).await?;
+    let mut buf = vec![0u8; card.max_frame_len()];
+    let tick = Duration::from_micros(1_000_000 / u64::from(fps));
+    let start = Instant::now();
+    let mut n: u32 = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let pts = card.pts_us(u64::from(n));
+        let frame = card
+            .frame(n, pts, &mut buf)
+            .map_err(|e| Error::Io(std::io::Error::other(format!("test card: {e}"))))?;
+        let mut group = track.append_group()?;
+        group.write_frame(pts, frame).await?;
+        group.finish()?;
+        n = n.wrapping_add(1);
+        monoio::time::sleep_until(monoio::time::Instant::from_std(start + tick * n)).await;
+    }
+    catalog.finish()?;
+    catalog_track.finish();
+    track.finish();
+    monoio::select! {
+        () = client.flushed() => {}
+        () = monoio::time::sleep(FLUSH_TIMEOUT) => {}
+    }
+    client.close().await;
+    runner.await;
+    Ok(u64::from(n))
+}
+
+/// The browser camera's video track.
+const VIDEO_TRACK: &str = "video";
 
 /// The camera: a frame per tick until `args.seconds` passed or `stop` is set,
 /// a group per second; then the track's end.

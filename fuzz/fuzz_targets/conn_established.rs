@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    skiff_core_fuzz::drive_conn(data, true);
+    skiff_fuzz::drive_conn(data, true);
 });

@@ -7,5 +7,5 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let handshake = data.first().is_some_and(|f| f & 0x40 != 0);
-    skiff_core_fuzz::drive_conn(data, handshake);
+    skiff_fuzz::drive_conn(data, handshake);
 });

@@ -11,7 +11,7 @@ use libfuzzer_sys::fuzz_target;
 use skiff_core::session::{self, DefaultStorage, Session};
 use skiff_core::time::Instant;
 use skiff_core::wire::qmux::Side;
-use skiff_core_fuzz::{MAX_CALLS, SLOTS, Script, check_records, handshake_record};
+use skiff_fuzz::{MAX_CALLS, SLOTS, Script, check_records, handshake_record};
 
 /// The peer's SETUP stream as one record: an empty SETUP on the peer's first uni
 /// stream (client uni 2 when we are the server, server uni 3 when we are the client), with FIN.
