@@ -88,15 +88,15 @@ macro_rules! settings {
         #[derive(Debug, Clone)]
         pub struct Values {
             $(
-                #[doc = concat!("`--", stringify!($key), "` (see [`Settings`]).")]
+                #[doc = concat!("The value of [`Settings::", stringify!($key), "`].")]
                 pub $key: value_type!($ty $(, $default)?),
             )*
         }
 
         impl Settings {
-            /// The settings' field names, in declaration order; `--` and
-            /// the name with `-` for `_` is the flag, the same with `-` the
-            /// TOML key.
+            /// The settings' field names (`max_streams`), in declaration
+            /// order; with `-` for `_` each is a TOML key and, after `--`, a
+            /// flag ([`Settings::keys`]).
             pub const FIELDS: &'static [&'static str] = &[$(stringify!($key)),*];
 
             /// These settings with `over` laid on top: each setting `over`
