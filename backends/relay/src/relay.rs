@@ -476,9 +476,7 @@ impl Relay {
     /// Counts a refused track request and logs it.
     fn track_refused(&self, conn: Option<SourceId>, e: ResolveRefused, path: &str) {
         match e {
-            ResolveRefused::Quota(quota) => {
-                self.quota_refused(quota_key(quota), conn.unwrap_or(0), path);
-            }
+            ResolveRefused::Quota(q) => self.quota_refused(quota_key(q), conn.unwrap_or(0), path),
             ResolveRefused::NotFound => tracing::debug!(path, "track request refused: not found"),
         }
     }
