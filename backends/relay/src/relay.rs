@@ -129,7 +129,7 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::Pool;
 use skiff_core::relay::{
-    AnnounceRefused, BroadcastSlot, BroadcastTable, LINGER, Peer, PeerKind, ResolveRefused,
+    AnnounceRefused, BroadcastSlot, BroadcastTable, LINGER, Peer, PeerKind, Quota, ResolveRefused,
     Resolver, Router, RouterLimits, RouterStorage, SourceId, SubscribeQueue, TrackSlot, TrackTable,
     Upstreams, Wake,
 };
@@ -149,7 +149,7 @@ use skiff_monoio::ws::{WsReader, WsWriter};
 use skiff_ws::frame::Role as WsRole;
 
 use crate::auth::{Auth, Gate};
-use crate::config::{RelayConfig, Upstream as UpstreamAddr};
+use crate::config::{RelayConfig, Upstream as UpstreamAddr, quota_key};
 use crate::conn::Connection;
 use crate::handler::{ConnectionHandler, WorkerInfo};
 use crate::lend::{Borrower, Lender, LinkShare, lend_limit, return_released, spare_slots};
@@ -476,7 +476,7 @@ impl Relay {
     /// Counts a refused track request and logs it.
     fn track_refused(&self, conn: Option<SourceId>, e: ResolveRefused, path: &str) {
         match e {
-            ResolveRefused::Quota(quota) => self.quota_refused(quota, conn.unwrap_or(0), path),
+            ResolveRefused::Quota(q) => self.quota_refused(quota_key(q), conn.unwrap_or(0), path),
             ResolveRefused::NotFound => tracing::debug!(path, "track request refused: not found"),
         }
     }
@@ -631,7 +631,7 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
             .on_event(event, &relay.router, relay.clock.now(), &relay.queues);
         if let (Some(e), Event::Announced { path, .. }) = (effect.refused, event) {
             let quota = match e {
-                AnnounceRefused::Quota => "max-announces",
+                AnnounceRefused::Quota => quota_key(Quota::Announces),
                 _ => "broadcast table",
             };
             relay.quota_refused(quota, self.id, path);

@@ -30,7 +30,7 @@ pub use broadcasts::{BroadcastSlot, BroadcastTable, ClaimError};
 pub use demand::{Follow, LINGER, Step, UPSTREAM, mirror_request, upstream_request};
 pub use peer::{Effect, Peer, PeerKind, RefusedHook, Resolver, SubscribeQueue, Wake};
 pub use routes::{
-    AnnounceRefused, Announced, Pending, ResolveRefused, Route, Router, RouterLimits,
+    AnnounceRefused, Announced, Pending, Quota, ResolveRefused, Route, Router, RouterLimits,
     RouterStorage, SourceId, Spare, Upstreams, end_track,
 };
 pub use table::Counts;

@@ -147,11 +147,11 @@ pub enum AnnounceRefused {
 
 impl fmt::Display for AnnounceRefused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            AnnounceRefused::Quota => "max-announces",
-            AnnounceRefused::Full => "route table full",
-            AnnounceRefused::Path => "path too long",
-        })
+        match self {
+            AnnounceRefused::Quota => write!(f, "over quota: {}", Quota::Announces),
+            AnnounceRefused::Full => f.write_str("route table full"),
+            AnnounceRefused::Path => f.write_str("path too long"),
+        }
     }
 }
 
@@ -174,6 +174,34 @@ pub enum Announced {
     Spare,
 }
 
+/// Which of a [`Router`]'s per-peer quotas ([`RouterLimits`]) a request
+/// went past; a relay names it after its own setting in logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Quota {
+    /// Routes and spares one local source holds ([`RouterLimits::announces`]).
+    Announces,
+    /// Track requests of one connection waiting for their source
+    /// ([`RouterLimits::pending_per_conn`]).
+    PendingTracks,
+    /// Track requests of one broadcast waiting for their source
+    /// ([`RouterLimits::pending_per_broadcast`]).
+    PendingTracksPerBroadcast,
+    /// Relay tracks: the [`TrackTable`] has no free place.
+    RelayTracks,
+}
+
+impl fmt::Display for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Quota::Announces => "announcements per source",
+            Quota::PendingTracks => "pending track requests per connection",
+            Quota::PendingTracksPerBroadcast => "pending track requests per broadcast",
+            Quota::RelayTracks => "relay tracks",
+        })
+    }
+}
+
 /// Why a track request was refused, with the code the request gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -181,10 +209,9 @@ pub enum ResolveRefused {
     /// No such broadcast routed, a name that cannot be a track, or every
     /// track place of the broadcast taken: NOT_FOUND.
     NotFound,
-    /// Over a quota (named as the relay's flag): EVICTED (0x35, "dropped
-    /// under memory pressure", the closest code for a refusal to hold more
-    /// state).
-    Quota(&'static str),
+    /// Over a quota: EVICTED (0x35, "dropped under memory pressure", the
+    /// closest code for a refusal to hold more state).
+    Quota(Quota),
 }
 
 impl ResolveRefused {
@@ -631,20 +658,20 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         let waiting = || pending.iter().filter_map(Cell::get);
         if let Some(conn) = conn {
             if waiting().filter(|p| p.conn == conn).count() >= self.limits.pending_per_conn {
-                return Err(ResolveRefused::Quota("max-pending-tracks"));
+                return Err(ResolveRefused::Quota(Quota::PendingTracks));
             }
             if waiting()
                 .filter(|p| p.broadcast.same_broadcast(&broadcast))
                 .count()
                 >= self.limits.pending_per_broadcast
             {
-                return Err(ResolveRefused::Quota("max-pending-tracks-per-broadcast"));
+                return Err(ResolveRefused::Quota(Quota::PendingTracksPerBroadcast));
             }
         }
         let t = self
             .tracks
             .claim(info)
-            .map_err(|_| ResolveRefused::Quota("max-relay-tracks"))?;
+            .map_err(|_| ResolveRefused::Quota(Quota::RelayTracks))?;
         // Its TRACK_INFO is the source's: TRACK requests wait for it.
         t.await_info();
         // The track outlives a source that goes away (failover).
@@ -996,12 +1023,12 @@ mod tests {
         r.resolve(Some(7), a, "x", &up).unwrap();
         assert_eq!(
             r.resolve(Some(7), a, "y", &up).unwrap_err(),
-            ResolveRefused::Quota("max-pending-tracks")
+            ResolveRefused::Quota(Quota::PendingTracks)
         );
         r.resolve(Some(8), a, "y", &up).unwrap();
         assert_eq!(
             r.resolve(Some(9), a, "z", &up).unwrap_err(),
-            ResolveRefused::Quota("max-pending-tracks-per-broadcast")
+            ResolveRefused::Quota(Quota::PendingTracksPerBroadcast)
         );
         assert_eq!(a.len(), 2, "nothing kept for the refused requests");
         // Once the source answers (TRACK_INFO), the request no longer waits.
@@ -1016,9 +1043,12 @@ mod tests {
         r.resolve(None, a, "v", &up).unwrap();
         assert_eq!(
             r.resolve(None, a, "u", &up).unwrap_err(),
-            ResolveRefused::Quota("max-relay-tracks")
+            ResolveRefused::Quota(Quota::RelayTracks)
         );
-        assert_eq!(ResolveRefused::Quota("x").code(), StreamCode::Evicted);
+        assert_eq!(
+            ResolveRefused::Quota(Quota::RelayTracks).code(),
+            StreamCode::Evicted
+        );
         let _ = pool;
     }
 

@@ -37,7 +37,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<(), RelayError> {
-    let mut config = RelayConfig::load(&cli.flags)?;
+    let mut config = RelayConfig::load(&cli)?;
     init_logging(&config);
     let command = cli.command.unwrap_or(Command::Serve);
     // Install handlers before anything listens, so an early signal is kept.
@@ -86,7 +86,7 @@ fn run(cli: Cli) -> Result<(), RelayError> {
                     reason: "the demo serves plain TCP only: drop --tls-cert and --tls-key".into(),
                 }));
             }
-            if cli.flags.listen.is_none() && config.listen == RelayConfig::default().listen {
+            if cli.settings.listen.is_none() && config.listen == RelayConfig::default().listen {
                 // Pick a free port so the demo never collides with a running relay.
                 config.listen.set_port(0);
             }
