@@ -613,6 +613,14 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         &self.conn
     }
 
+    /// The transport underneath, for a driver that feeds it what it received
+    /// and reads from it (a transport that receives on its own). Streams are
+    /// the session's: opening, writing, resetting, stopping or closing
+    /// through this handle leaves the session out of step with its streams.
+    pub fn transport_mut(&mut self) -> &mut T {
+        &mut self.conn
+    }
+
     /// True once the transport is established: requests may be made.
     pub fn is_established(&self) -> bool {
         self.conn.is_established() && !self.closed
@@ -861,7 +869,8 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         self.release_surfaced();
         self.dirty = true;
         self.now = now;
-        if self.is_closed() {
+        // The transport is closed already when it reports its own end.
+        if self.closed || (self.conn.is_closed() && !matches!(event, conn::Event::Closed(_))) {
             return Err(Error::Closed);
         }
         self.resume();
