@@ -111,6 +111,9 @@ pub trait Wire: Transport + Sized {
     /// over yet (0 for QMux, whose input waits in the caller's buffer).
     fn held(session: &Session<'_, '_, '_, 32, Self>) -> usize;
 
+    /// The per-stream bytes of a link's log.
+    fn tap(log: &[u8]) -> Tap;
+
     /// A session on a new transport of this kind (see [`Session::new`]).
     #[allow(clippy::type_complexity)]
     fn session<
@@ -140,6 +143,10 @@ impl Wire for Connection<32> {
         0
     }
 
+    fn tap(log: &[u8]) -> Tap {
+        Tap::new(log)
+    }
+
     fn session<
         's,
         'a,
@@ -167,6 +174,10 @@ impl Wire for Mem {
 
     fn held(session: &Session<'_, '_, '_, 32, Self>) -> usize {
         session.transport().held()
+    }
+
+    fn tap(log: &[u8]) -> Tap {
+        memory::tap(log)
     }
 
     fn session<

@@ -2,16 +2,18 @@
 //! simulated pair (every split point, random chunking, latency, small
 //! credit), and misbehaving peers scripted with a raw QMux connection.
 //!
-//! The suite of two sessions talking ([`over_qmux`], `tests/suite.rs`) runs
-//! once over QMux and once over the in-memory stream transport
-//! ([`over_memory`]). The tests in this file run over QMux only, because
-//! what they check is QMux's: the bytes on the wire (the docs/protocol.md §6
-//! vectors, [`Tap`] captures, records cut at every split point, bytes
-//! `poll_transmit` writes into its buffer), a peer scripted record by record
-//! as a raw QMux connection ([`Raw`]: malformed or misbehaving peers,
-//! SETUP details, full tables), QMux's own limits (its stream table), the
-//! input buffer of `handle_input` ([`Inbox`], `tests/inbox.rs`), and
-//! gathered writes and STREAM_REF lending, which only QMux offers.
+//! The suite of two sessions talking ([`over_qmux`], `tests/suite.rs` with
+//! `tests/chunks.rs`) runs once over QMux and once over the in-memory stream
+//! transport ([`over_memory`]); its byte checks compare the moq-lite bytes of
+//! each stream, which are the same on both. The tests in this file run over
+//! QMux only, because what they check is QMux's own: records cut at every
+//! split point of the byte stream, the bytes `poll_transmit` writes into the
+//! caller's buffer, peers scripted record by record as a raw QMux connection
+//! ([`Raw`]: malformed or misbehaving peers, SETUP details, full tables),
+//! QMux's stream table (a table too full to open our SETUP, the 160-slot
+//! table of the priority test), the input buffer of `handle_input`
+//! ([`Inbox`], `tests/inbox.rs`), and gathered writes and STREAM_REF
+//! lending, which only QMux offers.
 
 extern crate std;
 
@@ -110,174 +112,9 @@ fn frames(list: &[(u64, &str)]) -> Frames {
 // The docs/protocol.md §6 session: broadcast "clock", track "seconds", groups 5 and 6
 // ---------------------------------------------------------------------------
 
-/// What one run of the clock session produced.
-struct Outcome {
-    client: Vec<Ev>,
-    server: Vec<Ev>,
-    c2s: Vec<u8>,
-    s2c: Vec<u8>,
-    groups: Vec<(u64, Frames)>,
-    done: bool,
-}
-
-/// Server (hop 0x1111) publishes clock/seconds with groups 5 and 6, finished;
-/// the client (hop 0x2222) asks for announcements and subscribes with the
-/// SUBSCRIBE of V8 (priority 3, max age 250 ms, groups 5..=9).
-fn clock_session(configure: impl FnOnce(&mut Pair<Node<'_, '_, '_>, Node<'_, '_, '_>>)) -> Outcome {
-    let mut ps = PoolStorage::<64, 128>::new();
-    let pool = Pool::new(&mut ps);
-    let mut pc = PoolStorage::<64, 128>::new();
-    let cpool = Pool::new(&mut pc);
-
-    let seconds = track::State::<4>::new(&pool, track::Info::new("seconds").unwrap());
-    let clock = broadcast::State::<4>::new(Path::new("clock").unwrap()).unwrap();
-    let origin = origin::State::<4, 8>::new();
-    let bp = clock.producer().unwrap();
-    bp.add(seconds.handle()).unwrap();
-    origin.handle().announce(clock.handle()).unwrap();
-    let mut tp = seconds.producer().unwrap();
-    write_group(&tp, 5, &[(1000, b"hello"), (1033, b"world!")]);
-    write_group(&tp, 6, &[(2000, b"hello"), (2033, b"world!")]);
-    tp.finish();
-
-    let local = track::State::<4>::new(&cpool, track::Info::new("seconds").unwrap());
-
-    let mut ss = St::new();
-    let mut cs = St::new();
-    let server = Session::new(
-        Side::Server,
-        cfg(0x1111),
-        Instant::ZERO,
-        &mut ss,
-        Some(origin.handle()),
-    )
-    .unwrap();
-    let client = Session::new(Side::Client, cfg(0x2222), Instant::ZERO, &mut cs, None).unwrap();
-    let mut pair = Pair::new(Node::new(client), Node::new(server));
-    configure(&mut pair);
-
-    let mut asked = false;
-    let done = pair.run(20_000, |p| {
-        if !asked && p.a.saw(|e| matches!(e, Ev::Connected { .. })) {
-            asked = true;
-            p.a.session.announce_request("").unwrap();
-            let req = Request {
-                start: Start::Group(5),
-                end: End::Group(9),
-                ordered: false,
-                priority: 3,
-                max_latency: Duration::from_millis(250),
-            };
-            p.a.session.subscribe("clock", local.handle(), req).unwrap();
-        }
-        p.a.saw(|e| matches!(e, Ev::SubscriptionClosed { .. }))
-            && p.a.saw(|e| matches!(e, Ev::Announced { .. }))
-    });
-    pair.settle(Duration::from_millis(100));
-    let groups = [5, 6]
-        .into_iter()
-        .filter(|s| local.handle().group(*s).is_some())
-        .map(|s| (s, read_group(local.handle(), s)))
-        .collect();
-    Outcome {
-        client: pair.a.events.clone(),
-        server: pair.b.events.clone(),
-        c2s: pair.ab.log.clone(),
-        s2c: pair.ba.log.clone(),
-        groups,
-        done,
-    }
-}
-
-/// The facts every correct run of the clock session shows.
-fn check_clock(o: &Outcome) {
-    assert!(o.done, "session did not complete: {:?}", o.client);
-    let sub = SubscriptionId(0);
-    assert_eq!(
-        o.groups,
-        vec![
-            (5, frames(&[(1000, "hello"), (1033, "world!")])),
-            (6, frames(&[(2000, "hello"), (2033, "world!")])),
-        ]
-    );
-    assert!(o.client.contains(&Ev::Started {
-        subscription: sub,
-        group: 5
-    }));
-    assert!(o.client.contains(&Ev::Ended {
-        subscription: sub,
-        end: 7
-    }));
-    assert!(o.client.contains(&Ev::SubscriptionClosed {
-        subscription: sub,
-        code: None
-    }));
-    assert!(o.client.contains(&Ev::Announced {
-        request: AnnounceId(0),
-        path: "clock".into(),
-        hops: vec![],
-        publisher: 0x1111,
-    }));
-    assert!(o.client.contains(&Ev::Setup {
-        hop: 0x1111,
-        role: Role::Both,
-        path: None
-    }));
-    assert!(o.server.contains(&Ev::Setup {
-        hop: 0x2222,
-        role: Role::Both,
-        path: None
-    }));
-    assert!(o.client.iter().all(|e| !matches!(e, Ev::Closed { .. })));
-    assert!(o.server.iter().all(|e| !matches!(e, Ev::Closed { .. })));
-}
-
-#[test]
-fn clock_session_matches_protocol_vectors() {
-    let o = clock_session(|_| {});
-    check_clock(&o);
-    let c2s = Tap::new(&o.c2s);
-    let s2c = Tap::new(&o.s2c);
-
-    // V5-style SETUPs: only Hop (we advertise no Probe), client uni 2, server uni 3.
-    assert_eq!(c2s.stream(2), hex("01 05 01 05 02 62 22"));
-    assert!(c2s.fin(2));
-    assert_eq!(s2c.stream(3), hex("01 05 01 05 02 51 11"));
-    assert!(s2c.fin(3));
-    // V6: ANNOUNCE_REQUEST with Exclude Hop = our hop; V7: ANNOUNCE_OK + ANNOUNCE.
-    assert_eq!(c2s.stream(0), hex("01 03 00 62 22"));
-    assert_eq!(s2c.stream(0), hex("03 51 11 01 08 01 05 63 6c 6f 63 6b 00"));
-    // V10: TRACK, then TRACK_INFO and FIN; we FIN after reading it.
-    assert_eq!(
-        c2s.stream(4),
-        hex("06 0e 05 63 6c 6f 63 6b 07 73 65 63 6f 6e 64 73")
-    );
-    assert!(c2s.fin(4));
-    assert_eq!(s2c.stream(4), hex("06 7f 00 53 88 43 e8"));
-    assert!(s2c.fin(4));
-    // V8: the SUBSCRIBE, sent only after TRACK_INFO; V9: START 5, END 7, FIN.
-    assert_eq!(
-        c2s.stream(8),
-        hex("02 15 00 05 63 6c 6f 63 6b 07 73 65 63 6f 6e 64 73 03 00 40 fa 06 0a")
-    );
-    assert_eq!(s2c.stream(8), hex("00 01 05 01 01 07"));
-    assert!(s2c.fin(8));
-    // V11/V12: one uni stream per group, newest first, FIN after the last frame.
-    let g6 = hex("00 02 00 06 4f a0 05 68 65 6c 6c 6f 40 42 06 77 6f 72 6c 64 21");
-    let g5 = hex("00 02 00 05 47 d0 05 68 65 6c 6c 6f 40 42 06 77 6f 72 6c 64 21");
-    assert_eq!(s2c.stream(7), g6);
-    assert_eq!(s2c.stream(11), g5);
-    assert!(s2c.fin(7) && s2c.fin(11));
-    let pos = |id| s2c.order.iter().position(|&s| s == id).unwrap();
-    assert!(pos(7) < pos(11), "group 6 goes before group 5");
-    // Nothing was reset or closed.
-    assert!(s2c.resets.is_empty(), "{:?}", s2c.resets);
-    assert_eq!(s2c.close, None);
-    assert_eq!(c2s.close, None);
-}
-
 #[test]
 fn clock_session_at_every_split_point() {
+    use over_qmux::suite::{check_clock, clock_session};
     let whole = clock_session(|_| {});
     check_clock(&whole);
     assert!(whole.s2c.len() > 150 && whole.c2s.len() > 100);
@@ -287,20 +124,6 @@ fn clock_session_at_every_split_point() {
     }
     for k in 0..=whole.c2s.len() {
         let o = clock_session(|p| p.ab.chunking = Chunking::SplitAt(k));
-        check_clock(&o);
-    }
-}
-
-#[test]
-fn clock_session_with_random_chunks_and_latency() {
-    for seed in 1..=40u64 {
-        let o = clock_session(|p| {
-            p.rng = Rng::new(seed);
-            p.ab.chunking = Chunking::Random;
-            p.ba.chunking = Chunking::Random;
-            p.ab.latency = Duration::from_millis(seed % 7);
-            p.ba.latency = Duration::from_millis(seed % 5 + 1);
-        });
         check_clock(&o);
     }
 }
@@ -897,193 +720,6 @@ fn group_complete(track: track::Ref<'_, '_>, seq: u64) -> bool {
     }
 }
 
-#[test]
-fn unknown_track_and_broadcast_are_refused() {
-    let mut ps = PoolStorage::<16, 64>::new();
-    let pool = Pool::new(&mut ps);
-    published!(pool, o, "live", "video", video, tp);
-    let audio = track::State::<2>::new(&pool, track::Info::new("audio").unwrap());
-    let other = track::State::<2>::new(&pool, track::Info::new("video").unwrap());
-    session_pair!(o.handle(), pair);
-    let a = pair
-        .a
-        .session
-        .subscribe("live", audio.handle(), Request::LIVE)
-        .unwrap();
-    let b = pair
-        .a
-        .session
-        .subscribe("nowhere", other.handle(), Request::LIVE)
-        .unwrap();
-    pair.settle(Duration::from_millis(50));
-    // docs/protocol.md §4.4: NOT_FOUND for a missing track, UNROUTABLE for a missing broadcast.
-    assert!(pair.a.events.contains(&Ev::SubscriptionClosed {
-        subscription: a,
-        code: Some(0x33)
-    }));
-    assert!(pair.a.events.contains(&Ev::SubscriptionClosed {
-        subscription: b,
-        code: Some(0x36)
-    }));
-    assert_eq!(audio.handle().status(), track::Status::Aborted(0x33));
-    // The tracks are free again.
-    assert!(audio.producer().is_ok());
-    // No SUBSCRIBE went out for either.
-    let c2s = Tap::new(&pair.ab.log);
-    assert!(c2s.streams.values().all(|(d, _)| d.first() != Some(&0x02)));
-}
-
-#[test]
-fn announcements_follow_the_origin() {
-    let mut ps = PoolStorage::<16, 64>::new();
-    let pool = Pool::new(&mut ps);
-    let cam = broadcast::State::<2>::new(Path::new("room/cam").unwrap()).unwrap();
-    let hidden = broadcast::State::<2>::new(Path::new("room/.private").unwrap()).unwrap();
-    published!(pool, o, "clock", "seconds", seconds, tp);
-    let ccfg = Config {
-        hop: 0x2222,
-        ..Config::new()
-    };
-    let scfg = Config {
-        hop: 0x1111,
-        ..Config::new()
-    };
-    session_pair!(o.handle(), ccfg, scfg, pair);
-    let all = pair.a.session.announce_request("").unwrap();
-    let room = pair.a.session.announce_request("/room/").unwrap();
-    pair.settle(Duration::from_millis(50));
-    assert!(pair.a.events.contains(&Ev::Announced {
-        request: all,
-        path: "clock".into(),
-        hops: vec![],
-        publisher: 0x1111
-    }));
-    // Later changes, under both prefixes; dot-segments are not announced (§3.6).
-    o.handle().announce(cam.handle()).unwrap();
-    o.handle().announce(hidden.handle()).unwrap();
-    pair.settle(Duration::from_millis(50));
-    for request in [all, room] {
-        assert!(pair.a.events.contains(&Ev::Announced {
-            request,
-            path: "room/cam".into(),
-            hops: vec![],
-            publisher: 0x1111
-        }));
-    }
-    assert!(
-        !pair
-            .a
-            .saw(|e| matches!(e, Ev::Announced { path, .. } if path.contains("private")))
-    );
-    o.handle().unannounce(Path::new("room/cam").unwrap());
-    pair.settle(Duration::from_millis(50));
-    assert!(pair.a.events.contains(&Ev::Unannounced {
-        request: room,
-        path: "room/cam".into()
-    }));
-    // Wire check (V7 form): ANNOUNCE_OK for "room" counted nothing at first.
-    let s2c = Tap::new(&pair.ba.log);
-    assert_eq!(&s2c.stream(4)[..4], &hex("03 51 11 00")[..]);
-    // Cancelling ends the stream.
-    pair.a.session.cancel_announce(all).unwrap();
-    pair.settle(Duration::from_millis(50));
-    assert_eq!(pair.a.session.cancel_announce(all), Err(Error::Unknown));
-}
-
-#[test]
-fn a_server_names_a_rooted_clients_paths_in_full() {
-    // The client at `/room` publishes `cam`: the server's origin calls it `room/cam`.
-    let mut ps = PoolStorage::<16, 64>::new();
-    let pool = Pool::new(&mut ps);
-    let local = track::State::<4>::new(&pool, track::Info::new("video").unwrap());
-    let other = track::State::<4>::new(&pool, track::Info::new("video").unwrap());
-    published!(pool, o, "cam", "video", video, tp);
-    write_group(&tp, 0, &[(0, b"key")]);
-    let (mut cst, mut sst) = (St::new(), St::new());
-    let ccfg = Config {
-        path: Some("/room"),
-        ..Config::new()
-    };
-    let client = Session::new(
-        Side::Client,
-        ccfg,
-        Instant::ZERO,
-        &mut cst,
-        Some(o.handle()),
-    )
-    .unwrap();
-    let server = Session::new(Side::Server, Config::new(), Instant::ZERO, &mut sst, None).unwrap();
-    let mut pair = Pair::new(Node::new(client), Node::new(server));
-    assert!(pair.run(1000, |p| p.a.session.is_setup() && p.b.session.is_setup()));
-    let all = pair.b.session.announce_request("").unwrap();
-    let under = pair.b.session.announce_request("room").unwrap();
-    assert_eq!(
-        pair.b.session.announce_request("lobby"),
-        Err(Error::Invalid)
-    );
-    let sub = pair
-        .b
-        .session
-        .subscribe("room/cam", local.handle(), Request::LIVE)
-        .unwrap();
-    assert_eq!(
-        pair.b
-            .session
-            .subscribe("lobby/cam", other.handle(), Request::LIVE),
-        Err(Error::Invalid)
-    );
-    assert!(pair.run(2000, |p| p.b.saw(|e| *e
-        == Ev::Group {
-            subscription: sub,
-            sequence: 0
-        })));
-    pair.settle(Duration::from_millis(50));
-    assert_eq!(announced(&pair.b.events, all), ["room/cam"]);
-    assert_eq!(announced(&pair.b.events, under), ["room/cam"]);
-    assert_eq!(read_group(local.handle(), 0), frames(&[(0, "key")]));
-    // On the wire the client was asked for its own names.
-    let s2c = Tap::new(&pair.ba.log);
-    assert!(
-        s2c.streams
-            .values()
-            .any(|(d, _)| d.windows(4).any(|w| w == b"\x03cam"))
-    );
-}
-
-#[test]
-fn announce_initial_set_larger_than_a_buffer() {
-    // Seven broadcasts with long names: the initial set is sent a few at a time.
-    let names: Vec<std::string::String> = (0..7)
-        .map(|i| std::format!("room/{}{}", "x".repeat(60), i))
-        .collect();
-    let bs: Vec<_> = names
-        .iter()
-        .map(|n| broadcast::State::<1>::new(Path::new(n).unwrap()).unwrap())
-        .collect();
-    let big = origin::State::<16, 8>::new();
-    for b in &bs {
-        big.handle().announce(b.handle()).unwrap();
-    }
-    session_pair!(big.handle(), pair);
-    let req = pair.a.session.announce_request("room").unwrap();
-    pair.settle(Duration::from_millis(50));
-    let got: Vec<_> = pair
-        .a
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            Ev::Announced { request, path, .. } if *request == req => Some(path.clone()),
-            _ => None,
-        })
-        .collect();
-    let mut want = names.clone();
-    want.sort();
-    assert_eq!(got, want);
-    // ANNOUNCE_OK said 7.
-    let s2c = Tap::new(&pair.ba.log);
-    assert_eq!(&s2c.stream(0)[..3], &hex("02 00 07")[..]);
-}
-
 /// The paths announced through `req` so far, in order.
 fn announced(events: &[Ev], req: AnnounceId) -> Vec<std::string::String> {
     events
@@ -1093,65 +729,6 @@ fn announced(events: &[Ev], req: AnnounceId) -> Vec<std::string::String> {
             _ => None,
         })
         .collect()
-}
-
-#[test]
-fn goaway_is_reported_and_blocks_new_requests() {
-    let mut ps = PoolStorage::<16, 64>::new();
-    let pool = Pool::new(&mut ps);
-    published!(pool, o, "live", "video", video, tp);
-    let local = track::State::<2>::new(&pool, track::Info::new("video").unwrap());
-    session_pair!(o.handle(), pair);
-    assert_eq!(pair.a.session.goaway("elsewhere"), Err(Error::Invalid));
-    pair.b.session.goaway("").unwrap();
-    assert_eq!(pair.b.session.goaway(""), Err(Error::Invalid));
-    assert!(pair.run(1000, |p| p.a.saw(|e| *e == Ev::Goaway { uri: "".into() })));
-    assert_eq!(
-        pair.a
-            .session
-            .subscribe("live", local.handle(), Request::LIVE),
-        Err(Error::GoingAway)
-    );
-    // V13: type + empty URI, then FIN.
-    let s2c = Tap::new(&pair.ba.log);
-    let id = *s2c.order.iter().find(|&&id| id % 4 == 1).unwrap();
-    assert_eq!(s2c.stream(id), hex("05 01 00"));
-    assert!(s2c.fin(id));
-}
-
-#[test]
-fn unsubscribe_cancels_and_the_publisher_finishes() {
-    let mut ps = PoolStorage::<32, 64>::new();
-    let pool = Pool::new(&mut ps);
-    let mut pc = PoolStorage::<32, 64>::new();
-    let cpool = Pool::new(&mut pc);
-    published!(pool, o, "live", "video", video, tp);
-    write_group(&tp, 0, &[(0, b"a")]);
-    let open = tp.create_group(1).unwrap();
-    let local = track::State::<4>::new(&cpool, track::Info::new("video").unwrap());
-    session_pair!(o.handle(), pair);
-    let sub = pair
-        .a
-        .session
-        .subscribe("live", local.handle(), Request::LIVE)
-        .unwrap();
-    assert!(pair.run(1000, |p| p.b.session.sending_groups() == 1));
-    pair.a.session.unsubscribe(sub).unwrap();
-    assert!(pair.run(1000, |p| {
-        p.a.saw(|e| matches!(e, Ev::SubscriptionClosed { code: None, .. }))
-    }));
-    pair.settle(Duration::from_millis(50));
-    // The publisher dropped the subscription and reset the open group stream with CANCEL.
-    assert_eq!(pair.b.session.served_count(), 0);
-    assert_eq!(pair.b.session.sending_groups(), 0);
-    let s2c = Tap::new(&pair.ba.log);
-    assert!(
-        s2c.resets
-            .iter()
-            .any(|&(_, c)| c == StreamCode::Cancel.to_code())
-    );
-    assert_eq!(local.handle().status(), track::Status::Finished);
-    drop(open);
 }
 
 // ---------------------------------------------------------------------------

@@ -11,6 +11,15 @@
 //! handed over (docs/protocol.md §2.4). So a parked reader holds the peer to
 //! that window plus the library's.
 //!
+//! The driver hands stream data over in the order its frames arrived (a
+//! stream that cannot take its frame yet keeps it, and its later ones,
+//! without holding up the other streams): the order QMux gives. A QUIC
+//! library promises no order across streams, and there a subscribe stream's
+//! SUBSCRIBE_END and FIN may overtake the group streams they cover; the
+//! session's subscriber refuses a group stream whose subscription already
+//! closed, so the docs/protocol.md §6 clock session loses its two groups
+//! when this driver hands each stream's bytes over in stream order instead.
+//!
 //! Writes copy into the transport's own send queue and report `out: 0`;
 //! what the transport sends is a list of [`Frame`]s that [`encode`] and
 //! [`decode`] turn into bytes for the harness's links, which give them
@@ -24,6 +33,7 @@ use std::string::String;
 use std::vec::Vec;
 
 use super::super::Session;
+use super::Tap;
 use crate::conn;
 use crate::time::Instant;
 use crate::transport::{
@@ -99,8 +109,9 @@ pub struct Mem {
     out: VecDeque<Frame>,
     /// Events for the session other than stream data, oldest first.
     events: VecDeque<Owned>,
-    /// Streams with bytes or a FIN for the session, in order of arrival.
-    readable: VecDeque<u64>,
+    /// Data frames not yet handed to the session, in order of arrival: the
+    /// stream and where the frame ends in it.
+    readable: VecDeque<(u64, u64)>,
 }
 
 /// A transport event kept until the driver hands it over.
@@ -225,9 +236,7 @@ impl Mem {
                 if fin {
                     s.fin_at = Some(end);
                 }
-                if !self.readable.contains(&id) {
-                    self.readable.push_back(id);
-                }
+                self.readable.push_back((id, end));
             }
             Frame::Credit { id, max } => {
                 if let Some(s) = self.streams.get_mut(&id) {
@@ -247,7 +256,7 @@ impl Mem {
                 }
                 s.recv_done = true;
                 s.buf.clear();
-                self.readable.retain(|r| *r != id);
+                self.readable.retain(|r| r.0 != id);
                 self.events.push_back(Owned::Reset {
                     id,
                     code,
@@ -299,7 +308,7 @@ impl Mem {
 
     /// True if a stream holds bytes (or a FIN) the session has room for.
     pub fn has_room(&self) -> bool {
-        self.readable.iter().any(|id| {
+        self.readable.iter().any(|(id, _)| {
             self.streams.get(id).is_some_and(|s| {
                 (!s.buf.is_empty() && self.room(*id) > 0)
                     || (s.fin_at == Some(s.read) && !s.fin_read)
@@ -407,8 +416,9 @@ impl Transport for Mem {
         // What the peer may send before it waits for the session's readers:
         // up to the session's window past what it released, which the
         // driver reads, and the library's window past that.
+        // A FIN counts once the session has it, as over QMux.
         match self.streams.get(&id.value()) {
-            Some(s) if !s.recv_done && s.fin_at.is_none() => {
+            Some(s) if !s.recv_done && !s.fin_read => {
                 let received = s.read + s.buf.len() as u64;
                 (s.released + self.window_of(id) + LIB_WINDOW).saturating_sub(received)
             }
@@ -462,7 +472,7 @@ impl Transport for Mem {
         }
         s.recv_done = true;
         s.buf.clear();
-        self.readable.retain(|r| *r != id.value());
+        self.readable.retain(|r| r.0 != id.value());
         if s.fin_at.is_none() {
             self.out.push_back(Frame::Stop {
                 id: id.value(),
@@ -529,17 +539,27 @@ pub fn pump<const N: usize>(session: &mut Session<'_, '_, '_, N, Mem>, now: Inst
             return moved;
         }
     }
-    let ids: Vec<u64> = session.transport().readable.iter().copied().collect();
-    for id in ids {
+    // Frames in order of arrival, as QMux delivers them: a stream whose
+    // frame the session cannot take whole (no room, or stalled) keeps it and
+    // its later frames; the other streams go on.
+    let frames: Vec<(u64, u64)> = session.transport_mut().readable.drain(..).collect();
+    let mut kept = VecDeque::new();
+    let mut blocked: Vec<u64> = Vec::new();
+    for (id, end) in frames {
+        if blocked.contains(&id) {
+            kept.push_back((id, end));
+            continue;
+        }
         let t = session.transport();
         let Some(s) = t.streams.get(&id) else {
             continue;
         };
-        let offset = s.read;
-        let (data, fin) = t.peek(id, t.room(id));
-        if data.is_empty() && !fin {
+        if s.recv_done || end < s.read || (end == s.read && (s.fin_read || s.fin_at != Some(end))) {
+            // Delivered with an earlier frame, or dropped.
             continue;
         }
+        let offset = s.read;
+        let (data, fin) = t.peek(id, (end - s.read).min(t.room(id)));
         let event = Event::StreamData {
             id: StreamId(id),
             offset,
@@ -551,17 +571,16 @@ pub fn pump<const N: usize>(session: &mut Session<'_, '_, '_, N, Mem>, now: Inst
             return true;
         };
         let all = taken == data.len();
-        let t = session.transport_mut();
-        t.consume(id, taken, fin && all);
+        session.transport_mut().consume(id, taken, fin && all);
         moved |= taken > 0 || (fin && all);
-        let done = t
-            .streams
-            .get(&id)
-            .is_none_or(|s| s.recv_done || s.fin_read || (s.buf.is_empty() && s.fin_at.is_none()));
-        if done {
-            t.readable.retain(|r| *r != id);
+        if offset + (taken as u64) < end || (fin && !all) {
+            blocked.push(id);
+            kept.push_back((id, end));
         }
     }
+    let t = session.transport_mut();
+    kept.extend(t.readable.drain(..));
+    t.readable = kept;
     moved
 }
 
@@ -686,4 +705,30 @@ pub fn decode(bytes: &[u8]) -> Option<(Frame, usize)> {
         t => panic!("unknown frame type {t}"),
     };
     Some((frame, f.pos))
+}
+
+/// The per-stream bytes of a logged direction of memory frames, as
+/// [`Tap::new`] reads a QMux log.
+pub fn tap(log: &[u8]) -> Tap {
+    let mut tap = Tap::default();
+    let mut rest = log;
+    while !rest.is_empty() {
+        let (frame, n) = decode(rest).expect("whole frames");
+        match frame {
+            Frame::Data { id, bytes, fin, .. } => {
+                let e = tap.streams.entry(id).or_insert_with(|| {
+                    tap.order.push(id);
+                    (Vec::new(), false)
+                });
+                e.0.extend_from_slice(&bytes);
+                e.1 |= fin;
+            }
+            Frame::Reset { id, code, .. } => tap.resets.push((id, code)),
+            Frame::Stop { id, code } => tap.stops.push((id, code)),
+            Frame::Close { code, .. } => tap.close = Some((true, code)),
+            Frame::Hello { .. } | Frame::Credit { .. } => {}
+        }
+        rest = &rest[n..];
+    }
+    tap
 }
