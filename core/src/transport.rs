@@ -64,6 +64,14 @@ pub use crate::conn::{CloseCause, Closed, Event, OpenError, StreamError, WriteEr
 /// (see the [module documentation](self), which also covers how credit
 /// flows back to the peer on each kind of transport).
 ///
+/// Flow control differs between the two kinds in when credit goes back to
+/// the peer. QMux returns it when the local reader releases (advances): a
+/// parked reader holds its peer to one window by itself. A QUIC library
+/// returns it when data leaves its receive buffer: a parked reader holds its
+/// peer to about one window only if the driver gives the library a small
+/// receive window and reads only what the session has room for (the bytes
+/// released on the stream plus one window, less what it handed over).
+///
 /// Stream IDs follow QUIC's numbering (docs/protocol.md §1.6): the two low
 /// bits name the opener and the direction. The session calls the methods
 /// from its own calls (`handle_event`, `poll_transmit`, `handle_timeout`,
