@@ -34,5 +34,6 @@ pub mod pool;
 pub mod relay;
 pub mod session;
 pub mod time;
+pub mod transport;
 pub mod window;
 pub mod wire;

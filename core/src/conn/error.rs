@@ -49,6 +49,9 @@ pub enum WriteError {
     Blocked,
     /// The output buffer cannot hold a record with even one byte of data.
     BufferTooSmall,
+    /// The transport has no such write (a gathered write on a transport
+    /// without [`Transport::GATHER`](crate::transport::Transport::GATHER)).
+    Unsupported,
 }
 
 impl fmt::Display for WriteError {
@@ -62,6 +65,7 @@ impl fmt::Display for WriteError {
             WriteError::Reset => "stream was reset",
             WriteError::Blocked => "no flow-control credit",
             WriteError::BufferTooSmall => "output buffer too small",
+            WriteError::Unsupported => "write not supported by the transport",
         })
     }
 }

@@ -68,6 +68,7 @@ mod input;
 mod send;
 mod streams;
 mod timer;
+mod transport;
 
 #[cfg(test)]
 mod tests;

@@ -1,4 +1,5 @@
-//! A simulated pair of endpoints wired in memory (tests only; STYLE.md item 18).
+//! A simulated pair of endpoints wired in memory (tests only: every test that
+//! depends on timing runs in this simulated time, never on the wall clock).
 //!
 //! Two [`Endpoint`]s (a [`Node`] wraps a [`Session`], a [`Raw`] is a bare QMux
 //! connection a test scripts byte by byte) exchange records over two
@@ -9,6 +10,10 @@
 //! split point of a short session. Every byte sent is logged per direction,
 //! and [`Tap`] turns a log back into per-stream byte strings for checks
 //! against docs/protocol.md §6.
+//!
+//! A session runs over QMux or over [`memory::Mem`], an in-memory stream
+//! transport shaped like a QUIC library ([`Wire`] builds either); over `Mem`
+//! the links carry that transport's frames instead of QMux records.
 
 extern crate std;
 
@@ -20,12 +25,18 @@ use std::vec::Vec;
 use core::cell::{Cell, RefCell};
 use core::ptr::NonNull;
 
-use super::{Fed, Foreign, ForeignError, Gather, Inbox, Session};
+pub mod memory;
+
+use super::{Config, ConfigError, Fed, Foreign, ForeignError, Gather, Inbox, Session, Storage};
 use crate::conn::{self, Connection};
+use crate::model::origin;
 use crate::pool::{Block, Pool, Slice};
 use crate::time::{Duration, Instant};
+use crate::transport::Transport;
 use crate::wire::Reader;
+use crate::wire::qmux::Side;
 use crate::wire::qmux::{Dir, Frame, Record, StreamId};
+use memory::Mem;
 
 /// A tiny seeded xorshift64 generator.
 #[derive(Debug, Clone)]
@@ -88,9 +99,113 @@ pub trait Endpoint {
     }
 }
 
+/// A transport the session's suite runs over, and how a test builds a
+/// session on it.
+pub trait Wire: Transport + Sized {
+    /// Bytes of a stream the transport itself may hold beyond the window
+    /// the session's configuration names (its own receive window; 0 for QMux,
+    /// which keeps nothing).
+    const BUFFERED: u64;
+
+    /// Received bytes the transport holds for the session and did not hand
+    /// over yet (0 for QMux, whose input waits in the caller's buffer).
+    fn held(session: &Session<'_, '_, '_, 32, Self>) -> usize;
+
+    /// The per-stream bytes of a link's log.
+    fn tap(log: &[u8]) -> Tap;
+
+    /// A session on a new transport of this kind (see [`Session::new`]).
+    #[allow(clippy::type_complexity)]
+    fn session<
+        's,
+        'a,
+        'p,
+        const CONTROL: usize,
+        const BUF: usize,
+        const SERVE: usize,
+        const SUBS: usize,
+        const OUT: usize,
+        const IN: usize,
+        const CHUNKS: usize,
+    >(
+        side: Side,
+        config: Config<'s>,
+        now: Instant,
+        storage: &'s mut Storage<'a, 'p, CONTROL, BUF, SERVE, SUBS, OUT, IN, CHUNKS>,
+        origin: Option<origin::Ref<'a, 'p>>,
+    ) -> Result<Session<'s, 'a, 'p, 32, Self>, ConfigError>;
+}
+
+impl Wire for Connection<32> {
+    const BUFFERED: u64 = 0;
+
+    fn held(_session: &Session<'_, '_, '_, 32, Self>) -> usize {
+        0
+    }
+
+    fn tap(log: &[u8]) -> Tap {
+        Tap::new(log)
+    }
+
+    fn session<
+        's,
+        'a,
+        'p,
+        const CONTROL: usize,
+        const BUF: usize,
+        const SERVE: usize,
+        const SUBS: usize,
+        const OUT: usize,
+        const IN: usize,
+        const CHUNKS: usize,
+    >(
+        side: Side,
+        config: Config<'s>,
+        now: Instant,
+        storage: &'s mut Storage<'a, 'p, CONTROL, BUF, SERVE, SUBS, OUT, IN, CHUNKS>,
+        origin: Option<origin::Ref<'a, 'p>>,
+    ) -> Result<Session<'s, 'a, 'p, 32, Self>, ConfigError> {
+        Session::new(side, config, now, storage, origin)
+    }
+}
+
+impl Wire for Mem {
+    const BUFFERED: u64 = memory::LIB_WINDOW;
+
+    fn held(session: &Session<'_, '_, '_, 32, Self>) -> usize {
+        session.transport().held()
+    }
+
+    fn tap(log: &[u8]) -> Tap {
+        memory::tap(log)
+    }
+
+    fn session<
+        's,
+        'a,
+        'p,
+        const CONTROL: usize,
+        const BUF: usize,
+        const SERVE: usize,
+        const SUBS: usize,
+        const OUT: usize,
+        const IN: usize,
+        const CHUNKS: usize,
+    >(
+        side: Side,
+        config: Config<'s>,
+        now: Instant,
+        storage: &'s mut Storage<'a, 'p, CONTROL, BUF, SERVE, SUBS, OUT, IN, CHUNKS>,
+        origin: Option<origin::Ref<'a, 'p>>,
+    ) -> Result<Session<'s, 'a, 'p, 32, Self>, ConfigError> {
+        let transport = Mem::new(side, &config.conn);
+        Session::with_transport(side, config, transport, now, storage, origin)
+    }
+}
+
 /// A session and the events it reported so far.
-pub struct Node<'s, 'a, 'p, const N: usize = 32> {
-    pub session: Session<'s, 'a, 'p, N>,
+pub struct Node<'s, 'a, 'p, const N: usize = 32, T: Transport = Connection<N>> {
+    pub session: Session<'s, 'a, 'p, N, T>,
     pub events: Vec<Ev>,
     /// Poll events after every call (a test may turn it off to let them pile up).
     pub auto_drain: bool,
@@ -217,16 +332,16 @@ impl<'p> Gather<'p> for VecGather<'_, 'p> {
     }
 }
 
-impl<'s, 'a, 'p> Node<'s, 'a, 'p> {
+impl<'s, 'a, 'p, T: Transport> Node<'s, 'a, 'p, 32, T> {
     /// A node on a session with the usual 32-slot stream table.
-    pub fn new(session: Session<'s, 'a, 'p, 32>) -> Self {
+    pub fn new(session: Session<'s, 'a, 'p, 32, T>) -> Self {
         Node::with_streams(session)
     }
 }
 
-impl<'s, 'a, 'p, const N: usize> Node<'s, 'a, 'p, N> {
+impl<'s, 'a, 'p, const N: usize, T: Transport> Node<'s, 'a, 'p, N, T> {
     /// A node on a session with an `N`-slot stream table.
-    pub fn with_streams(session: Session<'s, 'a, 'p, N>) -> Self {
+    pub fn with_streams(session: Session<'s, 'a, 'p, N, T>) -> Self {
         Node {
             session,
             events: Vec::new(),
@@ -321,6 +436,104 @@ impl<const N: usize> Endpoint for Node<'_, '_, '_, N> {
             self.drain();
         }
         r
+    }
+}
+
+/// A session over the in-memory transport: the link carries the transport's
+/// frames ([`memory::encode`]), and received frames reach the session
+/// through [`memory::pump`].
+impl<const N: usize> Endpoint for Node<'_, '_, '_, N, Mem> {
+    fn transmit(&mut self, now: Instant, out: &mut [u8]) -> usize {
+        memory::pump(&mut self.session, now);
+        let wrote = self.session.poll_transmit(now, out);
+        assert_eq!(wrote, 0, "the memory transport writes nothing into out");
+        if self.auto_drain {
+            self.drain();
+        }
+        let mut bytes = Vec::new();
+        let t = self.session.transport_mut();
+        while let Some(frame) = t.pop_frame() {
+            if memory::encode(&frame, &mut bytes, out.len()) {
+                continue;
+            }
+            // Too long for what is left: send a prefix of its data, or wait.
+            let room = (out.len() - bytes.len()).saturating_sub(memory::DATA_OVERHEAD);
+            match frame {
+                memory::Frame::Data {
+                    id,
+                    offset,
+                    bytes: data,
+                    fin,
+                } if room > 0 => {
+                    let head = memory::Frame::Data {
+                        id,
+                        offset,
+                        bytes: data[..room].to_vec(),
+                        fin: false,
+                    };
+                    assert!(memory::encode(&head, &mut bytes, out.len()));
+                    t.unpop_frame(memory::Frame::Data {
+                        id,
+                        offset: offset + room as u64,
+                        bytes: data[room..].to_vec(),
+                        fin,
+                    });
+                }
+                other => t.unpop_frame(other),
+            }
+            break;
+        }
+        out[..bytes.len()].copy_from_slice(&bytes);
+        bytes.len()
+    }
+
+    fn input(&mut self, now: Instant, data: &[u8]) -> Option<usize> {
+        self.feed_frames(now, data).map(|fed| fed.consumed)
+    }
+
+    fn feed(&mut self, now: Instant, inbox: &mut Inbox<Vec<u8>>) -> Option<Fed> {
+        let fed = self.feed_frames(now, inbox.unconsumed())?;
+        inbox.consume(fed.consumed);
+        Some(fed)
+    }
+
+    fn timeout(&self) -> Option<Instant> {
+        self.session.poll_timeout()
+    }
+
+    fn on_timeout(&mut self, now: Instant) {
+        self.session.handle_timeout(now);
+        if self.auto_drain {
+            self.drain();
+        }
+    }
+
+    fn stalled(&self) -> bool {
+        self.session.is_stalled() || self.session.transport().has_room()
+    }
+}
+
+impl<const N: usize> Node<'_, '_, '_, N, Mem> {
+    /// Applies the whole frames at the front of `data` to the transport and
+    /// hands the session what it has room for; `resumed`: the session took
+    /// bytes the transport held.
+    fn feed_frames(&mut self, now: Instant, data: &[u8]) -> Option<Fed> {
+        if self.session.is_closed() {
+            return None;
+        }
+        let mut pos = 0;
+        while let Some((frame, n)) = memory::decode(&data[pos..]) {
+            self.session.transport_mut().receive(frame);
+            pos += n;
+        }
+        let resumed = memory::pump(&mut self.session, now);
+        if self.auto_drain {
+            self.drain();
+        }
+        Some(Fed {
+            consumed: pos,
+            resumed,
+        })
     }
 }
 

@@ -1,4 +1,5 @@
-//! The sans-IO moq-lite-05 session over a QMux [`Connection`] (docs/protocol.md §3, §4).
+//! The sans-IO moq-lite-05 session over a QMux [`Connection`] or another
+//! [`Transport`] (docs/protocol.md §3, §4).
 //!
 //! A [`Session`] speaks moq-lite on top of the connection: it sends and reads
 //! SETUP, serves the peer's requests from local media (publisher side: the
@@ -29,6 +30,10 @@
 //!
 //! Local media changes (a publisher wrote a frame, a reader consumed one) are
 //! noticed by polling: call [`Session::poll_transmit`] after them too.
+//!
+//! Over another transport ([`Session::with_transport`]) the driver hands the
+//! transport's events to [`Session::handle_event`] in place of
+//! `handle_input`; the rest is the same (see [`crate::transport`]).
 //!
 //! # Backpressure
 //!
@@ -89,6 +94,7 @@ use crate::model::path::PathBuf;
 use crate::model::{origin, track};
 use crate::pool::{Block, Slice};
 use crate::time::{Duration, Instant};
+use crate::transport::Transport;
 use crate::wire::lite::{Role, SessionCode};
 use crate::wire::qmux::{Side, StreamId};
 use control::Control;
@@ -193,14 +199,17 @@ fn reborrow<'b, 'p>(gather: &'b mut Option<&mut dyn Gather<'p>>) -> Option<&'b m
     }
 }
 
-/// A moq-lite-05 session over one QMux connection with room for `N` live streams.
+/// A moq-lite-05 session over one transport: by default a QMux connection
+/// with room for `N` live streams.
 ///
 /// `'s` borrows the [`Storage`] and the client path; `'a` is how long the
 /// local media (origin, broadcasts, tracks) outlive the session; `'p` is the
-/// lifetime of the block pool behind the groups. See the
-/// [module documentation](self) for how to drive it.
-pub struct Session<'s, 'a, 'p, const N: usize> {
-    conn: Connection<N>,
+/// lifetime of the block pool behind the groups. `T` carries the streams
+/// ([`Transport`]); `N` sizes the QMux connection's stream table and means
+/// nothing to another transport. See the [module documentation](self) for
+/// how to drive it.
+pub struct Session<'s, 'a, 'p, const N: usize, T: Transport = Connection<N>> {
+    conn: T,
     side: Side,
     hop: u64,
     path: Option<&'s str>,
@@ -304,7 +313,7 @@ struct Visits {
     group_rounds: usize,
 }
 
-impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N, Connection<N>> {
     /// A new session on one end of a just-connected TCP stream, created at `now`.
     ///
     /// `origin` holds the local broadcasts served to the peer (`None` for a pure
@@ -331,15 +340,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         storage: &'s mut Storage<'a, 'p, CONTROL, BUF, SERVE, SUBS, OUT, IN, CHUNKS>,
         origin: Option<origin::Ref<'a, 'p>>,
     ) -> Result<Self, ConfigError> {
-        if CONTROL == 0 {
-            return Err(ConfigError::NoControl);
-        }
-        if CHUNKS < 2 {
-            return Err(ConfigError::TooFewChunks);
-        }
-        if BUF < MIN_BUF {
-            return Err(ConfigError::BufferTooSmall);
-        }
+        check_storage(CONTROL, BUF, CHUNKS)?;
         let conn = Connection::new(side, config.conn, now)?;
         // The connection keeps a slot for every stream the peer may open; advertising
         // the whole table would leave none for our own (SETUP first): the session
@@ -348,6 +349,180 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         if bidi.saturating_add(uni) >= N as u64 {
             return Err(ConfigError::Conn(conn::ConfigError::StreamsOverCapacity));
         }
+        Self::with_transport(side, config, conn, now, storage, origin)
+    }
+
+    /// The QMux connection underneath (read-only: its state, credit, negotiated protocol).
+    pub fn connection(&self) -> &Connection<N> {
+        &self.conn
+    }
+
+    /// Processes received bytes: QMux records, then the moq-lite messages and
+    /// group data they carry. Returns how many bytes at the front of `input`
+    /// were used.
+    ///
+    /// `input` is everything received and not yet consumed, oldest first; keep
+    /// the unconsumed rest at the front of the buffer for the next call. It
+    /// must be able to hold one whole QMux record (the connection's
+    /// `max_record_size`, 16382 by default, plus 8). The call stops early when
+    /// the session cannot take more (see the module documentation on
+    /// backpressure); then call [`poll_event`](Self::poll_event) and, once local
+    /// readers have consumed data, call again with the same bytes.
+    ///
+    /// Afterwards drain [`poll_event`](Self::poll_event) and
+    /// [`poll_transmit`](Self::poll_transmit).
+    ///
+    /// # Errors
+    /// [`Error::Closed`] once the session is over (the input is meaningless then).
+    pub fn handle_input(&mut self, now: Instant, input: &[u8]) -> Result<usize, Error> {
+        self.release_surfaced();
+        self.dirty = true;
+        self.now = now;
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
+        self.resume();
+        let mut pos = 0;
+        if let Some(st) = self.stall {
+            // The caller hands the stalled bytes back first.
+            let Some(data) = input.get(..st.len) else {
+                return Ok(0);
+            };
+            let used = self.on_stream_data(now, st.id, u64::MAX, data, None, st.fin);
+            if used < st.len {
+                self.stall = Some(Stall {
+                    len: st.len - used,
+                    ..st
+                });
+                self.drive();
+                return Ok(used);
+            }
+            self.stall = None;
+            pos = st.len;
+        }
+        if cfg!(feature = "stream-refs") && self.stall_ref.is_some() {
+            // Data by reference may still open its stream (a Group event):
+            // like other input, it waits while the event queue is nearly full.
+            if !self.has_event_room() {
+                self.drive();
+                return Ok(pos);
+            }
+            if let Some(st) = self.stall_ref.take()
+                && !self.take_ref(now, st)
+            {
+                self.drive();
+                return Ok(pos);
+            }
+        }
+        while !self.is_closed() && self.has_event_room() && !self.awaiting_tables {
+            let rest = input.get(pos..).unwrap_or(&[]);
+            let step = self.conn.handle_input(now, rest);
+            let Some(event) = step.event else {
+                pos += step.consumed;
+                break;
+            };
+            match event {
+                conn::Event::StreamData {
+                    id,
+                    offset,
+                    data,
+                    at,
+                    fin,
+                } => {
+                    let used = self.on_stream_data(now, id, offset, data, None, fin);
+                    if used < data.len() {
+                        // The data ends what the connection consumed, so the
+                        // unused tail is handed back: the caller presents it
+                        // again at the front of the next call.
+                        self.stall = Some(Stall {
+                            id,
+                            len: data.len() - used,
+                            fin,
+                        });
+                        pos += at + used;
+                        break;
+                    }
+                    pos += step.consumed;
+                }
+                conn::Event::StreamRef {
+                    id,
+                    offset,
+                    len,
+                    token,
+                    fin,
+                } => {
+                    pos += step.consumed;
+                    if !cfg!(feature = "stream-refs") {
+                        // The connection refuses STREAM_REF without the feature.
+                        self.fail(SessionCode::Internal, "stream reference");
+                        return Ok(input.len());
+                    }
+                    let st = StallRef {
+                        id,
+                        offset,
+                        data: RefData::Token(token, len),
+                        fin,
+                    };
+                    if !self.take_ref(now, st) {
+                        break;
+                    }
+                }
+                other => {
+                    pos += step.consumed;
+                    self.on_conn_event(now, other);
+                }
+            }
+        }
+        self.drive();
+        Ok(pos.min(input.len()))
+    }
+}
+
+/// The storage's shape errors, checked before anything is built.
+fn check_storage(control: usize, buf: usize, chunks: usize) -> Result<(), ConfigError> {
+    if control == 0 {
+        return Err(ConfigError::NoControl);
+    }
+    if chunks < 2 {
+        return Err(ConfigError::TooFewChunks);
+    }
+    if buf < MIN_BUF {
+        return Err(ConfigError::BufferTooSmall);
+    }
+    Ok(())
+}
+
+impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
+    /// A new session over `transport`, a just-connected transport of any kind
+    /// ([`Transport`]), created at `now`; [`new`](Session::new) builds the
+    /// QMux connection itself. `config.conn` configures QMux only and is not
+    /// read here.
+    ///
+    /// The driver feeds the transport's events to
+    /// [`handle_event`](Self::handle_event) and calls
+    /// [`poll_transmit`](Self::poll_transmit) as for QMux.
+    ///
+    /// # Errors
+    /// [`ConfigError`] if the control buffers are smaller than [`MIN_BUF`]
+    /// or cannot hold our SETUP, or the storage has no control slot.
+    pub fn with_transport<
+        const CONTROL: usize,
+        const BUF: usize,
+        const SERVE: usize,
+        const SUBS: usize,
+        const OUT: usize,
+        const IN: usize,
+        const CHUNKS: usize,
+    >(
+        side: Side,
+        config: Config<'s>,
+        transport: T,
+        now: Instant,
+        storage: &'s mut Storage<'a, 'p, CONTROL, BUF, SERVE, SUBS, OUT, IN, CHUNKS>,
+        origin: Option<origin::Ref<'a, 'p>>,
+    ) -> Result<Self, ConfigError> {
+        check_storage(CONTROL, BUF, CHUNKS)?;
+        let conn = transport;
         let Storage {
             control,
             chunks,
@@ -433,12 +608,20 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         self.side
     }
 
-    /// The QMux connection underneath (read-only: its state, credit, negotiated protocol).
-    pub fn connection(&self) -> &Connection<N> {
+    /// The transport underneath (read-only: its state, credit).
+    pub fn transport(&self) -> &T {
         &self.conn
     }
 
-    /// True once the QMux connection is established: requests may be made.
+    /// The transport underneath, for a driver that feeds it what it received
+    /// and reads from it (a transport that receives on its own). Streams are
+    /// the session's: opening, writing, resetting, stopping or closing
+    /// through this handle leaves the session out of step with its streams.
+    pub fn transport_mut(&mut self) -> &mut T {
+        &mut self.conn
+    }
+
+    /// True once the transport is established: requests may be made.
     pub fn is_established(&self) -> bool {
         self.conn.is_established() && !self.closed
     }
@@ -637,7 +820,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         if self.is_closed() {
             return;
         }
-        if let Some(conn::Event::Closed(c)) = self.conn.handle_timeout(now) {
+        if let Some(c) = self.conn.handle_timeout(now) {
             self.on_closed(c);
             return;
         }
@@ -660,124 +843,98 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         self.drive();
     }
 
-    /// Processes received bytes: QMux records, then the moq-lite messages and
-    /// group data they carry. Returns how many bytes at the front of `input`
-    /// were used.
+    /// Processes one event of the transport: the entry for a transport that
+    /// receives on its own (see [`crate::transport`] on receiving), where
+    /// [`handle_input`](Session::handle_input) is the one for QMux bytes.
+    /// Returns how many bytes of an [`Event::StreamData`](conn::Event::StreamData)'s
+    /// `data` the session took; other events are taken whole (a
+    /// [`StreamRef`](conn::Event::StreamRef) reports its `len`, or 0 if it must
+    /// come again).
     ///
-    /// `input` is everything received and not yet consumed, oldest first; keep
-    /// the unconsumed rest at the front of the buffer for the next call. It
-    /// must be able to hold one whole QMux record (the connection's
-    /// `max_record_size`, 16382 by default, plus 8). The call stops early when
-    /// the session cannot take more (see the module documentation on
-    /// backpressure); then call [`poll_event`](Self::poll_event) and, once local
-    /// readers have consumed data, call again with the same bytes.
+    /// The data of each stream comes in order, `offset` being the stream
+    /// position of its first byte (`at` is not read). When the session takes
+    /// fewer bytes than it was given (see the module documentation on
+    /// backpressure), [`is_stalled`](Self::is_stalled) turns true: present the
+    /// rest again, first, from `offset` plus the bytes taken, once events were
+    /// polled or local readers consumed. A driver whose transport returns
+    /// credit as data leaves its buffer reads no more than the session has
+    /// room for ([`crate::transport`] on flow control).
     ///
     /// Afterwards drain [`poll_event`](Self::poll_event) and
     /// [`poll_transmit`](Self::poll_transmit).
     ///
     /// # Errors
-    /// [`Error::Closed`] once the session is over (the input is meaningless then).
-    pub fn handle_input(&mut self, now: Instant, input: &[u8]) -> Result<usize, Error> {
+    /// [`Error::Closed`] once the session is over.
+    pub fn handle_event(&mut self, now: Instant, event: conn::Event<'_>) -> Result<usize, Error> {
         self.release_surfaced();
         self.dirty = true;
         self.now = now;
-        if self.is_closed() {
+        // The transport is closed already when it reports its own end.
+        if self.closed || (self.conn.is_closed() && !matches!(event, conn::Event::Closed(_))) {
             return Err(Error::Closed);
         }
         self.resume();
-        let mut pos = 0;
-        if let Some(st) = self.stall {
-            // The caller hands the stalled bytes back first.
-            let Some(data) = input.get(..st.len) else {
-                return Ok(0);
-            };
-            let used = self.on_stream_data(now, st.id, u64::MAX, data, None, st.fin);
-            if used < st.len {
-                self.stall = Some(Stall {
-                    len: st.len - used,
-                    ..st
-                });
-                self.drive();
-                return Ok(used);
-            }
-            self.stall = None;
-            pos = st.len;
+        if cfg!(feature = "stream-refs")
+            && self.has_event_room()
+            && let Some(st) = self.stall_ref.take()
+        {
+            let _ = self.take_ref(now, st);
         }
-        if cfg!(feature = "stream-refs") && self.stall_ref.is_some() {
-            // Data by reference may still open its stream (a Group event):
-            // like other input, it waits while the event queue is nearly full.
-            if !self.has_event_room() {
-                self.drive();
-                return Ok(pos);
-            }
-            if let Some(st) = self.stall_ref.take()
-                && !self.take_ref(now, st)
-            {
-                self.drive();
-                return Ok(pos);
-            }
-        }
-        while !self.is_closed() && self.has_event_room() && !self.awaiting_tables {
-            let rest = input.get(pos..).unwrap_or(&[]);
-            let step = self.conn.handle_input(now, rest);
-            let Some(event) = step.event else {
-                pos += step.consumed;
-                break;
-            };
-            match event {
-                conn::Event::StreamData {
-                    id,
-                    offset,
-                    data,
-                    at,
-                    fin,
-                } => {
-                    let used = self.on_stream_data(now, id, offset, data, None, fin);
-                    if used < data.len() {
-                        // The data ends what the connection consumed, so the
-                        // unused tail is handed back: the caller presents it
-                        // again at the front of the next call.
-                        self.stall = Some(Stall {
-                            id,
-                            len: data.len() - used,
-                            fin,
-                        });
-                        pos += at + used;
-                        break;
-                    }
-                    pos += step.consumed;
+        let taken = match event {
+            conn::Event::StreamData {
+                id,
+                offset,
+                data,
+                fin,
+                ..
+            } => {
+                if self.stall.is_some_and(|st| st.id == id) {
+                    self.stall = None;
                 }
-                conn::Event::StreamRef {
-                    id,
-                    offset,
-                    len,
-                    token,
-                    fin,
-                } => {
-                    pos += step.consumed;
-                    if !cfg!(feature = "stream-refs") {
-                        // The connection refuses STREAM_REF without the feature.
-                        self.fail(SessionCode::Internal, "stream reference");
-                        return Ok(input.len());
-                    }
+                let used = if self.has_event_room() && !self.awaiting_tables {
+                    self.on_stream_data(now, id, offset, data, None, fin)
+                } else {
+                    0
+                };
+                if used < data.len() && !self.is_closed() {
+                    self.stall = Some(Stall {
+                        id,
+                        len: data.len() - used,
+                        fin,
+                    });
+                }
+                used
+            }
+            conn::Event::StreamRef {
+                id,
+                offset,
+                len,
+                token,
+                fin,
+            } => {
+                if !cfg!(feature = "stream-refs") {
+                    self.fail(SessionCode::Internal, "stream reference");
+                    0
+                } else if self.stall_ref.is_some() || !self.has_event_room() {
+                    0
+                } else {
                     let st = StallRef {
                         id,
                         offset,
                         data: RefData::Token(token, len),
                         fin,
                     };
-                    if !self.take_ref(now, st) {
-                        break;
-                    }
-                }
-                other => {
-                    pos += step.consumed;
-                    self.on_conn_event(now, other);
+                    let _ = self.take_ref(now, st);
+                    usize::try_from(len).unwrap_or(usize::MAX)
                 }
             }
-        }
+            other => {
+                self.on_conn_event(now, other);
+                0
+            }
+        };
         self.drive();
-        Ok(pos.min(input.len()))
+        Ok(taken)
     }
 
     /// Writes QMux records into `out` and returns how many bytes it wrote (0 when
@@ -821,6 +978,10 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     ) -> usize {
         self.release_surfaced();
         self.now = now;
+        if !T::GATHER {
+            // The transport cannot send payload where it lies: copy it.
+            gather = None;
+        }
         // Fast path: after a pass that found nothing to send, only a call on
         // the session or a change of the media it serves or fills can give
         // it work (a relay wakes every session on every change).
@@ -832,6 +993,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             return self.conn.poll_transmit(now, out);
         }
         let mut pos = 0;
+        // Data the transport took in some round (a transport with its own
+        // send buffer takes it without writing into `out`).
+        let mut moved = false;
         // Rounds: writing can free slots and finish streams, which lets `drive`
         // queue more (a FIN after the last group, the next group stream). Stop
         // when a round writes nothing.
@@ -847,7 +1011,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 return pos;
             }
             let control = self.flush_control(now, out.get_mut(pos..).unwrap_or(&mut []));
-            pos += control;
+            pos += control.bytes;
             let groups = self.flush_groups(
                 now,
                 out.get_mut(pos..).unwrap_or(&mut []),
@@ -855,10 +1019,11 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 reborrow(&mut gather),
             );
             pos += groups.bytes;
-            if pos == start {
+            let round_moved = control.moved || groups.moved;
+            if pos == start && !round_moved {
                 // Idle only after a whole pass wrote nothing; otherwise the
                 // caller calls again (its buffer may have been full).
-                self.dirty = pos > 0;
+                self.dirty = pos > 0 || moved;
                 self.stamp = stamp;
                 return pos;
             }
@@ -867,7 +1032,8 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             // nothing. The session stays dirty (it sent), so its next call
             // walks the tables again; what lets it send more (media, credit,
             // a request) comes with that call or a media change.
-            if conn_bytes == 0 && control == 0 && !groups.ended {
+            moved |= round_moved;
+            if conn_bytes == 0 && !control.moved && !groups.ended {
                 self.dirty = true;
                 return pos;
             }
@@ -1331,7 +1497,7 @@ fn move_both<'s, A: slots::Slot, B: slots::Slot>(
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct TablesTooSmall;
 
-impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// Gives the session `tables` for the media it sends (the peer's
     /// subscriptions, our group streams), in place of its own: the entries
     /// in use move over, and its own become free for the caller once the
@@ -1373,7 +1539,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
     }
 }
 
-impl<const N: usize> Drop for Session<'_, '_, '_, N> {
+impl<const N: usize, T: Transport> Drop for Session<'_, '_, '_, N, T> {
     /// Lets go of local media: the tracks of our subscriptions are aborted with
     /// SESSION_CLOSED (0x3) and every group reader and writer is dropped, so
     /// the storage can be reused. Nothing is sent: close first for a clean end.
@@ -1382,7 +1548,7 @@ impl<const N: usize> Drop for Session<'_, '_, '_, N> {
     }
 }
 
-impl<const N: usize> core::fmt::Debug for Session<'_, '_, '_, N> {
+impl<const N: usize, T: Transport> core::fmt::Debug for Session<'_, '_, '_, N, T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Session")
             .field("side", &self.side)

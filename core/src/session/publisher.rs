@@ -26,6 +26,7 @@ use super::{Gather, Session};
 use crate::model::group::{self, Next, ReadError};
 use crate::model::path::{Path, PathBuf};
 use crate::model::{broadcast, origin, track};
+use crate::transport::Transport;
 
 /// A copy of a broadcast path (or of its part under a prefix).
 type BroadcastPath = PathBuf<{ broadcast::MAX_PATH_LEN }>;
@@ -209,13 +210,27 @@ enum Chunk<'c, 'p> {
     Shared(Slice<'p>, usize),
 }
 
-/// What one [`Session::flush_groups`] call did.
+/// What one [`Session::flush_groups`] or [`Session::flush_control`] call did.
 pub(super) struct Flushed {
     /// Bytes written into the caller's `out`.
     pub(super) bytes: usize,
     /// A group stream ended (FIN sent, or the stream failed), freeing its
     /// slot: the session's `drive` may have more to queue.
     pub(super) ended: bool,
+    /// The transport took stream data or a FIN, counted in `bytes` or not
+    /// (a transport with its own send buffer writes nothing into `out`).
+    pub(super) moved: bool,
+}
+
+impl Flushed {
+    /// What a control flush did: control streams end in `sweep_control`.
+    pub(super) fn control(bytes: usize, moved: bool) -> Self {
+        Flushed {
+            bytes,
+            ended: false,
+            moved,
+        }
+    }
 }
 
 /// What writing one group stream did.
@@ -228,7 +243,7 @@ enum Wrote {
     Full,
 }
 
-impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     // ---- announce requests (docs/protocol.md §3.6) ----
 
     /// The peer's ANNOUNCE_REQUEST: keep the prefix and start serving.
@@ -953,6 +968,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         let mut visited = self.sort_out();
         let mut pos = 0;
         let mut ended = false;
+        let mut moved = false;
         'streams: for idx in 0..self.out.span() {
             visited += 1;
             if !self.is_ranked(idx) {
@@ -964,6 +980,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 match self.write_group(now, idx, room, base + pos, super::reborrow(&mut gather)) {
                     Wrote::Bytes(n) => {
                         pos += n;
+                        moved = true;
                         self.note_consumed(idx);
                     }
                     Wrote::Idle => {
@@ -977,7 +994,11 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             }
         }
         self.count_group_visits(visited);
-        Flushed { bytes: pos, ended }
+        Flushed {
+            bytes: pos,
+            ended,
+            moved,
+        }
     }
 
     /// Records that group stream `idx` read its served track.
@@ -1019,8 +1040,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
             };
         }
         if let Some(g) = gather.as_deref_mut()
-            && cfg!(feature = "stream-refs")
-            && self.conn.config().stream_refs
+            && self.conn.lends()
             && let Ok(Next::Ready(slice)) = o.consumer.chunk_slice()
         {
             // A link inside one process: lend the block instead of sending its bytes.

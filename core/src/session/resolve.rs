@@ -18,6 +18,7 @@
 use super::Session;
 use crate::model::path::Path;
 use crate::model::{broadcast, origin, track};
+use crate::transport::Transport;
 use crate::wire::lite::StreamCode;
 
 /// Creates a track of a known broadcast on demand, for a relay whose tracks appear as subscribers ask.
@@ -36,7 +37,7 @@ pub trait Resolve<'a, 'p> {
     ) -> Result<track::Ref<'a, 'p>, StreamCode>;
 }
 
-impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// Installs (or removes, with `None`) the hook asked for tracks the peer
     /// requests in a broadcast of our origin that has no such track yet.
     pub fn set_resolver(&mut self, resolver: Option<&'s dyn Resolve<'a, 'p>>) {

@@ -10,6 +10,7 @@
 //! applies the answers.
 
 use super::Session;
+use crate::transport::Transport;
 use crate::wire::lite::Role;
 
 /// Decides whether a client may use the session, and which broadcasts it may see.
@@ -29,7 +30,7 @@ pub trait Scope {
     fn may_subscribe(&self, path: &str) -> bool;
 }
 
-impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// Installs (or removes, with `None`) the access-control hook. Install it
     /// before the peer's SETUP arrives: a SETUP parsed without one is admitted.
     pub fn set_scope(&mut self, scope: Option<&'s dyn Scope>) {

@@ -27,6 +27,7 @@ use crate::model::path::PathBuf;
 use crate::model::track;
 use crate::pool::Block;
 use crate::time::Instant;
+use crate::transport::Transport;
 use crate::window::Request;
 use crate::wire::lite::{
     AnnounceRequest, BidiStreamType, Group, SessionCode, StreamCode, Subscribe, SubscribeResponse,
@@ -161,7 +162,7 @@ enum HeaderStep {
     Malformed,
 }
 
-impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     // ---- requests ----
 
     /// Asks the peer for the broadcasts under `prefix` ("" = everything) on a new

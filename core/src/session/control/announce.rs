@@ -6,9 +6,10 @@ use super::paths::join;
 use super::{Kind, Step};
 use crate::session::Session;
 use crate::session::event::{AnnounceId, Queued};
+use crate::transport::Transport;
 use crate::wire::lite::{Announce, AnnounceOk, MAX_HOPS};
 
-impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// Our announce request `id` on `slot` ended: queue
     /// [`Event::AnnounceEnded`], or keep it in the slot until the queue has room.
     pub(in crate::session) fn announce_ended(&mut self, slot: usize, id: u64, code: Option<u64>) {

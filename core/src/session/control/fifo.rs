@@ -7,6 +7,7 @@ use core::cmp::min;
 
 use super::{Control, Kind, NO_CHUNK};
 use crate::session::Session;
+use crate::transport::Transport;
 use crate::wire::qmux::{Dir, StreamId};
 use crate::wire::{EncodeError, Writer};
 
@@ -17,7 +18,7 @@ enum Half {
     Tx,
 }
 
-impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// The control slot of stream `id`.
     pub(in crate::session) fn control_slot(&self, id: StreamId) -> Option<usize> {
         self.control.iter().position(|c| c.stream == Some(id))

@@ -4,10 +4,11 @@
 use super::decode::decode_within;
 use super::{Kind, Step};
 use crate::session::{Error, Session};
+use crate::transport::Transport;
 use crate::wire::lite::{BidiStreamType, Goaway, SessionCode, write_message};
 use crate::wire::qmux::{Dir, Side};
 
-impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// Sends GOAWAY on a new stream (docs/protocol.md §3.12): the peer should make no
     /// new requests and reconnect to `uri` ("" = the same place) when done.
     ///

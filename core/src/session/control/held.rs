@@ -6,10 +6,11 @@ use super::Kind;
 use super::paths::join;
 use crate::session::Session;
 use crate::session::event::{AnnounceId, Event, Queued};
+use crate::transport::Transport;
 use crate::wire::lite::{Announce, Goaway, Setup, decode_message};
 use crate::wire::qmux::Side;
 
-impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// Releases the message the last `poll_event` returned and goes on parsing.
     pub(in crate::session) fn release_surfaced(&mut self) {
         let Some(slot) = self.surfaced.take() else {

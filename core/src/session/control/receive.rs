@@ -8,11 +8,12 @@ use super::decode::Too;
 use super::{AnnounceState, Kind, Step, SubState};
 use crate::session::Session;
 use crate::time::Instant;
+use crate::transport::Transport;
 use crate::wire::lite::{BidiStreamType, SessionCode, StreamCode};
 use crate::wire::qmux::{Dir, StreamId};
 use crate::wire::varint;
 
-impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// A new stream opened by the peer: its first bytes.
     pub(in crate::session) fn new_peer_stream(
         &mut self,

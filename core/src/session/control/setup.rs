@@ -6,10 +6,11 @@ use super::Step;
 use super::decode::{Too, decode_within};
 use crate::model::path::PathBuf;
 use crate::session::{MAX_PATH, Peer, Session};
+use crate::transport::Transport;
 use crate::wire::lite::{Param, SessionCode, Setup, UniStreamType, message_len, write_message};
 use crate::wire::qmux::{Dir, Side};
 
-impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// Our SETUP parameters (docs/protocol.md §3.5): client Path and Role, both Hop;
     /// no Probe (we do not implement probing, §3.11).
     fn setup_params(&self) -> ([Param<'s>; 3], usize) {

@@ -3,12 +3,14 @@
 //! resets and STOP_SENDINGs, and freeing the slot once both halves are over.
 
 use super::{Control, Kind, SubState};
+use crate::session::publisher::Flushed;
 use crate::session::{Error, Session};
 use crate::time::Instant;
+use crate::transport::Transport;
 use crate::wire::lite::{SessionCode, StreamCode};
 use crate::wire::qmux::{Side, StreamId};
 
-impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// Refuses a peer request: reset our half and stop reading, both with `code`,
     /// and free the slot (docs/protocol.md §3.3, §3.8).
     pub(in crate::session) fn refuse(&mut self, slot: usize, code: StreamCode) {
@@ -113,9 +115,11 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
         }
     }
 
-    /// Writes pending control bytes into `out`; returns the bytes written.
-    pub(in crate::session) fn flush_control(&mut self, now: Instant, out: &mut [u8]) -> usize {
+    /// Writes pending control bytes into `out`; returns the bytes written and
+    /// whether the transport took any.
+    pub(in crate::session) fn flush_control(&mut self, now: Instant, out: &mut [u8]) -> Flushed {
         let mut pos = 0;
+        let mut moved = false;
         for slot in 0..self.control.span() {
             while self.control[slot].wants_flush() {
                 let c = self.control[slot];
@@ -127,11 +131,12 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                     self.chunks.get(base..base + c.tx_len).unwrap_or(&[])
                 };
                 let Some(room) = out.get_mut(pos..) else {
-                    return pos;
+                    return Flushed::control(pos, moved);
                 };
                 match self.conn.write_stream(now, id, data, c.fin, room) {
                     Ok(w) => {
                         pos += w.out;
+                        moved = true;
                         let c = &mut self.control[slot];
                         let rest = c.tx_len - w.data;
                         if let Some(region) = self.chunks.get_mut(base..base + c.tx_len) {
@@ -144,7 +149,9 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                         }
                     }
                     Err(crate::conn::WriteError::Blocked) => break,
-                    Err(crate::conn::WriteError::BufferTooSmall) => return pos,
+                    Err(crate::conn::WriteError::BufferTooSmall) => {
+                        return Flushed::control(pos, moved);
+                    }
                     Err(_) => {
                         // Reset, finished or gone underneath: nothing more to send.
                         let c = &mut self.control[slot];
@@ -155,7 +162,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
                 }
             }
         }
-        pos
+        Flushed::control(pos, moved)
     }
 
     /// The peer reset its half of a stream.

@@ -2,10 +2,11 @@
 
 use super::Step;
 use crate::session::Session;
+use crate::transport::Transport;
 use crate::wire::DecodeError;
 use crate::wire::lite::{SessionCode, SubscribeResponse};
 
-impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// A typed response on our SUBSCRIBE (docs/protocol.md §3.8).
     pub(super) fn parse_response(&mut self, slot: usize, sub: u64) -> Step {
         match SubscribeResponse::decode(self.rx_data(slot)) {

@@ -9,9 +9,10 @@ use super::{Kind, Step};
 use crate::model::track;
 use crate::session::Session;
 use crate::session::resolve::{lookup, lookup_or_resolve};
+use crate::transport::Transport;
 use crate::wire::lite::{SessionCode, StreamCode, Track, TrackInfo, write_message};
 
-impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N> {
+impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// The peer's TRACK requests waiting for TRACK_INFO now.
     fn waiting_tracks(&self) -> usize {
         self.control

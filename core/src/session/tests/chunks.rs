@@ -52,8 +52,8 @@ fn burst(waiting: bool) {
         .collect();
     let mut cst = Storage::<'_, '_, 16, 256, 4, 8, 8, 8, 32>::new();
     let mut sst = Tight::new();
-    let client = Session::new(Side::Client, Config::new(), Instant::ZERO, &mut cst, None).unwrap();
-    let server = Session::new(
+    let client = Tr::session(Side::Client, Config::new(), Instant::ZERO, &mut cst, None).unwrap();
+    let server = Tr::session(
         Side::Server,
         Config::new(),
         Instant::ZERO,
