@@ -480,4 +480,8 @@ impl<'a, 'p, const T: usize, const G: usize> Resolve<'a, 'p> for Resolver<'_, 'a
                 e.code()
             })
     }
+
+    fn waiting(&self, path: Path<'_>, name: &str) -> Option<track::Ref<'a, 'p>> {
+        self.router.waiting(path, name)
+    }
 }

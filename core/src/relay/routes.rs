@@ -851,6 +851,26 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         self.upstream_closed(t, Some(StreamCode::Unroutable))
     }
 
+    /// The open track `name` of the broadcast `path` while its route waits
+    /// for a new source (unannounced, within its grace period): a TRACK
+    /// request already waiting for it goes on waiting
+    /// ([`crate::session::Resolve::waiting`]).
+    pub fn waiting(&self, path: Path<'_>, name: &str) -> Option<track::Ref<'a, 'p>> {
+        if self.orphans.get() == 0 {
+            return None;
+        }
+        self.storage.routes.iter().find_map(|slot| {
+            let r = slot.borrow();
+            let route = r
+                .as_ref()
+                .filter(|r| r.orphan_until.is_some() && r.broadcast.has_path(path))?;
+            route
+                .broadcast
+                .track(name)
+                .filter(|t| t.status() == track::Status::Open)
+        })
+    }
+
     /// Forgets relay track `t` (its upstream subscription ended or was
     /// cancelled): out of its broadcast and back to the track table, so the
     /// next request for its name makes a new one. A newer track of the same
@@ -1315,6 +1335,12 @@ mod tests {
         assert!(!r.upstream_unroutable(t, 100, t0, &up));
         assert!(up.take().is_empty(), "nobody to ask yet");
         assert_eq!(t.status(), track::Status::Open);
+        // A TRACK request waiting for it goes on waiting.
+        assert!(
+            r.waiting(path("cam"), "video")
+                .is_some_and(|x| x.same_track(&t))
+        );
+        assert!(r.waiting(path("cam"), "audio").is_none());
         let due = r.poll_timeout().unwrap();
         assert_eq!(due, t0.saturating_add(GRACE));
         assert_eq!(r.handle_timeout(due), 1);
@@ -1323,6 +1349,7 @@ mod tests {
             track::Status::Aborted(StreamCode::SessionClosed.to_code())
         );
         assert_eq!(r.routes(), 0);
+        assert!(r.waiting(path("cam"), "video").is_none(), "refused now");
         assert!(r.reclaim() >= 1);
         // A refusal for a track in no route ends it with UNROUTABLE.
         r.announce(path("cam"), 100, false, &up).unwrap();
