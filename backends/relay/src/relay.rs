@@ -75,6 +75,13 @@
 //! once when the current source goes away. With no new source in time, the
 //! tracks end with SESSION_CLOSED.
 //!
+//! A worker link's withdrawal is handled the same way on the worker that
+//! learned the broadcast over it ([`Router::source_left`]): the link cannot
+//! tell an ended source from a lost one, and the next source may be
+//! announcing while the withdrawal crosses the link. A request the link
+//! refuses as unroutable meanwhile waits for the next source within the
+//! grace instead of being refused ([`Router::upstream_unroutable`]).
+//!
 //! # Limits (known)
 //!
 //! * Across worker threads, broadcasts travel over pairwise worker links
@@ -494,6 +501,14 @@ impl Resolve<'static, 'static> for Relay {
                 self.track_refused(None, e, broadcast.path().as_str());
                 e.code()
             })
+    }
+
+    fn waiting(
+        &self,
+        path: skiff_core::model::path::Path<'_>,
+        name: &str,
+    ) -> Option<track::Ref<'static, 'static>> {
+        self.router.waiting(path, name)
     }
 }
 

@@ -6,15 +6,25 @@
 //! afterwards gets the second source's groups, whether they start again at 0
 //! (a restarted camera) or continue the sequence.
 //!
-//! The relay's policy for this is tested deterministically in the core
-//! (`relay::routes`); these end-to-end runs are ignored by default while a
-//! race of the two-worker relay is open: a new viewer that subscribes just
-//! after the second announcement can reach a worker that has not yet heard
-//! of the first withdrawal over its worker link, and is refused UNROUTABLE
-//! (the SDK returns that refusal) or, after a lost source, gets nothing.
+//! Each case runs on a relay of one worker and of two. With two, a viewer
+//! and a source may reach different workers, and the first source's
+//! withdrawal may still be crossing the worker link when the second source
+//! announces or the new viewer asks: the relay's rules for that (a link's
+//! withdrawal waits for the next source within the failover grace, a
+//! request the link refuses as unroutable waits with it, a standby takes
+//! over) are tested deterministically in the core (`relay::routes`).
+//!
+//! A source writes its first group, then waits until every viewer read a
+//! frame of every track before it writes the rest and stops: a viewer's
+//! SUBSCRIBE follows its TRACK request's answer, so the relay subscribes
+//! to the source a round trip before the viewer's SUBSCRIBE arrives, and a
+//! source that finished and left in between would leave that SUBSCRIBE
+//! nothing to find (refused, on one worker as on two).
 
 mod common;
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -41,8 +51,8 @@ struct Watched {
 }
 
 /// Subscribes to `track` of [`PATH`] and reads it until it ends or
-/// [`DEADLINE`] passes.
-async fn watch(client: Client, track: &'static str) -> Watched {
+/// [`DEADLINE`] passes; counts itself in `reading` at its first frame.
+async fn watch(client: Client, track: &'static str, reading: Rc<Cell<usize>>) -> Watched {
     let deadline = Instant::now() + DEADLINE;
     let mut seen = Watched::default();
     let subscribe = client.subscribe(PATH, track, Request::LIVE);
@@ -57,6 +67,9 @@ async fn watch(client: Client, track: &'static str) -> Watched {
                 while let Ok(Ok(Some(frame))) =
                     monoio::time::timeout(left, group.read_frame()).await
                 {
+                    if seen.frames.is_empty() {
+                        reading.set(reading.get() + 1);
+                    }
                     seen.frames.push((group.sequence(), frame.timestamp));
                 }
             }
@@ -112,8 +125,10 @@ enum Stop {
 
 /// Publishes [`PATH`] with [`TRACKS`] from a new client once the relay
 /// subscribed to every track (or [`DEADLINE`] passed): groups from `first`
-/// on with timestamps from `base`; then finishes every track and stops.
-async fn publish(url: &str, first: u64, base: u64, stop: Stop) {
+/// on with timestamps from `base`, the second one once `reading` counts
+/// every track (each viewer's subscription is served); then finishes every
+/// track and stops.
+async fn publish(url: &str, first: u64, base: u64, stop: Stop, reading: Rc<Cell<usize>>) {
     let (client, runner) = connect(url, Config::default()).unwrap();
     monoio::spawn(runner.run());
     let broadcast = client.publish(PATH).unwrap();
@@ -129,6 +144,12 @@ async fn publish(url: &str, first: u64, base: u64, stop: Stop) {
     // One more pass: the subscriptions are set up before the first group.
     client.flushed().await;
     for (g, ts) in frames(first, base).chunks(FRAMES as usize).map(|c| c[0]) {
+        if g > first {
+            // The viewers' SUBSCRIBEs are in: the relay serves each of them.
+            while reading.get() < TRACKS.len() && Instant::now() < deadline {
+                monoio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
         for t in &mut tracks {
             let mut group = t.create_group(g).unwrap();
             for i in 0..FRAMES {
@@ -161,24 +182,26 @@ async fn publish(url: &str, first: u64, base: u64, stop: Stop) {
     }
 }
 
-/// Subscribes to every track with `client`: the watchers, spawned.
-fn watch_all(client: &Client) -> Vec<monoio::task::JoinHandle<Watched>> {
+/// Subscribes to every track with `client`: the watchers, spawned, each
+/// counted in `reading` once it read a frame.
+fn watch_all(client: &Client, reading: &Rc<Cell<usize>>) -> Vec<monoio::task::JoinHandle<Watched>> {
     TRACKS
         .iter()
-        .map(|name| monoio::spawn(watch(client.clone(), name)))
+        .map(|name| monoio::spawn(watch(client.clone(), name, reading.clone())))
         .collect()
 }
 
-async fn scenario(url: String, second_first: u64, stop: Stop) {
+async fn scenario(url: String, second_first: u64, stop: Stop, threads: usize) {
     // The first viewer subscribes once the first source announced.
     let (viewer, runner) = connect(&url, Config::default()).unwrap();
     monoio::spawn(runner.run());
+    let reading = Rc::new(Cell::new(0));
     let first = monoio::spawn({
-        let url = url.clone();
-        async move { publish(&url, 0, 0, stop).await }
+        let (url, reading) = (url.clone(), reading.clone());
+        async move { publish(&url, 0, 0, stop, reading).await }
     });
     announced(&url, true).await;
-    let first_watch = watch_all(&viewer);
+    let first_watch = watch_all(&viewer, &reading);
     let mut wrong = Vec::new();
     first.await;
     for (name, w) in TRACKS.iter().zip(first_watch) {
@@ -193,12 +216,13 @@ async fn scenario(url: String, second_first: u64, stop: Stop) {
     // The second source, and a new viewer once it announced.
     let (fresh, runner) = connect(&url, Config::default()).unwrap();
     monoio::spawn(runner.run());
+    let reading = Rc::new(Cell::new(0));
     let second = monoio::spawn({
-        let url = url.clone();
-        async move { publish(&url, second_first, 1000, Stop::Clean).await }
+        let (url, reading) = (url.clone(), reading.clone());
+        async move { publish(&url, second_first, 1000, Stop::Clean, reading).await }
     });
     announced(&url, true).await;
-    let watches = watch_all(&fresh);
+    let watches = watch_all(&fresh, &reading);
     second.await;
     for (w, name) in watches.into_iter().zip(TRACKS) {
         let want = frames(second_first, 1000);
@@ -206,7 +230,11 @@ async fn scenario(url: String, second_first: u64, stop: Stop) {
     }
     fresh.close().await;
     viewer.close().await;
-    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "{threads} worker(s): {}",
+        wrong.join("\n")
+    );
 }
 
 /// Waits until the relay at `url` lists [`PATH`] (`listed`) or no longer does.
@@ -245,7 +273,7 @@ fn run(second_first: u64, stop: Stop) {
             .expect("start relay");
             let url = format!("tcp://{}/", handle.local_addr());
             driver::block_on(DriverKind::Legacy, move |_| {
-                scenario(url, second_first, stop)
+                scenario(url, second_first, stop, threads)
             })
             .expect("client runtime");
             handle.shutdown().expect("relay stops");
@@ -254,25 +282,21 @@ fn run(second_first: u64, stop: Stop) {
 }
 
 #[test]
-#[ignore = "races with two workers: a new viewer can be refused UNROUTABLE, or get nothing, while the first withdrawal is still crossing the worker link; run with --ignored"]
 fn a_restarted_source_starting_at_group_0_reaches_new_viewers() {
     run(0, Stop::Clean);
 }
 
 #[test]
-#[ignore = "races with two workers: a new viewer can be refused UNROUTABLE, or get nothing, while the first withdrawal is still crossing the worker link; run with --ignored"]
 fn a_new_source_continuing_the_sequence_reaches_new_viewers() {
     run(GROUPS, Stop::Clean);
 }
 
 #[test]
-#[ignore = "races with two workers: a new viewer can be refused UNROUTABLE, or get nothing, while the first withdrawal is still crossing the worker link; run with --ignored"]
 fn after_a_lost_source_that_finished_its_tracks_a_restarted_one_reaches_new_viewers() {
     run(0, Stop::Lost);
 }
 
 #[test]
-#[ignore = "races with two workers: a new viewer can be refused UNROUTABLE, or get nothing, while the first withdrawal is still crossing the worker link; run with --ignored"]
 fn after_a_lost_source_that_finished_its_tracks_a_continuing_one_reaches_new_viewers() {
     run(GROUPS, Stop::Lost);
 }

@@ -49,6 +49,12 @@ impl<'s, 'r, 'a, 'p, const T: usize, const G: usize> RelayEnd<'s, 'r, 'a, 'p, T,
         }
     }
 
+    /// The same, with a peer of `kind` (a worker link, the upstream).
+    pub fn with_kind(mut self, kind: PeerKind) -> Self {
+        self.peer = Peer::new(self.peer.id(), kind);
+        self
+    }
+
     /// What a relay driver does after every call into the session.
     fn pass(&mut self, now: Instant) {
         while let Some(ev) = self.node.session.poll_event() {
@@ -621,5 +627,113 @@ mod tests {
                     if info.priority == 60 && info.timescale.get() == 1_000_000)
             })
         }));
+    }
+
+    /// Connects the client end of a worker link as relay source `id`: the
+    /// client stands in for the other worker, offering `origin` (its local
+    /// origin); this worker's side asks for its announcements and mirrors.
+    fn connect_link(
+        mesh: &mut M,
+        router: &'static R,
+        queues: &'static Queues<'static, 'static, 'static>,
+        id: SourceId,
+        origin: origin::Ref<'static, 'static>,
+    ) -> usize {
+        let cst: &'static mut St = Box::leak(Box::new(St::new()));
+        let rst: &'static mut St = Box::leak(Box::new(St::new()));
+        let client =
+            Session::new(Side::Client, Config::new(), mesh.now, cst, Some(origin)).unwrap();
+        let mut relay = Session::new(
+            Side::Server,
+            Config::new(),
+            mesh.now,
+            rst,
+            Some(router.local_origin()),
+        )
+        .unwrap();
+        relay.set_resolver(Some(leak(Resolver::new(router, None, queues))));
+        let end = RelayEnd::new(relay, id, router, queues).with_kind(PeerKind::Trunk {
+            ask_first: false,
+            mirror: true,
+        });
+        mesh.connect(Node::new(client), end)
+    }
+
+    /// The two-worker republish race through real sessions: the other
+    /// worker's source of "cam" ends just as a viewer's request for it
+    /// leaves this worker over the link; the link refuses it as unroutable
+    /// and withdraws "cam", then a restarted source announces "cam" there
+    /// again. The viewer is not refused: its request waits within the grace
+    /// and is served from the new source.
+    #[test]
+    fn a_request_crossing_a_link_withdrawal_waits_for_the_restarted_source() {
+        let (router, queues) = worker();
+        let cpool = pool();
+        // The other worker's local origin, with the first source's "cam".
+        let other = leak(origin::State::<4, 8>::new());
+        let first = leak(broadcast::State::<T>::new(cam()).unwrap());
+        let first_video = leak(track::State::<G>::new(
+            cpool,
+            track::Info::new("video").unwrap(),
+        ));
+        let bp = first.producer().unwrap();
+        bp.add(first_video.handle()).unwrap();
+        core::mem::forget(bp);
+        other.handle().announce(first.handle()).unwrap();
+        let sub_track = local(cpool, "video");
+        let mut mesh = M::new(router, Duration::from_millis(5));
+        connect_link(&mut mesh, router, queues, 0, other.handle());
+        let sub = connect(&mut mesh, router, queues, 1, None);
+        assert!(mesh.run(10_000, |m| m.router.origin().get(cam()).is_some()));
+        mesh.pair(sub)
+            .a
+            .session
+            .subscribe("cam", sub_track, live())
+            .unwrap();
+        // This worker makes the relay track (its request to the link is on
+        // its way) and the first source ends over there at that moment.
+        assert!(mesh.run(10_000, |m| m.router.track_counts().claimed == 1));
+        let relayed = router.origin().get(cam()).unwrap().track("video").unwrap();
+        assert!(other.handle().unannounce(cam()).is_some());
+        // The withdrawal and the refusal cross: the route waits for a new
+        // source, and so does the viewer's request.
+        assert!(mesh.run(10_000, |m| m.router.poll_timeout().is_some()
+            && m.router.origin().get(cam()).is_none()));
+        let withdrawn = mesh.now;
+        // The link's refusal arrives: its subscription lets the track go.
+        assert!(mesh.run(10_000, |_| !relayed.has_producer()));
+        assert_eq!(relayed.status(), track::Status::Open);
+        assert!(
+            !mesh
+                .pair(sub)
+                .a
+                .saw(|e| matches!(e, Ev::SubscriptionClosed { .. })),
+            "the viewer was refused while the withdrawal crossed the link"
+        );
+        // The restarted source announces "cam" over there; its first group
+        // reaches the viewer, well within the grace.
+        let second = leak(broadcast::State::<T>::new(cam()).unwrap());
+        let second_video = leak(track::State::<G>::new(
+            cpool,
+            track::Info::new("video").unwrap(),
+        ));
+        let bp = second.producer().unwrap();
+        bp.add(second_video.handle()).unwrap();
+        core::mem::forget(bp);
+        other.handle().announce(second.handle()).unwrap();
+        assert!(mesh.run(10_000, |m| m.router.poll_timeout().is_none()));
+        let p = second_video.producer().unwrap();
+        let mut g = p.create_group(0).unwrap();
+        g.write_frame(0, b"again").unwrap();
+        g.finish().unwrap();
+        assert!(mesh.run(10_000, |_| frames(sub_track, 0) == 1));
+        assert!(mesh.now < withdrawn.saturating_add(GRACE));
+        assert!(
+            !mesh
+                .pair(sub)
+                .a
+                .saw(|e| matches!(e, Ev::SubscriptionClosed { .. })),
+            "the viewer's subscription ended"
+        );
     }
 }

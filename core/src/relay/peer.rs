@@ -189,6 +189,11 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
         self.kind == PeerKind::Client
     }
 
+    /// Whether the peer is another worker of this relay (a mirroring trunk).
+    fn is_link(&self) -> bool {
+        matches!(self.kind, PeerKind::Trunk { mirror: true, .. })
+    }
+
     /// Upstream subscriptions made and not over.
     pub fn upstream(&self) -> usize {
         self.subs.len()
@@ -227,7 +232,13 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
                 Wake::All
             }
             Event::Unannounced { path, .. } => match Path::new(path) {
-                Ok(p) if router.unannounce(p, self.id) => Wake::All,
+                // A worker link's withdrawal may be a lost source, or
+                // overtake the next source's announcement: see
+                // `Router::source_left`.
+                Ok(p) if self.is_link() && router.source_left(p, self.id, now, upstreams) => {
+                    Wake::All
+                }
+                Ok(p) if !self.is_link() && router.unannounce(p, self.id) => Wake::All,
                 _ => Wake::Nobody,
             },
             Event::AnnounceEnded { request, .. } if Some(request) == self.announce => {
@@ -251,7 +262,19 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
                     return Wake::Nobody.into();
                 };
                 let s = self.subs.swap_remove(i);
-                if router.upstream_closed(s.track, code.map(StreamCode::from_code)) {
+                let code = code.map(StreamCode::from_code);
+                if self.is_link() && code == Some(StreamCode::Unroutable) {
+                    // The other worker does not serve the path (any more):
+                    // the requests wait for the next source within the
+                    // grace period rather than be refused (see
+                    // `Router::upstream_unroutable`).
+                    return if router.upstream_unroutable(s.track, self.id, now, upstreams) {
+                        Wake::Track(s.track.key()).into()
+                    } else {
+                        Wake::All.into()
+                    };
+                }
+                if router.upstream_closed(s.track, code) {
                     // The sessions serving it pass the code on now.
                     Wake::Track(s.track.key())
                 } else {
@@ -456,5 +479,9 @@ impl<'a, 'p, const T: usize, const G: usize> Resolve<'a, 'p> for Resolver<'_, 'a
                 }
                 e.code()
             })
+    }
+
+    fn waiting(&self, path: Path<'_>, name: &str) -> Option<track::Ref<'a, 'p>> {
+        self.router.waiting(path, name)
     }
 }

@@ -24,8 +24,16 @@
 //!   only, so the worker serving the route can fail over to it); any other
 //!   source waits as a spare, next in line when the current one goes away.
 //! * A source gone: its standbys are withdrawn, and each of its routes is
-//!   adopted by a spare at once, or unannounced and kept for the grace
-//!   period, then withdrawn (its tracks end with SESSION_CLOSED).
+//!   adopted by a spare at once, or by the source of this worker's standby
+//!   of the path, or unannounced and kept for the grace period, then
+//!   withdrawn (its tracks end with SESSION_CLOSED).
+//! * A worker link's withdrawal ([`Router::source_left`]) is handled as
+//!   that link gone for that path, not as the end of the broadcast: the
+//!   link cannot tell an ended source from a lost one, and a new source
+//!   may be announcing the path while the withdrawal crosses the link. A
+//!   request the link refuses as unroutable meanwhile waits with its route
+//!   for the next source ([`Router::upstream_unroutable`]), within the
+//!   grace period, instead of being refused.
 //! * A track request for a name the broadcast lacks makes a relay track
 //!   (from the [`TrackTable`]) and one upstream SUBSCRIBE from the route's
 //!   source; while the source has not answered, the request counts against
@@ -332,7 +340,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
                 continue;
             };
             if route.orphan_until.is_some() {
-                let tracks = self.adopt(route, owner, local, upstreams);
+                let tracks = self.adopt(route, owner, local, true, upstreams);
                 return Ok(Announced::Adopted { tracks });
             }
             if !local || route.local || self.local_origin.get(path).is_some() {
@@ -432,13 +440,25 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
     /// leaves the broadcast (given back to the track table once its last
     /// readers are done), so a request for its name reaches the new source.
     /// Returns how many tracks were asked for.
+    ///
+    /// `settled`: the old source's session is not about to drop its
+    /// producers (it is a worker link that withdrew the path and lives on,
+    /// or it was dropped long ago). A track it still fills then goes on
+    /// being filled by that subscription (the far worker fails over on its
+    /// own): under the same source it stays; under a new one it leaves the
+    /// broadcast like a finished track, or, while its request has no answer
+    /// yet, stays and waits for it ([`Router::upstream_unroutable`] asks
+    /// the new source if the old one refuses). Unsettled (the source's
+    /// session is closing right now), every open track is asked for again.
     fn adopt(
         &self,
         route: &mut Route<'a, 'p>,
         owner: SourceId,
         local: bool,
+        settled: bool,
         upstreams: &dyn Upstreams<'a, 'p>,
     ) -> usize {
+        let same = route.owner == owner;
         route.owner = owner;
         if route.orphan_until.take().is_some() {
             self.orphans.set(self.orphans.get().saturating_sub(1));
@@ -458,12 +478,16 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         route.local = local;
         let mut asked = 0;
         for t in b.tracks() {
-            if t.status() == track::Status::Open {
+            let fed = settled && t.has_producer();
+            if t.status() == track::Status::Open && !fed {
                 upstreams.subscribe(owner, b, t);
                 asked += 1;
+            } else if t.status() == track::Status::Open && (same || !t.info_known()) {
+                // Still filled, or still asked, by a subscription that goes on.
             } else {
-                // A finished track is over: its subscribers got its end, and
-                // the new source's track of that name is a new one.
+                // A finished track is over (its subscribers got its end), or
+                // the old source goes on filling it for its readers: the new
+                // source's track of that name is a new one.
                 route.producer.remove(t.info().name.as_str());
                 self.tracks.retire(t);
             }
@@ -472,7 +496,9 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
     }
 
     /// Withdraws `path` if `owner` announced it (the source ended it); its
-    /// tracks end with CANCEL. True if a route was withdrawn.
+    /// tracks end with CANCEL. True if a route was withdrawn. (A source
+    /// may hold two routes of one path: its standby, and the route it
+    /// adopted from the source that one stood by for.)
     pub fn unannounce(&self, path: Path<'_>, owner: SourceId) -> bool {
         for s in self.storage.spares {
             let mine = s
@@ -483,14 +509,65 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
                 self.clear_spare(s);
             }
         }
+        let mut withdrawn = false;
         for slot in self.storage.routes {
             let mine = slot.borrow().as_ref().is_some_and(|r| {
                 r.owner == owner && r.orphan_until.is_none() && r.broadcast.has_path(path)
             });
             if mine && let Some(route) = slot.borrow_mut().take() {
                 self.withdraw(route, StreamCode::Cancel);
+                withdrawn = true;
+            }
+        }
+        withdrawn
+    }
+
+    /// The worker link `owner` withdrew `path`; see the module docs ("a
+    /// worker link's withdrawal"). True if a route of `owner` was there.
+    ///
+    /// A link cannot say whether the other worker's source ended the
+    /// broadcast or was lost (that worker then runs the grace period for
+    /// its own subscribers), and a source announcing the path again may
+    /// already be on its way, over the link or on this worker. So the route
+    /// is handled as if its source were gone ([`Router::source_gone`]):
+    /// adopted at once by a spare or by this worker's standby of the path,
+    /// or kept for the grace period, within which the next announcement
+    /// adopts it and the requests still waiting on it (a request the link
+    /// refused as unroutable, [`Router::upstream_unroutable`]) are asked of
+    /// the new source instead of being refused. The subscriptions the link
+    /// still serves end as the other worker ends them.
+    pub fn source_left(
+        &self,
+        path: Path<'_>,
+        owner: SourceId,
+        now: Instant,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> bool {
+        for s in self.storage.spares {
+            let mine = s
+                .borrow()
+                .as_ref()
+                .is_some_and(|s| s.owner == owner && s.path.as_path() == path);
+            if mine {
+                self.clear_spare(s);
+            }
+        }
+        for slot in self.storage.routes {
+            let mut r = slot.borrow_mut();
+            let Some(route) = r.as_mut().filter(|r| {
+                r.owner == owner && r.orphan_until.is_none() && r.broadcast.has_path(path)
+            }) else {
+                continue;
+            };
+            if !route.routed {
+                if let Some(route) = r.take() {
+                    drop(r);
+                    self.withdraw(route, StreamCode::SessionClosed);
+                }
                 return true;
             }
+            self.lose(route, owner, true, now, upstreams);
+            return true;
         }
         false
     }
@@ -526,21 +603,56 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             if route.orphan_until.is_some() {
                 continue;
             }
-            if let Some(spare) = self.take_spare(route.broadcast) {
-                // The announcement stays: the spare takes over at once.
-                self.adopt(route, spare.owner, spare.local, upstreams);
-                continue;
+            // The session is closing: it still holds its producers.
+            if self.lose(route, owner, false, now, upstreams) {
+                orphaned += 1;
             }
-            let held = route.broadcast.path();
-            self.origin.unannounce(held.as_path());
-            if route.local {
-                self.local_origin.unannounce(held.as_path());
-            }
-            route.orphan_until = Some(now.saturating_add(self.limits.grace));
-            self.orphans.set(self.orphans.get() + 1);
-            orphaned += 1;
         }
         orphaned
+    }
+
+    /// `route`'s source `gone` is gone: a spare takes over at once (the
+    /// announcement stays), else this worker's standby of the path (its
+    /// source adopts the route and keeps the standby, which is what the
+    /// other workers see), else the route is unannounced and waits for the
+    /// grace period. `settled`: see [`Router::adopt`]. True if it waits.
+    fn lose(
+        &self,
+        route: &mut Route<'a, 'p>,
+        gone: SourceId,
+        settled: bool,
+        now: Instant,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> bool {
+        if let Some(spare) = self.take_spare(route.broadcast) {
+            self.adopt(route, spare.owner, spare.local, settled, upstreams);
+            return false;
+        }
+        if let Some(standby) = self.standby_of(route.broadcast, gone) {
+            // Not local: the standby stays what the links offer.
+            self.adopt(route, standby, false, settled, upstreams);
+            return false;
+        }
+        let held = route.broadcast.path();
+        self.origin.unannounce(held.as_path());
+        if route.local {
+            self.local_origin.unannounce(held.as_path());
+        }
+        route.orphan_until = Some(now.saturating_add(self.limits.grace));
+        self.orphans.set(self.orphans.get() + 1);
+        true
+    }
+
+    /// The source of this worker's standby of `b`'s path, unless it is
+    /// `except`. The route being changed is borrowed, so it is skipped.
+    fn standby_of(&self, b: broadcast::Ref<'_, '_>, except: SourceId) -> Option<SourceId> {
+        let held = b.path();
+        self.storage.routes.iter().find_map(|slot| {
+            let r = slot.try_borrow().ok()?;
+            let r = r.as_ref()?;
+            (!r.routed && r.local && r.owner != except && r.broadcast.has_path(held.as_path()))
+                .then_some(r.owner)
+        })
     }
 
     /// The oldest spare of `b`'s path, taken off the spare list.
@@ -710,6 +822,80 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         end_track(t, code.unwrap_or(StreamCode::Internal));
         self.drop_track(t);
         true
+    }
+
+    /// Source `from` refused the upstream request of relay track `t` as
+    /// unroutable: it does not serve `t`'s path (any more). From a worker
+    /// link, that is the other worker's withdrawal overtaking its
+    /// announcement on the way here, or a request it answered after a
+    /// source withdrew there and before the next one announced; the
+    /// requests waiting on `t` should wait for the next source within the
+    /// grace period rather than be refused (see [`Router::source_left`]):
+    ///
+    /// * `t`'s route waits for a new source: `t` waits with it, and is
+    ///   asked of the source that adopts it.
+    /// * `t`'s route has a new source already: `t` is asked of it.
+    /// * `t`'s route is still `from`'s: the withdrawal is on its way; the
+    ///   route waits for a new source from now on.
+    /// * `t` is in no route: it ends with UNROUTABLE, as
+    ///   [`Router::upstream_closed`] does.
+    ///
+    /// The wait is bounded twice: by the grace period, after which the
+    /// route is withdrawn and `t` ends with SESSION_CLOSED, and by the
+    /// tables it holds (a relay track, and a place among the requests
+    /// waiting for their source, [`RouterLimits::pending_per_conn`] and
+    /// [`RouterLimits::pending_per_broadcast`]), which refuse new requests
+    /// once full. True if `t` ended here.
+    pub fn upstream_unroutable(
+        &self,
+        t: track::Ref<'a, 'p>,
+        from: SourceId,
+        now: Instant,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> bool {
+        let name = t.info().name;
+        for slot in self.storage.routes {
+            let mut r = slot.borrow_mut();
+            let Some(route) = r.as_mut().filter(|r| {
+                r.broadcast
+                    .track(name.as_str())
+                    .is_some_and(|x| x.same_track(&t))
+            }) else {
+                continue;
+            };
+            if t.status() != track::Status::Open || !route.routed {
+                break;
+            }
+            if route.orphan_until.is_none() {
+                if route.owner != from {
+                    upstreams.subscribe(route.owner, route.broadcast, t);
+                } else {
+                    self.lose(route, from, true, now, upstreams);
+                }
+            }
+            return false;
+        }
+        self.upstream_closed(t, Some(StreamCode::Unroutable))
+    }
+
+    /// The open track `name` of the broadcast `path` while its route waits
+    /// for a new source (unannounced, within its grace period): a TRACK
+    /// request already waiting for it goes on waiting
+    /// ([`crate::session::Resolve::waiting`]).
+    pub fn waiting(&self, path: Path<'_>, name: &str) -> Option<track::Ref<'a, 'p>> {
+        if self.orphans.get() == 0 {
+            return None;
+        }
+        self.storage.routes.iter().find_map(|slot| {
+            let r = slot.borrow();
+            let route = r
+                .as_ref()
+                .filter(|r| r.orphan_until.is_some() && r.broadcast.has_path(path))?;
+            route
+                .broadcast
+                .track(name)
+                .filter(|t| t.status() == track::Status::Open)
+        })
     }
 
     /// Forgets relay track `t` (its upstream subscription ended or was
@@ -1109,6 +1295,174 @@ mod tests {
         p.finish();
         assert!(!r.upstream_closed(done, None));
         assert!(a.track("done").is_some(), "late subscribers still get it");
+        let _ = pool;
+    }
+
+    // --- a worker link's withdrawal (the two-worker republish race) -----------
+
+    /// The TRACK_INFO a source answers with.
+    fn info() -> crate::wire::lite::TrackInfo {
+        crate::wire::lite::TrackInfo {
+            priority: 0,
+            max_age: Duration::from_secs(1),
+            timescale: core::num::NonZeroU64::new(1000).unwrap(),
+        }
+    }
+
+    /// Worker link 100 offers "cam"; its source there ends and a new one
+    /// announces it there again. A viewer's request reaches this worker while
+    /// its route is still the link's; the link refuses it as unroutable
+    /// before its withdrawal arrives. The request waits and goes to the new
+    /// announcement instead of being refused.
+    #[test]
+    fn a_request_the_link_refuses_before_its_withdrawal_waits_for_the_next_announcement() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        let t0 = Instant::ZERO;
+        r.announce(path("cam"), 100, false, &up).unwrap();
+        let b = r.origin().get(path("cam")).unwrap();
+        let t = r.resolve(Some(7), b, "video", &up).unwrap();
+        assert_eq!(up.take(), [(100, "cam".into())]);
+        // The refusal overtakes the withdrawal: the route waits from now.
+        assert!(!r.upstream_unroutable(t, 100, t0, &up));
+        assert_eq!(t.status(), track::Status::Open, "the request waits");
+        assert!(r.origin().get(path("cam")).is_none());
+        assert_eq!(r.poll_timeout(), Some(t0.saturating_add(GRACE)));
+        // The withdrawal finds the route waiting already.
+        let t1 = t0.saturating_add(Duration::from_millis(1));
+        assert!(!r.source_left(path("cam"), 100, t1, &up));
+        assert_eq!(r.poll_timeout(), Some(t0.saturating_add(GRACE)));
+        // The new source's announcement over the link adopts the route and
+        // asks for the waiting track.
+        assert_eq!(
+            r.announce(path("cam"), 100, false, &up),
+            Ok(Announced::Adopted { tracks: 1 })
+        );
+        assert_eq!(up.take(), [(100, "cam".into())]);
+        assert!(b.track("video").is_some_and(|x| x.same_track(&t)));
+        assert_eq!(r.poll_timeout(), None);
+        t.set_info(info());
+        assert!(t.info_known());
+        let _ = pool;
+    }
+
+    /// The same race with the withdrawal first: the route waits for the
+    /// grace period, and a request the link refuses meanwhile waits with it.
+    /// Nobody announces: at the end of the grace it ends with
+    /// SESSION_CLOSED, and the tables come back.
+    #[test]
+    fn a_withdrawn_link_route_waits_for_the_grace_then_its_requests_end() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        let t0 = Instant::ZERO;
+        r.announce(path("cam"), 100, false, &up).unwrap();
+        let b = r.origin().get(path("cam")).unwrap();
+        let t = r.resolve(Some(7), b, "video", &up).unwrap();
+        up.take();
+        assert!(r.source_left(path("cam"), 100, t0, &up));
+        assert!(r.origin().get(path("cam")).is_none(), "unannounced at once");
+        assert_eq!(r.routes(), 1, "kept for the grace");
+        assert!(!r.upstream_unroutable(t, 100, t0, &up));
+        assert!(up.take().is_empty(), "nobody to ask yet");
+        assert_eq!(t.status(), track::Status::Open);
+        // A TRACK request waiting for it goes on waiting.
+        assert!(
+            r.waiting(path("cam"), "video")
+                .is_some_and(|x| x.same_track(&t))
+        );
+        assert!(r.waiting(path("cam"), "audio").is_none());
+        let due = r.poll_timeout().unwrap();
+        assert_eq!(due, t0.saturating_add(GRACE));
+        assert_eq!(r.handle_timeout(due), 1);
+        assert_eq!(
+            t.status(),
+            track::Status::Aborted(StreamCode::SessionClosed.to_code())
+        );
+        assert_eq!(r.routes(), 0);
+        assert!(r.waiting(path("cam"), "video").is_none(), "refused now");
+        assert!(r.reclaim() >= 1);
+        // A refusal for a track in no route ends it with UNROUTABLE.
+        r.announce(path("cam"), 100, false, &up).unwrap();
+        let b = r.origin().get(path("cam")).unwrap();
+        let u = r.resolve(Some(7), b, "video", &up).unwrap();
+        r.drop_track(u);
+        assert!(r.upstream_unroutable(u, 100, due, &up));
+        assert_eq!(
+            u.status(),
+            track::Status::Aborted(StreamCode::Unroutable.to_code())
+        );
+        let _ = pool;
+    }
+
+    /// A source of this worker announces "cam" while the link's route of it
+    /// stands (the withdrawal is still crossing the link): it is a standby.
+    /// When the withdrawal arrives, the standby's source takes the route
+    /// over at once; the broadcast stays announced to this worker's
+    /// subscribers, and both routes go when that source withdraws.
+    #[test]
+    fn a_standby_takes_over_the_route_a_link_withdrew() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        let t0 = Instant::ZERO;
+        r.announce(path("cam"), 100, false, &up).unwrap();
+        assert_eq!(
+            r.announce(path("cam"), 2, true, &up),
+            Ok(Announced::Route { routed: false })
+        );
+        let b = r.origin().get(path("cam")).unwrap();
+        let t = r.resolve(Some(7), b, "video", &up).unwrap();
+        assert_eq!(up.take(), [(100, "cam".into())]);
+        // The link still fills "video" for its readers; the new source's
+        // track of that name is a new one.
+        let fed = t.producer().unwrap();
+        t.set_info(info());
+        assert!(r.source_left(path("cam"), 100, t0, &up));
+        assert!(
+            r.origin()
+                .get(path("cam"))
+                .is_some_and(|x| x.same_broadcast(&b)),
+            "still announced here"
+        );
+        assert!(r.local_origin().get(path("cam")).is_some());
+        assert_eq!(r.poll_timeout(), None, "nothing waits");
+        assert!(b.track("video").is_none());
+        fed.create_group(0).unwrap().finish().unwrap();
+        assert_eq!(t.latest(), Some(0), "its readers go on");
+        drop(fed);
+        let again = r.resolve(Some(8), b, "video", &up).unwrap();
+        assert!(!again.same_track(&t));
+        assert_eq!(up.take(), [(2, "cam".into())]);
+        assert!(r.unannounce(path("cam"), 2));
+        assert_eq!(r.routes(), 0);
+        assert!(r.origin().get(path("cam")).is_none());
+        assert!(r.local_origin().get(path("cam")).is_none());
+        let _ = pool;
+    }
+
+    /// A request still on its way to the link when a source of this worker
+    /// adopts the route stays; the link's refusal then asks the new source.
+    #[test]
+    fn a_request_the_link_refuses_after_a_new_source_adopted_goes_to_it() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        let t0 = Instant::ZERO;
+        r.announce(path("cam"), 100, false, &up).unwrap();
+        let b = r.origin().get(path("cam")).unwrap();
+        let t = r.resolve(Some(7), b, "video", &up).unwrap();
+        up.take();
+        // The link's subscription holds the producer, unanswered.
+        let asked = t.producer().unwrap();
+        assert!(r.source_left(path("cam"), 100, t0, &up));
+        assert_eq!(
+            r.announce(path("cam"), 2, true, &up),
+            Ok(Announced::Adopted { tracks: 0 })
+        );
+        assert!(up.take().is_empty(), "its request is still out");
+        assert!(b.track("video").is_some_and(|x| x.same_track(&t)));
+        drop(asked);
+        assert!(!r.upstream_unroutable(t, 100, t0, &up));
+        assert_eq!(up.take(), [(2, "cam".into())]);
+        assert_eq!(t.status(), track::Status::Open);
         let _ = pool;
     }
 }

@@ -35,6 +35,16 @@ pub trait Resolve<'a, 'p> {
         broadcast: broadcast::Ref<'a, 'p>,
         name: &str,
     ) -> Result<track::Ref<'a, 'p>, StreamCode>;
+
+    /// The track `name` of broadcast `path`, which is not in the origin now,
+    /// that a TRACK request already waiting for its TRACK_INFO may go on
+    /// waiting for: a relay's broadcast whose source is gone, within its
+    /// failover grace (the next source answers it). `None`, the default:
+    /// the request is refused as unroutable.
+    fn waiting(&self, path: Path<'_>, name: &str) -> Option<track::Ref<'a, 'p>> {
+        let _ = (path, name);
+        None
+    }
 }
 
 impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {

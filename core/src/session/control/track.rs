@@ -51,8 +51,14 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                         found => found,
                     },
                     // Asked again while waiting for TRACK_INFO: only the
-                    // track resolved then (or a newer one of its name).
-                    Some(path) if deferred => lookup(origin, path, t.track),
+                    // track resolved then (or a newer one of its name), or,
+                    // while its broadcast waits for a new source, that one.
+                    Some(path) if deferred => match lookup(origin, path, t.track) {
+                        Err(StreamCode::Unroutable) => resolver
+                            .and_then(|r| r.waiting(path, t.track))
+                            .ok_or(StreamCode::Unroutable),
+                        found => found,
+                    },
                     Some(path) => lookup_or_resolve(origin, resolver, path, t.track),
                     None => Err(StreamCode::NotFound),
                 };
