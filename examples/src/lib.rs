@@ -8,6 +8,8 @@
 //!   broadcast is decoded with openh264 (continuity, stamps, latency, PNG
 //!   output, or the boards' I_PCM test card checked sample by sample:
 //!   `boards/qemu-e2e.sh` runs it against the firmware under QEMU); frames of
-//!   the private run-length codec are checked with [`camera::Decoder`].
+//!   the private run-length codec are checked with [`camera::Decoder`]. Its
+//!   checks are [`viewer`], which tests also run in process.
 
 pub mod camera;
+pub mod viewer;

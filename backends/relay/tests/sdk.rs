@@ -1,7 +1,8 @@
 //! The client SDK against a `skiff-relay` process: the README's publisher
 //! and subscriber (the subscriber waits for the broadcast, reads every frame
-//! written after it joined, in order, and sees the track's end), and a
-//! subscription that follows its broadcast to a new source.
+//! written after it joined, in order, and sees the track's end), a
+//! subscription that follows its broadcast to a new source, and a subscribed
+//! track that keeps its groups by the publisher's TRACK_INFO.
 
 mod common;
 mod peers;
@@ -126,4 +127,74 @@ fn a_subscription_follows_a_new_source() {
     .expect("runtime");
     let want: Vec<u64> = (0..10).chain(100..110).collect();
     assert_eq!(seen, want);
+}
+
+/// A subscribed track takes the publisher's TRACK_INFO: hang's microsecond
+/// timescale and 30 s max age. A group the reader has not finished then stays
+/// readable while the next group grows: its 33,333 µs frame steps are not
+/// read as 33 s, past the default 5 s max age, which would evict it as stale.
+#[test]
+fn a_subscribed_group_is_kept_by_the_publishers_timescale() {
+    let relay = RelayProcess::start(&[]);
+    let url = format!("tcp://{}/", relay.addr);
+    let (info, first, rest, next) = driver::block_on(DriverKind::Legacy, move |_| async move {
+        let config = skiff_monoio::Config::default;
+        let (publisher, runner) = skiff_monoio::connect(&url, config()).unwrap();
+        monoio::spawn(runner.run());
+        let broadcast = publisher.publish("camera").unwrap();
+        let video = skiff_core::hang::video_info("video").unwrap();
+        let mut track = broadcast.create_track(video).unwrap();
+
+        let (viewer, runner) = skiff_monoio::connect(&url, config()).unwrap();
+        monoio::spawn(runner.run());
+        // Older groups are wanted for the max age: what is under test is the
+        // subscriber's own cache, not a live-edge request's OLD resets (§4.7).
+        let request = skiff_monoio::sdk::Request {
+            max_latency: skiff_core::hang::MAX_AGE,
+            ..skiff_monoio::sdk::Request::LIVE
+        };
+        let mut sub = viewer.subscribe("camera", "video", request).await.unwrap();
+        while track.subscribers() == 0 {
+            monoio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut g0 = track.create_group(0).unwrap();
+        g0.write_frame(0, b"g0f0").await.unwrap();
+        let mut r0 = sub.next_group().await.unwrap().expect("group 0");
+        let first = r0.read_frame().await.unwrap().expect("frame 0").timestamp;
+
+        // The rest of group 0, then two frames of group 1.
+        for ts in [33_333, 66_666] {
+            g0.write_frame(ts, b"g0").await.unwrap();
+        }
+        g0.finish().unwrap();
+        let mut g1 = track.create_group(1).unwrap();
+        for ts in [100_000, 133_333] {
+            g1.write_frame(ts, b"g1").await.unwrap();
+        }
+        g1.finish().unwrap();
+
+        // Group 1's second frame is in the subscriber's track before group 0
+        // is read on.
+        let mut r1 = sub.next_group().await.unwrap().expect("group 1");
+        let mut next = Vec::new();
+        while let Some(f) = r1.read_frame().await.unwrap() {
+            next.push(f.timestamp);
+        }
+        let mut rest = Vec::new();
+        while let Some(f) = r0.read_frame().await.unwrap() {
+            rest.push(f.timestamp);
+        }
+        let info = sub.info();
+        drop(sub);
+        viewer.close().await;
+        drop(broadcast);
+        publisher.close().await;
+        (info, first, rest, next)
+    })
+    .expect("runtime");
+    assert_eq!(info.timescale, skiff_core::hang::TIMESCALE);
+    assert_eq!(info.max_age, skiff_core::hang::MAX_AGE);
+    assert_eq!(first, 0);
+    assert_eq!(rest, [33_333, 66_666]);
+    assert_eq!(next, [100_000, 133_333]);
 }

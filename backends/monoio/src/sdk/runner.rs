@@ -266,6 +266,12 @@ impl App for SessionApp<'_> {
             Event::Unannounced { path, .. } => self.announced.retain(|p| p != path),
             Event::TrackInfo { subscription, .. } | Event::Started { subscription, .. } => {
                 if let Some(w) = self.find(subscription) {
+                    // The local track takes the publisher's timescale and max
+                    // age: its cache judges a group stale in the timestamps'
+                    // own units (docs/protocol.md §4.7), not in the defaults.
+                    if let Event::TrackInfo { info, .. } = *event {
+                        w.local().set_info(info);
+                    }
                     w.phase.set(Phase::Active(subscription));
                     w.accepted.set(true);
                     w.wake();

@@ -1,33 +1,12 @@
-//! `viewer`: subscribes through a moq-lite relay and checks every frame, in one of two modes.
+//! `viewer`: subscribes through a moq-lite relay and checks every frame
+//! (hang H.264 decoded with openh264, or the private SKC1 codec); the checks
+//! are [`skiff_examples::viewer`].
 //!
 //! ```text
 //! viewer --url tcp://127.0.0.1:4443/anon --broadcast cam.hang --frames 300 --out /tmp/frames
 //! viewer --url tcp://127.0.0.1:14443/anon --broadcast mps2/cam.hang --expect-ipcm-pattern --frames 100
 //! ```
 //!
-//! **hang** (a broadcast whose name ends in `.hang`): reads the `catalog.json`
-//! track, picks its `avc1`/`avc3` video rendition (or `--track`), and decodes
-//! every frame of that track with openh264. Each frame must carry the same
-//! time in its FRAME timestamp and its legacy prefix, times must rise, a group
-//! must start with a keyframe and lose no frame, and every frame must decode to
-//! a picture of the catalog's size. When the pictures carry the camera's stamp
-//! (its test pattern), the stamp must read back, its counter must rise, and the
-//! glass-to-glass latency (now minus the stamped capture time) is reported.
-//! With `--expect-ipcm-pattern` every picture must instead be skiff-core's
-//! test card (`skiff_core::hang::testcard`, what the firmware under
-//! `boards/` publishes; `boards/qemu-e2e.sh` runs this): every sample exact,
-//! the drawn counter rising, the frame's time `counter / fps`. With
-//! `--recoveries N` it also waits for N gaps of over a second (the relay
-//! restarted, a link went down) after which frames flow again, and prints
-//! each gap's length.
-//! Prints fps, Mbit/s and latency; `--out DIR` writes each good frame as
-//! `DIR/frame-NNNNNN.png`.
-//!
-//! **pattern** (any other name): the frames of the private run-length codec
-//! (`SKC1`), checked byte for byte; see [`skiff_examples::camera`].
-//!
-//! In both modes groups skipped at the live edge are allowed; a hole inside a
-//! group is not. The client redials a relay that is not up yet or goes away.
 //! Exits 0 once `--frames` good frames arrived, 1 on a lost or corrupt frame,
 //! an ended track, a refused subscription, an invalid URL or the timeout.
 
@@ -36,80 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use skiff_examples::camera;
+use skiff_examples::viewer::{Args, view};
 use skiff_monoio::driver::{self, DriverKind};
-use skiff_monoio::sdk::Request;
-use skiff_monoio::{Client, Config, Error, connect};
-
-/// Command-line options.
-#[derive(Parser, Debug)]
-#[command(
-    about = "Subscribe through a relay and verify a camera's frames (hang H.264, or the private SKC1 codec)"
-)]
-struct Args {
-    /// The relay: `tcp://HOST:PORT/PATH`, `tls://...`, `ws://...` or `wss://...`.
-    #[arg(long, default_value = "tcp://127.0.0.1:4443/anon")]
-    url: String,
-    /// Trust the CA certificates of this PEM file for `tls://` and `wss://`
-    /// instead of the system's.
-    #[arg(long, value_name = "FILE")]
-    ca: Option<std::path::PathBuf>,
-    /// The broadcast path; a name ending in `.hang` is read as hang.
-    #[arg(long, default_value = "cam.hang")]
-    broadcast: String,
-    /// The track name [default: hang: the catalog's video rendition; pattern: `video`].
-    #[arg(long)]
-    track: Option<String>,
-    /// Good frames to receive before exiting 0.
-    #[arg(long, default_value_t = 100)]
-    frames: u64,
-    /// Seconds to wait for them (from start) before exiting 1.
-    #[arg(long, default_value_t = 60)]
-    timeout: u64,
-    /// hang: write each good frame as a PNG file into this directory.
-    #[arg(long)]
-    out: Option<std::path::PathBuf>,
-    /// hang: every picture must be skiff-core's I_PCM test card (the boards' camera),
-    /// exact in every sample, its drawn counter rising.
-    #[arg(long)]
-    expect_ipcm_pattern: bool,
-    /// hang: also wait for this many recoveries, frames flowing again after a gap of over
-    /// a second (the relay restarted, the link came back), the last followed by 15 good
-    /// frames; each gap is printed.
-    #[arg(long, default_value_t = 0)]
-    recoveries: u64,
-}
-
-/// Where a checked frame belongs, whichever camera made it.
-#[derive(Debug, Clone, Copy)]
-struct Placed {
-    /// Frame number.
-    n: u64,
-    /// Group sequence it belongs in.
-    group: u64,
-    /// Index within that group.
-    index: u64,
-    /// Its timestamp (milliseconds).
-    timestamp: u64,
-    /// Which camera made it.
-    kind: &'static str,
-}
-
-/// Checks one payload, a host camera frame of the private codec (`SKC1`):
-/// decoded with `decoder`, the picture compared with the pattern.
-fn place(decoder: &mut camera::Decoder, payload: &[u8]) -> Result<Placed, String> {
-    if !payload.starts_with(&camera::MAGIC) {
-        return Err("not an SKC1 frame (a hang broadcast's name ends in .hang)".into());
-    }
-    let h = camera::check(decoder, payload).map_err(|e| e.to_string())?;
-    Ok(Placed {
-        n: h.n,
-        group: h.format.group(h.n),
-        index: h.format.index(h.n),
-        timestamp: h.format.timestamp_ms(h.n),
-        kind: "host camera",
-    })
-}
 
 /// Prints `msg` and exits 1.
 fn fail(msg: &str) -> ! {
@@ -131,136 +38,12 @@ fn main() {
             ));
         });
     }
-    let result = driver::block_on(DriverKind::Auto, move |_| view(args, intact, started));
+    let result = driver::block_on(DriverKind::Auto, move |_| async move {
+        view(&args, &intact, started).await
+    });
     match result {
         Ok(Err(msg)) => fail(&msg),
         Err(e) => fail(&format!("runtime: {e}")),
         Ok(Ok(())) => std::process::exit(0),
     }
 }
-
-/// Subscribes and reads until `args.frames` intact frames arrived (`Ok`) or a rule broke.
-async fn view(args: Args, intact: Arc<AtomicU64>, started: Instant) -> Result<(), String> {
-    let mut config = Config::default();
-    if let Some(file) = &args.ca {
-        let roots =
-            skiff_monoio::tls::roots_from_pem_file(file).map_err(|e| format!("--ca: {e}"))?;
-        config.tls_roots = Some(Arc::new(roots));
-    }
-    let (client, runner) = connect(&args.url, config).map_err(|e| e.to_string())?;
-    let runner = monoio::spawn(runner.run());
-    println!("viewer: subscribing to {} at {}", args.broadcast, args.url);
-    let outcome = if args.broadcast.ends_with(skiff_core::hang::BROADCAST_SUFFIX) {
-        hang::read(&args, &client, &intact, started).await
-    } else {
-        read(&args, &client, &intact, started).await
-    };
-    client.close().await;
-    runner.await;
-    outcome
-}
-
-/// Reads and checks frames until `args.frames` intact ones arrived.
-async fn read(
-    args: &Args,
-    client: &Client,
-    intact: &AtomicU64,
-    started: Instant,
-) -> Result<(), String> {
-    let mut track = client
-        .subscribe(
-            &args.broadcast,
-            args.track.as_deref().unwrap_or("video"),
-            Request::LIVE,
-        )
-        .await
-        .map_err(|e| format!("subscription failed: {e}"))?;
-    let mut last: Option<Placed> = None;
-    let mut decoder = camera::Decoder::new();
-    // A frame's bytes in one piece for the checks (sized by the largest frame).
-    let mut bytes = Vec::new();
-    let mut kind = None;
-    let mut first_group = None;
-    let mut skipped = 0u64;
-    let mut count = 0u64;
-    loop {
-        let mut group = match track.next_group().await {
-            Ok(Some(g)) => g,
-            Ok(None) => return Err(format!("track finished after {count} frames")),
-            Err(e) => return Err(format!("{e} after {count} frames")),
-        };
-        let seq = group.sequence();
-        if first_group.is_none() {
-            println!(
-                "viewer: subscribed, first group {seq} ({:.1} s)",
-                started.elapsed().as_secs_f64()
-            );
-        } else {
-            skipped += group.skipped();
-        }
-        let mut index = 0u64;
-        loop {
-            let frame = match group.read_frame().await {
-                Ok(Some(f)) => f,
-                Ok(None) => break,
-                // Fell behind (the group left the cache) or its source cut it
-                // short: read on with the next group, which starts with a key frame.
-                Err(Error::Evicted) => {
-                    skipped += 1;
-                    break;
-                }
-                Err(Error::Aborted(_)) => break,
-                Err(e) => return Err(format!("{e} after {count} frames")),
-            };
-            bytes.clear();
-            for chunk in frame.payload.chunks() {
-                bytes.extend_from_slice(chunk);
-            }
-            let pos = place(&mut decoder, &bytes).map_err(|e| {
-                format!(
-                    "corrupt frame: frame {index} of group {seq} ({} bytes): {e}",
-                    bytes.len()
-                )
-            })?;
-            let placed = pos.group == seq && pos.index == index;
-            let ordered = last.is_none_or(|l| pos.n > l.n);
-            if !placed || !ordered || frame.timestamp != pos.timestamp {
-                return Err(format!(
-                    "corrupt frame: frame n={} (group {}, index {}, ts {}) arrived as frame {index} of group {seq} with ts {} after n={:?}",
-                    pos.n,
-                    pos.group,
-                    pos.index,
-                    pos.timestamp,
-                    frame.timestamp,
-                    last.map(|l| l.n)
-                ));
-            }
-            index += 1;
-            first_group.get_or_insert(pos.group);
-            kind.get_or_insert(pos.kind);
-            last = Some(pos);
-            count += 1;
-            intact.store(count, Ordering::Relaxed);
-            if count.is_multiple_of(25) {
-                println!(
-                    "viewer: {count} frames intact (group {}, n={}, {:.1} s)",
-                    pos.group,
-                    pos.n,
-                    started.elapsed().as_secs_f64()
-                );
-            }
-            if count >= args.frames {
-                println!(
-                    "viewer: PASS: {count} frames intact ({}), groups {}..={}, {skipped} groups skipped at the live edge, {:.1} s",
-                    kind.unwrap_or("-"),
-                    first_group.unwrap_or(0),
-                    pos.group,
-                    started.elapsed().as_secs_f64()
-                );
-                return Ok(());
-            }
-        }
-    }
-}
-
-mod hang;

@@ -1,0 +1,136 @@
+//! The published `moq-relay` 0.17.10 as a child process, for the interop tests
+//! that run against it (docs/protocol.md §7.1).
+//!
+//! The binary is taken from `$MOQ_RELAY`, else the per-machine cache `.ci/moq-relay`
+//! installs into (`${XDG_CACHE_HOME:-$HOME/.cache}/skiff/moq-relay-0.17.10/bin/moq-relay`),
+//! else `moq-relay` on `PATH`. A test without one prints [`INSTALL`] in a skip line and
+//! passes; its `_required` twin (ignored by default) fails instead.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How to get the relay (docs/protocol.md §7.1).
+pub const INSTALL: &str = "bash .ci/moq-relay (or set MOQ_RELAY=/path/to/moq-relay)";
+/// Where `.ci/moq-relay` installs it, under the user's cache directory.
+const CACHED_BINARY: &str = "skiff/moq-relay-0.17.10/bin/moq-relay";
+/// Bound on the relay coming up.
+const STARTUP: Duration = Duration::from_secs(15);
+
+/// The `moq-relay` binary to test against, if one is installed.
+pub fn relay_binary() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("MOQ_RELAY").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return p.is_file().then_some(p);
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")));
+    if let Some(cached) = cache
+        .map(|dir| dir.join(CACHED_BINARY))
+        .filter(|p| p.is_file())
+    {
+        return Some(cached);
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("moq-relay"))
+            .find(|p| p.is_file())
+    })
+}
+
+/// A running `moq-relay`, killed on drop; its output goes to a log file.
+pub struct MoqRelay {
+    child: Child,
+    /// Its plain-TCP QMux listener.
+    pub addr: SocketAddr,
+    log: PathBuf,
+}
+
+impl MoqRelay {
+    /// Starts `bin` on a free loopback port: TCP-only (no QUIC, so no certificates),
+    /// anonymous publish and subscribe everywhere (docs/protocol.md §7.1).
+    pub fn start(bin: &Path) -> Self {
+        Self::start_public(bin, "**")
+    }
+
+    /// As [`MoqRelay::start`], anonymous access limited to the paths `public`
+    /// matches (`--auth-public`, e.g. `anon/**`).
+    pub fn start_public(bin: &Path, public: &str) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let log =
+            std::env::temp_dir().join(format!("skiff-moq-relay-{}-{port}.log", std::process::id()));
+        let out = File::create(&log).expect("relay log file");
+        let err = out.try_clone().expect("relay log file");
+        let child = Command::new(bin)
+            .args(["--listen-tcp-bind", &addr.to_string()])
+            .args(["--auth-public", public])
+            .args(["--log-level", "info"])
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let mut relay = MoqRelay { child, addr, log };
+        relay.wait_listening();
+        relay
+    }
+
+    /// Polls until the listener accepts a connection (the probe connection is dropped
+    /// at once; the relay just logs a failed handshake).
+    fn wait_listening(&mut self) {
+        let deadline = Instant::now() + STARTUP;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "moq-relay exited during startup ({status}):\n{}",
+                    self.log_text()
+                );
+            }
+            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "moq-relay not listening on {} after {STARTUP:?}:\n{}",
+                self.addr,
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The relay's output so far.
+    fn log_text(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+}
+
+impl Drop for MoqRelay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- moq-relay log ({}) ---\n{}", self.log.display(), {
+                let text = self.log_text();
+                let tail: Vec<&str> = text.lines().rev().take(60).collect();
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            });
+        } else {
+            let _ = std::fs::remove_file(&self.log);
+        }
+    }
+}
