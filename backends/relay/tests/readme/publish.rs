@@ -13,7 +13,8 @@ pub async fn publish(url: &str, frames: u64) -> Result<(), Error> {
             group.finish()?;
             group = track.append_group()?;
         }
-        group.write_frame(i * 33_333, &[i as u8; 1200]).await?;
+        // Timestamps in the track's unit, milliseconds by default.
+        group.write_frame(i * 1000 / 30, &[i as u8; 1200]).await?;
         monoio::time::sleep(std::time::Duration::from_millis(33)).await;
     }
     group.finish()?;
