@@ -418,7 +418,7 @@ pub async fn run<A: App>(
             origin,
         )
         .map_err(io::Error::other)?;
-        drive(Box::new(session), None, reader, writer, app, &ctx.drive).await
+        drive(Box::new(session), (), reader, writer, app, &ctx.drive).await
     };
     ctx.storage.give(storage);
     res

@@ -128,8 +128,8 @@ fn a_viewer_costs_the_relay_at_most_48_kib() {
             let per = (with - before) / VIEWERS as i64;
             eprintln!(
                 "control tables {} B, media tables {} B, session {} B",
-                std::mem::size_of::<skiff_monoio::session_driver::ServerStorage>(),
-                std::mem::size_of::<skiff_monoio::session_driver::PublisherSide>(),
+                std::mem::size_of::<skiff_relay::storage::ServerStorage>(),
+                std::mem::size_of::<skiff_relay::storage::PublisherSide>(),
                 std::mem::size_of::<skiff_monoio::session_driver::MoqSession<'static>>()
             );
             eprintln!(

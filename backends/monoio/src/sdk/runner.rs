@@ -211,7 +211,7 @@ impl Runner {
                     };
                     drive(
                         Box::new(session),
-                        None,
+                        (),
                         reader,
                         writer,
                         &mut app,
