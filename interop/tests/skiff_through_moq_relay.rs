@@ -33,16 +33,15 @@ use std::time::{Duration, Instant};
 
 use std::num::NonZeroUsize;
 
-use skiff_monoio::client::{self, ClientCtx, Publisher, ReadState};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::config::RelayConfig;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
+use skiff_testkit::client::{self, ClientCtx, Publisher, ReadState};
+use skiff_testkit::relay_process::moq_relay_binary;
 
 /// How to get the relay (docs/protocol.md §7.1).
 const INSTALL: &str = "bash .ci/moq-relay (or set MOQ_RELAY=/path/to/moq-relay)";
-/// Where `.ci/moq-relay` installs it, under the user's cache directory.
-const CACHED_BINARY: &str = "skiff/moq-relay-0.17.10/bin/moq-relay";
 /// Bound on the relay coming up and on the whole scenario.
 const STARTUP: Duration = Duration::from_secs(15);
 const SCENARIO_SECS: u64 = 60;
@@ -82,29 +81,6 @@ fn timestamp(g: u64, i: u64) -> u64 {
 // ---------------------------------------------------------------------------
 // The relay as a child process
 // ---------------------------------------------------------------------------
-
-/// The `moq-relay` binary to test against, if one is installed.
-fn relay_binary() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("MOQ_RELAY").filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        return p.is_file().then_some(p);
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")));
-    if let Some(cached) = cache
-        .map(|dir| dir.join(CACHED_BINARY))
-        .filter(|p| p.is_file())
-    {
-        return Some(cached);
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("moq-relay"))
-            .find(|p| p.is_file())
-    })
-}
 
 /// A running `moq-relay`, killed on drop; its output goes to a log file.
 struct MoqRelay {
@@ -389,7 +365,7 @@ fn run_checked(pub_url: String, sub_url: String) {
 /// Through `moq-relay` if it is installed; otherwise prints why it skipped and passes.
 #[test]
 fn skiff_client_through_moq_relay() {
-    match relay_binary() {
+    match moq_relay_binary() {
         Some(bin) => through_moq_relay(&bin),
         None => eprintln!("skipped: moq-relay not installed; install with: {INSTALL}"),
     }
@@ -398,7 +374,7 @@ fn skiff_client_through_moq_relay() {
 /// skiff-relay as a leaf of moq-relay, the publisher on moq-relay.
 #[test]
 fn skiff_leaf_of_moq_relay_publisher_on_the_root() {
-    match relay_binary() {
+    match moq_relay_binary() {
         Some(bin) => leaf_of_moq_relay(&bin, true),
         None => eprintln!("skipped: moq-relay not installed; install with: {INSTALL}"),
     }
@@ -407,7 +383,7 @@ fn skiff_leaf_of_moq_relay_publisher_on_the_root() {
 /// skiff-relay as a leaf of moq-relay, the publisher on the leaf.
 #[test]
 fn skiff_leaf_of_moq_relay_publisher_on_the_leaf() {
-    match relay_binary() {
+    match moq_relay_binary() {
         Some(bin) => leaf_of_moq_relay(&bin, false),
         None => eprintln!("skipped: moq-relay not installed; install with: {INSTALL}"),
     }
@@ -417,7 +393,7 @@ fn skiff_leaf_of_moq_relay_publisher_on_the_leaf() {
 #[test]
 #[ignore = "needs moq-relay installed; the non-ignored twin skips without it"]
 fn skiff_client_through_moq_relay_required() {
-    let bin = relay_binary()
+    let bin = moq_relay_binary()
         .unwrap_or_else(|| panic!("moq-relay not installed; install with: {INSTALL}"));
     through_moq_relay(&bin);
 }

@@ -34,8 +34,8 @@
 
 pub mod buffers;
 pub mod cancel;
-pub mod client;
 pub mod clock;
+pub mod context;
 pub mod driver;
 pub mod notify;
 pub mod sdk;

@@ -36,11 +36,11 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use skiff_monoio::client::{
-    self, ClientCtx, ClientLimits, FrameReader, Publisher, ReadState, Subscriber,
-};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::relay_demo::{LATENCY_BUCKETS, LatencyHistogram};
+use skiff_testkit::client::{
+    self, ClientCtx, ClientLimits, FrameReader, Publisher, ReadState, Subscriber,
+};
 
 /// Frames per group, like a 30-frame GOP.
 const FRAMES_PER_GROUP: u64 = 30;
