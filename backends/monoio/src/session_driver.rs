@@ -3,8 +3,8 @@
 //! Two tasks per connection:
 //!
 //! * a **reader** task ([`ByteRead`]) appends what the socket delivers to the
-//!   connection's [`Inbox`] and wakes the session task; it stops reading while
-//!   the inbox holds [`INBOX_BYTES`] (the session is backpressured, see
+//!   connection's `Inbox` and wakes the session task; it stops reading while
+//!   the inbox holds `INBOX_BYTES` (the session is backpressured, see
 //!   skiff-core's session docs), so a slow session slows its peer down;
 //! * the **session** task ([`drive`]) feeds the inbox to
 //!   [`Session::handle_input`] (unconsumed bytes stay at the front and are
@@ -15,7 +15,7 @@
 //!
 //! What wakes a session for local media is exact, not guessed: before it
 //! reads the tracks it serves, the session registers the thread's track
-//! waker on each ([`Notify::track_waker`], the core's own track wakers), so
+//! waker on each (`Notify::track_waker`, the core's own track wakers), so
 //! any write to them wakes it; its place on the [`Notify`] follows the media
 //! of those tracks and the media and consumption of the tracks it fills; and
 //! after each pass it forwards the changes the session lists
@@ -82,14 +82,15 @@ pub const CLIENT_SUBSCRIPTIONS: usize = 16;
 pub type MoqSession<'s> = Session<'s, 'static, 'static, STREAMS>;
 
 /// The reader stops reading while this many received bytes wait in the inbox.
-pub use crate::buffers::INBOX_BYTES;
+use crate::buffers::INBOX_BYTES;
 
 /// Most bytes one [`ByteRead::read`] of a connection returns (its read
-/// buffer's capacity): the inbox has room for [`INBOX_BYTES`] plus one.
-pub use crate::buffers::INBOX_READ as READ_BUFFER_BYTES;
+/// buffer's capacity): the inbox has room for the bytes at which the reader
+/// stops (256 KiB) plus one.
+pub const READ_BUFFER_BYTES: usize = crate::buffers::INBOX_READ;
 
 /// Capacity of a connection's staging buffer ([`ByteWrite::buffer`]).
-pub use crate::buffers::STAGING_CAPACITY as WRITE_BUFFER_BYTES;
+pub const WRITE_BUFFER_BYTES: usize = crate::buffers::STAGING_CAPACITY;
 
 /// Room offered to one `poll_transmit` call. Group payload is gathered from
 /// the pool, not staged, so this holds record headers and control messages
@@ -439,7 +440,7 @@ pub trait App<const N: usize = STREAMS> {
 /// Bytes the reader task received and the session has not consumed yet,
 /// and the flags and wakers the two tasks share.
 #[derive(Debug)]
-pub struct Inbox {
+pub(crate) struct Inbox {
     /// The received bytes, in a buffer from the thread's pool
     /// ([`crate::buffers::take_inbox`], of the [`InboxSize`] they need; the
     /// reader stops at [`INBOX_BYTES`]) while any wait; `None` while the

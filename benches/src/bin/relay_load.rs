@@ -594,8 +594,10 @@ async fn subscribers(
             // session's start, which changes every track): a flush for
             // another subscriber's frame leaves it asleep, so the clients'
             // cost per frame does not grow with the subscribers on a thread.
+            // It follows the track as a session serving it does: its media
+            // concerns the reader, its consumption does not.
             let task = poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
-            waiter.register_media_for(&task, [key]);
+            waiter.register_session(&task, [key], std::iter::empty());
             let mut live = false;
             loop {
                 if !live && state.started.get().is_some() {
