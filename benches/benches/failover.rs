@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use skiff_core::model::{origin, track};
-use skiff_monoio::client::{self, ClientCtx, Publisher, Subscriber};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::config::RelayConfig;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
+use skiff_testkit::client::{self, ClientCtx, Publisher, Subscriber};
 
 const TRACKS_PER_SESSION: usize = 16;
 const SIZES: [usize; 5] = [1, 8, 32, 64, 128];

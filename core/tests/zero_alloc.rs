@@ -5,78 +5,31 @@
 //! only (the test harness runs tests on several threads). To check another
 //! path, set it up outside and wrap the step in [`assert_no_alloc`].
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::task::{Context, Waker};
 
 use skiff_core::model::group::{self, Next as GroupNext};
 use skiff_core::model::track::{self, Info, Next};
 use skiff_core::pool::{Pool, PoolStorage};
 use skiff_core::window::Start;
-
-// --- counting allocator -----------------------------------------------------------------
-
-thread_local! {
-    // Const-initialized and without destructor: using it never allocates.
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-fn count() {
-    // `try_with`: the slot may be gone while the thread shuts down.
-    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments, so it
-// upholds exactly the contract `System` does; counting touches no allocator state.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: forwarded contract of `GlobalAlloc::alloc`.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: forwarded contract of `GlobalAlloc::alloc_zeroed`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: forwarded contract of `GlobalAlloc::realloc`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded contract of `GlobalAlloc::dealloc`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use skiff_testkit::counting::{Counting, allocs};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// Heap allocations made by this thread so far.
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
-
 /// Runs `f` and fails the test, naming the step, if it allocated on the heap.
 fn assert_no_alloc<R>(name: &str, f: impl FnOnce() -> R) -> R {
-    let before = allocations();
+    let before = allocs();
     let out = f();
-    let n = allocations() - before;
+    let n = allocs() - before;
     assert_eq!(n, 0, "{name}: {n} heap allocation(s)");
     out
 }
 
 #[test]
 fn the_counter_counts() {
-    let before = allocations();
+    let before = allocs();
     let v = std::hint::black_box(vec![1u8; 10]);
-    assert!(allocations() > before);
+    assert!(allocs() > before);
     drop(v);
 }
 

@@ -7,7 +7,6 @@
 //! `camera_frame` and `camera_encode` cases (`benches/src/audit.rs`) report
 //! the same split.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::future::Future;
 use std::num::NonZeroUsize;
@@ -30,55 +29,20 @@ use skiff_monoio::{Config, connect};
 use skiff_relay::config::RelayConfig;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
-
-/// Counts the allocations made on a thread while its counting is on.
-struct Counting;
-
-thread_local! {
-    static ON: Cell<bool> = const { Cell::new(false) };
-    static COUNT: Cell<u64> = const { Cell::new(0) };
-}
-
-fn note() {
-    if ON.try_with(Cell::get).unwrap_or(false) {
-        let _ = COUNT.try_with(|c| c.set(c.get() + 1));
-    }
-}
-
-// SAFETY: every call is passed on to the system allocator unchanged.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use skiff_testkit::counting::{Counting, measure};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-/// Runs `f` with this thread's counting on.
+thread_local! {
+    /// The allocations counted on this thread so far.
+    static COUNT: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Runs `f`, counting the allocations it makes on this thread.
 fn counted<T>(f: impl FnOnce() -> T) -> T {
-    ON.with(|on| on.set(true));
-    let out = f();
-    ON.with(|on| on.set(false));
+    let (out, allocs) = measure(f);
+    COUNT.with(|c| c.set(c.get() + allocs.count));
     out
 }
 

@@ -148,46 +148,26 @@ fn the_viewer_decodes_300_camera_frames_and_writes_pngs() {
     });
 }
 
-/// A CA (`ca.pem`) and a certificate it signed for 127.0.0.1 (`cert.pem`,
-/// `key.pem`) in `dir`.
-fn make_certificates(dir: &Path) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
-    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
-}
-
 #[test]
 fn the_camera_publishes_over_tls_and_the_viewer_reads_over_wss() {
     within(90, || {
         let dir = std::env::temp_dir().join(format!("skiff-camera-tls-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        make_certificates(&dir);
+        let pki = skiff_testkit::pki::Pki::write(&dir, "camera");
         let cfg = RelayConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             threads: NonZeroUsize::MIN,
             drain_timeout: Duration::from_secs(2),
             tls: Some(skiff_relay::tls::TlsFiles {
-                cert: dir.join("cert.pem"),
-                key: dir.join("key.pem"),
+                cert: pki.cert.clone(),
+                key: pki.key.clone(),
             }),
             ..RelayConfig::default()
         };
         let relay = server::start(cfg, RelayHandler::factory(1).unwrap()).expect("relay starts");
         let addr = relay.local_addr();
-        let ca = dir.join("ca.pem");
-        let ca = ca.to_str().unwrap();
+        let ca = pki.ca.to_str().unwrap();
         let mut cam = camera(
             &format!("tls://{addr}/anon"),
             &["--frames", "3000", "--ca", ca],

@@ -19,7 +19,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use moq_relay::{INSTALL, MoqRelay, relay_binary};
+use moq_relay::{INSTALL, MoqRelay, moq_relay_binary};
 use skiff_examples::viewer::{self, Args};
 use skiff_media::node::{self, NodeOptions};
 use skiff_monoio::driver::{self, DriverKind};
@@ -119,7 +119,7 @@ fn camera_to_viewer(bin: &Path, test: &str) {
 /// Through `moq-relay` if it is installed; otherwise prints why it skipped and passes.
 #[test]
 fn camera_to_viewer_through_moq_relay() {
-    match relay_binary() {
+    match moq_relay_binary() {
         Some(bin) => camera_to_viewer(&bin, "camera-to-viewer"),
         None => eprintln!("skipped: moq-relay not installed; install with: {INSTALL}"),
     }
@@ -129,7 +129,7 @@ fn camera_to_viewer_through_moq_relay() {
 #[test]
 #[ignore = "needs moq-relay installed; the non-ignored twin skips without it"]
 fn camera_to_viewer_through_moq_relay_required() {
-    let bin = relay_binary()
+    let bin = moq_relay_binary()
         .unwrap_or_else(|| panic!("moq-relay not installed; install with: {INSTALL}"));
     camera_to_viewer(&bin, "camera-to-viewer-required");
 }

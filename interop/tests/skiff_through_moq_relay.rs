@@ -20,7 +20,7 @@ mod common;
 mod moq_relay;
 
 use common::{check_in_order, spawn_subscriber};
-use moq_relay::{INSTALL, MoqRelay, relay_binary};
+use moq_relay::{INSTALL, MoqRelay, moq_relay_binary};
 use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
@@ -29,11 +29,11 @@ use std::time::Duration;
 
 use std::num::NonZeroUsize;
 
-use skiff_monoio::client::{self, ClientCtx, Publisher, ReadState};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::config::RelayConfig;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
+use skiff_testkit::client::{self, ClientCtx, Publisher, ReadState};
 
 /// Bound on the whole scenario.
 const SCENARIO_SECS: u64 = 60;
@@ -269,7 +269,7 @@ fn run_checked(pub_url: String, sub_url: String) {
 /// Through `moq-relay` if it is installed; otherwise prints why it skipped and passes.
 #[test]
 fn skiff_client_through_moq_relay() {
-    match relay_binary() {
+    match moq_relay_binary() {
         Some(bin) => through_moq_relay(&bin),
         None => eprintln!("skipped: moq-relay not installed; install with: {INSTALL}"),
     }
@@ -278,7 +278,7 @@ fn skiff_client_through_moq_relay() {
 /// skiff-relay as a leaf of moq-relay, the publisher on moq-relay.
 #[test]
 fn skiff_leaf_of_moq_relay_publisher_on_the_root() {
-    match relay_binary() {
+    match moq_relay_binary() {
         Some(bin) => leaf_of_moq_relay(&bin, true),
         None => eprintln!("skipped: moq-relay not installed; install with: {INSTALL}"),
     }
@@ -287,7 +287,7 @@ fn skiff_leaf_of_moq_relay_publisher_on_the_root() {
 /// skiff-relay as a leaf of moq-relay, the publisher on the leaf.
 #[test]
 fn skiff_leaf_of_moq_relay_publisher_on_the_leaf() {
-    match relay_binary() {
+    match moq_relay_binary() {
         Some(bin) => leaf_of_moq_relay(&bin, false),
         None => eprintln!("skipped: moq-relay not installed; install with: {INSTALL}"),
     }
@@ -297,7 +297,7 @@ fn skiff_leaf_of_moq_relay_publisher_on_the_leaf() {
 #[test]
 #[ignore = "needs moq-relay installed; the non-ignored twin skips without it"]
 fn skiff_client_through_moq_relay_required() {
-    let bin = relay_binary()
+    let bin = moq_relay_binary()
         .unwrap_or_else(|| panic!("moq-relay not installed; install with: {INSTALL}"));
     through_moq_relay(&bin);
 }

@@ -2,7 +2,7 @@
 //! through it: inbox buffers (received bytes the session has not taken yet)
 //! and staging buffers (bytes on their way to the socket).
 //!
-//! Inbox buffers come in three sizes ([`InboxSize`]): a tiny one, which holds
+//! Inbox buffers come in three sizes (`InboxSize`): a tiny one, which holds
 //! the short records a viewer sends (credit, acknowledgements, a request), a
 //! small one, which holds a whole QMux record and a read, and a large one for
 //! a backlog (a publisher's burst, a session that stopped taking bytes). A
@@ -33,35 +33,35 @@ use crate::staging::Staging;
 
 /// Received bytes the reader stops at: a large inbox buffer holds this many
 /// plus one whole read ([`INBOX_READ`]).
-pub const INBOX_BYTES: usize = 256 * 1024;
+pub(crate) const INBOX_BYTES: usize = 256 * 1024;
 
 /// Most bytes one read into a large inbox buffer asks for (the room kept
 /// free after the bytes waiting).
-pub const INBOX_READ: usize = 64 * 1024;
+pub(crate) const INBOX_READ: usize = 64 * 1024;
 
 /// A whole QMux record at the default record size, with its head room: what
 /// a small inbox buffer must hold for the session to take it.
-pub const RECORD_BYTES: usize = 16 * 1024 + 8;
+pub(crate) const RECORD_BYTES: usize = 16 * 1024 + 8;
 
 /// Bytes of a tiny inbox buffer: the records a viewer sends, a few dozen
 /// bytes each, and a read after them.
-pub const TINY_INBOX: usize = 2 * 1024;
+pub(crate) const TINY_INBOX: usize = 2 * 1024;
 
 /// Bytes waiting past which a tiny inbox buffer moves up a size (the room
 /// kept free for a read after them, too): more than a viewer's records, so
 /// most likely the start of a long record.
-pub const TINY_RECORD: usize = TINY_INBOX / 2;
+pub(crate) const TINY_RECORD: usize = TINY_INBOX / 2;
 
 /// Bytes of a small inbox buffer: a whole record waiting and a read after it.
-pub const SMALL_INBOX: usize = 2 * RECORD_BYTES;
+pub(crate) const SMALL_INBOX: usize = 2 * RECORD_BYTES;
 
 /// The large inbox buffer's size.
-pub const LARGE_INBOX: usize = INBOX_BYTES + INBOX_READ;
+pub(crate) const LARGE_INBOX: usize = INBOX_BYTES + INBOX_READ;
 
 /// Capacity of a staging buffer: record headers and control messages (group
 /// payload is gathered from the pool, not staged). A pass that stages more
 /// sends what it has first, so the buffer does not grow.
-pub const STAGING_CAPACITY: usize = 2 * 1024;
+pub(crate) const STAGING_CAPACITY: usize = 2 * 1024;
 
 /// Free tiny inbox buffers a thread keeps whatever its use.
 const MIN_FREE_TINY: usize = 64;
@@ -166,7 +166,7 @@ thread_local! {
 
 /// How often a thread trims its pools ([`trim_if_due`]): a burst's
 /// buffers are given back within about this long of its end.
-pub const TRIM_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const TRIM_EVERY: Duration = Duration::from_secs(1);
 
 /// Bytes of buffers a [`trim`] drops past which it asks the allocator to
 /// return freed memory to the system ([`give_back_memory`]).
@@ -203,7 +203,7 @@ pub fn give_back_memory() {
 /// [`trim`]s this thread's pools if [`TRIM_EVERY`] has passed since the
 /// last trim (a session driver calls it on every pass with the time it
 /// was passed; no timer of its own, so it never allocates).
-pub fn trim_if_due(now: Instant) {
+pub(crate) fn trim_if_due(now: Instant) {
     let due = NEXT_TRIM.with(|next| match next.get() {
         Some(at) if now < at => false,
         _ => {
@@ -218,7 +218,7 @@ pub fn trim_if_due(now: Instant) {
 
 /// The sizes of inbox buffer, smallest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum InboxSize {
+pub(crate) enum InboxSize {
     /// [`TINY_INBOX`] bytes: a viewer's short records.
     Tiny,
     /// [`SMALL_INBOX`] bytes: a whole record and a read.
@@ -229,7 +229,7 @@ pub enum InboxSize {
 
 impl InboxSize {
     /// The size of buffer with `capacity` bytes, if it is one of these.
-    pub fn of(capacity: usize) -> Option<Self> {
+    pub(crate) fn of(capacity: usize) -> Option<Self> {
         match capacity {
             TINY_INBOX => Some(InboxSize::Tiny),
             SMALL_INBOX => Some(InboxSize::Small),
@@ -239,7 +239,7 @@ impl InboxSize {
     }
 
     /// Bytes of a buffer of this size.
-    pub fn bytes(self) -> usize {
+    pub(crate) fn bytes(self) -> usize {
         match self {
             InboxSize::Tiny => TINY_INBOX,
             InboxSize::Small => SMALL_INBOX,
@@ -248,7 +248,7 @@ impl InboxSize {
     }
 
     /// Room kept free after the bytes waiting, for the next read.
-    pub fn min_room(self) -> usize {
+    pub(crate) fn min_room(self) -> usize {
         match self {
             InboxSize::Tiny => TINY_RECORD,
             InboxSize::Small => RECORD_BYTES,
@@ -258,7 +258,7 @@ impl InboxSize {
 
     /// The most bytes that may wait in a buffer of this size before it is
     /// outgrown: a tiny buffer's record, a small buffer's whole record.
-    pub fn most_waiting(self) -> usize {
+    pub(crate) fn most_waiting(self) -> usize {
         match self {
             InboxSize::Tiny => TINY_RECORD,
             InboxSize::Small => RECORD_BYTES,
@@ -270,7 +270,7 @@ impl InboxSize {
     /// `incoming` after them, and is not yet outgrown: more than a tiny
     /// buffer's record waiting moves to a small one, more than a whole
     /// record to a large one.
-    pub fn for_waiting(waiting: usize, incoming: usize) -> Self {
+    pub(crate) fn for_waiting(waiting: usize, incoming: usize) -> Self {
         let fits =
             |size: InboxSize| waiting <= size.most_waiting() && waiting + incoming <= size.bytes();
         if fits(InboxSize::Tiny) {
@@ -293,20 +293,20 @@ impl InboxSize {
 
 /// An inbox buffer of `size` (zeroed once, when first made), reused if one
 /// is free.
-pub fn take_inbox(size: InboxSize) -> Vec<u8> {
+pub(crate) fn take_inbox(size: InboxSize) -> Vec<u8> {
     size.pool()
         .with(|p| p.borrow_mut().take_or_make(|| vec![0; size.bytes()]))
 }
 
 /// Gives an inbox buffer back (dropped if its pool has all it keeps, or it
 /// is none of the sizes).
-pub fn give_inbox(buf: Vec<u8>) {
+pub(crate) fn give_inbox(buf: Vec<u8>) {
     if let Some(size) = InboxSize::of(buf.len()) {
         size.pool().with(|p| p.borrow_mut().give(buf));
     }
 }
 
-/// An empty staging buffer of [`STAGING_CAPACITY`], reused if one is free.
+/// An empty staging buffer of `STAGING_CAPACITY`, reused if one is free.
 pub fn take_staging() -> Staging {
     STAGINGS.with(|p| {
         p.borrow_mut()
@@ -316,7 +316,7 @@ pub fn take_staging() -> Staging {
 
 /// Gives a staging buffer back, emptied first (its gathered ranges let go
 /// of their blocks); dropped if the pool has all it keeps or the buffer
-/// grew past [`STAGING_CAPACITY`].
+/// grew past `STAGING_CAPACITY`.
 pub fn give_staging(mut staging: Staging) {
     staging.clear();
     STAGINGS.with(|p| {
@@ -330,7 +330,8 @@ pub fn give_staging(mut staging: Staging) {
 }
 
 /// Free buffers of this thread's pools: (tiny, small and large inboxes, stagings).
-pub fn free_counts() -> (usize, usize, usize, usize) {
+#[cfg(test)]
+fn free_counts() -> (usize, usize, usize, usize) {
     (
         TINY.with(|p| p.borrow().free.len()),
         SMALL.with(|p| p.borrow().free.len()),
@@ -341,7 +342,7 @@ pub fn free_counts() -> (usize, usize, usize, usize) {
 
 /// Bytes the free buffers of this thread's pools hold: memory kept for the
 /// next connections, bounded by the most buffers in use at once since the
-/// last [`trim`].
+/// last trim.
 pub fn free_bytes() -> usize {
     let inboxes =
         |p: &RefCell<FreeList<Vec<u8>>>| p.borrow().free.iter().map(Vec::capacity).sum::<usize>();

@@ -10,7 +10,7 @@ pub fn to_core(d: StdDuration) -> Duration {
 }
 
 /// A core duration as a std one.
-pub fn to_std(d: Duration) -> StdDuration {
+pub(crate) fn to_std(d: Duration) -> StdDuration {
     StdDuration::from_micros(d.as_micros())
 }
 

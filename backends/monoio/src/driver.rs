@@ -9,7 +9,7 @@ use std::str::FromStr;
 use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
 
 /// Submission-queue entries of each io_uring runtime.
-pub const URING_ENTRIES: u32 = 1024;
+pub(crate) const URING_ENTRIES: u32 = 1024;
 
 /// Which I/O driver a worker should use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -19,8 +19,8 @@
 //! tracks or subscriptions changed) and consumption only
 //! ([`Notify::bump_consumed`]: a task only sent what it had read, which
 //! matters to producers waiting for pacing or credit). A task that cares
-//! about media only waits with [`Waiter::register_media`]; after a fan-out
-//! round the senders' bumps then wake the producers, not every sender again.
+//! about media only is not woken by consumption; after a fan-out round the
+//! senders' bumps then wake the producers, not every sender again.
 //!
 //! A session's task follows the media of the tracks it serves and both kinds
 //! of change of the tracks it fills ([`Waiter::register_session`]), and keeps
@@ -30,12 +30,12 @@
 //! A bump can name the tracks it concerns ([`Notify::bump_tracks`]: a
 //! session stored group data; [`Notify::bump_consumed_tracks`]: a session
 //! read the tracks it serves), and a waiting task can name the tracks it
-//! follows ([`Waiter::register_for`], [`Waiter::register_media_for`]: a
-//! session serving or filling them, with nothing else to wait for). Such a
+//! follows ([`Waiter::register_session`]: a session serving or filling
+//! them, with nothing else to wait for). Such a
 //! bump wakes only the tasks following one of its tracks (and every task
 //! that named none), so a worker with many broadcasts runs a broadcast's
-//! sessions for its frames, not everyone's. Up to [`TRACK_KEYS`] tracks per
-//! task and [`PENDING_KEYS`] per flush; past that a bump or a task counts
+//! sessions for its frames, not everyone's. Up to `TRACK_KEYS` tracks per
+//! task and `PENDING_KEYS` per flush; past that a bump or a task counts
 //! as "every track".
 //!
 //! The tasks are indexed by the tracks they follow (a table from track key
@@ -46,7 +46,7 @@
 //! tracks have been seen, bumps, flushes and registrations allocate nothing.
 //!
 //! A write through the model reaches the sessions that serve the track by the
-//! core's own wakers: a session registers [`Notify::track_waker`] of each
+//! core's own wakers: a session registers `Notify::track_waker` of each
 //! track it serves on that track ([`track::Ref::wake_on_change`]), and the
 //! track's next change wakes it, which bumps that track here. The writer
 //! (an SDK producer, a session filling the track) does nothing more.
@@ -67,11 +67,11 @@ use std::task::{Poll, RawWaker, RawWakerVTable, Waker};
 pub type TrackKey = skiff_core::model::track::Key;
 
 /// Tracks one waiting task can follow by key (more: it follows every change).
-pub const TRACK_KEYS: usize = 4;
+pub(crate) const TRACK_KEYS: usize = 4;
 
 /// Tracks the media bumps waiting for one flush can name (more: the flush
 /// wakes every media waiter).
-pub const PENDING_KEYS: usize = 16;
+pub(crate) const PENDING_KEYS: usize = 16;
 
 /// The hash of the tables keyed by track: a key is a state's address (and
 /// its generation), made by this process, not by a peer, so one multiply
@@ -103,6 +103,7 @@ impl Hasher for KeyHasher {
 }
 
 /// A consumption mask naming every followed track.
+#[cfg(test)]
 const ALL_CONSUMED: u8 = u8::MAX;
 const _: () = assert!(TRACK_KEYS <= 8, "one mask bit per followed track");
 
@@ -121,6 +122,7 @@ impl<const K: usize> Keys<K> {
     };
 
     /// The keys of `keys`, or `None` if there are more than `K`.
+    #[cfg(test)]
     fn of(keys: impl IntoIterator<Item = TrackKey>) -> Option<Self> {
         let mut k = Self::EMPTY;
         for key in keys {
@@ -449,7 +451,8 @@ impl Scope {
 pub struct Notify {
     /// Changes of either kind.
     generation: Cell<u64>,
-    /// Media changes.
+    /// Media changes (the tests tell them from consumption by it).
+    #[cfg(test)]
     media: Cell<u64>,
     /// Media bumps waiting for the flusher.
     pending_media: RefCell<Scope>,
@@ -485,7 +488,8 @@ impl Notify {
     }
 
     /// The current media generation: it changes with media bumps only.
-    pub fn media_generation(&self) -> u64 {
+    #[cfg(test)]
+    fn media_generation(&self) -> u64 {
         self.media.get()
     }
 
@@ -579,6 +583,7 @@ impl Notify {
     /// media changes of `media`, or (unless it waits for media only) by the
     /// consumption of `consumed`.
     fn flush_scopes(&self, media: Scope, consumed: Scope) {
+        #[cfg(test)]
         if !matches!(media, Scope::Nothing) {
             self.media.set(self.media.get().wrapping_add(1));
         }
@@ -601,7 +606,7 @@ impl Notify {
     /// sessions serve it.
     ///
     /// [`track::Ref::wake_on_change`]: skiff_core::model::track::Ref::wake_on_change
-    pub fn track_waker(self: &Rc<Self>, key: TrackKey) -> Waker {
+    pub(crate) fn track_waker(self: &Rc<Self>, key: TrackKey) -> Waker {
         let mut wakers = self.track_wakers.borrow_mut();
         let wake = wakers.entry(key.addr()).or_insert_with(|| {
             Rc::new(TrackWake {
@@ -635,8 +640,9 @@ impl Notify {
         }
     }
 
-    /// Tasks registered (for tests and metrics).
-    pub fn waiters(&self) -> usize {
+    /// Tasks registered.
+    #[cfg(test)]
+    fn waiters(&self) -> usize {
         self.places.borrow().places.len() - self.free.borrow().len()
     }
 }
@@ -650,14 +656,15 @@ impl Waiter<'_> {
     /// Like [`Waiter::register`], but a bump naming other tracks only
     /// ([`Notify::bump_tracks`], [`Notify::bump_consumed_tracks`]) does not
     /// wake it. More than [`TRACK_KEYS`] keys follow every track.
-    pub fn register_for(&self, waker: &Waker, keys: impl IntoIterator<Item = TrackKey>) {
+    #[cfg(test)]
+    fn register_for(&self, waker: &Waker, keys: impl IntoIterator<Item = TrackKey>) {
         self.place(waker, false, Keys::of(keys), ALL_CONSUMED);
     }
 
     /// Registers a session's task: the media of the tracks it serves and
     /// both the media and the consumption of the tracks it fills concern it
     /// (a session serving a track is not concerned by other readers of it).
-    /// Past [`TRACK_KEYS`] tracks it follows every track, for media only if
+    /// Past `TRACK_KEYS` tracks it follows every track, for media only if
     /// it fills none.
     pub fn register_session(
         &self,
@@ -688,13 +695,15 @@ impl Waiter<'_> {
 
     /// Registers `waker` to be woken at the next media bump only
     /// ([`Notify::bump`]); compare [`Notify::media_generation`] then.
-    pub fn register_media(&self, waker: &Waker) {
+    #[cfg(test)]
+    fn register_media(&self, waker: &Waker) {
         self.place(waker, true, None, 0);
     }
 
     /// Like [`Waiter::register_media`], but a bump naming other tracks only
     /// does not wake it.
-    pub fn register_media_for(&self, waker: &Waker, keys: impl IntoIterator<Item = TrackKey>) {
+    #[cfg(test)]
+    fn register_media_for(&self, waker: &Waker, keys: impl IntoIterator<Item = TrackKey>) {
         self.place(waker, true, Keys::of(keys), 0);
     }
 

@@ -3,8 +3,8 @@
 //! Two tasks per connection:
 //!
 //! * a **reader** task ([`ByteRead`]) appends what the socket delivers to the
-//!   connection's [`Inbox`] and wakes the session task; it stops reading while
-//!   the inbox holds [`INBOX_BYTES`] (the session is backpressured, see
+//!   connection's `Inbox` and wakes the session task; it stops reading while
+//!   the inbox holds `INBOX_BYTES` (the session is backpressured, see
 //!   skiff-core's session docs), so a slow session slows its peer down;
 //! * the **session** task ([`drive`]) feeds the inbox to
 //!   [`Session::handle_input`] (unconsumed bytes stay at the front and are
@@ -15,7 +15,7 @@
 //!
 //! What wakes a session for local media is exact, not guessed: before it
 //! reads the tracks it serves, the session registers the thread's track
-//! waker on each ([`Notify::track_waker`], the core's own track wakers), so
+//! waker on each (`Notify::track_waker`, the core's own track wakers), so
 //! any write to them wakes it; its place on the [`Notify`] follows the media
 //! of those tracks and the media and consumption of the tracks it fills; and
 //! after each pass it forwards the changes the session lists
@@ -50,10 +50,8 @@ use monoio::io::{
     OwnedWriteHalf, Split, Splitable,
 };
 use skiff_core::pool::Slice;
-use skiff_core::session::{
-    Change, Event, Gather, LISTED_CHANGES, PublisherTables, Session, Storage, SubscriberTables,
-};
-use skiff_core::time::{Duration, Instant};
+use skiff_core::session::{Change, Event, Gather, LISTED_CHANGES, Session, Storage};
+use skiff_core::time::Instant;
 use skiff_core::wire::lite::{Role, SessionCode};
 use skiff_core::wire::qmux::Side;
 
@@ -83,34 +81,16 @@ pub const CLIENT_SUBSCRIPTIONS: usize = 16;
 /// A session whose media (origin, tracks, pool) lives for the whole thread.
 pub type MoqSession<'s> = Session<'s, 'static, 'static, STREAMS>;
 
-/// Stream slots of a trunk session: a link between two workers or a leaf's
-/// session to its upstream, which carries every track crossing it (a
-/// quarter each are advertised to the peer, as for [`STREAMS`]).
-pub const TRUNK_STREAMS: usize = 512;
-
-/// The tables of a trunk session: 256 control streams of 512-byte buffers
-/// (a control message holds at most a 128-byte path and a 128-byte name),
-/// 128 subscriptions each way, 128 group streams each way: 370 KiB, twice
-/// a client's. Every worker has one per other worker, so it stays small.
-pub type TrunkStorage = Storage<'static, 'static, 256, 512, 128, 128, 128, 128, 512>;
-
-/// The tables of a leaf's session to its upstream: a trunk's, with 2 KiB
-/// control buffers, since its SETUP carries the upstream URL's path and
-/// query (an access token can be long). One per worker.
-pub type UpstreamStorage = Storage<'static, 'static, 256, 2048, 128, 128, 128, 128, 512>;
-
-/// A trunk session (see [`TRUNK_STREAMS`]).
-pub type TrunkSession<'s> = Session<'s, 'static, 'static, TRUNK_STREAMS>;
-
 /// The reader stops reading while this many received bytes wait in the inbox.
-pub use crate::buffers::INBOX_BYTES;
+use crate::buffers::INBOX_BYTES;
 
 /// Most bytes one [`ByteRead::read`] of a connection returns (its read
-/// buffer's capacity): the inbox has room for [`INBOX_BYTES`] plus one.
-pub use crate::buffers::INBOX_READ as READ_BUFFER_BYTES;
+/// buffer's capacity): the inbox has room for the bytes at which the reader
+/// stops (256 KiB) plus one.
+pub const READ_BUFFER_BYTES: usize = crate::buffers::INBOX_READ;
 
 /// Capacity of a connection's staging buffer ([`ByteWrite::buffer`]).
-pub use crate::buffers::STAGING_CAPACITY as WRITE_BUFFER_BYTES;
+pub const WRITE_BUFFER_BYTES: usize = crate::buffers::STAGING_CAPACITY;
 
 /// Room offered to one `poll_transmit` call. Group payload is gathered from
 /// the pool, not staged, so this holds record headers and control messages
@@ -172,104 +152,6 @@ impl<T: Default> StoragePool<T> {
         let mut free = self.free.borrow_mut();
         if free.len() < MAX_POOLED_STORAGE {
             free.push(storage);
-        }
-    }
-}
-
-/// The tables of a server's session before its peer's SETUP: the control
-/// streams and buffers of a [`SessionStorage`], and no media table but the
-/// slot of the peer's SETUP stream. [`SideTables`] adds the media tables the
-/// peer's Role asks for, so a viewer holds none for media it never sends.
-pub type ServerStorage = Storage<'static, 'static, 24, 1024, 0, 0, 0, 1, 8>;
-
-/// The media a server's session sends: 16 subscriptions the peer holds and
-/// 16 group streams out, as in a [`SessionStorage`].
-pub type PublisherSide = PublisherTables<'static, 'static, 16, 16>;
-
-/// The media a server's session receives: [`CLIENT_SUBSCRIPTIONS`]
-/// subscriptions on the peer's tracks and 16 group streams in, as in a
-/// [`SessionStorage`].
-pub type SubscriberSide = SubscriberTables<'static, 'static, CLIENT_SUBSCRIPTIONS, 16>;
-
-/// A thread's free lists of [`PublisherSide`] and [`SubscriberSide`] tables.
-#[derive(Debug, Default)]
-pub struct SidePools {
-    publisher: StoragePool<PublisherSide>,
-    subscriber: StoragePool<SubscriberSide>,
-}
-
-impl SidePools {
-    /// Empty free lists.
-    pub fn new() -> Self {
-        Self::default()
-    }
-}
-
-/// The media tables one server session takes at its peer's SETUP (see
-/// [`ServerStorage`]); they go back to their pools when this is dropped,
-/// which the session's borrow puts after the session.
-pub struct SideTables {
-    publisher: Option<Box<PublisherSide>>,
-    subscriber: Option<Box<SubscriberSide>>,
-    pools: Rc<SidePools>,
-}
-
-impl SideTables {
-    /// No tables yet; they come from `pools`.
-    pub fn new(pools: Rc<SidePools>) -> Self {
-        SideTables {
-            publisher: None,
-            subscriber: None,
-            pools,
-        }
-    }
-
-    /// Gives `session` the tables a peer of `role` needs: a subscriber's
-    /// session sends media only, a publisher's receives only, and one that
-    /// does both gets both (docs/protocol.md §4.1).
-    pub fn attach<'s, const N: usize>(
-        &'s mut self,
-        session: &mut Session<'s, 'static, 'static, N>,
-        role: Role,
-    ) {
-        let SideTables {
-            publisher,
-            subscriber,
-            pools,
-        } = self;
-        // A session built on a bare storage uses no entry yet, so the
-        // tables always take what it holds.
-        if role != Role::Publisher {
-            let tables = publisher.insert(pools.publisher.take());
-            if session.attach_publisher_tables(tables).is_err() {
-                tracing::warn!("publisher tables smaller than the session's own");
-            }
-        }
-        if role != Role::Subscriber {
-            let tables = subscriber.insert(pools.subscriber.take());
-            if session.attach_subscriber_tables(tables).is_err() {
-                tracing::warn!("subscriber tables smaller than the session's own");
-            }
-        }
-    }
-}
-
-impl std::fmt::Debug for SideTables {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SideTables")
-            .field("publisher", &self.publisher.is_some())
-            .field("subscriber", &self.subscriber.is_some())
-            .finish()
-    }
-}
-
-impl Drop for SideTables {
-    fn drop(&mut self) {
-        if let Some(t) = self.publisher.take() {
-            self.pools.publisher.give(t);
-        }
-        if let Some(t) = self.subscriber.take() {
-            self.pools.subscriber.give(t);
         }
     }
 }
@@ -495,17 +377,27 @@ impl<S: CancelableAsyncWriteRent> ByteWrite for HalfWriter<S> {
 // The application seam
 // ---------------------------------------------------------------------------
 
-/// The lending end of a link between two workers of one process: group
-/// payload crosses as references to pool blocks the peer adopts, instead of
-/// bytes (STREAM_REF).
-pub trait Lend {
-    /// Lends `slice` to the peer: the token that names it in a STREAM_REF
-    /// record, or `None` to send its bytes instead (every slot lent).
-    fn lend(&self, slice: Slice<'static>) -> Option<u64>;
-    /// Ranges lent and not taken back yet.
-    fn outstanding(&self) -> usize;
-    /// Ranges the peer has given back so far (a count that only grows).
-    fn returned(&self) -> u64;
+/// What a session takes once its peer's SETUP declared the peer's
+/// [`Role`]: [`drive`] calls [`SetupTables::attach`] after handing the SETUP
+/// event to the app and before the session reads on, so tables attached
+/// there are in place before the peer's first request. A server that sizes
+/// a session's media tables by what the peer does implements it; `()`
+/// attaches nothing, and `Option<T>` what `T` does if it is `Some`.
+pub trait SetupTables<'s, const N: usize> {
+    /// Gives `session` what a peer of `role` needs.
+    fn attach(self, session: &mut Session<'s, 'static, 'static, N>, role: Role);
+}
+
+impl<'s, const N: usize> SetupTables<'s, N> for () {
+    fn attach(self, _session: &mut Session<'s, 'static, 'static, N>, _role: Role) {}
+}
+
+impl<'s, T: SetupTables<'s, N>, const N: usize> SetupTables<'s, N> for Option<T> {
+    fn attach(self, session: &mut Session<'s, 'static, 'static, N>, role: Role) {
+        if let Some(tables) = self {
+            tables.attach(session, role);
+        }
+    }
 }
 
 /// What runs on top of a driven session of `N` stream slots (the relay, a
@@ -518,9 +410,20 @@ pub trait App<const N: usize = STREAMS> {
     fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>);
     /// The session is over.
     fn on_close(&mut self) {}
-    /// A link to another worker of this process: lend group payload to it
-    /// instead of sending the bytes ([`Lend`]). The default is `None`.
-    fn lender(&self) -> Option<&dyn Lend> {
+    /// Lends `slice` of group payload to the peer instead of sending its
+    /// bytes, on a link inside one process whose session passes data by
+    /// reference (STREAM_REF): the token that names it, or `None` to send
+    /// the bytes (the default, and what a link does with every slot lent).
+    fn lend(&self, slice: Slice<'static>) -> Option<u64> {
+        let _ = slice;
+        None
+    }
+    /// An instant at which the driver makes a pass although nothing woke
+    /// the session, asked once before each wait (`now`: the pass's instant).
+    /// The relay's worker links use it to look for lent blocks the other
+    /// worker gave back. The default is `None`.
+    fn wake_at(&mut self, now: Instant) -> Option<Instant> {
+        let _ = now;
         None
     }
     /// Whether the app's events may change what other tasks of the thread
@@ -537,7 +440,7 @@ pub trait App<const N: usize = STREAMS> {
 /// Bytes the reader task received and the session has not consumed yet,
 /// and the flags and wakers the two tasks share.
 #[derive(Debug)]
-pub struct Inbox {
+pub(crate) struct Inbox {
     /// The received bytes, in a buffer from the thread's pool
     /// ([`crate::buffers::take_inbox`], of the [`InboxSize`] they need; the
     /// reader stops at [`INBOX_BYTES`]) while any wait; `None` while the
@@ -877,12 +780,19 @@ pub struct DriveCtx {
 /// future that took it by value would hold a copy of it in every caller's
 /// state as well.
 ///
-/// `sides`: for a session on a [`ServerStorage`], the media tables it takes
-/// at the peer's SETUP (see [`SideTables::attach`]); `None` for a session
+/// `tables`: what the session takes at the peer's SETUP ([`SetupTables`]:
+/// the media tables of a session built without them); `()` for a session
 /// whose storage has them already.
-pub async fn drive<'s, R: ByteRead, W: ByteWrite, A: App<N>, const N: usize>(
+pub async fn drive<
+    's,
+    R: ByteRead,
+    W: ByteWrite,
+    A: App<N>,
+    T: SetupTables<'s, N>,
+    const N: usize,
+>(
     mut session: Box<Session<'s, 'static, 'static, N>>,
-    sides: Option<&'s mut SideTables>,
+    tables: T,
     mut reader: R,
     mut writer: W,
     app: &mut A,
@@ -895,7 +805,7 @@ pub async fn drive<'s, R: ByteRead, W: ByteWrite, A: App<N>, const N: usize>(
     monoio::spawn(read_loop(reader, inbox.clone()));
     let res = session_loop(
         &mut session,
-        sides,
+        Some(tables),
         &inbox,
         &mut writer,
         app,
@@ -915,9 +825,9 @@ pub async fn drive<'s, R: ByteRead, W: ByteWrite, A: App<N>, const N: usize>(
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn session_loop<'s, W: ByteWrite, A: App<N>, const N: usize>(
+async fn session_loop<'s, W: ByteWrite, A: App<N>, T: SetupTables<'s, N>, const N: usize>(
     session: &mut Session<'s, 'static, 'static, N>,
-    mut sides: Option<&'s mut SideTables>,
+    mut tables: Option<T>,
     inbox: &Inbox,
     writer: &mut W,
     app: &mut A,
@@ -947,9 +857,6 @@ async fn session_loop<'s, W: ByteWrite, A: App<N>, const N: usize>(
         }
     });
     let mut drain_seen = false;
-    // A link's look for returned lent blocks: the wait, and the returns seen.
-    let mut lend_wait = LEND_RECLAIM.0;
-    let mut returns_seen = 0;
     loop {
         let now = ctx.clock.now();
         crate::buffers::trim_if_due(now);
@@ -1037,8 +944,8 @@ async fn session_loop<'s, W: ByteWrite, A: App<N>, const N: usize>(
             // are in place before the peer's first request.
             if let Some(role) = setup {
                 inbox.prompt_acks.set(role != Role::Subscriber);
-                if let Some(sides) = sides.take() {
-                    sides.attach(session, role);
+                if let Some(tables) = tables.take() {
+                    tables.attach(session, role);
                 }
             }
         }
@@ -1067,7 +974,7 @@ async fn session_loop<'s, W: ByteWrite, A: App<N>, const N: usize>(
         } else {
             waiter.rearm(&task);
         }
-        let sent = transmit(session, now, writer, app.lender()).await?;
+        let sent = transmit(session, now, writer, &*app).await?;
         progress |= sent;
         if session.is_closed() && (session.is_drained() || !progress) {
             return Ok(Ended::Closed);
@@ -1093,18 +1000,8 @@ async fn session_loop<'s, W: ByteWrite, A: App<N>, const N: usize>(
 
         // Sleep until something can change.
         let mut deadline = session.poll_timeout();
-        // Blocks lent to another worker come back without waking this task:
-        // look for them now and then while any are out.
-        // The wait doubles (up to a second) while nothing comes back, so an
-        // idle link whose blocks the other worker keeps cached hardly runs.
-        if let Some(l) = app.lender().filter(|l| l.outstanding() > 0) {
-            lend_wait = if l.returned() != returns_seen {
-                LEND_RECLAIM.0
-            } else {
-                lend_wait.saturating_add(lend_wait).min(LEND_RECLAIM.1)
-            };
-            returns_seen = l.returned();
-            let at = now.saturating_add(lend_wait);
+        // A pass the app asks for although nothing wakes the task.
+        if let Some(at) = app.wake_at(now) {
             deadline = Some(deadline.map_or(at, |d| d.min(at)));
         }
         if let Some(limit) = limit
@@ -1239,26 +1136,14 @@ fn forward_changes<const N: usize>(
     }
 }
 
-/// Writes everything the session has to send; true if it wrote anything.
-///
-/// `poll_transmit_gather` writes record headers and control bytes straight
-/// into the spare room of the writer's staging buffer and leaves group
-/// payload in the pool (the staging buffer keeps the ranges): the kernel
-/// copies payload from the pool block, with no user-space copy. The whole
-/// spare room is offered at once, so a frame of a few blocks takes one call;
-/// the buffer is sent (one `writev`) once [`FLUSH_AT`] bytes or
-/// [`GATHER_RANGES`](crate::staging::GATHER_RANGES) ranges wait, and at the end.
-/// How soon a link with blocks lent out looks for returned ones when nothing
-/// else wakes it, at first and at most ([`Lend`]).
-const LEND_RECLAIM: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(1));
-
-/// A staging buffer's gather that lends payload instead ([`Lend`]).
-struct Lending<'l, G> {
+/// A staging buffer's gather whose payload the app may lend instead
+/// ([`App::lend`]).
+struct Lending<'l, G, A, const N: usize> {
     gather: G,
-    lender: &'l dyn Lend,
+    app: &'l A,
 }
 
-impl<G: Gather<'static>> Gather<'static> for Lending<'_, G> {
+impl<G: Gather<'static>, A: App<N>, const N: usize> Gather<'static> for Lending<'_, G, A, N> {
     fn room(&self) -> usize {
         self.gather.room()
     }
@@ -1268,15 +1153,24 @@ impl<G: Gather<'static>> Gather<'static> for Lending<'_, G> {
     }
 
     fn lend(&mut self, slice: Slice<'static>) -> Option<u64> {
-        self.lender.lend(slice)
+        self.app.lend(slice)
     }
 }
 
-async fn transmit<W: ByteWrite, const N: usize>(
+/// Writes everything the session has to send; true if it wrote anything.
+///
+/// `poll_transmit_gather` writes record headers and control bytes straight
+/// into the spare room of the writer's staging buffer and leaves group
+/// payload in the pool (the staging buffer keeps the ranges): the kernel
+/// copies payload from the pool block, with no user-space copy. The whole
+/// spare room is offered at once, so a frame of a few blocks takes one call;
+/// the buffer is sent (one `writev`) once [`FLUSH_AT`] bytes or
+/// [`GATHER_RANGES`](crate::staging::GATHER_RANGES) ranges wait, and at the end.
+async fn transmit<W: ByteWrite, A: App<N>, const N: usize>(
     session: &mut Session<'_, 'static, 'static, N>,
     now: Instant,
     writer: &mut W,
-    lender: Option<&dyn Lend>,
+    app: &A,
 ) -> io::Result<bool> {
     let mut any = false;
     loop {
@@ -1294,16 +1188,7 @@ async fn transmit<W: ByteWrite, const N: usize>(
         staging.reserve(staging.staged().len() + TRANSMIT_CHUNK);
         let (spare, gather) = staging.spare_and_gather();
         let room = spare.len();
-        let n = match lender {
-            Some(lender) => {
-                let mut lending = Lending { gather, lender };
-                session.poll_transmit_gather(now, spare, &mut lending)
-            }
-            None => {
-                let mut gather = gather;
-                session.poll_transmit_gather(now, spare, &mut gather)
-            }
-        };
+        let n = session.poll_transmit_gather(now, spare, &mut Lending::<_, _, N> { gather, app });
         staging.commit(n);
         if n > 0 {
             any = true;

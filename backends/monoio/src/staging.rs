@@ -1,7 +1,7 @@
 //! The write side's staging buffer and the vectored write it becomes.
 //!
 //! A sans-IO session writes its records into [`Staging::spare`] and
-//! [`Staging::commit`]s them. With [`Staging::spare_and_gather`] it writes
+//! [`Staging::commit`]s them. With `Staging::spare_and_gather` it writes
 //! only the records' headers there and leaves group payload in the block pool:
 //! each payload range is kept (sharing its block) with the staged position it
 //! follows. [`Staging::take`] turns the lot into an [`Outgoing`], one
@@ -62,7 +62,7 @@ impl Staging {
     }
 
     /// Bytes that can still be staged without allocating.
-    pub fn room_left(&self) -> usize {
+    pub(crate) fn room_left(&self) -> usize {
         self.buf.capacity().saturating_sub(self.filled)
     }
 
@@ -77,23 +77,18 @@ impl Staging {
     }
 
     /// Whether no more payload ranges can be gathered before a send.
-    pub fn is_gather_full(&self) -> bool {
+    pub(crate) fn is_gather_full(&self) -> bool {
         self.ranges.len() >= GATHER_RANGES
     }
 
     /// The staged bytes (without the gathered ranges).
-    pub fn staged(&self) -> &[u8] {
+    pub(crate) fn staged(&self) -> &[u8] {
         self.buf.get(..self.filled).unwrap_or(&[])
-    }
-
-    /// The room after the staged bytes (initialized, possibly stale bytes).
-    pub fn spare(&mut self) -> &mut [u8] {
-        self.buf.get_mut(self.filled..).unwrap_or(&mut [])
     }
 
     /// The room after the staged bytes, and where a gathered transmit puts
     /// payload ranges (positions relative to the room's start).
-    pub fn spare_and_gather(&mut self) -> (&mut [u8], impl Gather<'static> + '_) {
+    pub(crate) fn spare_and_gather(&mut self) -> (&mut [u8], impl Gather<'static> + '_) {
         let base = self.filled;
         let room = self.buf.get_mut(self.filled..).unwrap_or(&mut []);
         let sink = Sink {
@@ -126,13 +121,13 @@ impl Staging {
     }
 
     /// Gathers `slice` after the bytes staged so far (sent from its block, not copied).
-    pub fn gather(&mut self, slice: pool::Slice<'static>) {
+    pub(crate) fn gather(&mut self, slice: pool::Slice<'static>) {
         self.gathered += slice.len();
         self.ranges.push((self.filled, slice));
     }
 
     /// The staged bytes `start..end`, to change in place (e.g. mask them).
-    pub fn spare_staged(&mut self, start: usize, end: usize) -> Option<&mut [u8]> {
+    pub(crate) fn spare_staged(&mut self, start: usize, end: usize) -> Option<&mut [u8]> {
         self.buf.get_mut(..self.filled)?.get_mut(start..end)
     }
 

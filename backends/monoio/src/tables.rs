@@ -10,7 +10,7 @@ pub const TRACKS: usize = 64;
 /// Groups a track holds at once.
 pub const GROUPS: usize = 32;
 /// Bytes per pool block.
-pub const BLOCK_BYTES: usize = 16384;
+pub(crate) const BLOCK_BYTES: usize = 16384;
 
 /// A block pool of about `bytes` bytes that lives for the rest of the process.
 ///

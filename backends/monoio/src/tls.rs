@@ -11,7 +11,7 @@
 //! inner writer's staging, sent in one write. The reads and writes stay the
 //! inner halves' (io_uring, owned buffers, the write-stall limit).
 //!
-//! * Buffers: the plaintext buffer ([`PLAIN_BUFFER_BYTES`]) and the
+//! * Buffers: the plaintext buffer (`PLAIN_BUFFER_BYTES`) and the
 //!   session's staging buffer are made once per connection, when the first
 //!   application bytes come or go (a handshake that stalls holds neither);
 //!   the inner writer's staging grows to one flush's ciphertext once and is
@@ -54,11 +54,11 @@ pub const ALPN_HTTP1: &[u8] = b"http/1.1";
 /// Capacity of a TLS reader's plaintext buffer: one read buffer plus room for
 /// a record that was cut by the previous read, so one socket read's
 /// plaintext always fits once the buffer was emptied.
-pub const PLAIN_BUFFER_BYTES: usize = READ_BUFFER_BYTES + 2 * 17 * 1024;
+pub(crate) const PLAIN_BUFFER_BYTES: usize = READ_BUFFER_BYTES + 2 * 17 * 1024;
 
 /// The crypto provider every configuration here is built with (aws-lc-rs),
 /// named explicitly so no process-wide default is needed.
-pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
@@ -109,7 +109,7 @@ impl<R> std::fmt::Debug for TlsReader<R> {
 
 /// The TLS error inside `e`, if the error is one (a failed handshake, a
 /// certificate the peer or we refused, a corrupt record).
-pub fn tls_error(e: &io::Error) -> Option<&rustls::Error> {
+pub(crate) fn tls_error(e: &io::Error) -> Option<&rustls::Error> {
     e.get_ref()?.downcast_ref::<rustls::Error>()
 }
 
@@ -378,7 +378,7 @@ impl<W: ByteWrite> ByteWrite for TlsWriter<W> {
 ///
 /// # Errors
 /// Socket errors; `InvalidData` wrapping a [`rustls::Error`] (see
-/// [`tls_error`]) when the handshake fails; `UnexpectedEof` if the peer
+/// `tls_error`) when the handshake fails; `UnexpectedEof` if the peer
 /// closed during it.
 pub async fn handshake<R: ByteRead, W: ByteWrite>(
     conn: impl Into<Connection>,
@@ -473,7 +473,7 @@ pub enum PemError {
 ///
 /// # Errors
 /// [`PemError::Read`] or [`PemError::Empty`].
-pub fn certs_from_pem_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, PemError> {
+pub(crate) fn certs_from_pem_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, PemError> {
     let read = |reason: String| PemError::Read {
         path: path.to_owned(),
         reason,
@@ -495,7 +495,7 @@ pub fn certs_from_pem_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, 
 ///
 /// # Errors
 /// [`PemError::Read`] or [`PemError::Empty`].
-pub fn key_from_pem_file(path: &Path) -> Result<PrivateKeyDer<'static>, PemError> {
+pub(crate) fn key_from_pem_file(path: &Path) -> Result<PrivateKeyDer<'static>, PemError> {
     let text = std::fs::read(path).map_err(|e| PemError::Read {
         path: path.to_owned(),
         reason: e.to_string(),
@@ -597,7 +597,7 @@ pub fn client_connection(config: Arc<ClientConfig>, host: &str) -> io::Result<Cl
 }
 
 /// The host part of `host:port` (`[v6]:port` loses its brackets), for SNI.
-pub fn host_of(authority: &str) -> &str {
+pub(crate) fn host_of(authority: &str) -> &str {
     if let Some(v6) = authority.strip_prefix('[') {
         return v6.split_once(']').map_or(v6, |(h, _)| h);
     }

@@ -19,8 +19,8 @@
 //!   payload is copied and XORed.
 //! * The two share a [`Link`]: the reader leaves a Ping's payload there for
 //!   the writer's Pong, and a framing error's close code for the writer's
-//!   Close. The writer pings every [`PING_EVERY`] and fails (ending the
-//!   session) after [`IDLE_TIMEOUT`] without a byte from the peer.
+//!   Close. The writer pings every `PING_EVERY` and fails (ending the
+//!   session) after `IDLE_TIMEOUT` without a byte from the peer.
 //!
 //! [`drive`]: crate::session_driver::drive
 
@@ -44,11 +44,11 @@ use crate::session_driver::{
 use crate::staging::Staging;
 
 /// How often the writer sends a WebSocket Ping (as moq-relay).
-pub const PING_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const PING_EVERY: Duration = Duration::from_secs(5);
 
 /// Silence from the peer (no byte, not even a Pong) after which the
 /// connection is given up (as moq-relay).
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the two halves of one WebSocket connection tell each other.
 #[derive(Debug, Default)]
@@ -72,7 +72,7 @@ impl Link {
 
     /// Sets the close code the writer sends when the connection ends
     /// (the first one set wins).
-    pub fn set_close(&self, code: u16, reason: &'static str) {
+    pub(crate) fn set_close(&self, code: u16, reason: &'static str) {
         if self.close.get().is_none() {
             self.close.set(Some((code, reason)));
         }
@@ -223,7 +223,7 @@ impl<W: ByteWrite> WsWriter<W> {
     }
 
     /// Pings every `ping_every` and gives up after `idle` of silence from the
-    /// peer, instead of [`PING_EVERY`] and [`IDLE_TIMEOUT`].
+    /// peer, instead of `PING_EVERY` and `IDLE_TIMEOUT`.
     #[must_use]
     pub fn with_keep_alive(mut self, ping_every: Duration, idle: Duration) -> Self {
         self.ping_every = ping_every;
@@ -279,7 +279,7 @@ fn malformed(what: &'static str) -> io::Error {
 ///
 /// # Errors
 /// `InvalidData` if the staged bytes are not whole records (a session bug).
-pub fn reframe(src: &Staging, dst: &mut Staging, mask: bool) -> io::Result<()> {
+pub(crate) fn reframe(src: &Staging, dst: &mut Staging, mask: bool) -> io::Result<()> {
     let (bytes, ranges) = src.parts();
     let mut pos = 0;
     let mut ri = 0;

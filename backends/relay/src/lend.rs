@@ -52,7 +52,63 @@ use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 
 use skiff_core::pool::{Block, Pool, Slice};
 use skiff_core::session::{Foreign, ForeignError};
-use skiff_monoio::session_driver::Lend;
+use skiff_core::time::{Duration, Instant};
+
+/// The lending end of a link between two workers of one process: group
+/// payload crosses as references to pool blocks the peer adopts, instead of
+/// bytes (STREAM_REF).
+pub trait Lend {
+    /// Lends `slice` to the peer: the token that names it in a STREAM_REF
+    /// record, or `None` to send its bytes instead (every slot lent).
+    fn lend(&self, slice: Slice<'static>) -> Option<u64>;
+    /// Ranges lent and not taken back yet.
+    fn outstanding(&self) -> usize;
+    /// Ranges the peer has given back so far (a count that only grows).
+    fn returned(&self) -> u64;
+}
+
+/// How soon a link with blocks lent out looks for returned ones when nothing
+/// else wakes it, at first and at most ([`Reclaim`]).
+const LEND_RECLAIM: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(1));
+
+/// When a link's session looks for the blocks the other worker gave back:
+/// the borrower does not wake the lender, so while ranges are out the link
+/// makes a pass of its own [`LEND_RECLAIM`]'s first wait after its last one,
+/// the wait doubling (up to the second) while nothing comes back, so an idle
+/// link whose blocks the other worker keeps cached hardly runs.
+#[derive(Debug)]
+pub struct Reclaim {
+    /// The wait before the next look.
+    wait: Duration,
+    /// The lender's [`Lend::returned`] at the last look.
+    returns_seen: u64,
+}
+
+impl Default for Reclaim {
+    fn default() -> Self {
+        Reclaim {
+            wait: LEND_RECLAIM.0,
+            returns_seen: 0,
+        }
+    }
+}
+
+impl Reclaim {
+    /// The instant of the next look for returned blocks after a pass at
+    /// `now`, or `None` while `lender` has nothing out.
+    pub fn next(&mut self, lender: &dyn Lend, now: Instant) -> Option<Instant> {
+        if lender.outstanding() == 0 {
+            return None;
+        }
+        self.wait = if lender.returned() != self.returns_seen {
+            LEND_RECLAIM.0
+        } else {
+            self.wait.saturating_add(self.wait).min(LEND_RECLAIM.1)
+        };
+        self.returns_seen = lender.returned();
+        Some(now.saturating_add(self.wait))
+    }
+}
 
 /// Block ranges one worker may have lent to another at once.
 pub const LEND_SLOTS: usize = 4096;

@@ -21,6 +21,8 @@
 //!   a leaf keeps a session to its upstream relay;
 //! - [`lend`]: zero-copy fan-out between workers: a link lends pool blocks
 //!   instead of sending their bytes;
+//! - [`storage`]: the session tables of its connections, by kind (client,
+//!   trunk between workers, upstream);
 //! - [`web`]: HTTP on the listen port: QMux over WebSocket for browsers
 //!   and the player's endpoints (docs/protocol.md §9);
 //! - [`relay_demo`]: `skiff-relay demo`, the relay plus a camera publisher
@@ -40,6 +42,7 @@ pub mod relay;
 pub mod relay_demo;
 pub mod server;
 pub mod signals;
+pub mod storage;
 pub mod tls;
 pub mod web;
 mod worker;

@@ -92,10 +92,10 @@
 //!   copies payload through the socket again until ranges come back. The
 //!   link mesh costs T×(T−1) sessions of about 430 KiB for T workers. Links
 //!   and a leaf's upstream session are trunks: their
-//!   tables ([`skiff_monoio::session_driver::TrunkStorage`]) carry 128 concurrent
+//!   tables ([`TrunkStorage`]) carry 128 concurrent
 //!   subscriptions each way (`tests/trunk.rs` runs about 96 across a
 //!   link); one more is refused like a full table. The upstream session's
-//!   control buffers are 2 KiB ([`skiff_monoio::session_driver::UpstreamStorage`]):
+//!   control buffers are 2 KiB ([`UpstreamStorage`]):
 //!   its SETUP carries the upstream URL's path and query. A client connection's
 //!   session is smaller (128 stream slots, 64 subscriptions each way): a
 //!   client may hold 31 subscriptions on the relay at once (32 bidirectional
@@ -134,7 +134,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use skiff_core::model::{broadcast, origin, track};
-use skiff_core::pool::Pool;
+use skiff_core::pool::{Pool, Slice};
 use skiff_core::relay::{
     AnnounceRefused, BroadcastSlot, BroadcastTable, LINGER, Peer, PeerKind, Quota, ResolveRefused,
     Resolver, Router, RouterLimits, RouterStorage, SourceId, SubscribeQueue, TrackSlot, TrackTable,
@@ -147,9 +147,7 @@ use skiff_core::wire::qmux::Side;
 use skiff_monoio::clock::Clock;
 use skiff_monoio::notify::Notify;
 use skiff_monoio::session_driver::{
-    App, ByteRead, ByteWrite, DriveCtx, Ended, Lend, MoqSession, STREAMS, ServerStorage, SidePools,
-    SideTables, StoragePool, TRUNK_STREAMS, TrunkSession, TrunkStorage, UpstreamStorage, drive,
-    split_halves,
+    App, ByteRead, ByteWrite, DriveCtx, Ended, MoqSession, StoragePool, drive, split_halves,
 };
 use skiff_monoio::tables::{GROUPS, TRACKS, leak_pool_with_spare, leak_slice, pool_blocks};
 use skiff_monoio::ws::{WsReader, WsWriter};
@@ -159,8 +157,12 @@ use crate::auth::{Auth, Gate};
 use crate::config::{RelayConfig, Upstream as UpstreamAddr, quota_key};
 use crate::conn::Connection;
 use crate::handler::{ConnectionHandler, WorkerInfo};
-use crate::lend::{Borrower, Lender, LinkShare, lend_limit, return_released, spare_slots};
+use crate::lend::{Borrower, Lender, LinkShare, Reclaim, lend_limit, return_released, spare_slots};
 use crate::metrics::Metrics;
+use crate::storage::{
+    STREAMS, ServerStorage, SidePools, SideTables, TRUNK_STREAMS, TrunkSession, TrunkStorage,
+    UpstreamStorage,
+};
 use crate::tls::TlsServer;
 use crate::web::HeadRead;
 use skiff_monoio::cancel::race;
@@ -549,6 +551,8 @@ struct RelayConn<const S: usize> {
     refused_tracks: u64,
     /// A link: what it lends to the other worker.
     lender: Option<Rc<Lender>>,
+    /// A link: when it looks for the blocks the other worker gave back.
+    reclaim: Reclaim,
     /// A client's admission and scope, when access control is on.
     gate: Option<Rc<Gate>>,
     /// Whether a wake-up is armed for the token's expiry.
@@ -574,6 +578,7 @@ impl<const S: usize> RelayConn<S> {
             armed: None,
             refused_tracks: 0,
             lender,
+            reclaim: Reclaim::default(),
             gate,
             expiry_armed: false,
         }
@@ -654,8 +659,13 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
         self.wake(effect.wake);
     }
 
-    fn lender(&self) -> Option<&dyn Lend> {
-        self.lender.as_deref().map(|l| l as &dyn Lend)
+    fn lend(&self, slice: Slice<'static>) -> Option<u64> {
+        self.lender.as_deref()?.lend(slice)
+    }
+
+    fn wake_at(&mut self, now: Instant) -> Option<Instant> {
+        let lender = self.lender.as_deref()?;
+        self.reclaim.next(lender, now)
     }
 
     fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>) {

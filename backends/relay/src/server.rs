@@ -144,7 +144,7 @@ where
         let spawned = std::thread::Builder::new()
             .name(format!("skiff-worker-{index}"))
             // Room for a trunk session's tables while they are made (see
-            // `session_driver::TrunkStorage`); only what is used is mapped.
+            // `storage::TrunkStorage`); only what is used is mapped.
             .stack_size(WORKER_STACK_BYTES)
             .spawn(move || worker::run(setup));
         match spawned {

@@ -22,12 +22,12 @@ use common::*;
 use peers::*;
 use skiff_core::model::track;
 use skiff_core::session::Config;
-use skiff_monoio::client::{self, ClientCtx, Publisher, Subscriber};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::config::RelayConfig;
 use skiff_relay::metrics::Metrics;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server::{self, ServerHandle};
+use skiff_testkit::client::{self, ClientCtx, Publisher, Subscriber};
 
 /// Relay timeouts under test.
 const HANDSHAKE: Duration = Duration::from_secs(1);
@@ -545,7 +545,7 @@ fn oversized_frames_and_groups_are_dropped() {
 fn an_idle_connection_flood_holds_little_and_gives_it_back() {
     const IDLE: usize = 2000;
     within(150, || {
-        let relay = RelayProcess::start(&[
+        let relay = start_relay(&[
             "--max-connections-per-ip",
             "5000",
             "--max-handshakes",
@@ -596,7 +596,7 @@ fn an_idle_connection_flood_holds_little_and_gives_it_back() {
 #[test]
 fn connections_per_ip_over_the_quota_are_refused() {
     within(60, || {
-        let relay = RelayProcess::start(&["--max-connections-per-ip", "3"]);
+        let relay = start_relay(&["--max-connections-per-ip", "3"]);
         let mut first: Vec<TcpStream> = (0..3).map(|_| connect(relay.addr)).collect();
         eventually_within(Duration::from_secs(10), "three open", || {
             relay.metric("skiff_relay_connections_open") == 3
@@ -623,7 +623,7 @@ fn connections_per_ip_over_the_quota_are_refused() {
 #[test]
 fn handshakes_over_the_quota_are_refused() {
     within(60, || {
-        let relay = RelayProcess::start(&["--max-handshakes", "2"]);
+        let relay = start_relay(&["--max-handshakes", "2"]);
         let mut done = Raw::connect(relay.addr, Config::new(), None);
         done.handshake();
         let silent: Vec<TcpStream> = (0..2).map(|_| connect(relay.addr)).collect();

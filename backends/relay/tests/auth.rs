@@ -23,12 +23,12 @@ use common::*;
 use skiff_core::model::track;
 use skiff_core::session::{Event, SubscriptionId};
 use skiff_core::window::{End, Request, Start};
-use skiff_monoio::client::{self, ClientCtx, FrameReader, ReadState};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_monoio::session_driver::{App, MoqSession};
 use skiff_relay::config::AuthConfig;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server::{self, ServerHandle};
+use skiff_testkit::client::{self, ClientCtx, FrameReader, ReadState};
 
 use moq_auth::{Algorithm, Claims, Key, KeyId, Pattern};
 
@@ -444,7 +444,7 @@ fn a_session_is_closed_when_its_token_expires() {
                 monoio::spawn(async move {
                     let mut reader = FrameReader::new(local);
                     let _: ReadState = reader
-                        .read_to_end(&notify, &mut |_: skiff_monoio::client::Frame<'_>| {
+                        .read_to_end(&notify, &mut |_: skiff_testkit::client::Frame<'_>| {
                             *f.borrow_mut() += 1
                         })
                         .await;
@@ -740,7 +740,7 @@ fn bad_tokens_under_load_do_not_disturb_good_viewers() {
                 monoio::spawn(async move {
                     let mut reader = FrameReader::sequential(local, 0);
                     let _ = reader
-                        .read_to_end(&notify, &mut |fr: skiff_monoio::client::Frame<'_>| {
+                        .read_to_end(&notify, &mut |fr: skiff_testkit::client::Frame<'_>| {
                             f.borrow_mut().push(fr.timestamp)
                         })
                         .await;

@@ -79,7 +79,7 @@ fn bad_tokens_leave_the_relay_where_it_was() {
             .unwrap()
             .to_file(&key_file)
             .unwrap();
-        let relay = RelayProcess::start(&[
+        let relay = start_relay(&[
             "--auth-key",
             key_file.to_str().unwrap(),
             "--auth-public",

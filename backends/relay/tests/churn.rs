@@ -181,7 +181,7 @@ fn churn_leaves_the_relay_where_it_was() {
         // churn run, which on a slow machine is longer than the default
         // 30 s idle timeout; this test is about tables and memory, so the
         // relay and the churning clients allow ten minutes.
-        let relay = RelayProcess::start(&["--idle-timeout", "600s"]);
+        let relay = start_relay(&["--idle-timeout", "600s"]);
         let addr = relay.addr;
         let audience = SteadyAudience::start(addr);
         let t0 = StdInstant::now();

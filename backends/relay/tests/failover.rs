@@ -13,10 +13,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, Subscriber};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
+use skiff_testkit::client::{self, ClientCtx, FrameReader, Publisher, Subscriber};
 
 const SUBSCRIBERS: usize = 10;
 const FRAMES: u64 = 10;

@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use skiff_monoio::client::{self, ClientCtx, Publisher, Subscriber};
 use skiff_monoio::driver;
 use skiff_relay::metrics::{Metrics, Snapshot};
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
+use skiff_testkit::client::{self, ClientCtx, Publisher, Subscriber};
 
 /// Subscriber-only viewers that join while the publisher is silent.
 const VIEWERS: u64 = 8;

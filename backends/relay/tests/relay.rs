@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use common::*;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
-use skiff_monoio::client::{self, ClientCtx, Publisher, ReadState};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
+use skiff_testkit::client::{self, ClientCtx, Publisher, ReadState};
 
 const SUBSCRIBERS: usize = 100;
 /// Groups and frames per group (fewer unoptimized: 200 sessions in one test).

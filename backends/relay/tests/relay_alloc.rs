@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use common::*;
 use counting::*;
-use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
 use skiff_monoio::driver;
 use skiff_relay::handler::WorkerInfo;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
+use skiff_testkit::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
 
 #[global_allocator]
 static A: Counting = Counting;

@@ -14,7 +14,7 @@ mod subscribe;
 
 use std::time::Duration;
 
-use peers::RelayProcess;
+use peers::start_relay;
 use skiff_monoio::driver::{self, DriverKind};
 
 /// The README shows exactly these two files.
@@ -35,7 +35,7 @@ fn readme_shows_the_tested_code() {
 
 #[test]
 fn readme_publisher_reaches_readme_subscriber() {
-    let relay = RelayProcess::start(&[]);
+    let relay = start_relay(&[]);
     let url = format!("tcp://{}/", relay.addr);
     const FRAMES: u64 = 75;
     let frames = driver::block_on(DriverKind::Legacy, move |_| async move {
@@ -94,7 +94,7 @@ async fn publish_once(url: &str, sequence: u64, from: u64, frames: u64) {
 
 #[test]
 fn a_subscription_follows_a_new_source() {
-    let relay = RelayProcess::start(&[]);
+    let relay = start_relay(&[]);
     let url = format!("tcp://{}/", relay.addr);
     let seen = driver::block_on(DriverKind::Legacy, move |_| async move {
         let (client, runner) =
@@ -135,7 +135,7 @@ fn a_subscription_follows_a_new_source() {
 /// read as 33 s, past the default 5 s max age, which would evict it as stale.
 #[test]
 fn a_subscribed_group_is_kept_by_the_publishers_timescale() {
-    let relay = RelayProcess::start(&[]);
+    let relay = start_relay(&[]);
     let url = format!("tcp://{}/", relay.addr);
     let (info, first, rest, next) = driver::block_on(DriverKind::Legacy, move |_| async move {
         let config = skiff_monoio::Config::default;

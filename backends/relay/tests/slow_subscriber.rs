@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use skiff_core::conn;
-use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
 use skiff_monoio::driver;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
+use skiff_testkit::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
 
 const GROUPS: u64 = 40;
 const FRAMES: u64 = 10;

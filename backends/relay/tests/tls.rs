@@ -22,44 +22,10 @@ use skiff_monoio::driver::{self, DriverKind};
 use skiff_monoio::sdk::Request;
 use skiff_monoio::tls::rustls::RootCertStore;
 use skiff_monoio::{Client, Config, Error, connect};
+use skiff_testkit::pki::Pki;
 
 /// Generous bound on every wait (they end as soon as the outcome is there).
 const WAIT: Duration = Duration::from_secs(30);
-
-/// A CA and a server certificate it signed for 127.0.0.1 and localhost, as PEM files.
-struct Pki {
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-fn make_pki(dir: &Path, name: &str) -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, format!("skiff test CA {name}"));
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let mut params =
-        CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, format!("skiff test relay {name}"));
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    let pki = Pki {
-        ca: dir.join(format!("ca-{name}.pem")),
-        cert: dir.join(format!("cert-{name}.pem")),
-        key: dir.join(format!("key-{name}.pem")),
-    };
-    std::fs::write(&pki.ca, ca_cert.pem()).unwrap();
-    std::fs::write(&pki.cert, cert.pem()).unwrap();
-    std::fs::write(&pki.key, key.serialize_pem()).unwrap();
-    pki
-}
 
 fn temp_dir(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("skiff-tls-{test}-{}", std::process::id()));
@@ -251,7 +217,7 @@ fn consecutive_after(seen: &[u64], from: usize) -> bool {
 #[test]
 fn publisher_over_tls_viewer_over_wss() {
     let dir = temp_dir("pubsub");
-    let pki = make_pki(&dir, "a");
+    let pki = Pki::write(&dir, "a");
     let relay = TlsRelay::start(&pki.cert, &pki.key);
     let tls_url = format!("tls://{}/anon", relay.addr);
     let wss_url = format!("wss://{}/anon", relay.addr);
@@ -284,8 +250,8 @@ fn publisher_over_tls_viewer_over_wss() {
 #[test]
 fn plaintext_and_untrusted_clients_are_refused_while_a_good_session_streams() {
     let dir = temp_dir("refused");
-    let pki = make_pki(&dir, "a");
-    let other = make_pki(&dir, "b");
+    let pki = Pki::write(&dir, "a");
+    let other = Pki::write(&dir, "b");
     let relay = TlsRelay::start(&pki.cert, &pki.key);
     let addr = relay.addr;
     let ca = pki.ca.clone();
@@ -370,8 +336,8 @@ fn plaintext_and_untrusted_clients_are_refused_while_a_good_session_streams() {
 #[test]
 fn sighup_reloads_the_certificate_and_keeps_sessions() {
     let dir = temp_dir("reload");
-    let a = make_pki(&dir, "a");
-    let b = make_pki(&dir, "b");
+    let a = Pki::write(&dir, "a");
+    let b = Pki::write(&dir, "b");
     // The relay reads these two paths; the test swaps what they hold.
     let cert = dir.join("cert.pem");
     let key = dir.join("key.pem");
@@ -456,11 +422,11 @@ fn sighup_reloads_the_certificate_and_keeps_sessions() {
 #[test]
 fn bad_certificate_files_stop_the_relay_with_status_2() {
     let dir = temp_dir("badfiles");
-    let pki = make_pki(&dir, "a");
+    let pki = Pki::write(&dir, "a");
     let missing = dir.join("missing.pem");
     let garbage = dir.join("garbage.pem");
     std::fs::write(&garbage, "garbage\n").unwrap();
-    let other = make_pki(&dir, "b");
+    let other = Pki::write(&dir, "b");
     for (cert, key, names) in [
         (&missing, &pki.key, &missing),
         (&garbage, &pki.key, &garbage),
@@ -495,10 +461,10 @@ fn bad_certificate_files_stop_the_relay_with_status_2() {
 #[test]
 fn a_leaf_relay_dials_its_upstream_over_tls() {
     let dir = temp_dir("upstream");
-    let pki = make_pki(&dir, "a");
+    let pki = Pki::write(&dir, "a");
     let upstream = TlsRelay::start(&pki.cert, &pki.key);
     let up_url = format!("tls://{}/anon", upstream.addr);
-    let leaf = peers::RelayProcess::start(&[
+    let leaf = peers::start_relay(&[
         "--upstream",
         &up_url,
         "--upstream-ca",
@@ -535,7 +501,7 @@ fn a_leaf_relay_dials_its_upstream_over_tls() {
 #[test]
 fn a_stalled_tls_handshake_is_closed_at_the_handshake_timeout() {
     let dir = temp_dir("stall");
-    let pki = make_pki(&dir, "a");
+    let pki = Pki::write(&dir, "a");
     let relay = TlsRelay::start_with(&pki.cert, &pki.key, &["--handshake-timeout", "300ms"]);
     // The start of a ClientHello record, and then nothing.
     let mut s = TcpStream::connect(relay.addr).unwrap();
@@ -558,7 +524,7 @@ fn a_stalled_tls_handshake_is_closed_at_the_handshake_timeout() {
 #[test]
 fn http_endpoints_answer_over_tls() {
     let dir = temp_dir("https");
-    let pki = make_pki(&dir, "a");
+    let pki = Pki::write(&dir, "a");
     let relay = TlsRelay::start(&pki.cert, &pki.key);
     let addr = relay.addr;
     let ca = pki.ca.clone();

@@ -33,26 +33,8 @@ const FRAMES: u64 = 10;
 
 /// A CA and a certificate for 127.0.0.1 in `dir`: (ca, cert, key) paths.
 fn certificates(dir: &std::path::Path) -> [std::path::PathBuf; 3] {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
-    let paths = [
-        dir.join("ca.pem"),
-        dir.join("cert.pem"),
-        dir.join("key.pem"),
-    ];
-    std::fs::write(&paths[0], ca.pem()).unwrap();
-    std::fs::write(&paths[1], cert.pem()).unwrap();
-    std::fs::write(&paths[2], key.serialize_pem()).unwrap();
-    paths
+    let pki = skiff_testkit::pki::Pki::write(dir, "alloc");
+    [pki.ca, pki.cert, pki.key]
 }
 
 /// Publishes and watches over `url`; (worker count at warm-up end, at the end, frames read).

@@ -18,12 +18,12 @@ use skiff_core::session::{Event, Session};
 use skiff_core::time::Duration as CoreDuration;
 use skiff_core::window::Request;
 use skiff_core::wire::lite::TrackInfo;
-use skiff_monoio::client::{self, ClientCtx, Publisher};
 use skiff_monoio::driver;
 use skiff_monoio::session_driver::App;
 use skiff_monoio::tables::{GROUPS, TRACKS};
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
+use skiff_testkit::client::{self, ClientCtx, Publisher};
 
 /// Subscribes to `cam/video` once announced and keeps the TRACK_INFO it gets.
 struct InfoSub {

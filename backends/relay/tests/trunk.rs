@@ -15,11 +15,11 @@ use skiff_core::model::group::Next;
 use skiff_core::model::track;
 use skiff_core::session::{Event, Session};
 use skiff_core::window::Request;
-use skiff_monoio::client::{self, ClientCtx, ClientLimits, Publisher};
 use skiff_monoio::driver;
 use skiff_monoio::session_driver::App;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
+use skiff_testkit::client::{self, ClientCtx, ClientLimits, Publisher};
 
 const PUBLISHERS: usize = 8;
 const TRACKS: usize = 16;

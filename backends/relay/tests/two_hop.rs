@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 use common::*;
 use skiff_core::conn;
 use skiff_core::model::track;
-use skiff_monoio::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::config::{RelayConfig, Upstream};
 use skiff_relay::metrics::Snapshot;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server::{self, ServerHandle};
+use skiff_testkit::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
 
 const MIB: u64 = 1 << 20;
 /// QMux stream credit on every hop.

@@ -18,11 +18,11 @@ use skiff_core::model::track;
 use skiff_core::session::{Event, SubscriptionId};
 use skiff_core::time::Duration as CoreDuration;
 use skiff_core::window::{End, Request, Start};
-use skiff_monoio::client::{self, ClientCtx, Publisher};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_monoio::session_driver::{App, MoqSession};
 use skiff_relay::relay::{RelayHandler, UPSTREAM_LINGER};
 use skiff_relay::server;
+use skiff_testkit::client::{self, ClientCtx, Publisher};
 
 /// A subscriber with its own preferences: asks for announcements, then
 /// subscribes to `local`'s name in `broadcast` with `request`.

@@ -20,11 +20,11 @@ use std::time::Duration;
 
 use common::*;
 use counting::*;
-use skiff_monoio::client::{self, ClientCtx, Publisher, Subscriber};
 use skiff_monoio::driver;
 use skiff_relay::handler::WorkerInfo;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
+use skiff_testkit::client::{self, ClientCtx, Publisher, Subscriber};
 
 #[global_allocator]
 static A: Counting = Counting;
@@ -128,8 +128,8 @@ fn a_viewer_costs_the_relay_at_most_48_kib() {
             let per = (with - before) / VIEWERS as i64;
             eprintln!(
                 "control tables {} B, media tables {} B, session {} B",
-                std::mem::size_of::<skiff_monoio::session_driver::ServerStorage>(),
-                std::mem::size_of::<skiff_monoio::session_driver::PublisherSide>(),
+                std::mem::size_of::<skiff_relay::storage::ServerStorage>(),
+                std::mem::size_of::<skiff_relay::storage::PublisherSide>(),
                 std::mem::size_of::<skiff_monoio::session_driver::MoqSession<'static>>()
             );
             eprintln!(

@@ -36,11 +36,11 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use skiff_monoio::client::{
-    self, ClientCtx, ClientLimits, FrameReader, Publisher, ReadState, Subscriber,
-};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::relay_demo::{LATENCY_BUCKETS, LatencyHistogram};
+use skiff_testkit::client::{
+    self, ClientCtx, ClientLimits, FrameReader, Publisher, ReadState, Subscriber,
+};
 
 /// Frames per group, like a 30-frame GOP.
 const FRAMES_PER_GROUP: u64 = 30;
@@ -594,8 +594,10 @@ async fn subscribers(
             // session's start, which changes every track): a flush for
             // another subscriber's frame leaves it asleep, so the clients'
             // cost per frame does not grow with the subscribers on a thread.
+            // It follows the track as a session serving it does: its media
+            // concerns the reader, its consumption does not.
             let task = poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
-            waiter.register_media_for(&task, [key]);
+            waiter.register_session(&task, [key], std::iter::empty());
             let mut live = false;
             loop {
                 if !live && state.started.get().is_some() {

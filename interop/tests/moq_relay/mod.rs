@@ -14,35 +14,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub use skiff_testkit::relay_process::moq_relay_binary;
+
 /// How to get the relay (docs/protocol.md §7.1).
 pub const INSTALL: &str = "bash .ci/moq-relay (or set MOQ_RELAY=/path/to/moq-relay)";
-/// Where `.ci/moq-relay` installs it, under the user's cache directory.
-const CACHED_BINARY: &str = "skiff/moq-relay-0.17.10/bin/moq-relay";
 /// Bound on the relay coming up.
 const STARTUP: Duration = Duration::from_secs(15);
-
-/// The `moq-relay` binary to test against, if one is installed.
-pub fn relay_binary() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("MOQ_RELAY").filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        return p.is_file().then_some(p);
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")));
-    if let Some(cached) = cache
-        .map(|dir| dir.join(CACHED_BINARY))
-        .filter(|p| p.is_file())
-    {
-        return Some(cached);
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("moq-relay"))
-            .find(|p| p.is_file())
-    })
-}
 
 /// A running `moq-relay`, killed on drop; its output goes to a log file.
 pub struct MoqRelay {

@@ -56,7 +56,9 @@ pub use runner::Runner;
 pub use skiff_core::window::{End, Request, Start};
 pub use subscribe::{Frame, GroupConsumer, Payload, TrackConsumer};
 
-use crate::client::{ClientCtx, ClientLimits};
+pub use crate::context::ClientLimits;
+
+use crate::context::ClientCtx;
 use crate::tls::{ALPN_HTTP1, ALPN_QMUX};
 use publish::Published;
 use rustls::{ClientConfig, RootCertStore};

@@ -10,7 +10,7 @@ use skiff_core::wire::qmux::Side;
 use super::subscribe::Phase;
 use super::{Error, Scheme, Shared};
 use crate::cancel::race;
-use crate::client::{TcpReader, TcpWriter};
+use crate::context::{TcpReader, TcpWriter};
 use crate::session_driver::{App, ByteRead, ByteWrite, MoqSession, drive, split_halves};
 use crate::tls::{TlsReader, TlsWriter};
 
@@ -211,7 +211,7 @@ impl Runner {
                     };
                     drive(
                         Box::new(session),
-                        None,
+                        (),
                         reader,
                         writer,
                         &mut app,

@@ -325,7 +325,7 @@ impl RelayConfig {
     ///   `--connection-credit`; every `initial_max_stream_data_*` =
     ///   `--stream-credit`; `initial_max_streams_bidi` and `_uni` each =
     ///   `--max-streams`, capped at a quarter of the session's stream table
-    ///   ([`skiff_monoio::session_driver::STREAMS`]); the handshake deadline is
+    ///   ([`crate::storage::STREAMS`]); the handshake deadline is
     ///   `--handshake-timeout` plus a second (the driver's own deadline,
     ///   which closes with a code, comes first).
     /// * Session: SETUP within `--handshake-timeout` of the handshake, and
@@ -341,7 +341,7 @@ impl RelayConfig {
         use skiff_core::conn;
         use skiff_monoio::clock::to_core as core;
         let streams = u64::from(self.limits.max_streams)
-            .min((skiff_monoio::session_driver::STREAMS / 4) as u64)
+            .min((crate::storage::STREAMS / 4) as u64)
             .max(1);
         let stream = self.stream_credit;
         skiff_core::session::Config {
@@ -369,12 +369,12 @@ impl RelayConfig {
     /// The configuration of a trunk session (a link between workers, a
     /// leaf's upstream): as [`RelayConfig::session_config`], but with the
     /// stream counts of a trunk's table
-    /// ([`skiff_monoio::session_driver::TRUNK_STREAMS`], a quarter each way) and
+    /// ([`crate::storage::TRUNK_STREAMS`], a quarter each way) and
     /// no subscription or waiting-TRACK limit but the table's: it carries
     /// every track that crosses it, not one client's.
     pub fn trunk_session_config(&self, hop: u64) -> skiff_core::session::Config<'static> {
         let mut config = self.session_config(hop);
-        let streams = Some((skiff_monoio::session_driver::TRUNK_STREAMS / 4) as u64);
+        let streams = Some((crate::storage::TRUNK_STREAMS / 4) as u64);
         config.conn.max_streams_bidi = streams;
         config.conn.max_streams_uni = streams;
         config.max_served = usize::MAX;

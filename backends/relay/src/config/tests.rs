@@ -288,12 +288,12 @@ fn session_config_applies_the_limits() {
     // More streams than the table holds are capped at a quarter of it.
     cfg.limits.max_streams = 1000;
     let s = cfg.session_config(1);
-    let quarter = (skiff_monoio::session_driver::STREAMS / 4) as u64;
+    let quarter = (crate::storage::STREAMS / 4) as u64;
     assert_eq!(s.conn.max_streams_uni, Some(quarter));
     // A trunk (worker link, upstream) takes a quarter of its larger table
     // and any number of subscriptions its table holds.
     let trunk = cfg.trunk_session_config(1);
-    let quarter = (skiff_monoio::session_driver::TRUNK_STREAMS / 4) as u64;
+    let quarter = (crate::storage::TRUNK_STREAMS / 4) as u64;
     assert_eq!(trunk.conn.max_streams_bidi, Some(quarter));
     assert_eq!(trunk.conn.max_streams_uni, Some(quarter));
     assert_eq!(trunk.max_served, usize::MAX);

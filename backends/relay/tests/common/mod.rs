@@ -10,9 +10,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use skiff_core::model::track;
-use skiff_monoio::client::{self, ClientCtx, Frame, FrameReader, ReadState, SubState, Subscriber};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::config::RelayConfig;
+use skiff_testkit::client::{self, ClientCtx, Frame, FrameReader, ReadState, SubState, Subscriber};
 
 /// Socket timeout for every blocking client operation in tests.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -141,7 +141,7 @@ pub fn sample(text: &str, series: &str) -> Option<u64> {
 pub fn check_in_order(
     next: &mut (u64, u64),
     errors: &mut Vec<String>,
-    f: &skiff_monoio::client::Frame<'_>,
+    f: &skiff_testkit::client::Frame<'_>,
     frames_per_group: u64,
     payload: &[u8],
     timestamp: Option<u64>,

@@ -1,9 +1,9 @@
-//! A global allocator that counts the allocations and the live heap bytes of
-//! each thread, and a relay handler that publishes its worker's figures, for
-//! the tests that hold the relay to a number of allocations or bytes.
+//! A relay handler that publishes its worker's allocation count and live
+//! heap bytes (from the counting allocator of skiff-testkit, which the test
+//! binary installs), for the tests that hold the relay to a number of
+//! allocations or bytes.
 #![allow(dead_code)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::future::Future;
 use std::rc::Rc;
@@ -14,48 +14,11 @@ use skiff_relay::conn::Connection;
 use skiff_relay::handler::ConnectionHandler;
 use skiff_relay::relay::RelayHandler;
 
-/// Counts allocations made by the current thread, and the heap bytes it
-/// allocated less those it freed.
-pub struct Counting;
+use skiff_testkit::counting::live_bytes;
+pub use skiff_testkit::counting::{Counting, allocs};
 
 thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-    static LIVE: Cell<i64> = const { Cell::new(0) };
     static SAMPLING: Cell<bool> = const { Cell::new(false) };
-}
-
-fn add_live(bytes: usize, sign: i64) {
-    let delta = i64::try_from(bytes).unwrap_or(i64::MAX) * sign;
-    let _ = LIVE.try_with(|c| c.set(c.get() + delta));
-}
-
-// SAFETY: forwards to the system allocator unchanged; the counters are
-// const-initialised thread-local Cells, which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        add_live(layout.size(), 1);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        add_live(layout.size(), 1);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        add_live(layout.size(), -1);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        add_live(new_size, 1);
-        add_live(layout.size(), -1);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
 }
 
 /// The relay handler, publishing the worker thread's allocation count
@@ -88,18 +51,13 @@ impl ConnectionHandler for Probed {
                 let waiter = notify.waiter();
                 loop {
                     let seen = notify.generation();
-                    count.store(ALLOCS.with(Cell::get), Ordering::Relaxed);
+                    count.store(allocs(), Ordering::Relaxed);
                     let pooled = skiff_monoio::buffers::free_bytes() as i64;
-                    live.store(LIVE.with(Cell::get) - pooled, Ordering::Relaxed);
+                    live.store(live_bytes() - pooled, Ordering::Relaxed);
                     waiter.changed(seen).await;
                 }
             });
         }
         self.inner.clone().serve(conn)
     }
-}
-
-/// Allocations the current thread has made so far.
-pub fn allocs() -> u64 {
-    ALLOCS.with(Cell::get)
 }

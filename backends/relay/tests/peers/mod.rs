@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,8 +17,9 @@ use skiff_core::model::track;
 use skiff_core::session::{Config, Event, Session, Storage};
 use skiff_core::time::Instant;
 use skiff_core::wire::qmux::Side;
-use skiff_monoio::client::{self, ClientCtx, Publisher, ReadState};
 use skiff_monoio::session_driver::MoqSession;
+use skiff_testkit::client::{self, ClientCtx, Publisher, ReadState};
+pub use skiff_testkit::relay_process::RelayProcess;
 
 /// A raw client's tables: room for bursts of requests (the relay's side is
 /// what the tests measure).
@@ -29,114 +31,26 @@ use skiff_monoio::tables::leak_pool;
 // ---------------------------------------------------------------------------
 
 /// The `skiff-relay` binary Cargo built for these tests.
-pub fn relay_binary() -> &'static str {
-    env!("CARGO_BIN_EXE_skiff-relay")
+pub fn relay_binary() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_skiff-relay"))
 }
 
-/// A `skiff-relay serve` child process on loopback, killed when dropped.
-pub struct RelayProcess {
-    pub child: std::process::Child,
-    pub addr: SocketAddr,
-    pub metrics: SocketAddr,
+/// Starts this package's `skiff-relay` with `extra` flags
+/// ([`RelayProcess::start`]).
+pub fn start_relay(extra: &[&str]) -> RelayProcess {
+    RelayProcess::start(relay_binary(), extra)
 }
 
-impl RelayProcess {
-    pub fn start(extra: &[&str]) -> RelayProcess {
-        use std::io::BufRead;
-        // Both ports are the relay's to pick (a port found free here could be
-        // taken by another test's relay before this one binds it); it prints
-        // each address it bound.
-        let mut child = std::process::Command::new(relay_binary())
-            .args(["serve", "--listen", "127.0.0.1:0", "--threads", "1"])
-            .args(["--metrics", "127.0.0.1:0"])
-            // SKIFF_RELAY_LOG=debug shows the relay's log on the test's stderr.
-            .args([
-                "--log",
-                &std::env::var("SKIFF_RELAY_LOG").unwrap_or("info".into()),
-            ])
-            .args(extra)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(if std::env::var_os("SKIFF_RELAY_LOG").is_some() {
-                std::process::Stdio::inherit()
-            } else {
-                std::process::Stdio::null()
-            })
-            .spawn()
-            .expect("spawn skiff-relay");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            // The binary prints "listening on ADDR", then "metrics on ADDR".
-            let (mut listen, mut metrics) = (None, None);
-            let mut sent = false;
-            let echo = std::env::var_os("SKIFF_RELAY_LOG").is_some();
-            let after = |l: &str, marker: &str| -> Option<String> {
-                let i = l.find(marker)? + marker.len();
-                Some(l[i..].chars().take_while(|c| !c.is_whitespace()).collect())
-            };
-            for l in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if echo {
-                    eprintln!("relay: {l}");
-                }
-                listen = listen.or_else(|| after(&l, "listening on "));
-                metrics = metrics.or_else(|| after(&l, "metrics on "));
-                if !sent && let (Some(a), Some(m)) = (&listen, &metrics) {
-                    let _ = tx.send((a.clone(), m.clone()));
-                    sent = true;
-                }
-            }
-        });
-        let (addr, metrics) = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("relay startup lines");
-        let addr = addr.parse().expect("listen address");
-        let metrics = metrics.parse().expect("metrics address");
-        RelayProcess {
-            child,
-            addr,
-            metrics,
-        }
-    }
-
-    /// Resident memory of the relay process, bytes (VmRSS).
-    pub fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .expect("VmRSS")
-            * 1024
-    }
-
-    /// Its resident memory once its pools' trims have run: the least of three
-    /// samples half a second apart, since a trim (once a second) is what hands
-    /// a burst's buffers back, and a sample between the burst and the trim
-    /// counts memory the relay no longer keeps.
-    pub fn settled_rss(&self) -> u64 {
-        let mut least = self.rss();
-        for _ in 0..2 {
-            std::thread::sleep(std::time::Duration::from_millis(500));
-            least = least.min(self.rss());
-        }
-        least
-    }
-
+/// The metrics of a relay process.
+pub trait RelayMetrics {
     /// One series of the relay's metrics.
-    pub fn metric(&self, series: &str) -> u64 {
+    fn metric(&self, series: &str) -> u64;
+}
+
+impl RelayMetrics for RelayProcess {
+    fn metric(&self, series: &str) -> u64 {
         let (_, body) = http_get(self.metrics, "/metrics");
         sample(&body, series).unwrap_or_else(|| panic!("no {series} in the metrics"))
-    }
-}
-
-impl Drop for RelayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -1,0 +1,20 @@
+//! skiff-testkit: what the tests and benches of skiff's crates share, so
+//! each exists once. Only ever a `[dev-dependencies]` entry (and a
+//! dependency of the unpublished benches); never published.
+//!
+//! - [`counting`]: the counting global allocator (allocations and bytes per
+//!   thread, live heap bytes);
+//! - `pki` (feature `pki`): a test CA and a server certificate it signed,
+//!   as PEM files;
+//! - [`relay_process`]: a `skiff-relay serve` child process on loopback
+//!   (the caller names the binary), and where to find a `moq-relay`;
+//! - `client` (feature `client`): sessions driven by hand with ready-made
+//!   apps on skiff-monoio's session driver, for tests that count or order
+//!   what the SDK hides.
+
+#[cfg(feature = "client")]
+pub mod client;
+pub mod counting;
+#[cfg(feature = "pki")]
+pub mod pki;
+pub mod relay_process;
