@@ -31,6 +31,7 @@ use skiff_monoio::shutdown::{LocalEvent, Shutdown};
 use skiff_monoio::staging::Staging;
 
 use crate::config::{Limits, RelayConfig};
+use crate::conn_name::ConnName;
 use crate::metrics::{Metrics, ThreadCounters};
 
 /// Capacity of the buffer a connection's first read uses
@@ -189,6 +190,12 @@ impl Connection {
     /// A number unique among this worker's connections.
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// What log lines call this connection (its transport, address,
+    /// worker and number), over plain TCP until the handler learns more.
+    pub fn name(&self) -> ConnName {
+        ConnName::client(self.reader.shared.index, self.id, self.peer)
     }
 
     /// The peer's address.
@@ -577,9 +584,13 @@ impl Writer {
         if let Err(e) = &res
             && e.kind() == io::ErrorKind::TimedOut
         {
+            // Named as accepted (the socket's transport). The address is
+            // asked of the socket on this rare path rather than kept: the
+            // writer is moved through every future that serves the
+            // connection, each of which would hold the copy.
+            let peer = self.half.peer_addr().unwrap_or(UNKNOWN_PEER);
             tracing::info!(
-                worker = self.shared.index,
-                conn = self.id,
+                conn = ?ConnName::client(self.shared.index, self.id, peer),
                 "peer stopped reading: no byte accepted for {stall:?}; dropping the connection"
             );
         }
@@ -604,6 +615,12 @@ impl Writer {
         self.half.shutdown().await
     }
 }
+
+/// What a log line shows for a peer whose address the socket no longer knows.
+const UNKNOWN_PEER: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::UNSPECIFIED,
+    0,
+));
 
 impl Drop for Writer {
     fn drop(&mut self) {

@@ -10,6 +10,9 @@
 //!   per worker thread and called once per accepted connection;
 //! - [`conn`]: the [`conn::Connection`] a handler gets, with owned,
 //!   reusable read and write buffers;
+//! - [`conn_name`]: what log lines call a connection ([`conn_name::ConnName`]:
+//!   a client by transport and address, a worker link as a link, the
+//!   upstream by its URL without the query);
 //! - [`signals`]: SIGINT/SIGTERM → stop accepting, drain, exit; SIGHUP →
 //!   reload the TLS certificate;
 //! - [`tls`]: the listen port's TLS certificate, shared by the workers and
@@ -34,6 +37,7 @@
 pub mod auth;
 pub mod config;
 pub mod conn;
+pub mod conn_name;
 pub mod error;
 pub mod handler;
 pub mod lend;

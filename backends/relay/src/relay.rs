@@ -156,6 +156,7 @@ use skiff_ws::frame::Role as WsRole;
 use crate::auth::{Auth, Gate};
 use crate::config::{RelayConfig, Upstream as UpstreamAddr, quota_key};
 use crate::conn::Connection;
+use crate::conn_name::ConnName;
 use crate::handler::{ConnectionHandler, WorkerInfo};
 use crate::lend::{Borrower, Lender, LinkShare, Reclaim, lend_limit, return_released, spare_slots};
 use crate::metrics::Metrics;
@@ -334,7 +335,8 @@ impl Relay {
     }
 
     /// Counts a refusal by a quota (metric, debug log).
-    fn quota_refused(&self, what: &'static str, conn: u64, path: &str) {
+    fn quota_refused(&self, what: &'static str, conn: Option<ConnName>, path: &str) {
+        let conn = conn.map(tracing::field::debug);
         tracing::debug!(conn, path, quota = what, "over quota: request refused");
         if let Some((m, i)) = &self.metrics {
             m.thread(*i).add_quota_refused();
@@ -483,10 +485,14 @@ impl Relay {
     }
 
     /// Counts a refused track request and logs it.
-    fn track_refused(&self, conn: Option<SourceId>, e: ResolveRefused, path: &str) {
+    /// `conn` is the client's session; `None` for a link's or the upstream's.
+    fn track_refused(&self, conn: Option<ConnName>, e: ResolveRefused, path: &str) {
         match e {
-            ResolveRefused::Quota(q) => self.quota_refused(quota_key(q), conn.unwrap_or(0), path),
-            ResolveRefused::NotFound => tracing::debug!(path, "track request refused: not found"),
+            ResolveRefused::Quota(q) => self.quota_refused(quota_key(q), conn, path),
+            ResolveRefused::NotFound => {
+                let conn = conn.map(tracing::field::debug);
+                tracing::debug!(conn, path, "track request refused: not found")
+            }
         }
     }
 }
@@ -540,9 +546,12 @@ impl Remote {
 
 /// The relay side of one connection: the core's [`Peer`] for it, and its
 /// upstream SUBSCRIBE queue (`S` subscriptions at most).
-struct RelayConn<const S: usize> {
+struct RelayConn<'n, const S: usize> {
     relay: Rc<Relay>,
-    id: u64,
+    /// The session's id for the core, and its name for log lines (borrowed
+    /// from the task that serves the connection: each copy would grow
+    /// every session's future).
+    name: &'n ConnName,
     peer: Peer<'static, 'static, S>,
     queue: Rc<SubscribeQueue<'static, 'static, S>>,
     /// The linger deadline a wake-up is armed for.
@@ -559,20 +568,21 @@ struct RelayConn<const S: usize> {
     expiry_armed: bool,
 }
 
-impl<const S: usize> RelayConn<S> {
-    /// The relay side of session `id` (its queue registered with the relay).
+impl<'n, const S: usize> RelayConn<'n, S> {
+    /// The relay side of session `name` (its queue registered with the relay).
     fn new(
         relay: Rc<Relay>,
-        id: u64,
+        name: &'n ConnName,
         kind: PeerKind,
         lender: Option<Rc<Lender>>,
         gate: Option<Rc<Gate>>,
     ) -> Self {
+        let id = name.id();
         let queue = Rc::new(SubscribeQueue::new());
         relay.add_source(id, queue.clone());
         RelayConn {
             relay,
-            id,
+            name,
             peer: Peer::new(id, kind),
             queue,
             armed: None,
@@ -605,7 +615,7 @@ impl<const S: usize> RelayConn<S> {
     }
 }
 
-impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
+impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
     /// The relay's policy says whom each event concerns ([`Effect`]), and
     /// [`RelayConn::wake`] wakes them.
     ///
@@ -616,24 +626,24 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
         match *event {
             Event::Setup { role, .. } => {
                 // The path is not logged: its query may hold a token.
-                tracing::debug!(conn = self.id, ?role, "client setup")
+                tracing::debug!(conn = ?self.name, ?role, "client setup")
             }
             Event::Announced { path, .. }
                 if self.gate.as_ref().is_some_and(|g| !g.may_publish(path)) =>
             {
                 // docs/protocol.md §4.10: outside the token's `publish`, not routed.
                 tracing::info!(
-                    conn = self.id,
+                    conn = ?self.name,
                     path,
                     "announce refused: outside the publish grant"
                 );
                 return;
             }
             Event::Announced { path, .. } => {
-                tracing::info!(conn = self.id, path, "broadcast announced")
+                tracing::info!(conn = ?self.name, path, "broadcast announced")
             }
             Event::Unannounced { path, .. } => {
-                tracing::info!(conn = self.id, path, "broadcast withdrawn")
+                tracing::info!(conn = ?self.name, path, "broadcast withdrawn")
             }
             Event::Closed {
                 code,
@@ -641,7 +651,7 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
                 local,
                 ..
             } => {
-                tracing::debug!(conn = self.id, code, reason, local, "session closed");
+                tracing::debug!(conn = ?self.name, code, reason, local, "session closed");
             }
             _ => {}
         }
@@ -654,7 +664,7 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
                 AnnounceRefused::Quota => quota_key(Quota::Announces),
                 _ => "broadcast table",
             };
-            relay.quota_refused(quota, self.id, path);
+            relay.quota_refused(quota, Some(*self.name), path);
         }
         self.wake(effect.wake);
     }
@@ -673,7 +683,7 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
         if let Some(at) = self.gate.as_ref().and_then(|g| g.deadline()) {
             if self.expired() {
                 if !session.is_closed() {
-                    tracing::info!(conn = self.id, "token expired: session closed");
+                    tracing::info!(conn = ?self.name, "token expired: session closed");
                     session.close(
                         SessionCode::Unauthorized,
                         "unauthorized: the token has expired",
@@ -695,7 +705,7 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
         relay.reclaim_tables();
         let refused = session.refused_track_requests();
         for _ in self.refused_tracks..refused {
-            relay.quota_refused("max-waiting-track-requests", self.id, "");
+            relay.quota_refused("max-waiting-track-requests", Some(*self.name), "");
         }
         self.refused_tracks = refused;
         let clock = relay.clock;
@@ -717,7 +727,7 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<S> {
 
     fn on_close(&mut self) {
         let relay = self.relay.clone();
-        relay.remove_source(self.id);
+        relay.remove_source(self.name.id());
         self.peer
             .on_close(&relay.router, &self.queue, relay.clock.now(), &relay.queues);
         self.wake(Wake::All);
@@ -743,10 +753,6 @@ pub struct RelayHandler {
     web_dir: std::path::PathBuf,
 }
 
-/// Ids of link sessions (never an accepted connection's id).
-const LINK_ID_BASE: u64 = u64::MAX / 2;
-/// Ids of upstream sessions, one per dial (after the link ids).
-const UPSTREAM_ID_BASE: u64 = LINK_ID_BASE + (1 << 32);
 /// The first and the longest wait before dialing the upstream again.
 const UPSTREAM_BACKOFF: (StdDuration, StdDuration) =
     (StdDuration::from_millis(100), StdDuration::from_secs(5));
@@ -812,7 +818,7 @@ impl RelayHandler {
         let mesh = Arc::new(Mesh::new(threads)?);
         let auth = std::sync::OnceLock::new();
         let loaded = std::sync::OnceLock::new();
-        let upstream_path = std::sync::OnceLock::new();
+        let upstream_url = std::sync::OnceLock::new();
         let upstream_tls_config = std::sync::OnceLock::new();
         Ok(move |info: &WorkerInfo| {
             let auth = auth.get_or_init(|| Arc::new(auth_policy(info))).clone();
@@ -824,13 +830,13 @@ impl RelayHandler {
                 h.spawn_link(info, peer, end);
             }
             if let Some(up) = &info.config.upstream {
-                let path = *upstream_path.get_or_init(|| dialed_upstream_path(info, up));
+                let url = *upstream_url.get_or_init(|| dialed_upstream_url(info, up));
                 let tls = up.tls.then(|| {
                     upstream_tls_config
                         .get_or_init(|| upstream_tls(info))
                         .clone()
                 });
-                h.spawn_upstream(info, up.clone(), path, tls);
+                h.spawn_upstream(info, up.clone(), url, tls);
             }
             h
         })
@@ -853,6 +859,7 @@ impl RelayHandler {
     /// lower-numbered worker). The link lends and borrows blocks
     /// ([`crate::lend`]).
     fn spawn_link(&self, info: &WorkerInfo, peer: usize, end: LinkEnd) {
+        let name = ConnName::link(info.index, peer);
         let LinkEnd {
             socket,
             lends,
@@ -864,7 +871,7 @@ impl RelayHandler {
         {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(peer, error = %e, "cannot open worker link");
+                tracing::warn!(conn = ?name, error = %e, "cannot open worker link");
                 return;
             }
         };
@@ -875,7 +882,6 @@ impl RelayHandler {
         };
         let ctx = self.drive_ctx(info);
         let relay = self.relay.clone();
-        let id = LINK_ID_BASE + peer as u64;
         // All links together lend at most half the pool (see `crate::lend`).
         let limit = lend_limit(self.relay.pool.capacity(), info.config.threads.get());
         let lender = Rc::new(Lender::new(lends, limit));
@@ -899,7 +905,7 @@ impl RelayHandler {
                 reader,
                 writer,
                 side,
-                id,
+                &name,
                 Remote::Link,
                 Some(lender),
                 None,
@@ -907,8 +913,8 @@ impl RelayHandler {
                 &ctx,
             );
             match res.await {
-                Ok(ended) => tracing::debug!(peer, ?ended, "worker link ended"),
-                Err(e) => tracing::warn!(peer, error = %e, "worker link failed"),
+                Ok(ended) => tracing::debug!(conn = ?name, ?ended, "worker link ended"),
+                Err(e) => tracing::warn!(conn = ?name, error = %e, "worker link failed"),
             }
         });
     }
@@ -920,15 +926,16 @@ impl RelayHandler {
     /// Over that session the worker asks for every announcement (so its
     /// subscribers reach the upstream's broadcasts, one upstream subscription
     /// per track, docs/protocol.md §4.5) and announces its own clients'
-    /// broadcasts (so the upstream's subscribers reach them). `path` is
-    /// what its SETUP carries ([`dialed_upstream_path`]), `tls` the client
-    /// configuration of a `tls://` upstream ([`upstream_tls`]); both are made
-    /// once for all workers.
+    /// broadcasts (so the upstream's subscribers reach them). `url` is what
+    /// it dials, its path and query what its SETUP carries
+    /// ([`dialed_upstream_url`]), `tls` the client configuration of a
+    /// `tls://` upstream ([`upstream_tls`]); both are made once for all
+    /// workers.
     fn spawn_upstream(
         &self,
         info: &WorkerInfo,
         up: UpstreamAddr,
-        path: &'static str,
+        url: &'static str,
         tls: Option<Result<Arc<rustls::ClientConfig>, String>>,
     ) {
         let ctx = self.drive_ctx(info);
@@ -944,6 +951,7 @@ impl RelayHandler {
             None => None,
         };
         let handshake_limit = info.config.timeouts.handshake;
+        let path = setup_path(url);
         monoio::spawn(async move {
             let mut backoff = UPSTREAM_BACKOFF.0;
             let mut dial = 0u64;
@@ -951,17 +959,17 @@ impl RelayHandler {
             let mut storage = Box::new(UpstreamStorage::new());
             while !shutdown.is_draining() {
                 let started = StdInstant::now();
-                let id = UPSTREAM_ID_BASE + dial;
+                let name = ConnName::upstream(worker, dial, url);
                 let session = UpstreamSession {
                     relay: &relay,
                     ctx: &ctx,
                     path,
-                    id,
+                    name,
                 };
                 let ended = match (dial_upstream(&up).await, &tls) {
                     (Err(e), _) => Err(e),
                     (Ok(stream), None) => {
-                        tracing::info!(worker, upstream = %up, "upstream connected");
+                        tracing::info!(conn = ?name, "upstream connected");
                         let (reader, writer) = split_halves(stream, 64 * 1024);
                         session.run(&mut storage, reader, writer, None).await
                     }
@@ -970,7 +978,7 @@ impl RelayHandler {
                         match upstream_handshake(config, &up, reader, writer, handshake_limit).await
                         {
                             Ok((reader, writer)) => {
-                                tracing::info!(worker, upstream = %up, "upstream connected over TLS");
+                                tracing::info!(conn = ?name, "upstream connected over TLS");
                                 // docs/protocol.md §9.8: qmux's ALPN name fixes the protocol.
                                 let fixed = (reader.alpn().as_deref()
                                     == Some(skiff_monoio::tls::ALPN_QMUX))
@@ -983,10 +991,10 @@ impl RelayHandler {
                 };
                 match ended {
                     Ok(ended) => {
-                        tracing::info!(worker, upstream = %up, ?ended, "upstream session ended")
+                        tracing::info!(conn = ?name, ?ended, "upstream session ended")
                     }
                     Err(e) => {
-                        tracing::warn!(worker, upstream = %up, error = %e, "upstream session failed or unreachable")
+                        tracing::warn!(conn = ?name, error = %e, "upstream session failed or unreachable")
                     }
                 }
                 dial += 1;
@@ -1009,7 +1017,8 @@ struct UpstreamSession<'a> {
     ctx: &'a DriveCtx,
     /// The SETUP path (with the token, if any).
     path: &'static str,
-    id: u64,
+    /// The session's id for the core, and its name for log lines.
+    name: ConnName,
 }
 
 impl UpstreamSession<'_> {
@@ -1042,7 +1051,7 @@ impl UpstreamSession<'_> {
             reader,
             writer,
             Side::Client,
-            self.id,
+            &self.name,
             peer,
             None,
             None,
@@ -1053,12 +1062,19 @@ impl UpstreamSession<'_> {
     }
 }
 
-/// The path and query a leaf sends upstream: the `--upstream` URL's, with the
-/// token of `--upstream-token-file` added as `jwt` (docs/protocol.md §4.10).
-/// Made once for the process (the factory keeps it), so the file is read
-/// once and the leaked string does not grow with the workers.
-fn dialed_upstream_path(info: &WorkerInfo, up: &UpstreamAddr) -> &'static str {
-    let mut dialed = format!("/{}", up.path);
+/// The URL a leaf dials upstream: the `--upstream` URL, with the token of
+/// `--upstream-token-file` added to its query as `jwt` (docs/protocol.md
+/// §4.10). Its path and query are what the SETUP carries ([`setup_path`]);
+/// log lines show it without the query ([`ConnName::upstream`]). Made once
+/// for the process (the factory keeps it), so the file is read once and the
+/// leaked string does not grow with the workers.
+fn dialed_upstream_url(info: &WorkerInfo, up: &UpstreamAddr) -> &'static str {
+    let scheme = if up.tls { "tls" } else { "tcp" };
+    let mut dialed = if up.host.contains(':') {
+        format!("{scheme}://[{}]:{}/{}", up.host, up.port, up.path)
+    } else {
+        format!("{scheme}://{}:{}/{}", up.host, up.port, up.path)
+    };
     if let Some(file) = &info.config.upstream_token_file {
         match std::fs::read_to_string(file) {
             Ok(token) if !token.trim().is_empty() => {
@@ -1073,6 +1089,13 @@ fn dialed_upstream_path(info: &WorkerInfo, up: &UpstreamAddr) -> &'static str {
         }
     }
     Box::leak(dialed.into_boxed_str())
+}
+
+/// The path and query of a URL made by [`dialed_upstream_url`], from the `/`
+/// after its authority (which holds none).
+fn setup_path(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.find('/').map_or("/", |i| &rest[i..])
 }
 
 /// The TLS client configuration a leaf dials its `tls://` upstream with:
@@ -1208,7 +1231,7 @@ async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize, const S: usi
     reader: R,
     writer: W,
     side: Side,
-    id: u64,
+    name: &ConnName,
     peer: Remote,
     lender: Option<Rc<Lender>>,
     resolver: Option<&'s dyn Resolve<'static, 'static>>,
@@ -1237,7 +1260,7 @@ async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize, const S: usi
         },
     };
     let gate = if peer.is_local() { gate } else { None };
-    let mut app = RelayConn::<S>::new(relay.clone(), id, kind, lender, gate);
+    let mut app = RelayConn::<S>::new(relay.clone(), name, kind, lender, gate);
     drive(session, sides, reader, writer, &mut app, ctx).await
 }
 
@@ -1247,7 +1270,7 @@ impl ConnectionHandler for RelayHandler {
     #[allow(clippy::manual_async_fn)]
     fn serve(self: Rc<Self>, conn: Connection) -> impl Future<Output = io::Result<()>> + 'static {
         async move {
-            let id = conn.id();
+            let name = conn.name();
             let ctx = DriveCtx {
                 clock: self.clock,
                 notify: self.relay.notify.clone(),
@@ -1259,16 +1282,16 @@ impl ConnectionHandler for RelayHandler {
             // first bytes, so the task, which lives as long as the
             // connection, does not carry its state.
             if !Box::pin(reader.wait_first()).await? {
-                tracing::debug!(conn = id, "connection closed before it sent anything");
+                tracing::debug!(conn = ?name, "connection closed before it sent anything");
                 return Ok(());
             }
             let Some(tls) = self.tls.clone() else {
-                return self.serve_stream(id, reader, writer, None, ctx).await;
+                return self.serve_stream(&name, reader, writer, None, ctx).await;
             };
             // The TLS state lives in an allocation of its own, so a
             // connection still waiting for its first byte holds only the
             // small future above.
-            Box::pin(self.clone().serve_tls(id, tls, reader, writer, ctx)).await
+            Box::pin(self.clone().serve_tls(name, tls, reader, writer, ctx)).await
         }
     }
 }
@@ -1279,7 +1302,7 @@ impl RelayHandler {
     /// [`RelayHandler::serve_stream`] on the plaintext.
     async fn serve_tls(
         self: Rc<Self>,
-        id: u64,
+        mut name: ConnName,
         tls: Arc<TlsServer>,
         reader: crate::conn::Reader,
         writer: crate::conn::Writer,
@@ -1289,13 +1312,13 @@ impl RelayHandler {
         // then the same choice between QMux and HTTP on the plaintext.
         let limit = reader.handshake_timeout();
         let Some(config) = tls.config() else {
-            tracing::info!(conn = id, "no usable TLS certificate; connection closed");
+            tracing::info!(conn = ?name, "no usable TLS certificate; connection closed");
             return Ok(());
         };
         let handshake = match rustls::ServerConnection::new(config) {
             Ok(conn) => skiff_monoio::tls::handshake(conn, reader, writer),
             Err(e) => {
-                tracing::warn!(conn = id, error = %e, "TLS: cannot start a handshake");
+                tracing::warn!(conn = ?name, error = %e, "TLS: cannot start a handshake");
                 return Ok(());
             }
         };
@@ -1313,18 +1336,18 @@ impl RelayHandler {
             Ok(Ok(Err(e))) => {
                 // One line per refused connection (a plaintext client, an
                 // untrusted certificate on the client's side...).
-                tracing::info!(conn = id, error = %e, "TLS handshake failed; connection closed");
+                tracing::info!(conn = ?name, error = %e, "TLS handshake failed; connection closed");
                 return Ok(());
             }
             Ok(Err(())) => {
                 tracing::info!(
-                    conn = id,
+                    conn = ?name,
                     "TLS handshake not finished in {limit:?}; connection closed"
                 );
                 return Ok(());
             }
             Err(()) => {
-                tracing::debug!(conn = id, "draining: TLS handshake abandoned");
+                tracing::debug!(conn = ?name, "draining: TLS handshake abandoned");
                 return Ok(());
             }
         };
@@ -1333,7 +1356,8 @@ impl RelayHandler {
         // it to the bytes that follow.
         let fixed = (reader.alpn().as_deref() == Some(skiff_monoio::tls::ALPN_QMUX))
             .then_some(skiff_ws::APPLICATION);
-        self.serve_stream(id, reader, writer, fixed, ctx).await
+        name = name.over_tls();
+        self.serve_stream(&name, reader, writer, fixed, ctx).await
     }
 }
 
@@ -1344,7 +1368,7 @@ impl RelayHandler {
     /// application protocol TLS ALPN agreed on for QMux.
     async fn serve_stream<R: HeadRead, W: ByteWrite>(
         self: &Rc<Self>,
-        id: u64,
+        name: &ConnName,
         mut reader: R,
         writer: W,
         fixed_protocol: Option<&'static str>,
@@ -1372,26 +1396,29 @@ impl RelayHandler {
             // The session's state (its future, its tables) exists only from
             // here on, in an allocation of its own: a connection waiting for
             // its first byte holds just the small future above.
-            let ended =
-                Box::pin(
-                    self.clone()
-                        .serve_session(id, reader, writer, None, fixed_protocol, ctx),
-                );
+            let ended = Box::pin(self.clone().serve_session(
+                name,
+                reader,
+                writer,
+                None,
+                fixed_protocol,
+                ctx,
+            ));
             let ended = ended.await?;
-            tracing::debug!(conn = id, ?ended, "connection done");
+            tracing::debug!(conn = ?name, ?ended, "connection done");
             return Ok(());
         }
         // The HTTP path (its head parser, its WebSocket framing) lives in an
         // allocation of its own, so a QMux connection's task does not carry
         // its state.
-        Box::pin(self.serve_web(id, reader, writer, limit, ctx)).await
+        Box::pin(self.serve_web(name.over_http(), reader, writer, limit, ctx)).await
     }
 
     /// Serves an HTTP connection: a page or file, or a WebSocket upgrade
     /// whose messages carry the session (docs/protocol.md §9.2, §9.6).
     async fn serve_web<R: HeadRead, W: ByteWrite>(
         self: &Rc<Self>,
-        id: u64,
+        mut name: ConnName,
         mut reader: R,
         mut writer: W,
         limit: StdDuration,
@@ -1402,7 +1429,7 @@ impl RelayHandler {
             &self.web_dir,
             &mut reader,
             &mut writer,
-            id,
+            name,
             limit,
         )
         .await?;
@@ -1419,25 +1446,29 @@ impl RelayHandler {
             usize::try_from(self.relay.session_config.conn.max_record_size).unwrap_or(usize::MAX);
         let reader = WsReader::new(reader, WsRole::Server, max, early, link.clone());
         let writer = WsWriter::new(writer, WsRole::Server, link);
-        let ended =
-            Box::pin(
-                self.clone()
-                    .serve_session(id, reader, writer, Some(target), protocol, ctx),
-            );
+        name = name.upgraded();
+        let ended = Box::pin(self.clone().serve_session(
+            &name,
+            reader,
+            writer,
+            Some(target),
+            protocol,
+            ctx,
+        ));
         let ended = ended.await?;
-        tracing::debug!(conn = id, ?ended, "websocket connection done");
+        tracing::debug!(conn = ?name, ?ended, "websocket connection done");
         Ok(())
     }
 }
 
 impl RelayHandler {
-    /// Runs the session of client connection `id` once it has sent its
+    /// Runs the session of client connection `name` once it has sent its
     /// first bytes; over WebSocket, `path` is the request target and
     /// `fixed_protocol` the application protocol the subprotocol chose
     /// (docs/protocol.md §9.2, §9.3).
     async fn serve_session<R: ByteRead, W: ByteWrite>(
         self: Rc<Self>,
-        id: u64,
+        name: &ConnName,
         reader: R,
         writer: W,
         path: Option<String>,
@@ -1445,9 +1476,9 @@ impl RelayHandler {
         ctx: DriveCtx,
     ) -> io::Result<Ended> {
         let relay = self.relay.clone();
-        let refused = |e: ResolveRefused, path: &str| relay.track_refused(Some(id), e, path);
-        let resolver =
-            Resolver::new(&self.relay.router, Some(id), &self.relay.queues).on_refused(&refused);
+        let refused = |e: ResolveRefused, path: &str| relay.track_refused(Some(*name), e, path);
+        let resolver = Resolver::new(&self.relay.router, Some(name.id()), &self.relay.queues)
+            .on_refused(&refused);
         let gate = (!self.auth.is_open()).then(|| {
             let clock = self.clock;
             Rc::new(Gate::new(self.auth.clone(), move || {
@@ -1485,7 +1516,7 @@ impl RelayHandler {
             reader,
             writer,
             Side::Server,
-            id,
+            name,
             Remote::Client,
             None,
             Some(&resolver),
@@ -1494,7 +1525,7 @@ impl RelayHandler {
         )
         .await;
         if let Some(refusal) = gate.as_ref().and_then(|g| g.refusal()) {
-            tracing::debug!(conn = id, reason = %refusal, "session refused");
+            tracing::debug!(conn = ?name, reason = %refusal, "session refused");
         }
         self.storage.give(storage);
         ended

@@ -521,7 +521,8 @@ async fn browser_camera(url: String, fps: u32, stop: Arc<AtomicBool>) -> Result<
     let runner = monoio::spawn(runner.run());
     let broadcast = client.publish(BROWSER_BROADCAST)?;
     let mut catalog_track = broadcast.create_track(hang::catalog_info())?;
-    let video = hang::video_info(VIDEO_TRACK).map_err(|_| Error::InvalidName(VIDEO_TRACK.into()))?;
+    let video =
+        hang::video_info(VIDEO_TRACK).map_err(|_| Error::InvalidName(VIDEO_TRACK.into()))?;
     let mut track = broadcast.create_track(video)?;
     let mut json = [0u8; hang::testcard::CATALOG_MAX_LEN];
     let len = card

@@ -29,6 +29,7 @@ use skiff_monoio::session_driver::{ByteRead, ByteWrite};
 use skiff_monoio::tls::TlsReader;
 
 use crate::conn::Reader;
+use crate::conn_name::ConnName;
 
 /// A connection's receiving half while its first bytes are looked at: the
 /// bytes received and not handed out yet, and more of them (the plain
@@ -250,7 +251,7 @@ pub(crate) async fn serve_http<R: HeadRead, W: ByteWrite>(
     web_dir: &Path,
     reader: &mut R,
     writer: &mut W,
-    conn: u64,
+    conn: ConnName,
     limit: Duration,
 ) -> io::Result<Routed> {
     let deadline = Instant::now() + limit;
@@ -261,7 +262,7 @@ pub(crate) async fn serve_http<R: HeadRead, W: ByteWrite>(
             Ok(None) => {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() || !reader.read_more(MAX_HEAD_BYTES, left).await? {
-                    tracing::debug!(conn, "http: no complete request head in time");
+                    tracing::debug!(conn = ?conn, "http: no complete request head in time");
                     let r = http::response(
                         408,
                         text,
@@ -273,7 +274,7 @@ pub(crate) async fn serve_http<R: HeadRead, W: ByteWrite>(
                 }
             }
             Err(e) => {
-                tracing::debug!(conn, error = %e, "http: request refused");
+                tracing::debug!(conn = ?conn, error = %e, "http: request refused");
                 let body = format!("{e}\n");
                 let extra: &[(&str, &str)] = match e {
                     RequestError::Version => &[("Sec-WebSocket-Version", "13")],
@@ -285,7 +286,7 @@ pub(crate) async fn serve_http<R: HeadRead, W: ByteWrite>(
         }
     };
     let Some(upgrade) = &req.upgrade else {
-        tracing::debug!(conn, method = req.method, path = req.path(), "http request");
+        tracing::debug!(conn = ?conn, method = req.method, path = req.path(), "http request");
         let r = answer(origin, web_dir, &req);
         return reply(writer, &r).await;
     };
@@ -293,7 +294,7 @@ pub(crate) async fn serve_http<R: HeadRead, W: ByteWrite>(
         Choice::Speak(p) => (Some(p), Some(skiff_ws::APPLICATION)),
         Choice::NoneOffered => (None, None),
         Choice::NoMatch => {
-            tracing::debug!(conn, offered = ?upgrade.protocols, "websocket: no subprotocol we speak");
+            tracing::debug!(conn = ?conn, offered = ?upgrade.protocols, "websocket: no subprotocol we speak");
             let body = format!(
                 "no supported subprotocol: offer {}\n",
                 skiff_ws::SUBPROTOCOL
@@ -306,7 +307,8 @@ pub(crate) async fn serve_http<R: HeadRead, W: ByteWrite>(
         .buffer()
         .extend_from_slice(&http::switching_protocols(&upgrade.key, protocol));
     writer.flush().await?;
-    tracing::debug!(conn, target = req.target, ?protocol, "websocket: upgraded");
+    // The target's query may hold a token (`jwt=`): only its path is logged.
+    tracing::debug!(conn = ?conn.upgraded(), path = req.path(), ?protocol, "websocket: upgraded");
     Ok(Routed::Upgrade {
         target: req.target.clone(),
         protocol: application,

@@ -21,6 +21,7 @@ use skiff_monoio::shutdown::{LocalEvent, Shutdown, StopReceiver};
 
 use crate::config::RelayConfig;
 use crate::conn::{BufPool, Connection, WorkerShared};
+use crate::conn_name::ConnName;
 use crate::handler::{ConnectionHandler, WorkerInfo};
 use crate::metrics::Metrics;
 
@@ -30,15 +31,20 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(20);
 const FORCED_CLOSE_GRACE: Duration = Duration::from_millis(20);
 
 /// Counts a connection open (in all and for its peer's address) for as long
-/// as its task lives.
-struct OpenGuard(Rc<WorkerShared>, IpAddr);
+/// as its task lives, and names it for the worker's log lines.
+struct OpenGuard(Rc<WorkerShared>, ConnName);
 
 impl OpenGuard {
-    fn new(shared: Rc<WorkerShared>, ip: IpAddr) -> Self {
+    fn new(shared: Rc<WorkerShared>, name: ConnName, ip: IpAddr) -> Self {
         shared.open.set(shared.open.get().saturating_add(1));
         *shared.per_ip.borrow_mut().entry(ip).or_insert(0) += 1;
         shared.counters().connection_opened();
-        OpenGuard(shared, ip)
+        OpenGuard(shared, name)
+    }
+
+    /// What the worker's log lines call the connection.
+    fn name(&self) -> &ConnName {
+        &self.1
     }
 }
 
@@ -61,10 +67,13 @@ impl Drop for OpenGuard {
         }
         {
             let mut per_ip = s.per_ip.borrow_mut();
-            if let Some(n) = per_ip.get_mut(&self.1) {
+            let ip = self.1.peer().map(|p| p.ip());
+            if let Some(ip) = ip
+                && let Some(n) = per_ip.get_mut(&ip)
+            {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
-                    per_ip.remove(&self.1);
+                    per_ip.remove(&ip);
                 }
             }
         }
@@ -372,23 +381,24 @@ fn admit<H: ConnectionHandler>(
     }
     let id = shared.next_id.get();
     shared.next_id.set(id.wrapping_add(1));
-    let guard = OpenGuard::new(shared.clone(), peer.ip());
+    let name = ConnName::client(index, id, peer);
+    let guard = OpenGuard::new(shared.clone(), name, peer.ip());
     let conn = Connection::new(stream, peer, id, shared.clone());
     let handler = handler.clone();
     let force = shared.force.clone();
-    tracing::debug!(worker = index, conn = id, %peer, "connection accepted");
+    tracing::debug!(conn = ?name, "connection accepted");
     monoio::spawn(async move {
-        let _guard = guard;
+        // The task holds the whole guard until it ends (a method call
+        // captures it all), and names the connection with it (as accepted:
+        // its socket's transport): a copy of the name, or the guard moved
+        // to a local, would grow every connection's task.
+        let name = guard.name();
         match race(handler.serve(conn), force.wait()).await {
-            Ok(Ok(())) => tracing::debug!(worker = index, conn = id, "connection finished"),
+            Ok(Ok(())) => tracing::debug!(conn = ?name, "connection finished"),
             Ok(Err(e)) => {
-                tracing::debug!(worker = index, conn = id, error = %e, "connection ended with an error")
+                tracing::debug!(conn = ?name, error = %e, "connection ended with an error")
             }
-            Err(()) => tracing::debug!(
-                worker = index,
-                conn = id,
-                "connection closed by the drain timeout"
-            ),
+            Err(()) => tracing::debug!(conn = ?name, "connection closed by the drain timeout"),
         }
     });
 }
