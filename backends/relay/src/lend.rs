@@ -73,7 +73,7 @@ const LEND_RECLAIM: (Duration, Duration) = (Duration::from_millis(20), Duration:
 
 /// When a link's session looks for the blocks the other worker gave back:
 /// the borrower does not wake the lender, so while ranges are out the link
-/// makes a pass of its own [`LEND_RECLAIM`]'s first wait after its last one,
+/// makes a pass of its own `LEND_RECLAIM`'s first wait after its last one,
 /// the wait doubling (up to the second) while nothing comes back, so an idle
 /// link whose blocks the other worker keeps cached hardly runs.
 #[derive(Debug)]

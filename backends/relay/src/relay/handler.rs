@@ -1,0 +1,435 @@
+//! The per-worker connection handler ([`RelayHandler`]): builds the worker's
+//! [`Relay`], serves accepted connections (TLS, HTTP and WebSocket, or QMux
+//! over TCP) and starts the worker's links and upstream dials.
+
+use super::*;
+
+/// Serves moq-lite sessions on one worker thread with a per-thread [`Relay`].
+#[derive(Debug)]
+pub struct RelayHandler {
+    pub(super) relay: Rc<Relay>,
+    /// A client session's control tables, taken at accept.
+    pub(super) storage: Rc<StoragePool<ServerStorage>>,
+    /// Its media tables, taken at its SETUP for the directions it uses.
+    pub(super) sides: Rc<SidePools>,
+    pub(super) clock: Clock,
+    /// The access policy, shared by every worker.
+    pub(super) auth: Arc<Auth>,
+    /// The listen port's TLS configuration (`--tls-cert`), shared by every
+    /// worker; `None`: plain TCP.
+    pub(super) tls: Option<Arc<TlsServer>>,
+    /// The directory the web player is served from.
+    pub(super) web_dir: std::path::PathBuf,
+}
+
+impl RelayHandler {
+    /// The handler of the worker described by `info`, without links to
+    /// other workers (right for one worker thread), without its upstream and
+    /// in plain TCP (see [`RelayHandler::with_tls`]).
+    pub fn new(info: &WorkerInfo) -> Self {
+        Self::with_auth(info, Arc::new(auth_policy(info)))
+    }
+
+    /// As [`RelayHandler::new`], with the access policy `auth` (shared by the workers).
+    pub fn with_auth(info: &WorkerInfo, auth: Arc<Auth>) -> Self {
+        let notify = Notify::shared();
+        // A stable non-zero Hop ID per worker (docs/protocol.md §4.3).
+        let hop = 0x5c1f_0000_0000 | ((std::process::id() as u64) << 8) | (info.index as u64 + 1);
+        let clock = Clock::new();
+        let mut relay = Relay::new(hop, &info.config, notify, clock);
+        relay.metrics = Some((info.metrics.clone(), info.index));
+        RelayHandler {
+            relay: Rc::new(relay),
+            storage: Rc::new(StoragePool::new()),
+            sides: Rc::new(SidePools::new()),
+            clock,
+            auth,
+            tls: None,
+            web_dir: info.config.web_dir.clone(),
+        }
+    }
+
+    /// Serves TLS only on the listen port with `tls` (docs/protocol.md §9.8).
+    #[must_use]
+    pub fn with_tls(mut self, tls: Option<Arc<TlsServer>>) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// A handler factory for `threads` workers linked pairwise (see
+    /// [`Mesh`]), each dialing the configured upstream relay if there is one:
+    /// pass it to [`crate::server::start`]. With `tls` in the configuration,
+    /// the files are read when the first worker starts (see
+    /// [`RelayHandler::factory_with_tls`] to keep a handle for reloads).
+    ///
+    /// # Errors
+    /// If a socket pair cannot be made.
+    pub fn factory(
+        threads: usize,
+    ) -> io::Result<impl Fn(&WorkerInfo) -> RelayHandler + Send + Sync + 'static> {
+        Self::factory_with_tls(threads, None)
+    }
+
+    /// As [`RelayHandler::factory`], the workers serving TLS with `tls`
+    /// (which the caller keeps to [`TlsServer::reload`]); `None` reads the
+    /// configuration's files, if it names any.
+    ///
+    /// # Errors
+    /// If a socket pair cannot be made.
+    pub fn factory_with_tls(
+        threads: usize,
+        tls: Option<Arc<TlsServer>>,
+    ) -> io::Result<impl Fn(&WorkerInfo) -> RelayHandler + Send + Sync + 'static> {
+        let mesh = Arc::new(Mesh::new(threads)?);
+        let auth = std::sync::OnceLock::new();
+        let loaded = std::sync::OnceLock::new();
+        let upstream_url = std::sync::OnceLock::new();
+        let upstream_tls_config = std::sync::OnceLock::new();
+        Ok(move |info: &WorkerInfo| {
+            let auth = auth.get_or_init(|| Arc::new(auth_policy(info))).clone();
+            let tls = tls
+                .clone()
+                .or_else(|| loaded.get_or_init(|| tls_server(info)).clone());
+            let h = RelayHandler::with_auth(info, auth).with_tls(tls);
+            for (peer, end) in mesh.take(info.index) {
+                h.spawn_link(info, peer, end);
+            }
+            if let Some(up) = &info.config.upstream {
+                let url = *upstream_url.get_or_init(|| dialed_upstream_url(info, up));
+                let tls = up.tls.then(|| {
+                    upstream_tls_config
+                        .get_or_init(|| upstream_tls(info))
+                        .clone()
+                });
+                h.spawn_upstream(info, up.clone(), url, tls);
+            }
+            h
+        })
+    }
+
+    /// This worker's relay state.
+    pub fn relay(&self) -> &Rc<Relay> {
+        &self.relay
+    }
+
+    pub(super) fn drive_ctx(&self, info: &WorkerInfo) -> DriveCtx {
+        DriveCtx {
+            clock: self.clock,
+            notify: self.relay.notify.clone(),
+            shutdown: Some(info.shutdown.clone()),
+        }
+    }
+}
+
+/// The access policy of `info`'s configuration, its start-up state logged.
+/// Keys that became unusable since the configuration was checked refuse
+/// every session rather than open the relay.
+fn auth_policy(info: &WorkerInfo) -> Auth {
+    let cfg = &info.config.auth;
+    match cfg.build() {
+        Ok(auth) if auth.is_open() => {
+            tracing::warn!(
+                "no --auth-key, --auth-key-dir or --auth-public: the relay is open to everyone"
+            );
+            auth
+        }
+        Ok(auth) => {
+            let public: Vec<&str> = cfg.public.iter().map(|p| p.as_str()).collect();
+            tracing::info!(
+                key = ?cfg.key.as_ref().or(cfg.key_dir.as_ref()),
+                public = %public.join(","),
+                "access control on"
+            );
+            auth
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "auth keys unusable: every session is refused");
+            Auth::refuse_all()
+        }
+    }
+}
+
+/// The TLS server of `info`'s configuration, if it names certificate files.
+/// Files that became unusable since the configuration was checked make
+/// every handshake fail rather than open the port in plain text.
+fn tls_server(info: &WorkerInfo) -> Option<Arc<TlsServer>> {
+    let files = info.config.tls.clone()?;
+    match TlsServer::load(files.clone()) {
+        Ok(tls) => {
+            tracing::info!(cert = %tls.files().cert.display(), "TLS on the listen port");
+            Some(Arc::new(tls))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "TLS certificate unusable: every connection is refused");
+            Some(Arc::new(TlsServer::refusing(files)))
+        }
+    }
+}
+
+impl ConnectionHandler for RelayHandler {
+    type Error = io::Error;
+
+    #[allow(clippy::manual_async_fn)]
+    fn serve(self: Rc<Self>, conn: Connection) -> impl Future<Output = io::Result<()>> + 'static {
+        async move {
+            let name = conn.name();
+            let ctx = DriveCtx {
+                clock: self.clock,
+                notify: self.relay.notify.clone(),
+                shutdown: Some(conn.shutdown()),
+            };
+            let (mut reader, writer) = conn.into_split();
+            // Nothing is taken for a connection before it sends something.
+            // Boxed: the wait (a timer and a read in flight) ends with the
+            // first bytes, so the task, which lives as long as the
+            // connection, does not carry its state.
+            if !Box::pin(reader.wait_first()).await? {
+                tracing::debug!(conn = ?name, "connection closed before it sent anything");
+                return Ok(());
+            }
+            let Some(tls) = self.tls.clone() else {
+                return self.serve_stream(&name, reader, writer, None, ctx).await;
+            };
+            // The TLS state lives in an allocation of its own, so a
+            // connection still waiting for its first byte holds only the
+            // small future above.
+            Box::pin(self.clone().serve_tls(name, tls, reader, writer, ctx)).await
+        }
+    }
+}
+
+impl RelayHandler {
+    /// Serves an accepted connection whose first bytes arrived on a TLS
+    /// listen port: the handshake (docs/protocol.md §9.8), then
+    /// [`RelayHandler::serve_stream`] on the plaintext.
+    async fn serve_tls(
+        self: Rc<Self>,
+        mut name: ConnName,
+        tls: Arc<TlsServer>,
+        reader: crate::conn::Reader,
+        writer: crate::conn::Writer,
+        ctx: DriveCtx,
+    ) -> io::Result<()> {
+        // docs/protocol.md §9.8: TLS first, within the handshake timeout;
+        // then the same choice between QMux and HTTP on the plaintext.
+        let limit = reader.handshake_timeout();
+        let Some(config) = tls.config() else {
+            tracing::info!(conn = ?name, "no usable TLS certificate; connection closed");
+            return Ok(());
+        };
+        let handshake = match rustls::ServerConnection::new(config) {
+            Ok(conn) => skiff_monoio::tls::handshake(conn, reader, writer),
+            Err(e) => {
+                tracing::warn!(conn = ?name, error = %e, "TLS: cannot start a handshake");
+                return Ok(());
+            }
+        };
+        // Bounded by the handshake timeout, and abandoned when the server drains.
+        let bounded = race(handshake, monoio::time::sleep(limit));
+        let drain = ctx.shutdown.clone();
+        let drained = async move {
+            match &drain {
+                Some(d) => d.wait().await,
+                None => std::future::pending().await,
+            }
+        };
+        let (reader, writer) = match race(bounded, drained).await {
+            Ok(Ok(Ok(halves))) => halves,
+            Ok(Ok(Err(e))) => {
+                // One line per refused connection (a plaintext client, an
+                // untrusted certificate on the client's side...).
+                tracing::info!(conn = ?name, error = %e, "TLS handshake failed; connection closed");
+                return Ok(());
+            }
+            Ok(Err(())) => {
+                tracing::info!(
+                    conn = ?name,
+                    "TLS handshake not finished in {limit:?}; connection closed"
+                );
+                return Ok(());
+            }
+            Err(()) => {
+                tracing::debug!(conn = ?name, "draining: TLS handshake abandoned");
+                return Ok(());
+            }
+        };
+        // qmux's ALPN name fixes the application protocol (no
+        // application_protocols parameter then); none or HTTP/1.1 leaves
+        // it to the bytes that follow.
+        let fixed = (reader.alpn().as_deref() == Some(skiff_monoio::tls::ALPN_QMUX))
+            .then_some(skiff_ws::APPLICATION);
+        name = name.over_tls();
+        self.serve_stream(&name, reader, writer, fixed, ctx).await
+    }
+}
+
+impl RelayHandler {
+    /// Serves an accepted byte stream (plain TCP, or TLS once its handshake
+    /// is done) whose first bytes arrived or are on their way: QMux, or HTTP
+    /// and WebSocket (docs/protocol.md §9.1). `fixed_protocol` is the
+    /// application protocol TLS ALPN agreed on for QMux.
+    async fn serve_stream<R: HeadRead, W: ByteWrite>(
+        self: &Rc<Self>,
+        name: &ConnName,
+        mut reader: R,
+        writer: W,
+        fixed_protocol: Option<&'static str>,
+        ctx: DriveCtx,
+    ) -> io::Result<()> {
+        // docs/protocol.md §9.1: three capitals start an HTTP request;
+        // anything else is QMux over TCP (decided on at most three bytes).
+        let limit = reader
+            .guard()
+            .handshake
+            .unwrap_or(StdDuration::from_secs(10));
+        let http = loop {
+            match skiff_ws::http::is_http_start(reader.pending()) {
+                Some(http) => break http,
+                None => {
+                    // Boxed: a first read of fewer than three bytes is rare,
+                    // and the task should not carry this wait's state.
+                    if !Box::pin(reader.read_more(3, limit)).await? {
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        if !http {
+            // The session's state (its future, its tables) exists only from
+            // here on, in an allocation of its own: a connection waiting for
+            // its first byte holds just the small future above.
+            let ended = Box::pin(self.clone().serve_session(
+                name,
+                reader,
+                writer,
+                None,
+                fixed_protocol,
+                ctx,
+            ));
+            let ended = ended.await?;
+            tracing::debug!(conn = ?name, ?ended, "connection done");
+            return Ok(());
+        }
+        // The HTTP path (its head parser, its WebSocket framing) lives in an
+        // allocation of its own, so a QMux connection's task does not carry
+        // its state.
+        Box::pin(self.serve_web(name.over_http(), reader, writer, limit, ctx)).await
+    }
+
+    /// Serves an HTTP connection: a page or file, or a WebSocket upgrade
+    /// whose messages carry the session (docs/protocol.md §9.2, §9.6).
+    async fn serve_web<R: HeadRead, W: ByteWrite>(
+        self: &Rc<Self>,
+        mut name: ConnName,
+        mut reader: R,
+        mut writer: W,
+        limit: StdDuration,
+        ctx: DriveCtx,
+    ) -> io::Result<()> {
+        let routed = crate::web::serve_http(
+            self.relay.origin(),
+            &self.web_dir,
+            &mut reader,
+            &mut writer,
+            name,
+            limit,
+        )
+        .await?;
+        let crate::web::Routed::Upgrade {
+            target,
+            protocol,
+            early,
+        } = routed
+        else {
+            return Ok(());
+        };
+        let link = skiff_monoio::ws::Link::new();
+        let max =
+            usize::try_from(self.relay.session_config.conn.max_record_size).unwrap_or(usize::MAX);
+        let reader = WsReader::new(reader, WsRole::Server, max, early, link.clone());
+        let writer = WsWriter::new(writer, WsRole::Server, link);
+        name = name.upgraded();
+        let ended = Box::pin(self.clone().serve_session(
+            &name,
+            reader,
+            writer,
+            Some(target),
+            protocol,
+            ctx,
+        ));
+        let ended = ended.await?;
+        tracing::debug!(conn = ?name, ?ended, "websocket connection done");
+        Ok(())
+    }
+}
+
+impl RelayHandler {
+    /// Runs the session of client connection `name` once it has sent its
+    /// first bytes; over WebSocket, `path` is the request target and
+    /// `fixed_protocol` the application protocol the subprotocol chose
+    /// (docs/protocol.md §9.2, §9.3).
+    async fn serve_session<R: ByteRead, W: ByteWrite>(
+        self: Rc<Self>,
+        name: &ConnName,
+        reader: R,
+        writer: W,
+        path: Option<String>,
+        fixed_protocol: Option<&'static str>,
+        ctx: DriveCtx,
+    ) -> io::Result<Ended> {
+        let relay = self.relay.clone();
+        let refused = |e: ResolveRefused, path: &str| relay.track_refused(Some(*name), e, path);
+        let resolver = Resolver::new(&self.relay.router, Some(name.id()), &self.relay.queues)
+            .on_refused(&refused);
+        let gate = (!self.auth.is_open()).then(|| {
+            let clock = self.clock;
+            Rc::new(Gate::new(self.auth.clone(), move || {
+                (clock.now(), std::time::SystemTime::now())
+            }))
+        });
+        // Media tables come at the client's SETUP, for the directions its
+        // Role names; they outlive the session that borrows them.
+        let mut sides = SideTables::new(self.sides.clone());
+        let mut storage = self.storage.take();
+        let (config, origin) = self.relay.session_setup(Remote::Client);
+        let mut config: Config<'_> = config;
+        config.path = path.as_deref();
+        if path.is_some() || fixed_protocol.is_some() {
+            config.conn.fixed_protocol = fixed_protocol;
+        }
+        // Boxed at once, so the session is not copied into the futures below.
+        let session: Result<Box<MoqSession<'_>>, _> = Session::new(
+            Side::Server,
+            config,
+            ctx.clock.now(),
+            &mut storage,
+            Some(origin),
+        )
+        .map(|mut s| {
+            // docs/protocol.md §4.10: admitted at SETUP, scoped from then on.
+            s.set_scope(gate.as_deref().map(|g| g as &dyn Scope));
+            Box::new(s)
+        });
+        let relay = self.relay.clone();
+        let ended = run_session::<_, _, STREAMS, CLIENT_UPSTREAM>(
+            relay,
+            session,
+            Some(&mut sides),
+            reader,
+            writer,
+            Side::Server,
+            name,
+            Remote::Client,
+            None,
+            Some(&resolver),
+            gate.clone(),
+            &ctx,
+        )
+        .await;
+        if let Some(refusal) = gate.as_ref().and_then(|g| g.refusal()) {
+            tracing::debug!(conn = ?name, reason = %refusal, "session refused");
+        }
+        self.storage.give(storage);
+        ended
+    }
+}

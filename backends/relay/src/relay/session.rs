@@ -1,0 +1,293 @@
+//! One relay session: what is at its other end ([`Remote`]), its configuration
+//! and origin, and the application ([`RelayConn`]) that hands its events to the
+//! core's relay policy and wakes whom they concern.
+
+use super::*;
+
+/// What is at the other end of a relay session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Remote {
+    /// An accepted client: a publisher, a subscriber, or a leaf relay.
+    Client,
+    /// Another worker of this relay, over a socket pair.
+    Link,
+    /// The upstream relay this one is a leaf of (`--upstream`), dialed with
+    /// this SETUP path.
+    Upstream(&'static str),
+}
+
+impl Remote {
+    /// Broadcasts learned from this peer belong to this worker's clients
+    /// (and so are offered to the other workers and to the upstream).
+    fn is_local(self) -> bool {
+        self == Remote::Client
+    }
+}
+
+/// The relay side of one connection: the core's [`Peer`] for it, and its
+/// upstream SUBSCRIBE queue (`S` subscriptions at most).
+pub(super) struct RelayConn<'n, const S: usize> {
+    relay: Rc<Relay>,
+    /// The session's id for the core, and its name for log lines (borrowed
+    /// from the task that serves the connection: each copy would grow
+    /// every session's future).
+    name: &'n ConnName,
+    peer: Peer<'static, 'static, S>,
+    queue: Rc<SubscribeQueue<'static, 'static, S>>,
+    /// The linger deadline a wake-up is armed for.
+    armed: Option<Instant>,
+    /// The session's refused TRACK requests already counted.
+    refused_tracks: u64,
+    /// A link: what it lends to the other worker.
+    lender: Option<Rc<Lender>>,
+    /// A link: when it looks for the blocks the other worker gave back.
+    reclaim: Reclaim,
+    /// A client's admission and scope, when access control is on.
+    gate: Option<Rc<Gate>>,
+    /// Whether a wake-up is armed for the token's expiry.
+    expiry_armed: bool,
+}
+
+impl<'n, const S: usize> RelayConn<'n, S> {
+    /// The relay side of session `name` (its queue registered with the relay).
+    fn new(
+        relay: Rc<Relay>,
+        name: &'n ConnName,
+        kind: PeerKind,
+        lender: Option<Rc<Lender>>,
+        gate: Option<Rc<Gate>>,
+    ) -> Self {
+        let id = name.id();
+        let queue = Rc::new(SubscribeQueue::new());
+        relay.add_source(id, queue.clone());
+        RelayConn {
+            relay,
+            name,
+            peer: Peer::new(id, kind),
+            queue,
+            armed: None,
+            refused_tracks: 0,
+            lender,
+            reclaim: Reclaim::default(),
+            gate,
+            expiry_armed: false,
+        }
+    }
+
+    /// Whether the session's token has expired (docs/protocol.md §4.10: no grace).
+    fn expired(&self) -> bool {
+        self.gate
+            .as_ref()
+            .and_then(|g| g.deadline())
+            .is_some_and(|at| self.relay.clock.now() >= at)
+    }
+
+    /// Wakes whom a core call says to.
+    fn wake(&self, wake: Wake) {
+        match wake {
+            Wake::Nobody => {}
+            Wake::Track(key) => self.relay.notify.bump_tracks([key]),
+            Wake::All => {
+                self.relay.notify.bump();
+                self.relay.arm_timer();
+            }
+        }
+    }
+}
+
+impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
+    /// The relay's policy says whom each event concerns ([`Effect`]), and
+    /// [`RelayConn::wake`] wakes them.
+    ///
+    /// [`Effect`]: skiff_core::relay::Effect
+    const EVENTS_WAKE_ALL: bool = false;
+
+    fn on_event(&mut self, event: &Event<'_>) {
+        match *event {
+            Event::Setup { role, .. } => {
+                // The path is not logged: its query may hold a token.
+                tracing::debug!(conn = ?self.name, ?role, "client setup")
+            }
+            Event::Announced { path, .. }
+                if self.gate.as_ref().is_some_and(|g| !g.may_publish(path)) =>
+            {
+                // docs/protocol.md §4.10: outside the token's `publish`, not routed.
+                tracing::info!(
+                    conn = ?self.name,
+                    path,
+                    "announce refused: outside the publish grant"
+                );
+                return;
+            }
+            Event::Announced { path, .. } => {
+                tracing::info!(conn = ?self.name, path, "broadcast announced")
+            }
+            Event::Unannounced { path, .. } => {
+                tracing::info!(conn = ?self.name, path, "broadcast withdrawn")
+            }
+            Event::Closed {
+                code,
+                reason,
+                local,
+                ..
+            } => {
+                tracing::debug!(conn = ?self.name, code, reason, local, "session closed");
+            }
+            _ => {}
+        }
+        let relay = self.relay.clone();
+        let effect = self
+            .peer
+            .on_event(event, &relay.router, relay.clock.now(), &relay.queues);
+        if let (Some(e), Event::Announced { path, .. }) = (effect.refused, event) {
+            let quota = match e {
+                AnnounceRefused::Quota => quota_key(Quota::Announces),
+                _ => "broadcast table",
+            };
+            relay.quota_refused(quota, Some(*self.name), path);
+        }
+        self.wake(effect.wake);
+    }
+
+    fn lend(&self, slice: Slice<'static>) -> Option<u64> {
+        self.lender.as_deref()?.lend(slice)
+    }
+
+    fn wake_at(&mut self, now: Instant) -> Option<Instant> {
+        let lender = self.lender.as_deref()?;
+        self.reclaim.next(lender, now)
+    }
+
+    fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>) {
+        let relay = self.relay.clone();
+        if let Some(at) = self.gate.as_ref().and_then(|g| g.deadline()) {
+            if self.expired() {
+                if !session.is_closed() {
+                    tracing::info!(conn = ?self.name, "token expired: session closed");
+                    session.close(
+                        SessionCode::Unauthorized,
+                        "unauthorized: the token has expired",
+                    );
+                }
+                return;
+            }
+            if !self.expiry_armed {
+                self.expiry_armed = true;
+                let (clock, notify) = (relay.clock, relay.notify.clone());
+                monoio::spawn(async move {
+                    clock.sleep_until(at).await;
+                    notify.bump();
+                });
+            }
+        }
+        relay.publish_gauges();
+        relay.return_lent();
+        relay.reclaim_tables();
+        let refused = session.refused_track_requests();
+        for _ in self.refused_tracks..refused {
+            relay.quota_refused("max-waiting-track-requests", Some(*self.name), "");
+        }
+        self.refused_tracks = refused;
+        let clock = relay.clock;
+        let next = self
+            .peer
+            .act(session, &relay.router, &self.queue, || clock.now());
+        if let Some(at) = next
+            && self.armed != Some(at)
+        {
+            // The session may not wake on its own by then.
+            self.armed = Some(at);
+            let notify = relay.notify.clone();
+            monoio::spawn(async move {
+                clock.sleep_until(at).await;
+                notify.bump();
+            });
+        }
+    }
+
+    fn on_close(&mut self) {
+        let relay = self.relay.clone();
+        relay.remove_source(self.name.id());
+        self.peer
+            .on_close(&relay.router, &self.queue, relay.clock.now(), &relay.queues);
+        self.wake(Wake::All);
+        relay.publish_gauges();
+    }
+}
+
+impl Relay {
+    /// The configuration and the origin of a session with `peer`: a client's
+    /// or a trunk's configuration; links and the upstream are offered only
+    /// this worker's own clients' broadcasts (one hop between workers,
+    /// nothing loops back up).
+    pub(super) fn session_setup(
+        &self,
+        peer: Remote,
+    ) -> (Config<'static>, origin::Ref<'static, 'static>) {
+        let mut config = Config {
+            path: match peer {
+                Remote::Upstream(path) => Some(path),
+                _ => None,
+            },
+            ..if peer.is_local() {
+                self.session_config
+            } else {
+                self.trunk_config
+            }
+        };
+        // Both ends of a link are this process: payload crosses by reference.
+        config.conn.stream_refs = peer == Remote::Link;
+        let origin = if peer.is_local() {
+            self.router.origin()
+        } else {
+            self.router.local_origin()
+        };
+        (config, origin)
+    }
+}
+
+/// Runs one relay session (a client connection, a worker link or the
+/// upstream), made from [`Relay::session_setup`], whose peer holds `S`
+/// upstream subscriptions at once ([`CLIENT_UPSTREAM`] for a client,
+/// [`TRUNK_UPSTREAM`] for a link or the upstream: a client's future then
+/// holds no trunk-sized table).
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize, const S: usize>(
+    relay: Rc<Relay>,
+    session: Result<Box<Session<'s, 'static, 'static, N>>, ConfigError>,
+    sides: Option<&'s mut SideTables>,
+    reader: R,
+    writer: W,
+    side: Side,
+    name: &ConnName,
+    peer: Remote,
+    lender: Option<Rc<Lender>>,
+    resolver: Option<&'s dyn Resolve<'static, 'static>>,
+    gate: Option<Rc<Gate>>,
+    ctx: &DriveCtx,
+) -> io::Result<Ended> {
+    let mut session = session.map_err(io::Error::other)?;
+    if peer.is_local() {
+        session.set_resolver(resolver);
+    } else {
+        session.set_resolver(Some(&*relay));
+    }
+    let kind = match peer {
+        Remote::Client => PeerKind::Client,
+        // The dialing side of a link, and a leaf towards its upstream, ask
+        // for announcements at once; accepted clients after their SETUP.
+        // A link mirrors the other worker's groups: a subscriber here can
+        // have any group one there could.
+        Remote::Link => PeerKind::Trunk {
+            ask_first: side == Side::Client,
+            mirror: true,
+        },
+        Remote::Upstream(_) => PeerKind::Trunk {
+            ask_first: true,
+            mirror: false,
+        },
+    };
+    let gate = if peer.is_local() { gate } else { None };
+    let mut app = RelayConn::<S>::new(relay.clone(), name, kind, lender, gate);
+    drive(session, sides, reader, writer, &mut app, ctx).await
+}

@@ -1,0 +1,235 @@
+//! A leaf relay's upstream: the dial loop with backoff, the session over TCP
+//! or TLS, and the path and URL it dials.
+
+use super::*;
+
+/// The first and the longest wait before dialing the upstream again.
+const UPSTREAM_BACKOFF: (StdDuration, StdDuration) =
+    (StdDuration::from_millis(100), StdDuration::from_secs(5));
+
+impl RelayHandler {
+    /// Keeps a session to the upstream relay `up` (this worker becomes its
+    /// leaf): dials it, runs the session, and dials again after a growing
+    /// pause (100 ms to 5 s) whenever it ends, until the worker drains.
+    ///
+    /// Over that session the worker asks for every announcement (so its
+    /// subscribers reach the upstream's broadcasts, one upstream subscription
+    /// per track, docs/protocol.md §4.5) and announces its own clients'
+    /// broadcasts (so the upstream's subscribers reach them). `url` is what
+    /// it dials, its path and query what its SETUP carries
+    /// ([`dialed_upstream_url`]), `tls` the client configuration of a
+    /// `tls://` upstream ([`upstream_tls`]); both are made once for all
+    /// workers.
+    pub(super) fn spawn_upstream(
+        &self,
+        info: &WorkerInfo,
+        up: UpstreamAddr,
+        url: &'static str,
+        tls: Option<Result<Arc<rustls::ClientConfig>, String>>,
+    ) {
+        let ctx = self.drive_ctx(info);
+        let relay = self.relay.clone();
+        let shutdown = info.shutdown.clone();
+        let worker = info.index;
+        let tls = match tls {
+            Some(Ok(config)) => Some(config),
+            Some(Err(e)) => {
+                tracing::error!(worker, upstream = %up, error = %e, "no TLS configuration for the upstream");
+                return;
+            }
+            None => None,
+        };
+        let handshake_limit = info.config.timeouts.handshake;
+        let path = setup_path(url);
+        monoio::spawn(async move {
+            let mut backoff = UPSTREAM_BACKOFF.0;
+            let mut dial = 0u64;
+            // One trunk's tables for every dial (a session clears them).
+            let mut storage = Box::new(UpstreamStorage::new());
+            while !shutdown.is_draining() {
+                let started = StdInstant::now();
+                let name = ConnName::upstream(worker, dial, url);
+                let session = UpstreamSession {
+                    relay: &relay,
+                    ctx: &ctx,
+                    path,
+                    name,
+                };
+                let ended = match (dial_upstream(&up).await, &tls) {
+                    (Err(e), _) => Err(e),
+                    (Ok(stream), None) => {
+                        tracing::info!(conn = ?name, "upstream connected");
+                        let (reader, writer) = split_halves(stream, 64 * 1024);
+                        session.run(&mut storage, reader, writer, None).await
+                    }
+                    (Ok(stream), Some(config)) => {
+                        let (reader, writer) = split_halves(stream, 64 * 1024);
+                        match upstream_handshake(config, &up, reader, writer, handshake_limit).await
+                        {
+                            Ok((reader, writer)) => {
+                                tracing::info!(conn = ?name, "upstream connected over TLS");
+                                // docs/protocol.md §9.8: qmux's ALPN name fixes the protocol.
+                                let fixed = (reader.alpn().as_deref()
+                                    == Some(skiff_monoio::tls::ALPN_QMUX))
+                                .then_some(skiff_ws::APPLICATION);
+                                session.run(&mut storage, reader, writer, fixed).await
+                            }
+                            Err(e) => Err(e),
+                        }
+                    }
+                };
+                match ended {
+                    Ok(ended) => {
+                        tracing::info!(conn = ?name, ?ended, "upstream session ended")
+                    }
+                    Err(e) => {
+                        tracing::warn!(conn = ?name, error = %e, "upstream session failed or unreachable")
+                    }
+                }
+                dial += 1;
+                if started.elapsed() > UPSTREAM_BACKOFF.1 {
+                    backoff = UPSTREAM_BACKOFF.0;
+                }
+                monoio::select! {
+                    _ = monoio::time::sleep(backoff) => {}
+                    _ = shutdown.wait() => {}
+                }
+                backoff = (backoff * 2).min(UPSTREAM_BACKOFF.1);
+            }
+        });
+    }
+}
+
+/// One session of a leaf with its upstream relay, over any byte stream.
+struct UpstreamSession<'a> {
+    relay: &'a Rc<Relay>,
+    ctx: &'a DriveCtx,
+    /// The SETUP path (with the token, if any).
+    path: &'static str,
+    /// The session's id for the core, and its name for log lines.
+    name: ConnName,
+}
+
+impl UpstreamSession<'_> {
+    /// Runs the session over `reader`/`writer` until it ends;
+    /// `fixed_protocol` is what TLS ALPN agreed on.
+    async fn run<R: ByteRead, W: ByteWrite>(
+        self,
+        storage: &mut UpstreamStorage,
+        reader: R,
+        writer: W,
+        fixed_protocol: Option<&'static str>,
+    ) -> io::Result<Ended> {
+        let peer = Remote::Upstream(self.path);
+        let (mut config, origin) = self.relay.session_setup(peer);
+        if fixed_protocol.is_some() {
+            config.conn.fixed_protocol = fixed_protocol;
+        }
+        let session: Result<Box<TrunkSession<'_>>, _> = Session::new(
+            Side::Client,
+            config,
+            self.ctx.clock.now(),
+            storage,
+            Some(origin),
+        )
+        .map(Box::new);
+        run_session::<_, _, TRUNK_STREAMS, TRUNK_UPSTREAM>(
+            self.relay.clone(),
+            session,
+            None,
+            reader,
+            writer,
+            Side::Client,
+            &self.name,
+            peer,
+            None,
+            None,
+            None,
+            self.ctx,
+        )
+        .await
+    }
+}
+
+/// The URL a leaf dials upstream: the `--upstream` URL, with the token of
+/// `--upstream-token-file` added to its query as `jwt` (docs/protocol.md
+/// §4.10). Its path and query are what the SETUP carries ([`setup_path`]);
+/// log lines show it without the query ([`ConnName::upstream`]). Made once
+/// for the process (the factory keeps it), so the file is read once and the
+/// leaked string does not grow with the workers.
+pub(super) fn dialed_upstream_url(info: &WorkerInfo, up: &UpstreamAddr) -> &'static str {
+    let scheme = if up.tls { "tls" } else { "tcp" };
+    let mut dialed = if up.host.contains(':') {
+        format!("{scheme}://[{}]:{}/{}", up.host, up.port, up.path)
+    } else {
+        format!("{scheme}://{}:{}/{}", up.host, up.port, up.path)
+    };
+    if let Some(file) = &info.config.upstream_token_file {
+        match std::fs::read_to_string(file) {
+            Ok(token) if !token.trim().is_empty() => {
+                dialed.push(if dialed.contains('?') { '&' } else { '?' });
+                dialed.push_str("jwt=");
+                dialed.push_str(token.trim());
+            }
+            Ok(_) => tracing::warn!(file = %file.display(), "upstream token file is empty"),
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "cannot read upstream token file")
+            }
+        }
+    }
+    Box::leak(dialed.into_boxed_str())
+}
+
+/// The path and query of a URL made by [`dialed_upstream_url`], from the `/`
+/// after its authority (which holds none).
+fn setup_path(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.find('/').map_or("/", |i| &rest[i..])
+}
+
+/// The TLS client configuration a leaf dials its `tls://` upstream with:
+/// the CAs of `--upstream-ca`, or the system's trust store.
+pub(super) fn upstream_tls(info: &WorkerInfo) -> Result<Arc<rustls::ClientConfig>, String> {
+    let roots = match &info.config.upstream_ca {
+        Some(file) => skiff_monoio::tls::roots_from_pem_file(file).map_err(|e| e.to_string())?,
+        None => skiff_monoio::tls::system_roots(),
+    };
+    skiff_monoio::tls::client_config(Arc::new(roots), &[skiff_monoio::tls::ALPN_QMUX])
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
+}
+
+/// Runs the TLS handshake with the upstream `up` (its host as SNI) within `limit`.
+async fn upstream_handshake<R: ByteRead, W: ByteWrite>(
+    config: &Arc<rustls::ClientConfig>,
+    up: &UpstreamAddr,
+    reader: R,
+    writer: W,
+    limit: StdDuration,
+) -> io::Result<(TlsReader<R>, TlsWriter<W>)> {
+    let conn = skiff_monoio::tls::client_connection(config.clone(), &up.host)?;
+    match race(
+        skiff_monoio::tls::handshake(conn, reader, writer),
+        monoio::time::sleep(limit),
+    )
+    .await
+    {
+        Ok(res) => res,
+        Err(()) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "no TLS handshake with the upstream in time",
+        )),
+    }
+}
+
+/// Dials the upstream relay (`host` resolved each time: it may move).
+async fn dial_upstream(up: &UpstreamAddr) -> io::Result<monoio::net::TcpStream> {
+    use std::net::ToSocketAddrs;
+    let addr = (up.host.as_str(), up.port)
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "upstream host has no address"))?;
+    let stream = monoio::net::TcpStream::connect(addr).await?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
