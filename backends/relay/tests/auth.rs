@@ -624,7 +624,7 @@ fn over_websocket_the_request_uri_carries_the_token() {
         })
         .expect("runtime");
         assert!(!frames.is_empty(), "the viewer saw nothing");
-        assert_eq!(frames.last().unwrap().1, (FRAMES - 1) * 33_333);
+        assert_eq!(frames.last().unwrap().1, (FRAMES - 1) * 1000 / 30);
         // Without a token the same URL is refused (TCP shows the code).
         assert_refused(format!("tcp://{addr}/"), "a token is required");
         h.shutdown().expect("relay stops");

@@ -51,10 +51,11 @@ fn readme_publisher_reaches_readme_subscriber() {
     .expect("runtime");
     assert!(!frames.is_empty(), "the viewer saw no frame");
     // From where it joined, every frame in order and complete.
-    let first = frames[0].1 / 33_333;
+    // The README publisher stamps frame i at i * 1000 / 30 ms.
+    let first = (frames[0].1 * 30).div_ceil(1000);
     for (k, &(group, timestamp, len)) in frames.iter().enumerate() {
         let i = first + k as u64;
-        assert_eq!(timestamp, i * 33_333, "frame {k} out of order");
+        assert_eq!(timestamp, i * 1000 / 30, "frame {k} out of order");
         assert_eq!(
             group,
             frames[0].0 + i / 30 - first / 30,
@@ -64,7 +65,7 @@ fn readme_publisher_reaches_readme_subscriber() {
     }
     assert_eq!(
         frames.last().unwrap().1,
-        (FRAMES - 1) * 33_333,
+        (FRAMES - 1) * 1000 / 30,
         "the last frame is missing"
     );
     assert!(first < 30, "the viewer joined late: first frame {first}");

@@ -44,18 +44,19 @@ fn temp_dir(name: &str) -> PathBuf {
 /// them: in order from where the viewer joined to the last of `total`.
 fn check_frames(frames: &[(u64, u64, usize)], total: u64) {
     assert!(!frames.is_empty(), "the viewer saw no frame");
-    let first = frames[0].1 / 33_333;
+    // The README publisher stamps frame i at i * 1000 / 30 ms.
+    let first = (frames[0].1 * 30).div_ceil(1000);
     for (k, &(_, timestamp, len)) in frames.iter().enumerate() {
         assert_eq!(
             timestamp,
-            (first + k as u64) * 33_333,
+            (first + k as u64) * 1000 / 30,
             "frame {k} out of order"
         );
         assert_eq!(len, 1200);
     }
     assert_eq!(
         frames.last().unwrap().1,
-        (total - 1) * 33_333,
+        (total - 1) * 1000 / 30,
         "the last frame is missing"
     );
     assert!(first < 30, "the viewer joined late: first frame {first}");

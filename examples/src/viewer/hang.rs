@@ -8,6 +8,7 @@ use openh264::formats::YUVSource;
 use skiff_core::hang::ipcm::Plane;
 use skiff_core::hang::testcard::TestCard;
 use skiff_core::hang::{self as core_hang, avc, frame};
+use skiff_core::wire::lite::StreamCode;
 use skiff_media::catalog::Catalog;
 use skiff_media::h264::Decoder;
 use skiff_media::node::wall_clock_us;
@@ -167,6 +168,14 @@ pub async fn read(
             let f = match group.read_frame().await {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
+                // The relay gave up the group as superseded (OLD, docs/protocol.md
+                // §4.7: it ages out non-latest groups past the subscriber's max
+                // latency, zero here): a skip at the live edge, not a hole; the
+                // next group starts with a key frame.
+                Err(Error::Aborted(code)) if code == StreamCode::Old.to_code() => {
+                    stats.skipped += 1;
+                    break;
+                }
                 Err(e @ (Error::Evicted | Error::Aborted(_))) if index > 0 => {
                     return Err(format!(
                         "lost frame: group {seq} ended after {index} frames: {e}"

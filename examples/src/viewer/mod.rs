@@ -28,7 +28,8 @@
 //! **pattern** (any other name): the frames of the private run-length codec
 //! (`SKC1`), checked byte for byte; see [`crate::camera`].
 //!
-//! In both modes groups skipped at the live edge are allowed; a hole inside a
+//! In both modes groups skipped at the live edge are allowed (and in hang mode a
+//! group the relay cut short as superseded, OLD); any other hole inside a
 //! group is not. The client redials a relay that is not up yet or goes away.
 //! [`view`] returns once `--frames` good frames arrived, or with the reason on
 //! a lost or corrupt frame, an ended track, a refused subscription or an
