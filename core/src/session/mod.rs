@@ -639,12 +639,8 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         self.peer.map_or(0, |p| p.hop)
     }
 
-    /// The role the peer declared in its SETUP ([`Role::Both`] until it arrives).
-    pub fn peer_role(&self) -> Role {
-        self.peer.map_or(Role::Both, |p| p.role)
-    }
-
     /// True once the peer sent GOAWAY: new requests are refused with [`Error::GoingAway`].
+    #[cfg(test)]
     pub fn is_going_away(&self) -> bool {
         self.goaway_received
     }
@@ -690,15 +686,6 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// The local tracks the peer's subscriptions are served from.
     pub fn served_tracks(&self) -> impl Iterator<Item = track::Ref<'a, 'p>> + '_ {
         self.served.iter().flatten().map(|s| s.source)
-    }
-
-    /// Our subscriptions (requests to the peer) still open.
-    pub fn subscription_count(&self) -> usize {
-        self.subs
-            .iter()
-            .flatten()
-            .filter_map(SubEntry::open)
-            .count()
     }
 
     /// The peer's TRACK requests refused so far because

@@ -181,12 +181,6 @@ impl<'p> State<'p> {
         self.max_bytes.get()
     }
 
-    /// Changes the maximum group size; applies to later writes (bytes already
-    /// stored are kept even if over).
-    pub fn set_max_bytes(&self, max_bytes: u64) {
-        self.max_bytes.set(max_bytes);
-    }
-
     /// The retain limit: past this many bytes written, the group is trimmed
     /// (`u64::MAX`: never; see the module docs).
     pub fn retain(&self) -> u64 {
