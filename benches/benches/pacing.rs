@@ -1,9 +1,11 @@
 //! Criterion: a paced writer and a slow reader on one group.
 //!
 //! The writer writes 1 KiB frames into a group under a pacing window of
-//! 64 KiB: before each write it asks the group how far it may run ahead of
-//! the furthest reader (`group::Producer::is_paced` and `allowance`) and
-//! writes only if the whole frame fits. The reader takes one chunk (at most
+//! 64 KiB: the reader reports that window after each read (as a session's
+//! stream reports its credit, `group::Consumer::pace`), and before each write
+//! the writer asks the group how far it may run ahead
+//! (`group::Producer::allowance`) and writes only if the whole frame fits.
+//! The reader takes one chunk (at most
 //! a 4 KiB pool block) per `k` writes; when the writer is held back, the
 //! reader's next chunk is what lets it go on (it stands for the time the
 //! writer waits). Per iteration: one group of 1,024 frames (1 MiB) written
@@ -37,7 +39,7 @@ struct Seen {
     held: u64,
 }
 
-/// Reads one chunk if there is one; returns the bytes read.
+/// Reads one chunk if there is one and reports the window; returns the bytes read.
 #[inline]
 fn read_chunk(reader: &mut group::Consumer<'_, '_>) -> usize {
     match reader.chunk() {
@@ -45,6 +47,7 @@ fn read_chunk(reader: &mut group::Consumer<'_, '_>) -> usize {
             let n = chunk.len();
             black_box(chunk);
             reader.advance(n);
+            reader.pace(WINDOW);
             n
         }
         _ => 0,
@@ -56,10 +59,11 @@ fn run_group(slot: &group::State<'_>, seq: u64, k: usize, payload: &[u8], seen: 
     slot.reset(seq);
     let mut writer = slot.producer().expect("a fresh group has no producer");
     let mut reader = slot.consumer();
+    reader.pace(WINDOW);
     let need = (FRAME_LEN + MAX_HEADER_LEN) as u64;
     let (mut writes, mut since_read) = (0, 0);
     while writes < FRAMES {
-        if writer.is_paced(WINDOW) && writer.allowance(WINDOW) >= need {
+        if writer.allowance() >= need {
             writer
                 .write_frame(writes as u64 * 33, payload)
                 .expect("room in the pool");

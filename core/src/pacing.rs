@@ -2,14 +2,17 @@
 //!
 //! A producer that writes faster than anyone reads only fills memory (and,
 //! on a relay, the pool every other track shares). So a writer stays within a
-//! *window* of the furthest reader's position: it may write while
-//! `written - furthest_read < window`, and waits otherwise
+//! *window* of its fastest reader's position: each reader that forwards to a
+//! transport reports its window ([`crate::model::group::Consumer::pace`]), and
+//! the writer may write while it is below the furthest position any reader's
+//! window reaches, and waits otherwise
 //! ([`crate::model::group::Producer::poll_paced`]).
 //!
 //! The window is the smallest of what the transport can currently take
 //! (stream and connection credit: bytes the peer allows us to send) and a
-//! fixed ceiling, [`AHEAD`]. Everything here is a pure function of its
-//! inputs, so it is tested with made-up numbers.
+//! fixed ceiling, [`AHEAD`]. [`window`] is a pure function of its inputs, so
+//! it is tested with made-up numbers; the tests below drive a group with
+//! readers that report made-up credit.
 
 /// The most a writer may run ahead of its furthest reader, whatever the credit: 16 MiB.
 pub const AHEAD: u64 = 16 * 1024 * 1024;
@@ -38,46 +41,6 @@ pub const fn window(stream_credit: Option<u64>, connection_credit: Option<u64>) 
     w
 }
 
-/// Decides whether a writer at `written` may write more, given the furthest read position.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct Pacer {
-    window: u64,
-}
-
-impl Pacer {
-    /// A pacer with a fixed `window` in bytes.
-    pub const fn new(window: u64) -> Self {
-        Pacer { window }
-    }
-
-    /// A pacer whose window comes from transport credits (see [`window`]).
-    pub const fn from_credits(stream_credit: Option<u64>, connection_credit: Option<u64>) -> Self {
-        Pacer::new(window(stream_credit, connection_credit))
-    }
-
-    /// The window in bytes.
-    pub const fn window(&self) -> u64 {
-        self.window
-    }
-
-    /// How far the writer is ahead of the furthest reader (0 if a reader is level).
-    pub const fn ahead(written: u64, furthest_read: u64) -> u64 {
-        written.saturating_sub(furthest_read)
-    }
-
-    /// How many more bytes the writer may write now.
-    pub const fn allowance(&self, written: u64, furthest_read: u64) -> u64 {
-        self.window
-            .saturating_sub(Self::ahead(written, furthest_read))
-    }
-
-    /// True while the writer is less than the window ahead.
-    pub const fn may_write(&self, written: u64, furthest_read: u64) -> bool {
-        self.allowance(written, furthest_read) > 0
-    }
-}
-
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -103,21 +66,6 @@ mod tests {
         assert_eq!(window(Some(0), None), 0);
     }
 
-    // --- pacer -----------------------------------------------------------------
-
-    #[test]
-    fn pacer_with_made_up_numbers() {
-        let p = Pacer::new(100);
-        assert_eq!(Pacer::ahead(150, 100), 50);
-        assert_eq!(Pacer::ahead(100, 150), 0); // a reader cannot really be ahead; treat as level
-        assert_eq!(p.allowance(150, 100), 50);
-        assert!(p.may_write(199, 100));
-        assert!(!p.may_write(200, 100));
-        assert_eq!(p.allowance(250, 100), 0);
-        assert_eq!(Pacer::from_credits(None, None).window(), AHEAD);
-        assert!(!Pacer::from_credits(Some(0), None).may_write(0, 0));
-    }
-
     // --- with a group -------------------------------------------------------------
 
     struct Counter(AtomicUsize);
@@ -141,20 +89,26 @@ mod tests {
         let counter = Arc::new(Counter(AtomicUsize::new(0)));
         let waker = Waker::from(counter.clone());
         let mut cx = Context::from_waker(&waker);
+        // The reader's transport takes WINDOW bytes past what it read.
+        assert!(!c.pace_wanted());
+        assert_eq!(p.poll_paced(&mut cx), Poll::Ready(()));
+        assert!(c.pace_wanted());
+        c.pace(WINDOW);
 
         let payload = [0x5au8; 40];
         let mut sent = 0; // payload bytes written
         let mut pendings = 0;
         let mut max_ahead = 0;
         while sent < TOTAL {
-            match p.poll_paced(&mut cx, WINDOW) {
+            match p.poll_paced(&mut cx) {
                 Poll::Ready(()) => {
-                    let allow = p.allowance(WINDOW) as usize;
+                    let allow = p.allowance() as usize;
                     let left = p.frame_remaining();
                     if left == 0 {
                         if allow < crate::model::frame::MAX_HEADER_LEN {
                             // Not even room for a header: let the reader move.
                             let _ = c.read(&mut [0u8; 7]).unwrap();
+                            c.pace(WINDOW);
                             continue;
                         }
                         p.begin_frame(sent as u64, payload.len()).unwrap();
@@ -171,9 +125,10 @@ mod tests {
                         panic!()
                     };
                     assert!(n > 0);
-                    // Advancing brought the writer back within its window: woken once.
+                    c.pace(WINDOW);
+                    // The larger window brought the writer back: woken once.
                     assert_eq!(counter.0.load(Ordering::Relaxed), before + 1);
-                    assert!(p.is_paced(WINDOW));
+                    assert!(p.allowance() > 0);
                 }
             }
             let ahead = group.bytes_written() - group.furthest_read();
@@ -197,22 +152,68 @@ mod tests {
         let waker = Waker::from(counter.clone());
         let mut cx = Context::from_waker(&waker);
 
+        c.pace(20);
         p.write_frame(0, &[1; 30]).unwrap(); // 32 bytes
-        assert_eq!(p.poll_paced(&mut cx, 20), Poll::Pending);
-        assert_eq!(p.poll_paced(&mut cx, 20), Poll::Pending); // same waker, kept once
-        c.read(&mut [0; 10]).unwrap(); // ahead 22: still outside
+        assert_eq!(p.poll_paced(&mut cx), Poll::Pending);
+        assert_eq!(p.poll_paced(&mut cx), Poll::Pending); // same waker, kept once
+        c.read(&mut [0; 10]).unwrap();
+        c.pace(20); // accepts up to 30: still short of 32
         assert_eq!(counter.0.load(Ordering::Relaxed), 0);
-        c.read(&mut [0; 3]).unwrap(); // ahead 19: inside
+        c.read(&mut [0; 3]).unwrap();
+        c.pace(20); // up to 33: one byte of room
         assert_eq!(counter.0.load(Ordering::Relaxed), 1);
-        c.read(&mut [0; 3]).unwrap(); // waker was consumed: no second wake
+        c.read(&mut [0; 3]).unwrap();
+        c.pace(20); // waker was consumed: no second wake
         assert_eq!(counter.0.load(Ordering::Relaxed), 1);
-        assert_eq!(p.poll_paced(&mut cx, 20), Poll::Ready(()));
+        assert_eq!(p.poll_paced(&mut cx), Poll::Ready(()));
+        // A smaller window later does not take room back.
+        c.pace(0);
+        assert_eq!(p.allowance(), 4);
 
         // A reset wakes a parked producer so it sees the eviction.
-        assert_eq!(p.poll_paced(&mut cx, 0), Poll::Pending);
+        p.write_frame(1, &[1; 2]).unwrap(); // 36 bytes
+        assert_eq!(p.poll_paced(&mut cx), Poll::Pending);
         group.reset(1);
         assert_eq!(counter.0.load(Ordering::Relaxed), 2);
-        assert_eq!(p.poll_paced(&mut cx, 0), Poll::Ready(()));
+        assert_eq!(p.poll_paced(&mut cx), Poll::Ready(()));
+    }
+
+    #[test]
+    fn the_fastest_reader_paces_and_the_last_one_gone_frees_the_writer() {
+        let mut storage = PoolStorage::<8, 16>::new();
+        let pool = Pool::new(&mut storage);
+        let group = State::new(&pool, 1 << 20);
+        group.reset(0);
+        let p = group.producer().unwrap();
+        let counter = Arc::new(Counter(AtomicUsize::new(0)));
+        let waker = Waker::from(counter.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut slow = group.consumer();
+        let mut fast = group.consumer();
+
+        // No reader reports: not paced.
+        assert_eq!(p.allowance(), u64::MAX);
+        slow.pace(0);
+        assert_eq!(group.pace_limit(), Some(0));
+        assert_eq!(p.poll_paced(&mut cx), Poll::Pending);
+        // The reader whose window reaches further wins.
+        fast.pace(50);
+        assert_eq!(group.pace_limit(), Some(50));
+        assert_eq!(counter.0.load(Ordering::Relaxed), 1);
+        slow.pace(10);
+        assert_eq!(group.pace_limit(), Some(50));
+        // A copy is no paced reader until it reports.
+        drop(fast.clone());
+        assert_eq!(group.pace_limit(), Some(50));
+        // One reader goes: the position reached stays while another paces.
+        drop(fast);
+        assert_eq!(group.pace_limit(), Some(50));
+        // The last one goes (say, with the session that served it): not paced.
+        assert_eq!(p.poll_paced(&mut cx), Poll::Ready(()));
+        slow.pace(0);
+        drop(slow);
+        assert_eq!(group.pace_limit(), None);
+        assert_eq!(p.allowance(), u64::MAX);
     }
 
     #[test]
@@ -222,10 +223,12 @@ mod tests {
         let group = State::new(&pool, 1 << 20);
         group.reset(0);
         let mut p = group.producer().unwrap();
+        let mut c = group.consumer();
         let mut cx = Context::from_waker(Waker::noop());
-        assert_eq!(p.poll_paced(&mut cx, window(None, None)), Poll::Ready(()));
+        assert_eq!(p.poll_paced(&mut cx), Poll::Ready(()));
+        c.pace(5);
         p.write_frame(0, b"abc").unwrap();
-        assert_eq!(p.poll_paced(&mut cx, window(Some(5), None)), Poll::Pending);
-        assert!(!p.is_paced(5));
+        assert_eq!(p.poll_paced(&mut cx), Poll::Pending);
+        assert_eq!(p.allowance(), 0);
     }
 }

@@ -118,29 +118,14 @@ pub async fn run<A: App>(
 }
 
 /// An [`App`] that only serves (a publisher: its origin answers the relay).
+///
+/// A producer that paces itself asks its group
+/// ([`group::Producer::allowance`](skiff_core::model::group::Producer::allowance)
+/// or `poll_paced`): the session serving the group reports its window there.
 #[derive(Debug, Default)]
 pub struct Publisher {
     /// Set once the session is set up.
     pub ready: Rc<Cell<bool>>,
-    /// The track whose newest group [`Publisher::window`] is measured for.
-    paced: Option<track::Ref<'static, 'static>>,
-    /// How far the producer of the paced track's newest group may run ahead
-    /// of its furthest reader now ([`Session::pacing_window_of`]): the send
-    /// credit of the stream carrying it, capped at 16 MiB; `None` while no
-    /// stream carries it. Updated whenever the session runs.
-    pub window: Rc<Cell<Option<u64>>>,
-}
-
-impl Publisher {
-    /// A publisher that also reports the pacing window of `track`'s newest
-    /// group in [`Publisher::window`], for a producer that paces itself
-    /// (`group.allowance(window)`, docs/protocol.md §4.8 pacing).
-    pub fn paced(track: track::Ref<'static, 'static>) -> Self {
-        Publisher {
-            paced: Some(track),
-            ..Publisher::default()
-        }
-    }
 }
 
 impl App for Publisher {
@@ -149,12 +134,7 @@ impl App for Publisher {
             self.ready.set(true);
         }
     }
-    fn act(&mut self, session: &mut MoqSession<'_>) {
-        if let Some(t) = &self.paced {
-            let w = t.latest().and_then(|seq| session.pacing_window_of(t, seq));
-            self.window.set(w);
-        }
-    }
+    fn act(&mut self, _session: &mut MoqSession<'_>) {}
 }
 
 /// What a [`Subscriber`] saw, shared with whoever reads its track.

@@ -1,5 +1,5 @@
 //! The application's side of the backend: [`Publisher`], a handle on the state the
-//! [`Runner`](crate::Runner) shares (connection status, subscribers, pacing windows).
+//! [`Runner`](crate::Runner) shares (connection status, subscribers, pacing turns).
 //!
 //! The runner owns the session; the application owns its media (an origin, its
 //! broadcasts and tracks over a pool). They meet only here, through `Cell`s in the
@@ -8,16 +8,20 @@
 //!
 //! # Pacing
 //!
-//! The session sends a group only within the relay's stream credit and reports, per
-//! group, how far its producer may run ahead of what was sent
-//! ([`Session::pacing_window_of`](skiff_core::session::Session::pacing_window_of)).
-//! The application asks for that window with [`Publisher::window`] or waits on it
-//! with [`Publisher::paced`] before each write. Asking registers the group (by track,
-//! one group per track at a time, [`PACED_TRACKS`] tracks), and the runner
-//! recomputes the window after every exchange with the relay and wakes the waiter
-//! when it grows. A group the session is not sending (no subscriber, a group nobody
-//! asked for, or between sessions) is not paced: [`Publisher::paced`] is ready at
-//! once and the track's cache and the pool bound what it holds.
+//! The session sends a group only within the relay's stream credit and reports,
+//! per group, how far its producer may run ahead of what was sent: it keeps
+//! that window in the group itself
+//! ([`group::Consumer::pace`](skiff_core::model::group::Consumer::pace)), and the
+//! producer waits on it
+//! ([`group::Producer::poll_paced`](skiff_core::model::group::Producer::poll_paced)).
+//! The application waits with [`Publisher::paced`] before each write. Asking
+//! registers the group (by track, one group per track at a time,
+//! [`PACED_TRACKS`] tracks): right after a group is registered, the first answer
+//! waits for one turn of the runner, so the session can open the group's stream
+//! and report its window before the producer writes. A group the session is not
+//! sending (no subscriber, a group nobody asked for, or between sessions) is not
+//! paced: [`Publisher::paced`] is ready at once and the track's cache and the
+//! pool bound what it holds.
 
 use core::cell::Cell;
 use core::future::poll_fn;
@@ -52,9 +56,7 @@ pub enum State {
 pub(crate) struct PaceSlot<'a, 'p> {
     pub(crate) track: Cell<Option<track::Ref<'a, 'p>>>,
     pub(crate) sequence: Cell<u64>,
-    /// The window the runner last computed for (track, sequence).
-    pub(crate) window: Cell<Option<u64>>,
-    /// True once the runner computed `window` for the current (track, sequence) in
+    /// True once the runner passed after (track, sequence) was registered in
     /// the current session.
     pub(crate) fresh: Cell<bool>,
     pub(crate) wakers: Wakers<1>,
@@ -65,7 +67,6 @@ impl PaceSlot<'_, '_> {
         PaceSlot {
             track: Cell::new(None),
             sequence: Cell::new(0),
-            window: Cell::new(None),
             fresh: Cell::new(false),
             wakers: Wakers::new(),
         }
@@ -131,7 +132,7 @@ impl<'a, 'p> Shared<'a, 'p> {
         self.status_wakers.wake();
     }
 
-    /// A session starts (`true`) or ends (`false`): pacing verdicts are void either way.
+    /// A session starts (`true`) or ends (`false`): pacing turns are void either way.
     pub(crate) fn set_in_session(&self, live: bool) {
         self.in_session.set(live);
         if !live {
@@ -139,7 +140,6 @@ impl<'a, 'p> Shared<'a, 'p> {
         }
         for slot in &self.pace {
             slot.fresh.set(false);
-            slot.window.set(None);
             slot.wakers.wake();
         }
     }
@@ -161,7 +161,6 @@ impl<'a, 'p> Shared<'a, 'p> {
                 })?;
                 free.track.set(Some(*track));
                 free.fresh.set(false);
-                free.window.set(None);
                 free.sequence.set(sequence);
                 self.runner_wakers.wake();
                 free
@@ -169,7 +168,6 @@ impl<'a, 'p> Shared<'a, 'p> {
         };
         if slot.sequence.replace(sequence) != sequence {
             slot.fresh.set(false);
-            slot.window.set(None);
             self.runner_wakers.wake();
         }
         Some(slot)
@@ -238,20 +236,12 @@ impl<'r, 'a, 'p> Publisher<'r, 'a, 'p> {
         self.wait_for(|p| p.subscribers() > 0).await
     }
 
-    /// The pacing window of `group` the runner last computed: how far its producer may
-    /// run ahead of what the session sent, `None` while the session is not sending
-    /// this group (see the module docs). Registers the group for pacing.
-    pub fn window(&self, group: &track::GroupProducer<'a, 'p>) -> Option<u64> {
-        let slot = self.shared.slot(&group.track(), group.sequence())?;
-        slot.window.get()
-    }
-
     /// Ready when `group`'s producer may write (it is less than a window ahead of what
     /// the session sent, or the group is not being sent); otherwise registers the task
-    /// with the runner and the group and returns `Pending`.
+    /// with the runner or the group and returns `Pending`.
     ///
-    /// Right after a group is registered or moved on, the first answer waits for the
-    /// runner's verdict (one turn of its loop) while a session is up.
+    /// Right after a group is registered or moved on, the first answer waits for
+    /// one turn of the runner while a session is up.
     pub fn poll_paced(
         &self,
         cx: &mut Context<'_>,
@@ -263,20 +253,13 @@ impl<'r, 'a, 'p> Publisher<'r, 'a, 'p> {
         if !self.shared.in_session.get() {
             return Poll::Ready(());
         }
+        // Asks the group's readers to report their windows, from the next turn on.
+        let paced = group.poll_paced(cx);
         if !slot.fresh.get() {
             slot.wakers.register(cx.waker());
             return Poll::Pending;
         }
-        match slot.window.get() {
-            None => Poll::Ready(()),
-            Some(w) if group.is_paced(w) => Poll::Ready(()),
-            Some(w) => {
-                slot.wakers.register(cx.waker());
-                // Also woken when the session's reader of the group advances.
-                let _ = group.poll_paced(cx, w);
-                Poll::Pending
-            }
-        }
+        paced
     }
 
     /// Waits until `group`'s producer may write; see [`Publisher::poll_paced`].
@@ -312,11 +295,10 @@ mod tests {
         p.poll_paced(&mut cx, g)
     }
 
-    /// What the runner does after each exchange: compute every registered window.
-    fn runner_verdict(shared: &Shared<'_, '_>, window: impl Fn(u64) -> Option<u64>) {
+    /// What the runner does after each exchange: marks every registered group's turn.
+    fn runner_turn(shared: &Shared<'_, '_>) {
         for slot in &shared.pace {
             if slot.track.get().is_some() {
-                slot.window.set(window(slot.sequence.get()));
                 slot.fresh.set(true);
             }
         }
@@ -334,7 +316,6 @@ mod tests {
         let shared = Shared::new();
         let p = Publisher { shared: &shared };
         assert_eq!(poll(&p, &g), Poll::Ready(()));
-        assert_eq!(p.window(&g), None);
     }
 
     #[test]
@@ -348,21 +329,23 @@ mod tests {
         let p = Publisher { shared: &shared };
         shared.set_in_session(true);
 
-        // Registered, no verdict yet.
+        // Registered, the runner has not turned yet.
         assert_eq!(poll(&p, &g), Poll::Pending);
         // The session is not sending this group: write freely.
-        runner_verdict(&shared, |_| None);
+        runner_turn(&shared);
         assert_eq!(poll(&p, &g), Poll::Ready(()));
-        // Sending with 10 bytes of window: one 12-byte frame (2 header bytes) uses it.
-        runner_verdict(&shared, |_| Some(10));
+        // A stream reads it with 10 bytes of window (what the session reports):
+        // one 12-byte frame (2 header bytes) uses it.
+        let mut stream = g.state().consumer();
+        stream.pace(10);
         assert_eq!(poll(&p, &g), Poll::Ready(()));
         g.write_frame(0, &[0; 10]).unwrap();
         assert_eq!(poll(&p, &g), Poll::Pending);
         // Credit arrives.
-        runner_verdict(&shared, |_| Some(100));
+        stream.pace(100);
         assert_eq!(poll(&p, &g), Poll::Ready(()));
 
-        // The next group of the track takes the same slot and waits for a verdict.
+        // The next group of the track takes the same slot and waits for a turn.
         g.finish().unwrap();
         let g2 = producer.append_group().unwrap();
         assert_eq!(poll(&p, &g2), Poll::Pending);
@@ -374,8 +357,13 @@ mod tests {
                 .count(),
             1
         );
-        runner_verdict(&shared, |seq| (seq == 1).then_some(50));
-        assert_eq!(p.window(&g2), Some(50));
+        runner_turn(&shared);
+        let mut stream2 = g2.state().consumer();
+        stream2.pace(0);
+        assert_eq!(poll(&p, &g2), Poll::Pending);
+        // The stream goes (say, with its session): the group is not paced.
+        drop(stream2);
+        assert_eq!(poll(&p, &g2), Poll::Ready(()));
 
         // The session ends: nothing is paced until the next one.
         shared.set_in_session(false);

@@ -8,7 +8,7 @@
 //! 3. drains [`Session::poll_event`],
 //! 4. fills the output buffer with [`Session::poll_transmit`] once the previous
 //!    records went into the socket,
-//! 5. publishes the pacing windows and the subscriber count to the [`Publisher`]s,
+//! 5. publishes the subscriber count and a pacing turn to the [`Publisher`]s,
 //! 6. waits for the first of: the socket readable (if the input buffer has room),
 //!    the socket writable (if records wait), the session's next timeout, a change of
 //!    the local media (the origin or any of its tracks), or a new pacing registration.
@@ -343,17 +343,12 @@ impl<'a, 'p> Connection<'_, '_, '_, 'a, 'p> {
         ended
     }
 
-    /// Publishes the subscriber count and recomputes every registered pacing window,
-    /// waking the tasks whose window changed.
+    /// Publishes the subscriber count and ends the wait of every newly registered
+    /// paced group (the session reports its window in the group itself).
     fn publish_status<const N: usize>(&self, session: &Session<'_, 'a, 'p, N>) {
         self.shared.set_subscribers(session.served_count());
         for slot in &self.shared.pace {
-            let Some(track) = slot.track.get() else {
-                continue;
-            };
-            let window = session.pacing_window_of(&track, slot.sequence.get());
-            let stale = !slot.fresh.replace(true);
-            if slot.window.replace(window) != window || stale {
+            if slot.track.get().is_some() && !slot.fresh.replace(true) {
                 slot.wakers.wake();
             }
         }

@@ -60,12 +60,15 @@ struct Writer {
 }
 
 impl Writer {
-    /// Writes what the window allows of the current frame; returns the bytes written.
-    fn step(&mut self, group: &mut track::GroupProducer<'_, '_>, window: u64) -> usize {
-        let allow = group.allowance(window) as usize;
-        if allow == 0 || self.next >= FRAMES {
+    /// Writes what the window allows of the current frame; returns the bytes
+    /// written. Writes nothing until the session's stream paces the group
+    /// (no paced reader: an unbounded allowance).
+    fn step(&mut self, group: &mut track::GroupProducer<'_, '_>) -> usize {
+        let allow = group.allowance();
+        if allow == 0 || allow == u64::MAX || self.next >= FRAMES {
             return 0;
         }
+        let allow = usize::try_from(allow).unwrap_or(usize::MAX);
         if self.offset == 0 {
             fill(self.next, &mut self.frame);
             group
@@ -105,18 +108,15 @@ async fn scenario(url_a: String, url_b: String, parked: impl Fn() + 'static) -> 
     let waiter = notify.waiter();
 
     let (origin, producer) = ctx.publication("big", "video");
-    let track = producer.track();
-    let window = {
-        let app = Publisher::paced(track);
-        let window = app.window.clone();
+    {
+        let app = Publisher::default();
         let (ctx, url) = (ctx.clone(), url_a);
         monoio::spawn(async move {
             let mut app = app;
             let r = client::run(&url, Some(origin), &mut app, &ctx).await;
             eprintln!("publisher session ended: {r:?}");
         });
-        window
-    };
+    }
     let mut group = producer.create_group(0).expect("group 0");
     let mut frame = vec![0u8; FRAME];
     fill(0, &mut frame);
@@ -158,7 +158,7 @@ async fn scenario(url_a: String, url_b: String, parked: impl Fn() + 'static) -> 
     };
     let mut idle_since = Instant::now();
     let written_while_parked = loop {
-        if writer.step(&mut group, window.get().unwrap_or(0)) > 0 {
+        if writer.step(&mut group) > 0 {
             idle_since = Instant::now();
             notify.bump();
             continue;
@@ -185,7 +185,7 @@ async fn scenario(url_a: String, url_b: String, parked: impl Fn() + 'static) -> 
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let was_open = writer.next < FRAMES;
-        let mut progressed = writer.step(&mut group, window.get().unwrap_or(0)) > 0;
+        let mut progressed = writer.step(&mut group) > 0;
         if was_open && writer.next == FRAMES {
             group.finish().expect("finish");
         }

@@ -50,9 +50,12 @@
 //! the peer only as local readers of the group advance (its furthest-read
 //! position), so a parked reader holds the peer at one stream-credit window
 //! of that group. On the publisher side a group stream sends only within its
-//! QMux credit and advances the group's furthest-read position as it sends, so
-//! the local producer, pacing itself with [`Session::pacing_window`], stays at
-//! most one window ahead of what the peer accepted (see [`crate::pacing`]).
+//! QMux credit and, after each pass's writes, reports its remaining credit to
+//! the group it reads, so the local producer, pacing itself with
+//! [`Producer::poll_paced`](crate::model::group::Producer::poll_paced), stays
+//! at most one window ahead of what the peer accepted (see [`crate::pacing`]).
+//! Several sessions reading one group: the fastest reader's window counts;
+//! when a session ends, its streams stop pacing the group.
 //!
 //! # Limits
 //!
@@ -636,12 +639,8 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         self.peer.map_or(0, |p| p.hop)
     }
 
-    /// The role the peer declared in its SETUP ([`Role::Both`] until it arrives).
-    pub fn peer_role(&self) -> Role {
-        self.peer.map_or(Role::Both, |p| p.role)
-    }
-
     /// True once the peer sent GOAWAY: new requests are refused with [`Error::GoingAway`].
+    #[cfg(test)]
     pub fn is_going_away(&self) -> bool {
         self.goaway_received
     }
@@ -689,15 +688,6 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         self.served.iter().flatten().map(|s| s.source)
     }
 
-    /// Our subscriptions (requests to the peer) still open.
-    pub fn subscription_count(&self) -> usize {
-        self.subs
-            .iter()
-            .flatten()
-            .filter_map(SubEntry::open)
-            .count()
-    }
-
     /// The peer's TRACK requests refused so far because
     /// [`Config::max_waiting_tracks`] were waiting already.
     pub fn refused_track_requests(&self) -> u64 {
@@ -733,40 +723,6 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// Group streams we are receiving right now.
     pub fn receiving_groups(&self) -> usize {
         self.inc.iter().filter(|s| s.is_some()).count()
-    }
-
-    /// The pacing window for the local producer of `group`: how far it may run
-    /// ahead of the group's furthest reader (see [`crate::pacing::window`]), or
-    /// `None` if no group stream of this session is reading that group.
-    ///
-    /// It is the largest send credit (stream and connection) among our group
-    /// streams reading the group; 0 while the peer grants none, so a producer
-    /// pacing itself with it ([`group::Producer::is_paced`](crate::model::group::Producer::is_paced))
-    /// never holds more unsent bytes than the peer will accept.
-    pub fn pacing_window(&self, group: &track::GroupProducer<'_, 'p>) -> Option<u64> {
-        self.pacing_window_of(&group.track(), group.sequence())
-    }
-
-    /// [`pacing_window`](Self::pacing_window) for group `sequence` of `track`,
-    /// for a caller that knows the group but does not hold its producer (a
-    /// backend that computes windows on behalf of an application task).
-    pub fn pacing_window_of(&self, track: &track::Ref<'_, 'p>, sequence: u64) -> Option<u64> {
-        let seq = sequence;
-        self.out
-            .iter()
-            .flatten()
-            .filter(|o| o.seq == seq)
-            .filter(|o| {
-                self.served
-                    .get(o.served)
-                    .and_then(Option::as_ref)
-                    .is_some_and(|s| s.source.same_track(track))
-            })
-            .map(|o| {
-                let credit = self.conn.send_credit(o.id);
-                crate::pacing::window(Some(credit), None)
-            })
-            .max()
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must next be called, if ever.

@@ -17,7 +17,9 @@
 //!
 //! Group data is written by [`flush_groups`](Session::flush_groups) in
 //! priority order within each stream's QMux credit; reading the group there is
-//! what advances its furthest-read position and so paces the local producer.
+//! what advances its furthest-read position; after its writes each stream
+//! reports its remaining credit to the group ([`group::Consumer::pace`]), which
+//! holds a self-pacing producer within one credit window of its fastest reader.
 
 use core::cmp::{Reverse, min};
 
@@ -989,15 +991,31 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                         ended |= matches!(self.out.get(idx), Some(None));
                         break;
                     }
-                    Wrote::Full => break 'streams,
+                    Wrote::Full => {
+                        self.pace(idx);
+                        break 'streams;
+                    }
                 }
             }
+            self.pace(idx);
         }
         self.count_group_visits(visited);
         Flushed {
             bytes: pos,
             ended,
             moved,
+        }
+    }
+
+    /// Reports group stream `idx`'s send credit to the group it reads, if the
+    /// group's producer paces itself: the producer may run that far past what
+    /// the stream sent (see [`group::Consumer::pace`]).
+    fn pace(&mut self, idx: usize) {
+        if let Some(Some(o)) = self.out.get_mut(idx)
+            && o.consumer.pace_wanted()
+        {
+            let credit = self.conn.send_credit(o.id);
+            o.consumer.pace(credit);
         }
     }
 

@@ -240,6 +240,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     ///
     /// # Errors
     /// [`Error::Unknown`] if no live request has this id.
+    #[cfg(test)]
     pub fn cancel_announce(&mut self, request: AnnounceId) -> Result<(), Error> {
         self.release_surfaced();
         self.dirty = true;

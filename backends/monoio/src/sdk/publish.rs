@@ -21,30 +21,14 @@ pub struct BroadcastProducer {
 /// A published track as the runner and [`super::Client::flushed`] see it.
 pub(crate) struct Published {
     track: track::Ref<'static, 'static>,
-    /// How far the newest group may run ahead of its fastest reader, from the
-    /// session serving it; `None` while no stream carries it.
-    window: Cell<Option<u64>>,
     /// The newest group's state and generation (for [`Published::is_flushed`]).
     newest: Cell<Option<(&'static group::State<'static>, u64)>>,
-    /// A writer waiting for a new window.
+    /// A writer waiting for its group's pacing, woken also when the client closes.
     waker: RefCell<Option<Waker>>,
 }
 
 impl Published {
-    /// The track.
-    pub(crate) fn track(&self) -> track::Ref<'static, 'static> {
-        self.track
-    }
-
-    /// Sets the pacing window the serving session reports; wakes a waiting
-    /// writer when it changed.
-    pub(crate) fn set_window(&self, window: Option<u64>) {
-        if self.window.replace(window) != window {
-            self.wake();
-        }
-    }
-
-    /// Wakes a writer waiting for the window.
+    /// Wakes a writer waiting for its group's pacing.
     pub(crate) fn wake(&self) {
         if let Some(w) = self.waker.borrow_mut().take() {
             w.wake();
@@ -133,7 +117,6 @@ impl BroadcastProducer {
         };
         let published = Rc::new(Published {
             track: t,
-            window: Cell::new(None),
             newest: Cell::new(None),
             waker: RefCell::new(None),
         });
@@ -182,7 +165,6 @@ impl std::fmt::Debug for Published {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Published")
             .field("track", &self.track.info().name)
-            .field("window", &self.window.get())
             .finish_non_exhaustive()
     }
 }
@@ -281,6 +263,25 @@ impl GroupProducer {
     /// one, [`Error::Closed`] if the client closed.
     pub async fn write_frame(&mut self, timestamp: u64, payload: &[u8]) -> Result<(), Error> {
         loop {
+            let paced = self
+                .group
+                .as_ref()
+                .ok_or(Error::Write(group::WriteError::Finished))?;
+            // Pacing: wait while the group is a window ahead of its fastest
+            // reader (the session serving it reports the window to the group).
+            let published = &self.published;
+            let shared = &self.shared;
+            poll_fn(|cx| {
+                if shared.closed.get() {
+                    return Poll::Ready(());
+                }
+                let ready = paced.poll_paced(cx);
+                if ready.is_pending() {
+                    *published.waker.borrow_mut() = Some(cx.waker().clone());
+                }
+                ready
+            })
+            .await;
             if self.shared.closed.get() {
                 return Err(Error::Closed);
             }
@@ -288,22 +289,6 @@ impl GroupProducer {
                 .group
                 .as_mut()
                 .ok_or(Error::Write(group::WriteError::Finished))?;
-            // Pacing: wait for the readers to come within a window.
-            if let Some(window) = self.published.window.get()
-                && !group.is_paced(window)
-            {
-                let published = &self.published;
-                let group = &*group;
-                poll_fn(|cx| {
-                    if published.window.get() != Some(window) {
-                        return Poll::Ready(());
-                    }
-                    *published.waker.borrow_mut() = Some(cx.waker().clone());
-                    group.poll_paced(cx, window)
-                })
-                .await;
-                continue;
-            }
             match group.write_frame(timestamp, payload) {
                 Ok(()) => return Ok(()),
                 // Backpressure: blocks come back as sessions send and readers move on.

@@ -341,10 +341,6 @@ impl App for SessionApp<'_> {
                 }
             }
         }
-        for p in shared.published.borrow().iter() {
-            let t = p.track();
-            p.set_window(t.latest().and_then(|seq| session.pacing_window_of(&t, seq)));
-        }
         shared.passed();
     }
 
@@ -355,9 +351,6 @@ impl App for SessionApp<'_> {
             if let Phase::Requested(_) | Phase::Active(_) = w.phase.get() {
                 w.phase.set(Phase::Waiting);
             }
-        }
-        for p in shared.published.borrow().iter() {
-            p.set_window(None);
         }
         shared.wake_all();
     }

@@ -8,14 +8,12 @@ use skiff_core::session::Scope;
 use skiff_core::time::{Duration, Instant};
 use skiff_core::wire::lite::Role;
 
-use super::{Auth, Grant, Refusal, SetupToken};
+use super::{Auth, Grant, Refusal};
 
 /// What one client session may do: decided at its SETUP by [`Auth::admit`],
 /// then asked for each broadcast it publishes, sees or subscribes to.
 pub struct Gate {
     auth: Arc<Auth>,
-    /// SETUP's authorization token, when the transport carries one.
-    setup_token: Option<(u64, Vec<u8>)>,
     /// The session's clock at admission and the wall clock then, to place
     /// the token's `exp` on the session's clock.
     now: Box<dyn Fn() -> (Instant, SystemTime)>,
@@ -39,18 +37,11 @@ impl Gate {
     pub fn new(auth: Arc<Auth>, now: impl Fn() -> (Instant, SystemTime) + 'static) -> Self {
         Gate {
             auth,
-            setup_token: None,
             now: Box::new(now),
             grant: RefCell::new(None),
             refusal: RefCell::new(None),
             deadline: Cell::new(None),
         }
-    }
-
-    /// SETUP's authorization token (type and value), for transports that carry one.
-    pub fn with_setup_token(mut self, kind: u64, value: Vec<u8>) -> Self {
-        self.setup_token = Some((kind, value));
-        self
     }
 
     /// Whether the session may announce broadcast `path` (nothing before admission).
@@ -75,13 +66,10 @@ impl Gate {
 impl Scope for Gate {
     fn admit(&self, path: Option<&str>, role: Role) -> Result<(), &'static str> {
         // The core passes the transport's path (WebSocket) or SETUP's (TCP).
+        // No transport of ours carries a token in SETUP: the path has it.
         let dialed = path;
-        let token = self
-            .setup_token
-            .as_ref()
-            .map(|(kind, value)| SetupToken { kind: *kind, value });
         let (mono, wall) = (self.now)();
-        match self.auth.admit(dialed, token, role, wall) {
+        match self.auth.admit(dialed, None, role, wall) {
             Ok(grant) => {
                 if let Some(exp) = grant.expires {
                     // No grace: the session ends at `exp` exactly.

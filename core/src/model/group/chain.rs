@@ -1,6 +1,6 @@
 //! The block chain of a group: reserving room in the tail block, writing and
 //! linking blocks (foreign ones included), trimming the head past the retain
-//! limit, and the furthest read position that paces the producer.
+//! limit, the furthest read position, and the pacing limit readers report.
 
 use super::{State, Status, WriteError};
 use crate::pool::{Block, BlockMut};
@@ -150,12 +150,34 @@ impl<'p> State<'p> {
             return;
         }
         self.furthest_read.set(pos);
-        if let Some(w) = self.waker.take() {
-            if self.allowance(self.pace_window.get()) > 0 {
-                w.wake();
-            } else {
-                self.waker.set(Some(w));
-            }
+    }
+
+    /// A paced reader of generation `generation` accepts up to `limit`: raises
+    /// the pacing limit to it and wakes a parked producer that may write again.
+    pub(super) fn raise_pace_limit(&self, generation: u64, limit: u64) {
+        if generation != self.generation.get() {
+            return;
+        }
+        if self.pace_limit.get().is_some_and(|l| l >= limit) {
+            return;
+        }
+        self.pace_limit.set(Some(limit));
+        if self.allowance() > 0 {
+            self.wake_producer();
+        }
+    }
+
+    /// A paced reader of generation `generation` went away; with the last one
+    /// the producer is no longer paced (and is woken if it waits).
+    pub(super) fn drop_paced_reader(&self, generation: u64) {
+        if generation != self.generation.get() {
+            return;
+        }
+        let left = self.paced_readers.get().saturating_sub(1);
+        self.paced_readers.set(left);
+        if left == 0 {
+            self.pace_limit.set(None);
+            self.wake_producer();
         }
     }
 }

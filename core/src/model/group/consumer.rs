@@ -40,12 +40,40 @@ pub struct Consumer<'a, 'p> {
     pub(super) frame_end: u64,
     /// Timestamp of the last frame header read (0 before the first).
     pub(super) timestamp: u64,
+    /// Counted in `State::paced_readers` (it reported a window).
+    pub(super) paced: bool,
 }
 
 impl<'a, 'p> Consumer<'a, 'p> {
     /// The group sequence number this consumer reads.
     pub fn sequence(&self) -> u64 {
         self.sequence
+    }
+
+    /// True once the group's producer paces itself, so this reader should
+    /// report its window with [`Consumer::pace`].
+    pub fn pace_wanted(&self) -> bool {
+        self.state.pace_wanted.get()
+    }
+
+    /// Reports how many more bytes this reader's transport takes now (its send
+    /// credit; capped at [`crate::pacing::AHEAD`]): the producer may write up
+    /// to this reader's position plus that window, or further if another
+    /// reader's reaches further. From the first report until this consumer
+    /// drops, it counts as a paced reader (see the module docs on pacing).
+    pub fn pace(&mut self, credit: u64) {
+        if self.generation != self.state.generation.get() {
+            return;
+        }
+        if !self.paced {
+            self.paced = true;
+            self.state
+                .paced_readers
+                .set(self.state.paced_readers.get() + 1);
+        }
+        let window = crate::pacing::window(Some(credit), None);
+        self.state
+            .raise_pace_limit(self.generation, self.pos.saturating_add(window));
     }
 
     /// Bytes read (advanced over) so far.
@@ -183,7 +211,7 @@ impl<'a, 'p> Consumer<'a, 'p> {
         unread.min(total)
     }
 
-    /// Consumes `n` bytes of the last chunk; may wake a producer waiting for pacing.
+    /// Consumes `n` bytes of the last chunk.
     ///
     /// # Panics
     /// If `n` exceeds the bytes of the last chunk returned (a caller bug).
@@ -349,6 +377,8 @@ impl Clone for Consumer<'_, '_> {
             pos: self.pos,
             frame_end: self.frame_end,
             timestamp: self.timestamp,
+            // A copy reports its own window, if ever.
+            paced: false,
         }
     }
 }
@@ -357,6 +387,9 @@ impl Drop for Consumer<'_, '_> {
     fn drop(&mut self) {
         if self.waiting {
             self.state.anchored(self.generation);
+        }
+        if self.paced {
+            self.state.drop_paced_reader(self.generation);
         }
     }
 }

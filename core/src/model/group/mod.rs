@@ -239,7 +239,15 @@ pub struct State<'p> {
     /// and that have not taken it yet; trimming waits for them.
     unanchored: Cell<usize>,
     has_producer: Cell<bool>,
-    /// The producer parked by [`Producer::poll_paced`], and the window it waits for.
+    /// The producer parked by [`Producer::poll_paced`].
     waker: Cell<Option<Waker>>,
-    pace_window: Cell<u64>,
+    /// The group position the paced readers' transports accept up to: the
+    /// largest of each reader's position plus its window ([`Consumer::pace`]);
+    /// `None` while no reader paces (the producer is not held).
+    pace_limit: Cell<Option<u64>>,
+    /// Live consumers of this generation that reported a window.
+    paced_readers: Cell<usize>,
+    /// The producer paces itself ([`Producer::poll_paced`] or
+    /// [`Producer::allowance`] was called): only then do readers report windows.
+    pace_wanted: Cell<bool>,
 }

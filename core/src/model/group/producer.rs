@@ -225,16 +225,19 @@ impl<'a, 'p> Producer<'a, 'p> {
         }
     }
 
-    /// Ready while the producer is less than `window` bytes ahead of the
-    /// furthest reader; otherwise parks the task's waker (one slot: the latest
-    /// caller's) and returns `Pending` until a reader catches up.
+    /// Ready while the producer is less than a window ahead of its fastest
+    /// reader (the readers' transports take what it writes next), or while no
+    /// reader paces it; otherwise parks the task's waker (one slot: the latest
+    /// caller's) and returns `Pending` until a reader reports a larger window
+    /// or the last paced reader goes away (see the module docs on pacing).
     ///
     /// Also ready once the group is no longer open or the slot was reused, so
-    /// the caller's next write reports why. A `window` of 0 never becomes
-    /// ready by reading alone: poll again when the window changes.
+    /// the caller's next write reports why. The first call asks the group's
+    /// readers to report their windows.
     #[must_use = "Pending means: do not write until woken"]
-    pub fn poll_paced(&self, cx: &mut Context<'_>, window: u64) -> Poll<()> {
-        if self.check().is_err() || self.state.allowance(window) > 0 {
+    pub fn poll_paced(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.state.pace_wanted.set(true);
+        if self.check().is_err() || self.state.allowance() > 0 {
             return Poll::Ready(());
         }
         let parked = match self.state.waker.take() {
@@ -242,19 +245,16 @@ impl<'a, 'p> Producer<'a, 'p> {
             _ => cx.waker().clone(),
         };
         self.state.waker.set(Some(parked));
-        self.state.pace_window.set(window);
         Poll::Pending
     }
 
-    /// True while the producer may write under `window` (what [`Producer::poll_paced`]
-    /// reports as ready), for callers that do not use wakers.
-    pub fn is_paced(&self, window: u64) -> bool {
-        self.state.allowance(window) > 0
-    }
-
-    /// How many more bytes the producer may write under `window`.
-    pub fn allowance(&self, window: u64) -> u64 {
-        self.state.allowance(window)
+    /// How many more bytes the producer may write before it is a window ahead
+    /// of its fastest reader (`u64::MAX` while no reader paces it), for a
+    /// writer that writes partial payloads; like [`Producer::poll_paced`], it
+    /// asks the readers to report their windows.
+    pub fn allowance(&self) -> u64 {
+        self.state.pace_wanted.set(true);
+        self.state.allowance()
     }
 }
 

@@ -6,7 +6,6 @@ use core::cell::Cell;
 use core::fmt;
 
 use super::{Consumer, Producer, State, Status};
-use crate::pacing::Pacer;
 use crate::pool::Pool;
 
 impl<'p> State<'p> {
@@ -31,7 +30,9 @@ impl<'p> State<'p> {
             unanchored: Cell::new(0),
             has_producer: Cell::new(false),
             waker: Cell::new(None),
-            pace_window: Cell::new(0),
+            pace_limit: Cell::new(None),
+            paced_readers: Cell::new(0),
+            pace_wanted: Cell::new(false),
         }
     }
 
@@ -62,6 +63,9 @@ impl<'p> State<'p> {
         self.patched.set(false);
         self.unanchored.set(0);
         self.has_producer.set(false);
+        self.pace_limit.set(None);
+        self.paced_readers.set(0);
+        self.pace_wanted.set(false);
         self.wake_producer();
     }
 
@@ -118,6 +122,7 @@ impl<'p> State<'p> {
             pos: 0,
             frame_end: 0,
             timestamp: 0,
+            paced: false,
         }
     }
 
@@ -176,12 +181,6 @@ impl<'p> State<'p> {
         self.max_bytes.get()
     }
 
-    /// Changes the maximum group size; applies to later writes (bytes already
-    /// stored are kept even if over).
-    pub fn set_max_bytes(&self, max_bytes: u64) {
-        self.max_bytes.set(max_bytes);
-    }
-
     /// The retain limit: past this many bytes written, the group is trimmed
     /// (`u64::MAX`: never; see the module docs).
     pub fn retain(&self) -> u64 {
@@ -204,9 +203,19 @@ impl<'p> State<'p> {
         self.trimmed.get()
     }
 
-    /// How many more bytes the producer may write under `window` (see [`crate::pacing`]).
-    pub fn allowance(&self, window: u64) -> u64 {
-        Pacer::new(window).allowance(self.written.get(), self.furthest_read.get())
+    /// How many more bytes the producer may write before it is a window ahead
+    /// of its fastest reader (see the module docs on pacing); `u64::MAX` while
+    /// no reader paces it.
+    pub(super) fn allowance(&self) -> u64 {
+        self.pace_limit
+            .get()
+            .map_or(u64::MAX, |limit| limit.saturating_sub(self.written.get()))
+    }
+
+    /// The position the paced readers accept up to, if one paces (tests).
+    #[cfg(test)]
+    pub(crate) fn pace_limit(&self) -> Option<u64> {
+        self.pace_limit.get()
     }
 }
 
@@ -222,6 +231,7 @@ impl fmt::Debug for State<'_> {
             .field("max_bytes", &self.max_bytes.get())
             .field("retain", &self.retain.get())
             .field("trimmed", &self.trimmed.get())
+            .field("pace_limit", &self.pace_limit.get())
             .finish_non_exhaustive()
     }
 }

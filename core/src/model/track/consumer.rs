@@ -33,6 +33,7 @@ impl<'t, 'p> Consumer<'t, 'p> {
     }
 
     /// Moves the consumer so that the next group it is given is the first held at or after `seq`.
+    #[cfg(test)]
     pub fn seek(&mut self, seq: u64) {
         self.cursor = seq;
         self.exhausted = false;

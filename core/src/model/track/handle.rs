@@ -237,6 +237,7 @@ impl<'t, 'p> Ref<'t, 'p> {
     }
 
     /// How many groups were dropped to make room or by age.
+    #[cfg(test)]
     pub fn evicted_count(&self) -> u64 {
         self.core.evicted.get()
     }

@@ -376,7 +376,8 @@ fn group_over_the_budget_is_trimmed_and_held_bytes_stay_bounded() {
     let (mut read, mut max_held, mut ts) = (0u64, 0u64, 0u64);
     let mut buf = std::vec![0u8; bs + 7];
     loop {
-        while g.state().bytes_written() < total && g.allowance(window) >= frame as u64 + 4 {
+        r.pace(window);
+        while g.state().bytes_written() < total && g.allowance() >= frame as u64 + 4 {
             g.write_frame(ts, &payload).unwrap();
             ts += 1;
             max_held = max_held.max(t.held_bytes());

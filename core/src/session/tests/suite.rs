@@ -472,10 +472,11 @@ pub(crate) fn parked_subscriber(mode: Mode) {
         let mut parked = true;
         let mut max_ahead = 0u64;
         for _ in 0..20_000 {
-            // The publisher paces itself with the session's window.
+            // The publisher paces itself through its group, once the
+            // session's stream reads it.
             while written < FRAMES {
-                let window = pair.b.session.pacing_window(&gp).unwrap_or(0);
-                if !gp.is_paced(window) {
+                let mut cx = core::task::Context::from_waker(core::task::Waker::noop());
+                if gp.poll_paced(&mut cx).is_pending() || gp.state().pace_limit().is_none() {
                     break;
                 }
                 gp.write_frame(written as u64, &payload(written)).unwrap();
