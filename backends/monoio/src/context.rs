@@ -6,9 +6,9 @@
 //! [`drive`](crate::session_driver::drive) takes its tracks, origins and
 //! storage from one too.
 //!
-//! A dropped context's tables (and pool) are kept for the next context of
-//! the same sizes on the thread, so making contexts, tracks and publications
-//! again and again never grows the process.
+//! The SDK's context ([`ClientCtx::owning`]) frees its tables and pool when
+//! the last context sharing them ([`ClientCtx::sibling`]) drops, so making
+//! clients again and again never grows the process.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -23,7 +23,7 @@ use crate::clock::Clock;
 use crate::notify::Notify;
 use crate::session_driver::{DriveCtx, HalfReader, HalfWriter, SessionStorage, StoragePool};
 use crate::shutdown::{LocalEvent, Shutdown};
-use crate::tables::{GROUPS, TRACKS, leak_pool, leak_slice};
+use crate::tables::{GROUPS, Keep, TRACKS};
 use skiff_core::relay::{BroadcastSlot, BroadcastTable, TrackSlot, TrackTable};
 
 /// How many tracks, publications and origins a [`ClientCtx`] holds at once.
@@ -48,8 +48,7 @@ impl Default for ClientLimits {
 /// The origin of one publication: one broadcast, its changes.
 type PublicationOrigin = origin::State<'static, 'static, 4, 16>;
 
-/// The media tables of a context: made once, kept for the thread's next
-/// context of the same sizes when this one is dropped.
+/// The media tables of a context, in storage its [`Keep`] owns.
 #[derive(Debug, Clone, Copy)]
 struct Tables {
     pool: &'static Pool<'static>,
@@ -59,55 +58,79 @@ struct Tables {
     origins: &'static [(PublicationOrigin, Cell<bool>)],
 }
 
-thread_local! {
-    /// Tables of dropped contexts, by pool size and limits.
-    static SPARE_TABLES: RefCell<Vec<((u64, ClientLimits), Tables)>> = const { RefCell::new(Vec::new()) };
-}
-
 impl Tables {
-    fn make(pool_bytes: u64, limits: ClientLimits) -> Tables {
-        let reused = SPARE_TABLES.with(|spare| {
-            let mut spare = spare.borrow_mut();
-            let i = spare.iter().position(|(k, _)| *k == (pool_bytes, limits))?;
-            Some(spare.swap_remove(i).1)
-        });
-        if let Some(t) = reused {
-            return t;
-        }
-        let pool = leak_pool(pool_bytes);
-        let track_slots = leak_slice(limits.tracks, || TrackSlot::new(pool, track::Limits::NONE));
-        let broadcast_slots = leak_slice(limits.publications, BroadcastSlot::new);
-        Tables {
-            pool,
-            tracks: Box::leak(Box::new(TrackTable::new(track_slots))),
-            broadcasts: Box::leak(Box::new(BroadcastTable::new(broadcast_slots))),
-            origins: leak_slice(limits.publications, || {
+    /// Tables of `limits` over a pool of about `pool_bytes`, in `keep`.
+    ///
+    /// The keep frees the tracks and the pool only once every track of the
+    /// table is idle (no reader, no writer left) and every block is back in
+    /// the pool; otherwise it keeps them.
+    ///
+    /// # Safety
+    /// As [`ClientCtx::owning`], for the contexts `keep` goes to.
+    unsafe fn make(keep: &mut Keep, pool_bytes: u64, limits: ClientLimits) -> Tables {
+        // SAFETY: the keep is the last field of every `ClientCtx` sharing
+        // these tables (behind an `Rc`), so it drops after the contexts'
+        // published producers and session storage. A track producer or
+        // consumer, or a block, that outlives the last context (a reader
+        // task, a session) is counted by the track table or the pool, and
+        // the guards below then keep the tracks and the pool. Handles the
+        // core does not count (`track::Ref`, `broadcast::Ref`,
+        // `origin::Ref`, a group's producer) are not used after that: the
+        // caller's contract.
+        unsafe {
+            let pool = keep.pool(pool_bytes);
+            let track_slots =
+                keep.slice(limits.tracks, || TrackSlot::new(pool, track::Limits::NONE));
+            let broadcast_slots = keep.slice(limits.publications, BroadcastSlot::new);
+            let tracks = keep.hold(TrackTable::new(track_slots));
+            let broadcasts = keep.hold(BroadcastTable::new(broadcast_slots));
+            keep.guard(move || {
+                // The owner is gone: every track goes back; those still read
+                // or written stay retired, and keep the storage.
+                tracks.retire_all();
+                tracks.reclaim();
+                tracks.counts().free != tracks.capacity()
+            });
+            let origins = keep.slice(limits.publications, || {
                 (origin::State::new(), Cell::new(false))
-            }),
+            });
+            Tables {
+                pool,
+                tracks,
+                broadcasts,
+                origins,
+            }
         }
     }
 }
 
 /// Per-thread client state: clock, media-change signal, block pool, session
 /// storage, and the tables its tracks and publications come from.
+///
+/// The tracks, broadcasts and origins it hands out are `'static` handles
+/// the core does not all count, so a context made with [`ClientCtx::new`]
+/// keeps its tables and pool for the rest of the process; one made with
+/// [`ClientCtx::owning`] (the SDK's) frees them when the last context
+/// sharing them drops.
 #[derive(Debug)]
 pub struct ClientCtx {
     /// What every session and media task of the thread shares.
     pub drive: DriveCtx,
     tables: Tables,
-    /// The sizes `tables` were made for; `None` for a sibling (it shares them).
-    owns: Option<(u64, ClientLimits)>,
     /// The producers of the broadcasts published, with their origin slot.
     published: RefCell<Vec<(broadcast::Producer<'static, 'static>, usize)>>,
     storage: Rc<StoragePool>,
     closing: LocalEvent,
     transport: Cell<conn::Config>,
+    /// The storage of `tables`, shared with the siblings; the last field, so
+    /// it drops after everything else of the context.
+    keep: Rc<Keep>,
 }
 
 impl Drop for ClientCtx {
     fn drop(&mut self) {
         // The context is gone, and with it every session that borrowed it:
-        // its publications end and its tables go to the thread's next context.
+        // its publications end; the last sibling's keep frees the tables.
         for (producer, slot) in self.published.get_mut().drain(..) {
             let b = producer.broadcast();
             if let Some((o, used)) = self.tables.origins.get(slot) {
@@ -116,10 +139,6 @@ impl Drop for ClientCtx {
             }
             drop(producer);
             self.tables.broadcasts.retire(b);
-        }
-        if let Some(key) = self.owns {
-            self.tables.tracks.retire_all();
-            SPARE_TABLES.with(|spare| spare.borrow_mut().push((key, self.tables)));
         }
     }
 }
@@ -131,21 +150,53 @@ impl ClientCtx {
         Self::with_limits(pool_bytes, ClientLimits::default())
     }
 
-    /// Client state with a pool of about `pool_bytes` and tables of `limits`.
+    /// Client state with a pool of about `pool_bytes` and tables of `limits`,
+    /// kept for the rest of the process (see [`ClientCtx::owning`] for a
+    /// context that gives its memory back).
     pub fn with_limits(pool_bytes: u64, limits: ClientLimits) -> Self {
+        // SAFETY: the keep never frees (`keep_forever`), so every handle the
+        // context gives out stays valid for the rest of the process.
+        unsafe { Self::make(pool_bytes, limits, true) }
+    }
+
+    /// As [`ClientCtx::with_limits`], the tables and pool freed when the
+    /// last context sharing them ([`ClientCtx::sibling`]) drops, unless a
+    /// track is then still read or written or a block is still out (then
+    /// they stay allocated).
+    ///
+    /// # Safety
+    /// No track, broadcast, origin or group handle the contexts gave out
+    /// (nor anything made from one) may be used once the last of them has
+    /// dropped: what uses one holds a context (the SDK's handles hold theirs).
+    pub unsafe fn owning(pool_bytes: u64, limits: ClientLimits) -> Self {
+        // SAFETY: the caller's contract.
+        unsafe { Self::make(pool_bytes, limits, false) }
+    }
+
+    /// A context; its storage kept for the process if `forever`.
+    ///
+    /// # Safety
+    /// As [`ClientCtx::owning`] unless `forever`.
+    unsafe fn make(pool_bytes: u64, limits: ClientLimits, forever: bool) -> Self {
         let closing = LocalEvent::new();
+        let mut keep = Keep::new();
+        // SAFETY: the caller's contract.
+        let tables = unsafe { Tables::make(&mut keep, pool_bytes, limits) };
+        if forever {
+            keep.keep_forever();
+        }
         ClientCtx {
             drive: DriveCtx {
                 clock: Clock::new(),
                 notify: Notify::shared(),
                 shutdown: Some(Shutdown::new(closing.clone())),
             },
-            tables: Tables::make(pool_bytes, limits),
-            owns: Some((pool_bytes, limits)),
+            tables,
             published: RefCell::new(Vec::new()),
             storage: Rc::new(StoragePool::new()),
             closing,
             transport: Cell::new(conn::Config::new()),
+            keep: Rc::new(keep),
         }
     }
 
@@ -167,11 +218,11 @@ impl ClientCtx {
                 ..self.drive.clone()
             },
             tables: self.tables,
-            owns: None,
             published: RefCell::new(Vec::new()),
             storage: self.storage.clone(),
             closing,
             transport: Cell::new(self.transport.get()),
+            keep: self.keep.clone(),
         }
     }
 

@@ -266,7 +266,6 @@ unsafe impl monoio::buf::IoVecBuf for Outgoing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use skiff_core::pool::{Pool, PoolStorage};
 
     /// The bytes the iovecs of `out` describe, in order.
     fn wire(out: &Outgoing) -> Vec<u8> {
@@ -280,8 +279,7 @@ mod tests {
 
     #[test]
     fn gathered_ranges_go_between_the_staged_bytes() {
-        let storage = Box::leak(Box::new(PoolStorage::<4, 64>::new()));
-        let pool: &'static Pool<'static> = Box::leak(Box::new(Pool::new(storage)));
+        let pool = crate::tables::process_pool(0);
         let mut block = pool.alloc().unwrap();
         block.append(b"PAYLOAD-one|PAYLOAD-two");
         let shared = block.into_shared();

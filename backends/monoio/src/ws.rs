@@ -506,7 +506,7 @@ mod tests {
 
     #[test]
     fn records_become_frames_and_payload_stays_gathered() {
-        let pool = crate::tables::leak_pool(0);
+        let pool = crate::tables::process_pool(0);
         let mut block = pool.alloc().unwrap();
         block.append(&[7u8; 300]);
         let shared = block.into_shared();

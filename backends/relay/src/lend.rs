@@ -387,8 +387,9 @@ impl Borrower {
         // foreign block (`return_released`); its writes happened before the
         // release store the state load above synchronizes with. The slot is
         // marked adopted below, so no second foreign block is made over
-        // these bytes for this lending. The lending worker's pool is
-        // leaked, so the memory outlives both threads.
+        // these bytes for this lending. The lending worker's relay
+        // keeps its pool's storage while any range it lent is out
+        // (`Relay::drop`), so the memory outlives the foreign block.
         let block = unsafe { self.pool.adopt(ptr, n, tag) }.map_err(|_| BorrowError::Exhausted)?;
         // Only this thread moves a slot from LENT, and the lender leaves it
         // alone until it comes back, so no other store races this one.
@@ -422,25 +423,14 @@ pub fn return_released(pool: &Pool<'_>, shares: &[Option<Arc<LinkShare>>]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use skiff_core::pool::BlockMeta;
-
-    fn leak(blocks: usize, spare: usize) -> &'static Pool<'static> {
-        let bytes: &'static mut [u8] = Box::leak(vec![0u8; blocks * 64].into_boxed_slice());
-        let meta: &'static mut [BlockMeta] = Box::leak(
-            (0..blocks + spare)
-                .map(|_| BlockMeta::new())
-                .collect::<Vec<_>>()
-                .into_boxed_slice(),
-        );
-        Box::leak(Box::new(
-            Pool::from_parts_with_spare(bytes, meta, spare).unwrap(),
-        ))
-    }
+    use skiff_monoio::tables::Keep;
 
     #[test]
     fn lent_blocks_come_back_once_the_borrower_lets_go() {
-        let lending = leak(4, 0);
-        let borrowing = leak(2, 8);
+        let mut keep = Keep::new();
+        // SAFETY: every user of the pools is dropped before the keep.
+        let (lending, borrowing) =
+            unsafe { (keep.pool_of_blocks(4, 64, 0), keep.pool_of_blocks(2, 64, 8)) };
         let share = LinkShare::with_slots(2);
         let lender = Lender::new(share.clone(), 8);
         let borrower = Borrower::new(share.clone(), borrowing, 3);
@@ -489,10 +479,12 @@ mod tests {
 
     #[test]
     fn a_lent_range_is_adopted_once_per_lending() {
-        let lending = leak(2, 0);
+        let mut keep = Keep::new();
         // One data block and one spare slot: room for two foreign blocks,
         // or one once the data block is in use.
-        let borrowing = leak(1, 1);
+        // SAFETY: every user of the pools is dropped before the keep.
+        let (lending, borrowing) =
+            unsafe { (keep.pool_of_blocks(2, 64, 0), keep.pool_of_blocks(1, 64, 1)) };
         let share = LinkShare::with_slots(2);
         let lender = Lender::new(share.clone(), 2);
         let borrower = Borrower::new(share.clone(), borrowing, 1);

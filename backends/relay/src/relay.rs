@@ -149,7 +149,7 @@ use skiff_monoio::notify::Notify;
 use skiff_monoio::session_driver::{
     App, ByteRead, ByteWrite, DriveCtx, Ended, MoqSession, StoragePool, drive, split_halves,
 };
-use skiff_monoio::tables::{GROUPS, TRACKS, leak_pool_with_spare, leak_slice, pool_blocks};
+use skiff_monoio::tables::{GROUPS, Keep, TRACKS, pool_blocks};
 use skiff_monoio::ws::{WsReader, WsWriter};
 use skiff_ws::frame::Role as WsRole;
 
@@ -253,6 +253,20 @@ pub struct Relay {
     last_reclaim: Cell<StdInstant>,
     /// The grace deadline a timer is armed for, if any.
     timer: Cell<Option<Instant>>,
+    /// The storage of the origins, pool and tables above: the last field, so
+    /// it is freed after everything that borrows it.
+    keep: Keep,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        // Blocks lent to another worker are read there without this worker
+        // seeing it: while any is out, the pool's bytes stay allocated.
+        self.return_lent();
+        if self.lent().1 > 0 {
+            self.keep.keep_forever();
+        }
+    }
 }
 
 /// How often given-up relay tracks and broadcasts are looked at again (they
@@ -274,32 +288,50 @@ impl Relay {
     /// session limits and credit, failover grace, quotas). Every table is
     /// made here, once.
     pub fn new(hop: u64, config: &RelayConfig, notify: Rc<Notify>, clock: Clock) -> Self {
-        let origin: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
-            Box::leak(Box::new(origin::State::new()));
-        let local: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
-            Box::leak(Box::new(origin::State::new()));
+        let mut keep = Keep::new();
         let cache_bytes = config.cache_bytes;
-        // Spare metadata for the blocks other workers may lend at once.
-        let pool = leak_pool_with_spare(
-            cache_bytes,
-            spare_slots(pool_blocks(cache_bytes), config.threads.get()),
-        );
         // A track may hold an eighth of the cache (at least 1 MiB); a
         // group over that is trimmed behind its readers.
         let track_limits = config.track_limits((cache_bytes / 8).max(1 << 20));
         let quotas = config.quotas;
-        let tracks: &'static TrackTable<'static, 'static, GROUPS> = Box::leak(Box::new(
-            TrackTable::new(leak_slice(quotas.relay_tracks as usize, || {
+        // SAFETY: the keep is the relay's last field, so it drops after the
+        // router and everything else of the relay, once nothing holds the
+        // `Rc<Relay>` (every session and task of the worker holds one).
+        // Blocks still out then are counted by the pool, and relay tracks
+        // still read or written by the track table: the guards keep the
+        // storage for those; blocks lent to another worker keep it too
+        // (`Relay::drop`).
+        let (origin, local, pool, tracks, broadcasts, storage) = unsafe {
+            let origin: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
+                keep.hold(origin::State::new());
+            let local: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
+                keep.hold(origin::State::new());
+            // Spare metadata for the blocks other workers may lend at once.
+            let pool = keep.pool_with_spare(
+                cache_bytes,
+                spare_slots(pool_blocks(cache_bytes), config.threads.get()),
+            );
+            let track_slots = keep.slice(quotas.relay_tracks as usize, || {
                 TrackSlot::new(pool, track_limits)
-            })),
-        ));
-        let broadcasts: &'static BroadcastTable<'static, 'static, TRACKS> = Box::leak(Box::new(
-            BroadcastTable::new(leak_slice(BROADCAST_SLOTS, BroadcastSlot::new)),
-        ));
-        let storage = RouterStorage {
-            routes: leak_slice(BROADCAST_SLOTS, || RefCell::new(None)),
-            spares: leak_slice(BROADCASTS, || RefCell::new(None)),
-            pending: leak_slice(quotas.relay_tracks as usize, || Cell::new(None)),
+            });
+            let tracks: &'static TrackTable<'static, 'static, GROUPS> =
+                keep.hold(TrackTable::new(track_slots));
+            keep.guard(move || {
+                // The relay is gone: its tracks go back; those still read or
+                // written stay retired, and keep the storage.
+                tracks.retire_all();
+                tracks.reclaim();
+                tracks.counts().free != tracks.capacity()
+            });
+            let broadcast_slots = keep.slice(BROADCAST_SLOTS, BroadcastSlot::new);
+            let broadcasts: &'static BroadcastTable<'static, 'static, TRACKS> =
+                keep.hold(BroadcastTable::new(broadcast_slots));
+            let storage = RouterStorage {
+                routes: keep.slice(BROADCAST_SLOTS, || RefCell::new(None)),
+                spares: keep.slice(BROADCASTS, || RefCell::new(None)),
+                pending: keep.slice(quotas.relay_tracks as usize, || Cell::new(None)),
+            };
+            (origin, local, pool, tracks, broadcasts, storage)
         };
         let limits = RouterLimits {
             announces: quotas.announces as usize,
@@ -331,6 +363,7 @@ impl Relay {
             borrowed: RefCell::new(Vec::new()),
             last_reclaim: Cell::new(StdInstant::now()),
             timer: Cell::new(None),
+            keep,
         }
     }
 
@@ -407,13 +440,14 @@ impl Relay {
         shares[peer] = Some(borrowed);
     }
 
-    /// The thread's origin (what subscribers see).
-    pub fn origin(&self) -> origin::Ref<'static, 'static> {
+    /// The thread's origin (what subscribers see); its users hold the
+    /// relay's `Rc`, as its storage goes with the relay.
+    pub(crate) fn origin(&self) -> origin::Ref<'static, 'static> {
         self.router.origin()
     }
 
-    /// The cache pool.
-    pub fn pool(&self) -> &'static Pool<'static> {
+    /// The cache pool, for as long as the relay is borrowed.
+    pub fn pool(&self) -> &Pool<'static> {
         self.pool
     }
 
@@ -469,9 +503,15 @@ impl Relay {
             return;
         }
         self.timer.set(Some(at));
-        let relay = self.clone();
+        // The timer does not keep the relay: a worker that stops with a
+        // timer armed drops its relay (and frees its storage) all the same.
+        let clock = self.clock;
+        let relay = Rc::downgrade(self);
         monoio::spawn(async move {
-            relay.clock.sleep_until(at).await;
+            clock.sleep_until(at).await;
+            let Some(relay) = relay.upgrade() else {
+                return;
+            };
             if relay.timer.get() == Some(at) {
                 relay.timer.set(None);
             }

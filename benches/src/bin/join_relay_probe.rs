@@ -66,7 +66,7 @@ use skiff_core::window::Request;
 use skiff_core::wire::lite::Role;
 use skiff_core::wire::qmux::Side;
 use skiff_monoio::session_driver::{STREAMS, SessionStorage};
-use skiff_monoio::tables::{GROUPS, TRACKS, leak_pool};
+use skiff_monoio::tables::{GROUPS, TRACKS, process_pool as leak_pool};
 use skiff_relay::config::RelayConfig;
 use skiff_relay::relay::{BROADCAST_SLOTS, BROADCASTS};
 

@@ -190,7 +190,6 @@ const ROOM_RETRY: Duration = Duration::from_millis(10);
 
 /// What the client handles and the runner share (one thread).
 pub(crate) struct Shared {
-    ctx: ClientCtx,
     target: Target,
     config: Config,
     /// The TLS configuration of a `tls://` or `wss://` client (made once).
@@ -216,6 +215,9 @@ pub(crate) struct Shared {
     closed: Cell<bool>,
     /// The runner is inside [`Runner::run`].
     running: Cell<bool>,
+    /// The tables and pool every track, publication and session above
+    /// borrows: the last field, so it drops (and frees them) after them.
+    ctx: ClientCtx,
 }
 
 impl std::fmt::Debug for Shared {
@@ -337,7 +339,12 @@ pub fn connect(url: &str, config: Config) -> Result<(Client, Runner), Error> {
     } else {
         None
     };
-    let ctx = ClientCtx::with_limits(config.pool_bytes, config.limits);
+    // SAFETY: the context is the last field of `Shared`, and every handle
+    // the SDK gives out (client, runner, producers, consumers) holds an
+    // `Rc<Shared>` as its last field, so it drops after the core handles it
+    // holds; the core handles never leave the SDK's types. Frame payloads
+    // hold pool blocks, which the pool counts (the context then keeps it).
+    let ctx = unsafe { ClientCtx::owning(config.pool_bytes, config.limits) };
     ctx.set_transport(config.transport);
     let (origin, origin_slot) = ctx.claim_origin().ok_or(Error::Full("origin"))?;
     let shared = Rc::new(Shared {

@@ -14,8 +14,10 @@ use super::{Error, Shared, check_path};
 /// unannounces it.
 #[derive(Debug)]
 pub struct BroadcastProducer {
-    shared: Rc<Shared>,
     producer: Option<broadcast::Producer<'static, 'static>>,
+    /// What the handle borrows from (the client's tables and pool): the
+    /// last field, so it drops after the core handles above.
+    shared: Rc<Shared>,
 }
 
 /// A published track as the runner and [`super::Client::flushed`] see it.
@@ -156,9 +158,11 @@ impl Drop for BroadcastProducer {
 /// A published track: append groups to it; dropping it unfinished aborts it.
 #[derive(Debug)]
 pub struct TrackProducer {
-    shared: Rc<Shared>,
     published: Rc<Published>,
     producer: Option<track::Producer<'static, 'static>>,
+    /// What the handle borrows from (the client's tables and pool): the
+    /// last field, so it drops after the core handles above.
+    shared: Rc<Shared>,
 }
 
 impl std::fmt::Debug for Published {
@@ -242,9 +246,11 @@ impl Drop for TrackProducer {
 /// dropping it unfinished aborts the group.
 #[derive(Debug)]
 pub struct GroupProducer {
-    shared: Rc<Shared>,
     published: Rc<Published>,
     group: Option<track::GroupProducer<'static, 'static>>,
+    /// What the handle borrows from (the client's tables and pool): the
+    /// last field, so it drops after the core handles above.
+    shared: Rc<Shared>,
 }
 
 impl GroupProducer {

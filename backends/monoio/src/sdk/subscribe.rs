@@ -91,12 +91,14 @@ impl Wanted {
 /// A subscribed track: its groups as they arrive.
 #[derive(Debug)]
 pub struct TrackConsumer {
-    shared: Rc<Shared>,
     wanted: Rc<Wanted>,
     consumer: track::Consumer<'static, 'static>,
     key: track::Key,
     /// Groups skipped since the last group handed out.
     skipped: u64,
+    /// What the handle borrows from (the client's tables and pool): the
+    /// last field, so it drops after the core handles above.
+    shared: Rc<Shared>,
 }
 
 impl TrackConsumer {
@@ -221,7 +223,6 @@ impl Drop for TrackConsumer {
 /// One group of a subscribed track: its frames in order.
 #[derive(Debug)]
 pub struct GroupConsumer {
-    shared: Rc<Shared>,
     track: track::Ref<'static, 'static>,
     group: group::Consumer<'static, 'static>,
     skipped: u64,
@@ -229,6 +230,9 @@ pub struct GroupConsumer {
     header: Option<(u64, usize)>,
     parts: SmallVec<[Slice<'static>; 2]>,
     have: usize,
+    /// What the handle borrows from (the client's tables and pool): the
+    /// last field, so it drops after the core handles above.
+    shared: Rc<Shared>,
 }
 
 /// One frame: its timestamp and its payload.
