@@ -136,9 +136,8 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::{Pool, Slice};
 use skiff_core::relay::{
-    AnnounceRefused, BroadcastSlot, BroadcastTable, LINGER, Peer, PeerKind, Quota, ResolveRefused,
-    Resolver, Router, RouterLimits, RouterStorage, SourceId, SubscribeQueue, TrackSlot, TrackTable,
-    Upstreams, Wake,
+    AnnounceRefused, LINGER, Peer, PeerKind, Quota, ResolveRefused, Resolver, SourceId,
+    SubscribeQueue, Upstreams, Wake,
 };
 use skiff_core::session::{Config, ConfigError, Event, Resolve, Scope, Session};
 use skiff_core::time::Instant;
@@ -149,7 +148,6 @@ use skiff_monoio::notify::Notify;
 use skiff_monoio::session_driver::{
     App, ByteRead, ByteWrite, DriveCtx, Ended, MoqSession, StoragePool, drive, split_halves,
 };
-use skiff_monoio::tables::{GROUPS, TRACKS, leak_pool_with_spare, leak_slice, pool_blocks};
 use skiff_monoio::ws::{WsReader, WsWriter};
 use skiff_ws::frame::Role as WsRole;
 
@@ -157,7 +155,7 @@ use crate::auth::{Auth, Gate};
 use crate::config::{RelayConfig, Upstream as UpstreamAddr, quota_key};
 use crate::conn::Connection;
 use crate::handler::{ConnectionHandler, WorkerInfo};
-use crate::lend::{Borrower, Lender, LinkShare, Reclaim, lend_limit, return_released, spare_slots};
+use crate::lend::{Borrower, Lender, LinkShare, Reclaim, lend_limit, return_released};
 use crate::metrics::Metrics;
 use crate::storage::{
     STREAMS, ServerStorage, SidePools, SideTables, TRUNK_STREAMS, TrunkSession, TrunkStorage,
@@ -165,13 +163,12 @@ use crate::storage::{
 };
 use crate::tls::TlsServer;
 use crate::web::HeadRead;
+use crate::worker_tables::{WorkerRouter, WorkerTables};
 use skiff_monoio::cancel::race;
 use skiff_monoio::tls::{TlsReader, TlsWriter};
 
 /// Broadcasts one worker's origin holds at once.
 pub const BROADCASTS: usize = 1024;
-/// Origin change-log ring length.
-const CHANGES: usize = 1024;
 /// Broadcast states per worker: its origin's [`BROADCASTS`] and as many
 /// standbys (local sources of paths served over a link), about 2.2 KiB each.
 pub const BROADCAST_SLOTS: usize = 2 * BROADCASTS;
@@ -224,9 +221,6 @@ impl Upstreams<'static, 'static> for Queues {
     }
 }
 
-/// The tables the router works in, made once per worker.
-type WorkerRouter = Router<'static, 'static, 'static, TRACKS, GROUPS>;
-
 /// The relay state of one worker thread: origin, cache pool, and the glue
 /// between its sessions and the core's [`Router`], which decides routing,
 /// failover and relay tracks.
@@ -273,48 +267,9 @@ impl Relay {
     /// session limits and credit, failover grace, quotas). Every table is
     /// made here, once.
     pub fn new(hop: u64, config: &RelayConfig, notify: Rc<Notify>, clock: Clock) -> Self {
-        let origin: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
-            Box::leak(Box::new(origin::State::new()));
-        let local: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
-            Box::leak(Box::new(origin::State::new()));
-        let cache_bytes = config.cache_bytes;
-        // Spare metadata for the blocks other workers may lend at once.
-        let pool = leak_pool_with_spare(
-            cache_bytes,
-            spare_slots(pool_blocks(cache_bytes), config.threads.get()),
-        );
-        // A track may hold an eighth of the cache (at least 1 MiB); a
-        // group over that is trimmed behind its readers.
-        let track_limits = config.track_limits((cache_bytes / 8).max(1 << 20));
-        let quotas = config.quotas;
-        let tracks: &'static TrackTable<'static, 'static, GROUPS> = Box::leak(Box::new(
-            TrackTable::new(leak_slice(quotas.relay_tracks as usize, || {
-                TrackSlot::new(pool, track_limits)
-            })),
-        ));
-        let broadcasts: &'static BroadcastTable<'static, 'static, TRACKS> = Box::leak(Box::new(
-            BroadcastTable::new(leak_slice(BROADCAST_SLOTS, BroadcastSlot::new)),
-        ));
-        let storage = RouterStorage {
-            routes: leak_slice(BROADCAST_SLOTS, || RefCell::new(None)),
-            spares: leak_slice(BROADCASTS, || RefCell::new(None)),
-            pending: leak_slice(quotas.relay_tracks as usize, || Cell::new(None)),
-        };
-        let limits = RouterLimits {
-            announces: quotas.announces as usize,
-            pending_per_conn: quotas.pending_tracks as usize,
-            pending_per_broadcast: quotas.pending_tracks_per_broadcast as usize,
-            grace: skiff_monoio::clock::to_core(config.failover_grace),
-        };
+        let WorkerTables { pool, router } = WorkerTables::new(config);
         Relay {
-            router: Router::new(
-                origin.handle(),
-                local.handle(),
-                broadcasts,
-                tracks,
-                storage,
-                limits,
-            ),
+            router,
             queues: Queues {
                 by_source: RefCell::new(HashMap::new()),
                 notify: notify.clone(),

@@ -66,6 +66,7 @@ mod control;
 mod error;
 mod event;
 mod inbox;
+mod pass;
 mod publisher;
 mod resolve;
 mod scope;
@@ -84,6 +85,7 @@ pub use error::{ConfigError, Error};
 pub use event::OwnedEvent;
 pub use event::{AnnounceId, Event, SubscriptionId};
 pub use inbox::{Fed, Inbox};
+pub use pass::{Copied, Handler, Once, Out, Passed, Transmitted};
 pub use resolve::Resolve;
 pub use scope::Scope;
 
