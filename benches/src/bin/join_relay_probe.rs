@@ -169,10 +169,7 @@ impl Worker {
 /// [`Peer`] for it, as `RelayConn` holds them in the monoio relay.
 struct RelaySide {
     session: RelaySession,
-    peer: Peer<'static, 'static, CLIENT_UPSTREAM>,
-    queue: &'static Queue,
-    router: &'static WorkerRouter,
-    queues: &'static Queues,
+    handler: RelayHandler,
 }
 
 impl RelaySide {
@@ -191,10 +188,12 @@ impl RelaySide {
         session.set_resolver(Some(resolver));
         RelaySide {
             session,
-            peer: Peer::new(id, PeerKind::Client),
-            queue: &worker.queues.queues[id as usize],
-            router: worker.router,
-            queues: worker.queues,
+            handler: RelayHandler {
+                peer: Peer::new(id, PeerKind::Client),
+                queue: &worker.queues.queues[id as usize],
+                router: worker.router,
+                queues: worker.queues,
+            },
         }
     }
 }
@@ -250,14 +249,14 @@ struct Pass {
 
 /// The relay side's handler of a pass: the core's [`Peer`] for the session,
 /// as the relay's connection handler is.
-struct RelayHandler<'r> {
-    peer: &'r mut Peer<'static, 'static, CLIENT_UPSTREAM>,
+struct RelayHandler {
+    peer: Peer<'static, 'static, CLIENT_UPSTREAM>,
     queue: &'static Queue,
     router: &'static WorkerRouter,
     queues: &'static Queues,
 }
 
-impl<'r> Handler<'static, 'static, 'static, STREAMS, Connection<STREAMS>> for RelayHandler<'r> {
+impl Handler<'static, 'static, 'static, STREAMS, Connection<STREAMS>> for RelayHandler {
     fn on_event(&mut self, now: Instant, event: &Event<'_>) {
         let _ = self.peer.on_event(event, self.router, now, self.queues);
     }
@@ -302,13 +301,7 @@ fn relay_pass(relay: &mut RelaySide, now: Instant, input: &[u8], send: &mut Send
         consumed = n;
         progress |= n > 0;
     }
-    let mut handler = RelayHandler {
-        peer: &mut relay.peer,
-        queue: relay.queue,
-        router: relay.router,
-        queues: relay.queues,
-    };
-    let passed = relay.session.pass(now, &mut handler);
+    let passed = relay.session.pass(now, &mut relay.handler);
     progress |= passed.events > 0;
     let sent = relay.session.transmit_to(now, send);
     // A full send: the driver flushes here and goes on; the caller does,
