@@ -43,7 +43,7 @@ use skiff_core::model::group::{self, Next};
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::{BlockMeta, Pool};
-use skiff_core::session::{Copied, Event, Handler, Inbox, Out, Session};
+use skiff_core::session::{Event, Gather, Handler, Inbox, Out, Session};
 use skiff_core::time::Instant;
 use skiff_core::wire::lite::SessionCode;
 
@@ -221,18 +221,15 @@ struct WriteBuffer<'b> {
 }
 
 impl<'p> Out<'p> for WriteBuffer<'_> {
-    type Gather<'g>
-        = Copied
-    where
-        Self: 'g;
-    const GATHER: bool = false;
-
     fn must_flush(&self) -> bool {
         self.tx.len() - self.sent >= TX_HIGH
     }
 
-    fn room(&mut self) -> (&mut [u8], Copied) {
-        (&mut *self.scratch, Copied)
+    fn write<F>(&mut self, write: F) -> (usize, usize)
+    where
+        F: FnOnce(&mut [u8], Option<&mut dyn Gather<'p>>) -> usize,
+    {
+        (self.scratch.len(), write(&mut *self.scratch, None))
     }
 
     fn commit(&mut self, _room: usize, n: usize) -> bool {

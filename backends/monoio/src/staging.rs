@@ -88,7 +88,7 @@ impl Staging {
 
     /// The room after the staged bytes, and where a gathered transmit puts
     /// payload ranges (positions relative to the room's start).
-    pub(crate) fn spare_and_gather(&mut self) -> (&mut [u8], Sink<'_>) {
+    pub(crate) fn spare_and_gather(&mut self) -> (&mut [u8], impl Gather<'static> + '_) {
         let base = self.filled;
         let room = self.buf.get_mut(self.filled..).unwrap_or(&mut []);
         let sink = Sink {
@@ -169,7 +169,7 @@ impl Staging {
 }
 
 /// The [`Gather`] of a [`Staging`] during one transmit call.
-pub(crate) struct Sink<'b> {
+struct Sink<'b> {
     /// Staged bytes before the call's room.
     base: usize,
     ranges: &'b mut Vec<(usize, pool::Slice<'static>)>,

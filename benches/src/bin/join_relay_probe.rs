@@ -268,16 +268,17 @@ impl Handler<'static, 'static, 'static, STREAMS, Connection<STREAMS>> for RelayH
 }
 
 impl Out<'static> for Send {
-    type Gather<'g> = &'g mut Ranges;
-    const GATHER: bool = true;
-
     fn must_flush(&self) -> bool {
         self.head.len() - self.len < TRANSMIT_CHUNK || self.ranges.room() == 0
     }
 
-    fn room(&mut self) -> (&mut [u8], &mut Ranges) {
+    fn write<F>(&mut self, write: F) -> (usize, usize)
+    where
+        F: FnOnce(&mut [u8], Option<&mut dyn Gather<'static>>) -> usize,
+    {
         self.ranges.base = self.len;
-        (&mut self.head[self.len..], &mut self.ranges)
+        let room = &mut self.head[self.len..];
+        (room.len(), write(room, Some(&mut self.ranges)))
     }
 
     fn commit(&mut self, room: usize, n: usize) -> bool {

@@ -222,19 +222,19 @@ struct OnceGather<'o, 'g, 'p> {
     written: usize,
 }
 
-impl<'g, 'p> Out<'p> for OnceGather<'_, 'g, 'p> {
-    type Gather<'x>
-        = &'x mut VecGather<'g, 'p>
-    where
-        Self: 'x;
-    const GATHER: bool = true;
-
+impl<'p> Out<'p> for OnceGather<'_, '_, 'p> {
     fn must_flush(&self) -> bool {
         false
     }
 
-    fn room(&mut self) -> (&mut [u8], Self::Gather<'_>) {
-        (&mut *self.head, &mut *self.gather)
+    fn write<F>(&mut self, write: F) -> (usize, usize)
+    where
+        F: FnOnce(&mut [u8], Option<&mut dyn Gather<'p>>) -> usize,
+    {
+        (
+            self.head.len(),
+            write(&mut *self.head, Some(&mut *self.gather)),
+        )
     }
 
     fn commit(&mut self, _room: usize, n: usize) -> bool {

@@ -85,7 +85,7 @@ pub use error::{ConfigError, Error};
 pub use event::OwnedEvent;
 pub use event::{AnnounceId, Event, SubscriptionId};
 pub use inbox::{Fed, Inbox};
-pub use pass::{Copied, Handler, Once, Out, Passed, Transmitted};
+pub use pass::{Handler, Once, Out, Passed, Transmitted};
 pub use resolve::Resolve;
 pub use scope::Scope;
 

@@ -56,42 +56,24 @@ pub struct Passed {
 /// Where [`Session::transmit_to`] writes: a buffer of the driver's, with or
 /// without payload ranges gathered beside it.
 pub trait Out<'p> {
-    /// Where the payload ranges of one call go: a [`Gather`] when
-    /// [`GATHER`](Self::GATHER) is true; [`Copied`] otherwise.
-    type Gather<'g>: Gather<'p>
-    where
-        Self: 'g;
-
-    /// True: the session leaves group payload in the pool and pushes its
-    /// ranges ([`Session::poll_transmit_gather`]); false: it copies the
-    /// payload into the room ([`Session::poll_transmit`]).
-    const GATHER: bool;
-
     /// Whether what was written must be sent before the session writes more
     /// (the room left is too small for another call); asked before each call.
     fn must_flush(&self) -> bool;
 
-    /// The room the next call writes into, and where its ranges go.
-    fn room(&mut self) -> (&mut [u8], Self::Gather<'_>);
+    /// Calls `write` once with the room the next call writes into and,
+    /// for a buffer that gathers, where its payload ranges go (`None`: the
+    /// payload is copied into the room); returns the room's length and what
+    /// `write` returned (the bytes it wrote).
+    fn write<F>(&mut self, write: F) -> (usize, usize)
+    where
+        F: FnOnce(&mut [u8], Option<&mut dyn Gather<'p>>) -> usize;
 
-    /// The call wrote `n` bytes of the `room` it was offered. Returns whether
+    /// The call wrote `n` bytes (at least one) of the `room` it was offered;
+    /// a call that wrote nothing is not committed. Returns whether
     /// another call may write more: a call that stopped with room to spare
     /// (and, gathering, with room for more ranges) had nothing more to send,
     /// and another would only walk the session's tables again.
     fn commit(&mut self, room: usize, n: usize) -> bool;
-}
-
-/// The [`Out::Gather`] of a buffer that takes copied payload: it holds no
-/// range (never used, as [`Out::GATHER`] is false).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Copied;
-
-impl<'p> Gather<'p> for Copied {
-    fn room(&self) -> usize {
-        0
-    }
-
-    fn push(&mut self, _at: usize, _slice: crate::pool::Slice<'p>) {}
 }
 
 /// An [`Out`] of one call into a caller's buffer, payload copied: for a
@@ -111,38 +93,20 @@ impl<'o> Once<'o> {
 }
 
 impl<'p> Out<'p> for Once<'_> {
-    type Gather<'g>
-        = Copied
-    where
-        Self: 'g;
-    const GATHER: bool = false;
-
     fn must_flush(&self) -> bool {
         false
     }
 
-    fn room(&mut self) -> (&mut [u8], Copied) {
-        (&mut *self.buf, Copied)
+    fn write<F>(&mut self, write: F) -> (usize, usize)
+    where
+        F: FnOnce(&mut [u8], Option<&mut dyn Gather<'p>>) -> usize,
+    {
+        (self.buf.len(), write(&mut *self.buf, None))
     }
 
     fn commit(&mut self, _room: usize, n: usize) -> bool {
         self.written = n;
         false
-    }
-}
-
-/// A gather borrowed for one call is the gather it borrows.
-impl<'p, G: Gather<'p> + ?Sized> Gather<'p> for &mut G {
-    fn room(&self) -> usize {
-        (**self).room()
-    }
-
-    fn lend(&mut self, slice: crate::pool::Slice<'p>) -> Option<u64> {
-        (**self).lend(slice)
-    }
-
-    fn push(&mut self, at: usize, slice: crate::pool::Slice<'p>) {
-        (**self).push(at, slice);
     }
 }
 
@@ -203,17 +167,18 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             if out.must_flush() {
                 return Transmitted { wrote, flush: true };
             }
-            let (room, mut gather) = out.room();
-            let len = room.len();
-            let n = if O::GATHER {
-                self.poll_transmit_gather(now, room, &mut gather)
-            } else {
-                self.poll_transmit(now, room)
-            };
-            drop(gather);
-            wrote |= n > 0;
-            let more = out.commit(len, n);
-            if n == 0 || !more {
+            let (len, n) = out.write(|room, gather| match gather {
+                Some(gather) => self.poll_transmit_gather(now, room, gather),
+                None => self.poll_transmit(now, room),
+            });
+            if n == 0 {
+                return Transmitted {
+                    wrote,
+                    flush: false,
+                };
+            }
+            wrote = true;
+            if !out.commit(len, n) {
                 return Transmitted {
                     wrote,
                     flush: false,

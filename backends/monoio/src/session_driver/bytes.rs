@@ -32,7 +32,7 @@ use skiff_core::time::Instant;
 use super::{App, Guard, HandshakeToken};
 use crate::buffers::InboxSize;
 use crate::cancel::{race, write_all_or_stall};
-use crate::staging::{Sink, Staging};
+use crate::staging::Staging;
 
 /// The reader stops reading while this many received bytes wait in the inbox.
 use crate::buffers::INBOX_BYTES;
@@ -663,12 +663,6 @@ struct StagingOut<'o, A, const N: usize> {
 }
 
 impl<A: App<N>, const N: usize> Out<'static> for StagingOut<'_, A, N> {
-    type Gather<'g>
-        = Lending<'g, Sink<'g>, A, N>
-    where
-        Self: 'g;
-    const GATHER: bool = true;
-
     fn must_flush(&self) -> bool {
         let staging = &*self.staging;
         !staging.is_empty()
@@ -677,19 +671,21 @@ impl<A: App<N>, const N: usize> Out<'static> for StagingOut<'_, A, N> {
                 || staging.room_left() < TRANSMIT_CHUNK)
     }
 
-    fn room(&mut self) -> (&mut [u8], Self::Gather<'_>) {
+    fn write<F>(&mut self, write: F) -> (usize, usize)
+    where
+        F: FnOnce(&mut [u8], Option<&mut dyn Gather<'static>>) -> usize,
+    {
         let staging = &mut *self.staging;
         // Initializes the room the first time a buffer offers it (within
         // its capacity: a flush keeps a chunk free).
         staging.reserve(staging.staged().len() + TRANSMIT_CHUNK);
         let (spare, gather) = staging.spare_and_gather();
-        (
-            spare,
-            Lending {
-                gather,
-                app: self.app,
-            },
-        )
+        let room = spare.len();
+        let mut lending = Lending::<_, A, N> {
+            gather,
+            app: self.app,
+        };
+        (room, write(spare, Some(&mut lending)))
     }
 
     fn commit(&mut self, room: usize, n: usize) -> bool {
