@@ -38,11 +38,12 @@ use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::Duration as StdDuration;
 
+use skiff_core::conn::Connection;
 use skiff_core::model::group::{self, Next};
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::{BlockMeta, Pool};
-use skiff_core::session::{Inbox, Session};
+use skiff_core::session::{Event, Gather, Handler, Inbox, Out, Session};
 use skiff_core::time::Instant;
 use skiff_core::wire::lite::SessionCode;
 
@@ -199,6 +200,42 @@ pub struct Stats {
     pub written: u64,
     /// `handle_input` calls that consumed nothing while bytes were waiting.
     pub stalls: u64,
+}
+
+/// The events of a turn, as the handler of the session's events.
+struct Log<'l>(&'l mut Vec<Ev>);
+
+impl<'s, 'a, 'p, const N: usize> Handler<'s, 'a, 'p, N, Connection<N>> for Log<'_> {
+    fn on_event(&mut self, _now: Instant, event: &Event<'_>) {
+        self.0.push((*event).into());
+    }
+}
+
+/// The write buffer as the session's output: each call writes into the
+/// scratch buffer and its bytes are appended, until [`TX_HIGH`] bytes wait.
+struct WriteBuffer<'b> {
+    tx: &'b mut Vec<u8>,
+    /// Bytes of `tx` already written to the socket.
+    sent: usize,
+    scratch: &'b mut [u8],
+}
+
+impl<'p> Out<'p> for WriteBuffer<'_> {
+    fn must_flush(&self) -> bool {
+        self.tx.len() - self.sent >= TX_HIGH
+    }
+
+    fn write<F>(&mut self, write: F) -> (usize, usize)
+    where
+        F: FnOnce(&mut [u8], Option<&mut dyn Gather<'p>>) -> usize,
+    {
+        (self.scratch.len(), write(&mut *self.scratch, None))
+    }
+
+    fn commit(&mut self, _room: usize, n: usize) -> bool {
+        self.tx.extend_from_slice(&self.scratch[..n]);
+        true
+    }
 }
 
 /// One skiff session over one TCP connection, driven on the calling thread.
@@ -372,10 +409,7 @@ impl<'s, 'a, 'p, const N: usize> Driver<'s, 'a, 'p, N> {
         let mut progress = false;
         let now = self.clock.now();
 
-        if self.session.poll_timeout().is_some_and(|at| at <= now) {
-            self.session.handle_timeout(now);
-            progress = true;
-        }
+        progress |= self.session.run_timers(now);
         self.drain_events(fresh);
 
         progress |= self.read_socket()?;
@@ -448,16 +482,13 @@ impl<'s, 'a, 'p, const N: usize> Driver<'s, 'a, 'p, N> {
             self.tx.clear();
             self.tx_sent = 0;
         }
-        let mut progress = false;
-        while self.tx.len() - self.tx_sent < TX_HIGH {
-            let n = self.session.poll_transmit(now, &mut self.scratch);
-            if n == 0 {
-                break;
-            }
-            self.tx.extend_from_slice(&self.scratch[..n]);
-            progress = true;
-        }
-        progress
+        let mut out = WriteBuffer {
+            tx: &mut self.tx,
+            sent: self.tx_sent,
+            scratch: &mut self.scratch,
+        };
+        // A full buffer waits for the socket: the next turn collects more.
+        self.session.transmit_to(now, &mut out).wrote
     }
 
     /// Write as much of the write buffer as the kernel takes.
@@ -486,9 +517,8 @@ impl<'s, 'a, 'p, const N: usize> Driver<'s, 'a, 'p, N> {
     }
 
     fn drain_events(&mut self, fresh: &mut Vec<Ev>) {
-        while let Some(event) = self.session.poll_event() {
-            fresh.push(event.into());
-        }
+        // The log does not read the instant.
+        self.session.deliver(Instant::ZERO, &mut Log(fresh));
     }
 }
 

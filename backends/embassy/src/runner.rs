@@ -2,12 +2,12 @@
 //!
 //! One connection is: TCP connect, [`Session::new`] (client), then a loop that
 //!
-//! 1. runs due timers ([`Session::handle_timeout`]),
+//! 1. runs due timers ([`Session::run_timers`]),
 //! 2. hands the session every received byte it has not consumed yet through an
 //!    [`Inbox`] over the input buffer (the rest waits there for the next call),
-//! 3. drains [`Session::poll_event`],
-//! 4. fills the output buffer with [`Session::poll_transmit`] once the previous
-//!    records went into the socket,
+//! 3. hands the session's events to its handler ([`Session::deliver`]),
+//! 4. fills the output buffer with one [`Session::transmit_to`] call once the
+//!    previous records went into the socket,
 //! 5. publishes the subscriber count and a pacing turn to the [`Publisher`]s,
 //! 6. waits for the first of: the socket readable (if the input buffer has room),
 //!    the socket writable (if records wait), the session's next timeout, a change of
@@ -26,7 +26,7 @@ use embassy_net::Stack;
 use embassy_net::tcp::{self, TcpSocket};
 use embassy_time::{Duration, Timer, with_timeout};
 use skiff_core::model::origin;
-use skiff_core::session::{Event, Inbox, Session};
+use skiff_core::session::{Event, Handler, Inbox, Once, Session};
 use skiff_core::wire::lite::SessionCode;
 
 use crate::clock;
@@ -219,6 +219,56 @@ impl<'d, 'r, 'a, 'p, const N: usize> Runner<'d, 'r, 'a, 'p, N> {
     }
 }
 
+/// The runner's handler of the session's events: logs them, keeps the
+/// shared status, and notes how the session ended or whether the relay sent
+/// GOAWAY.
+struct Events<'h, 'a, 'p> {
+    shared: &'h Shared<'a, 'p>,
+    ended: Option<Result<(), Error>>,
+    goaway: bool,
+}
+
+impl<'s, 'x, 'y, const N: usize> Handler<'s, 'x, 'y, N, skiff_core::conn::Connection<N>>
+    for Events<'_, '_, '_>
+{
+    fn on_event(&mut self, _now: skiff_core::time::Instant, event: &Event<'_>) {
+        match *event {
+            Event::Connected { protocol } => {
+                debug!("publisher: qmux established, protocol {}", protocol);
+            }
+            Event::Setup { hop, .. } => {
+                info!("publisher: relay SETUP, hop {}", hop);
+                self.shared.set_ready();
+            }
+            Event::Goaway { uri } => {
+                info!("publisher: relay GOAWAY, uri '{}'", uri);
+                self.goaway = true;
+            }
+            Event::Closed {
+                code,
+                reason,
+                application,
+                local,
+            } => {
+                info!(
+                    "publisher: session closed, code {}, local {}, reason '{}'",
+                    code, local, reason
+                );
+                self.ended = Some(if code == 0 && !local {
+                    Ok(())
+                } else {
+                    Err(Error::Closed {
+                        code,
+                        application,
+                        local,
+                    })
+                });
+            }
+            _ => trace!("publisher: session event"),
+        }
+    }
+}
+
 /// The state of one live connection.
 struct Connection<'s, 'b, 'r, 'a, 'p> {
     socket: &'s mut TcpSocket<'b>,
@@ -236,15 +286,15 @@ impl<'a, 'p> Connection<'_, '_, '_, 'a, 'p> {
     async fn serve<const N: usize>(&mut self, session: &mut Session<'_, 'a, 'p, N>) -> End {
         loop {
             let now = clock::now();
-            if session.poll_timeout().is_some_and(|t| t <= now) {
-                session.handle_timeout(now);
-            }
+            session.run_timers(now);
             let mut ended = self.process_input(session, now);
-            ended = ended.or(self.drain_events(session));
+            ended = ended.or(self.drain_events(session, now));
             if self.tx_pos == self.tx_len {
                 self.tx_pos = 0;
-                self.tx_len = session.poll_transmit(now, self.tx);
-                ended = ended.or(self.drain_events(session));
+                let mut out = Once::new(self.tx);
+                session.transmit_to(now, &mut out);
+                self.tx_len = out.written;
+                ended = ended.or(self.drain_events(session, now));
             }
             self.publish_status(session);
             if let Some(result) = ended {
@@ -284,7 +334,7 @@ impl<'a, 'p> Connection<'_, '_, '_, 'a, 'p> {
         let mut ended = None;
         while let Ok(fed) = self.rx.feed(session, now) {
             // Events (and held control messages) must be polled for input to go on.
-            ended = ended.or(self.drain_events(session));
+            ended = ended.or(self.drain_events(session, now));
             if !fed.progress() {
                 break;
             }
@@ -296,46 +346,16 @@ impl<'a, 'p> Connection<'_, '_, '_, 'a, 'p> {
     fn drain_events<const N: usize>(
         &mut self,
         session: &mut Session<'_, 'a, 'p, N>,
+        now: skiff_core::time::Instant,
     ) -> Option<Result<(), Error>> {
-        let mut ended = None;
-        let mut goaway = false;
-        while let Some(event) = session.poll_event() {
-            match event {
-                Event::Connected { protocol } => {
-                    debug!("publisher: qmux established, protocol {}", protocol);
-                }
-                Event::Setup { hop, .. } => {
-                    info!("publisher: relay SETUP, hop {}", hop);
-                    self.shared.set_ready();
-                }
-                Event::Goaway { uri } => {
-                    info!("publisher: relay GOAWAY, uri '{}'", uri);
-                    goaway = true;
-                }
-                Event::Closed {
-                    code,
-                    reason,
-                    application,
-                    local,
-                } => {
-                    info!(
-                        "publisher: session closed, code {}, local {}, reason '{}'",
-                        code, local, reason
-                    );
-                    ended = Some(if code == 0 && !local {
-                        Ok(())
-                    } else {
-                        Err(Error::Closed {
-                            code,
-                            application,
-                            local,
-                        })
-                    });
-                }
-                _ => trace!("publisher: session event"),
-            }
-        }
-        if goaway && ended.is_none() {
+        let mut events = Events {
+            shared: self.shared,
+            ended: None,
+            goaway: false,
+        };
+        session.deliver(now, &mut events);
+        let mut ended = events.ended;
+        if events.goaway && ended.is_none() {
             // docs/protocol.md §3.12: make no new requests; a publisher simply redials.
             session.close(SessionCode::NoError, "goaway");
             ended = Some(Err(Error::GoingAway));

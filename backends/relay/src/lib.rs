@@ -50,5 +50,6 @@ pub mod storage;
 pub mod tls;
 pub mod web;
 mod worker;
+pub mod worker_tables;
 
 pub use worker::WorkerExit;

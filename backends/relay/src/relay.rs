@@ -136,9 +136,8 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::{Pool, Slice};
 use skiff_core::relay::{
-    AnnounceRefused, BroadcastSlot, BroadcastTable, LINGER, Peer, PeerKind, Quota, ResolveRefused,
-    Resolver, Router, RouterLimits, RouterStorage, SourceId, SubscribeQueue, TrackSlot, TrackTable,
-    Upstreams, Wake,
+    AnnounceRefused, LINGER, Peer, PeerKind, Quota, ResolveRefused, Resolver, SourceId,
+    SubscribeQueue, Upstreams, Wake,
 };
 use skiff_core::session::{Config, ConfigError, Event, Resolve, Scope, Session};
 use skiff_core::time::Instant;
@@ -149,7 +148,7 @@ use skiff_monoio::notify::Notify;
 use skiff_monoio::session_driver::{
     App, ByteRead, ByteWrite, DriveCtx, Ended, MoqSession, StoragePool, drive, split_halves,
 };
-use skiff_monoio::tables::{GROUPS, Keep, TRACKS, pool_blocks};
+use skiff_monoio::tables::Keep;
 use skiff_monoio::ws::{WsReader, WsWriter};
 use skiff_ws::frame::Role as WsRole;
 
@@ -158,7 +157,7 @@ use crate::config::{RelayConfig, Upstream as UpstreamAddr, quota_key};
 use crate::conn::Connection;
 use crate::conn_name::ConnName;
 use crate::handler::{ConnectionHandler, WorkerInfo};
-use crate::lend::{Borrower, Lender, LinkShare, Reclaim, lend_limit, return_released, spare_slots};
+use crate::lend::{Borrower, Lender, LinkShare, Reclaim, lend_limit, return_released};
 use crate::metrics::Metrics;
 use crate::storage::{
     STREAMS, ServerStorage, SidePools, SideTables, TRUNK_STREAMS, TrunkSession, TrunkStorage,
@@ -166,13 +165,12 @@ use crate::storage::{
 };
 use crate::tls::TlsServer;
 use crate::web::HeadRead;
+use crate::worker_tables::{WorkerRouter, WorkerTables};
 use skiff_monoio::cancel::race;
 use skiff_monoio::tls::{TlsReader, TlsWriter};
 
 /// Broadcasts one worker's origin holds at once.
 pub const BROADCASTS: usize = 1024;
-/// Origin change-log ring length.
-const CHANGES: usize = 1024;
 /// Broadcast states per worker: its origin's [`BROADCASTS`] and as many
 /// standbys (local sources of paths served over a link), about 2.2 KiB each.
 pub const BROADCAST_SLOTS: usize = 2 * BROADCASTS;
@@ -224,9 +222,6 @@ impl Upstreams<'static, 'static> for Queues {
         }
     }
 }
-
-/// The tables the router works in, made once per worker.
-type WorkerRouter = Router<'static, 'static, 'static, TRACKS, GROUPS>;
 
 /// The relay state of one worker thread: origin, cache pool, and the glue
 /// between its sessions and the core's [`Router`], which decides routing,
@@ -289,65 +284,13 @@ impl Relay {
     /// made here, once.
     pub fn new(hop: u64, config: &RelayConfig, notify: Rc<Notify>, clock: Clock) -> Self {
         let mut keep = Keep::new();
-        let cache_bytes = config.cache_bytes;
-        // A track may hold an eighth of the cache (at least 1 MiB); a
-        // group over that is trimmed behind its readers.
-        let track_limits = config.track_limits((cache_bytes / 8).max(1 << 20));
-        let quotas = config.quotas;
         // SAFETY: the keep is the relay's last field, so it drops after the
         // router and everything else of the relay, once nothing holds the
-        // `Rc<Relay>` (every session and task of the worker holds one).
-        // Blocks still out then are counted by the pool, and relay tracks
-        // still read or written by the track table: the guards keep the
-        // storage for those; blocks lent to another worker keep it too
-        // (`Relay::drop`).
-        let (origin, local, pool, tracks, broadcasts, storage) = unsafe {
-            let origin: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
-                keep.hold(origin::State::new());
-            let local: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
-                keep.hold(origin::State::new());
-            // Spare metadata for the blocks other workers may lend at once.
-            let pool = keep.pool_with_spare(
-                cache_bytes,
-                spare_slots(pool_blocks(cache_bytes), config.threads.get()),
-            );
-            let track_slots = keep.slice(quotas.relay_tracks as usize, || {
-                TrackSlot::new(pool, track_limits)
-            });
-            let tracks: &'static TrackTable<'static, 'static, GROUPS> =
-                keep.hold(TrackTable::new(track_slots));
-            keep.guard(move || {
-                // The relay is gone: its tracks go back; those still read or
-                // written stay retired, and keep the storage.
-                tracks.retire_all();
-                tracks.reclaim();
-                tracks.counts().free != tracks.capacity()
-            });
-            let broadcast_slots = keep.slice(BROADCAST_SLOTS, BroadcastSlot::new);
-            let broadcasts: &'static BroadcastTable<'static, 'static, TRACKS> =
-                keep.hold(BroadcastTable::new(broadcast_slots));
-            let storage = RouterStorage {
-                routes: keep.slice(BROADCAST_SLOTS, || RefCell::new(None)),
-                spares: keep.slice(BROADCASTS, || RefCell::new(None)),
-                pending: keep.slice(quotas.relay_tracks as usize, || Cell::new(None)),
-            };
-            (origin, local, pool, tracks, broadcasts, storage)
-        };
-        let limits = RouterLimits {
-            announces: quotas.announces as usize,
-            pending_per_conn: quotas.pending_tracks as usize,
-            pending_per_broadcast: quotas.pending_tracks_per_broadcast as usize,
-            grace: skiff_monoio::clock::to_core(config.failover_grace),
-        };
+        // `Rc<Relay>` (every session and task of the worker holds one);
+        // blocks lent to another worker keep it too (`Relay::drop`).
+        let WorkerTables { pool, router } = unsafe { WorkerTables::new(config, &mut keep) };
         Relay {
-            router: Router::new(
-                origin.handle(),
-                local.handle(),
-                broadcasts,
-                tracks,
-                storage,
-                limits,
-            ),
+            router,
             queues: Queues {
                 by_source: RefCell::new(HashMap::new()),
                 notify: notify.clone(),

@@ -9,9 +9,11 @@
 //!
 //! Set-up, not measured:
 //!
-//! * a relay worker as `skiff_relay::relay::Relay::new` makes it: a cache
-//!   pool, the origin and local origin, broadcast and track tables, the
-//!   router's storage and limits from [`RelayConfig::default`], and every
+//! * a relay worker's tables as `skiff_relay::relay::Relay::new` makes them,
+//!   with the same constructor ([`WorkerTables::new`]: a cache pool, the
+//!   origin and local origin, broadcast and track tables, the router's
+//!   storage and limits) from [`RelayConfig::default`] with a cache of
+//!   [`CACHE_BYTES`], and every
 //!   client session with [`RelayConfig::session_config`],
 //!   [`SessionStorage`] tables and a [`Resolver`] hooked to the router;
 //! * a publishing client announcing broadcast `cam` with track `video`; the
@@ -34,9 +36,9 @@
 //! the live group's stream, then the joiner unsubscribes (FIN on its
 //! SUBSCRIBE stream) and the relay-side session ends the subscription. The
 //! relay side runs as `skiff_monoio::session_driver::drive` runs a session:
-//! a pass per wake-up (input, due timers, events to the [`Peer`], its
-//! `is_idle` and `act`, then `poll_transmit_gather` until it has nothing
-//! more), and after a pass that did something one more pass. The driver's
+//! a pass per wake-up (input, then the core's [`Session::pass`]: due
+//! timers, events to the [`Peer`], its `is_idle` and `act`; then
+//! [`Session::transmit_to`] gathering until it has nothing more), and after a pass that did something one more pass. The driver's
 //! wake-ups of other sessions ([`skiff_monoio::notify`]) and its metrics
 //! are not part of it.
 //!
@@ -46,29 +48,26 @@
 //! whole join loop, both sides, are counted by the global allocator and
 //! printed: `joins=<n> allocations=<count> bytes=<bytes>`.
 
-use std::cell::{Cell, RefCell};
 use std::hint::black_box;
 use std::process::ExitCode;
 
 use skiff_benches::counting::{self, Counting};
+use skiff_core::conn::Connection;
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::Slice;
-use skiff_core::relay::{
-    BroadcastSlot, BroadcastTable, Peer, PeerKind, Resolver, Router, RouterLimits, RouterStorage,
-    SourceId, SubscribeQueue, TrackSlot, TrackTable, Upstreams,
-};
+use skiff_core::relay::{Peer, PeerKind, Resolver, SourceId, SubscribeQueue, Upstreams};
 use skiff_core::session::{
-    Config, Error as SessionError, Event, Gather, Session, Storage, SubscriptionId,
+    Config, Error as SessionError, Event, Gather, Handler, Out, Session, Storage, SubscriptionId,
 };
-use skiff_core::time::{Duration, Instant};
+use skiff_core::time::Instant;
 use skiff_core::window::Request;
 use skiff_core::wire::lite::Role;
 use skiff_core::wire::qmux::Side;
 use skiff_monoio::session_driver::{STREAMS, SessionStorage};
-use skiff_monoio::tables::{GROUPS, TRACKS, process_pool as leak_pool};
+use skiff_monoio::tables::{GROUPS, Keep, TRACKS, process_pool as leak_pool};
 use skiff_relay::config::RelayConfig;
-use skiff_relay::relay::{BROADCAST_SLOTS, BROADCASTS};
+use skiff_relay::worker_tables::{WorkerRouter, WorkerTables};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
@@ -76,8 +75,6 @@ static ALLOC: Counting = Counting;
 /// Upstream subscriptions a client session's peer holds (the relay's
 /// `CLIENT_UPSTREAM`), and the length of its SUBSCRIBE queue.
 const CLIENT_UPSTREAM: usize = 64;
-/// Origin change-log ring length of the relay's origins.
-const CHANGES: usize = 1024;
 /// Cache bytes of the relay worker's pool (as `benches/callgrind-relay.sh`
 /// runs the relay).
 const CACHE_BYTES: u64 = 64 << 20;
@@ -102,8 +99,6 @@ const FINISHED_FRAMES: usize = 30;
 type RelaySession = Session<'static, 'static, 'static, STREAMS>;
 /// A client session of the probe (the relay's client tables serve it).
 type ClientSession<'s> = Session<'s, 'static, 'static, STREAMS>;
-/// The worker's router over its tables.
-type WorkerRouter = Router<'static, 'static, 'static, TRACKS, GROUPS>;
 /// A session's upstream SUBSCRIBE queue.
 type Queue = SubscribeQueue<'static, 'static, CLIENT_UPSTREAM>;
 
@@ -153,41 +148,16 @@ impl Worker {
     /// A worker with the default relay configuration's tables and room for
     /// `sessions` client sessions.
     fn new(sessions: usize) -> Worker {
-        let relay = RelayConfig::default();
-        let origin: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
-            leak(origin::State::new());
-        let local: &'static origin::State<'static, 'static, BROADCASTS, CHANGES> =
-            leak(origin::State::new());
-        let pool = leak_pool(CACHE_BYTES);
-        let track_limits = relay.track_limits((CACHE_BYTES / 8).max(1 << 20));
-        let quotas = relay.quotas;
-        let tracks: &'static TrackTable<'static, 'static, GROUPS> = leak(TrackTable::new(
-            leak_slice(quotas.relay_tracks as usize, || {
-                TrackSlot::new(pool, track_limits)
-            }),
-        ));
-        let broadcasts: &'static BroadcastTable<'static, 'static, TRACKS> = leak(
-            BroadcastTable::new(leak_slice(BROADCAST_SLOTS, BroadcastSlot::new)),
-        );
-        let storage = RouterStorage {
-            routes: leak_slice(BROADCAST_SLOTS, || RefCell::new(None)),
-            spares: leak_slice(BROADCASTS, || RefCell::new(None)),
-            pending: leak_slice(quotas.relay_tracks as usize, || Cell::new(None)),
+        let relay = RelayConfig {
+            cache_bytes: CACHE_BYTES,
+            ..RelayConfig::default()
         };
-        let limits = RouterLimits {
-            announces: quotas.announces as usize,
-            pending_per_conn: quotas.pending_tracks as usize,
-            pending_per_broadcast: quotas.pending_tracks_per_broadcast as usize,
-            grace: Duration::from_micros(relay.failover_grace.as_micros() as u64),
-        };
-        let router = leak(Router::new(
-            origin.handle(),
-            local.handle(),
-            broadcasts,
-            tracks,
-            storage,
-            limits,
-        ));
+        let mut keep = Keep::new();
+        keep.keep_forever();
+        // SAFETY: the keep never frees (`keep_forever`): the tables live for
+        // the rest of the process, as the probe's sessions need.
+        let router: &'static WorkerRouter =
+            leak(unsafe { WorkerTables::new(&relay, &mut keep) }.router);
         let queues = leak(Queues {
             queues: leak_slice(sessions, SubscribeQueue::new),
         });
@@ -204,10 +174,7 @@ impl Worker {
 /// [`Peer`] for it, as `RelayConn` holds them in the monoio relay.
 struct RelaySide {
     session: RelaySession,
-    peer: Peer<'static, 'static, CLIENT_UPSTREAM>,
-    queue: &'static Queue,
-    router: &'static WorkerRouter,
-    queues: &'static Queues,
+    handler: RelayHandler,
 }
 
 impl RelaySide {
@@ -226,10 +193,12 @@ impl RelaySide {
         session.set_resolver(Some(resolver));
         RelaySide {
             session,
-            peer: Peer::new(id, PeerKind::Client),
-            queue: &worker.queues.queues[id as usize],
-            router: worker.router,
-            queues: worker.queues,
+            handler: RelayHandler {
+                peer: Peer::new(id, PeerKind::Client),
+                queue: &worker.queues.queues[id as usize],
+                router: worker.router,
+                queues: worker.queues,
+            },
         }
     }
 }
@@ -283,9 +252,50 @@ struct Pass {
     progress: bool,
 }
 
+/// The relay side's handler of a pass: the core's [`Peer`] for the session,
+/// as the relay's connection handler is.
+struct RelayHandler {
+    peer: Peer<'static, 'static, CLIENT_UPSTREAM>,
+    queue: &'static Queue,
+    router: &'static WorkerRouter,
+    queues: &'static Queues,
+}
+
+impl Handler<'static, 'static, 'static, STREAMS, Connection<STREAMS>> for RelayHandler {
+    fn on_event(&mut self, now: Instant, event: &Event<'_>) {
+        let _ = self.peer.on_event(event, self.router, now, self.queues);
+    }
+
+    fn act(&mut self, now: Instant, session: &mut RelaySession) {
+        black_box(self.peer.is_idle(self.queue, || now));
+        black_box(self.peer.act(session, self.router, self.queue, || now));
+    }
+}
+
+impl Out<'static> for Send {
+    fn must_flush(&self) -> bool {
+        self.head.len() - self.len < TRANSMIT_CHUNK || self.ranges.room() == 0
+    }
+
+    fn write<F>(&mut self, write: F) -> (usize, usize)
+    where
+        F: FnOnce(&mut [u8], Option<&mut dyn Gather<'static>>) -> usize,
+    {
+        self.ranges.base = self.len;
+        let room = &mut self.head[self.len..];
+        (room.len(), write(room, Some(&mut self.ranges)))
+    }
+
+    fn commit(&mut self, room: usize, n: usize) -> bool {
+        self.len += n;
+        room - n < TRANSMIT_CHUNK || self.ranges.room() == 0
+    }
+}
+
 /// One pass of the relay's session driver over `relay` at `now`: the input
-/// waiting, due timers, the session's events to the peer, the peer's turn,
-/// then everything the session has to send, gathered into `send`.
+/// waiting, then the core's pass (due timers, the session's events to the
+/// peer, the peer's turn), then everything the session has to send,
+/// gathered into `send`.
 #[inline(never)]
 fn relay_pass(relay: &mut RelaySide, now: Instant, input: &[u8], send: &mut Send) -> Pass {
     let mut progress = false;
@@ -297,38 +307,12 @@ fn relay_pass(relay: &mut RelaySide, now: Instant, input: &[u8], send: &mut Send
         consumed = n;
         progress |= n > 0;
     }
-    if s.poll_timeout().is_some_and(|t| t <= now) {
-        s.handle_timeout(now);
-    }
-    while let Some(ev) = relay.session.poll_event() {
-        let _ = relay.peer.on_event(&ev, relay.router, now, relay.queues);
-        progress = true;
-    }
-    black_box(relay.peer.is_idle(relay.queue, || now));
-    black_box(
-        relay
-            .peer
-            .act(&mut relay.session, relay.router, relay.queue, || now),
-    );
-    loop {
-        let room = send.head.len() - send.len;
-        if room < TRANSMIT_CHUNK || send.ranges.room() == 0 {
-            // The driver flushes here and goes on; the caller does, and
-            // the pass that follows this one goes on.
-            progress = true;
-            break;
-        }
-        send.ranges.base = send.len;
-        let out = &mut send.head[send.len..];
-        let n = relay
-            .session
-            .poll_transmit_gather(now, out, &mut send.ranges);
-        send.len += n;
-        progress |= n > 0;
-        if n == 0 || (room - n >= TRANSMIT_CHUNK && send.ranges.room() > 0) {
-            break;
-        }
-    }
+    let passed = relay.session.pass(now, &mut relay.handler);
+    progress |= passed.events > 0;
+    let sent = relay.session.transmit_to(now, send);
+    // A full send: the driver flushes here and goes on; the caller does,
+    // and the pass that follows this one goes on.
+    progress |= sent.wrote || sent.flush;
     Pass { consumed, progress }
 }
 

@@ -11,9 +11,10 @@ use std::vec::Vec;
 
 use super::peer::{Peer, PeerKind, Resolver, SubscribeQueue};
 use super::routes::{Router, SourceId, Upstreams};
+use crate::conn::Connection;
 use crate::model::{broadcast, track};
-use crate::session::harness::{Endpoint, Node, Pair, Stepped, run_until};
-use crate::session::{Fed, Inbox, Session};
+use crate::session::harness::{Endpoint, Ev, Node, Pair, Stepped, run_until};
+use crate::session::{Event, Fed, Handler, Inbox, Session};
 use crate::time::{Duration, Instant};
 
 /// Upstream subscriptions one relay session holds (and its queue).
@@ -55,16 +56,20 @@ impl<'s, 'r, 'a, 'p, const T: usize, const G: usize> RelayEnd<'s, 'r, 'a, 'p, T,
         self
     }
 
-    /// What a relay driver does after every call into the session.
+    /// What a relay driver does after every call into the session: the
+    /// core's pass (due timers, events to the peer, its turn).
     fn pass(&mut self, now: Instant) {
-        while let Some(ev) = self.node.session.poll_event() {
-            self.node.events.push(ev.into());
-            let _ = self.peer.on_event(&ev, self.router, now, self.queues);
-        }
         let queue = self.queues.of(self.peer.id());
-        self.linger = self
-            .peer
-            .act(&mut self.node.session, self.router, queue, || now);
+        let mut handler = PeerHandler {
+            events: &mut self.node.events,
+            peer: &mut self.peer,
+            router: self.router,
+            queues: self.queues,
+            queue,
+            linger: None,
+        };
+        self.node.session.pass(now, &mut handler);
+        self.linger = handler.linger;
     }
 
     /// The session ended: the router hears of it.
@@ -96,13 +101,35 @@ impl<const T: usize, const G: usize> Endpoint for RelayEnd<'_, '_, '_, '_, T, G>
             .min()
     }
     fn on_timeout(&mut self, now: Instant) {
-        if self.node.timeout().is_some_and(|t| t <= now) {
-            self.node.on_timeout(now);
-        }
         self.pass(now);
     }
     fn stalled(&self) -> bool {
         self.node.stalled()
+    }
+}
+
+/// A relay session's handler in a pass: the node's event log and the
+/// core's peer.
+struct PeerHandler<'h, 'r, 'a, 'p, const T: usize, const G: usize> {
+    events: &'h mut Vec<Ev>,
+    peer: &'h mut Peer<'a, 'p, Q>,
+    router: &'r Router<'r, 'a, 'p, T, G>,
+    queues: &'r Queues<'r, 'a, 'p>,
+    queue: &'r SubscribeQueue<'a, 'p, Q>,
+    /// The peer's next linger deadline, from its turn.
+    linger: Option<Instant>,
+}
+
+impl<'s, 'a, 'p, const T: usize, const G: usize> Handler<'s, 'a, 'p, 32, Connection<32>>
+    for PeerHandler<'_, '_, 'a, 'p, T, G>
+{
+    fn on_event(&mut self, now: Instant, event: &Event<'_>) {
+        self.events.push((*event).into());
+        let _ = self.peer.on_event(event, self.router, now, self.queues);
+    }
+
+    fn act(&mut self, now: Instant, session: &mut Session<'s, 'a, 'p, 32>) {
+        self.linger = self.peer.act(session, self.router, self.queue, || now);
     }
 }
 

@@ -27,7 +27,10 @@ use core::ptr::NonNull;
 
 pub mod memory;
 
-use super::{Config, ConfigError, Fed, Foreign, ForeignError, Gather, Inbox, Session, Storage};
+use super::{
+    Config, ConfigError, Fed, Foreign, ForeignError, Gather, Handler, Inbox, Once, Out, Session,
+    Storage,
+};
 use crate::conn::{self, Connection};
 use crate::model::origin;
 use crate::pool::{Block, Pool, Slice};
@@ -203,6 +206,43 @@ impl Wire for Mem {
     }
 }
 
+/// A node's event log as the handler of its session's events.
+struct Log<'l>(&'l mut Vec<Ev>);
+
+impl<'s, 'a, 'p, const N: usize, T: Transport> Handler<'s, 'a, 'p, N, T> for Log<'_> {
+    fn on_event(&mut self, _now: Instant, event: &super::Event<'_>) {
+        self.0.push((*event).into());
+    }
+}
+
+/// One gathered transmit call into a node's head buffer.
+struct OnceGather<'o, 'g, 'p> {
+    head: &'o mut [u8],
+    gather: &'o mut VecGather<'g, 'p>,
+    written: usize,
+}
+
+impl<'p> Out<'p> for OnceGather<'_, '_, 'p> {
+    fn must_flush(&self) -> bool {
+        false
+    }
+
+    fn write<F>(&mut self, write: F) -> (usize, usize)
+    where
+        F: FnOnce(&mut [u8], Option<&mut dyn Gather<'p>>) -> usize,
+    {
+        (
+            self.head.len(),
+            write(&mut *self.head, Some(&mut *self.gather)),
+        )
+    }
+
+    fn commit(&mut self, _room: usize, n: usize) -> bool {
+        self.written = n;
+        false
+    }
+}
+
 /// A session and the events it reported so far.
 pub struct Node<'s, 'a, 'p, const N: usize = 32, T: Transport = Connection<N>> {
     pub session: Session<'s, 'a, 'p, N, T>,
@@ -354,9 +394,9 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Node<'s, 'a, 'p, N, T> {
 
     /// Moves every pending event into `events`.
     pub fn drain(&mut self) {
-        while let Some(e) = self.session.poll_event() {
-            self.events.push(e.into());
-        }
+        // The log does not read the instant.
+        self.session
+            .deliver(Instant::ZERO, &mut Log(&mut self.events));
     }
 
     /// Whether an event matching `f` was reported.
@@ -373,7 +413,11 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Node<'s, 'a, 'p, N, T> {
 impl<const N: usize> Endpoint for Node<'_, '_, '_, N> {
     fn transmit(&mut self, now: Instant, out: &mut [u8]) -> usize {
         let n = match self.gather.as_mut() {
-            None => self.session.poll_transmit(now, out),
+            None => {
+                let mut once = Once::new(out);
+                self.session.transmit_to(now, &mut once);
+                once.written
+            }
             Some(spill) => {
                 if spill.is_empty() {
                     if let Some(l) = self.lender {
@@ -385,7 +429,13 @@ impl<const N: usize> Endpoint for Node<'_, '_, '_, N> {
                         limit: 3,
                         lender: self.lender,
                     };
-                    let n = self.session.poll_transmit_gather(now, &mut head, &mut g);
+                    let mut once = OnceGather {
+                        head: &mut head,
+                        gather: &mut g,
+                        written: 0,
+                    };
+                    self.session.transmit_to(now, &mut once);
+                    let n = once.written;
                     let mut at = 0;
                     self.gathered += g.ranges.len();
                     for (pos, slice) in g.ranges {
@@ -445,8 +495,12 @@ impl<const N: usize> Endpoint for Node<'_, '_, '_, N> {
 impl<const N: usize> Endpoint for Node<'_, '_, '_, N, Mem> {
     fn transmit(&mut self, now: Instant, out: &mut [u8]) -> usize {
         memory::pump(&mut self.session, now);
-        let wrote = self.session.poll_transmit(now, out);
-        assert_eq!(wrote, 0, "the memory transport writes nothing into out");
+        let mut once = Once::new(out);
+        self.session.transmit_to(now, &mut once);
+        assert_eq!(
+            once.written, 0,
+            "the memory transport writes nothing into out"
+        );
         if self.auto_drain {
             self.drain();
         }

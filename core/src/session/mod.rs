@@ -69,6 +69,7 @@ mod control;
 mod error;
 mod event;
 mod inbox;
+mod pass;
 mod publisher;
 mod resolve;
 mod scope;
@@ -87,6 +88,7 @@ pub use error::{ConfigError, Error};
 pub use event::OwnedEvent;
 pub use event::{AnnounceId, Event, SubscriptionId};
 pub use inbox::{Fed, Inbox};
+pub use pass::{Handler, Once, Out, Passed, Transmitted};
 pub use resolve::Resolve;
 pub use scope::Scope;
 

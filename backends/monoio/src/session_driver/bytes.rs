@@ -1,85 +1,38 @@
-//! Runs one sans-IO moq-lite [`Session`] over a TCP connection on monoio.
+//! The byte-stream half of the session driver: TCP, TLS and WebSocket.
 //!
-//! Two tasks per connection:
+//! A byte stream carries the session's QMux records. Its receiving side is a
+//! **reader** task ([`ByteRead`]) that appends what the socket delivers to
+//! the connection's [`Inbox`] and wakes the session task; it stops reading
+//! while the inbox holds `INBOX_BYTES` (the session is backpressured, see
+//! skiff-core's session docs), so a slow session slows its peer down. Its
+//! sending side is a [`ByteWrite`] with a staging buffer: [`transmit`] lets
+//! the session write record headers and control bytes into the buffer's
+//! spare room and leaves group payload in the pool as gathered ranges, sent
+//! with one `writev` per flush.
 //!
-//! * a **reader** task ([`ByteRead`]) appends what the socket delivers to the
-//!   connection's `Inbox` and wakes the session task; it stops reading while
-//!   the inbox holds `INBOX_BYTES` (the session is backpressured, see
-//!   skiff-core's session docs), so a slow session slows its peer down;
-//! * the **session** task ([`drive`]) feeds the inbox to
-//!   [`Session::handle_input`] (unconsumed bytes stay at the front and are
-//!   presented again), runs timers, hands events to the [`App`], writes what
-//!   [`Session::poll_transmit`] produces into the [`ByteWrite`] buffer and
-//!   flushes it, then sleeps until new bytes, a timer, the drain signal or
-//!   a change that concerns it on the thread's [`Notify`].
-//!
-//! What wakes a session for local media is exact, not guessed: before it
-//! reads the tracks it serves, the session registers the thread's track
-//! waker on each (`Notify::track_waker`, the core's own track wakers), so
-//! any write to them wakes it; its place on the [`Notify`] follows the media
-//! of those tracks and the media and consumption of the tracks it fills; and
-//! after each pass it forwards the changes the session lists
-//! ([`Session::poll_changed`]). An app whose events may concern other tasks
-//! wakes them all ([`App::EVENTS_WAKE_ALL`]).
-//!
-//! An untrusted peer (a relay connection: [`ByteRead::guard`]) is held to
-//! two more deadlines: the QMux handshake and its SETUP must complete, and a
-//! QMux record once begun must complete, within the handshake timeout; else
-//! the session closes with CONTROL_MESSAGE_TIMEOUT (a slowloris peer resets
-//! the idle timer with every byte, so that alone would not catch it). A peer
-//! that stops reading is caught by the writer ([`ByteWrite::flush`]
-//! fails with `TimedOut`), which ends the session and returns its memory.
-//!
-//! On drain the session sends GOAWAY and keeps serving until the peer closes
-//! (the server drops it at the drain timeout). A protocol error closes the
-//! session with its code (the close frame is flushed before the socket
-//! closes). Storage for a session comes from a per-thread free list
-//! ([`StoragePool`]): after warm-up, a new connection allocates none, and no
-//! frame ever does.
+//! The transport-neutral half (the session task, app hooks, wake-ups,
+//! shutdown, timers: [`super`]) reaches this half only through the inbox
+//! and [`transmit`].
 
 use std::cell::{Cell, RefCell};
 use std::future::{Future, poll_fn};
 use std::io;
-use std::pin::pin;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
-use std::time::{Duration as StdDuration, Instant as StdInstant};
+use std::time::Duration as StdDuration;
 
 use monoio::io::{
     AsyncReadRent, AsyncWriteRent, CancelableAsyncWriteRent, Canceller, OwnedReadHalf,
     OwnedWriteHalf, Split, Splitable,
 };
 use skiff_core::pool::Slice;
-use skiff_core::session::{Change, Event, Gather, LISTED_CHANGES, Session, Storage};
+use skiff_core::session::{Gather, Out, Session};
 use skiff_core::time::Instant;
-use skiff_core::wire::lite::{Role, SessionCode};
-use skiff_core::wire::qmux::Side;
 
+use super::{App, Guard, HandshakeToken};
 use crate::buffers::InboxSize;
 use crate::cancel::{race, write_all_or_stall};
-use crate::clock::Clock;
-use crate::notify::{Notify, TrackKey};
-use crate::shutdown::Shutdown;
 use crate::staging::Staging;
-
-/// Stream slots of one session's QMux connection (a quarter each are
-/// advertised as the peer's bidi and uni stream limits: 20 requests and 20
-/// group streams at once).
-pub const STREAMS: usize = 80;
-
-/// The tables of one client's session: 24 control streams sharing 8 control
-/// buffers of 1 KiB (a stream holds one only while a message is on its way
-/// or a prefix is kept; an answer takes the buffer its request leaves), 16
-/// subscriptions each way, 16 group streams each way: 23 KiB. A limit
-/// reached is refused on the wire, or waits (a control buffer), never grown.
-pub type SessionStorage = Storage<'static, 'static, 24, 1024, 16, CLIENT_SUBSCRIPTIONS, 16, 16, 8>;
-
-/// Subscriptions a client's session holds on its peer's tracks at once (the
-/// `SUBS` of [`SessionStorage`]).
-pub const CLIENT_SUBSCRIPTIONS: usize = 16;
-
-/// A session whose media (origin, tracks, pool) lives for the whole thread.
-pub type MoqSession<'s> = Session<'s, 'static, 'static, STREAMS>;
 
 /// The reader stops reading while this many received bytes wait in the inbox.
 use crate::buffers::INBOX_BYTES;
@@ -105,56 +58,6 @@ const FLUSH_AT: usize = 128 * 1024;
 // `transmit` flushes once less than a [`TRANSMIT_CHUNK`] is left in the
 // staging buffer, so the buffer never grows.
 const _: () = assert!(WRITE_BUFFER_BYTES >= 2 * TRANSMIT_CHUNK);
-
-// ---------------------------------------------------------------------------
-// Storage pool
-// ---------------------------------------------------------------------------
-
-/// A per-thread free list of session tables (a [`SessionStorage`] by
-/// default), so accepting a connection does not allocate them again.
-pub struct StoragePool<T = SessionStorage> {
-    free: RefCell<Vec<Box<T>>>,
-}
-
-impl<T> Default for StoragePool<T> {
-    fn default() -> Self {
-        StoragePool {
-            free: RefCell::new(Vec::new()),
-        }
-    }
-}
-
-impl<T> std::fmt::Debug for StoragePool<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StoragePool")
-            .field("free", &self.free.borrow().len())
-            .finish()
-    }
-}
-
-/// Most storages a thread keeps for reuse.
-const MAX_POOLED_STORAGE: usize = 256;
-
-impl<T: Default> StoragePool<T> {
-    /// An empty pool.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A storage, reused if one is free (the session clears it).
-    pub fn take(&self) -> Box<T> {
-        let reused = self.free.borrow_mut().pop();
-        reused.unwrap_or_default()
-    }
-
-    /// Gives a storage back.
-    pub fn give(&self, storage: Box<T>) {
-        let mut free = self.free.borrow_mut();
-        if free.len() < MAX_POOLED_STORAGE {
-            free.push(storage);
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Byte I/O seams
@@ -203,62 +106,6 @@ pub trait ByteRead: 'static {
         let _ = on;
     }
 }
-
-/// Deadlines [`drive`] enforces on an untrusted peer, beyond the session's own
-/// timers (the QMux idle timeout is reset by any byte, so it does not catch a
-/// peer that trickles them).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Guard {
-    /// The connection's id, for logs.
-    pub conn: u64,
-    /// The QMux handshake and the peer's SETUP must complete within this of
-    /// the start, and a QMux record, once its first byte arrived, within this
-    /// of it (a slowloris peer trickling bytes); otherwise the session is
-    /// closed with CONTROL_MESSAGE_TIMEOUT 0x11 (docs/protocol.md §2.6, §3.15).
-    /// `None`: no such deadline.
-    pub handshake: Option<StdDuration>,
-}
-
-/// Counts one connection among those that have not finished their handshake
-/// (a server's quota of such connections) until [`HandshakeToken::done`] or
-/// its drop.
-pub struct HandshakeToken {
-    count: Rc<Cell<u32>>,
-    counted: bool,
-}
-
-impl std::fmt::Debug for HandshakeToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HandshakeToken")
-            .field("counted", &self.counted)
-            .finish()
-    }
-}
-
-impl HandshakeToken {
-    /// Counts one more connection in `count` until the token is done.
-    pub fn new(count: Rc<Cell<u32>>) -> Self {
-        count.set(count.get().saturating_add(1));
-        HandshakeToken {
-            count,
-            counted: true,
-        }
-    }
-
-    /// The handshake is over: the connection no longer counts.
-    pub fn done(&mut self) {
-        if std::mem::take(&mut self.counted) {
-            self.count.set(self.count.get().saturating_sub(1));
-        }
-    }
-}
-
-impl Drop for HandshakeToken {
-    fn drop(&mut self) {
-        self.done();
-    }
-}
-
 /// The sending half of a byte stream, with a staging buffer.
 pub trait ByteWrite {
     /// The staging buffer (`poll_transmit` writes into its spare room).
@@ -374,66 +221,6 @@ impl<S: CancelableAsyncWriteRent> ByteWrite for HalfWriter<S> {
 }
 
 // ---------------------------------------------------------------------------
-// The application seam
-// ---------------------------------------------------------------------------
-
-/// What a session takes once its peer's SETUP declared the peer's
-/// [`Role`]: [`drive`] calls [`SetupTables::attach`] after handing the SETUP
-/// event to the app and before the session reads on, so tables attached
-/// there are in place before the peer's first request. A server that sizes
-/// a session's media tables by what the peer does implements it; `()`
-/// attaches nothing, and `Option<T>` what `T` does if it is `Some`.
-pub trait SetupTables<'s, const N: usize> {
-    /// Gives `session` what a peer of `role` needs.
-    fn attach(self, session: &mut Session<'s, 'static, 'static, N>, role: Role);
-}
-
-impl<'s, const N: usize> SetupTables<'s, N> for () {
-    fn attach(self, _session: &mut Session<'s, 'static, 'static, N>, _role: Role) {}
-}
-
-impl<'s, T: SetupTables<'s, N>, const N: usize> SetupTables<'s, N> for Option<T> {
-    fn attach(self, session: &mut Session<'s, 'static, 'static, N>, role: Role) {
-        if let Some(tables) = self {
-            tables.attach(session, role);
-        }
-    }
-}
-
-/// What runs on top of a driven session of `N` stream slots (the relay, a
-/// client; [`MoqSession`] unless it is a trunk).
-pub trait App<const N: usize = STREAMS> {
-    /// An event from the session (its text is borrowed for this call only).
-    fn on_event(&mut self, event: &Event<'_>);
-    /// Called after every round of events and whenever the thread's media
-    /// changed: make requests on the session here.
-    fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>);
-    /// The session is over.
-    fn on_close(&mut self) {}
-    /// Lends `slice` of group payload to the peer instead of sending its
-    /// bytes, on a link inside one process whose session passes data by
-    /// reference (STREAM_REF): the token that names it, or `None` to send
-    /// the bytes (the default, and what a link does with every slot lent).
-    fn lend(&self, slice: Slice<'static>) -> Option<u64> {
-        let _ = slice;
-        None
-    }
-    /// An instant at which the driver makes a pass although nothing woke
-    /// the session, asked once before each wait (`now`: the pass's instant).
-    /// The relay's worker links use it to look for lent blocks the other
-    /// worker gave back. The default is `None`.
-    fn wake_at(&mut self, now: Instant) -> Option<Instant> {
-        let _ = now;
-        None
-    }
-    /// Whether the app's events may change what other tasks of the thread
-    /// wait on, so a pass that delivered events wakes every task. An app
-    /// that wakes whom its events concern itself (the relay, by its policy's
-    /// [`Effect`](skiff_core::relay::Effect)) says false. The default is true.
-    const EVENTS_WAKE_ALL: bool = true;
-}
-
-// ---------------------------------------------------------------------------
 // Inbox
 // ---------------------------------------------------------------------------
 
@@ -491,6 +278,89 @@ impl Inbox {
             session_waker: RefCell::new(None),
             reader_waker: RefCell::new(None),
         }
+    }
+
+    /// Feeds everything the session has not consumed yet to `session`,
+    /// oldest first, and wakes the reader if the pass freed room or saw the
+    /// bytes it waits on; `None` once the session is closed.
+    pub(super) fn feed<const N: usize>(
+        &self,
+        session: &mut Session<'_, 'static, 'static, N>,
+        now: Instant,
+    ) -> Option<Taken> {
+        self.fresh.set(false);
+        if session.is_closed() {
+            return None;
+        }
+        let mut slot = self.data.borrow_mut();
+        let mut consumed = false;
+        let mut empty = true;
+        let mut more = false;
+        // A session stalled on input it already took (data passed by
+        // reference) is called with no new bytes too.
+        if slot.is_some() || session.is_stalled() {
+            let data = slot.get_or_insert_with(|| pooled_inbox(InboxSize::Tiny));
+            if let Ok(fed) = data.feed(session, now)
+                && fed.progress()
+            {
+                consumed = true;
+                self.wake_reader();
+            }
+            empty = data.is_empty();
+            more = consumed && (!empty || session.is_stalled());
+        }
+        drop(slot);
+        if empty {
+            self.release_if_empty();
+        }
+        // The pass saw the bytes the reader waits on: if it took none,
+        // the reader moves them to a larger buffer and reads on.
+        if !consumed && self.reader_parked.get() {
+            self.wake_reader();
+        }
+        Some(Taken {
+            consumed,
+            more,
+            settled: consumed || empty || session.is_stalled(),
+        })
+    }
+
+    /// Sets whether the reader acknowledges a draining read at once
+    /// ([`ByteRead::set_prompt_acks`]).
+    pub(super) fn set_prompt_acks(&self, on: bool) {
+        self.prompt_acks.set(on);
+    }
+
+    /// Whether something came the session has not seen: bytes, the end of
+    /// the stream, or a failure.
+    pub(super) fn is_ready(&self) -> bool {
+        self.fresh.get() || self.eof.get() || self.error.get()
+    }
+
+    /// Whether the socket failed.
+    pub(super) fn failed(&self) -> bool {
+        self.error.get()
+    }
+
+    /// Whether the peer closed its sending side.
+    pub(super) fn ended(&self) -> bool {
+        self.eof.get()
+    }
+
+    /// Whether no received byte waits.
+    pub(super) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The session task waits on `waker` for the reader's news.
+    pub(super) fn set_session_waker(&self, waker: &Waker) {
+        Inbox::set_waker(&self.session_waker, waker);
+    }
+
+    /// Stops the reader task (its in-flight read is dropped with it).
+    pub(super) fn stop(&self) {
+        self.stop.set(true);
+        self.wake_reader();
     }
 
     /// Bytes waiting.
@@ -571,6 +441,27 @@ impl Drop for Inbox {
             crate::buffers::give_inbox(d.into_inner());
         }
     }
+}
+
+/// What [`Inbox::feed`] came to.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Taken {
+    /// The session took input.
+    pub(super) consumed: bool,
+    /// It took input and more waits, or it is stalled: another pass may
+    /// take more at once.
+    pub(super) more: bool,
+    /// No partial record waits that the session could take (it took
+    /// input, none waits, or it is stalled): the incomplete-record deadline
+    /// does not run.
+    pub(super) settled: bool,
+}
+
+/// Starts the reader task of `reader` and returns the inbox it fills.
+pub(super) fn spawn_reader<R: ByteRead>(reader: R) -> Rc<Inbox> {
+    let inbox = Rc::new(Inbox::new());
+    monoio::spawn(read_loop(reader, inbox.clone()));
+    inbox
 }
 
 /// Buffers in a row that held no more than a tiny buffer's worth after which
@@ -742,400 +633,6 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
     }
 }
 
-// ---------------------------------------------------------------------------
-// The session task
-// ---------------------------------------------------------------------------
-
-/// How a driven session ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
-    /// The session closed (either side) and its close was sent.
-    Closed,
-    /// The peer closed the TCP connection without closing the session.
-    PeerEof,
-    /// The socket failed.
-    SocketError,
-}
-
-/// Everything [`drive`] needs besides the session and the socket.
-///
-/// `shutdown`: a server session sends GOAWAY when it fires; a client session
-/// closes with NO_ERROR.
-#[derive(Debug, Clone)]
-pub struct DriveCtx {
-    /// The clock the session's instants come from.
-    pub clock: Clock,
-    /// The thread's media-change signal.
-    pub notify: Rc<Notify>,
-    /// The server's drain signal (`None` for clients).
-    pub shutdown: Option<Shutdown>,
-}
-
-/// Runs `session` over `reader`/`writer` until it ends; see the module docs.
-///
-/// # Errors
-/// The writer's error if sending failed.
-///
-/// The session comes boxed: it is the largest part of a connection, and a
-/// future that took it by value would hold a copy of it in every caller's
-/// state as well.
-///
-/// `tables`: what the session takes at the peer's SETUP ([`SetupTables`]:
-/// the media tables of a session built without them); `()` for a session
-/// whose storage has them already.
-pub async fn drive<
-    's,
-    R: ByteRead,
-    W: ByteWrite,
-    A: App<N>,
-    T: SetupTables<'s, N>,
-    const N: usize,
->(
-    mut session: Box<Session<'s, 'static, 'static, N>>,
-    tables: T,
-    mut reader: R,
-    mut writer: W,
-    app: &mut A,
-    ctx: &DriveCtx,
-) -> io::Result<Ended> {
-    // Both buffers come from the thread's pools while bytes pass through.
-    let inbox = Rc::new(Inbox::new());
-    let guard = reader.guard();
-    let mut handshake = reader.take_handshake();
-    monoio::spawn(read_loop(reader, inbox.clone()));
-    let res = session_loop(
-        &mut session,
-        Some(tables),
-        &inbox,
-        &mut writer,
-        app,
-        ctx,
-        guard,
-        &mut handshake,
-    )
-    .await;
-    // Let the reader go (its in-flight read is dropped with it).
-    inbox.stop.set(true);
-    inbox.wake_reader();
-    app.on_close();
-    drop(session);
-    ctx.notify.bump();
-    let _ = writer.close().await;
-    res
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn session_loop<'s, W: ByteWrite, A: App<N>, T: SetupTables<'s, N>, const N: usize>(
-    session: &mut Session<'s, 'static, 'static, N>,
-    mut tables: Option<T>,
-    inbox: &Inbox,
-    writer: &mut W,
-    app: &mut A,
-    ctx: &DriveCtx,
-    guard: Guard,
-    handshake: &mut Option<HandshakeToken>,
-) -> io::Result<Ended> {
-    let notify = &*ctx.notify;
-    let limit = guard.handshake.map(crate::clock::to_core);
-    let started = ctx.clock.now();
-    // Since when the front of the input is a record that has not completed.
-    let mut partial_since: Option<Instant> = None;
-    let waiter = notify.waiter();
-    // This task's waker: the session's place stays registered while it runs.
-    let task = poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
-    // What the place follows: the session's track set version and whether it
-    // follows every change ([`follow`]).
-    let mut followed: Option<(u64, bool)> = None;
-    let mut sleep = pin!(monoio::time::sleep(StdDuration::from_secs(3600)));
-    let mut armed: Option<Instant> = None;
-    let mut goaway_sent = false;
-    // One drain wait for the whole session (dropping it would unregister it).
-    let mut drain = pin!(async {
-        match &ctx.shutdown {
-            Some(s) => s.wait().await,
-            None => std::future::pending().await,
-        }
-    });
-    let mut drain_seen = false;
-    loop {
-        let now = ctx.clock.now();
-        crate::buffers::trim_if_due(now);
-        let mut progress = false;
-        // Events reach the app, which may change what other tasks wait on
-        // (see [`App::EVENTS_WAKE_ALL`]).
-        let mut events = false;
-        // Whether the pass left work another pass may do at once: input it
-        // did not take, events the app saw, a timeout or a close.
-        let mut more = false;
-        // Input: everything not consumed yet, oldest first.
-        inbox.fresh.set(false);
-        if !session.is_closed() {
-            let mut slot = inbox.data.borrow_mut();
-            let mut consumed = false;
-            let mut empty = true;
-            // A session stalled on input it already took (data passed by
-            // reference) is called with no new bytes too.
-            if slot.is_some() || session.is_stalled() {
-                let data = slot.get_or_insert_with(|| pooled_inbox(InboxSize::Tiny));
-                if let Ok(fed) = data.feed(session, now)
-                    && fed.progress()
-                {
-                    progress = true;
-                    consumed = true;
-                    inbox.wake_reader();
-                }
-                empty = data.is_empty();
-                more |= consumed && (!empty || session.is_stalled());
-            }
-            drop(slot);
-            if empty {
-                inbox.release_if_empty();
-            }
-            // The pass saw the bytes the reader waits on: if it took none,
-            // the reader moves them to a larger buffer and reads on.
-            if !consumed && inbox.reader_parked.get() {
-                inbox.wake_reader();
-            }
-            // Slowloris: bytes waiting that the session could take but that
-            // do not complete a record.
-            if consumed || empty || session.is_stalled() {
-                partial_since = None;
-            } else if partial_since.is_none() {
-                partial_since = Some(now);
-            }
-        }
-        if let Some(limit) = limit
-            && !session.is_closed()
-        {
-            let reason = if !session.is_setup() && now >= started.saturating_add(limit) {
-                Some("handshake timeout")
-            } else if partial_since.is_some_and(|t| now >= t.saturating_add(limit)) {
-                Some("incomplete record timeout")
-            } else {
-                None
-            };
-            if let Some(reason) = reason {
-                tracing::info!(conn = guard.conn, "{reason}: closing the connection");
-                // docs/protocol.md §3.15: CONTROL_MESSAGE_TIMEOUT.
-                session.close(SessionCode::ControlMessageTimeout, reason);
-                progress = true;
-                more = true;
-            }
-        }
-        if session.is_setup()
-            && let Some(mut h) = handshake.take()
-        {
-            h.done();
-        }
-        if session.poll_timeout().is_some_and(|t| t <= now) {
-            session.handle_timeout(now);
-            more = true;
-        }
-        while let Some(ev) = session.poll_event() {
-            let setup = match ev {
-                Event::Setup { role, .. } => Some(role),
-                _ => None,
-            };
-            app.on_event(&ev);
-            progress = true;
-            events = true;
-            more = true;
-            // The session reads on past the SETUP only now: its media tables
-            // are in place before the peer's first request.
-            if let Some(role) = setup {
-                inbox.prompt_acks.set(role != Role::Subscriber);
-                if let Some(tables) = tables.take() {
-                    tables.attach(session, role);
-                }
-            }
-        }
-        app.act(session);
-        if !goaway_sent && ctx.shutdown.as_ref().is_some_and(Shutdown::is_draining) {
-            goaway_sent = true;
-            // docs/protocol.md §3.12: a server tells the peer to move on and keeps
-            // serving until it does; a client just closes.
-            if session.side() == Side::Client || session.goaway("").is_err() {
-                session.close(SessionCode::NoError, "shutting down");
-            }
-        }
-
-        // Core wakers: the next change of a track this session serves, by
-        // whoever makes it, wakes the session. Registered after the input
-        // and the app (which may start serving) and before `transmit` reads
-        // the tracks, so no change after the read is missed.
-        // The session's place follows the same tracks from now on, so a
-        // change while it runs is seen by its next wait.
-        for track in session.served_tracks() {
-            track.wake_on_change(&ctx.notify.track_waker(track.key()));
-        }
-        let version = session.tracks_version();
-        if followed != Some((version, follows_every_change(session))) {
-            followed = Some((version, follow(session, &waiter, &task)));
-        } else {
-            waiter.rearm(&task);
-        }
-        let sent = transmit(session, now, writer, &*app).await?;
-        progress |= sent;
-        if session.is_closed() && (session.is_drained() || !progress) {
-            return Ok(Ended::Closed);
-        }
-        if inbox.error.get() {
-            return Ok(Ended::SocketError);
-        }
-        if inbox.eof.get() && (inbox.len() == 0 || !progress) {
-            return Ok(Ended::PeerEof);
-        }
-        if progress {
-            forward_changes(session, notify, events && A::EVENTS_WAKE_ALL);
-        }
-        // A pass that took all its input and only sent besides (a
-        // publisher's frame, a viewer's media and credit) left nothing it
-        // could do at once: what lets it do more (bytes, media, credit)
-        // wakes it, and the waiter it armed before sending keeps any change
-        // since. So it goes to wait rather than walk its tables again for
-        // nothing, and the tasks its changes woke run sooner.
-        if more || (progress && session.is_closed()) {
-            continue;
-        }
-
-        // Sleep until something can change.
-        let mut deadline = session.poll_timeout();
-        // A pass the app asks for although nothing wakes the task.
-        if let Some(at) = app.wake_at(now) {
-            deadline = Some(deadline.map_or(at, |d| d.min(at)));
-        }
-        if let Some(limit) = limit
-            && !session.is_closed()
-        {
-            let guard_at = [
-                (!session.is_setup()).then(|| started.saturating_add(limit)),
-                partial_since.map(|t| t.saturating_add(limit)),
-            ];
-            for at in guard_at.into_iter().flatten() {
-                deadline = Some(deadline.map_or(at, |d| d.min(at)));
-            }
-        }
-        // Re-arm only for an earlier deadline: the idle deadline moves later
-        // with every byte, and a timer that fires early costs one pass, which
-        // arms it again for the deadline then.
-        if let Some(at) = deadline
-            && armed.is_none_or(|a| at < a)
-        {
-            armed = Some(at);
-            let wait = crate::clock::to_std(at.saturating_duration_since(now));
-            sleep
-                .as_mut()
-                .reset(monoio::time::Instant::from_std(StdInstant::now() + wait));
-        }
-        let shutdown = ctx.shutdown.as_ref().filter(|_| !goaway_sent);
-        let session_ref = &*session;
-        poll_fn(|cx| {
-            if waiter.take_concerned()
-                || inbox.fresh.get()
-                || inbox.eof.get()
-                || inbox.error.get()
-                || shutdown.is_some_and(Shutdown::is_draining)
-            {
-                return Poll::Ready(());
-            }
-            // The place is still registered from before `transmit` (a flush
-            // that concerned it since took its waker and left the mark seen
-            // above); only a session that came to wait on every change since
-            // registers again.
-            let all = follows_every_change(session_ref);
-            if followed.is_none_or(|(_, then)| then != all) {
-                let now_all = follow(session_ref, &waiter, cx.waker());
-                followed = Some((session_ref.tracks_version(), now_all));
-            }
-            Inbox::set_waker(&inbox.session_waker, cx.waker());
-            if armed.is_some() && sleep.as_mut().poll(cx).is_ready() {
-                armed = None;
-                return Poll::Ready(());
-            }
-            if !drain_seen && drain.as_mut().poll(cx).is_ready() {
-                drain_seen = true;
-                return Poll::Ready(());
-            }
-            if writer.poll_transport(cx).is_ready() {
-                return Poll::Ready(());
-            }
-            Poll::Pending
-        })
-        .await;
-    }
-}
-
-/// Whether the session waits on every change of the thread: its input is
-/// stalled (room in the pool may come from any task) or a request waits for a
-/// track it does not name.
-fn follows_every_change<const N: usize>(session: &Session<'_, 'static, 'static, N>) -> bool {
-    session.is_stalled() || session.has_deferred_requests()
-}
-
-/// Registers the session's task at its place: for the media of the tracks it
-/// serves and for everything of the tracks it fills; for every change while
-/// its input is stalled (room in the pool may come from any task) or a
-/// request waits for a track it does not name. True in that last case.
-fn follow<const N: usize>(
-    session: &Session<'_, 'static, 'static, N>,
-    waiter: &crate::notify::Waiter<'_>,
-    waker: &std::task::Waker,
-) -> bool {
-    let all = follows_every_change(session);
-    if all {
-        waiter.register(waker);
-    } else {
-        waiter.register_session(
-            waker,
-            session.served_tracks().map(|t| t.key()),
-            session.filled_tracks().map(|t| t.key()),
-        );
-    }
-    all
-}
-
-/// Wakes the tasks waiting on what the pass changed, as the session lists
-/// it ([`Session::poll_changed`]): the media and the demand of a track wake
-/// the tasks following it, its consumption those following it for that;
-/// `all` (or more changes than listed) wakes every task.
-fn forward_changes<const N: usize>(
-    session: &mut Session<'_, 'static, 'static, N>,
-    notify: &Notify,
-    mut all: bool,
-) {
-    let mut media = [TrackKey::NONE; LISTED_CHANGES];
-    let mut consumed = [TrackKey::NONE; LISTED_CHANGES];
-    let (mut m, mut c) = (0, 0);
-    while let Some(change) = session.poll_changed() {
-        match change {
-            Change::Media(k) if m < LISTED_CHANGES => {
-                media[m] = k;
-                m += 1;
-            }
-            Change::Consumed(k) if c < LISTED_CHANGES => {
-                consumed[c] = k;
-                c += 1;
-            }
-            // A change of demand concerns the session filling the track.
-            Change::Demand(k) if m < LISTED_CHANGES => {
-                media[m] = k;
-                m += 1;
-            }
-            _ => all = true,
-        }
-    }
-    if all {
-        notify.bump();
-        return;
-    }
-    if m > 0 {
-        notify.bump_tracks(media.into_iter().take(m));
-    }
-    if c > 0 {
-        notify.bump_consumed_tracks(consumed.into_iter().take(c));
-    }
-}
-
 /// A staging buffer's gather whose payload the app may lend instead
 /// ([`App::lend`]).
 struct Lending<'l, G, A, const N: usize> {
@@ -1157,6 +654,50 @@ impl<G: Gather<'static>, A: App<N>, const N: usize> Gather<'static> for Lending<
     }
 }
 
+/// A writer's staging buffer as the session's [`Out`]: record headers and
+/// control bytes go into its spare room, group payload stays in the pool as
+/// gathered ranges (or is lent, [`App::lend`]).
+struct StagingOut<'o, A, const N: usize> {
+    staging: &'o mut Staging,
+    app: &'o A,
+}
+
+impl<A: App<N>, const N: usize> Out<'static> for StagingOut<'_, A, N> {
+    fn must_flush(&self) -> bool {
+        let staging = &*self.staging;
+        !staging.is_empty()
+            && (staging.len() >= FLUSH_AT
+                || staging.is_gather_full()
+                || staging.room_left() < TRANSMIT_CHUNK)
+    }
+
+    fn write<F>(&mut self, write: F) -> (usize, usize)
+    where
+        F: FnOnce(&mut [u8], Option<&mut dyn Gather<'static>>) -> usize,
+    {
+        let staging = &mut *self.staging;
+        // Initializes the room the first time a buffer offers it (within
+        // its capacity: a flush keeps a chunk free).
+        staging.reserve(staging.staged().len() + TRANSMIT_CHUNK);
+        let (spare, gather) = staging.spare_and_gather();
+        let room = spare.len();
+        let mut lending = Lending::<_, A, N> {
+            gather,
+            app: self.app,
+        };
+        (room, write(spare, Some(&mut lending)))
+    }
+
+    fn commit(&mut self, room: usize, n: usize) -> bool {
+        let staging = &mut *self.staging;
+        staging.commit(n);
+        // A call that stopped with room for two full QMux records and for more
+        // ranges left had nothing more to send (each round writes whatever
+        // fits), so another call would only walk the session's tables again.
+        room - n < TRANSMIT_CHUNK || staging.is_gather_full()
+    }
+}
+
 /// Writes everything the session has to send; true if it wrote anything.
 ///
 /// `poll_transmit_gather` writes record headers and control bytes straight
@@ -1166,7 +707,7 @@ impl<G: Gather<'static>, A: App<N>, const N: usize> Gather<'static> for Lending<
 /// spare room is offered at once, so a frame of a few blocks takes one call;
 /// the buffer is sent (one `writev`) once [`FLUSH_AT`] bytes or
 /// [`GATHER_RANGES`](crate::staging::GATHER_RANGES) ranges wait, and at the end.
-async fn transmit<W: ByteWrite, A: App<N>, const N: usize>(
+pub(super) async fn transmit<W: ByteWrite, A: App<N>, const N: usize>(
     session: &mut Session<'_, 'static, 'static, N>,
     now: Instant,
     writer: &mut W,
@@ -1174,31 +715,16 @@ async fn transmit<W: ByteWrite, A: App<N>, const N: usize>(
 ) -> io::Result<bool> {
     let mut any = false;
     loop {
-        let staging = writer.buffer();
-        if !staging.is_empty()
-            && (staging.len() >= FLUSH_AT
-                || staging.is_gather_full()
-                || staging.room_left() < TRANSMIT_CHUNK)
-        {
-            writer.flush().await?;
-            continue;
-        }
-        // Initializes the room the first time a buffer offers it (within
-        // its capacity: the flush above keeps a chunk free).
-        staging.reserve(staging.staged().len() + TRANSMIT_CHUNK);
-        let (spare, gather) = staging.spare_and_gather();
-        let room = spare.len();
-        let n = session.poll_transmit_gather(now, spare, &mut Lending::<_, _, N> { gather, app });
-        staging.commit(n);
-        if n > 0 {
-            any = true;
-        }
-        // A call that stopped with room for two full QMux records and for more
-        // ranges left had nothing more to send (each round writes whatever
-        // fits), so another call would only walk the session's tables again.
-        if n == 0 || (room - n >= TRANSMIT_CHUNK && !staging.is_gather_full()) {
+        let mut out = StagingOut::<A, N> {
+            staging: writer.buffer(),
+            app,
+        };
+        let sent = session.transmit_to(now, &mut out);
+        any |= sent.wrote;
+        if !sent.flush {
             break;
         }
+        writer.flush().await?;
     }
     if !writer.buffer().is_empty() || writer.wants_flush() {
         writer.flush().await?;
