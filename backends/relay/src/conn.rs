@@ -640,7 +640,6 @@ impl ByteRead for Reader {
     }
     fn guard(&self) -> Guard {
         Guard {
-            conn: self.id(),
             handshake: Some(self.handshake_timeout()),
         }
     }

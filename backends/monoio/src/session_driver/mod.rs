@@ -148,8 +148,6 @@ impl<T: Default> StoragePool<T> {
 /// peer that trickles them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Guard {
-    /// The connection's id, for logs.
-    pub conn: u64,
     /// The QMux handshake and the peer's SETUP must complete within this of
     /// the start, and a QMux record, once its first byte arrived, within this
     /// of it (a slowloris peer trickling bytes); otherwise the session is
@@ -235,6 +233,12 @@ pub trait App<const N: usize = STREAMS> {
     fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>);
     /// The session is over.
     fn on_close(&mut self) {}
+    /// The driver closes the session because the peer missed a [`Guard`]
+    /// deadline (`reason` says which); the default logs it, an app that
+    /// names its connections logs it under that name instead.
+    fn on_guard_close(&mut self, reason: &'static str) {
+        tracing::info!("{reason}: closing the connection");
+    }
     /// Lends `slice` of group payload to the peer instead of sending its
     /// bytes, on a link inside one process whose session passes data by
     /// reference (STREAM_REF): the token that names it, or `None` to send
@@ -328,7 +332,6 @@ pub async fn drive<
             setup: None,
         },
         ctx,
-        guard,
         handshake: &mut handshake,
         limit: guard.handshake.map(crate::clock::to_core),
         started: ctx.clock.now(),
@@ -403,7 +406,6 @@ struct Driven<'d, 's, A, T, const N: usize> {
     inbox: &'d Inbox,
     handler: AppHandler<'d, A, T>,
     ctx: &'d DriveCtx,
-    guard: Guard,
     handshake: &'d mut Option<HandshakeToken>,
     /// The guard's handshake and record deadline, if any.
     limit: Option<Duration>,
@@ -479,7 +481,7 @@ impl<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize> Driven<'_, 's, A, T, 
             None
         };
         if let Some(reason) = reason {
-            tracing::info!(conn = self.guard.conn, "{reason}: closing the connection");
+            self.handler.app.on_guard_close(reason);
             // docs/protocol.md §3.15: CONTROL_MESSAGE_TIMEOUT.
             self.session
                 .close(SessionCode::ControlMessageTimeout, reason);

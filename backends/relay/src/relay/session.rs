@@ -205,6 +205,10 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
         }
     }
 
+    fn on_guard_close(&mut self, reason: &'static str) {
+        tracing::info!(conn = ?self.name, "{reason}: closing the connection");
+    }
+
     fn on_close(&mut self) {
         let relay = self.relay.clone();
         relay.remove_source(self.name.id());
