@@ -80,7 +80,14 @@ for line in open(sys.argv[1]):
     m = re.match(r'^calls=(\d+)', line)
     if m and cfn:
         calls[cfn] += int(m.group(1))
-for want in ('Session<_>::poll_transmit_gather', 'Session<_>::handle_input', 'writev'):
-    n = sum(v for k, v in calls.items() if names.get(k, '').split(' ')[0].endswith(want))
-    print(f"calls of {want}: {n}")
+# The session's send step and its QMux input step (inlined callers aside),
+# and the vectored writes.
+steps = (
+    ('Session::transmit', lambda n: n.startswith('skiff_core::session::Session') and n.endswith('::transmit')),
+    ('Session::handle_input', lambda n: n.startswith('skiff_core::session::') and n.endswith('::handle_input')),
+    ('writev', lambda n: n.split(' ')[0].endswith('writev')),
+)
+for label, wanted in steps:
+    n = sum(v for k, v in calls.items() if wanted(names.get(k, '')))
+    print(f"calls of {label}: {n}")
 PY
