@@ -365,6 +365,24 @@ mod tests {
         .handle()
     }
 
+    /// A client session publishing `origin` (if any) and the relay's end of
+    /// its connection serving `served`, each on storage of its own that lives
+    /// for the rest of the test.
+    fn sessions(
+        now: Instant,
+        origin: Option<origin::Ref<'static, 'static>>,
+        served: origin::Ref<'static, 'static>,
+    ) -> (
+        Session<'static, 'static, 'static, 32>,
+        Session<'static, 'static, 'static, 32>,
+    ) {
+        let cst: &'static mut St = Box::leak(Box::new(St::new()));
+        let rst: &'static mut St = Box::leak(Box::new(St::new()));
+        let client = Session::new(Side::Client, Config::new(), now, cst, origin).unwrap();
+        let relay = Session::new(Side::Server, Config::new(), now, rst, Some(served)).unwrap();
+        (client, relay)
+    }
+
     /// Connects a client (publishing `origin`, if any) as relay source `id`.
     fn connect(
         mesh: &mut M,
@@ -373,17 +391,7 @@ mod tests {
         id: SourceId,
         origin: Option<origin::Ref<'static, 'static>>,
     ) -> usize {
-        let cst: &'static mut St = Box::leak(Box::new(St::new()));
-        let rst: &'static mut St = Box::leak(Box::new(St::new()));
-        let client = Session::new(Side::Client, Config::new(), mesh.now, cst, origin).unwrap();
-        let mut relay = Session::new(
-            Side::Server,
-            Config::new(),
-            mesh.now,
-            rst,
-            Some(router.origin()),
-        )
-        .unwrap();
+        let (client, mut relay) = sessions(mesh.now, origin, router.origin());
         relay.set_resolver(Some(leak(resolver(router, id, queues))));
         mesh.connect(Node::new(client), RelayEnd::new(relay, id, router, queues))
     }
@@ -666,18 +674,7 @@ mod tests {
         id: SourceId,
         origin: origin::Ref<'static, 'static>,
     ) -> usize {
-        let cst: &'static mut St = Box::leak(Box::new(St::new()));
-        let rst: &'static mut St = Box::leak(Box::new(St::new()));
-        let client =
-            Session::new(Side::Client, Config::new(), mesh.now, cst, Some(origin)).unwrap();
-        let mut relay = Session::new(
-            Side::Server,
-            Config::new(),
-            mesh.now,
-            rst,
-            Some(router.local_origin()),
-        )
-        .unwrap();
+        let (client, mut relay) = sessions(mesh.now, Some(origin), router.local_origin());
         relay.set_resolver(Some(leak(Resolver::new(router, None, queues))));
         let end = RelayEnd::new(relay, id, router, queues).with_kind(PeerKind::Trunk {
             ask_first: false,
