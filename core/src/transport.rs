@@ -53,6 +53,12 @@
 //!   Anything the driver reads beyond that is credit handed to the peer that
 //!   no reader asked for.
 //!
+//! Credit the peer grants reaches the session the same way: QMux's arrives
+//! with the input, whose handling lets the session write again; a library
+//! that takes the peer's credit by itself reports it as
+//! [`Event::StreamWritable`], since a session that found nothing it could
+//! write skips its tables until something it is told about changes.
+//!
 //! docs/protocol.md §2.4 states the same rule per transport.
 
 use crate::time::Instant;

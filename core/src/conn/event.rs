@@ -73,6 +73,14 @@ pub enum Event<'a> {
         /// Application (moq-lite stream) error code.
         code: u64,
     },
+    /// The peer raised a stream's send credit, so data that waited for it
+    /// may be written now. A transport with flow control of its own (a QUIC
+    /// library) reports it; QMux's credit arrives with the input, whose
+    /// handling lets the session write again, so QMux never reports it.
+    StreamWritable {
+        /// The stream.
+        id: StreamId,
+    },
     /// An unreliable datagram, borrowed from the input (docs/protocol.md §2.7).
     Datagram(&'a [u8]),
     /// The connection is over; nothing more will be received.

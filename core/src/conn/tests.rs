@@ -48,6 +48,7 @@ enum Ev {
         id: u64,
         code: u64,
     },
+    Writable(u64),
     Datagram(Vec<u8>),
     Closed {
         code: u64,
@@ -96,6 +97,7 @@ impl From<Event<'_>> for Ev {
                 code,
                 final_size,
             },
+            Event::StreamWritable { id } => Ev::Writable(id.value()),
             Event::StopSending { id, code } => Ev::Stop {
                 id: id.value(),
                 code,

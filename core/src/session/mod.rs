@@ -770,7 +770,11 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         out: &mut [u8],
         mut gather: Option<&mut dyn Gather<'p>>,
     ) -> usize {
-        self.release_surfaced();
+        if self.surfaced.is_some() {
+            // The message behind the last event goes: its stream may go on.
+            self.release_surfaced();
+            self.dirty = true;
+        }
         self.now = now;
         if !T::GATHER {
             // The transport cannot send payload where it lies: copy it.
@@ -780,10 +784,17 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         // the session or a change of the media it serves or fills can give
         // it work (a relay wakes every session on every change).
         if self.deferred {
+            // What the requests that waited write now is sent by the full pass.
             self.resume();
+            self.dirty = true;
         }
         let stamp = self.media_stamp();
-        if !self.dirty && stamp == self.stamp && !self.is_stalled() && !self.deferred {
+        if !self.dirty
+            && stamp == self.stamp
+            && !self.is_stalled()
+            && !self.deferred
+            && !self.control.iter().any(|c| c.needs_processing())
+        {
             return self.conn.poll_transmit(now, out);
         }
         let mut pos = 0;
@@ -864,18 +875,27 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// released at the next call on the session.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event<'_>> {
-        self.release_surfaced();
-        self.dirty = true;
+        // Releasing a surfaced message and taking an event may both give
+        // the session work (input goes on, a request waits for an answer);
+        // a call that finds nothing leaves it as it was, so the driver's
+        // transmit after an empty poll may still take its fast path.
+        if self.surfaced.is_some() {
+            self.release_surfaced();
+            self.dirty = true;
+        }
         if let Some(q) = self.events.pop_front() {
+            self.dirty = true;
             self.queue_waiting();
             return Some(self.queued_event(q));
         }
         if let Some(slot) = self.next_held() {
+            self.dirty = true;
             self.surfaced = Some(slot);
             return self.held_event(slot);
         }
         // A close is reported after everything that arrived before it.
         let q = self.close_event.take()?;
+        self.dirty = true;
         Some(self.queued_event(q))
     }
 
@@ -1059,6 +1079,10 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                 // Slots are taken when the stream's first byte arrives.
             }
             conn::Event::StreamData { .. } | conn::Event::StreamRef { .. } => {}
+            conn::Event::StreamWritable { .. } => {
+                // The call marked the session for a full transmit pass, which
+                // writes what waited for the credit.
+            }
             conn::Event::StreamReset { id, code, .. } => self.on_stream_reset(id, code),
             conn::Event::StopSending { id, code } => self.on_stop_sending(id, code),
             conn::Event::Datagram(_) => {

@@ -120,6 +120,7 @@ enum Owned {
     Established,
     Reset { id: u64, code: u64, final_size: u64 },
     Stop { id: u64, code: u64 },
+    Writable { id: u64 },
     Closed { code: u64, reason: String },
 }
 
@@ -239,8 +240,11 @@ impl Mem {
                 self.readable.push_back((id, end));
             }
             Frame::Credit { id, max } => {
-                if let Some(s) = self.streams.get_mut(&id) {
-                    s.send_max = s.send_max.max(max);
+                if let Some(s) = self.streams.get_mut(&id)
+                    && max > s.send_max
+                {
+                    s.send_max = max;
+                    self.events.push_back(Owned::Writable { id });
                 }
             }
             Frame::Reset {
@@ -528,6 +532,7 @@ pub fn pump<const N: usize>(session: &mut Session<'_, '_, '_, N, Mem>, now: Inst
                 id: StreamId(*id),
                 code: *code,
             },
+            Owned::Writable { id } => Event::StreamWritable { id: StreamId(*id) },
             Owned::Closed { code, reason } => Event::Closed(Closed {
                 code: *code,
                 reason,
