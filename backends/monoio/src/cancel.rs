@@ -1,7 +1,7 @@
 //! Cancelable monoio operations: an operation cancelled when a drain signal
 //! fires or a time limit passes (its owned buffers still come back from the
-//! kernel), a write that gives up on a peer that stopped reading, and a race
-//! of two futures.
+//! kernel), a write that gives up on a peer that stopped reading (by shutting
+//! its socket down), and a race of two futures.
 
 use std::future::{Future, poll_fn};
 use std::io;
@@ -9,7 +9,9 @@ use std::pin::{Pin, pin};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use monoio::io::{CancelableAsyncWriteRent, Canceller};
+use std::os::fd::RawFd;
+
+use monoio::io::{AsyncWriteRent, Canceller};
 
 use crate::shutdown::LocalEvent;
 use crate::staging::Outgoing;
@@ -67,21 +69,25 @@ where
 }
 
 /// Writes all of `out` to `half` (one `writev` after another); with `stall`
-/// set, gives up with [`io::ErrorKind::TimedOut`] once the socket accepted no
-/// byte for that long (each accepted byte restarts the clock), and cancels
-/// the write through the canceller then. Returns the
-/// result and the buffers ([`Outgoing::sent`] tells how much was written).
+/// set (the limit and the socket's descriptor), gives up with
+/// [`io::ErrorKind::TimedOut`] once the socket accepted no byte for that
+/// long (each accepted byte restarts the clock). Returns the result and the
+/// buffers ([`Outgoing::sent`] tells how much was written).
 ///
-/// A write that completes at once costs no timer; one that waits arms a
-/// timer and, when it fires, cancels the write through `canceller` (and waits
-/// for the cancellation, so the buffers come back from the kernel).
-pub async fn write_all_or_stall<W: CancelableAsyncWriteRent>(
+/// A write that completes at once costs no timer and no cancellation
+/// token (registering one costs a hashed insert and removal in the runtime
+/// on every write). One that waits arms a timer; when it fires, the socket
+/// is shut down in both directions, which ends the pending write with an
+/// error (or the bytes it took meanwhile) so its buffers come back from
+/// the kernel, and ends the connection, which a peer that stopped reading
+/// loses anyway.
+pub async fn write_all_or_stall<W: AsyncWriteRent>(
     half: &mut W,
     mut out: Outgoing,
-    mut stall: Option<(Duration, &mut Canceller)>,
+    stall: Option<(Duration, RawFd)>,
 ) -> (io::Result<()>, Outgoing) {
     while out.remaining() > 0 {
-        let Some((limit, canceller)) = stall.as_mut() else {
+        let Some((limit, fd)) = stall else {
             let (res, back) = half.writev(out).await;
             out = back;
             match res {
@@ -91,10 +97,8 @@ pub async fn write_all_or_stall<W: CancelableAsyncWriteRent>(
             }
             continue;
         };
-        let handle = canceller.handle();
-        let limit = *limit;
         let (res, back, timed_out) = {
-            let mut write = pin!(half.cancelable_writev(out, handle));
+            let mut write = pin!(half.writev(out));
             let mut timer = pin!(None::<monoio::time::Sleep>);
             let mut timed_out = false;
             let (res, back) = poll_fn(|cx| {
@@ -109,8 +113,10 @@ pub async fn write_all_or_stall<W: CancelableAsyncWriteRent>(
                 {
                     timer.set(None);
                     timed_out = true;
-                    // Cancel, then wait for the write to hand the buffers back.
-                    **canceller = std::mem::take(&mut **canceller).cancel();
+                    // SAFETY: `fd` is the socket `half` writes to, open
+                    // while `half` lives; shutting it down only ends its
+                    // traffic. The pending write then completes.
+                    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
                     return write.as_mut().poll(cx);
                 }
                 Poll::Pending
@@ -121,11 +127,15 @@ pub async fn write_all_or_stall<W: CancelableAsyncWriteRent>(
         out = back;
         match res {
             Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), out),
-            // Bytes accepted, even by a write cancelled late: progress.
-            Ok(n) => out.advance(n),
-            Err(e) if timed_out && (is_cancelled(&e) || e.kind() == io::ErrorKind::Interrupted) => {
-                return (Err(io::ErrorKind::TimedOut.into()), out);
+            Ok(n) => {
+                // Bytes accepted, even by a write that ended late; but the
+                // socket is shut down once the limit passed.
+                out.advance(n);
+                if timed_out {
+                    return (Err(io::ErrorKind::TimedOut.into()), out);
+                }
             }
+            Err(_) if timed_out => return (Err(io::ErrorKind::TimedOut.into()), out),
             Err(e) => return (Err(e), out),
         }
     }

@@ -174,8 +174,8 @@ impl Connection {
         };
         let writer = Writer {
             half: w,
+            fd,
             buf: None,
-            canceller: Canceller::new(),
             shared,
             id,
         };
@@ -540,8 +540,9 @@ impl Drop for Reader {
 /// (taken from the pool at the first write).
 pub struct Writer {
     half: OwnedWriteHalf<TcpStream>,
+    /// The socket's descriptor: a write that stalls past the limit shuts it down.
+    fd: RawFd,
     buf: Option<Staging>,
-    canceller: Canceller,
     shared: Rc<WorkerShared>,
     id: u64,
 }
@@ -575,8 +576,7 @@ impl Writer {
         };
         let stall = self.shared.config.timeouts.write;
         let out = buf.take();
-        let (res, out) =
-            write_all_or_stall(&mut self.half, out, Some((stall, &mut self.canceller))).await;
+        let (res, out) = write_all_or_stall(&mut self.half, out, Some((stall, self.fd))).await;
         self.shared.counters().add_bytes_out(out.sent());
         if let Some(buf) = self.buf.as_mut() {
             buf.restore(out);
