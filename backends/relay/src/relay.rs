@@ -394,11 +394,6 @@ impl Relay {
         self.pool
     }
 
-    /// The relay's Hop ID.
-    pub fn hop(&self) -> u64 {
-        self.hop
-    }
-
     /// The thread's media-change signal.
     pub fn notify(&self) -> &Rc<Notify> {
         &self.notify

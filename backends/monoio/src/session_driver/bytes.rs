@@ -19,11 +19,10 @@ use std::future::{Future, poll_fn};
 use std::io;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
-use std::time::Duration as StdDuration;
 
 use monoio::io::{
-    AsyncReadRent, AsyncWriteRent, CancelableAsyncWriteRent, Canceller, OwnedReadHalf,
-    OwnedWriteHalf, Split, Splitable,
+    AsyncReadRent, AsyncWriteRent, CancelableAsyncWriteRent, OwnedReadHalf, OwnedWriteHalf, Split,
+    Splitable,
 };
 use skiff_core::pool::Slice;
 use skiff_core::session::{Gather, Out, Session};
@@ -144,25 +143,13 @@ pub struct HalfReader<S> {
 pub struct HalfWriter<S: AsyncWriteRent> {
     half: OwnedWriteHalf<S>,
     buf: Staging,
-    /// The write-stall limit and the canceller it uses, if set.
-    stall: Option<(StdDuration, Canceller)>,
 }
 
 impl<S: AsyncWriteRent> std::fmt::Debug for HalfWriter<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HalfWriter")
             .field("staged", &self.buf.len())
-            .field("stall", &self.stall.as_ref().map(|s| s.0))
             .finish_non_exhaustive()
-    }
-}
-
-impl<S: AsyncWriteRent> HalfWriter<S> {
-    /// Makes [`ByteWrite::flush`] fail with [`io::ErrorKind::TimedOut`] once
-    /// the stream accepted no byte for `limit` while bytes wait (the peer
-    /// stopped reading); `None` (the default) waits forever.
-    pub fn set_write_timeout(&mut self, limit: Option<StdDuration>) {
-        self.stall = limit.map(|l| (l, Canceller::new()));
     }
 }
 
@@ -180,7 +167,6 @@ pub fn split_halves<S: Split + AsyncWriteRent>(
         HalfWriter {
             half: w,
             buf: Staging::new(Vec::with_capacity(capacity)),
-            stall: None,
         },
     )
 }
@@ -205,12 +191,8 @@ impl<S: CancelableAsyncWriteRent> ByteWrite for HalfWriter<S> {
             return Ok(());
         }
         let out = self.buf.take();
-        let (res, out) = match &mut self.stall {
-            Some((limit, canceller)) => {
-                write_all_or_stall(&mut self.half, out, Some((*limit, canceller))).await
-            }
-            None => write_all_or_stall(&mut self.half, out, None).await,
-        };
+        // No stall limit: a client's session waits for its peer to read.
+        let (res, out) = write_all_or_stall(&mut self.half, out, None).await;
         self.buf.restore(out);
         res
     }
