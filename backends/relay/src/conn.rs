@@ -123,10 +123,9 @@ impl WorkerShared {
 
 /// One accepted TCP connection, owned by the handler that serves it.
 ///
-/// Use [`Connection::parts`] to read and write in one task, or
-/// [`Connection::into_split`] to move the halves into separate tasks (a
-/// session driver: one task reading into the state machine, one writing
-/// what it transmits).
+/// [`Connection::into_split`] gives its halves, to read and write in one
+/// task or to move into separate tasks (a session driver: one task reading
+/// into the state machine, one writing what it transmits).
 pub struct Connection {
     reader: Reader,
     writer: Writer,
@@ -193,12 +192,7 @@ impl Connection {
         Shutdown::new(self.reader.shared.shutdown.clone())
     }
 
-    /// Both halves, borrowed, for handlers that read and write in one task.
-    pub fn parts(&mut self) -> (&mut Reader, &mut Writer) {
-        (&mut self.reader, &mut self.writer)
-    }
-
-    /// Both halves, owned, for handlers that read and write in separate tasks.
+    /// Both halves, owned.
     pub fn into_split(self) -> (Reader, Writer) {
         (self.reader, self.writer)
     }
