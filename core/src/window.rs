@@ -23,7 +23,7 @@
 //!   Keeping the cap apart from the set means lowering and raising it never
 //!   re-adds a group that was already delivered.
 //!
-//! Every query ([`Window::contains`], [`Window::next_after`], ...) sees the set
+//! Every query ([`Window::contains`], [`Window::first`], ...) sees the set
 //! limited to the cap. An open end is the cap `u64::MAX`: as a set of `u64`
 //! group numbers "everything from the start" and "up to `u64::MAX` inclusive"
 //! are the same, so both spell it that way and no computation overflows.
@@ -164,6 +164,7 @@ impl Request {
     ///
     /// The caller still clamps `max_latency` to the publisher's max age from
     /// TRACK_INFO.
+    #[cfg(test)]
     pub fn aggregate(self, other: Request) -> Request {
         Request {
             start: match (self.start, other.start) {
@@ -501,6 +502,7 @@ impl<const N: usize> Window<N> {
 
     /// The serving cap: the last group the request admits (`u64::MAX` if open).
     #[inline]
+    #[cfg(test)]
     pub const fn cap(&self) -> u64 {
         self.cap
     }
@@ -520,6 +522,7 @@ impl<const N: usize> Window<N> {
     /// Whether no group is wanted within the cap (everything delivered, or
     /// paused below the start).
     #[inline]
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.lowest().is_none()
     }
@@ -542,6 +545,7 @@ impl<const N: usize> Window<N> {
     /// The highest wanted group (`u64::MAX` while the end is open and the top
     /// of the window is undelivered).
     #[inline]
+    #[cfg(test)]
     pub fn highest(&self) -> Option<u64> {
         self.ranges().last().map(|r| r.last)
     }
@@ -583,6 +587,7 @@ impl<const N: usize> Window<N> {
 
     /// The next wanted group after `seq`, if any (none after `u64::MAX`).
     #[inline]
+    #[cfg(test)]
     pub fn next_after(&self, seq: u64) -> Option<u64> {
         let next = seq.checked_add(1)?;
         let r = self.set().iter().find(|r| r.last >= next)?;
@@ -596,6 +601,7 @@ impl<const N: usize> Window<N> {
     /// With newest-first delivery, groups below `latest_delivered` may still be
     /// wanted; [`Window::is_empty`] tells whether everything was.
     #[inline]
+    #[cfg(test)]
     pub fn is_done(&self, latest_delivered: u64) -> bool {
         self.next_after(latest_delivered).is_none()
     }

@@ -20,7 +20,7 @@ fn run(role: Role, data: &[u8], step: usize) -> (Vec<u8>, Option<FrameError>, Op
     for chunk in data.chunks(step.max(1)) {
         let res = d.feed(chunk);
         out.extend_from_slice(d.records());
-        d.consume_records();
+        d.consume(d.records().len());
         assert!(d.buffered() <= LIMIT + 8 + chunk.len());
         if let Err(e) = res {
             return (out, Some(e), d.closed());

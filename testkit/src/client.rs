@@ -24,6 +24,7 @@ use std::rc::Rc;
 use monoio::net::TcpStream;
 use skiff_core::model::group::{self, Next, ReadError};
 use skiff_core::model::{origin, track};
+use skiff_core::pool::Pool;
 use skiff_core::session::{Config, Event, Session, SubscriptionId};
 use skiff_core::window::{End, Request, Start};
 use skiff_core::wire::lite::Role;
@@ -33,6 +34,7 @@ use skiff_monoio::notify::Notify;
 use skiff_monoio::session_driver::{
     App, Ended, HalfReader, HalfWriter, MoqSession, drive, split_halves,
 };
+use skiff_monoio::tables::Keep;
 
 /// Splits `tcp://host:port/path` into `host:port` and the path (`/path`, or
 /// empty); `None` for another scheme.
@@ -42,6 +44,20 @@ fn split_url(url: &str) -> Option<(&str, &str)> {
         Some(i) => rest.split_at(i),
         None => (rest, ""),
     })
+}
+
+/// A block pool of about `bytes` bytes that lives for the rest of the
+/// process, for tests and benchmarks that make a few.
+///
+/// # Panics
+/// As [`Keep::pool_with_spare`].
+pub fn process_pool(bytes: u64) -> &'static Pool<'static> {
+    let mut keep = Keep::new();
+    // SAFETY: the keep never frees (`keep_forever`), so the pool lives for
+    // the rest of the process.
+    let pool = unsafe { keep.pool(bytes) };
+    keep.keep_forever();
+    pool
 }
 
 /// Splits `tcp://host:port/path` into the address and the SETUP path (`/path`).

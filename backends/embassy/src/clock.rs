@@ -4,7 +4,7 @@
 //! The core reads no clock: time is a value the backend passes in, and this module is
 //! where the backend reads it.
 
-use skiff_core::time::{Duration, Instant};
+use skiff_core::time::Instant;
 
 /// Converts a microsecond count from the board's time driver into a core instant.
 pub const fn instant_from_micros(micros: u64) -> Instant {
@@ -21,11 +21,6 @@ pub fn to_embassy(instant: Instant) -> embassy_time::Instant {
     embassy_time::Instant::from_micros(instant.as_micros())
 }
 
-/// A core duration as an embassy-time duration.
-pub fn duration_to_embassy(duration: Duration) -> embassy_time::Duration {
-    embassy_time::Duration::from_micros(duration.as_micros())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -36,7 +31,5 @@ mod tests {
     fn instants_round_trip_through_embassy() {
         let t = instant_from_micros(1_234_567);
         assert_eq!(to_embassy(t).as_micros(), 1_234_567);
-        let d = Duration::from_millis(250);
-        assert_eq!(duration_to_embassy(d).as_micros(), 250_000);
     }
 }

@@ -198,7 +198,8 @@ impl Keep {
 
     /// Whether no check reports its storage busy now and
     /// [`Keep::keep_forever`] was not called. Runs the checks.
-    pub fn can_free(&self) -> bool {
+    #[cfg(test)]
+    fn can_free(&self) -> bool {
         !self.forever
             && !self
                 .held
@@ -224,11 +225,13 @@ impl Drop for Keep {
 }
 
 /// A block pool of about `bytes` bytes that lives for the rest of the
-/// process (tests and benchmarks that make a few).
+/// process (the crate's tests; other crates' tests use
+/// `skiff_testkit::client::process_pool`).
 ///
 /// # Panics
 /// As [`Keep::pool_with_spare`].
-pub fn process_pool(bytes: u64) -> &'static Pool<'static> {
+#[cfg(test)]
+pub(crate) fn process_pool(bytes: u64) -> &'static Pool<'static> {
     let mut keep = Keep::new();
     // SAFETY: the keep never frees (`keep_forever`), so the pool lives for
     // the rest of the process.

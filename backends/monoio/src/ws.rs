@@ -224,8 +224,9 @@ impl<W: ByteWrite> WsWriter<W> {
 
     /// Pings every `ping_every` and gives up after `idle` of silence from the
     /// peer, instead of `PING_EVERY` and `IDLE_TIMEOUT`.
+    #[cfg(test)]
     #[must_use]
-    pub fn with_keep_alive(mut self, ping_every: Duration, idle: Duration) -> Self {
+    pub(crate) fn with_keep_alive(mut self, ping_every: Duration, idle: Duration) -> Self {
         self.ping_every = ping_every;
         self.idle = idle;
         self.next_ping = self.started + ping_every;

@@ -30,7 +30,7 @@ use skiff_monoio::session_driver::{
 use skiff_monoio::shutdown::{LocalEvent, Shutdown};
 use skiff_monoio::staging::Staging;
 
-use crate::config::{Limits, RelayConfig};
+use crate::config::RelayConfig;
 use crate::conn_name::ConnName;
 use crate::metrics::{Metrics, ThreadCounters};
 
@@ -81,13 +81,9 @@ impl BufPool {
     }
 
     /// Buffers currently free.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.free.borrow().len()
-    }
-
-    /// Whether no buffer is free.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -127,10 +123,9 @@ impl WorkerShared {
 
 /// One accepted TCP connection, owned by the handler that serves it.
 ///
-/// Use [`Connection::parts`] to read and write in one task, or
-/// [`Connection::into_split`] to move the halves into separate tasks (a
-/// session driver: one task reading into the state machine, one writing
-/// what it transmits).
+/// [`Connection::into_split`] gives its halves, to read and write in one
+/// task or to move into separate tasks (a session driver: one task reading
+/// into the state machine, one writing what it transmits).
 pub struct Connection {
     reader: Reader,
     writer: Writer,
@@ -169,7 +164,6 @@ impl Connection {
             pending: 0,
             canceller: Canceller::new(),
             shared: shared.clone(),
-            id,
             handshake: Some(HandshakeToken::new(shared.handshaking.clone())),
         };
         let writer = Writer {
@@ -187,35 +181,10 @@ impl Connection {
         }
     }
 
-    /// A number unique among this worker's connections.
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
     /// What log lines call this connection (its transport, address,
     /// worker and number), over plain TCP until the handler learns more.
     pub fn name(&self) -> ConnName {
         ConnName::client(self.reader.shared.index, self.id, self.peer)
-    }
-
-    /// The peer's address.
-    pub fn peer_addr(&self) -> SocketAddr {
-        self.peer
-    }
-
-    /// Index of the worker thread serving this connection.
-    pub fn worker(&self) -> usize {
-        self.reader.shared.index
-    }
-
-    /// The relay configuration.
-    pub fn config(&self) -> &RelayConfig {
-        &self.reader.shared.config
-    }
-
-    /// The limits the handler must enforce on this connection.
-    pub fn limits(&self) -> &Limits {
-        &self.reader.shared.config.limits
     }
 
     /// The server's drain signal, as seen from this thread.
@@ -223,12 +192,7 @@ impl Connection {
         Shutdown::new(self.reader.shared.shutdown.clone())
     }
 
-    /// Both halves, borrowed, for handlers that read and write in one task.
-    pub fn parts(&mut self) -> (&mut Reader, &mut Writer) {
-        (&mut self.reader, &mut self.writer)
-    }
-
-    /// Both halves, owned, for handlers that read and write in separate tasks.
+    /// Both halves, owned.
     pub fn into_split(self) -> (Reader, Writer) {
         (self.reader, self.writer)
     }
@@ -252,26 +216,15 @@ pub struct Reader {
     pending: usize,
     canceller: Canceller,
     shared: Rc<WorkerShared>,
-    id: u64,
     /// Counts the connection among those still in their handshake.
     handshake: Option<HandshakeToken>,
 }
 
 impl Reader {
-    /// The id of the connection this half belongs to.
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
     /// The relay's handshake timeout (`--handshake-timeout`), which a session
     /// driver enforces on this connection.
     pub fn handshake_timeout(&self) -> Duration {
         self.shared.config.timeouts.handshake
-    }
-
-    /// The directory the relay serves its web player from.
-    pub fn web_dir(&self) -> &std::path::Path {
-        &self.shared.config.web_dir
     }
 
     /// The token counting this connection among those in their handshake;
@@ -687,7 +640,7 @@ mod tests {
         assert_eq!(b.as_ptr(), ptr);
         assert!(b.is_empty());
         pool.give(Vec::with_capacity(MAX_POOLED_CAPACITY + 1));
-        assert!(pool.is_empty());
+        assert_eq!(pool.len(), 0);
         for _ in 0..MAX_POOLED_BUFFERS + 5 {
             pool.give(Vec::with_capacity(8));
         }

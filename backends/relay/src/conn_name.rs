@@ -136,7 +136,8 @@ impl ConnName {
     }
 
     /// The client's transport; `None` for a link or the upstream.
-    pub fn transport(self) -> Option<Transport> {
+    #[cfg(test)]
+    pub(crate) fn transport(self) -> Option<Transport> {
         match self.kind {
             Kind::Client { transport, .. } => Some(transport),
             _ => None,

@@ -40,8 +40,9 @@ pub struct WorkerInfo {
 /// - Once [`Connection::shutdown`] fires the handler should wind down (a
 ///   moq-lite session sends GOAWAY and waits for the peer); after the drain
 ///   timeout the server drops the future, closing the socket.
-/// - Enforce [`Connection::limits`] (streams, subscriptions, frame and group
-///   sizes); the server only enforces the connection count.
+/// - Enforce the configuration's [`Limits`](crate::config::Limits) (in
+///   [`WorkerInfo::config`]: streams, subscriptions, frame and group sizes);
+///   the server only enforces the connection count.
 pub trait ConnectionHandler: 'static {
     /// Why a connection ended abnormally (logged at debug level by the server).
     type Error: std::fmt::Display;

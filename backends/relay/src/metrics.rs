@@ -322,15 +322,11 @@ impl Metrics {
         }
     }
 
-    /// Number of worker threads counted.
-    pub fn threads(&self) -> usize {
-        self.threads.len()
-    }
-
     /// The counters of worker `i`.
     ///
     /// # Panics
-    /// If `i >= self.threads()` (worker indices come from the server, not the network).
+    /// If `i` is not a worker's index (worker indices come from the server,
+    /// not the network).
     pub fn thread(&self, i: usize) -> &ThreadCounters {
         &self.threads[i]
     }
@@ -458,6 +454,7 @@ pub struct MetricsServer {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     /// Connections being served now.
+    #[cfg(test)]
     active: Arc<AtomicUsize>,
 }
 
@@ -497,6 +494,7 @@ impl MetricsServer {
             addr,
             stop,
             thread: Some(thread),
+            #[cfg(test)]
             active,
         })
     }
@@ -507,7 +505,8 @@ impl MetricsServer {
     }
 
     /// Scrape connections being served now.
-    pub fn connections(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn connections(&self) -> usize {
         self.active.load(Ordering::Acquire)
     }
 }

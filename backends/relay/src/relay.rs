@@ -37,7 +37,7 @@
 //!   asks for their aggregate (highest priority and max age, latest start
 //!   if any asks for latest, open end if any is open), and a change of it
 //!   goes out as SUBSCRIBE_UPDATE. Once the track has had no subscriber for
-//!   [`UPSTREAM_LINGER`], the upstream subscription is cancelled (FIN) and
+//!   [`LINGER`](skiff_core::relay::LINGER), the upstream subscription is cancelled (FIN) and
 //!   the track leaves the broadcast; the next subscriber creates a new track
 //!   and a new upstream SUBSCRIBE (new Subscribe ID).
 //! * The publisher's session fills the relay track group by group; every
@@ -136,8 +136,8 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::pool::{Pool, Slice};
 use skiff_core::relay::{
-    AnnounceRefused, LINGER, Peer, PeerKind, Quota, ResolveRefused, Resolver, SourceId,
-    SubscribeQueue, Upstreams, Wake,
+    AnnounceRefused, Peer, PeerKind, Quota, ResolveRefused, Resolver, SourceId, SubscribeQueue,
+    Upstreams, Wake,
 };
 use skiff_core::session::{Config, ConfigError, Event, Resolve, Scope, Session};
 use skiff_core::time::Instant;
@@ -394,11 +394,6 @@ impl Relay {
         self.pool
     }
 
-    /// The relay's Hop ID.
-    pub fn hop(&self) -> u64 {
-        self.hop
-    }
-
     /// The thread's media-change signal.
     pub fn notify(&self) -> &Rc<Notify> {
         &self.notify
@@ -502,10 +497,6 @@ impl Resolve<'static, 'static> for Relay {
         self.router.waiting(path, name)
     }
 }
-
-/// How long an upstream subscription is kept after its relay track lost its
-/// last downstream subscriber, before it is cancelled ([`LINGER`]).
-pub const UPSTREAM_LINGER: StdDuration = StdDuration::from_micros(LINGER.as_micros());
 
 mod handler;
 mod link;

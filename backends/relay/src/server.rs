@@ -53,21 +53,15 @@ impl ServerReport {
     }
 }
 
-/// Binds a listening socket with SO_REUSEPORT so every worker can bind the same address.
+/// Binds a listening socket with SO_REUSEPORT so every worker can bind the
+/// same address, and with `send_buffer` set, the SO_SNDBUF every accepted
+/// connection inherits (bounding the kernel memory a peer that stopped
+/// reading can hold; unset, the kernel autotunes up to `net.ipv4.tcp_wmem`'s
+/// maximum).
 ///
 /// # Errors
-/// The socket cannot be created, configured, bound or put into listen state.
-pub fn bind_reuseport(addr: SocketAddr) -> io::Result<StdTcpListener> {
-    bind_reuseport_with(addr, None)
-}
-
-/// [`bind_reuseport`], and with `send_buffer` set, the SO_SNDBUF every
-/// accepted connection inherits (bounding the kernel memory a peer that
-/// stopped reading can hold; unset, the kernel autotunes up to
-/// `net.ipv4.tcp_wmem`'s maximum).
-///
-/// # Errors
-/// As [`bind_reuseport`], or the buffer size cannot be set.
+/// The socket cannot be created, configured, bound or put into listen
+/// state, or the buffer size cannot be set.
 pub fn bind_reuseport_with(
     addr: SocketAddr,
     send_buffer: Option<usize>,

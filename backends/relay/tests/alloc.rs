@@ -30,10 +30,10 @@ impl ConnectionHandler for Measuring {
     #[allow(clippy::manual_async_fn)]
     fn serve(
         self: Rc<Self>,
-        mut conn: Connection,
+        conn: Connection,
     ) -> impl Future<Output = std::io::Result<()>> + 'static {
         async move {
-            let (r, w) = conn.parts();
+            let (mut r, mut w) = conn.into_split();
             let mut trips = 0u32;
             let mut start = 0;
             loop {

@@ -17,7 +17,7 @@ use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin, track};
 use skiff_core::relay::{TrackSlot, TrackTable};
 use skiff_core::session::Config;
-use skiff_monoio::tables::process_pool as leak_pool;
+use skiff_testkit::client::process_pool as leak_pool;
 
 /// Broadcast paths announced and withdrawn.
 const PATHS: usize = 10_000;

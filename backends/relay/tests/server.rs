@@ -25,10 +25,10 @@ impl ConnectionHandler for EchoHandler {
     #[allow(clippy::manual_async_fn)]
     fn serve(
         self: Rc<Self>,
-        mut conn: Connection,
+        conn: Connection,
     ) -> impl Future<Output = std::io::Result<()>> + 'static {
         async move {
-            let (reader, writer) = conn.parts();
+            let (mut reader, mut writer) = conn.into_split();
             loop {
                 match reader.read_or_drain().await? {
                     None | Some([]) => break,

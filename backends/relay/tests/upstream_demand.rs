@@ -15,14 +15,19 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use skiff_core::model::track;
+use skiff_core::relay::LINGER;
 use skiff_core::session::{Event, SubscriptionId};
 use skiff_core::time::Duration as CoreDuration;
 use skiff_core::window::{End, Request, Start};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_monoio::session_driver::{App, MoqSession};
-use skiff_relay::relay::{RelayHandler, UPSTREAM_LINGER};
+use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
 use skiff_testkit::client::{self, ClientCtx, Publisher};
+
+/// How long the relay keeps an upstream subscription after its track lost
+/// its last subscriber ([`LINGER`]), as a std duration.
+const UPSTREAM_LINGER: Duration = Duration::from_micros(LINGER.as_micros());
 
 /// A subscriber with its own preferences: asks for announcements, then
 /// subscribes to `local`'s name in `broadcast` with `request`.

@@ -275,7 +275,7 @@ fn until_close_counting(s: &mut TcpStream, early: &[u8]) -> (Vec<u8>, Option<u16
     let mut d = Decoder::new(Role::Client, 1 << 20, 1 << 16);
     d.feed(early).unwrap();
     let mut records = d.records().to_vec();
-    d.consume_records();
+    d.consume(d.records().len());
     let mut buf = [0u8; 4096];
     while d.closed().is_none() {
         let n = match s.read(&mut buf) {
@@ -284,7 +284,7 @@ fn until_close_counting(s: &mut TcpStream, early: &[u8]) -> (Vec<u8>, Option<u16
         };
         d.feed(&buf[..n]).expect("the server's frames decode");
         records.extend_from_slice(d.records());
-        d.consume_records();
+        d.consume(d.records().len());
     }
     (records, d.closed().flatten(), d.pongs())
 }

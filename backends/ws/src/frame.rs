@@ -167,11 +167,6 @@ impl Decoder {
         self.out.get(..self.ready).unwrap_or(&[])
     }
 
-    /// Drops the bytes [`Decoder::records`] returned.
-    pub fn consume_records(&mut self) {
-        self.consume(self.ready);
-    }
-
     /// Drops the first `n` bytes of [`Decoder::records`] (at most all of them).
     pub fn consume(&mut self, n: usize) {
         let n = n.min(self.ready);
@@ -504,7 +499,7 @@ mod tests {
         for chunk in bytes.chunks(step) {
             d.feed(chunk)?;
             out.extend_from_slice(d.records());
-            d.consume_records();
+            d.consume(d.records().len());
         }
         Ok((out, d))
     }

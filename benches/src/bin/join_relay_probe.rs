@@ -65,9 +65,10 @@ use skiff_core::window::Request;
 use skiff_core::wire::lite::Role;
 use skiff_core::wire::qmux::Side;
 use skiff_monoio::session_driver::{STREAMS, SessionStorage};
-use skiff_monoio::tables::{GROUPS, Keep, TRACKS, process_pool as leak_pool};
+use skiff_monoio::tables::{GROUPS, Keep, TRACKS};
 use skiff_relay::config::RelayConfig;
 use skiff_relay::worker_tables::{WorkerRouter, WorkerTables};
+use skiff_testkit::client::process_pool as leak_pool;
 
 #[global_allocator]
 static ALLOC: Counting = Counting;

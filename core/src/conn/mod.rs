@@ -257,11 +257,13 @@ impl<const N: usize> Connection<N> {
     }
 
     /// Which end of the TCP connection we are.
+    #[cfg(test)]
     pub fn side(&self) -> Side {
         self.side
     }
 
     /// The configuration the connection was created with.
+    #[cfg(test)]
     pub fn config(&self) -> &Config {
         &self.config
     }

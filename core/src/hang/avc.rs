@@ -171,6 +171,7 @@ impl<'a> Iterator for LengthPrefixed<'a> {
 ///
 /// # Errors
 /// [`AvcError::BufferTooSmall`]; [`AvcError::BadNal`] for an empty NAL or one over 4 GiB.
+#[cfg(test)]
 pub fn write_length_prefixed(nal: &[u8], out: &mut [u8]) -> Result<usize, AvcError> {
     let len = u32::try_from(nal.len()).map_err(|_| AvcError::BadNal)?;
     if len == 0 {

@@ -265,6 +265,7 @@ impl<'a> BitWriter<'a> {
     }
 
     /// Whether the writer is at a byte boundary.
+    #[cfg(test)]
     pub fn is_aligned(&self) -> bool {
         self.pending == 0
     }

@@ -234,6 +234,7 @@ impl<'a, 'p> Ref<'a, 'p> {
     }
 
     /// True while a [`Producer`] of the broadcast is alive.
+    #[cfg(test)]
     pub fn has_producer(&self) -> bool {
         self.core.has_producer.get()
     }
@@ -328,6 +329,7 @@ impl<'a, 'p> Ref<'a, 'p> {
     }
 
     /// The table size `T`.
+    #[cfg(test)]
     pub fn capacity(&self) -> usize {
         self.tracks.len()
     }

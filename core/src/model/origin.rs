@@ -283,6 +283,7 @@ impl<'a, 'p> Ref<'a, 'p> {
     }
 
     /// The catalog size `B`.
+    #[cfg(test)]
     pub fn capacity(&self) -> usize {
         self.entries.len()
     }

@@ -378,6 +378,7 @@ impl<const N: usize> PathBuf<N> {
     }
 
     /// Byte capacity `N`.
+    #[cfg(test)]
     pub const fn capacity(&self) -> usize {
         N
     }

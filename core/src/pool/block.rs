@@ -148,6 +148,7 @@ impl<'p> BlockMut<'p> {
     }
 
     /// Number of committed bytes.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.block.len()
     }

@@ -27,6 +27,7 @@ impl<'p> Slice<'p> {
     }
 
     /// The block the bytes live in.
+    #[cfg(test)]
     pub fn block(&self) -> &Block<'p> {
         &self.block
     }

@@ -10,7 +10,9 @@
 
 use core::fmt;
 
-use super::table::{Counts, Link, Slot, Table};
+#[cfg(test)]
+use super::table::Counts;
+use super::table::{Link, Slot, Table};
 use crate::model::broadcast::{self, State};
 use crate::model::path::Path;
 
@@ -98,11 +100,13 @@ impl<'a, 'p, const T: usize> BroadcastTable<'a, 'p, T> {
     }
 
     /// The number of slots.
+    #[cfg(test)]
     pub fn capacity(&self) -> usize {
         self.table.capacity()
     }
 
     /// How many slots are claimed, retired and free.
+    #[cfg(test)]
     pub fn counts(&self) -> Counts {
         self.table.counts()
     }

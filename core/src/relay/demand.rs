@@ -88,6 +88,7 @@ impl Follow {
     }
 
     /// What was asked for last.
+    #[cfg(test)]
     pub fn sent(&self) -> Request {
         self.sent
     }

@@ -195,6 +195,7 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
     }
 
     /// Upstream subscriptions made and not over.
+    #[cfg(test)]
     pub fn upstream(&self) -> usize {
         self.subs.len()
     }

@@ -497,6 +497,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// How many times a subscription this session serves started, changed
     /// its request or ended: each changes the demand on a local track (a
     /// relay follows it upstream).
+    #[cfg(test)]
     pub fn served_changes(&self) -> u64 {
         self.served_changes
     }

@@ -44,6 +44,7 @@ impl<'s, 'a, 'p, const N: usize> Session<'s, 'a, 'p, N, Connection<N>> {
     }
 
     /// The QMux connection underneath (read-only: its state, credit, negotiated protocol).
+    #[cfg(test)]
     pub fn connection(&self) -> &Connection<N> {
         &self.conn
     }

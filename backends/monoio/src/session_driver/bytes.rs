@@ -188,6 +188,7 @@ impl<S: AsyncWriteRent> ByteWrite for HalfWriter<S> {
             return Ok(());
         }
         let out = self.buf.take();
+        // No stall limit: a client's session waits for its peer to read.
         let (res, out) = write_all_or_stall(&mut self.half, out, None).await;
         self.buf.restore(out);
         res

@@ -194,7 +194,8 @@ impl Key {
     }
 
     /// The key's `kid`, if it has one.
-    pub fn kid(&self) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn kid(&self) -> Option<&str> {
         self.kid.as_deref()
     }
 

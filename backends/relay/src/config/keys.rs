@@ -97,6 +97,7 @@ macro_rules! settings {
             /// The settings' field names (`max_streams`), in declaration
             /// order; with `-` for `_` each is a TOML key and, after `--`, a
             /// flag ([`Settings::keys`]).
+            #[cfg(test)]
             pub const FIELDS: &'static [&'static str] = &[$(stringify!($key)),*];
 
             /// These settings with `over` laid on top: each setting `over`
@@ -324,6 +325,7 @@ settings! {
 
 impl Settings {
     /// The flags and TOML keys (`max-streams`), in declaration order.
+    #[cfg(test)]
     pub fn keys() -> impl Iterator<Item = String> {
         Self::FIELDS.iter().map(|f| f.replace('_', "-"))
     }

@@ -17,11 +17,6 @@ use skiff_monoio::driver::DriverKind;
 pub struct ByteSize(pub u64);
 
 impl ByteSize {
-    /// `n` KiB.
-    pub const fn kib(n: u64) -> Self {
-        ByteSize(n << 10)
-    }
-
     /// `n` MiB.
     pub const fn mib(n: u64) -> Self {
         ByteSize(n << 20)

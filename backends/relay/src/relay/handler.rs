@@ -23,14 +23,9 @@ pub struct RelayHandler {
 }
 
 impl RelayHandler {
-    /// The handler of the worker described by `info`, without links to
-    /// other workers (right for one worker thread), without its upstream and
-    /// in plain TCP (see [`RelayHandler::with_tls`]).
-    pub fn new(info: &WorkerInfo) -> Self {
-        Self::with_auth(info, Arc::new(auth_policy(info)))
-    }
-
-    /// As [`RelayHandler::new`], with the access policy `auth` (shared by the workers).
+    /// The handler of the worker described by `info`, with the access policy
+    /// `auth` (shared by the workers), without links to other workers,
+    /// without its upstream and in plain TCP (see [`RelayHandler::with_tls`]).
     pub fn with_auth(info: &WorkerInfo, auth: Arc<Auth>) -> Self {
         let notify = Notify::shared();
         // A stable non-zero Hop ID per worker (docs/protocol.md §4.3).

@@ -24,7 +24,7 @@ pub use skiff_testkit::relay_process::RelayProcess;
 /// A raw client's tables: room for bursts of requests (the relay's side is
 /// what the tests measure).
 type RawStorage = Storage<'static, 'static, 64, 1024, 64, 64, 64, 64, 128>;
-use skiff_monoio::tables::process_pool as leak_pool;
+use skiff_testkit::client::process_pool as leak_pool;
 
 // ---------------------------------------------------------------------------
 // A skiff-relay process and raw peers

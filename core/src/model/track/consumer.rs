@@ -23,6 +23,7 @@ pub struct Consumer<'t, 'p> {
 
 impl<'t, 'p> Consumer<'t, 'p> {
     /// The track this consumer reads.
+    #[cfg(test)]
     pub fn track(&self) -> Ref<'t, 'p> {
         self.track
     }

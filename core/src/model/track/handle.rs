@@ -201,6 +201,7 @@ impl<'t, 'p> Ref<'t, 'p> {
     }
 
     /// The ring size `G`.
+    #[cfg(test)]
     pub fn capacity(&self) -> usize {
         self.slots.len()
     }

@@ -88,11 +88,13 @@ impl Name {
     }
 
     /// Length in bytes.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.len as usize
     }
 
     /// Whether the name is empty.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

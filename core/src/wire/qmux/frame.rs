@@ -101,6 +101,7 @@ pub struct Stream<'a> {
 impl Stream<'_> {
     /// The stream position just past this frame's data (saturating; flow control caps it far lower).
     #[must_use]
+    #[cfg(test)]
     pub fn end(&self) -> u64 {
         self.offset.saturating_add(self.data.len() as u64)
     }

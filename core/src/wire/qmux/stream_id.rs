@@ -21,6 +21,7 @@ pub enum Side {
 impl Side {
     /// The other side.
     #[must_use]
+    #[cfg(test)]
     pub const fn peer(self) -> Side {
         match self {
             Side::Client => Side::Server,
