@@ -21,6 +21,11 @@ const WAIT: Duration = Duration::from_secs(20);
 const BROADCAST: &str = "live";
 const TRACK: &str = "video";
 const FRAMES: u64 = 40;
+/// Milliseconds between two frames, and the step of their timestamps in the
+/// track's default timescale (milliseconds): presentation time runs at the
+/// pace frames are written, so a group being read stays cached for the
+/// publisher's max age (5 s of it) after the next one starts.
+const FRAME_MS: u64 = 10;
 
 /// The payload of frame `i`: its index, then a pattern (frame 7 is 20 KiB).
 fn payload(i: u64) -> Vec<u8> {
@@ -87,12 +92,12 @@ async fn publish_over_qmux_tls(
             .create_group(moq_net::group::Info::from(i / 10))
             .map_err(|e| format!("group: {e}"))?;
         for _ in 0..10 {
-            let ts = moq_net::Timestamp::new(i * 1000, timescale).map_err(|_| "timestamp")?;
+            let ts = moq_net::Timestamp::new(i * FRAME_MS, timescale).map_err(|_| "timestamp")?;
             group
                 .write_frame(ts, bytes::Bytes::from(payload(i)))
                 .map_err(|e| format!("frame: {e}"))?;
             i += 1;
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_millis(FRAME_MS)).await;
         }
         group.finish().map_err(|e| format!("finish group: {e}"))?;
     }
