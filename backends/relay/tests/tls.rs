@@ -149,6 +149,16 @@ fn client(url: &str, config: Config) -> Client {
 /// starts.
 const FRAME_MS: u64 = 20;
 
+/// What the viewers ask for: the live edge on, and every group after it
+/// for as long as the publisher keeps it (its 5 s max age), not the live
+/// edge only (max latency 0, with which a relay resets a group it has not
+/// finished sending once the next one has a second frame: a viewer would
+/// lose frames whenever a loaded machine delays the relay by two frames).
+const VIEW: Request = Request {
+    max_latency: skiff_core::time::Duration::from_secs(5),
+    ..Request::LIVE
+};
+
 /// Publishes `camera/video` until `stop`: a group of 10 frames every 200 ms,
 /// each frame checkable with [`payload`]; frames written are counted.
 async fn publish_until(client: Client, stop: Rc<Cell<bool>>, written: Rc<Cell<u64>>) {
@@ -174,7 +184,7 @@ async fn publish_until(client: Client, stop: Rc<Cell<bool>>, written: Rc<Cell<u6
 /// frame indexes are pushed to `seen`.
 async fn watch_until(client: Client, stop: Rc<Cell<bool>>, seen: Rc<RefCell<Vec<u64>>>) {
     let mut track = client
-        .subscribe("camera", "video", Request::LIVE)
+        .subscribe("camera", "video", VIEW)
         .await
         .unwrap();
     while !stop.get() {
