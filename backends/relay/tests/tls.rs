@@ -183,10 +183,7 @@ async fn publish_until(client: Client, stop: Rc<Cell<bool>>, written: Rc<Cell<u6
 /// Reads `camera/video` until `stop`, checking every frame's bytes; the
 /// frame indexes are pushed to `seen`.
 async fn watch_until(client: Client, stop: Rc<Cell<bool>>, seen: Rc<RefCell<Vec<u64>>>) {
-    let mut track = client
-        .subscribe("camera", "video", VIEW)
-        .await
-        .unwrap();
+    let mut track = client.subscribe("camera", "video", VIEW).await.unwrap();
     while !stop.get() {
         let Some(mut group) = track.next_group().await.unwrap() else {
             break;
