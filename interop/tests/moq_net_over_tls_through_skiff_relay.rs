@@ -21,6 +21,19 @@ const WAIT: Duration = Duration::from_secs(20);
 const BROADCAST: &str = "live";
 const TRACK: &str = "video";
 const FRAMES: u64 = 40;
+/// Milliseconds between two frames, and the step of their timestamps in the
+/// track's default timescale (milliseconds): presentation time runs at the
+/// pace frames are written, so a group being read stays cached for the
+/// publisher's max age (5 s of it) after the next one starts.
+const FRAME_MS: u64 = 10;
+/// What the subscriber asks for: the live edge on, and every group after it
+/// for as long as the publisher keeps it (its 5 s max age), so a relay held
+/// up for two frames finishes the group it was sending instead of resetting
+/// it OLD (max latency 0, the live edge only).
+const VIEW: Request = Request {
+    max_latency: skiff_core::time::Duration::from_secs(5),
+    ..Request::LIVE
+};
 
 /// The payload of frame `i`: its index, then a pattern (frame 7 is 20 KiB).
 fn payload(i: u64) -> Vec<u8> {
@@ -87,12 +100,12 @@ async fn publish_over_qmux_tls(
             .create_group(moq_net::group::Info::from(i / 10))
             .map_err(|e| format!("group: {e}"))?;
         for _ in 0..10 {
-            let ts = moq_net::Timestamp::new(i * 1000, timescale).map_err(|_| "timestamp")?;
+            let ts = moq_net::Timestamp::new(i * FRAME_MS, timescale).map_err(|_| "timestamp")?;
             group
                 .write_frame(ts, bytes::Bytes::from(payload(i)))
                 .map_err(|e| format!("frame: {e}"))?;
             i += 1;
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_millis(FRAME_MS)).await;
         }
         group.finish().map_err(|e| format!("finish group: {e}"))?;
     }
@@ -148,7 +161,7 @@ fn moq_net_over_qmux_tls_reaches_a_skiff_sdk_subscriber() {
         let (client, runner) = connect(&url, config).unwrap();
         monoio::spawn(runner.run());
         let mut track = client
-            .subscribe(BROADCAST, TRACK, Request::LIVE)
+            .subscribe(BROADCAST, TRACK, VIEW)
             .await
             .expect("subscribe");
         let mut seen = Vec::new();

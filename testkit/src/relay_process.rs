@@ -80,9 +80,15 @@ impl RelayProcess {
                 }
             }
         });
-        let (addr, metrics) = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("relay startup lines");
+        let (addr, metrics) = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(lines) => lines,
+            Err(e) => {
+                // The test fails here: the process must not outlive it.
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("relay startup lines: {e:?}");
+            }
+        };
         let addr = addr.parse().expect("listen address");
         let metrics = metrics.parse().expect("metrics address");
         RelayProcess {

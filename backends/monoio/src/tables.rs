@@ -109,6 +109,15 @@ impl Keep {
         make: impl FnMut() -> T,
     ) -> &'static mut [T] {
         let boxed: Box<[T]> = std::iter::repeat_with(make).take(n).collect();
+        // SAFETY: the same contract, passed on to the caller.
+        unsafe { self.own_mut(boxed) }
+    }
+
+    /// Takes `boxed` for as long as the keep lives.
+    ///
+    /// # Safety
+    /// As [`Keep::hold`].
+    unsafe fn own_mut<T: 'static>(&mut self, boxed: Box<[T]>) -> &'static mut [T] {
         let ptr = Box::into_raw(boxed);
         self.held.push(Held {
             // SAFETY: `ptr` came from `Box::into_raw` above and is freed
@@ -152,11 +161,15 @@ impl Keep {
         block_bytes: usize,
         spare: usize,
     ) -> &'static Pool<'static> {
+        // The bytes come zeroed from the allocator (one `calloc`, whose pages
+        // the kernel maps at first use), not written one by one: a cache of
+        // hundreds of MiB is ready at once in every build profile.
+        let bytes = vec![0u8; blocks * block_bytes].into_boxed_slice();
         // SAFETY: the three allocations are freed in reverse (the pool before
         // the bytes and metadata it borrows); the rest is the caller's contract.
         let (data, meta) = unsafe {
             (
-                self.slice_mut(blocks * block_bytes, || 0u8),
+                self.own_mut(bytes),
                 self.slice_mut(blocks + spare, BlockMeta::new),
             )
         };

@@ -142,6 +142,23 @@ fn client(url: &str, config: Config) -> Client {
     client
 }
 
+/// Milliseconds between two frames, and the step of their timestamps: the
+/// track keeps the default timescale (milliseconds), so presentation time
+/// runs at the pace frames are written and a group the viewer is reading
+/// stays cached for the publisher's max age (5 s of it) after the next one
+/// starts.
+const FRAME_MS: u64 = 20;
+
+/// What the viewers ask for: the live edge on, and every group after it
+/// for as long as the publisher keeps it (its 5 s max age), not the live
+/// edge only (max latency 0, with which a relay resets a group it has not
+/// finished sending once the next one has a second frame: a viewer would
+/// lose frames whenever a loaded machine delays the relay by two frames).
+const VIEW: Request = Request {
+    max_latency: skiff_core::time::Duration::from_secs(5),
+    ..Request::LIVE
+};
+
 /// Publishes `camera/video` until `stop`: a group of 10 frames every 200 ms,
 /// each frame checkable with [`payload`]; frames written are counted.
 async fn publish_until(client: Client, stop: Rc<Cell<bool>>, written: Rc<Cell<u64>>) {
@@ -151,10 +168,10 @@ async fn publish_until(client: Client, stop: Rc<Cell<bool>>, written: Rc<Cell<u6
     while !stop.get() {
         let mut group = track.append_group().unwrap();
         for _ in 0..10 {
-            group.write_frame(i * 20_000, &payload(i)).await.unwrap();
+            group.write_frame(i * FRAME_MS, &payload(i)).await.unwrap();
             i += 1;
             written.set(i);
-            monoio::time::sleep(Duration::from_millis(20)).await;
+            monoio::time::sleep(Duration::from_millis(FRAME_MS)).await;
         }
         group.finish().unwrap();
     }
@@ -166,10 +183,7 @@ async fn publish_until(client: Client, stop: Rc<Cell<bool>>, written: Rc<Cell<u6
 /// Reads `camera/video` until `stop`, checking every frame's bytes; the
 /// frame indexes are pushed to `seen`.
 async fn watch_until(client: Client, stop: Rc<Cell<bool>>, seen: Rc<RefCell<Vec<u64>>>) {
-    let mut track = client
-        .subscribe("camera", "video", Request::LIVE)
-        .await
-        .unwrap();
+    let mut track = client.subscribe("camera", "video", VIEW).await.unwrap();
     while !stop.get() {
         let Some(mut group) = track.next_group().await.unwrap() else {
             break;
@@ -178,7 +192,7 @@ async fn watch_until(client: Client, stop: Rc<Cell<bool>>, seen: Rc<RefCell<Vec<
             let bytes = frame.payload.to_vec();
             let i = u64::from_le_bytes(bytes[..8].try_into().unwrap());
             assert_eq!(bytes, payload(i), "frame {i} damaged");
-            assert_eq!(frame.timestamp, i * 20_000);
+            assert_eq!(frame.timestamp, i * FRAME_MS);
             seen.borrow_mut().push(i);
         }
     }

@@ -25,6 +25,10 @@ const WS_UPGRADE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1
 /// Socket buffer of a client connection, each way.
 const SOCKET_BUFFER: usize = 64 * 1024;
 
+/// How long a session the client closed has to send its close and end
+/// before the runner drops it (a peer that stopped reading).
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Drives a [`super::Client`]'s connection; spawn [`Runner::run`] on the
 /// client's runtime (nothing is spawned for you).
 #[derive(Debug)]
@@ -41,14 +45,22 @@ impl Runner {
     /// after a session that reached SETUP it dials again after
     /// [`super::Config::backoff_min`]; after a failed attempt, after the
     /// current backoff, which doubles up to [`super::Config::backoff_max`].
+    ///
+    /// Closing the client stops a dial at once; a running session sends
+    /// its close and ends (within [`CLOSE_GRACE`]), and `run` returns once
+    /// its connection, reader task included, is gone.
     pub async fn run(self) {
         let s = &*self.shared;
         s.running.set(true);
         let mut backoff = s.config.backoff_min;
         while !s.closed.get() {
             let before = s.sessions.get();
-            match race(self.connect_once(), self.closed()).await {
-                Ok(Ok(())) if s.sessions.get() == before => {
+            let outcome = self.connect_once().await;
+            if s.closed.get() {
+                break;
+            }
+            match outcome {
+                Ok(()) if s.sessions.get() == before => {
                     // A server that closes before SETUP (a TLS port dialed in
                     // plain text, a refused token) is a failed attempt.
                     let e = Error::Io(std::io::Error::new(
@@ -58,12 +70,11 @@ impl Runner {
                     tracing::debug!(url = %s.target.url, error = %e, "connection failed");
                     *s.last_error.borrow_mut() = Some(Rc::new(e));
                 }
-                Ok(Ok(())) => tracing::debug!(url = %s.target.url, "session ended"),
-                Ok(Err(e)) => {
+                Ok(()) => tracing::debug!(url = %s.target.url, "session ended"),
+                Err(e) => {
                     tracing::debug!(url = %s.target.url, error = %e, "connection failed");
                     *s.last_error.borrow_mut() = Some(Rc::new(e));
                 }
-                Err(()) => break,
             }
             let wait = if s.sessions.get() != before {
                 backoff = s.config.backoff_min;
@@ -86,13 +97,22 @@ impl Runner {
         self.shared.wait_until(|s| s.closed.get()).await;
     }
 
-    /// One connection, from the dial to the end of its session.
+    /// `dial`'s outcome, or `None` if the client was closed first.
+    async fn dial<F: std::future::Future>(&self, dial: F) -> Option<F::Output> {
+        race(dial, self.closed()).await.ok()
+    }
+
+    /// One connection, from the dial to the end of its session; `Ok` at
+    /// once if the client is closed while dialing.
     async fn connect_once(&self) -> Result<(), Error> {
         let s = &*self.shared;
         match s.target.scheme {
             Scheme::Tcp => {
                 let addr = s.target.resolve()?;
-                let stream = TcpStream::connect(addr).await?;
+                let Some(stream) = self.dial(TcpStream::connect(addr)).await else {
+                    return Ok(());
+                };
+                let stream = stream?;
                 let _ = stream.set_nodelay(true);
                 let (reader, writer) = split_halves(stream, SOCKET_BUFFER);
                 self.run_session(reader, writer, Some(&s.target.path), None)
@@ -100,8 +120,13 @@ impl Runner {
             }
             Scheme::Ws => {
                 let (timeout, max, target) = self.ws_params();
-                let (reader, writer, chosen) =
-                    crate::ws::dial(&s.target.host, &target, timeout, max).await?;
+                let Some(dialed) = self
+                    .dial(crate::ws::dial(&s.target.host, &target, timeout, max))
+                    .await
+                else {
+                    return Ok(());
+                };
+                let (reader, writer, chosen) = dialed?;
                 // docs/protocol.md §9.2: the subprotocol names the application protocol;
                 // none chosen leaves it to the transport parameters, as on TCP.
                 let fixed = chosen.is_some().then_some(skiff_ws::APPLICATION);
@@ -109,7 +134,10 @@ impl Runner {
                 self.run_session(reader, writer, None, fixed).await
             }
             Scheme::Tls => {
-                let (reader, writer) = self.dial_tls().await?;
+                let Some(dialed) = self.dial(self.dial_tls()).await else {
+                    return Ok(());
+                };
+                let (reader, writer) = dialed?;
                 // docs/protocol.md §9.8: the ALPN name fixes the application
                 // protocol; none agreed leaves it to the transport parameters.
                 let fixed = (reader.alpn().as_deref() == Some(crate::tls::ALPN_QMUX))
@@ -118,14 +146,20 @@ impl Runner {
                     .await
             }
             Scheme::Wss => {
-                let (reader, writer) = self.dial_tls().await?;
+                let Some(dialed) = self.dial(self.dial_tls()).await else {
+                    return Ok(());
+                };
+                let (reader, writer) = dialed?;
                 let (timeout, max, target) = self.ws_params();
                 let upgrade = crate::ws::upgrade(reader, writer, &s.target.host, &target, max);
-                let (reader, writer, chosen) =
-                    match race(upgrade, monoio::time::sleep(timeout)).await {
-                        Ok(res) => res.map_err(Error::from_transport)?,
-                        Err(()) => return Err(timed_out("no websocket upgrade answer in time")),
-                    };
+                let Some(upgraded) = self.dial(race(upgrade, monoio::time::sleep(timeout))).await
+                else {
+                    return Ok(());
+                };
+                let (reader, writer, chosen) = match upgraded {
+                    Ok(res) => res.map_err(Error::from_transport)?,
+                    Err(()) => return Err(timed_out("no websocket upgrade answer in time")),
+                };
                 let fixed = chosen.is_some().then_some(skiff_ws::APPLICATION);
                 self.run_session(reader, writer, None, fixed).await
             }
@@ -209,16 +243,28 @@ impl Runner {
                         asked: Vec::new(),
                         announced: Vec::new(),
                     };
-                    drive(
+                    // Closing the client closes the session (its drain
+                    // signal), which then ends on its own: sent its close,
+                    // stopped its reader.
+                    let driven = drive(
                         Box::new(session),
                         (),
                         reader,
                         writer,
                         &mut app,
                         &s.ctx.drive,
-                    )
-                    .await
-                    .map(|_| ())
+                    );
+                    let grace = async {
+                        self.closed().await;
+                        monoio::time::sleep(CLOSE_GRACE).await;
+                    };
+                    match race(driven, grace).await {
+                        Ok(ended) => ended.map(|_| ()),
+                        Err(()) => {
+                            tracing::debug!(url = %s.target.url, "closed session dropped after the grace");
+                            Ok(())
+                        }
+                    }
                 }
                 Err(e) => Err(std::io::Error::other(e)),
             }

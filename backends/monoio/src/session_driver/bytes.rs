@@ -436,11 +436,13 @@ pub(super) struct Taken {
     pub(super) settled: bool,
 }
 
-/// Starts the reader task of `reader` and returns the inbox it fills.
-pub(super) fn spawn_reader<R: ByteRead>(reader: R) -> Rc<Inbox> {
+/// Starts the reader task of `reader` and returns the inbox it fills and
+/// the task's handle: it is done once the task ended and dropped the reader
+/// (its socket half and read buffer).
+pub(super) fn spawn_reader<R: ByteRead>(reader: R) -> (Rc<Inbox>, monoio::task::JoinHandle<()>) {
     let inbox = Rc::new(Inbox::new());
-    monoio::spawn(read_loop(reader, inbox.clone()));
-    inbox
+    let task = monoio::spawn(read_loop(reader, inbox.clone()));
+    (inbox, task)
 }
 
 /// Buffers in a row that held no more than a tiny buffer's worth after which

@@ -292,6 +292,8 @@ pub struct DriveCtx {
 }
 
 /// Runs `session` over `reader`/`writer` until it ends; see the module docs.
+/// It returns once the connection's reader task has ended as well, so
+/// nothing of the connection (its socket, its read buffer) outlives it.
 ///
 /// # Errors
 /// The writer's error if sending failed.
@@ -321,7 +323,7 @@ pub async fn drive<
     // Both buffers come from the thread's pools while bytes pass through.
     let guard = reader.guard();
     let mut handshake = reader.take_handshake();
-    let inbox = bytes::spawn_reader(reader);
+    let (inbox, reading) = bytes::spawn_reader(reader);
     let driven = Driven {
         session: &mut session,
         inbox: &inbox,
@@ -345,6 +347,9 @@ pub async fn drive<
     drop(session);
     ctx.notify.bump();
     let _ = writer.close().await;
+    // The session ends with its reader: the task has seen the stop (or the
+    // end of the stream) and dropped the socket half and its read buffer.
+    reading.await;
     res
 }
 
