@@ -7,7 +7,7 @@
 //! that order. It then writes what the session has to send into an [`Out`]
 //! ([`Session::transmit_to`]) until the session writes nothing more or the
 //! `Out` must be sent first, and forwards the changes the pass made
-//! ([`Session::report_changes`]) to whoever waits on them. A driver whose
+//! ([`Session::poll_changed`]) to whoever waits on them. A driver whose
 //! order differs (the input fed between the timers and the events) calls
 //! the pieces itself.
 //!
@@ -15,7 +15,7 @@
 //! allocation, and no dynamic call besides the gather the session already
 //! takes as `dyn`.
 
-use super::{Change, Event, Gather, Session};
+use super::{Event, Gather, Session};
 use crate::time::Instant;
 use crate::transport::Transport;
 
@@ -35,12 +35,6 @@ pub trait Handler<'s, 'a, 'p, const N: usize, T: Transport> {
     /// default does nothing.
     fn act(&mut self, now: Instant, session: &mut Session<'s, 'a, 'p, N, T>) {
         let _ = (now, session);
-    }
-
-    /// A change the session made ([`Session::poll_changed`]), reported by
-    /// [`Session::report_changes`]. The default ignores it.
-    fn on_changed(&mut self, change: Change) {
-        let _ = change;
     }
 }
 
@@ -185,16 +179,5 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                 };
             }
         }
-    }
-
-    /// Hands every change the session listed since the last call to
-    /// `handler` ([`Handler::on_changed`]); returns how many.
-    pub fn report_changes<H: Handler<'s, 'a, 'p, N, T>>(&mut self, handler: &mut H) -> usize {
-        let mut n = 0;
-        while let Some(change) = self.poll_changed() {
-            handler.on_changed(change);
-            n += 1;
-        }
-        n
     }
 }
