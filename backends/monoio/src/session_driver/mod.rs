@@ -305,52 +305,51 @@ pub struct DriveCtx {
 /// `tables`: what the session takes at the peer's SETUP ([`SetupTables`]:
 /// the media tables of a session built without them); `()` for a session
 /// whose storage has them already.
-pub async fn drive<
-    's,
-    R: ByteRead,
-    W: ByteWrite,
-    A: App<N>,
-    T: SetupTables<'s, N>,
-    const N: usize,
->(
+///
+/// A plain function returning the future, whose block uses the arguments
+/// where they were moved in: an `async fn` would also keep a copy of each
+/// argument it moves into its body, in every connection's task.
+pub fn drive<'s, R: ByteRead, W: ByteWrite, A: App<N>, T: SetupTables<'s, N>, const N: usize>(
     mut session: Box<Session<'s, 'static, 'static, N>>,
     tables: T,
     mut reader: R,
     mut writer: W,
     app: &mut A,
     ctx: &DriveCtx,
-) -> io::Result<Ended> {
-    // Both buffers come from the thread's pools while bytes pass through.
-    let guard = reader.guard();
-    let mut handshake = reader.take_handshake();
-    let (inbox, reading) = bytes::spawn_reader(reader);
-    let driven = Driven {
-        session: &mut session,
-        inbox: &inbox,
-        handler: AppHandler {
-            app: &mut *app,
-            tables: Some(tables),
+) -> impl Future<Output = io::Result<Ended>> {
+    async move {
+        // Both buffers come from the thread's pools while bytes pass through.
+        let guard = reader.guard();
+        let mut handshake = reader.take_handshake();
+        let (inbox, reading) = bytes::spawn_reader(reader);
+        let driven = Driven {
+            session: &mut session,
             inbox: &inbox,
-            setup: None,
-        },
-        ctx,
-        handshake: &mut handshake,
-        limit: guard.handshake.map(crate::clock::to_core),
-        started: ctx.clock.now(),
-        partial_since: None,
-        goaway_sent: false,
-    };
-    let res = driven.run(&mut writer).await;
-    // Let the reader go (its in-flight read is dropped with it).
-    inbox.stop();
-    app.on_close();
-    drop(session);
-    ctx.notify.bump();
-    let _ = writer.close().await;
-    // The session ends with its reader: the task has seen the stop (or the
-    // end of the stream) and dropped the socket half and its read buffer.
-    reading.await;
-    res
+            handler: AppHandler {
+                app: &mut *app,
+                tables: Some(tables),
+                inbox: &inbox,
+                setup: None,
+            },
+            ctx,
+            handshake: &mut handshake,
+            limit: guard.handshake.map(crate::clock::to_core),
+            started: ctx.clock.now(),
+            partial_since: None,
+            goaway_sent: false,
+        };
+        let res = driven.run(&mut writer).await;
+        // Let the reader go (its in-flight read is dropped with it).
+        inbox.stop();
+        app.on_close();
+        drop(session);
+        ctx.notify.bump();
+        let _ = writer.close().await;
+        // The session ends with its reader: the task has seen the stop (or the
+        // end of the stream) and dropped the socket half and its read buffer.
+        reading.await;
+        res
+    }
 }
 
 /// The app as the handler of the core's pass: it sees the events and acts,
