@@ -309,6 +309,7 @@ pub struct DriveCtx {
 /// A plain function returning the future, whose block uses the arguments
 /// where they were moved in: an `async fn` would also keep a copy of each
 /// argument it moves into its body, in every connection's task.
+#[allow(clippy::manual_async_fn)]
 pub fn drive<'s, R: ByteRead, W: ByteWrite, A: App<N>, T: SetupTables<'s, N>, const N: usize>(
     mut session: Box<Session<'s, 'static, 'static, N>>,
     tables: T,
