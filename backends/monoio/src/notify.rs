@@ -41,10 +41,6 @@
 //! The index is intrusive and keeps its room: once the thread's tasks and
 //! tracks have been seen, bumps, flushes and registrations allocate nothing.
 //!
-//! Each flush also advances a generation counter ([`Notify::generation`]),
-//! which [`Waiter::changed`] and [`Notify::wait_until`] compare for a task
-//! that waits for any change rather than following tracks.
-//!
 //! [`track::Ref::wake_on_change`]: skiff_core::model::track::Ref::wake_on_change
 
 use std::cell::{Cell, RefCell};
@@ -426,10 +422,8 @@ impl Scope {
 }
 
 /// The per-thread change signal (`!Send`; share it with `Rc`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Notify {
-    /// Changes of either kind.
-    generation: Cell<u64>,
     /// Media bumps waiting for the flusher.
     pending_media: RefCell<Scope>,
     /// Consumption-only bumps waiting for the flusher.
@@ -453,14 +447,17 @@ pub struct Waiter<'n> {
 }
 
 impl Notify {
-    /// A signal nobody waits on yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The current generation; compare with a later value to see a change.
-    pub fn generation(&self) -> u64 {
-        self.generation.get()
+    /// A signal nobody waits on yet, without a flusher: a bump wakes at once.
+    fn new() -> Self {
+        Notify {
+            pending_media: RefCell::new(Scope::Nothing),
+            pending_consumed: RefCell::new(Scope::Nothing),
+            flusher: Cell::new(false),
+            flusher_waker: RefCell::new(None),
+            places: RefCell::new(Places::default()),
+            free: RefCell::new(Vec::new()),
+            track_wakers: RefCell::new(HashMap::default()),
+        }
     }
 
     /// Records a media change: every waiting task is woken once the runtime
@@ -544,11 +541,10 @@ impl Notify {
         n
     }
 
-    /// Advances the generation and wakes now every task concerned: by the
+    /// Wakes now every task concerned: by the
     /// media changes of `media`, or (unless it waits for media only) by the
     /// consumption of `consumed`.
     fn flush_scopes(&self, media: Scope, consumed: Scope) {
-        self.generation.set(self.generation.get().wrapping_add(1));
         // A woken waker may not re-enter (it only schedules).
         self.places.borrow_mut().wake(&media, &consumed);
     }
@@ -581,18 +577,6 @@ impl Notify {
             None => self.places.borrow_mut().push(),
         };
         Waiter { notify: self, slot }
-    }
-
-    /// Completes once `cond` holds: checked now and again after every change.
-    pub async fn wait_until(&self, mut cond: impl FnMut() -> bool) {
-        let waiter = self.waiter();
-        loop {
-            let seen = self.generation();
-            if cond() {
-                return;
-            }
-            waiter.changed(seen).await;
-        }
     }
 }
 
@@ -674,18 +658,6 @@ impl Waiter<'_> {
             .places
             .get_mut(self.slot)
             .is_some_and(|p| std::mem::take(&mut p.concerned))
-    }
-
-    /// Completes once the generation differs from `seen`.
-    pub async fn changed(&self, seen: u64) {
-        poll_fn(|cx| {
-            if self.notify.generation() != seen {
-                return Poll::Ready(());
-            }
-            self.register(cx.waker());
-            Poll::Pending
-        })
-        .await
     }
 }
 
@@ -799,7 +771,7 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_reused_and_bump_changes_generation() {
+    fn slots_are_reused() {
         let n = Notify::new();
         let a = n.waiter();
         let b = n.waiter();
@@ -807,9 +779,6 @@ mod tests {
         drop(a);
         let c = n.waiter();
         assert_eq!(waiters(&n), 2);
-        let g = n.generation();
-        n.bump();
-        assert_ne!(n.generation(), g);
         drop((b, c));
         assert_eq!(waiters(&n), 0);
     }
@@ -853,9 +822,7 @@ mod tests {
         // Every waker of one state wakes the same "task": a track holds one.
         assert!(a.will_wake(&n.track_waker(k(1))));
         assert!(!a.will_wake(&n.track_waker(k(2))));
-        let g = n.generation();
         a.wake_by_ref();
-        assert_ne!(n.generation(), g);
         assert_eq!(counters.woken(), [1, 0]);
         // A state reopened for a new track: its waker names the new key.
         follow_media(&places[1], &wakers[1], [TrackKey::from_parts(1, 7)]);
@@ -1125,9 +1092,7 @@ mod tests {
         let (a, m) = (n.waiter(), n.waiter());
         a.register(&w[0]);
         follow_all_media(&m, &w[1]);
-        let g = n.generation();
         n.bump_consumed();
-        assert_ne!(n.generation(), g);
         assert_eq!(counters.woken(), [1, 0]);
         a.register(&w[0]);
         n.bump();
