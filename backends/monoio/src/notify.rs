@@ -4,22 +4,37 @@
 //! # The wake path
 //! A change of local media reaches the session tasks that care about it one
 //! way: through the core's track wakers.
-//! 1. A session task registers, on each track it serves, the waker
-//!    [`Notify::track_waker`] gives for that track
-//!    ([`track::Ref::wake_on_change`]); one waker per track state and thread,
-//!    however many sessions serve the track.
-//! 2. Whoever changes the track (an SDK producer, a session filling it) only
-//!    writes through the core model; the track's next change wakes that
-//!    waker, which bumps the track here ([`Notify::bump_tracks`]). A session
-//!    task also bumps what its own pass changed (media it stored:
-//!    [`Notify::bump_tracks`]; tracks it only read:
-//!    [`Notify::bump_consumed_tracks`]).
+//! 1. A session task registers, on each track it serves and each track it
+//!    fills, the waker [`Notify::track_waker`] gives for that track
+//!    ([`track::Ref::wake_on_change`]); one waker per track state and
+//!    thread, however many sessions serve the track.
+//! 2. Whoever changes the track (an SDK producer, a session filling it, the
+//!    relay's policy ending it) only writes through the core model; the
+//!    track's next change (group, frame, bytes, end, eviction, TRACK_INFO)
+//!    wakes that waker, which bumps the track here ([`Notify::bump_tracks`]).
+//!    Nobody bumps a media change by hand.
 //! 3. Bumps are coalesced: a bump only marks the tracks and schedules the
 //!    flusher task ([`Notify::shared`]); when the runtime gets to it (after
 //!    the tasks that were ready already), it wakes once every task following
 //!    one of the marked tracks. So a hundred sessions making progress in one
 //!    scheduling round cost one round of wake-ups, not a hundred (which made
 //!    fan-out quadratic).
+//!
+//! # What the track wakers do not carry
+//! A few changes concern other tasks without changing any track's media, so
+//! no track waker fires for them; whoever makes them bumps here:
+//! - consumption: a reader that took bytes of a track frees credit and
+//!   pacing room for the track's filler ([`Notify::bump_consumed_tracks`]:
+//!   a session after its pass, from its listed `Consumed` changes; an SDK
+//!   consumer after reading), and blocks given back to the pool free room
+//!   for every producer waiting on it ([`Notify::bump_consumed`]: the relay
+//!   when lent blocks come back);
+//! - demand: a subscription served from a track started, changed or ended,
+//!   which its filler follows upstream (the session's listed `Demand`
+//!   changes, bumped as the track's media change, which the filler follows);
+//! - tables and routes: a broadcast announced or withdrawn, a track added,
+//!   a request queued for a session, a timer of the relay's policy, a
+//!   session's end ([`Notify::bump`]: every task looks again).
 //!
 //! # Who is woken
 //! A session's task follows the media of the tracks it serves and both the
