@@ -5,7 +5,7 @@
 //! A change of local media reaches the session tasks that care about it one
 //! way: through the core's track wakers.
 //! 1. A session task registers, on each track it serves and each track it
-//!    fills, the waker [`Notify::track_waker`] gives for that track
+//!    fills, the waker `Notify::track_waker` gives for that track
 //!    ([`track::Ref::wake_on_change`]); one waker per track state and
 //!    thread, however many sessions serve the track.
 //! 2. Whoever changes the track (an SDK producer, a session filling it, the
