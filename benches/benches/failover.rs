@@ -129,10 +129,9 @@ impl Rig {
     /// Waits until every subscriber holds group `seq` or a later one.
     async fn all_have(&self, seq: u64) {
         let notify = self.base.notify().clone();
-        let waiter = notify.waiter();
+        let changes = skiff_testkit::wait::Changes::new(&notify);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let seen = notify.generation();
             if self
                 .subscribers
                 .iter()
@@ -158,7 +157,7 @@ impl Rig {
                 );
             }
             monoio::select! {
-                _ = waiter.changed(seen) => {}
+                _ = changes.next() => {}
                 _ = monoio::time::sleep(Duration::from_millis(5)) => {}
             }
         }

@@ -140,23 +140,22 @@ async fn scenario(pub_url: String, sub_url: String) -> Vec<Seen> {
     }
 
     // Every subscription must start at group 0 before the rest is written.
-    notify
-        .wait_until(|| {
-            if states.iter().all(|s| s.started.get() == Some(0)) {
-                return true;
-            }
-            if let Some(s) = states.iter().find(|s| s.closed.get().is_some()) {
-                panic!("a subscription closed early: {:?}", s.closed.get());
-            }
-            if let Some(s) = states
-                .iter()
-                .find(|s| s.started.get().is_some_and(|g| g != 0))
-            {
-                panic!("a subscription started at group {:?}", s.started.get());
-            }
-            false
-        })
-        .await;
+    skiff_testkit::wait::until(&notify, || {
+        if states.iter().all(|s| s.started.get() == Some(0)) {
+            return true;
+        }
+        if let Some(s) = states.iter().find(|s| s.closed.get().is_some()) {
+            panic!("a subscription closed early: {:?}", s.closed.get());
+        }
+        if let Some(s) = states
+            .iter()
+            .find(|s| s.started.get().is_some_and(|g| g != 0))
+        {
+            panic!("a subscription started at group {:?}", s.started.get());
+        }
+        false
+    })
+    .await;
 
     for g in 0..GROUPS {
         let mut gp = (g != 0).then(|| producer.create_group(g).unwrap());
@@ -182,14 +181,13 @@ async fn scenario(pub_url: String, sub_url: String) -> Vec<Seen> {
     notify.bump();
 
     // Every reader stops once the track's end travelled through the relay.
-    notify
-        .wait_until(|| {
-            seen_all.iter().all(|s| {
-                let s = s.borrow();
-                s.finished || s.aborted.is_some()
-            })
+    skiff_testkit::wait::until(&notify, || {
+        seen_all.iter().all(|s| {
+            let s = s.borrow();
+            s.finished || s.aborted.is_some()
         })
-        .await;
+    })
+    .await;
     ctx.close_all();
     monoio::time::sleep(Duration::from_millis(100)).await;
     seen_all

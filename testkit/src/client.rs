@@ -354,9 +354,8 @@ impl FrameReader {
         notify: &Notify,
         mut f: impl FnMut(Frame<'_>),
     ) -> ReadState {
-        let waiter = notify.waiter();
+        let changes = crate::wait::Changes::new(notify);
         loop {
-            let seen = notify.generation();
             let mut got = false;
             let st = self.poll(|frame| {
                 got = true;
@@ -372,7 +371,7 @@ impl FrameReader {
             if st != ReadState::Pending {
                 return st;
             }
-            waiter.changed(seen).await;
+            changes.next().await;
         }
     }
 

@@ -10,7 +10,9 @@
 //!   (the caller names the binary), and where to find a `moq-relay`;
 //! - `client` (feature `client`): sessions driven by hand with ready-made
 //!   apps on skiff-monoio's session driver, for tests that count or order
-//!   what the SDK hides.
+//!   what the SDK hides;
+//! - `wait` (feature `client`): waiting for a change on a thread's
+//!   `Notify` from a test task, with the session driver's API.
 
 #[cfg(feature = "client")]
 pub mod client;
@@ -18,3 +20,5 @@ pub mod counting;
 #[cfg(feature = "pki")]
 pub mod pki;
 pub mod relay_process;
+#[cfg(feature = "client")]
+pub mod wait;

@@ -4,22 +4,40 @@
 //! # The wake path
 //! A change of local media reaches the session tasks that care about it one
 //! way: through the core's track wakers.
-//! 1. A session task registers, on each track it serves, the waker
-//!    [`Notify::track_waker`] gives for that track
-//!    ([`track::Ref::wake_on_change`]); one waker per track state and thread,
-//!    however many sessions serve the track.
-//! 2. Whoever changes the track (an SDK producer, a session filling it) only
-//!    writes through the core model; the track's next change wakes that
-//!    waker, which bumps the track here ([`Notify::bump_tracks`]). A session
-//!    task also bumps what its own pass changed (media it stored:
-//!    [`Notify::bump_tracks`]; tracks it only read:
-//!    [`Notify::bump_consumed_tracks`]).
+//! 1. A session task registers, on each track it serves and each track it
+//!    fills, the waker `Notify::track_waker` gives for that track
+//!    ([`track::Ref::wake_on_change`]); one waker per track state and
+//!    thread, however many sessions serve the track.
+//! 2. Whoever changes the track (an SDK producer, a session filling it, the
+//!    relay's policy ending it) only writes through the core model; the
+//!    track's next change (group, frame, bytes, end, eviction, TRACK_INFO)
+//!    wakes that waker, which bumps the track here ([`Notify::bump_tracks`]).
+//!    Nobody bumps a media change by hand.
 //! 3. Bumps are coalesced: a bump only marks the tracks and schedules the
 //!    flusher task ([`Notify::shared`]); when the runtime gets to it (after
 //!    the tasks that were ready already), it wakes once every task following
 //!    one of the marked tracks. So a hundred sessions making progress in one
 //!    scheduling round cost one round of wake-ups, not a hundred (which made
-//!    fan-out quadratic).
+//!    fan-out quadratic): waking the followers at once on every bump costs
+//!    8 % more instructions per delivery at 30 viewers and 26 % more at 100
+//!    (`benches/callgrind-relay.sh`, at `69696b1`; see
+//!    `benches/results/2026-12-05-wake-coalescing.md`).
+//!
+//! # What the track wakers do not carry
+//! A few changes concern other tasks without changing any track's media, so
+//! no track waker fires for them; whoever makes them bumps here:
+//! - consumption: a reader that took bytes of a track frees credit and
+//!   pacing room for the track's filler ([`Notify::bump_consumed_tracks`]:
+//!   a session after its pass, from its listed `Consumed` changes; an SDK
+//!   consumer after reading), and blocks given back to the pool free room
+//!   for every producer waiting on it ([`Notify::bump_consumed`]: the relay
+//!   when lent blocks come back);
+//! - demand: a subscription served from a track started, changed or ended,
+//!   which its filler follows upstream (the session's listed `Demand`
+//!   changes, bumped as the track's media change, which the filler follows);
+//! - tables and routes: a broadcast announced or withdrawn, a track added,
+//!   a request queued for a session, a timer of the relay's policy, a
+//!   session's end ([`Notify::bump`]: every task looks again).
 //!
 //! # Who is woken
 //! A session's task follows the media of the tracks it serves and both the
@@ -40,10 +58,6 @@
 //! following everything; only a change of every track walks every task.
 //! The index is intrusive and keeps its room: once the thread's tasks and
 //! tracks have been seen, bumps, flushes and registrations allocate nothing.
-//!
-//! Each flush also advances a generation counter ([`Notify::generation`]),
-//! which [`Waiter::changed`] and [`Notify::wait_until`] compare for a task
-//! that waits for any change rather than following tracks.
 //!
 //! [`track::Ref::wake_on_change`]: skiff_core::model::track::Ref::wake_on_change
 
@@ -426,10 +440,8 @@ impl Scope {
 }
 
 /// The per-thread change signal (`!Send`; share it with `Rc`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Notify {
-    /// Changes of either kind.
-    generation: Cell<u64>,
     /// Media bumps waiting for the flusher.
     pending_media: RefCell<Scope>,
     /// Consumption-only bumps waiting for the flusher.
@@ -453,14 +465,17 @@ pub struct Waiter<'n> {
 }
 
 impl Notify {
-    /// A signal nobody waits on yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The current generation; compare with a later value to see a change.
-    pub fn generation(&self) -> u64 {
-        self.generation.get()
+    /// A signal nobody waits on yet, without a flusher: a bump wakes at once.
+    fn new() -> Self {
+        Notify {
+            pending_media: RefCell::new(Scope::Nothing),
+            pending_consumed: RefCell::new(Scope::Nothing),
+            flusher: Cell::new(false),
+            flusher_waker: RefCell::new(None),
+            places: RefCell::new(Places::default()),
+            free: RefCell::new(Vec::new()),
+            track_wakers: RefCell::new(HashMap::default()),
+        }
     }
 
     /// Records a media change: every waiting task is woken once the runtime
@@ -544,11 +559,10 @@ impl Notify {
         n
     }
 
-    /// Advances the generation and wakes now every task concerned: by the
+    /// Wakes now every task concerned: by the
     /// media changes of `media`, or (unless it waits for media only) by the
     /// consumption of `consumed`.
     fn flush_scopes(&self, media: Scope, consumed: Scope) {
-        self.generation.set(self.generation.get().wrapping_add(1));
         // A woken waker may not re-enter (it only schedules).
         self.places.borrow_mut().wake(&media, &consumed);
     }
@@ -581,18 +595,6 @@ impl Notify {
             None => self.places.borrow_mut().push(),
         };
         Waiter { notify: self, slot }
-    }
-
-    /// Completes once `cond` holds: checked now and again after every change.
-    pub async fn wait_until(&self, mut cond: impl FnMut() -> bool) {
-        let waiter = self.waiter();
-        loop {
-            let seen = self.generation();
-            if cond() {
-                return;
-            }
-            waiter.changed(seen).await;
-        }
     }
 }
 
@@ -674,18 +676,6 @@ impl Waiter<'_> {
             .places
             .get_mut(self.slot)
             .is_some_and(|p| std::mem::take(&mut p.concerned))
-    }
-
-    /// Completes once the generation differs from `seen`.
-    pub async fn changed(&self, seen: u64) {
-        poll_fn(|cx| {
-            if self.notify.generation() != seen {
-                return Poll::Ready(());
-            }
-            self.register(cx.waker());
-            Poll::Pending
-        })
-        .await
     }
 }
 
@@ -799,7 +789,7 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_reused_and_bump_changes_generation() {
+    fn slots_are_reused() {
         let n = Notify::new();
         let a = n.waiter();
         let b = n.waiter();
@@ -807,9 +797,6 @@ mod tests {
         drop(a);
         let c = n.waiter();
         assert_eq!(waiters(&n), 2);
-        let g = n.generation();
-        n.bump();
-        assert_ne!(n.generation(), g);
         drop((b, c));
         assert_eq!(waiters(&n), 0);
     }
@@ -853,9 +840,7 @@ mod tests {
         // Every waker of one state wakes the same "task": a track holds one.
         assert!(a.will_wake(&n.track_waker(k(1))));
         assert!(!a.will_wake(&n.track_waker(k(2))));
-        let g = n.generation();
         a.wake_by_ref();
-        assert_ne!(n.generation(), g);
         assert_eq!(counters.woken(), [1, 0]);
         // A state reopened for a new track: its waker names the new key.
         follow_media(&places[1], &wakers[1], [TrackKey::from_parts(1, 7)]);
@@ -1125,9 +1110,7 @@ mod tests {
         let (a, m) = (n.waiter(), n.waiter());
         a.register(&w[0]);
         follow_all_media(&m, &w[1]);
-        let g = n.generation();
         n.bump_consumed();
-        assert_ne!(n.generation(), g);
         assert_eq!(counters.woken(), [1, 0]);
         a.register(&w[0]);
         n.bump();

@@ -470,7 +470,7 @@ async fn oversized_scenario(url: String) -> Vec<Result<usize, Option<u64>>> {
             let _ = client::run(&url, None, &mut app, &ctx).await;
         });
     }
-    notify.wait_until(|| state.started.get().is_some()).await;
+    skiff_testkit::wait::until(&notify, || state.started.get().is_some()).await;
     g0.finish().unwrap();
     // Group 1: one frame over --max-frame-bytes (16 KiB).
     let mut g = producer.create_group(1).unwrap();

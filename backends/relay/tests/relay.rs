@@ -108,17 +108,16 @@ async fn scenario(url: String) -> Outcome {
 
     let t0 = std::time::Instant::now();
     // Wait until every subscription started at group 0.
-    notify
-        .wait_until(|| {
-            if states.iter().all(|s| s.started.get() == Some(0)) {
-                return true;
-            }
-            if let Some(s) = states.iter().find(|s| s.closed.get().is_some()) {
-                panic!("a subscription closed early: {:?}", s.closed.get());
-            }
-            false
-        })
-        .await;
+    skiff_testkit::wait::until(&notify, || {
+        if states.iter().all(|s| s.started.get() == Some(0)) {
+            return true;
+        }
+        if let Some(s) = states.iter().find(|s| s.closed.get().is_some()) {
+            panic!("a subscription closed early: {:?}", s.closed.get());
+        }
+        false
+    })
+    .await;
 
     eprintln!("all started after {:?}", t0.elapsed());
     let mut garbage_reply = 0;
@@ -169,14 +168,13 @@ async fn scenario(url: String) -> Outcome {
     notify.bump();
 
     // Every reader finishes once the end travelled through the relay.
-    notify
-        .wait_until(|| {
-            seen_all.iter().all(|s| {
-                let s = s.borrow();
-                s.finished || s.aborted.is_some()
-            })
+    skiff_testkit::wait::until(&notify, || {
+        seen_all.iter().all(|s| {
+            let s = s.borrow();
+            s.finished || s.aborted.is_some()
         })
-        .await;
+    })
+    .await;
     eprintln!("all read after {:?}", t0.elapsed());
     ctx.close_all();
     monoio::time::sleep(Duration::from_millis(100)).await;

@@ -19,6 +19,7 @@ use skiff_relay::handler::WorkerInfo;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
 use skiff_testkit::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
+use skiff_testkit::wait::Changes;
 
 #[global_allocator]
 static A: Counting = Counting;
@@ -57,9 +58,8 @@ async fn load(url: String, count: Arc<AtomicU64>) -> (u64, u64, u64) {
         let (notify, frames) = (notify.clone(), frames.clone());
         monoio::spawn(async move {
             let mut reader = FrameReader::new(local);
-            let waiter = notify.waiter();
+            let changes = Changes::new(&notify);
             loop {
-                let seen = notify.generation();
                 let mut got = false;
                 if reader.poll(|_| {
                     got = true;
@@ -71,7 +71,7 @@ async fn load(url: String, count: Arc<AtomicU64>) -> (u64, u64, u64) {
                 if got {
                     notify.bump();
                 }
-                waiter.changed(seen).await;
+                changes.next().await;
             }
         });
     }

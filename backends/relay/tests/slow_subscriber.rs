@@ -15,6 +15,7 @@ use skiff_monoio::driver;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
 use skiff_testkit::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
+use skiff_testkit::wait::Changes;
 
 const GROUPS: u64 = 40;
 const FRAMES: u64 = 10;
@@ -47,9 +48,8 @@ fn reader(
     let notify = ctx.notify().clone();
     monoio::spawn(async move {
         let mut reader = FrameReader::new(local);
-        let waiter = notify.waiter();
+        let changes = Changes::new(&notify);
         loop {
-            let gen_ = notify.generation();
             let mut got = 0;
             let st = reader.poll(|f| {
                 got += 1;
@@ -75,7 +75,7 @@ fn reader(
                     continue;
                 }
             }
-            waiter.changed(gen_).await;
+            changes.next().await;
         }
     });
 }

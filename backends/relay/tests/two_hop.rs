@@ -21,6 +21,7 @@ use skiff_relay::metrics::Snapshot;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server::{self, ServerHandle};
 use skiff_testkit::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
+use skiff_testkit::wait::Changes;
 
 const MIB: u64 = 1 << 20;
 /// QMux stream credit on every hop.
@@ -105,7 +106,7 @@ async fn scenario(url_a: String, url_b: String, parked: impl Fn() + 'static) -> 
         ..conn::Config::new()
     });
     let notify = ctx.notify().clone();
-    let waiter = notify.waiter();
+    let changes = Changes::new(&notify);
 
     let (origin, producer) = ctx.publication("big", "video");
     {
@@ -143,9 +144,8 @@ async fn scenario(url_a: String, url_b: String, parked: impl Fn() + 'static) -> 
             state.closed.get()
         );
         assert!(t0.elapsed() < Duration::from_secs(20), "never started");
-        let seen = notify.generation();
         monoio::select! {
-            _ = waiter.changed(seen) => {}
+            _ = changes.next() => {}
             _ = monoio::time::sleep(Duration::from_millis(20)) => {}
         }
     }
@@ -169,9 +169,8 @@ async fn scenario(url_a: String, url_b: String, parked: impl Fn() + 'static) -> 
         if idle_since.elapsed() > Duration::from_millis(800) {
             break group.state().bytes_written();
         }
-        let seen = notify.generation();
         monoio::select! {
-            _ = waiter.changed(seen) => {}
+            _ = changes.next() => {}
             _ = monoio::time::sleep(Duration::from_millis(20)) => {}
         }
     };
@@ -213,9 +212,8 @@ async fn scenario(url_a: String, url_b: String, parked: impl Fn() + 'static) -> 
             notify.bump();
             continue;
         }
-        let seen = notify.generation();
         monoio::select! {
-            _ = waiter.changed(seen) => {}
+            _ = changes.next() => {}
             _ = monoio::time::sleep(Duration::from_millis(20)) => {}
         }
     }

@@ -23,13 +23,15 @@
 //!   concerns it on the thread's [`Notify`].
 //!
 //! What wakes a session for local media is exact, not guessed: before it
-//! reads the tracks it serves, the session registers the thread's track
-//! waker on each (`Notify::track_waker`, the core's own track wakers), so
-//! any write to them wakes it; its place on the [`Notify`] follows the media
-//! of those tracks and the media and consumption of the tracks it fills; and
-//! after each pass it forwards the changes the session lists
-//! ([`Session::poll_changed`]). An app whose events may concern other tasks
-//! wakes them all ([`App::EVENTS_WAKE_ALL`]).
+//! reads the tracks it serves, and before its next pass writes the tracks
+//! it fills, the session registers the thread's track waker on each
+//! (`Notify::track_waker`, the core's own track wakers), so any change of
+//! them, by whoever makes it, reaches the [`Notify`]; its place there
+//! follows the media of the tracks it serves and the media and consumption
+//! of the tracks it fills. After each pass it forwards what the track
+//! wakers do not carry: the consumption and demand changes the session
+//! lists ([`Session::poll_changed`]). An app whose events may concern other
+//! tasks wakes them all ([`App::EVENTS_WAKE_ALL`]).
 //!
 //! An untrusted peer (a relay connection: [`ByteRead::guard`]) is held to
 //! two more deadlines: the QMux handshake and its SETUP must complete, and a
@@ -550,8 +552,11 @@ impl<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize> Driven<'_, 's, A, T, 
             // and the app (which may start serving) and before `transmit` reads
             // the tracks, so no change after the read is missed.
             // The session's place follows the same tracks from now on, so a
-            // change while it runs is seen by its next wait.
-            for track in session.served_tracks() {
+            // change while it runs is seen by its next wait. The tracks it
+            // fills carry the same waker, so what its next pass writes there
+            // reaches the tasks following them (the only way a media change
+            // reaches them: see the `notify` module docs).
+            for track in session.served_tracks().chain(session.filled_tracks()) {
                 track.wake_on_change(&ctx.notify.track_waker(track.key()));
             }
             let version = session.tracks_version();
@@ -664,32 +669,32 @@ fn follow<const N: usize>(
     all
 }
 
-/// Wakes the tasks waiting on what the pass changed, as the session lists
-/// it ([`Session::poll_changed`]): the media and the demand of a track wake
-/// the tasks following it, its consumption those following it for that;
-/// `all` (or more changes than listed) wakes every task.
+/// Wakes the tasks waiting on what the pass changed that no track waker
+/// carries, as the session lists it ([`Session::poll_changed`]): the demand
+/// of a track wakes the tasks following it, its consumption those following
+/// it for that; `all` (or more changes than listed) wakes every task. A
+/// media change is left out: the track's own wakers reported it to the
+/// [`Notify`] when it was made (see [`drive`] and the `notify` module docs).
 fn forward_changes<const N: usize>(
     session: &mut Session<'_, 'static, 'static, N>,
     notify: &Notify,
     mut all: bool,
 ) {
-    let mut media = [TrackKey::NONE; LISTED_CHANGES];
+    let mut demand = [TrackKey::NONE; LISTED_CHANGES];
     let mut consumed = [TrackKey::NONE; LISTED_CHANGES];
-    let (mut m, mut c) = (0, 0);
+    let (mut d, mut c) = (0, 0);
     while let Some(change) = session.poll_changed() {
         match change {
-            Change::Media(k) if m < LISTED_CHANGES => {
-                media[m] = k;
-                m += 1;
-            }
+            Change::Media(_) => {}
             Change::Consumed(k) if c < LISTED_CHANGES => {
                 consumed[c] = k;
                 c += 1;
             }
-            // A change of demand concerns the session filling the track.
-            Change::Demand(k) if m < LISTED_CHANGES => {
-                media[m] = k;
-                m += 1;
+            // A change of demand concerns the session filling the track,
+            // which follows the track's media.
+            Change::Demand(k) if d < LISTED_CHANGES => {
+                demand[d] = k;
+                d += 1;
             }
             _ => all = true,
         }
@@ -698,8 +703,8 @@ fn forward_changes<const N: usize>(
         notify.bump();
         return;
     }
-    if m > 0 {
-        notify.bump_tracks(media.into_iter().take(m));
+    if d > 0 {
+        notify.bump_tracks(demand.into_iter().take(d));
     }
     if c > 0 {
         notify.bump_consumed_tracks(consumed.into_iter().take(c));

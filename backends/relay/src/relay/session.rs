@@ -85,8 +85,9 @@ impl<'n, const S: usize> RelayConn<'n, S> {
     /// Wakes whom a core call says to.
     fn wake(&self, wake: Wake) {
         match wake {
-            Wake::Nobody => {}
-            Wake::Track(key) => self.relay.notify.bump_tracks([key]),
+            // The policy ended the track ([`Wake::Track`]): its end woke the
+            // sessions serving it through the track's wakers already.
+            Wake::Nobody | Wake::Track(_) => {}
             Wake::All => {
                 self.relay.notify.bump();
                 self.relay.arm_timer();

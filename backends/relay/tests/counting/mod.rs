@@ -48,13 +48,12 @@ impl ConnectionHandler for Probed {
         let notify = self.inner.relay().notify().clone();
         if !SAMPLING.with(|s| s.replace(true)) {
             monoio::spawn(async move {
-                let waiter = notify.waiter();
+                let changes = skiff_testkit::wait::Changes::new(&notify);
                 loop {
-                    let seen = notify.generation();
                     count.store(allocs(), Ordering::Relaxed);
                     let pooled = skiff_monoio::buffers::free_bytes() as i64;
                     live.store(live_bytes() - pooled, Ordering::Relaxed);
-                    waiter.changed(seen).await;
+                    changes.next().await;
                 }
             });
         }

@@ -306,9 +306,10 @@ pub async fn good_clients(url: String, stop: Arc<AtomicBool>, min_groups: u64) -
             move |end| ended.borrow_mut().end = Some(end),
         ));
     }
-    notify
-        .wait_until(|| states.iter().all(|s| s.started.get() == Some(0)))
-        .await;
+    skiff_testkit::wait::until(&notify, || {
+        states.iter().all(|s| s.started.get() == Some(0))
+    })
+    .await;
     // The bad peers may start now.
     stop.store(false, Ordering::SeqCst);
 
@@ -335,9 +336,10 @@ pub async fn good_clients(url: String, stop: Arc<AtomicBool>, min_groups: u64) -
     producer.finish();
     notify.bump();
     let groups = g;
-    notify
-        .wait_until(|| seen_all.iter().all(|s| s.borrow().end.is_some()))
-        .await;
+    skiff_testkit::wait::until(&notify, || {
+        seen_all.iter().all(|s| s.borrow().end.is_some())
+    })
+    .await;
     ctx.close_all();
     monoio::time::sleep(Duration::from_millis(100)).await;
     seen_all
