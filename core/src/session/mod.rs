@@ -264,7 +264,8 @@ pub struct Session<'s, 'a, 'p, const N: usize, T: Transport = Connection<N>> {
     foreign: Option<&'s dyn Foreign<'p>>,
     stall_ref: Option<StallRef<'p>>,
     /// Something may need driving: set by every call that can change the
-    /// session's state, cleared by a `poll_transmit` pass that wrote nothing.
+    /// session's state, cleared by a `poll_transmit` pass whose last round
+    /// wrote nothing with room to spare.
     dirty: bool,
     /// A control buffer was wanted and none was free since the current
     /// `drive` began.
