@@ -215,6 +215,17 @@ pub trait Transport {
     #[must_use]
     fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> usize;
 
+    /// Room in a transmit buffer that takes any one write of this transport
+    /// whole (QMux: a record at the peer's size limit, with its header). A
+    /// transmit whose last round wrote nothing with this much room left had
+    /// nothing more to send, not too little room, so the session's next
+    /// transmit may skip its tables until something changes. The default,
+    /// `usize::MAX`, never allows that: after writing, the next transmit
+    /// walks the tables once more.
+    fn whole_write_room(&self) -> usize {
+        usize::MAX
+    }
+
     /// When [`handle_timeout`](Self::handle_timeout) is next due, if ever.
     #[must_use]
     fn poll_timeout(&self) -> Option<Instant>;

@@ -21,12 +21,12 @@
 //!   finished groups and a live fourth one holding `FRAMES` frames
 //!   (default 1) of 1,000 bytes, whose writer stays open;
 //! * an audience of `AUDIENCE` subscribers of `cam`/`video`, on client
-//!   connections of `PER_SESSION` subscriptions each (default 31: a client
-//!   session of the relay advertises 32 bidirectional streams,
-//!   `RelayConfig::session_config`, the client's SETUP stream takes one and
-//!   each subscription keeps its SUBSCRIBE stream open, so a 32nd TRACK
-//!   request finds no stream, although [`SessionStorage`] has 64 served
-//!   slots); each relay-side session has sent its
+//!   connections of `PER_SESSION` subscriptions each (default 16: a client
+//!   session of the relay serves 16 subscriptions with 16 group streams at
+//!   once, the `SERVE` and `OUT` of [`SessionStorage`], and advertises 20
+//!   bidirectional streams, `STREAMS / 4`, room for the 16 SUBSCRIBE
+//!   streams each subscription keeps open and TRACK requests under way;
+//!   a 17th subscription is refused); each relay-side session has sent its
 //!   subscribers the live group and keeps those group streams open; the
 //!   audience's clients are then dropped and their relay sessions stay;
 //! * one more client connection, the joiner, with SETUP done.
@@ -85,10 +85,9 @@ const TRANSMIT_CHUNK: usize = 2 * 16390;
 /// Payload ranges one send holds (the driver's `GATHER_RANGES`).
 const GATHER_RANGES: usize = 32;
 /// Subscriptions one client connection holds at once with the relay's
-/// default session configuration: it advertises 32 bidirectional streams
-/// (`RelayConfig::session_config`), and the client's SETUP stream takes one
-/// besides every subscription's open SUBSCRIBE stream.
-const DEFAULT_PER_SESSION: usize = 31;
+/// default session tables: a relay session serves 16 subscriptions with 16
+/// group streams at once (the `SERVE` and `OUT` of [`SessionStorage`]).
+const DEFAULT_PER_SESSION: usize = 16;
 /// Bytes of one frame of the publisher's track.
 const FRAME_BYTES: usize = 1000;
 /// Sequence number of the live group (three finished groups come first).
@@ -447,8 +446,8 @@ fn client_storage() -> Box<ClientStorage> {
     Box::new(ClientStorage::new())
 }
 
-/// The configuration of a subscribing client (it takes 32 group streams
-/// at once, one per subscription).
+/// The configuration of a subscribing client (it takes 20 group streams
+/// at once, `STREAMS / 4`: one per subscription).
 fn subscriber_config() -> Config<'static> {
     Config {
         role: Role::Subscriber,

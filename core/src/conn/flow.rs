@@ -163,8 +163,22 @@ impl RecvWindow {
         }
         self.released += n;
         self.pending += n;
-        // docs/protocol.md §2.4: moq-dev raises by `released` when received + 2 × released > limit.
-        if self.received.saturating_add(self.pending.saturating_mul(2)) > self.max {
+        self.catch_up()
+    }
+
+    /// Raises the limit by what was released since the last raise if
+    /// `received + 2 × pending > max` holds (docs/protocol.md §2.4, the rule
+    /// [`release`](Self::release) applies) and returns the new limit to send.
+    ///
+    /// Call it when `received` grows without a release: credit held back at
+    /// the last release must still reach a peer that comes up to its limit
+    /// afterwards. A stream count needs it: streams the peer keeps open
+    /// release nothing, so without it the peer would wait for a grant
+    /// forever while released streams' credit sits here.
+    pub fn catch_up(&mut self) -> Option<u64> {
+        if self.pending > 0
+            && self.received.saturating_add(self.pending.saturating_mul(2)) > self.max
+        {
             self.max = self.max.saturating_add(self.pending);
             self.pending = 0;
             Some(self.max)

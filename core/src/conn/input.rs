@@ -383,6 +383,11 @@ impl<const N: usize> Connection<N> {
         window
             .receive_up_to(index + 1)
             .map_err(|_| TransportError::StreamLimit)?;
+        // docs/protocol.md §2.4: streams retired before this one may have left
+        // credit below the raise threshold; a peer that now reaches it gets it.
+        if window.catch_up().is_some() {
+            self.max_streams_pending[slot(dir)] = true;
+        }
         let stream = Stream::new(id, self.side, self.send_max(id), self.recv_max(id));
         // Cannot happen while our grants fit the table (see `reserved_for_peer`).
         self.streams

@@ -64,6 +64,14 @@ impl<const N: usize> Connection<N> {
         self.peer.map_or(DEFAULT_MAX_RECORD_SIZE, |p| p.record)
     }
 
+    /// Room that takes any one record we write whole: the peer's record
+    /// size limit and the longest `Size` varint (8 bytes).
+    pub(crate) fn whole_record_room(&self) -> usize {
+        usize::try_from(self.peer_record_size())
+            .unwrap_or(usize::MAX)
+            .saturating_add(8)
+    }
+
     /// Writes pending control records into `out` and returns how many bytes it wrote.
     ///
     /// Order: our QX_TRANSPORT_PARAMETERS (first record of the connection),

@@ -705,6 +705,40 @@ fn stream_count_limit_and_credit() {
 }
 
 #[test]
+fn stream_credit_held_back_reaches_a_peer_at_its_limit() {
+    let client = Config {
+        max_streams_uni: Some(4),
+        ..cfg()
+    };
+    let mut p = Pair::connected(client, cfg());
+    let a = p.server.conn.open_stream(Dir::Uni).unwrap();
+    p.write(Side::Server, a, b"x", true).unwrap();
+    // Stream a retired with one peer stream opened: 1 + 2×1 ≤ 4, no grant yet.
+    let grants = |p: &Pair| -> Vec<u64> {
+        frames(&p.client.sent)
+            .iter()
+            .filter_map(|f| match f {
+                Frame::MaxStreams { dir: Dir::Uni, max } => Some(*max),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(grants(&p), [] as [u64; 0]);
+    // Streams that stay open release nothing; the second of them brings the
+    // peer to three streams, 3 + 2×1 > 4, and the credit of stream a goes out.
+    for _ in 0..3 {
+        let id = p.server.conn.open_stream(Dir::Uni).unwrap();
+        p.write(Side::Server, id, b"y", false).unwrap();
+    }
+    assert_eq!(grants(&p), [5]);
+    assert_eq!(
+        p.server.conn.open_stream(Dir::Uni).unwrap(),
+        uni(Side::Server, 4)
+    );
+    assert_eq!(p.server.conn.open_stream(Dir::Uni), Err(OpenError::Limit));
+}
+
+#[test]
 fn unreleased_fin_keeps_the_stream() {
     let mut p = Pair::connected(cfg(), cfg());
     p.client.auto_release = false;

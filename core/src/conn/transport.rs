@@ -107,6 +107,11 @@ impl<const N: usize> Transport for Connection<N> {
     }
 
     #[inline]
+    fn whole_write_room(&self) -> usize {
+        self.whole_record_room()
+    }
+
+    #[inline]
     fn poll_timeout(&self) -> Option<Instant> {
         Connection::poll_timeout(self)
     }

@@ -264,8 +264,15 @@ pub struct Session<'s, 'a, 'p, const N: usize, T: Transport = Connection<N>> {
     foreign: Option<&'s dyn Foreign<'p>>,
     stall_ref: Option<StallRef<'p>>,
     /// Something may need driving: set by every call that can change the
-    /// session's state, cleared by a `poll_transmit` pass that wrote nothing.
+    /// session's state, cleared by a `poll_transmit` pass whose last round
+    /// wrote nothing with room to spare.
     dirty: bool,
+    /// A control buffer was wanted and none was free since the current
+    /// `drive` began.
+    chunk_starved: bool,
+    /// The last `drive` freed control buffers after one of its steps found
+    /// none: another drive may do more, so the session is not idle.
+    drive_freed: bool,
     /// A TRACK request waits for its track's TRACK_INFO (retried every pass).
     deferred: bool,
     /// See [`Config::max_waiting_tracks`].
@@ -419,6 +426,8 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             foreign: None,
             stall_ref: None,
             dirty: true,
+            chunk_starved: false,
+            drive_freed: true,
             deferred: false,
             stamp: 0,
             served_changes: 0,
@@ -827,9 +836,17 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             pos += groups.bytes;
             let round_moved = control.moved || groups.moved;
             if pos == start && !round_moved {
-                // Idle only after a whole pass wrote nothing; otherwise the
-                // caller calls again (its buffer may have been full).
-                self.dirty = pos > 0 || moved;
+                // This round walked the tables and wrote nothing. If its
+                // drive freed nothing, another drive finds nothing either;
+                // and with room for any one write of the transport left
+                // (and for a payload range, gathering), the buffer held
+                // nothing back: the session is idle, as after a call that
+                // wrote nothing. Otherwise the next call walks the tables
+                // again.
+                let room = out.len().saturating_sub(pos);
+                let spare = room >= self.conn.whole_write_room()
+                    && gather.as_ref().is_none_or(|g| g.room() > 0);
+                self.dirty = self.drive_freed || ((pos > 0 || moved) && !spare);
                 self.stamp = stamp;
                 return pos;
             }
@@ -1183,6 +1200,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         if self.is_closed() || !self.conn.is_established() {
             return;
         }
+        self.chunk_starved = false;
         self.resume();
         self.open_pending();
         self.serve_announces();
@@ -1192,6 +1210,9 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         // Buffers of FIFOs that emptied (sent by the round before, taken by
         // the application) go back for the next message.
         self.trim_chunks();
+        // A step above found no buffer (an answer waits for one) and the
+        // sweep or the trim freed some: the next drive may do more.
+        self.drive_freed = self.chunk_starved && self.free_chunks > 0;
         // Later passes scan only up to the highest slot still in use.
         self.control.trim();
         self.served.trim();

@@ -1162,6 +1162,7 @@ fn changes_of<const N: usize, T: Transport>(s: &mut Session<'_, '_, '_, N, T>) -
     core::iter::from_fn(|| s.poll_changed()).collect()
 }
 
+mod idle;
 mod inbox;
 
 mod over_memory;

@@ -97,6 +97,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
 
     fn take_chunk(&mut self, slot: usize, half: Half) -> bool {
         let Some(k) = self.chunk_used.iter().position(|used| !used) else {
+            self.chunk_starved = true;
             return false;
         };
         let Ok(index) = u16::try_from(k) else {
