@@ -1,6 +1,6 @@
 //! The write side's staging buffer and the vectored write it becomes.
 //!
-//! A sans-IO session writes its records into [`Staging::spare`] and
+//! A sans-IO session writes its records into the buffer's spare room and
 //! [`Staging::commit`]s them. With `Staging::spare_and_gather` it writes
 //! only the records' headers there and leaves group payload in the block pool:
 //! each payload range is kept (sharing its block) with the staged position it
@@ -99,7 +99,7 @@ impl Staging {
         (room, sink)
     }
 
-    /// Stages the first `n` bytes of [`Staging::spare`] (at most all of it).
+    /// Stages the first `n` bytes of the spare room (at most all of it).
     pub fn commit(&mut self, n: usize) {
         self.filled = self.filled.saturating_add(n).min(self.buf.len());
     }

@@ -76,11 +76,11 @@
 //! tracks end with SESSION_CLOSED.
 //!
 //! A worker link's withdrawal is handled the same way on the worker that
-//! learned the broadcast over it ([`Router::source_left`]): the link cannot
+//! learned the broadcast over it ([`Router::source_left`](skiff_core::relay::Router::source_left)): the link cannot
 //! tell an ended source from a lost one, and the next source may be
 //! announcing while the withdrawal crosses the link. A request the link
 //! refuses as unroutable meanwhile waits for the next source within the
-//! grace instead of being refused ([`Router::upstream_unroutable`]).
+//! grace instead of being refused ([`Router::upstream_unroutable`](skiff_core::relay::Router::upstream_unroutable)).
 //!
 //! # Limits (known)
 //!
@@ -224,7 +224,7 @@ impl Upstreams<'static, 'static> for Queues {
 }
 
 /// The relay state of one worker thread: origin, cache pool, and the glue
-/// between its sessions and the core's [`Router`], which decides routing,
+/// between its sessions and the core's [`Router`](skiff_core::relay::Router), which decides routing,
 /// failover and relay tracks.
 pub struct Relay {
     router: WorkerRouter,

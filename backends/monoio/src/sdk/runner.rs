@@ -47,7 +47,7 @@ impl Runner {
     /// current backoff, which doubles up to [`super::Config::backoff_max`].
     ///
     /// Closing the client stops a dial at once; a running session sends
-    /// its close and ends (within [`CLOSE_GRACE`]), and `run` returns once
+    /// its close and ends (within two seconds), and `run` returns once
     /// its connection, reader task included, is gone.
     pub async fn run(self) {
         let s = &*self.shared;

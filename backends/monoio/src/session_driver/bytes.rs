@@ -72,7 +72,7 @@ pub trait ByteRead: 'static {
     /// Reads what has already arrived into `dst` without waiting:
     /// `Some(Ok(n))` (0 at end of stream), `Some(Err(e))` with
     /// [`io::ErrorKind::WouldBlock`] if nothing waits, or `None` if this
-    /// reader cannot (then [`drive`] uses [`ByteRead::read`]). The default:
+    /// reader cannot (then [`drive`](super::drive) uses [`ByteRead::read`]). The default:
     /// `None`.
     fn try_read_into(&mut self, dst: &mut [u8]) -> Option<io::Result<usize>> {
         let _ = dst;
@@ -83,19 +83,19 @@ pub trait ByteRead: 'static {
     fn readable(&mut self) -> impl Future<Output = io::Result<()>> {
         std::future::ready(Ok(()))
     }
-    /// What [`drive`] enforces on the peer at the other end (nothing by default:
+    /// What [`drive`](super::drive) enforces on the peer at the other end (nothing by default:
     /// a trusted link or our own client).
     fn guard(&self) -> Guard {
         Guard::default()
     }
     /// The token counting the connection among those still in their
-    /// handshake, if the peer is counted ([`HandshakeToken`]); [`drive`]
+    /// handshake, if the peer is counted ([`HandshakeToken`]); [`drive`](super::drive)
     /// marks it done once the session is established.
     fn take_handshake(&mut self) -> Option<HandshakeToken> {
         None
     }
     /// Whether the peer's data deserves an ACK at once after a read that
-    /// drained the socket ([`drive`] says false once the peer's SETUP says
+    /// drained the socket ([`drive`](super::drive) says false once the peer's SETUP says
     /// it only subscribes: its records are small, nothing waits on their
     /// ACK, and ACKs ride on the media sent to it). The default ignores it.
     fn set_prompt_acks(&mut self, on: bool) {
@@ -111,7 +111,7 @@ pub trait ByteWrite {
     /// Flushes, then closes the sending direction.
     fn close(&mut self) -> impl Future<Output = io::Result<()>>;
     /// `Ready` once the transport has work of its own (a WebSocket pong or
-    /// keep-alive ping, its idle deadline): [`drive`] wakes and flushes. The
+    /// keep-alive ping, its idle deadline): [`drive`](super::drive) wakes and flushes. The
     /// default (a plain byte stream) never has any.
     fn poll_transport(&mut self, cx: &mut std::task::Context<'_>) -> Poll<()> {
         let _ = cx;
