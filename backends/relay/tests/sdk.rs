@@ -1,8 +1,9 @@
 //! The client SDK against a `skiff-relay` process: the README's publisher
 //! and subscriber (the subscriber waits for the broadcast, reads every frame
 //! written after it joined, in order, and sees the track's end), a
-//! subscription that follows its broadcast to a new source, and a subscribed
-//! track that keeps its groups by the publisher's TRACK_INFO.
+//! subscription that follows its broadcast to a new source, a subscribed
+//! track that keeps its groups by the publisher's TRACK_INFO, and clients
+//! that leave a draining relay at its GOAWAY.
 
 mod common;
 mod peers;
@@ -12,10 +13,14 @@ mod publish;
 #[path = "readme/subscribe.rs"]
 mod subscribe;
 
+use std::sync::mpsc;
 use std::time::Duration;
 
+use common::{config, within};
 use peers::start_relay;
 use skiff_monoio::driver::{self, DriverKind};
+use skiff_relay::relay::RelayHandler;
+use skiff_relay::server;
 
 /// The README shows exactly these two files.
 #[test]
@@ -198,4 +203,58 @@ fn a_subscribed_group_is_kept_by_the_publishers_timescale() {
     assert_eq!(first, 0);
     assert_eq!(rest, [33_333, 66_666]);
     assert_eq!(next, [100_000, 133_333]);
+}
+
+/// A draining relay sends GOAWAY and waits (up to its drain timeout) for its
+/// clients to leave: the SDK's publisher and viewer close their sessions at
+/// once (docs/protocol.md §3.12), so the drain ends with no connection left
+/// for the timeout to force closed.
+#[test]
+fn sdk_clients_leave_a_draining_relay_at_its_goaway() {
+    within(120, || {
+        let make = RelayHandler::factory(1).expect("factory");
+        let mut cfg = config(1, DriverKind::Legacy);
+        cfg.drain_timeout = Duration::from_secs(30);
+        let handle = server::start(cfg, make).expect("relay");
+        let url = format!("tcp://{}/", handle.local_addr());
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let clients = std::thread::spawn(move || {
+            driver::block_on(DriverKind::Legacy, move |_| async move {
+                let config = skiff_monoio::Config::default;
+                let (publisher, runner) = skiff_monoio::connect(&url, config()).unwrap();
+                monoio::spawn(runner.run());
+                let broadcast = publisher.publish("camera").unwrap();
+                let info = skiff_core::model::track::Info::new("video").unwrap();
+                let mut track = broadcast.create_track(info).unwrap();
+                let (viewer, runner) = skiff_monoio::connect(&url, config()).unwrap();
+                monoio::spawn(runner.run());
+                let mut sub = viewer
+                    .subscribe("camera", "video", skiff_monoio::sdk::Request::LIVE)
+                    .await
+                    .unwrap();
+                let mut g = track.create_group(0).unwrap();
+                g.write_frame(0, b"frame").await.unwrap();
+                let mut group = sub.next_group().await.unwrap().expect("group 0");
+                assert!(group.read_frame().await.unwrap().is_some());
+                ready_tx.send(()).unwrap();
+                while stop_rx.try_recv().is_err() {
+                    monoio::time::sleep(Duration::from_millis(10)).await;
+                }
+                drop(group);
+                drop(sub);
+                drop(g);
+                drop(track);
+                drop(broadcast);
+                viewer.close().await;
+                publisher.close().await;
+            })
+            .expect("runtime");
+        });
+        ready_rx.recv().expect("clients connected");
+        let report = handle.shutdown().expect("shutdown");
+        stop_tx.send(()).unwrap();
+        clients.join().expect("clients");
+        assert_eq!(report.forced(), 0, "clients stayed until the drain timeout");
+    });
 }

@@ -4,7 +4,7 @@ use std::rc::Rc;
 
 use monoio::net::TcpStream;
 use skiff_core::session::{Config as SessionConfig, Event, Session};
-use skiff_core::wire::lite::Role;
+use skiff_core::wire::lite::{Role, SessionCode};
 use skiff_core::wire::qmux::Side;
 
 use super::subscribe::Phase;
@@ -242,6 +242,7 @@ impl Runner {
                         shared: &self.shared,
                         asked: Vec::new(),
                         announced: Vec::new(),
+                        going_away: false,
                     };
                     // Closing the client closes the session (its drain
                     // signal), which then ends on its own: sent its close,
@@ -281,6 +282,9 @@ struct SessionApp<'c> {
     asked: Vec<String>,
     /// Broadcasts announced in this session.
     announced: Vec<String>,
+    /// The relay sent GOAWAY: the session closes at the next turn and the
+    /// runner dials again (docs/protocol.md §3.12).
+    going_away: bool,
 }
 
 impl SessionApp<'_> {
@@ -310,6 +314,7 @@ impl App for SessionApp<'_> {
                 self.announced.push(path.to_owned());
             }
             Event::Unannounced { path, .. } => self.announced.retain(|p| p != path),
+            Event::Goaway { .. } => self.going_away = true,
             Event::TrackInfo { subscription, .. } | Event::Started { subscription, .. } => {
                 if let Some(w) = self.find(subscription) {
                     // The local track takes the publisher's timescale and max
@@ -349,7 +354,13 @@ impl App for SessionApp<'_> {
 
     fn act(&mut self, session: &mut MoqSession<'_>) {
         let shared = self.shared;
-        if session.is_setup() && session.is_established() {
+        if std::mem::take(&mut self.going_away) {
+            // A draining relay waits for its clients to leave: leave now,
+            // and the runner dials again (to the same URL: the relay's
+            // restart or a sibling behind its address takes the session).
+            session.close(SessionCode::NoError, "goaway");
+        }
+        if session.is_setup() && session.is_established() && !session.is_closed() {
             // Subscriptions the application dropped.
             if shared.wanted.borrow().iter().any(|w| w.dropped.get()) {
                 let gone: Vec<_> = {
