@@ -1162,6 +1162,27 @@ fn changes_of<const N: usize, T: Transport>(s: &mut Session<'_, '_, '_, N, T>) -
     core::iter::from_fn(|| s.poll_changed()).collect()
 }
 
+/// Tracks `names` (from `pool`) in broadcast `room/live` of a new origin,
+/// each with group 0 holding one keyframe, the broadcast announced: binds
+/// the tracks, the broadcast, the origin, its producer and the tracks'.
+macro_rules! live_room {
+    ($pool:expr, $names:expr => $tracks:ident, $bcast:ident, $o:ident, $bp:ident, $producers:ident) => {
+        let $tracks: Vec<_> = $names
+            .iter()
+            .map(|n| track::State::<4>::new(&$pool, track::Info::new(n).unwrap()))
+            .collect();
+        let $bcast = broadcast::State::<8>::new(Path::new("room/live").unwrap()).unwrap();
+        let $o = origin::State::<4, 8>::new();
+        let $bp = $bcast.producer().unwrap();
+        let $producers: Vec<_> = $tracks.iter().map(|t| t.producer().unwrap()).collect();
+        for (t, p) in $tracks.iter().zip(&$producers) {
+            $bp.add(t.handle()).unwrap();
+            write_group(p, 0, &[(0, b"key")]);
+        }
+        $o.handle().announce($bcast.handle()).unwrap();
+    };
+}
+
 mod idle;
 mod inbox;
 

@@ -29,19 +29,7 @@ fn burst(waiting: bool) {
     let mut pc = PoolStorage::<64, 64>::new();
     let cpool = Pool::new(&mut pc);
     let names = ["t0", "t1", "t2", "t3", "t4"];
-    let tracks: Vec<_> = names
-        .iter()
-        .map(|n| track::State::<4>::new(&pool, track::Info::new(n).unwrap()))
-        .collect();
-    let bcast = broadcast::State::<8>::new(Path::new("room/live").unwrap()).unwrap();
-    let o = origin::State::<4, 8>::new();
-    let bp = bcast.producer().unwrap();
-    let producers: Vec<_> = tracks.iter().map(|t| t.producer().unwrap()).collect();
-    for (t, p) in tracks.iter().zip(&producers) {
-        bp.add(t.handle()).unwrap();
-        write_group(p, 0, &[(0, b"key")]);
-    }
-    o.handle().announce(bcast.handle()).unwrap();
+    live_room!(pool, names => tracks, bcast, o, bp, producers);
     if waiting {
         tracks.iter().for_each(|t| t.handle().await_info());
     }
