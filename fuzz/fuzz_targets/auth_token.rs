@@ -7,7 +7,8 @@ use libfuzzer_sys::fuzz_target;
 use skiff_relay::auth::{Claims, Key, path};
 
 /// A fixed HS256 key (a 32-byte secret).
-const JWK: &str = r#"{"kty":"oct","alg":"HS256","k":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"}"#;
+const JWK: &str =
+    r#"{"kty":"oct","alg":"HS256","k":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"}"#;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(claims) = Claims::from_json(data) {
@@ -19,7 +20,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let (dialed, jwt) = path::split_dialed(text);
-    if let Ok(claims) = Claims::from_json(br#"{"root":"room","publish":["a/**"],"subscribe":["**"]}"#) {
+    if let Ok(claims) =
+        Claims::from_json(br#"{"root":"room","publish":["a/**"],"subscribe":["**"]}"#)
+    {
         let _ = claims.authorize(dialed);
     }
     let _ = Key::parse(text);

@@ -30,8 +30,14 @@ fn run(role: Role, data: &[u8], step: usize) -> (Vec<u8>, Option<FrameError>, Op
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&first, rest)) = data.split_first() else { return };
-    let role = if first & 1 == 0 { Role::Server } else { Role::Client };
+    let Some((&first, rest)) = data.split_first() else {
+        return;
+    };
+    let role = if first & 1 == 0 {
+        Role::Server
+    } else {
+        Role::Client
+    };
     let step = usize::from(first >> 1) + 1;
     let whole = run(role, rest, rest.len());
     let cut = run(role, rest, step);
@@ -39,7 +45,9 @@ fuzz_target!(|data: &[u8]| {
     // Records: Size then that many bytes, the last possibly still arriving.
     let mut records = whole.0.as_slice();
     while !records.is_empty() {
-        let Ok((size, n)) = varint::decode(records) else { break };
+        let Ok((size, n)) = varint::decode(records) else {
+            break;
+        };
         assert!(size as usize <= LIMIT, "a record over the limit");
         let end = (n + size as usize).min(records.len());
         records = &records[end..];

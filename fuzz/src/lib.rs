@@ -145,6 +145,10 @@ impl Harness {
                     self.unreleased.push((id, data.len() as u64));
                 }
             }
+            // QMux's credit arrives with its input: it never reports this.
+            Event::StreamWritable { id } => {
+                panic!("StreamWritable from a QMux connection, on {id:?}")
+            }
             // The harness never turns stream references on.
             Event::StreamRef { id, .. } => {
                 panic!("STREAM_REF accepted with stream refs off, on {id:?}")
