@@ -799,12 +799,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             self.dirty = true;
         }
         let stamp = self.media_stamp();
-        if !self.dirty
-            && stamp == self.stamp
-            && !self.is_stalled()
-            && !self.deferred
-            && !self.control.iter().any(|c| c.needs_processing())
-        {
+        if !self.dirty && stamp == self.stamp && !self.is_stalled() && !self.deferred {
             return self.conn.poll_transmit(now, out);
         }
         let mut pos = 0;
