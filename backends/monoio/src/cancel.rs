@@ -87,16 +87,6 @@ pub async fn write_all_or_stall<W: AsyncWriteRent>(
     stall: Option<(Duration, RawFd)>,
 ) -> (io::Result<()>, Outgoing) {
     while out.remaining() > 0 {
-        let Some((limit, fd)) = stall else {
-            let (res, back) = half.writev(out).await;
-            out = back;
-            match res {
-                Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), out),
-                Ok(n) => out.advance(n),
-                Err(e) => return (Err(e), out),
-            }
-            continue;
-        };
         let (res, back, timed_out) = {
             let mut write = pin!(half.writev(out));
             let mut timer = pin!(None::<monoio::time::Sleep>);
@@ -105,6 +95,9 @@ pub async fn write_all_or_stall<W: AsyncWriteRent>(
                 if let Poll::Ready(r) = write.as_mut().poll(cx) {
                     return Poll::Ready(r);
                 }
+                let Some((limit, fd)) = stall else {
+                    return Poll::Pending;
+                };
                 if timer.is_none() && !timed_out {
                     timer.set(Some(monoio::time::sleep(limit)));
                 }
