@@ -73,6 +73,31 @@ fn relay_config(cache: u64) -> RelayConfig {
     }
 }
 
+/// Runs `round` [`WARM`] times, then [`ROUNDS`] times measured: the live
+/// heap must come back to the byte and the resident set stay within
+/// [`RSS_BOUND`]. `what` names the thing each round builds and drops.
+fn rounds_give_back(what: &str, mut round: impl FnMut()) {
+    for _ in 0..WARM {
+        round();
+    }
+    let (live0, rss0) = (live_bytes(), rss_settled());
+    for _ in 0..ROUNDS {
+        round();
+    }
+    let (live1, rss1) = (live_bytes(), rss_settled());
+    eprintln!(
+        "{ROUNDS} × {what}: live heap {live0} B -> {live1} B, RSS {} KiB -> {} KiB",
+        rss0 >> 10,
+        rss1 >> 10
+    );
+    assert_eq!(live1, live0, "a dropped {what} keeps heap bytes");
+    assert!(
+        rss1 <= rss0 + RSS_BOUND,
+        "RSS grew {} KiB over {ROUNDS} × {what}",
+        (rss1 - rss0) >> 10
+    );
+}
+
 #[test]
 fn a_relay_built_and_dropped_gives_its_memory_back() {
     within(300, || {
@@ -90,25 +115,7 @@ fn a_relay_built_and_dropped_gives_its_memory_back() {
             })
             .expect("runtime");
         };
-        for _ in 0..WARM {
-            round(&config);
-        }
-        let (live0, rss0) = (live_bytes(), rss_settled());
-        for _ in 0..ROUNDS {
-            round(&config);
-        }
-        let (live1, rss1) = (live_bytes(), rss_settled());
-        eprintln!(
-            "{ROUNDS} relays: live heap {live0} B -> {live1} B, RSS {} KiB -> {} KiB",
-            rss0 >> 10,
-            rss1 >> 10
-        );
-        assert_eq!(live1, live0, "a dropped relay keeps heap bytes");
-        assert!(
-            rss1 <= rss0 + RSS_BOUND,
-            "RSS grew {} KiB over {ROUNDS} relays",
-            (rss1 - rss0) >> 10
-        );
+        rounds_give_back("relay", || round(&config));
     });
 }
 
@@ -134,25 +141,7 @@ fn a_client_context_built_and_dropped_gives_its_memory_back() {
             })
             .expect("runtime");
         };
-        for _ in 0..WARM {
-            round();
-        }
-        let (live0, rss0) = (live_bytes(), rss_settled());
-        for _ in 0..ROUNDS {
-            round();
-        }
-        let (live1, rss1) = (live_bytes(), rss_settled());
-        eprintln!(
-            "{ROUNDS} client contexts: live heap {live0} B -> {live1} B, RSS {} KiB -> {} KiB",
-            rss0 >> 10,
-            rss1 >> 10
-        );
-        assert_eq!(live1, live0, "a dropped context keeps heap bytes");
-        assert!(
-            rss1 <= rss0 + RSS_BOUND,
-            "RSS grew {} KiB",
-            (rss1 - rss0) >> 10
-        );
+        rounds_give_back("client context", round);
     });
 }
 
