@@ -26,6 +26,7 @@ use skiff_core::model::group::{self, Next, ReadError};
 use skiff_core::model::{origin, track};
 use skiff_core::pool::Pool;
 use skiff_core::session::{Config, Event, Session, SubscriptionId};
+use skiff_core::transport::Transport;
 use skiff_core::window::{End, Request, Start};
 use skiff_core::wire::lite::Role;
 use skiff_core::wire::qmux::Side;
@@ -150,7 +151,11 @@ impl App for Publisher {
             self.ready.set(true);
         }
     }
-    fn act(&mut self, _session: &mut MoqSession<'_>) {}
+    fn act<X: Transport>(
+        &mut self,
+        _session: &mut Session<'_, 'static, 'static, { skiff_monoio::session_driver::STREAMS }, X>,
+    ) {
+    }
 }
 
 /// What a [`Subscriber`] saw, shared with whoever reads its track.
@@ -210,7 +215,10 @@ impl App for Subscriber {
         }
     }
 
-    fn act(&mut self, session: &mut MoqSession<'_>) {
+    fn act<X: Transport>(
+        &mut self,
+        session: &mut Session<'_, 'static, 'static, { skiff_monoio::session_driver::STREAMS }, X>,
+    ) {
         if !session.is_established() || !session.is_setup() {
             return;
         }

@@ -141,6 +141,7 @@ use skiff_core::relay::{
 };
 use skiff_core::session::{Config, ConfigError, Event, Resolve, Scope, Session};
 use skiff_core::time::Instant;
+use skiff_core::transport::Transport;
 use skiff_core::wire::lite::{SessionCode, StreamCode};
 use skiff_core::wire::qmux::Side;
 use skiff_monoio::clock::Clock;

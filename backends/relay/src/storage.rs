@@ -13,6 +13,7 @@
 use std::rc::Rc;
 
 use skiff_core::session::{PublisherTables, Session, Storage, SubscriberTables};
+use skiff_core::transport::Transport;
 use skiff_core::wire::lite::Role;
 use skiff_monoio::session_driver::{CLIENT_SUBSCRIPTIONS, SetupTables, StoragePool};
 
@@ -91,9 +92,9 @@ impl SideTables {
     /// Gives `session` the tables a peer of `role` needs: a subscriber's
     /// session sends media only, a publisher's receives only, and one that
     /// does both gets both (docs/protocol.md §4.1).
-    pub fn attach<'s, const N: usize>(
+    pub fn attach<'s, const N: usize, X: Transport>(
         &'s mut self,
-        session: &mut Session<'s, 'static, 'static, N>,
+        session: &mut Session<'s, 'static, 'static, N, X>,
         role: Role,
     ) {
         let SideTables {
@@ -139,7 +140,7 @@ impl Drop for SideTables {
 }
 
 impl<'s, const N: usize> SetupTables<'s, N> for &'s mut SideTables {
-    fn attach(self, session: &mut Session<'s, 'static, 'static, N>, role: Role) {
+    fn attach<X: Transport>(self, session: &mut Session<'s, 'static, 'static, N, X>, role: Role) {
         SideTables::attach(self, session, role);
     }
 }

@@ -24,7 +24,7 @@ use skiff_core::model::track;
 use skiff_core::session::{Event, SubscriptionId};
 use skiff_core::window::{End, Request, Start};
 use skiff_monoio::driver::{self, DriverKind};
-use skiff_monoio::session_driver::{App, MoqSession};
+use skiff_monoio::session_driver::App;
 use skiff_relay::config::AuthConfig;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server::{self, ServerHandle};
@@ -87,7 +87,16 @@ impl App for Probe {
         }
     }
 
-    fn act(&mut self, session: &mut MoqSession<'_>) {
+    fn act<X: skiff_core::transport::Transport>(
+        &mut self,
+        session: &mut skiff_core::session::Session<
+            '_,
+            'static,
+            'static,
+            { skiff_monoio::session_driver::STREAMS },
+            X,
+        >,
+    ) {
         if !session.is_established() || !session.is_setup() || self.asked {
             return;
         }

@@ -275,7 +275,16 @@ impl skiff_monoio::session_driver::App for Watcher {
             _ => {}
         }
     }
-    fn act(&mut self, session: &mut skiff_monoio::session_driver::MoqSession<'_>) {
+    fn act<X: skiff_core::transport::Transport>(
+        &mut self,
+        session: &mut skiff_core::session::Session<
+            '_,
+            'static,
+            'static,
+            { skiff_monoio::session_driver::STREAMS },
+            X,
+        >,
+    ) {
         if !self.asked && session.is_established() && session.is_setup() {
             self.asked = session.announce_request("").is_ok();
         }

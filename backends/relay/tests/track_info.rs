@@ -43,7 +43,10 @@ impl<const N: usize> App<N> for InfoSub {
         }
     }
 
-    fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>) {
+    fn act<X: skiff_core::transport::Transport>(
+        &mut self,
+        session: &mut Session<'_, 'static, 'static, N, X>,
+    ) {
         if !session.is_established() || !session.is_setup() {
             return;
         }

@@ -20,7 +20,7 @@ use skiff_core::session::{Event, SubscriptionId};
 use skiff_core::time::Duration as CoreDuration;
 use skiff_core::window::{End, Request, Start};
 use skiff_monoio::driver::{self, DriverKind};
-use skiff_monoio::session_driver::{App, MoqSession};
+use skiff_monoio::session_driver::App;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
 use skiff_testkit::client::{self, ClientCtx, Publisher};
@@ -53,7 +53,16 @@ impl App for Sub {
         }
     }
 
-    fn act(&mut self, session: &mut MoqSession<'_>) {
+    fn act<X: skiff_core::transport::Transport>(
+        &mut self,
+        session: &mut skiff_core::session::Session<
+            '_,
+            'static,
+            'static,
+            { skiff_monoio::session_driver::STREAMS },
+            X,
+        >,
+    ) {
         if !session.is_established() || !session.is_setup() {
             return;
         }

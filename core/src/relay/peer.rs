@@ -17,6 +17,7 @@ use crate::model::path::Path;
 use crate::model::{broadcast, track};
 use crate::session::{AnnounceId, Error as SessionError, Event, Resolve, Session, SubscriptionId};
 use crate::time::Instant;
+use crate::transport::Transport;
 use crate::wire::lite::{Role, StreamCode};
 
 /// Relay tracks waiting for this session to subscribe them upstream, oldest
@@ -292,9 +293,9 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
     /// subscription in line with its track's demand. Returns the next time
     /// this must run even if nothing else happens (a linger to end). `now`
     /// is read only if a linger needs it (at most once).
-    pub fn act<const T: usize, const G: usize, const N: usize, const Q: usize>(
+    pub fn act<const T: usize, const G: usize, const N: usize, const Q: usize, X: Transport>(
         &mut self,
-        session: &mut Session<'_, 'a, 'p, N>,
+        session: &mut Session<'_, 'a, 'p, N, X>,
         router: &Router<'_, 'a, 'p, T, G>,
         queue: &SubscribeQueue<'a, 'p, Q>,
         now: impl Fn() -> Instant,
@@ -351,9 +352,9 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
 
     /// [`Follow::step`] for every upstream subscription; the earliest
     /// linger deadline.
-    fn follow_demand<const T: usize, const G: usize, const N: usize>(
+    fn follow_demand<const T: usize, const G: usize, const N: usize, X: Transport>(
         &mut self,
-        session: &mut Session<'_, 'a, 'p, N>,
+        session: &mut Session<'_, 'a, 'p, N, X>,
         router: &Router<'_, 'a, 'p, T, G>,
         now: impl Fn() -> Instant,
     ) -> Option<Instant> {

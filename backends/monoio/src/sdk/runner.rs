@@ -4,6 +4,7 @@ use std::rc::Rc;
 
 use monoio::net::TcpStream;
 use skiff_core::session::{Config as SessionConfig, Event, Session};
+use skiff_core::transport::Transport;
 use skiff_core::wire::lite::{Role, SessionCode};
 use skiff_core::wire::qmux::Side;
 
@@ -11,7 +12,7 @@ use super::subscribe::Phase;
 use super::{Error, Scheme, Shared};
 use crate::cancel::race;
 use crate::context::{TcpReader, TcpWriter};
-use crate::session_driver::{App, ByteRead, ByteWrite, MoqSession, drive, split_halves};
+use crate::session_driver::{App, ByteRead, ByteWrite, MoqSession, STREAMS, drive, split_halves};
 use crate::tls::{TlsReader, TlsWriter};
 
 fn timed_out(what: &'static str) -> Error {
@@ -352,7 +353,7 @@ impl App for SessionApp<'_> {
         }
     }
 
-    fn act(&mut self, session: &mut MoqSession<'_>) {
+    fn act<X: Transport>(&mut self, session: &mut Session<'_, 'static, 'static, STREAMS, X>) {
         let shared = self.shared;
         if std::mem::take(&mut self.going_away) {
             // A draining relay waits for its clients to leave: leave now,

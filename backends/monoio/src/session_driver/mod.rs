@@ -59,10 +59,10 @@ use std::rc::Rc;
 use std::task::Poll;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
-use skiff_core::conn::Connection;
 use skiff_core::pool::Slice;
 use skiff_core::session::{Change, Event, Handler, LISTED_CHANGES, Session, Storage};
 use skiff_core::time::{Duration, Instant};
+use skiff_core::transport::Transport;
 use skiff_core::wire::lite::{Role, SessionCode};
 use skiff_core::wire::qmux::Side;
 
@@ -210,15 +210,16 @@ impl Drop for HandshakeToken {
 /// attaches nothing, and `Option<T>` what `T` does if it is `Some`.
 pub trait SetupTables<'s, const N: usize> {
     /// Gives `session` what a peer of `role` needs.
-    fn attach(self, session: &mut Session<'s, 'static, 'static, N>, role: Role);
+    fn attach<X: Transport>(self, session: &mut Session<'s, 'static, 'static, N, X>, role: Role);
 }
 
 impl<'s, const N: usize> SetupTables<'s, N> for () {
-    fn attach(self, _session: &mut Session<'s, 'static, 'static, N>, _role: Role) {}
+    fn attach<X: Transport>(self, _session: &mut Session<'s, 'static, 'static, N, X>, _role: Role) {
+    }
 }
 
 impl<'s, T: SetupTables<'s, N>, const N: usize> SetupTables<'s, N> for Option<T> {
-    fn attach(self, session: &mut Session<'s, 'static, 'static, N>, role: Role) {
+    fn attach<X: Transport>(self, session: &mut Session<'s, 'static, 'static, N, X>, role: Role) {
         if let Some(tables) = self {
             tables.attach(session, role);
         }
@@ -232,7 +233,7 @@ pub trait App<const N: usize = STREAMS> {
     fn on_event(&mut self, event: &Event<'_>);
     /// Called after every round of events and whenever the thread's media
     /// changed: make requests on the session here.
-    fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>);
+    fn act<X: Transport>(&mut self, session: &mut Session<'_, 'static, 'static, N, X>);
     /// The session is over.
     fn on_close(&mut self) {}
     /// The driver closes the session because the peer missed a [`Guard`]
@@ -331,7 +332,7 @@ pub fn drive<'s, R: ByteRead, W: ByteWrite, A: App<N>, T: SetupTables<'s, N>, co
             handler: AppHandler {
                 app: &mut *app,
                 tables: Some(tables),
-                inbox: &inbox,
+                inbox: Some(&inbox),
                 setup: None,
             },
             ctx,
@@ -362,13 +363,15 @@ struct AppHandler<'h, A, T> {
     app: &'h mut A,
     /// What the session takes at the peer's SETUP, until then.
     tables: Option<T>,
-    inbox: &'h Inbox,
+    /// The byte-stream reader's inbox, whose ACK rule the SETUP sets (none
+    /// on QUIC, whose library acknowledges by itself).
+    inbox: Option<&'h Inbox>,
     /// The role of the SETUP just handed to the app.
     setup: Option<Role>,
 }
 
-impl<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize>
-    Handler<'s, 'static, 'static, N, Connection<N>> for AppHandler<'_, A, T>
+impl<'s, A: App<N>, T: SetupTables<'s, N>, X: Transport, const N: usize>
+    Handler<'s, 'static, 'static, N, X> for AppHandler<'_, A, T>
 {
     fn on_event(&mut self, _now: Instant, event: &Event<'_>) {
         if let Event::Setup { role, .. } = event {
@@ -377,18 +380,20 @@ impl<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize>
         self.app.on_event(event);
     }
 
-    fn after_event(&mut self, session: &mut Session<'s, 'static, 'static, N>) {
+    fn after_event(&mut self, session: &mut Session<'s, 'static, 'static, N, X>) {
         // The session reads on past the SETUP only now: its media tables
         // are in place before the peer's first request.
         if let Some(role) = self.setup.take() {
-            self.inbox.set_prompt_acks(role != Role::Subscriber);
+            if let Some(inbox) = self.inbox {
+                inbox.set_prompt_acks(role != Role::Subscriber);
+            }
             if let Some(tables) = self.tables.take() {
                 tables.attach(session, role);
             }
         }
     }
 
-    fn act(&mut self, _now: Instant, session: &mut Session<'s, 'static, 'static, N>) {
+    fn act(&mut self, _now: Instant, session: &mut Session<'s, 'static, 'static, N, X>) {
         self.app.act(session);
     }
 }
@@ -643,7 +648,9 @@ impl<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize> Driven<'_, 's, A, T, 
 /// Whether the session waits on every change of the thread: its input is
 /// stalled (room in the pool may come from any task) or a request waits for a
 /// track it does not name.
-fn follows_every_change<const N: usize>(session: &Session<'_, 'static, 'static, N>) -> bool {
+fn follows_every_change<const N: usize, X: Transport>(
+    session: &Session<'_, 'static, 'static, N, X>,
+) -> bool {
     session.is_stalled() || session.has_deferred_requests()
 }
 
@@ -651,8 +658,8 @@ fn follows_every_change<const N: usize>(session: &Session<'_, 'static, 'static, 
 /// serves and for everything of the tracks it fills; for every change while
 /// its input is stalled (room in the pool may come from any task) or a
 /// request waits for a track it does not name. True in that last case.
-fn follow<const N: usize>(
-    session: &Session<'_, 'static, 'static, N>,
+fn follow<const N: usize, X: Transport>(
+    session: &Session<'_, 'static, 'static, N, X>,
     waiter: &crate::notify::Waiter<'_>,
     waker: &std::task::Waker,
 ) -> bool {
@@ -675,8 +682,8 @@ fn follow<const N: usize>(
 /// it for that; `all` (or more changes than listed) wakes every task. A
 /// media change is left out: the track's own wakers reported it to the
 /// [`Notify`] when it was made (see [`drive`] and the `notify` module docs).
-fn forward_changes<const N: usize>(
-    session: &mut Session<'_, 'static, 'static, N>,
+fn forward_changes<const N: usize, X: Transport>(
+    session: &mut Session<'_, 'static, 'static, N, X>,
     notify: &Notify,
     mut all: bool,
 ) {

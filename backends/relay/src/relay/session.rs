@@ -159,7 +159,7 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
         self.reclaim.next(lender, now)
     }
 
-    fn act(&mut self, session: &mut Session<'_, 'static, 'static, N>) {
+    fn act<X: Transport>(&mut self, session: &mut Session<'_, 'static, 'static, N, X>) {
         let relay = self.relay.clone();
         if let Some(at) = self.gate.as_ref().and_then(|g| g.deadline()) {
             if self.expired() {

@@ -1,0 +1,116 @@
+//! The QUIC settings skiff runs moq-lite with (docs/protocol.md §10.2): the
+//! ALPN, the receive windows that hold a parked reader's peer to about one
+//! window, the stream counts the session's tables can take, and the
+//! endpoint, server and client configurations for quinn-proto.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn_proto::{EndpointConfig, IdleTimeout, TransportConfig, VarInt};
+
+/// The protocols offered and accepted as ALPN, most preferred first: the
+/// moq-lite version the core speaks (docs/protocol.md §10.1).
+pub const ALPNS: &[&str] = &[skiff_core::conn::MOQ_LITE_05];
+
+/// The receive window of one stream: what the library holds of a stream
+/// the session has not asked for yet (the same as QMux's stream window).
+pub const STREAM_WINDOW: u64 = 256 * 1024;
+
+/// The receive window of a whole connection.
+pub const CONNECTION_WINDOW: u64 = 2 * 1024 * 1024;
+
+/// Bytes the library may hold unacknowledged or unsent across a
+/// connection's streams: small, so the session's order (priority, then
+/// newest group first) decides what goes next rather than a deep buffer.
+pub const SEND_WINDOW: u64 = 512 * 1024;
+
+/// A connection's idle timeout, as on QMux.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How often a client pings an otherwise quiet connection, so NATs and the
+/// idle timeout keep it.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(10);
+
+/// The moq-lite session code a connection closes with when no protocol was
+/// agreed (docs/protocol.md §3.15).
+pub const VERSION_NEGOTIATION_FAILED: u32 = 0x15;
+
+/// The QUIC transport settings for a session whose tables hold `streams`
+/// stream slots: a quarter each for the streams the peer may open in each
+/// direction, as on QMux.
+pub fn transport_config(streams: usize, client: bool) -> TransportConfig {
+    let quarter = u32::try_from(streams / 4).unwrap_or(u32::MAX).max(1);
+    let mut t = TransportConfig::default();
+    t.max_concurrent_bidi_streams(VarInt::from_u32(quarter))
+        .max_concurrent_uni_streams(VarInt::from_u32(quarter))
+        .stream_receive_window(VarInt::from_u64(STREAM_WINDOW).unwrap_or(VarInt::MAX))
+        .receive_window(VarInt::from_u64(CONNECTION_WINDOW).unwrap_or(VarInt::MAX))
+        .send_window(SEND_WINDOW)
+        .max_idle_timeout(IdleTimeout::try_from(IDLE_TIMEOUT).ok())
+        .keep_alive_interval(client.then_some(KEEP_ALIVE))
+        .datagram_receive_buffer_size(None)
+        .enable_segmentation_offload(false);
+    t
+}
+
+/// The endpoint configuration (connection IDs, stateless reset keys).
+pub fn endpoint_config() -> EndpointConfig {
+    EndpointConfig::default()
+}
+
+/// A server configuration over `tls`, which must offer [`ALPNS`] and allow
+/// TLS 1.3.
+///
+/// # Errors
+/// The TLS configuration cannot serve QUIC (no TLS 1.3, or no initial cipher
+/// suite).
+pub fn server_config(
+    tls: Arc<rustls::ServerConfig>,
+    streams: usize,
+) -> Result<quinn_proto::ServerConfig, ConfigError> {
+    let crypto = QuicServerConfig::try_from(tls).map_err(|_| ConfigError::Tls)?;
+    let mut config = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
+    config.transport_config(Arc::new(transport_config(streams, false)));
+    Ok(config)
+}
+
+/// A client configuration over `tls`, which must offer [`ALPNS`] and allow
+/// TLS 1.3.
+///
+/// # Errors
+/// As [`server_config`].
+pub fn client_config(
+    tls: Arc<rustls::ClientConfig>,
+    streams: usize,
+) -> Result<quinn_proto::ClientConfig, ConfigError> {
+    let crypto = QuicClientConfig::try_from(tls).map_err(|_| ConfigError::Tls)?;
+    let mut config = quinn_proto::ClientConfig::new(Arc::new(crypto));
+    config.transport_config(Arc::new(transport_config(streams, true)));
+    Ok(config)
+}
+
+/// The ALPN list as rustls takes it.
+pub fn alpn_protocols() -> Vec<Vec<u8>> {
+    ALPNS.iter().map(|a| a.as_bytes().to_vec()).collect()
+}
+
+/// Why a QUIC configuration could not be made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The TLS configuration does not allow TLS 1.3 with a QUIC initial
+    /// cipher suite.
+    Tls,
+}
+
+impl core::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ConfigError::Tls => {
+                f.write_str("the TLS configuration cannot carry QUIC (TLS 1.3 needed)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}

@@ -1,0 +1,639 @@
+//! [`QuicTransport`]: a quinn-proto connection behind skiff-core's
+//! [`Transport`] trait, and [`pump`], which hands what the connection
+//! received to the session.
+//!
+//! The session writes into the library's send buffers (`out: 0`: the driver
+//! sends the library's datagrams) and is fed by [`pump`], which reads a
+//! stream only as far as the session has room for: the bytes the session
+//! released on it plus one receive window, less what was handed over
+//! (docs/protocol.md §2.4, §10.4). The library gives a stream's credit back
+//! as bytes leave its buffer, so a parked reader holds its peer to the
+//! library's window plus that one.
+
+use std::collections::{HashMap, VecDeque};
+use std::string::String;
+use std::time::Instant as StdInstant;
+
+use bytes::Bytes;
+use quinn_proto::{
+    Connection, ConnectionError, Dir as QuicDir, ReadError, ReadableError, StreamEvent, VarInt,
+    WriteError as QuicWriteError,
+};
+use skiff_core::session::Session;
+use skiff_core::time::Instant;
+use skiff_core::transport::{
+    CloseCause, Closed, Event, OpenError, StreamError, Transport, WriteError, Written,
+};
+use skiff_core::wire::qmux::{Dir, StreamId};
+
+use crate::config::{ALPNS, STREAM_WINDOW};
+
+/// One stream's receiving state, as the driver hands it to the session.
+#[derive(Debug, Default)]
+struct Recv {
+    /// Bytes read from the library (handed over or pending).
+    read: u64,
+    /// Bytes the session took.
+    taken: u64,
+    /// Bytes the session released ([`Transport::release`]).
+    released: u64,
+    /// Bytes read from the library that the session did not take yet.
+    pending: Option<Bytes>,
+    /// The library reported the end of the stream.
+    fin: bool,
+    /// The end was handed to the session (or the stream was reset or
+    /// stopped): nothing more comes.
+    done: bool,
+    /// Listed in [`QuicTransport::revisit`].
+    listed: bool,
+}
+
+/// An event kept until [`pump`] hands it over.
+#[derive(Debug)]
+enum Owned {
+    Established(&'static str),
+    Stop { id: u64, code: u64 },
+    Writable { id: u64 },
+    Closed(OwnedClose),
+}
+
+/// How the connection ended, kept for [`Event::Closed`].
+#[derive(Debug, Clone)]
+struct OwnedClose {
+    code: u64,
+    reason: String,
+    application: bool,
+    cause: CloseCause,
+}
+
+/// A QUIC connection carrying one moq-lite session.
+///
+/// The driver owns the socket: it feeds the connection the datagrams the
+/// endpoint routes to it ([`connection_mut`](Self::connection_mut)), runs
+/// its timers ([`poll_timeout`](Self::quic_timeout),
+/// [`handle_timeout`](Self::quic_handle_timeout)), sends what
+/// `poll_transmit` of the library gives, and calls [`pump`] after each of
+/// those.
+pub struct QuicTransport {
+    conn: Connection,
+    /// The instant the core's [`Instant::ZERO`] stands for.
+    epoch: StdInstant,
+    /// The latest instant a call carried (for calls that carry none).
+    now: Instant,
+    protocol: Option<&'static str>,
+    /// The close the session asked for, or the library reported.
+    closed: bool,
+    recv: HashMap<u64, Recv>,
+    /// Streams with bytes to hand over, or waiting for the session to make
+    /// room, in the order they became so.
+    revisit: VecDeque<u64>,
+    /// Streams whose last write found no credit.
+    blocked: HashMap<u64, ()>,
+    events: VecDeque<Owned>,
+}
+
+impl core::fmt::Debug for QuicTransport {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("QuicTransport")
+            .field("protocol", &self.protocol)
+            .field("closed", &self.closed)
+            .field("streams", &self.recv.len())
+            .finish()
+    }
+}
+
+impl QuicTransport {
+    /// Wraps `conn`; `epoch` is the std instant the core's instants count from.
+    pub fn new(conn: Connection, epoch: StdInstant) -> Self {
+        QuicTransport {
+            conn,
+            epoch,
+            now: Instant::ZERO,
+            protocol: None,
+            closed: false,
+            recv: HashMap::with_capacity(64),
+            revisit: VecDeque::with_capacity(64),
+            blocked: HashMap::with_capacity(16),
+            events: VecDeque::with_capacity(16),
+        }
+    }
+
+    /// The library's connection (to hand it datagrams and endpoint events,
+    /// and take its datagrams to send).
+    pub fn connection_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+
+    /// The library's connection.
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// The std instant of a core instant.
+    pub fn std_at(&self, at: Instant) -> StdInstant {
+        self.epoch + std::time::Duration::from_micros(at.as_micros())
+    }
+
+    /// The core instant of a std instant.
+    pub fn core_at(&self, at: StdInstant) -> Instant {
+        let micros = at.saturating_duration_since(self.epoch).as_micros();
+        Instant::from_micros(u64::try_from(micros).unwrap_or(u64::MAX))
+    }
+
+    /// When the library's timers are next due.
+    pub fn quic_timeout(&mut self) -> Option<Instant> {
+        let at = self.conn.poll_timeout()?;
+        Some(self.core_at(at))
+    }
+
+    /// Runs the library's timers due at `now`.
+    pub fn quic_handle_timeout(&mut self, now: Instant) {
+        self.now = now;
+        let at = self.std_at(now);
+        self.conn.handle_timeout(at);
+    }
+
+    /// The protocol agreed in the handshake (the ALPN), once established.
+    pub fn protocol(&self) -> Option<&'static str> {
+        self.protocol
+    }
+
+    /// Moves the library's events into this transport's queues: new and
+    /// readable streams, credit, resets, the handshake's end and the close.
+    fn poll_library(&mut self) {
+        while let Some(event) = self.conn.poll() {
+            match event {
+                quinn_proto::Event::HandshakeDataReady => {}
+                quinn_proto::Event::Connected => {
+                    let protocol = self
+                        .conn
+                        .crypto_session()
+                        .handshake_data()
+                        .and_then(|d| {
+                            d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+                                .ok()
+                        })
+                        .and_then(|d| d.protocol)
+                        .and_then(|p| ALPNS.iter().copied().find(|a| a.as_bytes() == p));
+                    match protocol {
+                        Some(p) => {
+                            self.protocol = Some(p);
+                            self.events.push_back(Owned::Established(p));
+                        }
+                        None => {
+                            // rustls refuses a handshake without a common
+                            // ALPN; a peer that offered none is refused here.
+                            let at = self.std_at(self.now);
+                            self.conn.close(
+                                at,
+                                VarInt::from_u32(crate::config::VERSION_NEGOTIATION_FAILED),
+                                Bytes::from_static(b"no common protocol"),
+                            );
+                        }
+                    }
+                }
+                quinn_proto::Event::ConnectionLost { reason } => {
+                    self.closed = true;
+                    self.events.push_back(Owned::Closed(close_of(&reason)));
+                }
+                quinn_proto::Event::Stream(s) => self.on_stream_event(s),
+                quinn_proto::Event::DatagramReceived | quinn_proto::Event::DatagramsUnblocked => {}
+            }
+        }
+    }
+
+    fn on_stream_event(&mut self, event: StreamEvent) {
+        match event {
+            StreamEvent::Opened { dir } => {
+                while let Some(id) = self.conn.streams().accept(dir) {
+                    self.list(id.into());
+                }
+            }
+            StreamEvent::Readable { id } => self.list(id.into()),
+            StreamEvent::Writable { id } => {
+                let id = u64::from(id);
+                self.blocked.remove(&id);
+                self.events.push_back(Owned::Writable { id });
+            }
+            StreamEvent::Finished { .. } => {}
+            StreamEvent::Stopped { id, error_code } => {
+                let id = u64::from(id);
+                self.blocked.remove(&id);
+                self.events.push_back(Owned::Stop {
+                    id,
+                    code: error_code.into_inner(),
+                });
+            }
+            StreamEvent::Available { .. } => {
+                // More streams may be opened: the session looks at what waits
+                // to be opened on its next pass, which any event causes.
+                self.events.push_back(Owned::Writable { id: u64::MAX });
+            }
+        }
+    }
+
+    /// Puts stream `id` on the list of streams to read.
+    fn list(&mut self, id: u64) {
+        let r = self.recv.entry(id).or_default();
+        if !r.listed && !r.done {
+            r.listed = true;
+            self.revisit.push_back(id);
+        }
+    }
+
+    /// Bytes of `id` that may be read from the library now.
+    fn room(r: &Recv) -> u64 {
+        r.released
+            .saturating_add(STREAM_WINDOW)
+            .saturating_sub(r.read)
+    }
+
+    /// The next bytes of `id` for the session: what it left last time, or
+    /// what the library holds within the room; `None` when there is nothing
+    /// (the stream stays listed only if it waits for room).
+    fn next_data(&mut self, id: u64) -> Next {
+        let Some(r) = self.recv.get_mut(&id) else {
+            return Next::Nothing;
+        };
+        if r.done {
+            return Next::Nothing;
+        }
+        if let Some(p) = r.pending.take() {
+            return Next::Data {
+                offset: r.taken,
+                data: p,
+                fin: r.fin,
+            };
+        }
+        if r.fin {
+            return Next::Data {
+                offset: r.taken,
+                data: Bytes::new(),
+                fin: true,
+            };
+        }
+        let room = Self::room(r);
+        if room == 0 {
+            return Next::Wait;
+        }
+        let qid = quinn_proto::StreamId::from(VarInt::from_u64(id).unwrap_or(VarInt::MAX));
+        let mut stream = self.conn.recv_stream(qid);
+        let mut chunks = match stream.read(true) {
+            Ok(c) => c,
+            Err(ReadableError::ClosedStream) | Err(ReadableError::IllegalOrderedRead) => {
+                r.done = true;
+                return Next::Nothing;
+            }
+        };
+        let max = usize::try_from(room).unwrap_or(usize::MAX);
+        let got = chunks.next(max);
+        // Credit for what was read goes to the peer with the next datagram.
+        let _ = chunks.finalize();
+        match got {
+            Ok(Some(chunk)) => {
+                let len = chunk.bytes.len() as u64;
+                let offset = r.read;
+                r.read += len;
+                Next::Data {
+                    offset,
+                    data: chunk.bytes,
+                    fin: false,
+                }
+            }
+            Ok(None) => {
+                r.fin = true;
+                Next::Data {
+                    offset: r.taken,
+                    data: Bytes::new(),
+                    fin: true,
+                }
+            }
+            Err(ReadError::Blocked) => Next::Nothing,
+            Err(ReadError::Reset(code)) => {
+                r.done = true;
+                Next::Reset {
+                    code: code.into_inner(),
+                    final_size: r.read,
+                }
+            }
+        }
+    }
+}
+
+/// What [`QuicTransport::next_data`] found on a stream.
+enum Next {
+    /// Bytes from `offset` (and the end if `fin`).
+    Data { offset: u64, data: Bytes, fin: bool },
+    /// The peer reset the stream.
+    Reset { code: u64, final_size: u64 },
+    /// The session has no room on it yet.
+    Wait,
+    /// Nothing to read now.
+    Nothing,
+}
+
+fn close_of(reason: &ConnectionError) -> OwnedClose {
+    let (code, text, application, cause) = match reason {
+        ConnectionError::ApplicationClosed(c) => (
+            c.error_code.into_inner(),
+            String::from_utf8_lossy(&c.reason).into_owned(),
+            true,
+            CloseCause::Peer,
+        ),
+        ConnectionError::ConnectionClosed(c) => (
+            u64::from(c.error_code),
+            String::from_utf8_lossy(&c.reason).into_owned(),
+            false,
+            CloseCause::Peer,
+        ),
+        ConnectionError::TimedOut => (
+            0,
+            String::from("idle timeout"),
+            false,
+            CloseCause::IdleTimeout,
+        ),
+        other => (0, other.to_string(), false, CloseCause::Peer),
+    };
+    OwnedClose {
+        code,
+        reason: text,
+        application,
+        cause,
+    }
+}
+
+fn quic_id(id: StreamId) -> quinn_proto::StreamId {
+    quinn_proto::StreamId::from(VarInt::from_u64(id.0).unwrap_or(VarInt::MAX))
+}
+
+/// Hands what the connection received to `session`: the handshake's end,
+/// stream data (no more per stream than the session has room for), resets,
+/// credit and the close. Returns true if anything was handed over. Call it
+/// after every datagram, timer and write the connection saw.
+pub fn pump<const N: usize>(
+    session: &mut Session<'_, '_, '_, N, QuicTransport>,
+    now: Instant,
+) -> bool {
+    let mut moved = false;
+    session.transport_mut().now = now;
+    session.transport_mut().poll_library();
+    while let Some(e) = session.transport_mut().events.pop_front() {
+        moved = true;
+        let event = match &e {
+            Owned::Established(p) => Event::Established { protocol: p },
+            Owned::Stop { id, code } => Event::StopSending {
+                id: StreamId(*id),
+                code: *code,
+            },
+            Owned::Writable { id } => Event::StreamWritable { id: StreamId(*id) },
+            Owned::Closed(c) => Event::Closed(Closed {
+                code: c.code,
+                reason: &c.reason,
+                application: c.application,
+                cause: c.cause,
+            }),
+        };
+        if session.handle_event(now, event).is_err() {
+            return moved;
+        }
+    }
+    // Streams in the order they became readable; one that cannot take its
+    // bytes whole keeps them and stays listed, the others go on.
+    let count = session.transport().revisit.len();
+    for _ in 0..count {
+        let Some(id) = session.transport_mut().revisit.pop_front() else {
+            break;
+        };
+        let keep = loop {
+            match session.transport_mut().next_data(id) {
+                Next::Nothing => break false,
+                Next::Wait => break true,
+                Next::Reset { code, final_size } => {
+                    moved = true;
+                    let event = Event::StreamReset {
+                        id: StreamId(id),
+                        code,
+                        final_size,
+                    };
+                    if session.handle_event(now, event).is_err() {
+                        return moved;
+                    }
+                    break false;
+                }
+                Next::Data { offset, data, fin } => {
+                    let event = Event::StreamData {
+                        id: StreamId(id),
+                        offset,
+                        data: &data,
+                        at: 0,
+                        fin,
+                    };
+                    let Ok(taken) = session.handle_event(now, event) else {
+                        return true;
+                    };
+                    let t = session.transport_mut();
+                    let Some(r) = t.recv.get_mut(&id) else {
+                        break false;
+                    };
+                    r.taken += taken as u64;
+                    moved |= taken > 0 || (fin && data.is_empty());
+                    if taken < data.len() {
+                        r.pending = Some(data.slice(taken..));
+                        break true;
+                    }
+                    if fin {
+                        r.done = true;
+                        break false;
+                    }
+                }
+            }
+        };
+        let t = session.transport_mut();
+        match t.recv.get_mut(&id) {
+            Some(_) if keep => t.revisit.push_back(id),
+            Some(r) => {
+                r.listed = false;
+                if r.done {
+                    t.recv.remove(&id);
+                }
+            }
+            None => {}
+        }
+    }
+    moved
+}
+
+impl Transport for QuicTransport {
+    fn is_established(&self) -> bool {
+        self.protocol.is_some() && !self.closed
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed || self.conn.is_closed()
+    }
+
+    fn is_drained(&self) -> bool {
+        self.conn.is_drained()
+    }
+
+    fn open_stream(&mut self, dir: Dir) -> Result<StreamId, OpenError> {
+        if self.is_closed() {
+            return Err(OpenError::Closed);
+        }
+        let d = match dir {
+            Dir::Bidi => QuicDir::Bi,
+            Dir::Uni => QuicDir::Uni,
+        };
+        match self.conn.streams().open(d) {
+            Some(id) => {
+                let id = u64::from(id);
+                if d == QuicDir::Bi {
+                    self.recv.entry(id).or_default();
+                }
+                Ok(StreamId(id))
+            }
+            None => Err(OpenError::Limit),
+        }
+    }
+
+    fn write_stream(
+        &mut self,
+        now: Instant,
+        id: StreamId,
+        data: &[u8],
+        fin: bool,
+        _out: &mut [u8],
+    ) -> Result<Written, WriteError> {
+        self.now = now;
+        if self.is_closed() {
+            return Err(WriteError::Closed);
+        }
+        let mut stream = self.conn.send_stream(quic_id(id));
+        let taken = if data.is_empty() {
+            0
+        } else {
+            match stream.write(data) {
+                Ok(n) => n,
+                Err(QuicWriteError::Blocked) => {
+                    self.blocked.insert(id.0, ());
+                    return Err(WriteError::Blocked);
+                }
+                Err(QuicWriteError::Stopped(_)) => return Err(WriteError::Reset),
+                Err(QuicWriteError::ClosedStream) => return Err(WriteError::UnknownStream),
+            }
+        };
+        if fin && taken == data.len() {
+            let mut stream = self.conn.send_stream(quic_id(id));
+            match stream.finish() {
+                Ok(()) => {}
+                Err(quinn_proto::FinishError::Stopped(_)) => return Err(WriteError::Reset),
+                Err(quinn_proto::FinishError::ClosedStream) => {
+                    return Err(WriteError::Finished);
+                }
+            }
+        }
+        Ok(Written {
+            data: taken,
+            out: 0,
+        })
+    }
+
+    fn send_credit(&self, id: StreamId) -> u64 {
+        if self.closed || self.blocked.contains_key(&id.0) {
+            0
+        } else {
+            STREAM_WINDOW
+        }
+    }
+
+    fn recv_credit(&self, id: StreamId) -> u64 {
+        match self.recv.get(&id.0) {
+            Some(r) if !r.done => Self::room(r),
+            Some(_) => 0,
+            None => STREAM_WINDOW,
+        }
+    }
+
+    fn release(&mut self, id: StreamId, n: u64) {
+        let listed = match self.recv.get_mut(&id.0) {
+            Some(r) => {
+                r.released = r.released.saturating_add(n);
+                r.listed || r.done
+            }
+            None => true,
+        };
+        // Room came back: the stream may have bytes the session can take now.
+        if !listed {
+            self.list(id.0);
+        }
+    }
+
+    fn reset_stream(&mut self, id: StreamId, code: u64) -> Result<(), StreamError> {
+        if self.is_closed() {
+            return Err(StreamError::Closed);
+        }
+        if id.dir() == Dir::Uni && !id.is_local(self.side()) {
+            return Err(StreamError::WrongDirection);
+        }
+        self.blocked.remove(&id.0);
+        let code = VarInt::from_u64(code).unwrap_or(VarInt::MAX);
+        self.conn
+            .send_stream(quic_id(id))
+            .reset(code)
+            .map_err(|_| StreamError::UnknownStream)
+    }
+
+    fn stop_sending(&mut self, id: StreamId, code: u64) -> Result<(), StreamError> {
+        if self.is_closed() {
+            return Err(StreamError::Closed);
+        }
+        if id.dir() == Dir::Uni && id.is_local(self.side()) {
+            return Err(StreamError::WrongDirection);
+        }
+        if let Some(r) = self.recv.get_mut(&id.0) {
+            r.done = true;
+            r.pending = None;
+        }
+        let code = VarInt::from_u64(code).unwrap_or(VarInt::MAX);
+        self.conn
+            .recv_stream(quic_id(id))
+            .stop(code)
+            .map_err(|_| StreamError::UnknownStream)
+    }
+
+    fn close(&mut self, code: u64, reason: &str) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        let at = self.std_at(self.now);
+        let code = VarInt::from_u64(code).unwrap_or(VarInt::MAX);
+        self.conn
+            .close(at, code, Bytes::copy_from_slice(reason.as_bytes()));
+    }
+
+    fn poll_transmit(&mut self, now: Instant, _out: &mut [u8]) -> usize {
+        self.now = now;
+        0
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        // The library's timers are the driver's ([`QuicTransport::quic_timeout`]).
+        None
+    }
+
+    fn handle_timeout(&mut self, now: Instant) -> Option<Closed<'static>> {
+        self.now = now;
+        None
+    }
+}
+
+impl QuicTransport {
+    /// Which end of the connection this is, in the core's terms.
+    pub fn side(&self) -> skiff_core::wire::qmux::Side {
+        match self.conn.side() {
+            quinn_proto::Side::Client => skiff_core::wire::qmux::Side::Client,
+            quinn_proto::Side::Server => skiff_core::wire::qmux::Side::Server,
+        }
+    }
+}
