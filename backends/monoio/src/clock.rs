@@ -38,6 +38,11 @@ impl Clock {
         monoio::time::sleep(to_std(at.saturating_duration_since(self.now()))).await;
     }
 
+    /// The std instant this clock's [`Instant::ZERO`] stands for.
+    pub fn epoch(&self) -> StdInstant {
+        self.epoch
+    }
+
     /// Converts a std instant taken from the same monotonic clock.
     pub fn at(&self, t: StdInstant) -> Instant {
         let micros = t.saturating_duration_since(self.epoch).as_micros();

@@ -43,6 +43,7 @@ pub mod clock;
 pub mod context;
 pub mod driver;
 pub mod notify;
+pub mod quic;
 pub mod sdk;
 pub mod session_driver;
 pub mod shutdown;

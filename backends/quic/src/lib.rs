@@ -20,3 +20,6 @@ pub mod config;
 pub mod transport;
 
 pub use transport::{QuicTransport, pump};
+
+/// The QUIC library, for the endpoint and connection types a backend drives.
+pub use quinn_proto;

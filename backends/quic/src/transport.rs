@@ -221,7 +221,7 @@ impl QuicTransport {
                 self.blocked.remove(&id);
                 self.events.push_back(Owned::Stop {
                     id,
-                    code: error_code.into_inner(),
+                    code: code_from_wire(error_code.into_inner()).unwrap_or(0),
                 });
             }
             StreamEvent::Available { .. } => {
@@ -312,7 +312,7 @@ impl QuicTransport {
             Err(ReadError::Reset(code)) => {
                 r.done = true;
                 Next::Reset {
-                    code: code.into_inner(),
+                    code: code_from_wire(code.into_inner()).unwrap_or(0),
                     final_size: r.read,
                 }
             }
@@ -360,6 +360,40 @@ fn close_of(reason: &ConnectionError) -> OwnedClose {
         application,
         cause,
     }
+}
+
+/// The first stream error code of the range WebTransport maps application
+/// codes into; moq-dev's QUIC stacks send stream codes in this form on raw
+/// QUIC too (docs/protocol.md §10.6).
+const H3_FIRST: u64 = 0x52e4_a40f_a8db;
+/// The last code of that range.
+const H3_LAST: u64 = 0x52e5_ac98_3162;
+
+/// A moq-lite stream code as it goes on the wire (the mapped form, which
+/// every moq-dev peer reads).
+pub fn code_to_wire(code: u32) -> u64 {
+    let c = u64::from(code);
+    H3_FIRST + c + c / 0x1e
+}
+
+/// A moq-lite stream code from the wire: a code in the mapped range is
+/// mapped back (its reserved points, and codes past `u32`, give `None`);
+/// any other is taken as it is.
+pub fn code_from_wire(wire: u64) -> Option<u64> {
+    if !(H3_FIRST..=H3_LAST).contains(&wire) {
+        return Some(wire);
+    }
+    let shifted = wire - H3_FIRST;
+    if shifted % 0x1f == 0x1e {
+        return None;
+    }
+    Some(shifted - shifted / 0x1f)
+}
+
+/// A stream code for the library, in the mapped form.
+fn wire_code(code: u64) -> VarInt {
+    let code = u32::try_from(code).unwrap_or(0);
+    VarInt::from_u64(code_to_wire(code)).unwrap_or(VarInt::MAX)
 }
 
 fn quic_id(id: StreamId) -> quinn_proto::StreamId {
@@ -576,7 +610,7 @@ impl Transport for QuicTransport {
             return Err(StreamError::WrongDirection);
         }
         self.blocked.remove(&id.0);
-        let code = VarInt::from_u64(code).unwrap_or(VarInt::MAX);
+        let code = wire_code(code);
         self.conn
             .send_stream(quic_id(id))
             .reset(code)
@@ -594,7 +628,7 @@ impl Transport for QuicTransport {
             r.done = true;
             r.pending = None;
         }
-        let code = VarInt::from_u64(code).unwrap_or(VarInt::MAX);
+        let code = wire_code(code);
         self.conn
             .recv_stream(quic_id(id))
             .stop(code)
@@ -635,5 +669,26 @@ impl QuicTransport {
             quinn_proto::Side::Client => skiff_core::wire::qmux::Side::Client,
             quinn_proto::Side::Server => skiff_core::wire::qmux::Side::Server,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_codes_map_both_ways() {
+        // CANCEL, OLD, EVICTED as moq-dev's QUIC stacks send them.
+        assert_eq!(code_to_wire(1), 0x52e4_a40f_a8dc);
+        assert_eq!(code_to_wire(0x34), 0x52e4_a40f_a910);
+        assert_eq!(code_to_wire(0x35), 0x52e4_a40f_a911);
+        for c in [0u32, 1, 0x1d, 0x1e, 0x1f, 0x34, 0x35, 0xffff, u32::MAX] {
+            assert_eq!(code_from_wire(code_to_wire(c)), Some(u64::from(c)));
+        }
+        // Plain codes (moq-relay's io_uring runtime, a dropped reader's 0).
+        assert_eq!(code_from_wire(0), Some(0));
+        assert_eq!(code_from_wire(0x34), Some(0x34));
+        // A reserved point of the mapped range.
+        assert_eq!(code_from_wire(H3_FIRST + 0x1e), None);
     }
 }

@@ -14,6 +14,7 @@ use skiff_monoio::shutdown::Shutdown;
 
 use crate::config::RelayConfig;
 use crate::conn::Connection;
+use crate::conn_name::ConnName;
 use crate::metrics::Metrics;
 
 /// What a worker thread knows when it builds its handler.
@@ -52,4 +53,48 @@ pub trait ConnectionHandler: 'static {
         self: Rc<Self>,
         conn: Connection,
     ) -> impl Future<Output = Result<(), Self::Error>> + 'static;
+
+    /// The QUIC server configuration of this worker's UDP endpoint (the
+    /// listen port's certificate with moq-lite's ALPN); `None` (the default):
+    /// the worker serves no QUIC.
+    fn quic_config(&self) -> Option<Arc<QuicServerConfig>> {
+        None
+    }
+
+    /// Serves one connection accepted on the worker's QUIC endpoint until
+    /// it ends; the default closes it at once.
+    fn serve_quic(
+        self: Rc<Self>,
+        conn: QuicConn,
+    ) -> impl Future<Output = Result<(), Self::Error>> + 'static {
+        async move {
+            drop(conn);
+            Ok(())
+        }
+    }
+}
+
+/// The QUIC server configuration a worker's endpoint accepts with.
+pub type QuicServerConfig = skiff_quic::quinn_proto::ServerConfig;
+
+/// A connection accepted on a worker's QUIC endpoint: the library's
+/// connection and its side of the endpoint, counted among the worker's open
+/// connections until it drops.
+pub struct QuicConn {
+    /// The library's connection, handshake under way.
+    pub conn: skiff_quic::quinn_proto::Connection,
+    /// Its side of the worker's endpoint.
+    pub link: skiff_monoio::quic::Link,
+    /// The client's address.
+    pub peer: std::net::SocketAddr,
+    /// The worker's name for it.
+    pub name: ConnName,
+    /// The server's drain signal, as seen from this thread.
+    pub shutdown: skiff_monoio::shutdown::Shutdown,
+}
+
+impl std::fmt::Debug for QuicConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuicConn").field("name", &self.name).finish()
+    }
 }

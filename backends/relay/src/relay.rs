@@ -146,9 +146,12 @@ use skiff_core::wire::lite::{SessionCode, StreamCode};
 use skiff_core::wire::qmux::Side;
 use skiff_monoio::clock::Clock;
 use skiff_monoio::notify::Notify;
+use skiff_monoio::quic::Link;
 use skiff_monoio::session_driver::{
-    App, ByteRead, ByteWrite, DriveCtx, Ended, MoqSession, StoragePool, drive, split_halves,
+    App, ByteRead, ByteWrite, DriveCtx, Ended, MoqSession, QuicSession, StoragePool, drive,
+    drive_quic, split_halves,
 };
+use skiff_quic::QuicTransport;
 use skiff_monoio::tables::Keep;
 use skiff_monoio::ws::{WsReader, WsWriter};
 use skiff_ws::frame::Role as WsRole;
@@ -157,7 +160,7 @@ use crate::auth::{Auth, Gate};
 use crate::config::{RelayConfig, Upstream as UpstreamAddr, quota_key};
 use crate::conn::Connection;
 use crate::conn_name::ConnName;
-use crate::handler::{ConnectionHandler, WorkerInfo};
+use crate::handler::{ConnectionHandler, QuicConn, QuicServerConfig, WorkerInfo};
 use crate::lend::{Borrower, Lender, LinkShare, Reclaim, lend_limit, return_released};
 use crate::metrics::Metrics;
 use crate::storage::{
@@ -506,5 +509,5 @@ mod upstream;
 
 pub use handler::RelayHandler;
 pub use link::{LinkEnd, Mesh};
-use session::{Remote, run_session};
+use session::{Remote, run_quic_session, run_session};
 use upstream::{dialed_upstream_url, upstream_tls};

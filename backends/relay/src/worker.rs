@@ -209,7 +209,13 @@ where
 
     report(&ready, index, Ok(active));
     drop(ready);
+    let quic = start_quic(&shared, &handler);
     accept_loop(&listener, active, &shared, &handler).await;
+    if let Some(endpoint) = &quic {
+        // New QUIC connections are refused from now on; the endpoint goes on
+        // routing the open ones' datagrams until the worker ends.
+        endpoint.refuse_new();
+    }
     drop(listener);
     shared.counters().set_draining();
 
@@ -244,6 +250,9 @@ where
         // Dropped handler futures cancel their I/O and close their sockets;
         // give those completions a moment to be processed.
         monoio::time::sleep(FORCED_CLOSE_GRACE).await;
+    }
+    if let Some(endpoint) = &quic {
+        endpoint.stop();
     }
     tracing::info!(worker = index, "worker stopped");
     Ok(WorkerExit { index, forced })
@@ -345,6 +354,94 @@ fn accept_queued(
     let peer = std.peer_addr()?;
     let stream = monoio::net::TcpStream::from_std(std)?;
     Ok(Some((stream, peer)))
+}
+
+/// Binds this worker's QUIC endpoint on the listen address's UDP port, if the
+/// configuration asks for QUIC and the handler has a certificate for it, and
+/// spawns its receive task and its accept loop.
+fn start_quic<H: ConnectionHandler>(
+    shared: &Rc<WorkerShared>,
+    handler: &Rc<H>,
+) -> Option<skiff_monoio::quic::Endpoint> {
+    if !shared.config.quic {
+        return None;
+    }
+    let config = handler.quic_config()?;
+    let clock = skiff_monoio::clock::Clock::new();
+    let endpoint =
+        match skiff_monoio::quic::Endpoint::server(shared.config.listen, config, clock) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(worker = shared.index, error = %e, "QUIC endpoint not bound: TCP only");
+                return None;
+            }
+        };
+    tracing::info!(worker = shared.index, addr = %endpoint.local_addr(), "QUIC (moql://) on UDP");
+    monoio::spawn(endpoint.clone().run());
+    let (accepting, shared, handler) = (endpoint.clone(), shared.clone(), handler.clone());
+    monoio::spawn(async move {
+        while let Some((conn, link, peer)) = accepting.accept().await {
+            admit_quic(conn, link, peer, &shared, &handler);
+        }
+    });
+    Some(endpoint)
+}
+
+/// [`admit`] for a connection the QUIC endpoint accepted: the same limits
+/// and quotas, counted the same way.
+fn admit_quic<H: ConnectionHandler>(
+    conn: skiff_quic::quinn_proto::Connection,
+    link: skiff_monoio::quic::Link,
+    peer: std::net::SocketAddr,
+    shared: &Rc<WorkerShared>,
+    handler: &Rc<H>,
+) {
+    let index = shared.index;
+    let quotas = shared.config.quotas;
+    let from_ip = shared.per_ip.borrow().get(&peer.ip()).copied().unwrap_or(0);
+    let over = if shared.shutdown.is_fired()
+        || shared.open.get() >= shared.config.limits.max_connections
+    {
+        Some("max-connections")
+    } else if from_ip >= quotas.connections_per_ip {
+        Some("max-connections-per-ip")
+    } else if shared.handshaking.get() >= quotas.handshakes {
+        Some("max-handshakes")
+    } else {
+        None
+    };
+    if let Some(quota) = over {
+        shared.counters().connection_refused();
+        tracing::debug!(worker = index, %peer, quota, "QUIC connection refused");
+        // Dropping the connection and its link forgets it; the client's
+        // handshake times out.
+        drop((conn, link));
+        return;
+    }
+    let id = shared.next_id.get();
+    shared.next_id.set(id.wrapping_add(1));
+    let name = ConnName::client(index, id, peer);
+    let guard = OpenGuard::new(shared.clone(), name, peer.ip());
+    let quic = crate::handler::QuicConn {
+        conn,
+        link,
+        peer,
+        name,
+        shutdown: Shutdown::new(shared.shutdown.clone()),
+    };
+    let handler = handler.clone();
+    let force = shared.force.clone();
+    tracing::debug!(conn = ?name, "QUIC connection accepted");
+    monoio::spawn(async move {
+        let name = guard.name();
+        match race(handler.serve_quic(quic), force.wait()).await {
+            Ok(Ok(())) => tracing::debug!(conn = ?name, "connection finished"),
+            Ok(Err(e)) => {
+                tracing::debug!(conn = ?name, error = %e, "connection ended with an error")
+            }
+            Err(()) => tracing::debug!(conn = ?name, "connection closed by the drain timeout"),
+        }
+    });
 }
 
 /// Admits an accepted connection within the worker's limits and quotas (or

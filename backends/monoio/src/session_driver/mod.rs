@@ -49,6 +49,7 @@
 //! frame ever does.
 
 mod bytes;
+mod quic;
 
 use std::cell::Cell;
 use std::cell::RefCell;
@@ -71,6 +72,7 @@ use crate::notify::{Notify, TrackKey};
 use crate::shutdown::Shutdown;
 
 use bytes::Inbox;
+pub use quic::{QuicSession, drive_quic};
 pub use bytes::{
     ByteRead, ByteWrite, HalfReader, HalfWriter, READ_BUFFER_BYTES, WRITE_BUFFER_BYTES,
     split_halves,

@@ -151,6 +151,12 @@ settings! {
     #[serde(default, deserialize_with = "from_text")]
     listen: SocketAddr = DEFAULT_LISTEN_ADDR;
 
+    /// Also serve moq-lite over QUIC (`moql://`) on UDP at the listen
+    /// address's port, with the listen port's certificate (a relay without
+    /// one serves TCP only). `--quic=false` turns it off.
+    #[arg(value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    quic: bool = true;
+
     /// Worker threads, one io runtime and listener each [default: all cores].
     #[arg(value_name = "N")]
     threads: usize;

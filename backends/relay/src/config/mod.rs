@@ -137,6 +137,9 @@ pub struct RelayConfig {
     /// TCP_QUICKACK after every read that drained the socket of a peer
     /// that may publish.
     pub quick_ack: bool,
+    /// Serve moq-lite over QUIC on UDP at the listen port when the relay
+    /// has a certificate.
+    pub quic: bool,
     /// What one peer may take of the relay.
     pub quotas: Quotas,
     /// Directory the web player and its files are served from.
@@ -446,6 +449,7 @@ impl RelayConfig {
             connection_credit: v.connection_credit.map(|b| b.0),
             send_buffer: v.send_buffer.map(|b| b.0),
             quick_ack: v.quick_ack,
+            quic: v.quic,
             quotas: Quotas::of(&v),
             web_dir: v.web_dir.unwrap_or_else(default_web_dir),
             auth,

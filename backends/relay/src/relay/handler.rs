@@ -164,6 +164,42 @@ fn tls_server(info: &WorkerInfo) -> Option<Arc<TlsServer>> {
 impl ConnectionHandler for RelayHandler {
     type Error = io::Error;
 
+    fn quic_config(&self) -> Option<Arc<QuicServerConfig>> {
+        let tls = self.tls.as_ref()?.config()?;
+        let mut tls = (*tls).clone();
+        tls.alpn_protocols = skiff_quic::config::alpn_protocols();
+        // QUIC takes no early data from rustls (0-RTT is off).
+        tls.max_early_data_size = 0;
+        match skiff_quic::config::server_config(Arc::new(tls), STREAMS) {
+            Ok(c) => Some(Arc::new(c)),
+            Err(e) => {
+                tracing::error!(error = %e, "QUIC not served");
+                None
+            }
+        }
+    }
+
+    #[allow(clippy::manual_async_fn)]
+    fn serve_quic(self: Rc<Self>, conn: QuicConn) -> impl Future<Output = io::Result<()>> + 'static {
+        async move {
+            let QuicConn {
+                conn,
+                link,
+                name,
+                shutdown,
+                ..
+            } = conn;
+            let ctx = DriveCtx {
+                clock: self.clock,
+                notify: self.relay.notify.clone(),
+                shutdown: Some(shutdown),
+            };
+            let ended = Box::pin(self.serve_quic_session(&name, conn, link, ctx)).await?;
+            tracing::debug!(conn = ?name, ?ended, "QUIC session ended");
+            Ok(())
+        }
+    }
+
     #[allow(clippy::manual_async_fn)]
     fn serve(self: Rc<Self>, conn: Connection) -> impl Future<Output = io::Result<()>> + 'static {
         async move {
@@ -359,6 +395,60 @@ impl RelayHandler {
 }
 
 impl RelayHandler {
+    /// Runs the session of a client connected over QUIC (docs/protocol.md
+    /// §10): as [`RelayHandler::serve_session`], over the connection's
+    /// streams; the path comes with the client's SETUP.
+    async fn serve_quic_session(
+        self: Rc<Self>,
+        name: &ConnName,
+        conn: skiff_quic::quinn_proto::Connection,
+        link: Link,
+        ctx: DriveCtx,
+    ) -> io::Result<Ended> {
+        let relay = self.relay.clone();
+        let refused = |e: ResolveRefused, path: &str| relay.track_refused(Some(*name), e, path);
+        let resolver = Resolver::new(&self.relay.router, Some(name.id()), &self.relay.queues)
+            .on_refused(&refused);
+        let gate = (!self.auth.is_open()).then(|| {
+            let clock = self.clock;
+            Rc::new(Gate::new(self.auth.clone(), move || {
+                (clock.now(), std::time::SystemTime::now())
+            }))
+        });
+        let mut sides = SideTables::new(self.sides.clone());
+        let mut storage = self.storage.take();
+        let (config, origin) = self.relay.session_setup(Remote::Client);
+        let transport = QuicTransport::new(conn, ctx.clock.epoch());
+        let session: Result<Box<QuicSession<'_, STREAMS>>, _> = Session::with_transport(
+            Side::Server,
+            config,
+            transport,
+            ctx.clock.now(),
+            &mut storage,
+            Some(origin),
+        )
+        .map(|mut s| {
+            s.set_scope(gate.as_deref().map(|g| g as &dyn Scope));
+            Box::new(s)
+        });
+        let ended = run_quic_session::<STREAMS, CLIENT_UPSTREAM>(
+            self.relay.clone(),
+            session,
+            Some(&mut sides),
+            link,
+            name,
+            Some(&resolver),
+            gate.clone(),
+            &ctx,
+        )
+        .await;
+        if let Some(refusal) = gate.as_ref().and_then(|g| g.refusal()) {
+            tracing::debug!(conn = ?name, reason = %refusal, "session refused");
+        }
+        self.storage.give(storage);
+        ended
+    }
+
     /// Runs the session of client connection `name` once it has sent its
     /// first bytes; over WebSocket, `path` is the request target and
     /// `fixed_protocol` the application protocol the subprotocol chose

@@ -277,6 +277,39 @@ pub(super) async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize, c
     } else {
         session.set_resolver(Some(&*relay));
     }
+    let mut app = relay_app::<S>(relay.clone(), side, name, peer, lender, gate);
+    drive(session, sides, reader, writer, &mut app, ctx).await
+}
+
+/// [`run_session`] for a client's session over QUIC.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn run_quic_session<'s, const N: usize, const S: usize>(
+    relay: Rc<Relay>,
+    session: Result<Box<QuicSession<'s, N>>, ConfigError>,
+    sides: Option<&'s mut SideTables>,
+    link: Link,
+    name: &ConnName,
+    resolver: Option<&'s dyn Resolve<'static, 'static>>,
+    gate: Option<Rc<Gate>>,
+    ctx: &DriveCtx,
+) -> io::Result<Ended> {
+    let mut session = session.map_err(io::Error::other)?;
+    session.set_resolver(resolver);
+    let mut app = relay_app::<S>(relay, Side::Server, name, Remote::Client, None, gate);
+    drive_quic(session, sides, link, &mut app, ctx).await
+}
+
+/// The relay's app for a session with `peer` (its requests resolve through
+/// the session's resolver: a local peer's through the caller's, a trunk's
+/// through the relay itself).
+fn relay_app<'n, const S: usize>(
+    relay: Rc<Relay>,
+    side: Side,
+    name: &'n ConnName,
+    peer: Remote,
+    lender: Option<Rc<Lender>>,
+    gate: Option<Rc<Gate>>,
+) -> RelayConn<'n, S> {
     let kind = match peer {
         Remote::Client => PeerKind::Client,
         // The dialing side of a link, and a leaf towards its upstream, ask
@@ -293,6 +326,5 @@ pub(super) async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize, c
         },
     };
     let gate = if peer.is_local() { gate } else { None };
-    let mut app = RelayConn::<S>::new(relay.clone(), name, kind, lender, gate);
-    drive(session, sides, reader, writer, &mut app, ctx).await
+    RelayConn::<S>::new(relay, name, kind, lender, gate)
 }

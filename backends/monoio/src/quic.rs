@@ -1,0 +1,494 @@
+//! QUIC on monoio: one UDP socket and one quinn-proto endpoint per thread,
+//! and the link between the endpoint and each connection's session task
+//! (docs/protocol.md §10).
+//!
+//! The endpoint's receive task ([`Endpoint::run`]) reads datagrams, lets the
+//! endpoint route them, and queues each connection's events for its task
+//! ([`Link`]), which it wakes. A server's new connections wait in the
+//! endpoint until [`Endpoint::accept`] takes them. Each connection's task
+//! owns its connection (inside its session's
+//! [`QuicTransport`](skiff_quic::QuicTransport)) and sends its datagrams on
+//! the shared socket itself ([`Link::flush`]).
+//!
+//! With SO_REUSEPORT, several threads bind the same port; the kernel keeps a
+//! client's 4-tuple on one socket, so a connection's packets reach the
+//! thread that owns it as long as the client's address does not change.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+
+use bytes::BytesMut;
+use monoio::net::udp::UdpSocket;
+use quinn_proto::{
+    ClientConfig, Connection, ConnectionEvent, ConnectionHandle, DatagramEvent, EndpointEvent,
+    ServerConfig,
+};
+
+use crate::clock::Clock;
+
+/// The largest UDP payload read at once.
+const RECV_BYTES: usize = 64 * 1024;
+
+/// Most connections a server endpoint keeps waiting for [`Endpoint::accept`].
+const MAX_WAITING: usize = 256;
+
+/// A connection's queue of routed events and the waker of its task.
+#[derive(Default)]
+struct Route {
+    events: VecDeque<ConnectionEvent>,
+    waker: Option<Waker>,
+}
+
+struct Shared {
+    socket: UdpSocket,
+    local: SocketAddr,
+    endpoint: RefCell<quinn_proto::Endpoint>,
+    routes: RefCell<HashMap<usize, Route>>,
+    /// Connections accepted by the endpoint, not yet taken by the server.
+    waiting: RefCell<VecDeque<(ConnectionHandle, Connection, SocketAddr)>>,
+    accept_waker: RefCell<Option<Waker>>,
+    server: Option<Arc<ServerConfig>>,
+    clock: Clock,
+    stopped: Cell<bool>,
+    /// New connections are refused (a draining server).
+    refusing: Cell<bool>,
+    /// Datagrams dropped because they did not parse or belong nowhere.
+    dropped: Cell<u64>,
+}
+
+/// One thread's QUIC endpoint: a UDP socket and the quinn-proto endpoint
+/// that routes its datagrams. Clone it to share it between tasks.
+#[derive(Clone)]
+pub struct Endpoint {
+    shared: Rc<Shared>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("local", &self.shared.local)
+            .field("connections", &self.shared.routes.borrow().len())
+            .finish()
+    }
+}
+
+impl Endpoint {
+    /// A server endpoint on `addr` (SO_REUSEPORT, so each worker thread binds
+    /// the same port) accepting connections with `config`.
+    ///
+    /// # Errors
+    /// The socket could not be bound.
+    pub fn server(addr: SocketAddr, config: Arc<ServerConfig>, clock: Clock) -> io::Result<Self> {
+        let socket = bind(addr, true)?;
+        Self::with_socket(socket, Some(config), clock)
+    }
+
+    /// A client endpoint on an ephemeral port of `addr`'s family.
+    ///
+    /// # Errors
+    /// The socket could not be bound.
+    pub fn client(remote: SocketAddr, clock: Clock) -> io::Result<Self> {
+        let local: SocketAddr = if remote.is_ipv4() {
+            SocketAddr::from(([0, 0, 0, 0], 0))
+        } else {
+            SocketAddr::from(([0u16; 8], 0))
+        };
+        let socket = bind(local, false)?;
+        Self::with_socket(socket, None, clock)
+    }
+
+    fn with_socket(
+        socket: std::net::UdpSocket,
+        server: Option<Arc<ServerConfig>>,
+        clock: Clock,
+    ) -> io::Result<Self> {
+        let local = socket.local_addr()?;
+        let socket = UdpSocket::from_std(socket)?;
+        let endpoint = quinn_proto::Endpoint::new(
+            Arc::new(skiff_quic::config::endpoint_config()),
+            server.clone(),
+            true,
+            None,
+        );
+        Ok(Endpoint {
+            shared: Rc::new(Shared {
+                socket,
+                local,
+                endpoint: RefCell::new(endpoint),
+                routes: RefCell::new(HashMap::new()),
+                waiting: RefCell::new(VecDeque::new()),
+                accept_waker: RefCell::new(None),
+                server,
+                clock,
+                stopped: Cell::new(false),
+                refusing: Cell::new(false),
+                dropped: Cell::new(0),
+            }),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local
+    }
+
+    /// Datagrams dropped so far because they did not parse or belonged to
+    /// no connection.
+    pub fn dropped(&self) -> u64 {
+        self.shared.dropped.get()
+    }
+
+    /// Connections the endpoint routes datagrams to.
+    pub fn connections(&self) -> usize {
+        self.shared.routes.borrow().len()
+    }
+
+    /// Dials `remote` (`server_name` for SNI and the certificate).
+    ///
+    /// # Errors
+    /// `InvalidInput` for a server name or address the library refuses.
+    pub fn connect(
+        &self,
+        config: ClientConfig,
+        remote: SocketAddr,
+        server_name: &str,
+    ) -> io::Result<(Connection, Link)> {
+        let now = std::time::Instant::now();
+        let (ch, conn) = self
+            .shared
+            .endpoint
+            .borrow_mut()
+            .connect(now, config, remote, server_name)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        self.shared.routes.borrow_mut().insert(ch.0, Route::default());
+        Ok((conn, self.link(ch)))
+    }
+
+    fn link(&self, ch: ConnectionHandle) -> Link {
+        Link {
+            shared: self.shared.clone(),
+            ch,
+            buf: Vec::with_capacity(2048),
+        }
+    }
+
+    /// The next connection a client opened (server endpoints only); `None`
+    /// once the endpoint stopped.
+    pub async fn accept(&self) -> Option<(Connection, Link, SocketAddr)> {
+        std::future::poll_fn(|cx| {
+            if let Some((ch, conn, remote)) = self.shared.waiting.borrow_mut().pop_front() {
+                return Poll::Ready(Some((conn, self.link(ch), remote)));
+            }
+            if self.shared.stopped.get() {
+                return Poll::Ready(None);
+            }
+            *self.shared.accept_waker.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Refuses new connections from now on (a draining server); the open
+    /// ones go on.
+    pub fn refuse_new(&self) {
+        self.shared.refusing.set(true);
+    }
+
+    /// Stops the receive task and wakes [`accept`](Self::accept).
+    pub fn stop(&self) {
+        self.shared.stopped.set(true);
+        if let Some(w) = self.shared.accept_waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    /// Receives and routes datagrams until [`stop`](Self::stop) (or a socket
+    /// error). Spawn it once per endpoint.
+    pub async fn run(self) {
+        let shared = &self.shared;
+        let mut buf = BytesMut::with_capacity(RECV_BYTES);
+        let mut response = Vec::with_capacity(2048);
+        while !shared.stopped.get() {
+            buf.clear();
+            if buf.capacity() < RECV_BYTES {
+                buf.reserve(RECV_BYTES);
+            }
+            let (res, b) = shared.socket.recv_from(buf).await;
+            buf = b;
+            let (n, from) = match res {
+                Ok(r) => r,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // ICMP errors surface here on some kernels; the socket
+                    // itself goes on.
+                    tracing::debug!(error = %e, "udp receive failed");
+                    continue;
+                }
+            };
+            let data = buf.split_to(n);
+            let now = std::time::Instant::now();
+            response.clear();
+            let event = shared
+                .endpoint
+                .borrow_mut()
+                .handle(now, from, None, None, data, &mut response);
+            match event {
+                Some(DatagramEvent::ConnectionEvent(ch, event)) => {
+                    let mut routes = shared.routes.borrow_mut();
+                    if let Some(route) = routes.get_mut(&ch.0) {
+                        route.events.push_back(event);
+                        if let Some(w) = route.waker.take() {
+                            w.wake();
+                        }
+                    }
+                }
+                Some(DatagramEvent::NewConnection(incoming)) => {
+                    self.admit(incoming, now, &mut response).await;
+                }
+                Some(DatagramEvent::Response(t)) => {
+                    response.truncate(t.size);
+                    response = send(&shared.socket, response, t.destination).await;
+                }
+                None => shared.dropped.set(shared.dropped.get() + 1),
+            }
+        }
+    }
+
+    /// Accepts a new connection for [`accept`](Self::accept), or refuses it
+    /// when too many wait or this endpoint serves none.
+    async fn admit(
+        &self,
+        incoming: quinn_proto::Incoming,
+        now: std::time::Instant,
+        response: &mut Vec<u8>,
+    ) {
+        let shared = &self.shared;
+        let remote = incoming.remote_address();
+        if shared.server.is_none()
+            || shared.refusing.get()
+            || shared.waiting.borrow().len() >= MAX_WAITING
+        {
+            let t = shared.endpoint.borrow_mut().refuse(incoming, response);
+            response.truncate(t.size);
+            let buf = std::mem::take(response);
+            *response = send(&shared.socket, buf, t.destination).await;
+            return;
+        }
+        let accepted = shared
+            .endpoint
+            .borrow_mut()
+            .accept(incoming, now, response, None);
+        match accepted {
+            Ok((ch, conn)) => {
+                shared.routes.borrow_mut().insert(ch.0, Route::default());
+                shared.waiting.borrow_mut().push_back((ch, conn, remote));
+                if let Some(w) = shared.accept_waker.borrow_mut().take() {
+                    w.wake();
+                }
+            }
+            Err(e) => {
+                if let Some(t) = e.response {
+                    response.truncate(t.size);
+                    let buf = std::mem::take(response);
+                    *response = send(&shared.socket, buf, t.destination).await;
+                }
+            }
+        }
+    }
+}
+
+/// Sends `buf` to `to` and returns it emptied.
+async fn send(socket: &UdpSocket, buf: Vec<u8>, to: SocketAddr) -> Vec<u8> {
+    let (res, mut buf) = socket.send_to(buf, to).await;
+    if let Err(e) = res {
+        tracing::debug!(error = %e, "udp send failed");
+    }
+    buf.clear();
+    buf
+}
+
+fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::UdpSocket> {
+    use std::os::fd::FromRawFd;
+    let domain = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: a plain socket(2) call; the descriptor is checked and then
+    // owned by the std socket.
+    let fd = unsafe {
+        libc::socket(
+            domain,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh, valid socket descriptor nobody else owns.
+    let socket = unsafe { std::net::UdpSocket::from_raw_fd(fd) };
+    if reuse_port {
+        set_int(&socket, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+    }
+    // Room for bursts at the socket: a relay's receive side takes every
+    // viewer's ACKs.
+    let _ = set_int(&socket, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
+    let _ = set_int(&socket, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
+    let (raw, len) = sockaddr(addr);
+    // SAFETY: `raw` holds a sockaddr of `len` bytes for `addr`'s family.
+    let rc = unsafe { libc::bind(fd, (&raw as *const libc::sockaddr_storage).cast(), len) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(socket)
+}
+
+fn set_int(socket: &std::net::UdpSocket, level: i32, name: i32, value: i32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: setsockopt with a pointer to an int of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data; all zeroes is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_in fits in sockaddr_storage, which is aligned for it.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_in6 fits in sockaddr_storage, which is aligned for it.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
+
+/// One connection's side of the endpoint: the events routed to it, the
+/// endpoint events it raises, and the socket its datagrams go out on.
+pub struct Link {
+    shared: Rc<Shared>,
+    ch: ConnectionHandle,
+    buf: Vec<u8>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").field("handle", &self.ch.0).finish()
+    }
+}
+
+impl Link {
+    /// Hands `conn` the events the endpoint routed to it; true if any.
+    pub fn deliver(&self, conn: &mut Connection) -> bool {
+        let mut any = false;
+        loop {
+            let event = {
+                let mut routes = self.shared.routes.borrow_mut();
+                routes.get_mut(&self.ch.0).and_then(|r| r.events.pop_front())
+            };
+            let Some(event) = event else { break };
+            any = true;
+            conn.handle_event(event);
+        }
+        any
+    }
+
+    /// True if routed events wait; otherwise registers `waker` for the next.
+    pub fn poll_ready(&self, waker: &Waker) -> bool {
+        let mut routes = self.shared.routes.borrow_mut();
+        match routes.get_mut(&self.ch.0) {
+            Some(r) if !r.events.is_empty() => true,
+            Some(r) => {
+                if !r.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                    r.waker = Some(waker.clone());
+                }
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// Passes the connection's endpoint events (new connection IDs, the
+    /// drain) to the endpoint, and the endpoint's answers back.
+    pub fn exchange(&self, conn: &mut Connection) {
+        while let Some(event) = conn.poll_endpoint_events() {
+            let back = self.shared.endpoint.borrow_mut().handle_event(self.ch, event);
+            if let Some(back) = back {
+                conn.handle_event(back);
+            }
+        }
+    }
+
+    /// Sends every datagram `conn` has ready; returns how many.
+    pub async fn flush(&mut self, conn: &mut Connection) -> usize {
+        let mut sent = 0;
+        loop {
+            self.buf.clear();
+            let now = std::time::Instant::now();
+            let Some(t) = conn.poll_transmit(now, 1, &mut self.buf) else {
+                break;
+            };
+            self.buf.truncate(t.size);
+            let buf = std::mem::take(&mut self.buf);
+            self.buf = send(&self.shared.socket, buf, t.destination).await;
+            sent += 1;
+        }
+        sent
+    }
+
+    /// The clock the endpoint was made with.
+    pub fn clock(&self) -> Clock {
+        self.shared.clock
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.shared.routes.borrow_mut().remove(&self.ch.0);
+        // The connection is gone: the endpoint forgets its IDs.
+        let _ = self
+            .shared
+            .endpoint
+            .borrow_mut()
+            .handle_event(self.ch, EndpointEvent::drained());
+    }
+}

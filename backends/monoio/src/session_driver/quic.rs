@@ -1,0 +1,191 @@
+//! The QUIC half of the session driver: one task per connection runs the
+//! session over a [`QuicTransport`], fed by the thread's endpoint through
+//! its [`Link`] (docs/protocol.md §10).
+//!
+//! A pass hands the connection the datagrams routed to it and runs its
+//! timers, [`pump`]s what it received into the session (no more per stream
+//! than the session has room for), runs the core's pass (events to the
+//! [`App`], its turn), lets the session write into the library's stream
+//! buffers, and sends the datagrams the library has ready. Between passes
+//! the task sleeps until a datagram, a timer, a change of the media it
+//! follows, or the drain.
+
+use std::future::{Future, poll_fn};
+use std::io;
+use std::pin::pin;
+use std::task::Poll;
+use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+use skiff_core::session::Session;
+use skiff_core::time::Instant;
+use skiff_core::wire::lite::SessionCode;
+use skiff_core::wire::qmux::Side;
+use skiff_quic::{QuicTransport, pump};
+
+use super::{
+    App, AppHandler, DriveCtx, Ended, SetupTables, follow, follows_every_change, forward_changes,
+};
+use crate::quic::Link;
+use crate::shutdown::Shutdown;
+
+/// A session over QUIC whose media lives for the whole thread.
+pub type QuicSession<'s, const N: usize> = Session<'s, 'static, 'static, N, QuicTransport>;
+
+/// Bytes of the scratch buffer the session's transmit is given: the QUIC
+/// transport writes into the library's buffers, never into it.
+const SCRATCH: usize = 64;
+
+/// Runs `session` over its QUIC connection until it ends (see the module
+/// docs); `link` is the connection's side of the thread's endpoint.
+///
+/// # Errors
+/// None today: a failed send is the library's loss to recover; the result
+/// keeps the byte-stream driver's shape.
+#[allow(clippy::manual_async_fn)]
+pub fn drive_quic<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize>(
+    mut session: Box<QuicSession<'s, N>>,
+    tables: T,
+    mut link: Link,
+    app: &mut A,
+    ctx: &DriveCtx,
+) -> impl Future<Output = io::Result<Ended>> {
+    async move {
+        let ended = run(&mut session, tables, &mut link, app, ctx).await;
+        app.on_close();
+        // The close goes out before the connection is dropped.
+        let now = ctx.clock.now();
+        let t = session.transport_mut();
+        t.quic_handle_timeout(now);
+        link.exchange(t.connection_mut());
+        link.flush(t.connection_mut()).await;
+        drop(session);
+        ctx.notify.bump();
+        ended
+    }
+}
+
+async fn run<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize>(
+    session: &mut QuicSession<'s, N>,
+    tables: T,
+    link: &mut Link,
+    app: &mut A,
+    ctx: &DriveCtx,
+) -> io::Result<Ended> {
+    let notify = &*ctx.notify;
+    let waiter = notify.waiter();
+    let task = poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
+    let mut handler = AppHandler {
+        app,
+        tables: Some(tables),
+        inbox: None,
+        setup: None,
+    };
+    let mut followed: Option<(u64, bool)> = None;
+    let mut sleep = pin!(monoio::time::sleep(StdDuration::from_secs(3600)));
+    let mut armed: Option<Instant> = None;
+    let mut drain = pin!(async {
+        match &ctx.shutdown {
+            Some(s) => s.wait().await,
+            None => std::future::pending().await,
+        }
+    });
+    let mut drain_seen = false;
+    let mut goaway_sent = false;
+    let mut scratch = [0u8; SCRATCH];
+    loop {
+        let now = ctx.clock.now();
+        crate::buffers::trim_if_due(now);
+        let t = session.transport_mut();
+        let mut progress = link.deliver(t.connection_mut());
+        if t.quic_timeout().is_some_and(|at| at <= now) {
+            t.quic_handle_timeout(now);
+        }
+        progress |= pump(session, now);
+        let passed = session.pass(now, &mut handler);
+        let events = passed.events > 0;
+        progress |= events;
+        if !goaway_sent && ctx.shutdown.as_ref().is_some_and(Shutdown::is_draining) {
+            goaway_sent = true;
+            // docs/protocol.md §3.12: a server tells the peer to move on and
+            // keeps serving until it does; a client just closes.
+            if session.side() == Side::Client || session.goaway("").is_err() {
+                session.close(SessionCode::NoError, "shutting down");
+            }
+        }
+        for track in session.served_tracks().chain(session.filled_tracks()) {
+            track.wake_on_change(&ctx.notify.track_waker(track.key()));
+        }
+        let version = session.tracks_version();
+        if followed != Some((version, follows_every_change(session))) {
+            followed = Some((version, follow(session, &waiter, &task)));
+        } else {
+            waiter.rearm(&task);
+        }
+        // The session writes into the library's stream buffers.
+        let _ = session.poll_transmit(now, &mut scratch);
+        // What the writes and reads changed (credit, stream limits) may let
+        // the session do more at once.
+        progress |= pump(session, now);
+        let t = session.transport_mut();
+        link.exchange(t.connection_mut());
+        let sent = link.flush(t.connection_mut()).await > 0;
+        if progress {
+            forward_changes(session, notify, events && A::EVENTS_WAKE_ALL);
+        }
+        let t = session.transport();
+        if t.connection().is_drained() {
+            return Ok(Ended::Closed);
+        }
+        if session.is_closed() && t.connection().is_closed() && !sent {
+            // Our close (or the peer's) went out: nothing more to say.
+            return Ok(Ended::Closed);
+        }
+        if progress || events {
+            continue;
+        }
+
+        // Sleep until a datagram, a timer, media or the drain.
+        let mut deadline = session.poll_timeout();
+        if let Some(at) = session.transport_mut().quic_timeout() {
+            deadline = Some(deadline.map_or(at, |d| d.min(at)));
+        }
+        if let Some(at) = handler.app.wake_at(now) {
+            deadline = Some(deadline.map_or(at, |d| d.min(at)));
+        }
+        if let Some(at) = deadline
+            && armed.is_none_or(|a| at != a)
+        {
+            armed = Some(at);
+            let wait = crate::clock::to_std(at.saturating_duration_since(now));
+            sleep
+                .as_mut()
+                .reset(monoio::time::Instant::from_std(StdInstant::now() + wait));
+        }
+        let shutdown = ctx.shutdown.as_ref().filter(|_| !goaway_sent);
+        let session_ref = &*session;
+        let link_ref = &*link;
+        poll_fn(|cx| {
+            if waiter.take_concerned()
+                || link_ref.poll_ready(cx.waker())
+                || shutdown.is_some_and(Shutdown::is_draining)
+            {
+                return Poll::Ready(());
+            }
+            let all = follows_every_change(session_ref);
+            if followed.is_none_or(|(_, then)| then != all) {
+                let now_all = follow(session_ref, &waiter, cx.waker());
+                followed = Some((session_ref.tracks_version(), now_all));
+            }
+            if armed.is_some() && sleep.as_mut().poll(cx).is_ready() {
+                armed = None;
+                return Poll::Ready(());
+            }
+            if !drain_seen && drain.as_mut().poll(cx).is_ready() {
+                drain_seen = true;
+                return Poll::Ready(());
+            }
+            Poll::Pending
+        })
+        .await;
+    }
+}
