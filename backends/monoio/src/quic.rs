@@ -52,6 +52,8 @@ struct Shared {
     /// Connections accepted by the endpoint, not yet taken by the server.
     waiting: RefCell<VecDeque<(ConnectionHandle, Connection, SocketAddr)>>,
     accept_waker: RefCell<Option<Waker>>,
+    /// The receive task, waiting for a datagram or the stop.
+    run_waker: RefCell<Option<Waker>>,
     server: Option<Arc<ServerConfig>>,
     clock: Clock,
     stopped: Cell<bool>,
@@ -123,6 +125,7 @@ impl Endpoint {
                 routes: RefCell::new(HashMap::new()),
                 waiting: RefCell::new(VecDeque::new()),
                 accept_waker: RefCell::new(None),
+                run_waker: RefCell::new(None),
                 server,
                 clock,
                 stopped: Cell::new(false),
@@ -165,7 +168,10 @@ impl Endpoint {
             .borrow_mut()
             .connect(now, config, remote, server_name)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        self.shared.routes.borrow_mut().insert(ch.0, Route::default());
+        self.shared
+            .routes
+            .borrow_mut()
+            .insert(ch.0, Route::default());
         Ok((conn, self.link(ch)))
     }
 
@@ -174,6 +180,7 @@ impl Endpoint {
             shared: self.shared.clone(),
             ch,
             buf: Vec::with_capacity(2048),
+            drained: false,
         }
     }
 
@@ -202,8 +209,10 @@ impl Endpoint {
     /// Stops the receive task and wakes [`accept`](Self::accept).
     pub fn stop(&self) {
         self.shared.stopped.set(true);
-        if let Some(w) = self.shared.accept_waker.borrow_mut().take() {
-            w.wake();
+        for waker in [&self.shared.accept_waker, &self.shared.run_waker] {
+            if let Some(w) = waker.borrow_mut().take() {
+                w.wake();
+            }
         }
     }
 
@@ -218,7 +227,17 @@ impl Endpoint {
             if buf.capacity() < RECV_BYTES {
                 buf.reserve(RECV_BYTES);
             }
-            let (res, b) = shared.socket.recv_from(buf).await;
+            // The receive ends with the stop (its buffer goes with it).
+            let stop = std::future::poll_fn(|cx| {
+                if shared.stopped.get() {
+                    return Poll::Ready(());
+                }
+                *shared.run_waker.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            });
+            let Ok((res, b)) = crate::cancel::race(shared.socket.recv_from(buf), stop).await else {
+                return;
+            };
             buf = b;
             let (n, from) = match res {
                 Ok(r) => r,
@@ -233,10 +252,11 @@ impl Endpoint {
             let data = buf.split_to(n);
             let now = std::time::Instant::now();
             response.clear();
-            let event = shared
-                .endpoint
-                .borrow_mut()
-                .handle(now, from, None, None, data, &mut response);
+            let event =
+                shared
+                    .endpoint
+                    .borrow_mut()
+                    .handle(now, from, None, None, data, &mut response);
             match event {
                 Some(DatagramEvent::ConnectionEvent(ch, event)) => {
                     let mut routes = shared.routes.borrow_mut();
@@ -408,6 +428,8 @@ pub struct Link {
     shared: Rc<Shared>,
     ch: ConnectionHandle,
     buf: Vec<u8>,
+    /// The connection told the endpoint it drained: the endpoint forgot it.
+    drained: bool,
 }
 
 impl std::fmt::Debug for Link {
@@ -423,7 +445,9 @@ impl Link {
         loop {
             let event = {
                 let mut routes = self.shared.routes.borrow_mut();
-                routes.get_mut(&self.ch.0).and_then(|r| r.events.pop_front())
+                routes
+                    .get_mut(&self.ch.0)
+                    .and_then(|r| r.events.pop_front())
             };
             let Some(event) = event else { break };
             any = true;
@@ -449,9 +473,14 @@ impl Link {
 
     /// Passes the connection's endpoint events (new connection IDs, the
     /// drain) to the endpoint, and the endpoint's answers back.
-    pub fn exchange(&self, conn: &mut Connection) {
+    pub fn exchange(&mut self, conn: &mut Connection) {
         while let Some(event) = conn.poll_endpoint_events() {
-            let back = self.shared.endpoint.borrow_mut().handle_event(self.ch, event);
+            self.drained |= event.is_drained();
+            let back = self
+                .shared
+                .endpoint
+                .borrow_mut()
+                .handle_event(self.ch, event);
             if let Some(back) = back {
                 conn.handle_event(back);
             }
@@ -484,6 +513,9 @@ impl Link {
 impl Drop for Link {
     fn drop(&mut self) {
         self.shared.routes.borrow_mut().remove(&self.ch.0);
+        if self.drained {
+            return;
+        }
         // The connection is gone: the endpoint forgets its IDs.
         let _ = self
             .shared

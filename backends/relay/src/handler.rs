@@ -95,6 +95,8 @@ pub struct QuicConn {
 
 impl std::fmt::Debug for QuicConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QuicConn").field("name", &self.name).finish()
+        f.debug_struct("QuicConn")
+            .field("name", &self.name)
+            .finish()
     }
 }

@@ -151,9 +151,9 @@ use skiff_monoio::session_driver::{
     App, ByteRead, ByteWrite, DriveCtx, Ended, MoqSession, QuicSession, StoragePool, drive,
     drive_quic, split_halves,
 };
-use skiff_quic::QuicTransport;
 use skiff_monoio::tables::Keep;
 use skiff_monoio::ws::{WsReader, WsWriter};
+use skiff_quic::QuicTransport;
 use skiff_ws::frame::Role as WsRole;
 
 use crate::auth::{Auth, Gate};

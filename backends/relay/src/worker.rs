@@ -209,7 +209,10 @@ where
 
     report(&ready, index, Ok(active));
     drop(ready);
-    let quic = start_quic(&shared, &handler);
+    let quic = match listener.local_addr() {
+        Ok(addr) => start_quic(addr, &shared, &handler),
+        Err(_) => None,
+    };
     accept_loop(&listener, active, &shared, &handler).await;
     if let Some(endpoint) = &quic {
         // New QUIC connections are refused from now on; the endpoint goes on
@@ -356,10 +359,12 @@ fn accept_queued(
     Ok(Some((stream, peer)))
 }
 
-/// Binds this worker's QUIC endpoint on the listen address's UDP port, if the
+/// Binds this worker's QUIC endpoint on UDP at `addr` (the TCP listener's
+/// bound address, so both have the same port number), if the
 /// configuration asks for QUIC and the handler has a certificate for it, and
 /// spawns its receive task and its accept loop.
 fn start_quic<H: ConnectionHandler>(
+    addr: std::net::SocketAddr,
     shared: &Rc<WorkerShared>,
     handler: &Rc<H>,
 ) -> Option<skiff_monoio::quic::Endpoint> {
@@ -368,14 +373,13 @@ fn start_quic<H: ConnectionHandler>(
     }
     let config = handler.quic_config()?;
     let clock = skiff_monoio::clock::Clock::new();
-    let endpoint =
-        match skiff_monoio::quic::Endpoint::server(shared.config.listen, config, clock) {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::error!(worker = shared.index, error = %e, "QUIC endpoint not bound: TCP only");
-                return None;
-            }
-        };
+    let endpoint = match skiff_monoio::quic::Endpoint::server(addr, config, clock) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!(worker = shared.index, error = %e, "QUIC endpoint not bound: TCP only");
+            return None;
+        }
+    };
     tracing::info!(worker = shared.index, addr = %endpoint.local_addr(), "QUIC (moql://) on UDP");
     monoio::spawn(endpoint.clone().run());
     let (accepting, shared, handler) = (endpoint.clone(), shared.clone(), handler.clone());

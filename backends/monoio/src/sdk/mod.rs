@@ -108,12 +108,14 @@ enum Scheme {
     Tls,
     /// QMux over WebSocket over TLS; the path is the request URI.
     Wss,
+    /// moq-lite over QUIC (docs/protocol.md §10); the path travels in SETUP.
+    Quic,
 }
 
 impl Scheme {
     /// Whether the transport runs over TLS.
     fn is_tls(self) -> bool {
-        matches!(self, Scheme::Tls | Scheme::Wss)
+        matches!(self, Scheme::Tls | Scheme::Wss | Scheme::Quic)
     }
 }
 
@@ -140,14 +142,16 @@ impl Target {
             (Scheme::Tcp, rest)
         } else if let Some(rest) = url.strip_prefix("tls://") {
             (Scheme::Tls, rest)
+        } else if let Some(rest) = url.strip_prefix("moql://") {
+            (Scheme::Quic, rest)
         } else {
             return Err(bad(
-                "only tcp://, tls://, ws:// and wss:// URLs are supported",
+                "only tcp://, tls://, ws://, wss:// and moql:// URLs are supported",
             ));
         };
         let (host, path) = match scheme {
             // The path (from its `/`) is the SETUP path.
-            Scheme::Tcp | Scheme::Tls => match rest.find('/') {
+            Scheme::Tcp | Scheme::Tls | Scheme::Quic => match rest.find('/') {
                 Some(i) => rest.split_at(i),
                 None => (rest, ""),
             },
@@ -329,11 +333,12 @@ pub fn connect(url: &str, config: Config) -> Result<(Client, Runner), Error> {
             .tls_roots
             .clone()
             .unwrap_or_else(|| Arc::new(crate::tls::system_roots()));
-        // docs/protocol.md §9.8: qmux's ALPN name for tls://, HTTP/1.1 for wss://.
-        let alpn: &[&[u8]] = if target.scheme == Scheme::Tls {
-            &[ALPN_QMUX]
-        } else {
-            &[ALPN_HTTP1]
+        // docs/protocol.md §9.8: qmux's ALPN name for tls://, HTTP/1.1 for
+        // wss://; §10.1: the moq-lite version for moql://.
+        let alpn: &[&[u8]] = match target.scheme {
+            Scheme::Tls => &[ALPN_QMUX],
+            Scheme::Quic => &[skiff_core::conn::MOQ_LITE_05.as_bytes()],
+            _ => &[ALPN_HTTP1],
         };
         Some(Arc::new(crate::tls::client_config(roots, alpn)?))
     } else {

@@ -12,7 +12,9 @@ use super::subscribe::Phase;
 use super::{Error, Scheme, Shared};
 use crate::cancel::race;
 use crate::context::{TcpReader, TcpWriter};
-use crate::session_driver::{App, ByteRead, ByteWrite, MoqSession, STREAMS, drive, split_halves};
+use crate::session_driver::{
+    App, ByteRead, ByteWrite, MoqSession, QuicSession, STREAMS, drive, drive_quic, split_halves,
+};
 use crate::tls::{TlsReader, TlsWriter};
 
 fn timed_out(what: &'static str) -> Error {
@@ -134,6 +136,7 @@ impl Runner {
                 // §9.3: the path is the request URI, not repeated in SETUP.
                 self.run_session(reader, writer, None, fixed).await
             }
+            Scheme::Quic => self.run_quic().await,
             Scheme::Tls => {
                 let Some(dialed) = self.dial(self.dial_tls()).await else {
                     return Ok(());
@@ -208,6 +211,65 @@ impl Runner {
             Ok(res) => res.map_err(Error::from_transport),
             Err(()) => Err(timed_out("no TLS handshake in time")),
         }
+    }
+
+    /// Dials the relay over QUIC from an endpoint of its own and runs one
+    /// session over the connection (docs/protocol.md §10).
+    async fn run_quic(&self) -> Result<(), Error> {
+        let s = &*self.shared;
+        let tls = s
+            .tls
+            .clone()
+            .ok_or_else(|| Error::Io(std::io::Error::other("no TLS configuration")))?;
+        let config = skiff_quic::config::client_config(tls, crate::session_driver::STREAMS)
+            .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+        let addr = s.target.resolve()?;
+        let clock = s.ctx.drive.clock;
+        let endpoint = crate::quic::Endpoint::client(addr, clock)?;
+        let (conn, link) = endpoint.connect(config, addr, crate::tls::host_of(&s.target.host))?;
+        let receiving = monoio::spawn(endpoint.clone().run());
+        let mut storage = s.ctx.take_storage();
+        let res = {
+            let config = SessionConfig {
+                conn: s.ctx.transport(),
+                path: Some(&s.target.path),
+                role: Role::Both,
+                ..SessionConfig::new()
+            };
+            let transport = skiff_quic::QuicTransport::new(conn, clock.epoch());
+            let session: Result<QuicSession<'_, STREAMS>, _> = Session::with_transport(
+                Side::Client,
+                config,
+                transport,
+                clock.now(),
+                &mut *storage,
+                Some(s.origin),
+            );
+            match session {
+                Ok(session) => {
+                    let mut app = SessionApp {
+                        shared: &self.shared,
+                        asked: Vec::new(),
+                        announced: Vec::new(),
+                        going_away: false,
+                    };
+                    let driven = drive_quic(Box::new(session), (), link, &mut app, &s.ctx.drive);
+                    let grace = async {
+                        self.closed().await;
+                        monoio::time::sleep(CLOSE_GRACE).await;
+                    };
+                    match race(driven, grace).await {
+                        Ok(ended) => ended.map(|_| ()),
+                        Err(()) => Ok(()),
+                    }
+                }
+                Err(e) => Err(std::io::Error::other(e)),
+            }
+        };
+        endpoint.stop();
+        drop(receiving);
+        s.ctx.give_storage(storage);
+        res.map_err(Error::from_transport)
     }
 
     /// Runs one session over a connected transport.

@@ -180,7 +180,10 @@ impl ConnectionHandler for RelayHandler {
     }
 
     #[allow(clippy::manual_async_fn)]
-    fn serve_quic(self: Rc<Self>, conn: QuicConn) -> impl Future<Output = io::Result<()>> + 'static {
+    fn serve_quic(
+        self: Rc<Self>,
+        conn: QuicConn,
+    ) -> impl Future<Output = io::Result<()>> + 'static {
         async move {
             let QuicConn {
                 conn,
