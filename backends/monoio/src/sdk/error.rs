@@ -50,7 +50,9 @@ pub enum Error {
     #[error("the client is closed")]
     Closed,
     /// The TLS handshake failed: the server's certificate does not chain to
-    /// the trusted roots or does not name the host, the server is no TLS
+    /// the trusted roots or does not name the host, is not the pinned one
+    /// ([`crate::tls::PinMismatch`] inside
+    /// `InvalidCertificate(CertificateError::Other(_))`), the server is no TLS
     /// server, no common protocol version or ALPN name (docs/protocol.md §9.8).
     #[error("TLS: {0}")]
     Tls(rustls::Error),
