@@ -15,8 +15,8 @@ pub struct RelayHandler {
     pub(super) clock: Clock,
     /// The access policy, shared by every worker.
     pub(super) auth: Arc<Auth>,
-    /// The listen port's TLS configuration (`--tls-cert`), shared by every
-    /// worker; `None`: plain TCP.
+    /// The listen port's TLS configuration (`--tls-cert` or
+    /// `--tls-generate`), shared by every worker; `None`: plain TCP.
     pub(super) tls: Option<Arc<TlsServer>>,
     /// The directory the web player is served from.
     pub(super) web_dir: std::path::PathBuf,
@@ -144,19 +144,24 @@ fn auth_policy(info: &WorkerInfo) -> Auth {
     }
 }
 
-/// The TLS server of `info`'s configuration, if it names certificate files.
-/// Files that became unusable since the configuration was checked make
-/// every handshake fail rather than open the port in plain text.
+/// The TLS server of `info`'s configuration, if it names certificate files
+/// or hosts to generate one for. A certificate that became unusable since
+/// the configuration was checked makes every handshake fail rather than
+/// open the port in plain text.
 fn tls_server(info: &WorkerInfo) -> Option<Arc<TlsServer>> {
-    let files = info.config.tls.clone()?;
-    match TlsServer::load(files.clone()) {
+    let source = info.config.tls_source()?;
+    match TlsServer::load(source.clone()) {
         Ok(tls) => {
-            tracing::info!(cert = %tls.files().cert.display(), "TLS on the listen port");
+            tracing::info!(
+                cert = %source,
+                sha256 = ?tls.cert().fingerprint_hex(),
+                "TLS on the listen port"
+            );
             Some(Arc::new(tls))
         }
         Err(e) => {
             tracing::error!(error = %e, "TLS certificate unusable: every connection is refused");
-            Some(Arc::new(TlsServer::refusing(files)))
+            Some(Arc::new(TlsServer::refusing(source)))
         }
     }
 }
@@ -324,6 +329,7 @@ impl RelayHandler {
         let routed = crate::web::serve_http(
             self.relay.origin(),
             &self.web_dir,
+            self.tls.as_ref().and_then(|t| t.cert().fingerprint()),
             &mut reader,
             &mut writer,
             name,
