@@ -58,6 +58,11 @@ pub struct Args {
     /// instead of the system's.
     #[arg(long, value_name = "FILE")]
     pub ca: Option<std::path::PathBuf>,
+    /// Accept exactly the relay certificate with this SHA-256 (64 hex
+    /// digits, what a `--tls-generate` relay answers at
+    /// `/certificate.sha256`) for `tls://` and `wss://`.
+    #[arg(long, value_name = "HEX", conflicts_with = "ca")]
+    pub fingerprint: Option<skiff_monoio::tls::Fingerprint>,
     /// The broadcast path; a name ending in `.hang` is read as hang.
     #[arg(long, default_value = "cam.hang")]
     pub broadcast: String,
@@ -129,6 +134,7 @@ pub async fn view(args: &Args, intact: &AtomicU64, started: Instant) -> Result<(
             skiff_monoio::tls::roots_from_pem_file(file).map_err(|e| format!("--ca: {e}"))?;
         config.tls_roots = Some(Arc::new(roots));
     }
+    config.tls_fingerprint = args.fingerprint;
     let (client, runner) = connect(&args.url, config).map_err(|e| e.to_string())?;
     let runner = monoio::spawn(runner.run());
     println!("viewer: subscribing to {} at {}", args.broadcast, args.url);
