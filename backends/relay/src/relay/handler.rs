@@ -53,8 +53,9 @@ impl RelayHandler {
 
     /// A handler factory for `threads` workers linked pairwise (see
     /// [`Mesh`]), each dialing the configured upstream relay if there is one:
-    /// pass it to [`crate::server::start`]. With `tls` in the configuration,
-    /// the files are read when the first worker starts (see
+    /// pass it to [`crate::server::start`]. With TLS in the configuration,
+    /// the files are read (or the certificate made) when the first worker
+    /// starts (see
     /// [`RelayHandler::factory_with_tls`] to keep a handle for reloads).
     ///
     /// # Errors
@@ -67,7 +68,8 @@ impl RelayHandler {
 
     /// As [`RelayHandler::factory`], the workers serving TLS with `tls`
     /// (which the caller keeps to [`TlsServer::reload`]); `None` reads the
-    /// configuration's files, if it names any.
+    /// configuration's files, or makes its `--tls-generate` certificate, if
+    /// it has either.
     ///
     /// # Errors
     /// If a socket pair cannot be made.
