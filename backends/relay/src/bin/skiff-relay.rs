@@ -61,7 +61,7 @@ fn run(cli: Cli) -> Result<(), RelayError> {
                     })?;
                     tracing::info!(
                         cert = %source,
-                        sha256 = ?tls.cert().fingerprint_hex(),
+                        sha256 = %tls.cert().fingerprint_hex().unwrap_or_default(),
                         "TLS on the listen port"
                     );
                     Some(Arc::new(tls))

@@ -156,7 +156,7 @@ fn tls_server(info: &WorkerInfo) -> Option<Arc<TlsServer>> {
         Ok(tls) => {
             tracing::info!(
                 cert = %source,
-                sha256 = ?tls.cert().fingerprint_hex(),
+                sha256 = %tls.cert().fingerprint_hex().unwrap_or_default(),
                 "TLS on the listen port"
             );
             Some(Arc::new(tls))
