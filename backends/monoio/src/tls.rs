@@ -879,6 +879,131 @@ mod tests {
         );
     }
 
+    /// A self-signed certificate for `localhost` and its key.
+    fn self_signed() -> (CertificateDer<'static>, PrivateKeyDer<'static>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let der = rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der());
+        (cert.der().clone(), PrivateKeyDer::Pkcs8(der))
+    }
+
+    /// Serves exactly this chain and key, matching or not.
+    #[derive(Debug)]
+    struct Serve(Arc<rustls::sign::CertifiedKey>);
+
+    impl rustls::server::ResolvesServerCert for Serve {
+        fn resolve(
+            &self,
+            _hello: rustls::server::ClientHello<'_>,
+        ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+            Some(self.0.clone())
+        }
+    }
+
+    /// Runs a handshake in memory between `client` (dialing `host`) and a
+    /// server presenting `cert` and signing with `key`; the client's
+    /// error, if it failed.
+    fn handshake_in_memory(
+        client: ClientConfig,
+        host: &str,
+        cert: CertificateDer<'static>,
+        key: PrivateKeyDer<'static>,
+    ) -> Result<(), rustls::Error> {
+        let signer = provider().key_provider.load_private_key(key).unwrap();
+        let served = rustls::sign::CertifiedKey::new(vec![cert], signer);
+        let server = server_config_with_resolver(Arc::new(Serve(Arc::new(served))), &[]).unwrap();
+        let mut server = rustls::ServerConnection::new(Arc::new(server)).unwrap();
+        let name = ServerName::try_from(host.to_owned()).unwrap();
+        let mut client = ClientConnection::new(Arc::new(client), name).unwrap();
+        for _ in 0..10 {
+            let mut bytes = Vec::new();
+            while client.wants_write() {
+                client.write_tls(&mut bytes).unwrap();
+            }
+            let mut rd = &bytes[..];
+            while !rd.is_empty() {
+                server.read_tls(&mut rd).unwrap();
+            }
+            // The server's own failures show up as the client's alert.
+            let _ = server.process_new_packets();
+            let mut bytes = Vec::new();
+            while server.wants_write() {
+                server.write_tls(&mut bytes).unwrap();
+            }
+            let mut rd = &bytes[..];
+            while !rd.is_empty() {
+                client.read_tls(&mut rd).unwrap();
+            }
+            client.process_new_packets()?;
+            if !client.is_handshaking() && !server.is_handshaking() {
+                return Ok(());
+            }
+        }
+        panic!("the handshake neither finished nor failed");
+    }
+
+    #[test]
+    fn a_pin_accepts_its_certificate_only_and_checks_the_key() {
+        let (cert, key) = self_signed();
+        let (other_cert, other_key) = self_signed();
+        let pin = Fingerprint::of(cert.as_ref());
+        let pinned = || client_config_for(&Trust::Pinned(pin), &[]).unwrap();
+        // The pinned certificate: accepted whatever name is dialed.
+        handshake_in_memory(pinned(), "localhost", cert.clone(), key.clone_key()).unwrap();
+        handshake_in_memory(pinned(), "elsewhere.example", cert.clone(), key.clone_key()).unwrap();
+        // Another certificate: refused, both digests named.
+        let e = handshake_in_memory(
+            pinned(),
+            "localhost",
+            other_cert.clone(),
+            other_key.clone_key(),
+        )
+        .unwrap_err();
+        let rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other)) = &e else {
+            panic!("{e}");
+        };
+        let mismatch = other.0.downcast_ref::<PinMismatch>().unwrap();
+        assert_eq!(mismatch.got, Fingerprint::of(other_cert.as_ref()));
+        assert_eq!(mismatch.pinned, pin);
+        // The pinned certificate from a server without its key: the
+        // handshake signature does not verify.
+        let e = handshake_in_memory(pinned(), "localhost", cert.clone(), other_key).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                rustls::Error::InvalidCertificate(rustls::CertificateError::BadSignature)
+            ),
+            "{e}"
+        );
+        // Trusted as roots instead: a root store holding the certificate
+        // accepts it for its name only; the system's store does not know it.
+        let mut roots = RootCertStore::empty();
+        roots.add(cert.clone()).unwrap();
+        let roots = Trust::Roots(Arc::new(roots));
+        let by_roots = || client_config_for(&roots, &[]).unwrap();
+        handshake_in_memory(by_roots(), "localhost", cert.clone(), key.clone_key()).unwrap();
+        let e = handshake_in_memory(
+            by_roots(),
+            "elsewhere.example",
+            cert.clone(),
+            key.clone_key(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, rustls::Error::InvalidCertificate(_)), "{e}");
+        let system = client_config_for(&Trust::System, &[]).unwrap();
+        let e = handshake_in_memory(system, "localhost", cert, key).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer)
+            ),
+            "{e}"
+        );
+    }
+
     #[test]
     fn missing_files_name_the_file() {
         let e = certs_from_pem_file(Path::new("/nonexistent/cert.pem")).unwrap_err();
