@@ -210,8 +210,30 @@ fn the_camera_and_the_viewer_pin_a_generated_certificate() {
         let out = viewer(&format!("wss://{addr}/anon"), 100, &["--fingerprint", &hex]);
         let _ = cam.kill();
         let _ = cam.wait();
+        // Another pin: every attempt is refused, and the viewer says why.
+        let wrong = "ab".repeat(32);
+        let mut cam = camera(
+            &format!("tls://{addr}/anon"),
+            &["--frames", "3000", "--fingerprint", &wrong],
+            None,
+        );
+        let refused = Command::new(env!("CARGO_BIN_EXE_viewer"))
+            .args(["--url", &format!("tls://{addr}/anon"), "--frames", "1"])
+            .args(["--fingerprint", &wrong, "--timeout", "2"])
+            .output()
+            .expect("viewer runs");
+        let _ = cam.kill();
+        let cam = cam.wait_with_output().unwrap();
         relay.shutdown().expect("relay stops");
         passed(&out, 100);
+        let said = format!(
+            "TLS: invalid peer certificate: the server's certificate has SHA-256 {hex}, not the pinned {wrong}"
+        );
+        let err = String::from_utf8_lossy(&cam.stderr);
+        assert!(err.contains(&said), "camera: {err}");
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(1), "{err}");
+        assert!(err.contains(&format!("connection failed: {said}")), "{err}");
     });
 }
 

@@ -598,12 +598,23 @@ struct Link {
     up: bool,
     /// Sessions at the last look.
     sessions: u64,
+    /// The last failed attempt's reason printed (each distinct one once).
+    said: String,
 }
 
 impl Link {
-    /// Prints a line on stderr when the relay went down or a new session came up.
+    /// Prints a line on stderr when the relay went down or a new session
+    /// came up, and why attempts fail (a refused certificate, a relay that
+    /// is not up), each distinct reason once.
     fn follow(&mut self, client: &Client, url: &str) {
         let (up, sessions) = (client.is_connected(), client.sessions());
+        if let Some(e) = client.last_error().filter(|_| !up) {
+            let text = e.to_string();
+            if text != self.said {
+                eprintln!("camera: cannot connect to {url}: {text} (retrying)");
+                self.said = text;
+            }
+        }
         if self.up && (!up || sessions != self.sessions) {
             eprintln!("camera: relay {url} went away; redialing with backoff");
         }

@@ -138,14 +138,35 @@ pub async fn view(args: &Args, intact: &AtomicU64, started: Instant) -> Result<(
     let (client, runner) = connect(&args.url, config).map_err(|e| e.to_string())?;
     let runner = monoio::spawn(runner.run());
     println!("viewer: subscribing to {} at {}", args.broadcast, args.url);
+    let done = std::rc::Rc::new(std::cell::Cell::new(false));
+    let reporting = monoio::spawn(report_failures(client.clone(), done.clone()));
     let outcome = if args.broadcast.ends_with(skiff_core::hang::BROADCAST_SUFFIX) {
         hang::read(args, &client, intact, started).await
     } else {
         read(args, &client, intact, started).await
     };
+    done.set(true);
+    reporting.await;
     client.close().await;
     runner.await;
     outcome
+}
+
+/// Prints on stderr why a connection attempt failed (a refused certificate,
+/// a relay that is not up), once per distinct reason, while the client
+/// redials, until `done`.
+async fn report_failures(client: Client, done: std::rc::Rc<std::cell::Cell<bool>>) {
+    let mut said = String::new();
+    while !done.get() {
+        if let Some(e) = client.last_error() {
+            let text = e.to_string();
+            if text != said {
+                eprintln!("viewer: connection failed: {text} (retrying)");
+                said = text;
+            }
+        }
+        monoio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// Reads and checks frames until `args.frames` intact ones arrived.
