@@ -57,8 +57,9 @@ pub const ALPN_HTTP1: &[u8] = b"http/1.1";
 pub(crate) const PLAIN_BUFFER_BYTES: usize = READ_BUFFER_BYTES + 2 * 17 * 1024;
 
 /// The crypto provider every configuration here is built with (aws-lc-rs),
-/// named explicitly so no process-wide default is needed.
-pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+/// named explicitly so no process-wide default is needed; a QUIC endpoint
+/// builds its TLS 1.3 configurations and initial keys with the same one.
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
