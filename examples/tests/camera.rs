@@ -27,6 +27,7 @@ use skiff_monoio::{Config, connect};
 use skiff_relay::config::RelayConfig;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server::{self, ServerHandle};
+use skiff_relay::tls::{TlsServer, TlsSource};
 
 /// A relay on `listen`, one worker.
 fn relay_on(listen: std::net::SocketAddr) -> ServerHandle {
@@ -179,6 +180,95 @@ fn the_camera_publishes_over_tls_and_the_viewer_reads_over_wss() {
         relay.shutdown().expect("relay stops");
         passed(&out, 100);
         let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+#[test]
+fn the_camera_and_the_viewer_pin_a_generated_certificate() {
+    within(90, || {
+        // The relay's certificate, made here for the two hosts and shared
+        // with its workers, so the test knows the fingerprint to pin.
+        let hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+        let tls = TlsServer::load(TlsSource::Generate(hosts.clone())).expect("a certificate");
+        let tls = Arc::new(tls);
+        let hex = tls.cert().fingerprint_hex().expect("a fingerprint");
+        let cfg = RelayConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            threads: NonZeroUsize::MIN,
+            drain_timeout: Duration::from_secs(2),
+            tls_generate: hosts,
+            ..RelayConfig::default()
+        };
+        let factory = RelayHandler::factory_with_tls(1, Some(tls)).unwrap();
+        let relay = server::start(cfg, factory).expect("relay starts");
+        let addr = relay.local_addr();
+        let mut cam = camera(
+            &format!("tls://{addr}/anon"),
+            &["--frames", "3000", "--fingerprint", &hex],
+            None,
+        );
+        let out = viewer(&format!("wss://{addr}/anon"), 100, &["--fingerprint", &hex]);
+        let _ = cam.kill();
+        let _ = cam.wait();
+        // Another pin: every attempt is refused, and the viewer says why.
+        let wrong = "ab".repeat(32);
+        let mut cam = camera(
+            &format!("tls://{addr}/anon"),
+            &["--frames", "3000", "--fingerprint", &wrong],
+            None,
+        );
+        let refused = Command::new(env!("CARGO_BIN_EXE_viewer"))
+            .args(["--url", &format!("tls://{addr}/anon"), "--frames", "1"])
+            .args(["--fingerprint", &wrong, "--timeout", "2"])
+            .output()
+            .expect("viewer runs");
+        let _ = cam.kill();
+        let cam = cam.wait_with_output().unwrap();
+        relay.shutdown().expect("relay stops");
+        passed(&out, 100);
+        let said = format!(
+            "TLS: invalid peer certificate: the server's certificate has SHA-256 {hex}, not the pinned {wrong}"
+        );
+        let err = String::from_utf8_lossy(&cam.stderr);
+        assert!(err.contains(&said), "camera: {err}");
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(1), "{err}");
+        assert!(err.contains(&format!("connection failed: {said}")), "{err}");
+    });
+}
+
+#[test]
+fn a_malformed_fingerprint_is_refused_with_a_clear_error() {
+    within(60, || {
+        let short = "--fingerprint=abc";
+        let not_hex = format!("--fingerprint={}", "z".repeat(64));
+        for (flag, says) in [
+            (short, "64 hex digits, this has 3"),
+            (
+                not_hex.as_str(),
+                "character 0 of the fingerprint is no hex digit",
+            ),
+        ] {
+            let cam = camera("tls://127.0.0.1:9/anon", &[flag], None)
+                .wait_with_output()
+                .unwrap();
+            let view = viewer("tls://127.0.0.1:9/anon", 1, &[flag]);
+            for (name, out) in [("camera", cam), ("viewer", view)] {
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+                assert!(
+                    err.contains("--fingerprint") && err.contains(says),
+                    "{name}: {err}"
+                );
+                assert!(!err.contains("panicked"), "{name}: {err}");
+            }
+        }
+        // A CA and a pin at once: refused too.
+        let pin = format!("--fingerprint={}", "a".repeat(64));
+        let out = viewer("tls://127.0.0.1:9/anon", 1, &["--ca", "ca.pem", &pin]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("cannot be used with"), "{err}");
     });
 }
 

@@ -35,6 +35,7 @@ use crate::picture::Picture;
 use crate::y4m_input::{self, Y4mSource};
 use skiff_core::hang::{self, catalog};
 use skiff_monoio::sdk::{GroupProducer, TrackProducer};
+use skiff_monoio::tls::Fingerprint;
 use skiff_monoio::tls::rustls::RootCertStore;
 use skiff_monoio::{Client, Config, Error as SdkError, connect};
 
@@ -86,6 +87,10 @@ pub struct NodeOptions {
     /// The CAs a `tls://` or `wss://` relay's certificate must chain to
     /// (`None`: the system's trust store).
     pub tls_roots: Option<Arc<RootCertStore>>,
+    /// The SHA-256 of the one certificate a `tls://` or `wss://` relay must
+    /// present (a self-signed one, such as `skiff-relay --tls-generate`'s);
+    /// set, it replaces `tls_roots`.
+    pub tls_fingerprint: Option<Fingerprint>,
 }
 
 impl NodeOptions {
@@ -106,6 +111,7 @@ impl NodeOptions {
             bitrate: 1_000_000,
             frames: None,
             tls_roots: None,
+            tls_fingerprint: None,
         }
     }
 }
@@ -375,6 +381,7 @@ pub async fn run(
     };
     let mut config = client_config(width, height, opts.bitrate);
     config.tls_roots = opts.tls_roots.clone();
+    config.tls_fingerprint = opts.tls_fingerprint;
     let (client, runner) = connect(&opts.url, config)?;
     let runner = monoio::spawn(runner.run());
     let video_info =
@@ -591,12 +598,23 @@ struct Link {
     up: bool,
     /// Sessions at the last look.
     sessions: u64,
+    /// The last failed attempt's reason printed (each distinct one once).
+    said: String,
 }
 
 impl Link {
-    /// Prints a line on stderr when the relay went down or a new session came up.
+    /// Prints a line on stderr when the relay went down or a new session
+    /// came up, and why attempts fail (a refused certificate, a relay that
+    /// is not up), each distinct reason once.
     fn follow(&mut self, client: &Client, url: &str) {
         let (up, sessions) = (client.is_connected(), client.sessions());
+        if let Some(e) = client.last_error().filter(|_| !up) {
+            let text = e.to_string();
+            if text != self.said {
+                eprintln!("camera: cannot connect to {url}: {text} (retrying)");
+                self.said = text;
+            }
+        }
         if self.up && (!up || sessions != self.sessions) {
             eprintln!("camera: relay {url} went away; redialing with backoff");
         }

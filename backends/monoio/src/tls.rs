@@ -57,8 +57,9 @@ pub const ALPN_HTTP1: &[u8] = b"http/1.1";
 pub(crate) const PLAIN_BUFFER_BYTES: usize = READ_BUFFER_BYTES + 2 * 17 * 1024;
 
 /// The crypto provider every configuration here is built with (aws-lc-rs),
-/// named explicitly so no process-wide default is needed.
-pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+/// named explicitly so no process-wide default is needed; a QUIC endpoint
+/// builds its TLS 1.3 configurations and initial keys with the same one.
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
@@ -565,6 +566,55 @@ pub fn server_config(cert: &Path, key: &Path, alpn: &[&[u8]]) -> Result<ServerCo
     Ok(config)
 }
 
+/// A certificate chain (the server's certificate first) and its private
+/// key, checked to match, as rustls serves them.
+///
+/// # Errors
+/// The key cannot be loaded by the provider (aws-lc-rs) or does not match
+/// the certificate.
+pub fn certified_key(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<rustls::sign::CertifiedKey, rustls::Error> {
+    rustls::sign::CertifiedKey::from_der(chain, key, &provider())
+}
+
+/// The certificate chain of the PEM file `cert` and the key of the PEM
+/// file `key`, checked to match ([`certified_key`]).
+///
+/// # Errors
+/// [`PemError`] naming the file that cannot be used.
+pub fn certified_key_from_pem_files(
+    cert: &Path,
+    key: &Path,
+) -> Result<rustls::sign::CertifiedKey, PemError> {
+    let chain = certs_from_pem_file(cert)?;
+    let private = key_from_pem_file(key)?;
+    certified_key(chain, private).map_err(|source| PemError::Pair {
+        cert: cert.to_owned(),
+        key: key.to_owned(),
+        source,
+    })
+}
+
+/// A server configuration whose certificate `resolver` picks per handshake
+/// (so a certificate can change without a new configuration), offering
+/// `alpn` (best first).
+///
+/// # Errors
+/// rustls refuses the provider's protocol versions (does not happen with aws-lc-rs).
+pub fn server_config_with_resolver(
+    resolver: Arc<dyn rustls::server::ResolvesServerCert>,
+    alpn: &[&[u8]],
+) -> Result<ServerConfig, rustls::Error> {
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    config.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    Ok(config)
+}
+
 /// A client configuration that verifies servers against `roots`, offering `alpn`.
 ///
 /// # Errors
@@ -596,6 +646,193 @@ pub fn client_connection(config: Arc<ClientConfig>, host: &str) -> io::Result<Cl
     ClientConnection::new(config, name).map_err(from_tls)
 }
 
+// ---------------------------------------------------------------------------
+// Trust: system roots, a CA file, or a pinned certificate fingerprint
+// ---------------------------------------------------------------------------
+
+/// The SHA-256 of `der` (a certificate's DER bytes).
+pub fn sha256(der: &[u8]) -> [u8; 32] {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, der);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest.as_ref());
+    out
+}
+
+/// A certificate's SHA-256 fingerprint: the digest of its DER bytes, what
+/// browsers pin as `serverCertificateHashes` and what a relay answers at
+/// `GET /certificate.sha256` (as lowercase hex, its [`Display`](std::fmt::Display)).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fingerprint(pub [u8; 32]);
+
+impl Fingerprint {
+    /// The fingerprint of the certificate whose DER bytes are `der`.
+    pub fn of(der: &[u8]) -> Self {
+        Fingerprint(sha256(der))
+    }
+}
+
+impl std::fmt::Display for Fingerprint {
+    /// 64 lowercase hex digits, no separators.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Fingerprint({self})")
+    }
+}
+
+/// Why a fingerprint text was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FingerprintError {
+    /// Not 64 characters (32 bytes as hex) once surrounding blanks are trimmed.
+    #[error("a SHA-256 fingerprint is 64 hex digits, this has {0} characters")]
+    Length(usize),
+    /// A character that is no hex digit, at this index (from 0).
+    #[error("character {0} of the fingerprint is no hex digit")]
+    NotHex(usize),
+}
+
+impl std::str::FromStr for Fingerprint {
+    type Err = FingerprintError;
+
+    /// 64 hex digits (either case), surrounding blanks ignored.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let text = text.trim();
+        let count = text.chars().count();
+        if count != 64 {
+            return Err(FingerprintError::Length(count));
+        }
+        let mut out = [0u8; 32];
+        for (i, c) in text.chars().enumerate() {
+            let d = c.to_digit(16).ok_or(FingerprintError::NotHex(i))? as u8;
+            out[i / 2] |= if i % 2 == 0 { d << 4 } else { d };
+        }
+        Ok(Fingerprint(out))
+    }
+}
+
+/// Which server certificates a client accepts.
+#[derive(Debug, Clone, Default)]
+pub enum Trust {
+    /// Certificates that chain to the operating system's trust store and
+    /// name the host ([`system_roots`]).
+    #[default]
+    System,
+    /// Certificates that chain to these CAs ([`roots_from_pem_file`] reads
+    /// a PEM file) and name the host.
+    Roots(Arc<RootCertStore>),
+    /// Exactly the leaf certificate with this SHA-256, whatever its issuer,
+    /// names or dates ([`PinnedVerifier`]): a self-signed certificate such
+    /// as a relay's `--tls-generate` one.
+    Pinned(Fingerprint),
+}
+
+/// A rustls server certificate verifier that accepts exactly one leaf
+/// certificate, named by its SHA-256 ([`Fingerprint`]), as browsers do with
+/// `serverCertificateHashes`: the chain, the server name and the dates are
+/// not looked at, the handshake signature is verified with the provider's
+/// algorithms (so the server must hold the certificate's key).
+#[derive(Debug)]
+pub struct PinnedVerifier {
+    pin: Fingerprint,
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl PinnedVerifier {
+    /// A verifier accepting the leaf whose SHA-256 is `pin`.
+    pub fn new(pin: Fingerprint) -> Self {
+        PinnedVerifier {
+            pin,
+            algorithms: provider().signature_verification_algorithms,
+        }
+    }
+}
+
+/// The error a [`PinnedVerifier`] refuses another certificate with.
+#[derive(Debug, thiserror::Error)]
+#[error("the server's certificate has SHA-256 {got}, not the pinned {pinned}")]
+pub struct PinMismatch {
+    /// The fingerprint of the certificate the server sent.
+    pub got: Fingerprint,
+    /// The fingerprint the client pinned.
+    pub pinned: Fingerprint,
+}
+
+impl rustls::client::danger::ServerCertVerifier for PinnedVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        let got = Fingerprint::of(end_entity.as_ref());
+        if got == self.pin {
+            return Ok(rustls::client::danger::ServerCertVerified::assertion());
+        }
+        let mismatch = PinMismatch {
+            got,
+            pinned: self.pin,
+        };
+        Err(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::Other(rustls::OtherError(Arc::new(mismatch))),
+        ))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// A client configuration that accepts the servers `trust` names, offering
+/// `alpn` (best first): what `tls://` and `wss://` dial with, and what a
+/// QUIC client builds its crypto configuration from.
+///
+/// # Errors
+/// rustls refuses the provider's protocol versions (does not happen with aws-lc-rs).
+pub fn client_config_for(trust: &Trust, alpn: &[&[u8]]) -> Result<ClientConfig, rustls::Error> {
+    let roots = match trust {
+        Trust::System => Arc::new(system_roots()),
+        Trust::Roots(roots) => roots.clone(),
+        Trust::Pinned(pin) => {
+            let mut config = ClientConfig::builder_with_provider(provider())
+                .with_safe_default_protocol_versions()?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(PinnedVerifier::new(*pin)))
+                .with_no_client_auth();
+            config.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+            return Ok(config);
+        }
+    };
+    client_config(roots, alpn)
+}
+
 /// The host part of `host:port` (`[v6]:port` loses its brackets), for SNI.
 pub(crate) fn host_of(authority: &str) -> &str {
     if let Some(v6) = authority.strip_prefix('[') {
@@ -613,6 +850,159 @@ mod tests {
         assert_eq!(host_of("example.com:443"), "example.com");
         assert_eq!(host_of("127.0.0.1:4443"), "127.0.0.1");
         assert_eq!(host_of("[::1]:4443"), "::1");
+    }
+
+    #[test]
+    fn fingerprints_parse_and_print_as_lowercase_hex() {
+        let hex = "00112233445566778899AABBCCDDEEFF00112233445566778899aabbccddeeff";
+        let f: Fingerprint = format!(" {hex}\n").parse().unwrap();
+        assert_eq!(f.0[..4], [0x00, 0x11, 0x22, 0x33]);
+        assert_eq!(f.0[31], 0xff);
+        assert_eq!(f.to_string(), hex.to_ascii_lowercase());
+        assert_eq!(
+            "abc".parse::<Fingerprint>(),
+            Err(FingerprintError::Length(3))
+        );
+        let bad = format!("{}g", &hex[..63]);
+        assert_eq!(
+            bad.parse::<Fingerprint>(),
+            Err(FingerprintError::NotHex(63))
+        );
+        let multibyte = format!("{}é", &hex[..63]);
+        assert_eq!(
+            multibyte.parse::<Fingerprint>(),
+            Err(FingerprintError::NotHex(63))
+        );
+        // SHA-256 of the empty input.
+        assert_eq!(
+            Fingerprint::of(b"").to_string(),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
+    /// A self-signed certificate for `localhost` and its key.
+    fn self_signed() -> (CertificateDer<'static>, PrivateKeyDer<'static>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let der = rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der());
+        (cert.der().clone(), PrivateKeyDer::Pkcs8(der))
+    }
+
+    /// Serves exactly this chain and key, matching or not.
+    #[derive(Debug)]
+    struct Serve(Arc<rustls::sign::CertifiedKey>);
+
+    impl rustls::server::ResolvesServerCert for Serve {
+        fn resolve(
+            &self,
+            _hello: rustls::server::ClientHello<'_>,
+        ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+            Some(self.0.clone())
+        }
+    }
+
+    /// Runs a handshake in memory between `client` (dialing `host`) and a
+    /// server presenting `cert` and signing with `key`; the client's
+    /// error, if it failed.
+    fn handshake_in_memory(
+        client: ClientConfig,
+        host: &str,
+        cert: CertificateDer<'static>,
+        key: PrivateKeyDer<'static>,
+    ) -> Result<(), rustls::Error> {
+        let signer = provider().key_provider.load_private_key(key).unwrap();
+        let served = rustls::sign::CertifiedKey::new(vec![cert], signer);
+        let server = server_config_with_resolver(Arc::new(Serve(Arc::new(served))), &[]).unwrap();
+        let mut server = rustls::ServerConnection::new(Arc::new(server)).unwrap();
+        let name = ServerName::try_from(host.to_owned()).unwrap();
+        let mut client = ClientConnection::new(Arc::new(client), name).unwrap();
+        for _ in 0..10 {
+            let mut bytes = Vec::new();
+            while client.wants_write() {
+                client.write_tls(&mut bytes).unwrap();
+            }
+            let mut rd = &bytes[..];
+            while !rd.is_empty() {
+                server.read_tls(&mut rd).unwrap();
+            }
+            // The server's own failures show up as the client's alert.
+            let _ = server.process_new_packets();
+            let mut bytes = Vec::new();
+            while server.wants_write() {
+                server.write_tls(&mut bytes).unwrap();
+            }
+            let mut rd = &bytes[..];
+            while !rd.is_empty() {
+                client.read_tls(&mut rd).unwrap();
+            }
+            client.process_new_packets()?;
+            if !client.is_handshaking() && !server.is_handshaking() {
+                return Ok(());
+            }
+        }
+        panic!("the handshake neither finished nor failed");
+    }
+
+    #[test]
+    fn a_pin_accepts_its_certificate_only_and_checks_the_key() {
+        let (cert, key) = self_signed();
+        let (other_cert, other_key) = self_signed();
+        let pin = Fingerprint::of(cert.as_ref());
+        let pinned = || client_config_for(&Trust::Pinned(pin), &[]).unwrap();
+        // The pinned certificate: accepted whatever name is dialed.
+        handshake_in_memory(pinned(), "localhost", cert.clone(), key.clone_key()).unwrap();
+        handshake_in_memory(pinned(), "elsewhere.example", cert.clone(), key.clone_key()).unwrap();
+        // Another certificate: refused, both digests named.
+        let e = handshake_in_memory(
+            pinned(),
+            "localhost",
+            other_cert.clone(),
+            other_key.clone_key(),
+        )
+        .unwrap_err();
+        let rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other)) = &e else {
+            panic!("{e}");
+        };
+        let mismatch = other.0.downcast_ref::<PinMismatch>().unwrap();
+        assert_eq!(mismatch.got, Fingerprint::of(other_cert.as_ref()));
+        assert_eq!(mismatch.pinned, pin);
+        // The pinned certificate from a server without its key: the
+        // handshake signature does not verify.
+        let e = handshake_in_memory(pinned(), "localhost", cert.clone(), other_key).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                rustls::Error::InvalidCertificate(rustls::CertificateError::BadSignature)
+            ),
+            "{e}"
+        );
+        // Trusted as roots instead: a root store holding the certificate
+        // accepts it for its name only; the system's store does not know it.
+        let mut roots = RootCertStore::empty();
+        roots.add(cert.clone()).unwrap();
+        let roots = Trust::Roots(Arc::new(roots));
+        let by_roots = || client_config_for(&roots, &[]).unwrap();
+        handshake_in_memory(by_roots(), "localhost", cert.clone(), key.clone_key()).unwrap();
+        let e = handshake_in_memory(
+            by_roots(),
+            "elsewhere.example",
+            cert.clone(),
+            key.clone_key(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, rustls::Error::InvalidCertificate(_)), "{e}");
+        let system = client_config_for(&Trust::System, &[]).unwrap();
+        let e = handshake_in_memory(system, "localhost", cert, key).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer)
+            ),
+            "{e}"
+        );
     }
 
     #[test]

@@ -15,7 +15,10 @@
 //!   upstream by its URL without the query);
 //! - [`signals`]: SIGINT/SIGTERM → stop accepting, drain, exit; SIGHUP →
 //!   reload the TLS certificate;
-//! - [`tls`]: the listen port's TLS certificate, shared by the workers and
+//! - [`cert`]: the relay's server certificate ([`cert::ServerCert`]), from
+//!   files or generated and renewed, shared by TLS over TCP, the QUIC
+//!   endpoint and `GET /certificate.sha256`;
+//! - [`tls`]: the listen port's TLS, shared by the workers, its certificate
 //!   reloaded in place (docs/protocol.md §9.8);
 //! - [`metrics`]: per-thread atomic counters and the Prometheus endpoint;
 //! - [`relay`]: the per-worker relay state (origin, cache pool, routes, the
@@ -35,6 +38,7 @@
 //! [`WorkerExit`] is what each reports when it stops.
 
 pub mod auth;
+pub mod cert;
 pub mod config;
 pub mod conn;
 pub mod conn_name;

@@ -1,19 +1,23 @@
-//! TLS on the listen port (docs/protocol.md §9.8): the certificate and key
-//! files (`--tls-cert`, `--tls-key`), the server configuration every worker
-//! reads per handshake, and its reload (SIGHUP).
+//! TLS on the listen port (docs/protocol.md §9.8): where the certificate
+//! comes from ([`TlsSource`]: the `--tls-cert`/`--tls-key` files or
+//! `--tls-generate`), and the server configuration every worker reads per
+//! handshake.
 //!
-//! One [`TlsServer`] is shared by every worker thread. Each handshake takes
-//! the current `Arc<ServerConfig>` under a read lock held only for the clone;
-//! [`TlsServer::reload`] builds a new configuration from the files and swaps
-//! it in, so handshakes after it use the new certificate while established
-//! connections keep the keys they agreed on. A file that cannot be used
-//! leaves the previous certificate in place.
+//! One [`TlsServer`] is shared by every worker thread. Its one
+//! `ServerConfig` takes each handshake's certificate from the shared
+//! [`ServerCert`] (its certificate resolver); [`TlsServer::reload`] (SIGHUP)
+//! and the renewal of a generated certificate swap the certificate there, so
+//! handshakes after it use the new one while established connections keep
+//! the keys they agreed on. A file that cannot be used leaves the previous
+//! certificate in place.
 
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use rustls::ServerConfig;
 use skiff_monoio::tls::{ALPN_HTTP1, ALPN_QMUX, PemError};
+
+use crate::cert::{CertError, ServerCert};
 
 /// The ALPN names the relay accepts, best first: qmux's name for QMux
 /// qmux-01 with moq-lite-05, and HTTP/1.1 for `wss://` (browsers offer
@@ -40,77 +44,93 @@ impl TlsFiles {
     }
 }
 
-/// The relay's TLS server configuration, shared by the workers and replaced
-/// by [`TlsServer::reload`].
+/// Where the listen port's certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsSource {
+    /// `--tls-cert` and `--tls-key`, re-read on SIGHUP.
+    Files(TlsFiles),
+    /// `--tls-generate`: a self-signed certificate made for these hosts
+    /// (DNS names or IP addresses) and renewed before it expires
+    /// ([`crate::cert`]).
+    Generate(Vec<String>),
+}
+
+impl std::fmt::Display for TlsSource {
+    /// The certificate file, or `generated for HOST,...`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TlsSource::Files(files) => write!(f, "{}", files.cert.display()),
+            TlsSource::Generate(hosts) => write!(f, "generated for {}", hosts.join(",")),
+        }
+    }
+}
+
+/// The relay's TLS server configuration over TCP, shared by the workers:
+/// one rustls `ServerConfig` whose certificate is resolved per handshake
+/// from the shared [`ServerCert`], so a reload or a renewal needs no new
+/// configuration.
 #[derive(Debug)]
 pub struct TlsServer {
-    files: TlsFiles,
-    /// `None`: every connection is refused ([`TlsServer::refusing`]).
-    current: RwLock<Option<Arc<ServerConfig>>>,
+    cert: Arc<ServerCert>,
+    /// `None` only if rustls refused to make the configuration (it does
+    /// not with aws-lc-rs): every connection is refused then.
+    config: Option<Arc<ServerConfig>>,
 }
 
 impl TlsServer {
-    /// Reads `files` now.
+    /// Serves `cert` (which the QUIC endpoint may share).
+    pub fn new(cert: Arc<ServerCert>) -> Self {
+        let config = match skiff_monoio::tls::server_config_with_resolver(cert.clone(), ALPN) {
+            Ok(config) => Some(Arc::new(config)),
+            Err(e) => {
+                tracing::error!(error = %e, "no TLS configuration: every connection is refused");
+                None
+            }
+        };
+        TlsServer { cert, config }
+    }
+
+    /// Reads the files of `source`, or makes its certificate, now; a
+    /// generated one is renewed by a thread of its own
+    /// ([`ServerCert::spawn_renewal`]).
     ///
     /// # Errors
-    /// [`PemError`] naming the file that cannot be used.
-    pub fn load(files: TlsFiles) -> Result<Self, PemError> {
-        let config = files.server_config()?;
-        Ok(TlsServer {
-            files,
-            current: RwLock::new(Some(Arc::new(config))),
-        })
+    /// [`CertError`] naming what cannot be used.
+    pub fn load(source: TlsSource) -> Result<Self, CertError> {
+        let cert = Arc::new(ServerCert::load(source)?);
+        if let Err(e) = cert.spawn_renewal() {
+            tracing::error!(error = %e, "cannot start the certificate renewal thread");
+        }
+        Ok(Self::new(cert))
     }
 
     /// A server that refuses every connection (no certificate to offer):
-    /// what the workers use when the files became unusable after the
+    /// what the workers use when the source became unusable after the
     /// configuration was checked, so the port never falls back to plain
-    /// text. A successful [`TlsServer::reload`] of `files` brings it up.
-    pub fn refusing(files: TlsFiles) -> Self {
-        TlsServer {
-            files,
-            current: RwLock::new(None),
-        }
+    /// text. A successful [`TlsServer::reload`] brings it up.
+    pub fn refusing(source: TlsSource) -> Self {
+        Self::new(Arc::new(ServerCert::refusing(source)))
     }
 
-    /// The configuration a new handshake uses (`None`: refuse the connection).
+    /// The configuration a new handshake uses (`None`: no certificate,
+    /// refuse the connection).
     pub fn config(&self) -> Option<Arc<ServerConfig>> {
-        match self.current.read() {
-            Ok(c) => c.clone(),
-            // A panic while the lock was held cannot leave a torn Arc.
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        self.cert.current().and(self.config.clone())
     }
 
-    /// The files this configuration is read from.
-    pub fn files(&self) -> &TlsFiles {
-        &self.files
+    /// The certificate served, shared with the QUIC endpoint and
+    /// `GET /certificate.sha256`.
+    pub fn cert(&self) -> &Arc<ServerCert> {
+        &self.cert
     }
 
-    /// Reads the files again: new handshakes use them, established
-    /// connections are not touched. On error the previous certificate stays
-    /// and the error is logged (and returned).
+    /// SIGHUP: [`ServerCert::reload`]. New handshakes use the new
+    /// certificate, established connections are not touched; on error the
+    /// previous certificate stays and the error is logged (and returned).
     ///
     /// # Errors
-    /// [`PemError`] naming the file that cannot be used.
-    pub fn reload(&self) -> Result<(), PemError> {
-        match self.files.server_config() {
-            Ok(config) => {
-                let mut current = match self.current.write() {
-                    Ok(c) => c,
-                    Err(poisoned) => poisoned.into_inner(),
-                };
-                *current = Some(Arc::new(config));
-                tracing::info!(
-                    cert = %self.files.cert.display(),
-                    "TLS certificate reloaded: new connections use it"
-                );
-                Ok(())
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "TLS certificate not reloaded: keeping the previous one");
-                Err(e)
-            }
-        }
+    /// [`CertError`] naming what cannot be used.
+    pub fn reload(&self) -> Result<(), CertError> {
+        self.cert.reload()
     }
 }

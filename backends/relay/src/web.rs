@@ -6,9 +6,11 @@
 //! (at most [`MAX_HEAD_BYTES`], within the handshake timeout) and either
 //! switches to WebSocket, for the session to run over, or answers and closes:
 //!
-//! * `GET /certificate.sha256`: 404 (no self-signed certificate to pin: with
-//!   `--tls-cert` browsers verify the certificate themselves; the player
-//!   asks first and then dials WebSocket);
+//! * `GET /certificate.sha256`: the SHA-256 of the served leaf certificate
+//!   as 64 lowercase hex digits, no newline, readable cross-origin (what a
+//!   browser pins as `serverCertificateHashes` for a `--tls-generate`
+//!   certificate; moq-relay answers the same); 404 without TLS (nothing to
+//!   pin; the player asks first and then dials WebSocket);
 //! * `GET /health`: 200 `ok`;
 //! * `GET /announced[/PREFIX]`: a JSON array of the announced broadcast paths;
 //! * `GET /` and `GET /FILE`: the web directory's `index.html` and files
@@ -26,7 +28,7 @@ use skiff_ws::http::{self, Choice, MAX_HEAD_BYTES, RequestError};
 
 use skiff_core::model::origin;
 use skiff_monoio::session_driver::{ByteRead, ByteWrite};
-use skiff_monoio::tls::TlsReader;
+use skiff_monoio::tls::{Fingerprint, TlsReader};
 
 use crate::conn::Reader;
 use crate::conn_name::ConnName;
@@ -196,8 +198,14 @@ fn fallback_page(origin: origin::Ref<'static, 'static>) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Answers a plain (non-upgrade) request.
-fn answer(origin: origin::Ref<'static, 'static>, web_dir: &Path, req: &http::Request) -> Vec<u8> {
+/// Answers a plain (non-upgrade) request; `fingerprint` is the served
+/// certificate's, if any.
+fn answer(
+    origin: origin::Ref<'static, 'static>,
+    web_dir: &Path,
+    fingerprint: Option<Fingerprint>,
+    req: &http::Request,
+) -> Vec<u8> {
     let head_only = req.method == "HEAD";
     let text = "text/plain; charset=utf-8";
     if req.method != "GET" && !head_only {
@@ -211,7 +219,16 @@ fn answer(origin: origin::Ref<'static, 'static>, web_dir: &Path, req: &http::Req
     }
     let path = req.path();
     match path {
-        "/certificate.sha256" => http::response(404, text, b"no certificate\n", head_only, &[]),
+        "/certificate.sha256" => match fingerprint {
+            Some(f) => http::response(
+                200,
+                text,
+                f.to_string().as_bytes(),
+                head_only,
+                &[("Access-Control-Allow-Origin", "*")],
+            ),
+            None => http::response(404, text, b"no certificate\n", head_only, &[]),
+        },
         "/health" => http::response(200, text, b"ok\n", head_only, &[]),
         _ if path == "/announced" || path.starts_with("/announced/") => {
             let prefix = path.strip_prefix("/announced").unwrap_or("");
@@ -242,13 +259,15 @@ async fn reply<W: ByteWrite>(writer: &mut W, response: &[u8]) -> io::Result<Rout
 
 /// Reads an HTTP request head whose first bytes are pending in `reader`
 /// and serves it; see the module docs. The head must arrive within
-/// `limit` (else 408).
+/// `limit` (else 408). `fingerprint` is the served certificate's, if any.
 ///
 /// # Errors
 /// Socket errors.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve_http<R: HeadRead, W: ByteWrite>(
     origin: origin::Ref<'static, 'static>,
     web_dir: &Path,
+    fingerprint: Option<Fingerprint>,
     reader: &mut R,
     writer: &mut W,
     conn: ConnName,
@@ -287,7 +306,7 @@ pub(crate) async fn serve_http<R: HeadRead, W: ByteWrite>(
     };
     let Some(upgrade) = &req.upgrade else {
         tracing::debug!(conn = ?conn, method = req.method, path = req.path(), "http request");
-        let r = answer(origin, web_dir, &req);
+        let r = answer(origin, web_dir, fingerprint, &req);
         return reply(writer, &r).await;
     };
     let (protocol, application) = match http::choose(&upgrade.protocols) {

@@ -11,6 +11,8 @@
 //! # Over TLS (a relay started with --tls-cert/--tls-key), trusting a private CA:
 //! camera --url tls://relay.example:4443/anon --ca ca.pem
 //! viewer --url wss://relay.example:4443/anon --ca ca.pem --frames 300
+//! # A relay started with --tls-generate relay.example: pin its certificate.
+//! camera --url tls://relay.example:4443/anon --fingerprint "$(curl -sk https://relay.example:4443/certificate.sha256)"
 //! ```
 //!
 //! Sources (`--input`): `pattern` (default; moving colour bars with a
@@ -28,6 +30,7 @@ use clap::{Parser, ValueEnum};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use skiff_media::node::{self, Input, NodeError, NodeOptions};
 use skiff_monoio::driver::{self, DriverKind};
+use skiff_monoio::tls::Fingerprint;
 
 /// Where the pictures come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -51,6 +54,11 @@ struct Args {
     /// instead of the system's.
     #[arg(long, value_name = "FILE")]
     ca: Option<std::path::PathBuf>,
+    /// Accept exactly the relay certificate with this SHA-256 (64 hex
+    /// digits, what a `--tls-generate` relay answers at
+    /// `/certificate.sha256`) for `tls://` and `wss://`.
+    #[arg(long, value_name = "HEX", conflicts_with = "ca")]
+    fingerprint: Option<Fingerprint>,
     /// The broadcast path (hang broadcasts end in `.hang`).
     #[arg(long, default_value = "cam.hang")]
     broadcast: String,
@@ -125,6 +133,7 @@ fn main() {
         bitrate: args.bitrate,
         frames: args.frames,
         tls_roots,
+        tls_fingerprint: args.fingerprint,
     };
     let result = driver::block_on(DriverKind::Auto, move |_| {
         node::run(opts, stop, |p| println!("camera: {p}"))

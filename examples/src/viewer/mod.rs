@@ -58,6 +58,11 @@ pub struct Args {
     /// instead of the system's.
     #[arg(long, value_name = "FILE")]
     pub ca: Option<std::path::PathBuf>,
+    /// Accept exactly the relay certificate with this SHA-256 (64 hex
+    /// digits, what a `--tls-generate` relay answers at
+    /// `/certificate.sha256`) for `tls://` and `wss://`.
+    #[arg(long, value_name = "HEX", conflicts_with = "ca")]
+    pub fingerprint: Option<skiff_monoio::tls::Fingerprint>,
     /// The broadcast path; a name ending in `.hang` is read as hang.
     #[arg(long, default_value = "cam.hang")]
     pub broadcast: String,
@@ -129,17 +134,39 @@ pub async fn view(args: &Args, intact: &AtomicU64, started: Instant) -> Result<(
             skiff_monoio::tls::roots_from_pem_file(file).map_err(|e| format!("--ca: {e}"))?;
         config.tls_roots = Some(Arc::new(roots));
     }
+    config.tls_fingerprint = args.fingerprint;
     let (client, runner) = connect(&args.url, config).map_err(|e| e.to_string())?;
     let runner = monoio::spawn(runner.run());
     println!("viewer: subscribing to {} at {}", args.broadcast, args.url);
+    let done = std::rc::Rc::new(std::cell::Cell::new(false));
+    let reporting = monoio::spawn(report_failures(client.clone(), done.clone()));
     let outcome = if args.broadcast.ends_with(skiff_core::hang::BROADCAST_SUFFIX) {
         hang::read(args, &client, intact, started).await
     } else {
         read(args, &client, intact, started).await
     };
+    done.set(true);
+    reporting.await;
     client.close().await;
     runner.await;
     outcome
+}
+
+/// Prints on stderr why a connection attempt failed (a refused certificate,
+/// a relay that is not up), once per distinct reason, while the client
+/// redials, until `done`.
+async fn report_failures(client: Client, done: std::rc::Rc<std::cell::Cell<bool>>) {
+    let mut said = String::new();
+    while !done.get() {
+        if let Some(e) = client.last_error() {
+            let text = e.to_string();
+            if text != said {
+                eprintln!("viewer: connection failed: {text} (retrying)");
+                said = text;
+            }
+        }
+        monoio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// Reads and checks frames until `args.frames` intact ones arrived.

@@ -50,13 +50,27 @@ pub enum Error {
     #[error("the client is closed")]
     Closed,
     /// The TLS handshake failed: the server's certificate does not chain to
-    /// the trusted roots or does not name the host, the server is no TLS
+    /// the trusted roots or does not name the host, is not the pinned one
+    /// ([`crate::tls::PinMismatch`] inside
+    /// `InvalidCertificate(CertificateError::Other(_))`), the server is no TLS
     /// server, no common protocol version or ALPN name (docs/protocol.md §9.8).
-    #[error("TLS: {0}")]
+    #[error("TLS: {}", tls_text(.0))]
     Tls(rustls::Error),
     /// A socket error on the connection.
     #[error(transparent)]
     Io(#[from] io::Error),
+}
+
+/// What a TLS failure says: rustls's own text, but a certificate refused
+/// by a verifier's own error (a [`crate::tls::PinMismatch`]) by that error's
+/// text rather than its debug form.
+fn tls_text(e: &rustls::Error) -> String {
+    match e {
+        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other)) => {
+            format!("invalid peer certificate: {}", other.0)
+        }
+        e => e.to_string(),
+    }
 }
 
 impl From<rustls::Error> for Error {

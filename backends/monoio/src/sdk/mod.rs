@@ -59,7 +59,7 @@ pub use subscribe::{Frame, GroupConsumer, Payload, TrackConsumer};
 pub use crate::context::ClientLimits;
 
 use crate::context::ClientCtx;
-use crate::tls::{ALPN_HTTP1, ALPN_QMUX};
+use crate::tls::{ALPN_HTTP1, ALPN_QMUX, Fingerprint, Trust};
 use publish::Published;
 use rustls::{ClientConfig, RootCertStore};
 use subscribe::Wanted;
@@ -82,6 +82,26 @@ pub struct Config {
     /// chain to ([`crate::tls::roots_from_pem_file`] reads a PEM file);
     /// `None`: the operating system's trust store.
     pub tls_roots: Option<Arc<RootCertStore>>,
+    /// The SHA-256 of the one leaf certificate a `tls://` or `wss://`
+    /// server must present (a self-signed certificate, such as a relay's
+    /// `--tls-generate` one, whose fingerprint it answers at
+    /// `GET /certificate.sha256`); set, it replaces [`Config::tls_roots`]:
+    /// no chain, name or date is checked, only that the server holds the
+    /// certificate's key.
+    pub tls_fingerprint: Option<Fingerprint>,
+}
+
+impl Config {
+    /// Which server certificates this configuration accepts: the pinned
+    /// [`Config::tls_fingerprint`], else [`Config::tls_roots`], else the
+    /// system's trust store.
+    pub fn trust(&self) -> Trust {
+        match (&self.tls_fingerprint, &self.tls_roots) {
+            (Some(pin), _) => Trust::Pinned(*pin),
+            (None, Some(roots)) => Trust::Roots(roots.clone()),
+            (None, None) => Trust::System,
+        }
+    }
 }
 
 impl Default for Config {
@@ -93,6 +113,7 @@ impl Default for Config {
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
             tls_roots: None,
+            tls_fingerprint: None,
         }
     }
 }
@@ -317,7 +338,8 @@ pub struct Client {
 /// and SETUP carries none, docs/protocol.md §9), or either over TLS:
 /// `tls://host:port/path` and `wss://host:port/path?query` (§9.8). A TLS
 /// server's certificate must chain to [`Config::tls_roots`] (default: the
-/// system's trust store) and name the URL's host, which is also sent as SNI.
+/// system's trust store) and name the URL's host, which is also sent as SNI,
+/// or, with [`Config::tls_fingerprint`], be the certificate pinned.
 ///
 /// Call it on the monoio runtime that will run the runner; nothing is dialed
 /// until [`Runner::run`] runs.
@@ -329,10 +351,6 @@ pub struct Client {
 pub fn connect(url: &str, config: Config) -> Result<(Client, Runner), Error> {
     let target = Target::parse(url)?;
     let tls = if target.scheme.is_tls() {
-        let roots = config
-            .tls_roots
-            .clone()
-            .unwrap_or_else(|| Arc::new(crate::tls::system_roots()));
         // docs/protocol.md §9.8: qmux's ALPN name for tls://, HTTP/1.1 for
         // wss://; §10.1: the moq-lite version for moql://.
         let alpn: &[&[u8]] = match target.scheme {
@@ -340,7 +358,10 @@ pub fn connect(url: &str, config: Config) -> Result<(Client, Runner), Error> {
             Scheme::Quic => &[skiff_core::conn::MOQ_LITE_05.as_bytes()],
             _ => &[ALPN_HTTP1],
         };
-        Some(Arc::new(crate::tls::client_config(roots, alpn)?))
+        Some(Arc::new(crate::tls::client_config_for(
+            &config.trust(),
+            alpn,
+        )?))
     } else {
         None
     };

@@ -18,7 +18,7 @@ use skiff_relay::config::{Cli, Command, ConfigError, RelayConfig};
 use skiff_relay::error::RelayError;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::signals::SignalWatcher;
-use skiff_relay::tls::TlsServer;
+use skiff_relay::tls::{TlsServer, TlsSource};
 use skiff_relay::{relay_demo, server};
 
 fn main() -> ExitCode {
@@ -47,13 +47,25 @@ fn run(cli: Cli) -> Result<(), RelayError> {
             let threads = config.threads.get();
             // The certificate is read once here (checked already by the
             // configuration) and shared by the workers and the SIGHUP reload.
-            let tls = match config.tls.clone() {
-                Some(files) => Some(Arc::new(TlsServer::load(files).map_err(|e| {
-                    RelayError::Config(ConfigError::Invalid {
-                        key: "tls-cert",
-                        reason: e.to_string(),
-                    })
-                })?)),
+            let tls = match config.tls_source() {
+                Some(source) => {
+                    let key = match source {
+                        TlsSource::Files(_) => "tls-cert",
+                        TlsSource::Generate(_) => "tls-generate",
+                    };
+                    let tls = TlsServer::load(source.clone()).map_err(|e| {
+                        RelayError::Config(ConfigError::Invalid {
+                            key,
+                            reason: e.to_string(),
+                        })
+                    })?;
+                    tracing::info!(
+                        cert = %source,
+                        sha256 = %tls.cert().fingerprint_hex().unwrap_or_default(),
+                        "TLS on the listen port"
+                    );
+                    Some(Arc::new(tls))
+                }
                 None => None,
             };
             let handle = server::start(
@@ -79,11 +91,11 @@ fn run(cli: Cli) -> Result<(), RelayError> {
             Ok(())
         }
         Command::Demo(args) => {
-            if config.tls.is_some() {
+            if config.tls_source().is_some() {
                 // The demo's own camera and viewers dial plain tcp:// or ws://.
                 return Err(RelayError::Config(ConfigError::Invalid {
                     key: "tls-cert",
-                    reason: "the demo serves plain TCP only: drop --tls-cert and --tls-key".into(),
+                    reason: "the demo serves plain TCP only: drop --tls-cert, --tls-key and --tls-generate".into(),
                 }));
             }
             if cli.settings.listen.is_none() && config.listen == RelayConfig::default().listen {

@@ -243,6 +243,13 @@ settings! {
     #[arg(value_name = "FILE")]
     tls_key: PathBuf;
 
+    /// Serve TLS with a self-signed ECDSA P-256 certificate made at start
+    /// for these hosts (DNS names or IP addresses; comma-separated), valid
+    /// 14 days and renewed after 7 without a restart; its SHA-256 is at
+    /// `GET /certificate.sha256`. Not with `--tls-cert`/`--tls-key`.
+    #[arg(value_name = "HOST", value_delimiter = ',')]
+    tls_generate: Vec<String>;
+
     /// PEM CA certificates a `tls://` upstream's certificate must chain to
     /// [default: the system's trust store].
     #[arg(value_name = "FILE")]

@@ -15,7 +15,7 @@ use std::time::Duration;
 use skiff_monoio::driver::DriverKind;
 use skiff_monoio::tls::PemError;
 
-use crate::tls::TlsFiles;
+use crate::tls::{TlsFiles, TlsSource};
 
 pub mod file;
 pub mod keys;
@@ -150,6 +150,10 @@ pub struct RelayConfig {
     pub upstream_token_file: Option<PathBuf>,
     /// The listen port's certificate and key: `Some` makes it TLS only.
     pub tls: Option<TlsFiles>,
+    /// The hosts of a generated self-signed certificate (`--tls-generate`;
+    /// empty: none): not empty makes the listen port TLS only. Never with
+    /// [`RelayConfig::tls`].
+    pub tls_generate: Vec<String>,
     /// The CAs a `tls://` upstream must chain to (`None`: the system's).
     pub upstream_ca: Option<PathBuf>,
 }
@@ -295,13 +299,48 @@ fn tls_files(v: &Values) -> Result<Option<TlsFiles>, ConfigError> {
     Ok(Some(files))
 }
 
+/// The hosts of `--tls-generate` among `v`, each checked to be a DNS name
+/// or an IP address, and not given with `--tls-cert`/`--tls-key`.
+fn tls_generate(v: &Values) -> Result<Vec<String>, ConfigError> {
+    let Some(given) = &v.tls_generate else {
+        return Ok(Vec::new());
+    };
+    if v.tls_cert.is_some() || v.tls_key.is_some() {
+        return Err(invalid(
+            "tls-generate",
+            "give --tls-generate or --tls-cert/--tls-key, not both",
+        ));
+    }
+    let hosts: Vec<String> = given
+        .iter()
+        .map(|h| h.trim())
+        .filter(|h| !h.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if hosts.is_empty() {
+        return Err(invalid(
+            "tls-generate",
+            "name at least one host (a DNS name or an IP address)",
+        ));
+    }
+    for host in &hosts {
+        crate::cert::check_host(host).map_err(|e| invalid("tls-generate", e.to_string()))?;
+    }
+    Ok(hosts)
+}
+
 /// Most worker threads accepted (a sanity bound, far above any core count here).
 pub const MAX_THREADS: usize = 1024;
 
 impl Default for RelayConfig {
     /// Every setting at its default; an open relay without TLS.
     fn default() -> Self {
-        RelayConfig::of(Settings::default().values(), AuthConfig::default(), None)
+        RelayConfig::of(
+            Settings::default().values(),
+            AuthConfig::default(),
+            None,
+            Vec::new(),
+        )
     }
 }
 
@@ -386,6 +425,15 @@ impl RelayConfig {
         config
     }
 
+    /// Where the listen port's certificate comes from (`None`: plain TCP).
+    pub fn tls_source(&self) -> Option<TlsSource> {
+        match (&self.tls, self.tls_generate.is_empty()) {
+            (Some(files), _) => Some(TlsSource::Files(files.clone())),
+            (None, false) => Some(TlsSource::Generate(self.tls_generate.clone())),
+            (None, true) => None,
+        }
+    }
+
     /// The QMux `initial_max_data` granted to peers: `--connection-credit`,
     /// else the larger of 1 MiB and four times `--stream-credit`.
     pub fn connection_credit(&self) -> u64 {
@@ -417,9 +465,10 @@ impl RelayConfig {
         Self::merge(&file, &cli.settings)
     }
 
-    /// The configuration `values` describe, with access control `auth` and
-    /// TLS files `tls` (checked by the caller); nothing is validated.
-    fn of(v: Values, auth: AuthConfig, tls: Option<TlsFiles>) -> Self {
+    /// The configuration `values` describe, with access control `auth`,
+    /// TLS files `tls` and generated-certificate hosts `tls_generate`
+    /// (checked by the caller); nothing is validated.
+    fn of(v: Values, auth: AuthConfig, tls: Option<TlsFiles>, tls_generate: Vec<String>) -> Self {
         let threads = v
             .threads
             .and_then(NonZeroUsize::new)
@@ -456,6 +505,7 @@ impl RelayConfig {
             upstream: v.upstream,
             upstream_token_file: v.upstream_token_file,
             tls,
+            tls_generate,
             upstream_ca: v.upstream_ca,
         }
     }
@@ -496,8 +546,9 @@ impl RelayConfig {
             ));
         }
         let auth = auth_config(&v)?;
+        let tls_generate = tls_generate(&v)?;
         let tls = tls_files(&v)?;
-        let cfg = RelayConfig::of(v, auth, tls);
+        let cfg = RelayConfig::of(v, auth, tls, tls_generate);
         if let Some(ca) = &cfg.upstream_ca {
             // A leaf must not start with CAs it cannot use.
             skiff_monoio::tls::roots_from_pem_file(ca)

@@ -369,6 +369,51 @@ fn tls_files_come_in_pairs_and_must_load() {
     assert!(err.to_string().contains("upstream-ca"), "{err}");
 }
 
+#[test]
+fn tls_generate_names_hosts_and_excludes_certificate_files() {
+    let v = RelayConfig::merge(
+        &Settings::default(),
+        &flags(&["--tls-generate", "localhost, 127.0.0.1,::1"]),
+    )
+    .unwrap();
+    assert_eq!(v.tls_generate, ["localhost", "127.0.0.1", "::1"]);
+    assert_eq!(
+        v.tls_source(),
+        Some(crate::tls::TlsSource::Generate(vec![
+            "localhost".into(),
+            "127.0.0.1".into(),
+            "::1".into()
+        ]))
+    );
+    assert_eq!(RelayConfig::default().tls_source(), None);
+    let file = Settings::from_toml(
+        "tls-generate = [\"relay.example\", \"10.0.0.1\"]\n",
+        Path::new("t.toml"),
+    )
+    .unwrap();
+    let v = RelayConfig::merge(&file, &Settings::default()).unwrap();
+    assert_eq!(v.tls_generate, ["relay.example", "10.0.0.1"]);
+    for (args, says) in [
+        (&["--tls-generate", "a b"][..], "`a b` is neither"),
+        (&["--tls-generate", ","][..], "at least one host"),
+        (
+            &["--tls-generate", "localhost", "--tls-cert", "c.pem"][..],
+            "not both",
+        ),
+        (
+            &["--tls-generate", "localhost", "--tls-key", "k.pem"][..],
+            "not both",
+        ),
+    ] {
+        let err = RelayConfig::merge(&Settings::default(), &flags(args)).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("tls-generate") && text.contains(says),
+            "{args:?}: {text}"
+        );
+    }
+}
+
 // --- one declaration: --help, TOML keys and the READMEs agree with it ---
 
 /// The field names serde's derive accepts for [`Settings`]: the TOML keys.

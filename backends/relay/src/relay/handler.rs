@@ -15,8 +15,8 @@ pub struct RelayHandler {
     pub(super) clock: Clock,
     /// The access policy, shared by every worker.
     pub(super) auth: Arc<Auth>,
-    /// The listen port's TLS configuration (`--tls-cert`), shared by every
-    /// worker; `None`: plain TCP.
+    /// The listen port's TLS configuration (`--tls-cert` or
+    /// `--tls-generate`), shared by every worker; `None`: plain TCP.
     pub(super) tls: Option<Arc<TlsServer>>,
     /// The directory the web player is served from.
     pub(super) web_dir: std::path::PathBuf,
@@ -53,8 +53,9 @@ impl RelayHandler {
 
     /// A handler factory for `threads` workers linked pairwise (see
     /// [`Mesh`]), each dialing the configured upstream relay if there is one:
-    /// pass it to [`crate::server::start`]. With `tls` in the configuration,
-    /// the files are read when the first worker starts (see
+    /// pass it to [`crate::server::start`]. With TLS in the configuration,
+    /// the files are read (or the certificate made) when the first worker
+    /// starts (see
     /// [`RelayHandler::factory_with_tls`] to keep a handle for reloads).
     ///
     /// # Errors
@@ -67,7 +68,8 @@ impl RelayHandler {
 
     /// As [`RelayHandler::factory`], the workers serving TLS with `tls`
     /// (which the caller keeps to [`TlsServer::reload`]); `None` reads the
-    /// configuration's files, if it names any.
+    /// configuration's files, or makes its `--tls-generate` certificate, if
+    /// it has either.
     ///
     /// # Errors
     /// If a socket pair cannot be made.
@@ -144,19 +146,24 @@ fn auth_policy(info: &WorkerInfo) -> Auth {
     }
 }
 
-/// The TLS server of `info`'s configuration, if it names certificate files.
-/// Files that became unusable since the configuration was checked make
-/// every handshake fail rather than open the port in plain text.
+/// The TLS server of `info`'s configuration, if it names certificate files
+/// or hosts to generate one for. A certificate that became unusable since
+/// the configuration was checked makes every handshake fail rather than
+/// open the port in plain text.
 fn tls_server(info: &WorkerInfo) -> Option<Arc<TlsServer>> {
-    let files = info.config.tls.clone()?;
-    match TlsServer::load(files.clone()) {
+    let source = info.config.tls_source()?;
+    match TlsServer::load(source.clone()) {
         Ok(tls) => {
-            tracing::info!(cert = %tls.files().cert.display(), "TLS on the listen port");
+            tracing::info!(
+                cert = %source,
+                sha256 = %tls.cert().fingerprint_hex().unwrap_or_default(),
+                "TLS on the listen port"
+            );
             Some(Arc::new(tls))
         }
         Err(e) => {
             tracing::error!(error = %e, "TLS certificate unusable: every connection is refused");
-            Some(Arc::new(TlsServer::refusing(files)))
+            Some(Arc::new(TlsServer::refusing(source)))
         }
     }
 }
@@ -363,6 +370,7 @@ impl RelayHandler {
         let routed = crate::web::serve_http(
             self.relay.origin(),
             &self.web_dir,
+            self.tls.as_ref().and_then(|t| t.cert().fingerprint()),
             &mut reader,
             &mut writer,
             name,
