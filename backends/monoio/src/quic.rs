@@ -1,6 +1,6 @@
 //! QUIC on monoio: one UDP socket and one quinn-proto endpoint per thread,
 //! and the link between the endpoint and each connection's session task
-//! (docs/protocol.md §10).
+//! (docs/protocol.md §11).
 //!
 //! The endpoint's receive task ([`Endpoint::run`]) reads datagrams, lets the
 //! endpoint route them, and queues each connection's events for its task

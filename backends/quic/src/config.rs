@@ -1,4 +1,4 @@
-//! The QUIC settings skiff runs moq-lite with (docs/protocol.md §10.2): the
+//! The QUIC settings skiff runs moq-lite with (docs/protocol.md §11.2): the
 //! ALPN, the receive windows that hold a parked reader's peer to about one
 //! window, the stream counts the session's tables can take, and the
 //! endpoint, server and client configurations for quinn-proto.
@@ -10,7 +10,7 @@ use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn_proto::{EndpointConfig, IdleTimeout, TransportConfig, VarInt};
 
 /// The protocols offered and accepted as ALPN, most preferred first: the
-/// moq-lite version the core speaks (docs/protocol.md §10.1).
+/// moq-lite version the core speaks (docs/protocol.md §11.1).
 pub const ALPNS: &[&str] = &[skiff_core::conn::MOQ_LITE_05];
 
 /// The receive window of one stream: what the library holds of a stream

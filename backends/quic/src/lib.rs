@@ -1,4 +1,4 @@
-//! moq-lite over QUIC (docs/protocol.md §10): skiff-core's transport seam
+//! moq-lite over QUIC (docs/protocol.md §11): skiff-core's transport seam
 //! on quinn-proto, sans-IO.
 //!
 //! quinn-proto is a QUIC state machine that, like skiff-core, reads no

@@ -6,7 +6,7 @@
 //! sends the library's datagrams) and is fed by [`pump`], which reads a
 //! stream only as far as the session has room for: the bytes the session
 //! released on it plus one receive window, less what was handed over
-//! (docs/protocol.md §2.4, §10.4). The library gives a stream's credit back
+//! (docs/protocol.md §2.4, §11.4). The library gives a stream's credit back
 //! as bytes leave its buffer, so a parked reader holds its peer to the
 //! library's window plus that one.
 
@@ -364,7 +364,7 @@ fn close_of(reason: &ConnectionError) -> OwnedClose {
 
 /// The first stream error code of the range WebTransport maps application
 /// codes into; moq-dev's QUIC stacks send stream codes in this form on raw
-/// QUIC too (docs/protocol.md §10.6).
+/// QUIC too (docs/protocol.md §11.6).
 const H3_FIRST: u64 = 0x52e4_a40f_a8db;
 /// The last code of that range.
 const H3_LAST: u64 = 0x52e5_ac98_3162;

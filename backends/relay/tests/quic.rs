@@ -1,4 +1,4 @@
-//! moq-lite over QUIC (docs/protocol.md §10) through `skiff-relay`: the
+//! moq-lite over QUIC (docs/protocol.md §11) through `skiff-relay`: the
 //! SDK's publisher and subscriber both dial `moql://`, and every frame
 //! arrives intact, in order, with its timestamp, including frames larger
 //! than a stream's receive window.

@@ -129,7 +129,7 @@ enum Scheme {
     Tls,
     /// QMux over WebSocket over TLS; the path is the request URI.
     Wss,
-    /// moq-lite over QUIC (docs/protocol.md §10); the path travels in SETUP.
+    /// moq-lite over QUIC (docs/protocol.md §11); the path travels in SETUP.
     Quic,
 }
 
@@ -352,7 +352,7 @@ pub fn connect(url: &str, config: Config) -> Result<(Client, Runner), Error> {
     let target = Target::parse(url)?;
     let tls = if target.scheme.is_tls() {
         // docs/protocol.md §9.8: qmux's ALPN name for tls://, HTTP/1.1 for
-        // wss://; §10.1: the moq-lite version for moql://.
+        // wss://; §11.1: the moq-lite version for moql://.
         let alpn: &[&[u8]] = match target.scheme {
             Scheme::Tls => &[ALPN_QMUX],
             Scheme::Quic => &[skiff_core::conn::MOQ_LITE_05.as_bytes()],

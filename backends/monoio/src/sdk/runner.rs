@@ -214,7 +214,7 @@ impl Runner {
     }
 
     /// Dials the relay over QUIC from an endpoint of its own and runs one
-    /// session over the connection (docs/protocol.md §10).
+    /// session over the connection (docs/protocol.md §11).
     async fn run_quic(&self) -> Result<(), Error> {
         let s = &*self.shared;
         let tls = s

@@ -1,6 +1,6 @@
 //! The QUIC half of the session driver: one task per connection runs the
 //! session over a [`QuicTransport`], fed by the thread's endpoint through
-//! its [`Link`] (docs/protocol.md §10).
+//! its [`Link`] (docs/protocol.md §11).
 //!
 //! A pass hands the connection the datagrams routed to it and runs its
 //! timers, [`pump`]s what it received into the session (no more per stream

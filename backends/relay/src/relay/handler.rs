@@ -407,7 +407,7 @@ impl RelayHandler {
 
 impl RelayHandler {
     /// Runs the session of a client connected over QUIC (docs/protocol.md
-    /// §10): as [`RelayHandler::serve_session`], over the connection's
+    /// §11): as [`RelayHandler::serve_session`], over the connection's
     /// streams; the path comes with the client's SETUP.
     async fn serve_quic_session(
         self: Rc<Self>,
