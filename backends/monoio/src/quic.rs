@@ -37,6 +37,10 @@ const RECV_BYTES: usize = 64 * 1024;
 /// Most connections a server endpoint keeps waiting for [`Endpoint::accept`].
 const MAX_WAITING: usize = 256;
 
+/// Most datagrams one send hands the kernel at once (UDP GSO: one
+/// `sendmsg` with a segment size, cut into datagrams below the socket).
+pub const GSO_SEGMENTS: usize = 16;
+
 /// A connection's queue of routed events and the waker of its task.
 #[derive(Default)]
 struct Route {
@@ -57,6 +61,9 @@ struct Shared {
     server: Option<Arc<ServerConfig>>,
     clock: Clock,
     stopped: Cell<bool>,
+    /// The kernel cuts a batch into datagrams (UDP GSO); off after a send
+    /// that refused it.
+    gso: Cell<bool>,
     /// New connections are refused (a draining server).
     refusing: Cell<bool>,
     /// Datagrams dropped because they did not parse or belong nowhere.
@@ -129,6 +136,7 @@ impl Endpoint {
                 server,
                 clock,
                 stopped: Cell::new(false),
+                gso: Cell::new(true),
                 refusing: Cell::new(false),
                 dropped: Cell::new(0),
             }),
@@ -198,6 +206,12 @@ impl Endpoint {
             Poll::Pending
         })
         .await
+    }
+
+    /// Sends one datagram per system call instead of batches (`false`), or
+    /// batches again while the kernel takes them (`true`, the default).
+    pub fn set_gso(&self, on: bool) {
+        self.shared.gso.set(on);
     }
 
     /// Refuses new connections from now on (a draining server); the open
@@ -330,6 +344,53 @@ async fn send(socket: &UdpSocket, buf: Vec<u8>, to: SocketAddr) -> Vec<u8> {
     }
     buf.clear();
     buf
+}
+
+/// One `sendmsg` of `data` to `to` on the non-blocking socket; with
+/// `segment`, the kernel cuts it into datagrams of that size (UDP_SEGMENT).
+fn send_batch(
+    socket: &UdpSocket,
+    data: &[u8],
+    to: SocketAddr,
+    segment: Option<usize>,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (mut addr, addr_len) = sockaddr(to);
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // Room for one control message holding a u16.
+    let mut control = [0u64; 4];
+    // SAFETY: msghdr is plain data; all zeroes is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut addr as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = addr_len;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if let Some(size) = segment {
+        let size = u16::try_from(size).unwrap_or(u16::MAX);
+        // SAFETY: CMSG_SPACE only computes a length.
+        let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        // SAFETY: the control buffer holds `space` bytes, room for one
+        // header and its u16; CMSG_FIRSTHDR points into it.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_UDP;
+            (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), size);
+        }
+    }
+    // SAFETY: `msg` points at `iov`, `addr` and `control`, all alive for the
+    // call; the kernel reads them only during it.
+    let rc = unsafe { libc::sendmsg(socket.as_raw_fd(), &msg, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::UdpSocket> {
@@ -487,18 +548,49 @@ impl Link {
         }
     }
 
-    /// Sends every datagram `conn` has ready; returns how many.
+    /// Sends every datagram `conn` has ready, in batches of up to
+    /// [`GSO_SEGMENTS`] datagrams per system call while the kernel takes
+    /// them (UDP GSO); returns how many sends it made.
     pub async fn flush(&mut self, conn: &mut Connection) -> usize {
         let mut sent = 0;
         loop {
             self.buf.clear();
             let now = std::time::Instant::now();
-            let Some(t) = conn.poll_transmit(now, 1, &mut self.buf) else {
+            let max = if self.shared.gso.get() {
+                GSO_SEGMENTS
+            } else {
+                1
+            };
+            let Some(t) = conn.poll_transmit(now, max, &mut self.buf) else {
                 break;
             };
-            self.buf.truncate(t.size);
-            let buf = std::mem::take(&mut self.buf);
-            self.buf = send(&self.shared.socket, buf, t.destination).await;
+            let data = self.buf.get(..t.size).unwrap_or(&self.buf);
+            let segment = t.segment_size.filter(|&s| s < data.len());
+            loop {
+                match send_batch(&self.shared.socket, data, t.destination, segment) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        if self.shared.socket.writable(true).await.is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if segment.is_some() && e.raw_os_error() == Some(libc::EIO) => {
+                        // The device cannot segment: this batch and every
+                        // later one go one datagram per send.
+                        self.shared.gso.set(false);
+                        for piece in data.chunks(segment.unwrap_or(data.len())) {
+                            let _ = send_batch(&self.shared.socket, piece, t.destination, None);
+                        }
+                        break;
+                    }
+                    Err(e) => {
+                        // Lost like any datagram; the library retransmits.
+                        tracing::debug!(error = %e, "udp send failed");
+                        break;
+                    }
+                }
+            }
             sent += 1;
         }
         sent

@@ -50,7 +50,7 @@ pub fn transport_config(streams: usize, client: bool) -> TransportConfig {
         .max_idle_timeout(IdleTimeout::try_from(IDLE_TIMEOUT).ok())
         .keep_alive_interval(client.then_some(KEEP_ALIVE))
         .datagram_receive_buffer_size(None)
-        .enable_segmentation_offload(false);
+        .enable_segmentation_offload(true);
     t
 }
 

@@ -98,6 +98,8 @@ impl core::fmt::Debug for QuicTransport {
             .field("protocol", &self.protocol)
             .field("closed", &self.closed)
             .field("streams", &self.recv.len())
+            .field("readable", &self.revisit.len())
+            .field("blocked", &self.blocked.len())
             .finish()
     }
 }

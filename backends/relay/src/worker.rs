@@ -380,6 +380,7 @@ fn start_quic<H: ConnectionHandler>(
             return None;
         }
     };
+    endpoint.set_gso(shared.config.quic_gso);
     tracing::info!(worker = shared.index, addr = %endpoint.local_addr(), "QUIC (moql://) on UDP");
     monoio::spawn(endpoint.clone().run());
     let (accepting, shared, handler) = (endpoint.clone(), shared.clone(), handler.clone());

@@ -66,8 +66,13 @@ fn publish_and_view(driver: DriverKind) {
     let seen = driver::block_on(driver, move |_| async move {
         let (viewer, runner) = connect(&url, client_config.clone()).unwrap();
         monoio::spawn(runner.run());
+        // Frames the viewer read: the publisher starts a group once the
+        // viewer has the one before, so no group is left behind by the live
+        // edge (the relay's upstream subscription wants the newest group).
+        let read = std::rc::Rc::new(std::cell::Cell::new(0u64));
         let watching = monoio::spawn({
             let viewer = viewer.clone();
+            let read = read.clone();
             async move {
                 let request = Request {
                     max_latency: skiff_core::time::Duration::from_secs(10),
@@ -85,6 +90,7 @@ fn publish_and_view(driver: DriverKind) {
                         assert_eq!(bytes, payload(i), "frame {i} damaged");
                         assert_eq!(frame.timestamp, i * 1000, "frame {i}'s timestamp");
                         seen.push(i);
+                        read.set(read.get() + 1);
                     }
                 }
                 seen
@@ -98,12 +104,12 @@ fn publish_and_view(driver: DriverKind) {
             monoio::time::sleep(Duration::from_millis(5)).await;
         }
         for g in 0..GROUPS {
+            while read.get() < g * PER_GROUP {
+                monoio::time::sleep(Duration::from_millis(2)).await;
+            }
             let mut group = track.create_group(g).unwrap();
             for i in g * PER_GROUP..(g + 1) * PER_GROUP {
                 group.write_frame(i * 1000, &payload(i)).await.unwrap();
-                // At a frame's pace, so the viewer follows every group
-                // rather than jumping to the newest of a burst.
-                monoio::time::sleep(Duration::from_millis(5)).await;
             }
             group.finish().unwrap();
         }

@@ -157,6 +157,12 @@ settings! {
     #[arg(value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     quic: bool = true;
 
+    /// Hand the kernel up to 16 QUIC datagrams per send, cut below the
+    /// socket (UDP GSO); `--quic-gso=false` sends one datagram per system
+    /// call.
+    #[arg(value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    quic_gso: bool = true;
+
     /// Worker threads, one io runtime and listener each [default: all cores].
     #[arg(value_name = "N")]
     threads: usize;

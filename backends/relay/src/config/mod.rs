@@ -140,6 +140,8 @@ pub struct RelayConfig {
     /// Serve moq-lite over QUIC on UDP at the listen port when the relay
     /// has a certificate.
     pub quic: bool,
+    /// Batch QUIC datagrams into one send (UDP GSO).
+    pub quic_gso: bool,
     /// What one peer may take of the relay.
     pub quotas: Quotas,
     /// Directory the web player and its files are served from.
@@ -499,6 +501,7 @@ impl RelayConfig {
             send_buffer: v.send_buffer.map(|b| b.0),
             quick_ack: v.quick_ack,
             quic: v.quic,
+            quic_gso: v.quic_gso,
             quotas: Quotas::of(&v),
             web_dir: v.web_dir.unwrap_or_else(default_web_dir),
             auth,
