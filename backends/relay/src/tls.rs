@@ -104,6 +104,15 @@ impl TlsServer {
         Ok(Self::new(cert))
     }
 
+    /// Whether the listen port's TCP side speaks TLS with this certificate:
+    /// certificate files, yes; a generated (self-signed) certificate serves
+    /// QUIC only, which clients pin by its hash, and TCP stays plain, so
+    /// `GET /certificate.sha256` can be read before anything is trusted
+    /// (as moq-relay serves it from its plain HTTP listener).
+    pub fn on_tcp(&self) -> bool {
+        matches!(self.cert.source(), TlsSource::Files(_))
+    }
+
     /// A server that refuses every connection (no certificate to offer):
     /// what the workers use when the source became unusable after the
     /// configuration was checked, so the port never falls back to plain

@@ -1,10 +1,11 @@
 //! `--tls-generate` against a `skiff-relay` process (docs/protocol.md §9.6,
-//! §9.8): the listen port serves TLS with a self-signed certificate made at
-//! start for the named hosts, valid 14 days at most; `GET
-//! /certificate.sha256` answers the SHA-256 of the leaf the handshake
-//! presented; SDK clients that pin it publish and watch over `tls://` and
-//! `wss://`, one that pins another digest is refused with a clear error;
-//! bad `--tls-generate` values stop the relay with status 2.
+//! §11.3): QUIC on the listen port's UDP side serves a self-signed
+//! certificate made at start for the named hosts, valid 14 days at most,
+//! while the TCP port stays plain; `GET /certificate.sha256` there answers
+//! the SHA-256 of the leaf the QUIC handshake presents; SDK clients that pin
+//! it publish and watch over `moql://`, one that pins another digest is
+//! refused with a clear error; bad `--tls-generate` values stop the relay
+//! with status 2.
 
 mod common;
 mod peers;
@@ -19,8 +20,8 @@ use std::time::{Duration, Instant};
 use skiff_core::model::track::Info;
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_monoio::sdk::Request;
+use skiff_monoio::tls::Fingerprint;
 use skiff_monoio::tls::rustls;
-use skiff_monoio::tls::{Fingerprint, PinMismatch};
 use skiff_monoio::{Client, Config, Error, connect};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -134,47 +135,55 @@ impl rustls::client::danger::ServerCertVerifier for Recording {
     }
 }
 
-/// `GET path` over TLS (blocking): the leaf certificate the handshake
-/// presented and the whole answer.
-fn https_get(addr: SocketAddr, path: &str) -> (Vec<u8>, String) {
+/// `GET path` over the plain TCP port (blocking): the whole answer.
+fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+/// The leaf certificate the relay presents in a QUIC handshake on its UDP
+/// port, learned by a client that trusts anything and keeps what it saw.
+fn quic_leaf(addr: SocketAddr) -> Vec<u8> {
     let provider = rustls::crypto::aws_lc_rs::default_provider();
     let recording = Arc::new(Recording {
         leaf: Mutex::new(None),
         algorithms: provider.signature_verification_algorithms,
     });
     let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
         .dangerous()
         .with_custom_certificate_verifier(recording.clone())
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
-    let sock = TcpStream::connect(addr).unwrap();
-    sock.set_read_timeout(Some(WAIT)).unwrap();
-    let mut tls = rustls::StreamOwned::new(conn, sock);
-    write!(tls, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    tls.flush().unwrap();
-    let mut answer = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match tls.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => answer.extend_from_slice(&buf[..n]),
-            // The relay closes after its answer; a close without
-            // close_notify ends the answer too.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
-            Err(e) => panic!("reading the answer: {e}"),
+    config.alpn_protocols = skiff_quic::config::alpn_protocols();
+    let quic = skiff_quic::config::client_config(Arc::new(config), 80).unwrap();
+    let recorded = recording.clone();
+    driver::block_on(DriverKind::Legacy, move |_| async move {
+        let clock = skiff_monoio::clock::Clock::new();
+        let endpoint = skiff_monoio::quic::Endpoint::client(addr, clock).unwrap();
+        let (mut conn, mut link) = endpoint.connect(quic, addr, "localhost").unwrap();
+        monoio::spawn(endpoint.clone().run());
+        let deadline = Instant::now() + WAIT;
+        while recorded.leaf.lock().unwrap().is_none() && Instant::now() < deadline {
+            link.deliver(&mut conn);
+            let now = Instant::now();
+            if conn.poll_timeout().is_some_and(|t| t <= now) {
+                conn.handle_timeout(now);
+            }
+            while conn.poll().is_some() {}
+            link.exchange(&mut conn);
+            link.flush(&mut conn).await;
+            monoio::time::sleep(Duration::from_millis(2)).await;
         }
-    }
-    let leaf = recording
-        .leaf
-        .lock()
-        .unwrap()
-        .take()
-        .expect("a certificate");
-    (leaf, String::from_utf8(answer).unwrap())
+        endpoint.stop();
+    })
+    .unwrap();
+    let leaf = recording.leaf.lock().unwrap().take();
+    leaf.expect("a certificate in the QUIC handshake")
 }
 
 fn pinned(fingerprint: Fingerprint) -> Config {
@@ -264,9 +273,11 @@ fn a_generated_certificate_is_served_answered_in_hex_and_pinned() {
     let relay = Generated::start();
     let addr = relay.addr;
 
-    // The fingerprint endpoint answers the SHA-256 of the leaf served, as
-    // moq-relay does: the hex alone, readable cross-origin.
-    let (leaf, answer) = https_get(addr, "/certificate.sha256");
+    // The fingerprint endpoint (on the plain TCP port) answers the SHA-256
+    // of the leaf QUIC serves, as moq-relay does: the hex alone, readable
+    // cross-origin.
+    let leaf = quic_leaf(addr);
+    let answer = http_get(addr, "/certificate.sha256");
     let fingerprint = Fingerprint::of(&leaf);
     let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
@@ -280,18 +291,17 @@ fn a_generated_certificate_is_served_answered_in_hex_and_pinned() {
     assert_eq!(body.parse::<Fingerprint>(), Ok(fingerprint));
     // Asked again (another worker, maybe), and after a SIGHUP (a generated
     // certificate is replaced when due, not on a signal): the same one.
-    let (again, answer) = https_get(addr, "/certificate.sha256");
-    assert_eq!(again, leaf);
+    let answer = http_get(addr, "/certificate.sha256");
     assert!(answer.ends_with(&body), "{answer}");
     // The start-up line names the fingerprint too.
-    let started = relay.wait_log("TLS on the listen port");
+    let started = relay.wait_log("certificate for QUIC");
     assert!(started.contains(body), "{started}");
     let pid = libc::pid_t::try_from(relay.child.id()).unwrap();
     // SAFETY: kill(2) with a pid this test spawned and still owns.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
     relay.wait_log("SIGHUP received");
-    let (again, answer) = https_get(addr, "/certificate.sha256");
-    assert_eq!(again, leaf);
+    assert_eq!(quic_leaf(addr), leaf);
+    let answer = http_get(addr, "/certificate.sha256");
     assert!(answer.ends_with(&body), "{answer}");
 
     // The leaf: self-signed ECDSA P-256, for the two hosts, valid 14 days
@@ -335,46 +345,34 @@ fn a_generated_certificate_is_served_answered_in_hex_and_pinned() {
     let seen = driver::block_on(DriverKind::Legacy, move |_| async move {
         let stop = Rc::new(Cell::new(false));
         let seen = Rc::new(RefCell::new(Vec::new()));
-        // Pinned clients: a viewer over wss:// and a publisher over tls://.
-        let viewer = client(&format!("wss://{addr}/anon"), pinned(fingerprint));
+        // Pinned clients over QUIC; the TCP port stays plain (a generated
+        // certificate serves QUIC only).
+        let viewer = client(&format!("moql://{addr}/anon"), pinned(fingerprint));
         let watching = monoio::spawn(watch_until(viewer.clone(), stop.clone(), seen.clone()));
-        let publisher = client(&format!("tls://{addr}/anon"), pinned(fingerprint));
+        let publisher = client(&format!("moql://{addr}/anon"), pinned(fingerprint));
         let publishing = monoio::spawn(publish_until(publisher.clone(), stop.clone()));
         until("40 frames through the pinned sessions", || {
             seen.borrow().len() >= 40
         })
         .await;
 
-        // Another digest pinned: refused at the handshake, both named.
-        for url in [format!("tls://{addr}/anon"), format!("wss://{addr}/anon")] {
-            let refused = client(&url, pinned(wrong));
-            let e = first_error(&refused).await;
-            let Error::Tls(rustls::Error::InvalidCertificate(rustls::CertificateError::Other(
-                other,
-            ))) = &*e
-            else {
-                panic!("{url} with a wrong pin: {e}");
-            };
-            let mismatch = other
-                .0
-                .downcast_ref::<PinMismatch>()
-                .expect("a PinMismatch");
-            assert_eq!((mismatch.got, mismatch.pinned), (fingerprint, wrong));
-            assert_eq!(
-                e.to_string(),
-                format!(
-                    "TLS: invalid peer certificate: the server's certificate has SHA-256 {fingerprint}, not the pinned {wrong}"
-                )
-            );
-            assert_eq!(refused.sessions(), 0);
-            refused.close().await;
-        }
+        // Another digest pinned: refused in the QUIC handshake, which the
+        // library reports as text.
+        let url = format!("moql://{addr}/anon");
+        let refused = client(&url, pinned(wrong));
+        let e = first_error(&refused).await;
+        assert!(
+            e.to_string().contains("invalid peer certificate"),
+            "{url} with a wrong pin: {e}"
+        );
+        assert_eq!(refused.sessions(), 0);
+        refused.close().await;
 
         // The system's roots do not know a self-signed certificate.
-        let untrusting = client(&format!("tls://{addr}/anon"), Config::default());
+        let untrusting = client(&format!("moql://{addr}/anon"), Config::default());
         let e = first_error(&untrusting).await;
         assert!(
-            matches!(*e, Error::Tls(rustls::Error::InvalidCertificate(_))),
+            e.to_string().contains("invalid peer certificate"),
             "system roots: {e}"
         );
         untrusting.close().await;

@@ -222,6 +222,10 @@ pub(crate) struct Shared {
     /// Why the last connection attempt failed, if it did (cleared by a
     /// session that reached SETUP).
     last_error: RefCell<Option<Rc<Error>>>,
+    /// Why the current connection closed, as its transport said (a QUIC
+    /// handshake's refusal of the certificate, say), for the error of an
+    /// attempt that never reached SETUP.
+    close_reason: RefCell<String>,
     /// The origin every broadcast of the client is announced in.
     origin: origin::Ref<'static, 'static>,
     origin_slot: usize,
@@ -379,6 +383,7 @@ pub fn connect(url: &str, config: Config) -> Result<(Client, Runner), Error> {
         config,
         tls,
         last_error: RefCell::new(None),
+        close_reason: RefCell::new(String::new()),
         origin,
         origin_slot,
         published: RefCell::new(Vec::new()),

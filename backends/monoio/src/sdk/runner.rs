@@ -58,6 +58,7 @@ impl Runner {
         let mut backoff = s.config.backoff_min;
         while !s.closed.get() {
             let before = s.sessions.get();
+            s.close_reason.borrow_mut().clear();
             let outcome = self.connect_once().await;
             if s.closed.get() {
                 break;
@@ -66,9 +67,15 @@ impl Runner {
                 Ok(()) if s.sessions.get() == before => {
                     // A server that closes before SETUP (a TLS port dialed in
                     // plain text, a refused token) is a failed attempt.
+                    let reason = s.close_reason.borrow();
+                    let text = if reason.is_empty() {
+                        "the server closed the connection before the session was set up".to_owned()
+                    } else {
+                        format!("the connection closed before the session was set up: {reason}")
+                    };
                     let e = Error::Io(std::io::Error::new(
                         std::io::ErrorKind::ConnectionAborted,
-                        "the server closed the connection before the session was set up",
+                        text,
                     ));
                     tracing::debug!(url = %s.target.url, error = %e, "connection failed");
                     *s.last_error.borrow_mut() = Some(Rc::new(e));
@@ -368,6 +375,11 @@ impl SessionApp<'_> {
 impl App for SessionApp<'_> {
     fn on_event(&mut self, event: &Event<'_>) {
         match *event {
+            Event::Closed { reason, .. } if !reason.is_empty() => {
+                let mut kept = self.shared.close_reason.borrow_mut();
+                kept.clear();
+                kept.push_str(reason);
+            }
             Event::Setup { .. } => {
                 self.shared.sessions.set(self.shared.sessions.get() + 1);
                 self.shared.connected.set(true);

@@ -59,11 +59,12 @@ fn run(cli: Cli) -> Result<(), RelayError> {
                             reason: e.to_string(),
                         })
                     })?;
-                    tracing::info!(
-                        cert = %source,
-                        sha256 = %tls.cert().fingerprint_hex().unwrap_or_default(),
-                        "TLS on the listen port"
-                    );
+                    let sha256 = tls.cert().fingerprint_hex().unwrap_or_default();
+                    if tls.on_tcp() {
+                        tracing::info!(cert = %source, %sha256, "TLS on the listen port (TCP and QUIC)");
+                    } else {
+                        tracing::info!(cert = %source, %sha256, "certificate for QUIC; the TCP port stays plain");
+                    }
                     Some(Arc::new(tls))
                 }
                 None => None,

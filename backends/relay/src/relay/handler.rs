@@ -154,11 +154,12 @@ fn tls_server(info: &WorkerInfo) -> Option<Arc<TlsServer>> {
     let source = info.config.tls_source()?;
     match TlsServer::load(source.clone()) {
         Ok(tls) => {
-            tracing::info!(
-                cert = %source,
-                sha256 = %tls.cert().fingerprint_hex().unwrap_or_default(),
-                "TLS on the listen port"
-            );
+            let sha256 = tls.cert().fingerprint_hex().unwrap_or_default();
+            if tls.on_tcp() {
+                tracing::info!(cert = %source, sha256 = %sha256, "TLS on the listen port (TCP and QUIC)");
+            } else {
+                tracing::info!(cert = %source, sha256 = %sha256, "certificate for QUIC; the TCP port stays plain");
+            }
             Some(Arc::new(tls))
         }
         Err(e) => {
@@ -228,7 +229,7 @@ impl ConnectionHandler for RelayHandler {
                 tracing::debug!(conn = ?name, "connection closed before it sent anything");
                 return Ok(());
             }
-            let Some(tls) = self.tls.clone() else {
+            let Some(tls) = self.tls.clone().filter(|t| t.on_tcp()) else {
                 return self.serve_stream(&name, reader, writer, None, ctx).await;
             };
             // The TLS state lives in an allocation of its own, so a
