@@ -5,7 +5,11 @@
 //! turn) and each subscriber count N, it starts the relay as a child process on
 //! a free loopback port, connects one moq-net publisher and N moq-net
 //! subscribers over QMux over TCP (qmux's TCP transport as it is: this tool sets
-//! no socket option on the clients' sockets), publishes fixed-size frames at
+//! no socket option on the clients' sockets) or, with `--transport quic`, over
+//! raw QUIC (moq-tokio's noq client dialing `moql://127.0.0.1:PORT/anon`, ALPN
+//! `moq-lite-05`, each client on its own UDP socket, the relay's certificate
+//! pinned by the SHA-256 its TCP port serves at `/certificate.sha256`),
+//! publishes fixed-size frames at
 //! `--fps` (or, with `max`, as fast as the slowest live subscriber reads them,
 //! at most `--window` frames ahead), waits until every subscriber has read a
 //! frame, lets `--warmup` pass, and measures over `--seconds`. `--relay
@@ -36,7 +40,16 @@
 //! cargo build --release -p skiff-relay --bin skiff-relay
 //! cargo build --release -p skiff-interop --bin moq_load
 //! target/release/moq_load --relay both --subscribers 10 --frame-bytes 16384 --fps 60
+//! target/release/moq_load --relay moq-relay --transport quic --moq-relay-runtime io-uring
 //! ```
+//!
+//! Over QUIC, skiff-relay is started with `--skiff-quic-args` (default
+//! `--tls-generate localhost`) and moq-relay with `--listen` (UDP) and
+//! `--web-http-listen` (which serves the fingerprint) on one port number: on
+//! its default runtime with `--listen-tls-generate localhost`, and with
+//! `--moq-relay-runtime workers|io-uring` on `--runtime-workers N` (plus
+//! `--runtime-io-uring`) with an ECDSA P-256 certificate this tool writes to a
+//! temporary directory, since those runtimes take certificate files only.
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -90,10 +103,40 @@ impl Which {
     }
 }
 
+/// The clients' transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Link {
+    /// QMux over TCP (qmux-01), the relay's TCP port.
+    Tcp,
+    /// moq-lite-05 over raw QUIC (`moql://`), the relay's UDP port.
+    Quic,
+}
+
+/// moq-relay's QUIC runtime (`--moq-relay-runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum MoqRuntime {
+    /// Its default: QUIC on the shared multi-threaded tokio runtime.
+    Tokio,
+    /// `--runtime-workers N`: single-threaded tokio workers, one socket each.
+    Workers,
+    /// `--runtime-workers N --runtime-io-uring`: the same workers on io_uring.
+    IoUring,
+}
+
+/// How a client reaches the relay.
+#[derive(Clone)]
+enum Dial {
+    /// QMux over TCP to this address.
+    Tcp(SocketAddr),
+    /// moq-lite-05 over raw QUIC to this `moql://` URL, pinning the
+    /// certificate with this SHA-256 (hex).
+    Quic { url: url::Url, fingerprint: String },
+}
+
 /// Where the publisher sends its broadcast.
 enum Target {
-    /// A relay's address, dialled as a client.
-    Relay(SocketAddr),
+    /// A relay, dialled as a client.
+    Relay(Dial),
     /// A listener the publisher serves subscribers on itself.
     Serve(tokio::net::TcpListener),
 }
@@ -145,6 +188,28 @@ struct Cli {
         default_value = "--max-connections-per-ip 100000"
     )]
     skiff_args: String,
+    /// Further flags for `skiff-relay serve` with `--transport quic`,
+    /// space-separated (write `--skiff-quic-args=...`): its certificate.
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        default_value = "--tls-generate localhost"
+    )]
+    skiff_quic_args: String,
+    /// The clients' transport: `tcp` (QMux) or `quic` (moq-lite-05 over raw
+    /// QUIC, the relay's certificate fingerprint pinned).
+    #[arg(long, value_enum, default_value = "tcp")]
+    transport: Link,
+    /// moq-relay's QUIC runtime with `--transport quic`: `tokio` (its
+    /// default, a generated certificate), `workers` (`--runtime-workers`) or
+    /// `io-uring` (`--runtime-workers --runtime-io-uring`, which needs a build
+    /// with its `io-uring` feature, as `.ci/moq-relay` makes); the last two
+    /// get certificate files this tool writes.
+    #[arg(long, value_enum, default_value = "tokio")]
+    moq_relay_runtime: MoqRuntime,
+    /// Workers of moq-relay's `workers` and `io-uring` runtimes.
+    #[arg(long, default_value_t = 1)]
+    moq_relay_workers: usize,
     /// The moq-relay binary [default: $MOQ_RELAY, then ~/.cache/skiff/moq-relay-0.17.10/bin/moq-relay].
     #[arg(long)]
     moq_relay: Option<PathBuf>,
@@ -191,16 +256,53 @@ fn main() {
 // Relays as child processes
 // ---------------------------------------------------------------------------
 
+/// How long a relay gets to start listening.
+const STARTUP: Duration = Duration::from_secs(15);
+
 /// A relay child, killed when dropped.
 struct RelayChild {
     child: Child,
+    /// Its TCP port (and, over QUIC, its UDP port of the same number).
     addr: SocketAddr,
+    /// Over QUIC: the SHA-256 (hex) of the certificate it serves.
+    fingerprint: Option<String>,
+    /// A directory of certificate files written for it, removed with it.
+    files: Option<PathBuf>,
+}
+
+impl RelayChild {
+    /// How clients reach it over `link`.
+    fn dial(&self, link: Link) -> Result<Dial, String> {
+        match link {
+            Link::Tcp => Ok(Dial::Tcp(self.addr)),
+            Link::Quic => {
+                let url = format!("moql://{}{PATH}", self.addr);
+                let url = url::Url::parse(&url).map_err(|e| format!("{url}: {e}"))?;
+                let fingerprint = self
+                    .fingerprint
+                    .clone()
+                    .ok_or("the relay's certificate fingerprint is unknown")?;
+                Ok(Dial::Quic { url, fingerprint })
+            }
+        }
+    }
+
+    /// An error if the child has exited (it said why on stderr).
+    fn check_running(&mut self, name: &str) -> Result<(), String> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Err(format!("{name} exited at startup ({status})")),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Drop for RelayChild {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(dir) = &self.files {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -230,8 +332,11 @@ fn start_skiff(cli: &Cli, bin: &Path) -> Result<RelayChild, String> {
     let mut cmd = Command::new(bin);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--log", "error"])
         .args(["--threads", &cli.skiff_threads.to_string()])
-        .args(cli.skiff_args.split_whitespace())
-        .stdin(Stdio::null())
+        .args(cli.skiff_args.split_whitespace());
+    if cli.transport == Link::Quic {
+        cmd.args(cli.skiff_quic_args.split_whitespace());
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let mut child = cmd
@@ -247,40 +352,246 @@ fn start_skiff(cli: &Cli, bin: &Path) -> Result<RelayChild, String> {
     let mut relay = RelayChild {
         child,
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        fingerprint: None,
+        files: None,
     };
     match (read, addr) {
-        (Ok(_), Some(addr)) => {
-            relay.addr = addr;
-            Ok(relay)
+        (Ok(_), Some(addr)) => relay.addr = addr,
+        _ => {
+            return Err(format!(
+                "skiff-relay did not say where it listens: {line:?}"
+            ));
         }
-        _ => Err(format!(
-            "skiff-relay did not say where it listens: {line:?}"
-        )),
     }
+    if cli.transport == Link::Quic {
+        let (fingerprint, _) = wait_fingerprint(&mut relay, "skiff-relay")?;
+        relay.fingerprint = Some(fingerprint.ok_or_else(|| {
+            format!(
+                "skiff-relay has no certificate fingerprint at http://{}/certificate.sha256",
+                relay.addr
+            )
+        })?);
+    }
+    Ok(relay)
 }
 
-fn start_moq_relay(bin: &Path) -> Result<RelayChild, String> {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| format!("free port: {e}"))?
-        .port();
+/// A loopback port free on both TCP and UDP.
+fn free_port() -> Result<u16, String> {
+    for _ in 0..20 {
+        let tcp = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("free port: {e}"))?;
+        let addr = tcp.local_addr().map_err(|e| format!("free port: {e}"))?;
+        if std::net::UdpSocket::bind(addr).is_ok() {
+            return Ok(addr.port());
+        }
+    }
+    Err("no loopback port free on both TCP and UDP".into())
+}
+
+fn start_moq_relay(cli: &Cli, bin: &Path) -> Result<RelayChild, String> {
+    let port = free_port()?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let child = Command::new(bin)
-        .args(["--listen-tcp-bind", &addr.to_string()])
+    let at = addr.to_string();
+    let mut cmd = Command::new(bin);
+    let mut files = None;
+    let mut local_fingerprint = None;
+    match cli.transport {
+        Link::Tcp => {
+            cmd.args(["--listen-tcp-bind", &at]);
+        }
+        Link::Quic => {
+            // QUIC on UDP and the web listener, which serves the certificate's
+            // fingerprint, on TCP: one port number, as skiff-relay listens.
+            cmd.args(["--listen", &at, "--web-http-listen", &at]);
+            match cli.moq_relay_runtime {
+                MoqRuntime::Tokio => {
+                    cmd.args(["--listen-tls-generate", "localhost"]);
+                }
+                runtime => {
+                    let (dir, fingerprint) = write_certificate(port)?;
+                    cmd.arg("--listen-tls-cert")
+                        .arg(dir.join("cert.pem"))
+                        .arg("--listen-tls-key")
+                        .arg(dir.join("key.pem"))
+                        .args(["--runtime-workers", &cli.moq_relay_workers.to_string()]);
+                    if runtime == MoqRuntime::IoUring {
+                        cmd.arg("--runtime-io-uring");
+                    }
+                    files = Some(dir);
+                    local_fingerprint = Some(fingerprint);
+                }
+            }
+        }
+    }
+    let spawned = cmd
         .args(["--auth-public", "**", "--log-level", "error"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
-    let relay = RelayChild { child, addr };
-    for _ in 0..300 {
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
-            return Ok(relay);
+        .spawn();
+    let child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            if let Some(dir) = &files {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            return Err(format!("spawn {}: {e}", bin.display()));
         }
-        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut relay = RelayChild {
+        child,
+        addr,
+        fingerprint: None,
+        files,
+    };
+    if cli.transport == Link::Tcp {
+        let deadline = Instant::now() + STARTUP;
+        while Instant::now() < deadline {
+            relay.check_running("moq-relay")?;
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+                return Ok(relay);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        return Err(format!("moq-relay did not listen on {addr}"));
     }
-    Err(format!("moq-relay did not listen on {addr}"))
+    let (served, status) = wait_fingerprint(&mut relay, "moq-relay")?;
+    relay.fingerprint = match (served, local_fingerprint) {
+        (Some(served), Some(local)) if served != local => {
+            return Err(format!(
+                "moq-relay serves fingerprint {served}, its certificate file has {local}"
+            ));
+        }
+        (Some(fingerprint), _) | (None, Some(fingerprint)) => Some(fingerprint),
+        (None, None) => {
+            return Err(format!(
+                "moq-relay answered {status} at http://{addr}/certificate.sha256"
+            ));
+        }
+    };
+    Ok(relay)
+}
+
+/// Waits until the relay's TCP port answers `GET /certificate.sha256`, and
+/// returns the fingerprint it served (None if it answered something else than
+/// 200 with a SHA-256 in hex) and the HTTP status.
+fn wait_fingerprint(relay: &mut RelayChild, name: &str) -> Result<(Option<String>, u16), String> {
+    let deadline = Instant::now() + STARTUP;
+    loop {
+        relay.check_running(name)?;
+        match http_get(relay.addr, "/certificate.sha256") {
+            Ok((200, body)) => {
+                let hex = body.trim().to_ascii_lowercase();
+                return match moq_tokio::tls::parse_fingerprint(&hex) {
+                    Ok(_) => Ok((Some(hex), 200)),
+                    Err(e) => Err(format!(
+                        "{name}'s /certificate.sha256 is not a SHA-256 in hex ({e}): {body:?}"
+                    )),
+                };
+            }
+            Ok((status, _)) => return Ok((None, status)),
+            Err(e) if Instant::now() > deadline => {
+                return Err(format!(
+                    "{name} did not answer http://{}/certificate.sha256: {e}",
+                    relay.addr
+                ));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// `GET path` over HTTP/1.1 on `addr`: the status code and the body (at most
+/// 64 KiB, read to the end of its `Content-Length` or of the connection).
+fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Error, ErrorKind, Read as _, Write as _};
+    const LIMIT: usize = 64 * 1024;
+    let bad = |what: &str| Error::new(ErrorKind::InvalidData, what.to_owned());
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let (head_len, body_len) = loop {
+        let n = stream.read(&mut chunk)?;
+        buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+        let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n");
+        if let Some(end) = head_end {
+            let head = String::from_utf8_lossy(buf.get(..end).unwrap_or_default()).into_owned();
+            let length = head.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.trim()
+                    .eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse::<usize>().ok())?
+            });
+            if length.is_some_and(|len| buf.len() >= end + 4 + len) || n == 0 {
+                break (end + 4, length);
+            }
+        } else if n == 0 {
+            return Err(bad("connection closed before the headers ended"));
+        }
+        if buf.len() > LIMIT {
+            return Err(bad("response over 64 KiB"));
+        }
+    };
+    let head = String::from_utf8_lossy(buf.get(..head_len).unwrap_or_default()).into_owned();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return Err(bad("chunked response"));
+    }
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse::<u16>().ok())
+        .ok_or_else(|| bad("no status line"))?;
+    let body = buf.get(head_len..).unwrap_or_default();
+    let body = body_len.and_then(|len| body.get(..len)).unwrap_or(body);
+    Ok((status, String::from_utf8_lossy(body).into_owned()))
+}
+
+/// Writes a self-signed ECDSA P-256 certificate for `localhost` and its key
+/// (`cert.pem`, `key.pem`) to a fresh temporary directory, and returns the
+/// directory and the certificate's SHA-256 (hex).
+fn write_certificate(port: u16) -> Result<(PathBuf, String), String> {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()])
+        .map_err(|e| format!("certificate: {e}"))?;
+    let fingerprint = sha256_hex(certified.cert.der())?;
+    let dir = std::env::temp_dir().join(format!("moq_load-{}-{port}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("cert.pem"), certified.cert.pem())?;
+        std::fs::write(dir.join("key.pem"), certified.signing_key.serialize_pem())
+    };
+    if let Err(e) = write() {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(format!("{}: {e}", dir.display()));
+    }
+    Ok((dir, fingerprint))
+}
+
+/// SHA-256 of `data` in lower-case hex, from the crypto provider the QUIC
+/// client verifies with.
+fn sha256_hex(data: &[u8]) -> Result<String, String> {
+    use moq_tokio::rustls::crypto::hash::HashAlgorithm;
+    let provider = moq_tokio::crypto::provider();
+    let hash = provider
+        .cipher_suites
+        .iter()
+        .filter_map(|suite| suite.tls13())
+        .map(|suite| suite.common.hash_provider)
+        .find(|h| h.algorithm() == HashAlgorithm::SHA256)
+        .ok_or("the crypto provider has no SHA-256")?;
+    Ok(hash
+        .hash(data)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 // ---------------------------------------------------------------------------
@@ -397,7 +708,7 @@ impl Shared {
 // Clients
 // ---------------------------------------------------------------------------
 
-type Transport = moq_tokio::transport::Session<qmux::Session>;
+type QmuxTransport = moq_tokio::transport::Session<qmux::Session>;
 
 fn versions() -> Result<moq_net::Versions, String> {
     let v = moq_net::Version::from_alpn(ALPN_LITE_05).ok_or("moq-lite-05 unknown")?;
@@ -417,9 +728,85 @@ fn origin(hop: u64, cache_kib: u64) -> Result<moq_net::origin::Producer, String>
     Ok(moq_tokio::origin::spawn_config(config))
 }
 
+/// A client's session, closed when its task ends.
+enum Session {
+    /// QMux over TCP.
+    Tcp(moq_net::Session),
+    /// Raw QUIC: moq-tokio's connection and the client that owns its endpoint.
+    Quic {
+        connection: moq_tokio::Connection,
+        client: Box<moq_tokio::Client>,
+    },
+}
+
+impl Session {
+    /// Closes the session (and over QUIC the client's endpoint), a second at
+    /// most for each.
+    async fn close(self) {
+        let grace = Duration::from_secs(1);
+        match self {
+            Session::Tcp(session) => {
+                let _ = tokio::time::timeout(grace, session.close()).await;
+            }
+            Session::Quic { connection, client } => {
+                let _ = tokio::time::timeout(grace, connection.close()).await;
+                let _ = tokio::time::timeout(grace, (*client).close()).await;
+            }
+        }
+    }
+}
+
+/// Sets up a moq-lite session with the relay publishing or subscribing `origin`.
+async fn connect(
+    dial: &Dial,
+    origin: &moq_net::origin::Producer,
+    publish: bool,
+) -> Result<Session, String> {
+    match dial {
+        Dial::Tcp(addr) => connect_tcp(*addr, origin, publish).await.map(Session::Tcp),
+        Dial::Quic { url, fingerprint } => connect_quic(url, fingerprint, origin, publish).await,
+    }
+}
+
+/// Dials `url` with moq-tokio's QUIC client (its noq transport and its
+/// default QUIC settings) from a UDP socket of its own, pinning the
+/// certificate whose SHA-256 is `fingerprint`, once (no redial), offering
+/// moq-lite-05 only.
+async fn connect_quic(
+    url: &url::Url,
+    fingerprint: &str,
+    origin: &moq_net::origin::Producer,
+    publish: bool,
+) -> Result<Session, String> {
+    let version = moq_net::Version::from_alpn(ALPN_LITE_05).ok_or("moq-lite-05 unknown")?;
+    let mut config = moq_tokio::connect::Config::default();
+    config.bind = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.timeout = CONNECT_TIMEOUT;
+    config.once = Some(true);
+    config.version = vec![version];
+    config.tls.fingerprint = vec![fingerprint.to_owned()];
+    let client = config
+        .init(moq_tokio::quic::Config::default())
+        .map_err(|e| format!("quic client: {e}"))?;
+    let client = if publish {
+        client.with_publisher(origin)
+    } else {
+        client.with_subscriber(origin.clone())
+    };
+    let connection =
+        tokio::time::timeout(CONNECT_TIMEOUT, client.connect(url.clone()).established())
+            .await
+            .map_err(|_| "quic connect timed out".to_owned())?
+            .map_err(|e| format!("quic connect: {e}"))?;
+    Ok(Session::Quic {
+        connection,
+        client: Box::new(client),
+    })
+}
+
 /// Dials `addr` with qmux's TCP client (moq-tokio's settings) and sets up a
 /// moq-lite session publishing or subscribing `origin`.
-async fn connect(
+async fn connect_tcp(
     addr: SocketAddr,
     origin: &moq_net::origin::Producer,
     publish: bool,
@@ -428,7 +815,7 @@ async fn connect(
         .await
         .map_err(|_| "qmux connect timed out".to_owned())?
         .map_err(|e| format!("qmux connect: {e}"))?;
-    let transport: Transport = moq_tokio::transport::Session::new(qmux);
+    let transport: QmuxTransport = moq_tokio::transport::Session::new(qmux);
     let client = moq_net::Client::new()
         .with_versions(versions()?)
         .with_path(PATH.to_owned());
@@ -491,7 +878,7 @@ async fn publisher(
         }
     };
     let session = match target {
-        Target::Relay(addr) => match connect(addr, &origin, true).await {
+        Target::Relay(dial) => match connect(&dial, &origin, true).await {
             Ok(s) => Some(s),
             Err(e) => {
                 let _ = ready.send(Err(format!("publisher: {e}")));
@@ -591,7 +978,7 @@ async fn publisher(
     }
     let _ = track.finish();
     if let Some(session) = session {
-        let _ = tokio::time::timeout(Duration::from_secs(1), session.close()).await;
+        session.close().await;
     }
     drop((track, broadcast));
 }
@@ -623,7 +1010,7 @@ async fn serve(
                     return;
                 }
             };
-            let transport: Transport = moq_tokio::transport::Session::new(qmux);
+            let transport: QmuxTransport = moq_tokio::transport::Session::new(qmux);
             match server.accept(std::time::Instant::now(), transport).await {
                 Ok((session, driver)) => {
                     moq_net::time::run(driver).await;
@@ -638,7 +1025,7 @@ async fn serve(
 /// One subscriber: connect, find the broadcast, subscribe at the live edge and
 /// read frames until `stop`.
 async fn subscriber(
-    addr: SocketAddr,
+    dial: Dial,
     shared: Arc<Shared>,
     index: usize,
     frame_bytes: usize,
@@ -647,7 +1034,7 @@ async fn subscriber(
     let Some(stat) = shared.subs.get(index) else {
         return;
     };
-    let result = subscribe_and_read(addr, &shared, stat, frame_bytes, Some(permit)).await;
+    let result = subscribe_and_read(&dial, &shared, stat, frame_bytes, Some(permit)).await;
     if let Err(e) = result {
         stat.failed.store(true, Ordering::Relaxed);
         if let Ok(mut slot) = stat.error.lock() {
@@ -658,14 +1045,14 @@ async fn subscriber(
 }
 
 async fn subscribe_and_read(
-    addr: SocketAddr,
+    dial: &Dial,
     shared: &Shared,
     stat: &SubStat,
     frame_bytes: usize,
     mut permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<(), String> {
     let origin = origin(0x2000, shared.cache_kib)?;
-    let session = connect(addr, &origin, false).await?;
+    let session = connect(dial, &origin, false).await?;
     let consumer = origin.consume();
     let mut announced = consumer.announced();
     let found = tokio::time::timeout(CONNECT_TIMEOUT, async {
@@ -756,7 +1143,7 @@ async fn subscribe_and_read(
         }
     };
     drop(sub);
-    let _ = tokio::time::timeout(Duration::from_secs(1), session.close()).await;
+    session.close().await;
     result
 }
 
@@ -793,7 +1180,7 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
     let relay = match which {
         Which::Skiff => Some(start_skiff(cli, bin)?),
         Which::Direct => None,
-        _ => Some(start_moq_relay(bin)?),
+        _ => Some(start_moq_relay(cli, bin)?),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cli.client_threads.max(1))
@@ -801,8 +1188,11 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
     // The direct row has no relay process: its relay columns stay empty.
-    let (target, addr, pid) = match &relay {
-        Some(r) => (Target::Relay(r.addr), r.addr, Some(r.child.id())),
+    let (target, dial, pid) = match &relay {
+        Some(r) => {
+            let dial = r.dial(cli.transport)?;
+            (Target::Relay(dial.clone()), dial, Some(r.child.id()))
+        }
         None => {
             let listener = rt
                 .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -810,7 +1200,7 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             let addr = listener
                 .local_addr()
                 .map_err(|e| format!("direct listener: {e}"))?;
-            (Target::Serve(listener), addr, None)
+            (Target::Serve(listener), Dial::Tcp(addr), None)
         }
     };
     let relay_cpu = || pid.map_or(Cpu::default(), cpu_seconds);
@@ -851,7 +1241,13 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
                 .acquire_owned()
                 .await
                 .map_err(|_| "semaphore closed".to_owned())?;
-            tokio::spawn(subscriber(addr, shared.clone(), i, cli.frame_bytes, permit));
+            tokio::spawn(subscriber(
+                dial.clone(),
+                shared.clone(),
+                i,
+                cli.frame_bytes,
+                permit,
+            ));
         }
         let deadline = Instant::now() + Duration::from_secs_f64(cli.live_timeout);
         loop {
@@ -954,6 +1350,30 @@ fn command_line(args: &[&str]) -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The clients' transport and, over QUIC, how each relay serves it.
+fn transport_line(cli: &Cli) -> String {
+    match cli.transport {
+        Link::Tcp => "tcp (QMux, qmux-01)".to_owned(),
+        Link::Quic => {
+            let moq = match cli.moq_relay_runtime {
+                MoqRuntime::Tokio => "its tokio runtime, --listen-tls-generate".to_owned(),
+                MoqRuntime::Workers => format!(
+                    "--runtime-workers {}, certificate files",
+                    cli.moq_relay_workers
+                ),
+                MoqRuntime::IoUring => format!(
+                    "--runtime-workers {} --runtime-io-uring, certificate files",
+                    cli.moq_relay_workers
+                ),
+            };
+            format!(
+                "quic (moql://, moq-lite-05, noq, fingerprint pinned); skiff-relay {}; moq-relay {moq}",
+                cli.skiff_quic_args.trim()
+            )
+        }
+    }
 }
 
 fn machine_line() -> String {
@@ -1111,6 +1531,14 @@ fn run(cli: &Cli) -> Result<(), String> {
             _ => return Err(format!("--fps: {s:?} is neither a positive number nor max")),
         },
     };
+    if cli.transport == Link::Tcp && cli.moq_relay_runtime != MoqRuntime::Tokio {
+        return Err(
+            "--moq-relay-runtime chooses how moq-relay serves QUIC: add --transport quic".into(),
+        );
+    }
+    if cli.transport == Link::Quic && cli.relay.contains(&Which::Direct) {
+        return Err("--relay direct serves over TCP only".into());
+    }
     let skiff = skiff_path(cli)?;
     let moq = moq_relay_path(cli);
     let mut relays: Vec<(Which, PathBuf)> = Vec::new();
@@ -1145,6 +1573,7 @@ fn run(cli: &Cli) -> Result<(), String> {
             kib => format!("{kib} KiB"),
         }
     );
+    println!("transport: {}", transport_line(cli));
     println!("{}", machine_line());
     header();
     for round in 0..cli.rounds.max(1) {
