@@ -660,6 +660,10 @@ struct SubStat {
     bad: AtomicU64,
     /// Groups given up as old (a newer group started while one was being read).
     old: AtomicU64,
+    /// Of those, the groups whose stream the relay reset with moq-lite's Old
+    /// code outside the HTTP/3 error-code mapping moq-tokio's QUIC client reads
+    /// codes through (see [`unmapped_old`]).
+    unmapped_old: AtomicU64,
     /// Sequence number of the last frame read, plus one.
     next: AtomicU64,
     /// Latencies (µs) of frames read while measuring.
@@ -1100,6 +1104,11 @@ async fn subscribe_and_read(
                     stat.old.fetch_add(1, Ordering::Relaxed);
                     break;
                 }
+                Err(moq_net::Error::Transport(m)) if unmapped_old(&m) => {
+                    stat.old.fetch_add(1, Ordering::Relaxed);
+                    stat.unmapped_old.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
                 Err(e) => {
                     if shared.stop.load(Ordering::Relaxed) {
                         break;
@@ -1147,6 +1156,20 @@ async fn subscribe_and_read(
     result
 }
 
+/// Whether a group read's transport error is a RESET_STREAM carrying
+/// moq-lite's Old code (0x34) as is. moq-tokio's QUIC client reads stream
+/// codes through the HTTP/3 (WebTransport) error-code mapping on raw QUIC as
+/// well, and moq-relay's tokio runtime sends them mapped; its io_uring runtime
+/// sends them unmapped on raw QUIC, which the client reports as this error
+/// instead of `Old`. Counting it as an old group lets that runtime be measured
+/// on the loads where it drops groups (full speed).
+fn unmapped_old(message: &str) -> bool {
+    message
+        .strip_prefix("invalid RESET_STREAM: ")
+        .and_then(|code| code.parse::<u32>().ok())
+        == Some(moq_net::StreamError::Old.to_code())
+}
+
 // ---------------------------------------------------------------------------
 // One row
 // ---------------------------------------------------------------------------
@@ -1163,6 +1186,8 @@ struct Row {
     bytes: u64,
     bad: u64,
     old: u64,
+    /// Of `old`, the groups reset with the Old code unmapped.
+    unmapped_old: u64,
     published: u64,
     lat: Vec<u32>,
     /// Each subscriber's median latency in ms, in connection order (with
@@ -1271,16 +1296,28 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             let b: u64 = s.subs.iter().map(|x| x.bytes.load(Ordering::Relaxed)).sum();
             let bad: u64 = s.subs.iter().map(|x| x.bad.load(Ordering::Relaxed)).sum();
             let old: u64 = s.subs.iter().map(|x| x.old.load(Ordering::Relaxed)).sum();
-            (f, b, bad, old, s.published.load(Ordering::Relaxed))
+            let unmapped: u64 = s
+                .subs
+                .iter()
+                .map(|x| x.unmapped_old.load(Ordering::Relaxed))
+                .sum();
+            (
+                f,
+                b,
+                bad,
+                old,
+                unmapped,
+                s.published.load(Ordering::Relaxed),
+            )
         };
-        let (f0, b0, bad0, old0, p0) = snap(&shared);
+        let (f0, b0, bad0, old0, un0, p0) = snap(&shared);
         let (c0, t0) = (relay_cpu(), cpu_seconds(me));
         let start = Instant::now();
         shared.measuring.store(true, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_secs_f64(cli.seconds)).await;
         shared.measuring.store(false, Ordering::Relaxed);
         let secs = start.elapsed().as_secs_f64();
-        let (f1, b1, bad1, old1, p1) = snap(&shared);
+        let (f1, b1, bad1, old1, un1, p1) = snap(&shared);
         let (c1, t1) = (relay_cpu(), cpu_seconds(me));
         let rss_after = relay_rss();
         shared.stop.store(true, Ordering::Relaxed);
@@ -1325,6 +1362,7 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             bytes: b1 - b0,
             bad: bad1 - bad0,
             old: old1 - old0,
+            unmapped_old: un1 - un0,
             published: p1 - p0,
             lat,
             per_sub_p50,
@@ -1514,6 +1552,12 @@ fn print_row(r: &mut Row) {
             r.failed,
             r.first_error.as_deref().unwrap_or("-"),
             r.bad
+        );
+    }
+    if r.unmapped_old > 0 {
+        println!(
+            "            note: {} of the {} old groups were reset with the Old code unmapped (read as \"invalid RESET_STREAM: 52\")",
+            r.unmapped_old, r.old
         );
     }
 }
