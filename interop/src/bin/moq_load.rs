@@ -471,52 +471,193 @@ fn start_moq_relay(cli: &Cli, bin: &Path) -> Result<RelayChild, String> {
     Ok(relay)
 }
 
-/// Waits until the relay's TCP port answers `GET /certificate.sha256`, and
-/// returns the fingerprint it served (None if it answered something else than
-/// 200 with a SHA-256 in hex) and the HTTP status.
+/// Waits until the relay's TCP port answers `GET /certificate.sha256` (over
+/// plain HTTP, as moq-relay's web listener serves it, or over TLS, as a port
+/// with a certificate serves it), and returns the fingerprint it served (None
+/// if it answered something else than 200) and the HTTP status. Over TLS the
+/// answer must be the SHA-256 of the certificate the handshake showed.
 fn wait_fingerprint(relay: &mut RelayChild, name: &str) -> Result<(Option<String>, u16), String> {
     let deadline = Instant::now() + STARTUP;
+    let url = format!("http(s)://{}/certificate.sha256", relay.addr);
     loop {
         relay.check_running(name)?;
-        match http_get(relay.addr, "/certificate.sha256") {
-            Ok((200, body)) => {
+        match fetch_fingerprint(relay.addr) {
+            Ok(Answer {
+                status: 200,
+                body,
+                leaf,
+            }) => {
                 let hex = body.trim().to_ascii_lowercase();
-                return match moq_tokio::tls::parse_fingerprint(&hex) {
-                    Ok(_) => Ok((Some(hex), 200)),
-                    Err(e) => Err(format!(
-                        "{name}'s /certificate.sha256 is not a SHA-256 in hex ({e}): {body:?}"
+                if let Err(e) = moq_tokio::tls::parse_fingerprint(&hex) {
+                    return Err(format!(
+                        "{name}'s {url} is not a SHA-256 in hex ({e}): {body:?}"
+                    ));
+                }
+                return match leaf {
+                    Some(leaf) if leaf != hex => Err(format!(
+                        "{name}'s {url} says {hex}, its TLS certificate's SHA-256 is {leaf}"
                     )),
+                    _ => Ok((Some(hex), 200)),
                 };
             }
-            Ok((status, _)) => return Ok((None, status)),
+            Ok(answer) => return Ok((None, answer.status)),
             Err(e) if Instant::now() > deadline => {
-                return Err(format!(
-                    "{name} did not answer http://{}/certificate.sha256: {e}",
-                    relay.addr
-                ));
+                return Err(format!("{name} did not answer {url}: {e}"));
             }
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
     }
 }
 
-/// `GET path` over HTTP/1.1 on `addr`: the status code and the body (at most
-/// 64 KiB, read to the end of its `Content-Length` or of the connection).
-fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    use std::io::{Error, ErrorKind, Read as _, Write as _};
+/// An answer to `GET /certificate.sha256`.
+struct Answer {
+    /// The HTTP status code.
+    status: u16,
+    /// The body (at most 64 KiB).
+    body: String,
+    /// Over TLS: the SHA-256 (hex) of the leaf certificate the handshake showed.
+    leaf: Option<String>,
+}
+
+/// `GET /certificate.sha256` on `addr`, over plain HTTP first, then over TLS
+/// (no verification: what it fetches is checked against the handshake's
+/// certificate instead).
+fn fetch_fingerprint(addr: SocketAddr) -> std::io::Result<Answer> {
+    const PATH: &str = "/certificate.sha256";
+    let connect = || -> std::io::Result<TcpStream> {
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
+        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+        Ok(stream)
+    };
+    let plain = connect().and_then(|mut tcp| http_get(&mut tcp, addr, PATH));
+    let plain_err = match plain {
+        Ok((status, body)) => {
+            return Ok(Answer {
+                status,
+                body,
+                leaf: None,
+            });
+        }
+        Err(e) => e,
+    };
+    let leaf = Arc::new(Mutex::new(None));
+    let verifier = AnyCertificate {
+        provider: moq_tokio::crypto::provider(),
+        leaf: leaf.clone(),
+    };
+    let tls = || -> std::io::Result<(u16, String)> {
+        let mut config =
+            moq_tokio::rustls::ClientConfig::builder_with_provider(verifier.provider.clone())
+                .with_safe_default_protocol_versions()
+                .map_err(std::io::Error::other)?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(verifier))
+                .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let name = moq_tokio::rustls::pki_types::ServerName::try_from("localhost")
+            .map_err(std::io::Error::other)?;
+        let conn = moq_tokio::rustls::ClientConnection::new(Arc::new(config), name)
+            .map_err(std::io::Error::other)?;
+        let mut stream = moq_tokio::rustls::StreamOwned::new(conn, connect()?);
+        http_get(&mut stream, addr, PATH)
+    };
+    let (status, body) =
+        tls().map_err(|e| std::io::Error::other(format!("http: {plain_err}; https: {e}")))?;
+    let der = leaf.lock().ok().and_then(|mut l| l.take());
+    let leaf = match der {
+        Some(der) => Some(sha256_hex(&der).map_err(std::io::Error::other)?),
+        None => None,
+    };
+    Ok(Answer { status, body, leaf })
+}
+
+/// A TLS certificate verifier that accepts any certificate whose handshake
+/// signature verifies, and keeps the leaf's DER: how this tool reads a
+/// self-signed relay's `/certificate.sha256` before it knows what to pin.
+#[derive(Debug)]
+struct AnyCertificate {
+    provider: moq_tokio::crypto::Provider,
+    leaf: Arc<Mutex<Option<Vec<u8>>>>,
+}
+
+impl moq_tokio::rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        end_entity: &moq_tokio::rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[moq_tokio::rustls::pki_types::CertificateDer<'_>],
+        _server_name: &moq_tokio::rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: moq_tokio::rustls::pki_types::UnixTime,
+    ) -> Result<moq_tokio::rustls::client::danger::ServerCertVerified, moq_tokio::rustls::Error>
+    {
+        if let Ok(mut leaf) = self.leaf.lock() {
+            *leaf = Some(end_entity.to_vec());
+        }
+        Ok(moq_tokio::rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &moq_tokio::rustls::pki_types::CertificateDer<'_>,
+        dss: &moq_tokio::rustls::DigitallySignedStruct,
+    ) -> Result<moq_tokio::rustls::client::danger::HandshakeSignatureValid, moq_tokio::rustls::Error>
+    {
+        moq_tokio::rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &moq_tokio::rustls::pki_types::CertificateDer<'_>,
+        dss: &moq_tokio::rustls::DigitallySignedStruct,
+    ) -> Result<moq_tokio::rustls::client::danger::HandshakeSignatureValid, moq_tokio::rustls::Error>
+    {
+        moq_tokio::rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<moq_tokio::rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// `GET path` over HTTP/1.1 on `stream` (to `host`): the status code and the
+/// body (at most 64 KiB, read to the end of its `Content-Length` or of the
+/// connection).
+fn http_get(
+    stream: &mut (impl std::io::Read + std::io::Write),
+    host: SocketAddr,
+    path: &str,
+) -> std::io::Result<(u16, String)> {
+    use std::io::{Error, ErrorKind};
     const LIMIT: usize = 64 * 1024;
     let bad = |what: &str| Error::new(ErrorKind::InvalidData, what.to_owned());
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
     )?;
+    stream.flush()?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let (head_len, body_len) = loop {
-        let n = stream.read(&mut chunk)?;
+        // A TLS peer that closes without close_notify ends the response too.
+        let n = match stream.read(&mut chunk) {
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => 0,
+            read => read?,
+        };
         buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
         let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n");
         if let Some(end) = head_end {
