@@ -1787,3 +1787,103 @@ fn run(cli: &Cli) -> Result<(), String> {
     println!("{}", machine_line());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A byte stream that answers with `input` and keeps what is written.
+    struct Scripted {
+        input: std::io::Cursor<Vec<u8>>,
+        written: Vec<u8>,
+    }
+
+    impl Scripted {
+        fn new(input: &str) -> Self {
+            Self {
+                input: std::io::Cursor::new(input.as_bytes().to_vec()),
+                written: Vec::new(),
+            }
+        }
+    }
+
+    impl std::io::Read for Scripted {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.input.read(buf)
+        }
+    }
+
+    impl std::io::Write for Scripted {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.written.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    const HOST: SocketAddr =
+        SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 4443);
+
+    #[test]
+    fn http_get_reads_the_body_its_content_length_gives() {
+        let mut s = Scripted::new(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\ncontent-length: 4\r\n\r\nabcdTRAILING",
+        );
+        let (status, body) = http_get(&mut s, HOST, "/certificate.sha256").unwrap();
+        assert_eq!((status, body.as_str()), (200, "abcd"));
+        assert_eq!(
+            String::from_utf8(s.written).unwrap(),
+            "GET /certificate.sha256 HTTP/1.1\r\nHost: 127.0.0.1:4443\r\nConnection: close\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn http_get_without_a_length_reads_to_the_end() {
+        let mut s = Scripted::new("HTTP/1.1 404 Not Found\r\n\r\nno certificate");
+        let (status, body) = http_get(&mut s, HOST, "/certificate.sha256").unwrap();
+        assert_eq!((status, body.as_str()), (404, "no certificate"));
+    }
+
+    #[test]
+    fn http_get_refuses_cut_and_chunked_answers() {
+        let mut cut = Scripted::new("HTTP/1.1 200 OK\r\nContent-Le");
+        assert!(http_get(&mut cut, HOST, "/").is_err());
+        let mut empty = Scripted::new("");
+        assert!(http_get(&mut empty, HOST, "/").is_err());
+        let mut chunked = Scripted::new(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\n0\r\n\r\n",
+        );
+        assert!(http_get(&mut chunked, HOST, "/").is_err());
+        let mut garbage = Scripted::new("\u{16}\u{3}\u{1}\r\n\r\n");
+        assert!(http_get(&mut garbage, HOST, "/").is_err());
+    }
+
+    #[test]
+    fn only_the_old_code_unmapped_counts_as_an_old_group() {
+        assert!(unmapped_old("invalid RESET_STREAM: 52"));
+        assert!(!unmapped_old("invalid RESET_STREAM: 1"));
+        assert!(!unmapped_old("invalid RESET_STREAM: 52x"));
+        assert!(!unmapped_old("RESET_STREAM: 52"));
+        assert!(!unmapped_old("connection lost"));
+    }
+
+    #[test]
+    fn a_written_certificate_has_the_fingerprint_of_its_der() {
+        let (dir, fingerprint) = write_certificate(0).unwrap();
+        let pem = std::fs::read_to_string(dir.join("cert.pem")).unwrap();
+        let key = std::fs::read_to_string(dir.join("key.pem")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(key.starts_with("-----BEGIN PRIVATE KEY-----"));
+        let der: Vec<u8> =
+            moq_tokio::rustls::pki_types::pem::PemObject::from_pem_slice(pem.as_bytes())
+                .map(|c: moq_tokio::rustls::pki_types::CertificateDer<'static>| c.to_vec())
+                .unwrap();
+        assert_eq!(fingerprint, sha256_hex(&der).unwrap());
+        assert_eq!(fingerprint.len(), 64);
+        assert!(moq_tokio::tls::parse_fingerprint(&fingerprint).is_ok());
+    }
+}
