@@ -5,7 +5,11 @@
 //! turn) and each subscriber count N, it starts the relay as a child process on
 //! a free loopback port, connects one moq-net publisher and N moq-net
 //! subscribers over QMux over TCP (qmux's TCP transport as it is: this tool sets
-//! no socket option on the clients' sockets), publishes fixed-size frames at
+//! no socket option on the clients' sockets) or, with `--transport quic`, over
+//! raw QUIC (moq-tokio's noq client dialing `moql://127.0.0.1:PORT/anon`, ALPN
+//! `moq-lite-05`, each client on its own UDP socket, the relay's certificate
+//! pinned by the SHA-256 its TCP port serves at `/certificate.sha256`),
+//! publishes fixed-size frames at
 //! `--fps` (or, with `max`, as fast as the slowest live subscriber reads them,
 //! at most `--window` frames ahead), waits until every subscriber has read a
 //! frame, lets `--warmup` pass, and measures over `--seconds`. `--relay
@@ -36,7 +40,16 @@
 //! cargo build --release -p skiff-relay --bin skiff-relay
 //! cargo build --release -p skiff-interop --bin moq_load
 //! target/release/moq_load --relay both --subscribers 10 --frame-bytes 16384 --fps 60
+//! target/release/moq_load --relay moq-relay --transport quic --moq-relay-runtime io-uring
 //! ```
+//!
+//! Over QUIC, skiff-relay is started with `--skiff-quic-args` (default
+//! `--tls-generate localhost`) and moq-relay with `--listen` (UDP) and
+//! `--web-http-listen` (which serves the fingerprint) on one port number: on
+//! its default runtime with `--listen-tls-generate localhost`, and with
+//! `--moq-relay-runtime workers|io-uring` on `--runtime-workers N` (plus
+//! `--runtime-io-uring`) with an ECDSA P-256 certificate this tool writes to a
+//! temporary directory, since those runtimes take certificate files only.
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -90,10 +103,40 @@ impl Which {
     }
 }
 
+/// The clients' transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Link {
+    /// QMux over TCP (qmux-01), the relay's TCP port.
+    Tcp,
+    /// moq-lite-05 over raw QUIC (`moql://`), the relay's UDP port.
+    Quic,
+}
+
+/// moq-relay's QUIC runtime (`--moq-relay-runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum MoqRuntime {
+    /// Its default: QUIC on the shared multi-threaded tokio runtime.
+    Tokio,
+    /// `--runtime-workers N`: single-threaded tokio workers, one socket each.
+    Workers,
+    /// `--runtime-workers N --runtime-io-uring`: the same workers on io_uring.
+    IoUring,
+}
+
+/// How a client reaches the relay.
+#[derive(Clone)]
+enum Dial {
+    /// QMux over TCP to this address.
+    Tcp(SocketAddr),
+    /// moq-lite-05 over raw QUIC to this `moql://` URL, pinning the
+    /// certificate with this SHA-256 (hex).
+    Quic { url: url::Url, fingerprint: String },
+}
+
 /// Where the publisher sends its broadcast.
 enum Target {
-    /// A relay's address, dialled as a client.
-    Relay(SocketAddr),
+    /// A relay, dialled as a client.
+    Relay(Dial),
     /// A listener the publisher serves subscribers on itself.
     Serve(tokio::net::TcpListener),
 }
@@ -145,6 +188,28 @@ struct Cli {
         default_value = "--max-connections-per-ip 100000"
     )]
     skiff_args: String,
+    /// Further flags for `skiff-relay serve` with `--transport quic`,
+    /// space-separated (write `--skiff-quic-args=...`): its certificate.
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        default_value = "--tls-generate localhost"
+    )]
+    skiff_quic_args: String,
+    /// The clients' transport: `tcp` (QMux) or `quic` (moq-lite-05 over raw
+    /// QUIC, the relay's certificate fingerprint pinned).
+    #[arg(long, value_enum, default_value = "tcp")]
+    transport: Link,
+    /// moq-relay's QUIC runtime with `--transport quic`: `tokio` (its
+    /// default, a generated certificate), `workers` (`--runtime-workers`) or
+    /// `io-uring` (`--runtime-workers --runtime-io-uring`, which needs a build
+    /// with its `io-uring` feature, as `.ci/moq-relay` makes); the last two
+    /// get certificate files this tool writes.
+    #[arg(long, value_enum, default_value = "tokio")]
+    moq_relay_runtime: MoqRuntime,
+    /// Workers of moq-relay's `workers` and `io-uring` runtimes.
+    #[arg(long, default_value_t = 1)]
+    moq_relay_workers: usize,
     /// The moq-relay binary [default: $MOQ_RELAY, then ~/.cache/skiff/moq-relay-0.17.10/bin/moq-relay].
     #[arg(long)]
     moq_relay: Option<PathBuf>,
@@ -191,16 +256,53 @@ fn main() {
 // Relays as child processes
 // ---------------------------------------------------------------------------
 
+/// How long a relay gets to start listening.
+const STARTUP: Duration = Duration::from_secs(15);
+
 /// A relay child, killed when dropped.
 struct RelayChild {
     child: Child,
+    /// Its TCP port (and, over QUIC, its UDP port of the same number).
     addr: SocketAddr,
+    /// Over QUIC: the SHA-256 (hex) of the certificate it serves.
+    fingerprint: Option<String>,
+    /// A directory of certificate files written for it, removed with it.
+    files: Option<PathBuf>,
+}
+
+impl RelayChild {
+    /// How clients reach it over `link`.
+    fn dial(&self, link: Link) -> Result<Dial, String> {
+        match link {
+            Link::Tcp => Ok(Dial::Tcp(self.addr)),
+            Link::Quic => {
+                let url = format!("moql://{}{PATH}", self.addr);
+                let url = url::Url::parse(&url).map_err(|e| format!("{url}: {e}"))?;
+                let fingerprint = self
+                    .fingerprint
+                    .clone()
+                    .ok_or("the relay's certificate fingerprint is unknown")?;
+                Ok(Dial::Quic { url, fingerprint })
+            }
+        }
+    }
+
+    /// An error if the child has exited (it said why on stderr).
+    fn check_running(&mut self, name: &str) -> Result<(), String> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Err(format!("{name} exited at startup ({status})")),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Drop for RelayChild {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(dir) = &self.files {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -230,8 +332,11 @@ fn start_skiff(cli: &Cli, bin: &Path) -> Result<RelayChild, String> {
     let mut cmd = Command::new(bin);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--log", "error"])
         .args(["--threads", &cli.skiff_threads.to_string()])
-        .args(cli.skiff_args.split_whitespace())
-        .stdin(Stdio::null())
+        .args(cli.skiff_args.split_whitespace());
+    if cli.transport == Link::Quic {
+        cmd.args(cli.skiff_quic_args.split_whitespace());
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let mut child = cmd
@@ -247,40 +352,387 @@ fn start_skiff(cli: &Cli, bin: &Path) -> Result<RelayChild, String> {
     let mut relay = RelayChild {
         child,
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        fingerprint: None,
+        files: None,
     };
     match (read, addr) {
-        (Ok(_), Some(addr)) => {
-            relay.addr = addr;
-            Ok(relay)
+        (Ok(_), Some(addr)) => relay.addr = addr,
+        _ => {
+            return Err(format!(
+                "skiff-relay did not say where it listens: {line:?}"
+            ));
         }
-        _ => Err(format!(
-            "skiff-relay did not say where it listens: {line:?}"
-        )),
     }
+    if cli.transport == Link::Quic {
+        let (fingerprint, _) = wait_fingerprint(&mut relay, "skiff-relay")?;
+        relay.fingerprint = Some(fingerprint.ok_or_else(|| {
+            format!(
+                "skiff-relay has no certificate fingerprint at http://{}/certificate.sha256",
+                relay.addr
+            )
+        })?);
+    }
+    Ok(relay)
 }
 
-fn start_moq_relay(bin: &Path) -> Result<RelayChild, String> {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| format!("free port: {e}"))?
-        .port();
+/// A loopback port free on both TCP and UDP.
+fn free_port() -> Result<u16, String> {
+    for _ in 0..20 {
+        let tcp = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("free port: {e}"))?;
+        let addr = tcp.local_addr().map_err(|e| format!("free port: {e}"))?;
+        if std::net::UdpSocket::bind(addr).is_ok() {
+            return Ok(addr.port());
+        }
+    }
+    Err("no loopback port free on both TCP and UDP".into())
+}
+
+fn start_moq_relay(cli: &Cli, bin: &Path) -> Result<RelayChild, String> {
+    let port = free_port()?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let child = Command::new(bin)
-        .args(["--listen-tcp-bind", &addr.to_string()])
+    let at = addr.to_string();
+    let mut cmd = Command::new(bin);
+    let mut files = None;
+    let mut local_fingerprint = None;
+    match cli.transport {
+        Link::Tcp => {
+            cmd.args(["--listen-tcp-bind", &at]);
+        }
+        Link::Quic => {
+            // QUIC on UDP and the web listener, which serves the certificate's
+            // fingerprint, on TCP: one port number, as skiff-relay listens.
+            cmd.args(["--listen", &at, "--web-http-listen", &at]);
+            match cli.moq_relay_runtime {
+                MoqRuntime::Tokio => {
+                    cmd.args(["--listen-tls-generate", "localhost"]);
+                }
+                runtime => {
+                    let (dir, fingerprint) = write_certificate(port)?;
+                    cmd.arg("--listen-tls-cert")
+                        .arg(dir.join("cert.pem"))
+                        .arg("--listen-tls-key")
+                        .arg(dir.join("key.pem"))
+                        .args(["--runtime-workers", &cli.moq_relay_workers.to_string()]);
+                    if runtime == MoqRuntime::IoUring {
+                        cmd.arg("--runtime-io-uring");
+                    }
+                    files = Some(dir);
+                    local_fingerprint = Some(fingerprint);
+                }
+            }
+        }
+    }
+    let spawned = cmd
         .args(["--auth-public", "**", "--log-level", "error"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
-    let relay = RelayChild { child, addr };
-    for _ in 0..300 {
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
-            return Ok(relay);
+        .spawn();
+    let child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            if let Some(dir) = &files {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            return Err(format!("spawn {}: {e}", bin.display()));
         }
-        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut relay = RelayChild {
+        child,
+        addr,
+        fingerprint: None,
+        files,
+    };
+    if cli.transport == Link::Tcp {
+        let deadline = Instant::now() + STARTUP;
+        while Instant::now() < deadline {
+            relay.check_running("moq-relay")?;
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+                return Ok(relay);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        return Err(format!("moq-relay did not listen on {addr}"));
     }
-    Err(format!("moq-relay did not listen on {addr}"))
+    let (served, status) = wait_fingerprint(&mut relay, "moq-relay")?;
+    relay.fingerprint = match (served, local_fingerprint) {
+        (Some(served), Some(local)) if served != local => {
+            return Err(format!(
+                "moq-relay serves fingerprint {served}, its certificate file has {local}"
+            ));
+        }
+        (Some(fingerprint), _) | (None, Some(fingerprint)) => Some(fingerprint),
+        (None, None) => {
+            return Err(format!(
+                "moq-relay answered {status} at http://{addr}/certificate.sha256"
+            ));
+        }
+    };
+    Ok(relay)
+}
+
+/// Waits until the relay's TCP port answers `GET /certificate.sha256` (over
+/// plain HTTP, as moq-relay's web listener serves it, or over TLS, as a port
+/// with a certificate serves it), and returns the fingerprint it served (None
+/// if it answered something else than 200) and the HTTP status. Over TLS the
+/// answer must be the SHA-256 of the certificate the handshake showed.
+fn wait_fingerprint(relay: &mut RelayChild, name: &str) -> Result<(Option<String>, u16), String> {
+    let deadline = Instant::now() + STARTUP;
+    let url = format!("http(s)://{}/certificate.sha256", relay.addr);
+    loop {
+        relay.check_running(name)?;
+        match fetch_fingerprint(relay.addr) {
+            Ok(Answer {
+                status: 200,
+                body,
+                leaf,
+            }) => {
+                let hex = body.trim().to_ascii_lowercase();
+                if let Err(e) = moq_tokio::tls::parse_fingerprint(&hex) {
+                    return Err(format!(
+                        "{name}'s {url} is not a SHA-256 in hex ({e}): {body:?}"
+                    ));
+                }
+                return match leaf {
+                    Some(leaf) if leaf != hex => Err(format!(
+                        "{name}'s {url} says {hex}, its TLS certificate's SHA-256 is {leaf}"
+                    )),
+                    _ => Ok((Some(hex), 200)),
+                };
+            }
+            Ok(answer) => return Ok((None, answer.status)),
+            Err(e) if Instant::now() > deadline => {
+                return Err(format!("{name} did not answer {url}: {e}"));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// An answer to `GET /certificate.sha256`.
+struct Answer {
+    /// The HTTP status code.
+    status: u16,
+    /// The body (at most 64 KiB).
+    body: String,
+    /// Over TLS: the SHA-256 (hex) of the leaf certificate the handshake showed.
+    leaf: Option<String>,
+}
+
+/// `GET /certificate.sha256` on `addr`, over plain HTTP first, then over TLS
+/// (no verification: what it fetches is checked against the handshake's
+/// certificate instead).
+fn fetch_fingerprint(addr: SocketAddr) -> std::io::Result<Answer> {
+    const PATH: &str = "/certificate.sha256";
+    let connect = || -> std::io::Result<TcpStream> {
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
+        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+        Ok(stream)
+    };
+    let plain = connect().and_then(|mut tcp| http_get(&mut tcp, addr, PATH));
+    let plain_err = match plain {
+        Ok((status, body)) => {
+            return Ok(Answer {
+                status,
+                body,
+                leaf: None,
+            });
+        }
+        Err(e) => e,
+    };
+    let leaf = Arc::new(Mutex::new(None));
+    let verifier = AnyCertificate {
+        provider: moq_tokio::crypto::provider(),
+        leaf: leaf.clone(),
+    };
+    let tls = || -> std::io::Result<(u16, String)> {
+        let mut config =
+            moq_tokio::rustls::ClientConfig::builder_with_provider(verifier.provider.clone())
+                .with_safe_default_protocol_versions()
+                .map_err(std::io::Error::other)?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(verifier))
+                .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let name = moq_tokio::rustls::pki_types::ServerName::try_from("localhost")
+            .map_err(std::io::Error::other)?;
+        let conn = moq_tokio::rustls::ClientConnection::new(Arc::new(config), name)
+            .map_err(std::io::Error::other)?;
+        let mut stream = moq_tokio::rustls::StreamOwned::new(conn, connect()?);
+        http_get(&mut stream, addr, PATH)
+    };
+    let (status, body) =
+        tls().map_err(|e| std::io::Error::other(format!("http: {plain_err}; https: {e}")))?;
+    let der = leaf.lock().ok().and_then(|mut l| l.take());
+    let leaf = match der {
+        Some(der) => Some(sha256_hex(&der).map_err(std::io::Error::other)?),
+        None => None,
+    };
+    Ok(Answer { status, body, leaf })
+}
+
+/// A TLS certificate verifier that accepts any certificate whose handshake
+/// signature verifies, and keeps the leaf's DER: how this tool reads a
+/// self-signed relay's `/certificate.sha256` before it knows what to pin.
+#[derive(Debug)]
+struct AnyCertificate {
+    provider: moq_tokio::crypto::Provider,
+    leaf: Arc<Mutex<Option<Vec<u8>>>>,
+}
+
+impl moq_tokio::rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        end_entity: &moq_tokio::rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[moq_tokio::rustls::pki_types::CertificateDer<'_>],
+        _server_name: &moq_tokio::rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: moq_tokio::rustls::pki_types::UnixTime,
+    ) -> Result<moq_tokio::rustls::client::danger::ServerCertVerified, moq_tokio::rustls::Error>
+    {
+        if let Ok(mut leaf) = self.leaf.lock() {
+            *leaf = Some(end_entity.to_vec());
+        }
+        Ok(moq_tokio::rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &moq_tokio::rustls::pki_types::CertificateDer<'_>,
+        dss: &moq_tokio::rustls::DigitallySignedStruct,
+    ) -> Result<moq_tokio::rustls::client::danger::HandshakeSignatureValid, moq_tokio::rustls::Error>
+    {
+        moq_tokio::rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &moq_tokio::rustls::pki_types::CertificateDer<'_>,
+        dss: &moq_tokio::rustls::DigitallySignedStruct,
+    ) -> Result<moq_tokio::rustls::client::danger::HandshakeSignatureValid, moq_tokio::rustls::Error>
+    {
+        moq_tokio::rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<moq_tokio::rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// `GET path` over HTTP/1.1 on `stream` (to `host`): the status code and the
+/// body (at most 64 KiB, read to the end of its `Content-Length` or of the
+/// connection).
+fn http_get(
+    stream: &mut (impl std::io::Read + std::io::Write),
+    host: SocketAddr,
+    path: &str,
+) -> std::io::Result<(u16, String)> {
+    use std::io::{Error, ErrorKind};
+    const LIMIT: usize = 64 * 1024;
+    let bad = |what: &str| Error::new(ErrorKind::InvalidData, what.to_owned());
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )?;
+    stream.flush()?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let (head_len, body_len) = loop {
+        // A TLS peer that closes without close_notify ends the response too.
+        let n = match stream.read(&mut chunk) {
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => 0,
+            read => read?,
+        };
+        buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+        let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n");
+        if let Some(end) = head_end {
+            let head = String::from_utf8_lossy(buf.get(..end).unwrap_or_default()).into_owned();
+            let length = head.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.trim()
+                    .eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse::<usize>().ok())?
+            });
+            if length.is_some_and(|len| buf.len() >= end + 4 + len) || n == 0 {
+                break (end + 4, length);
+            }
+        } else if n == 0 {
+            return Err(bad("connection closed before the headers ended"));
+        }
+        if buf.len() > LIMIT {
+            return Err(bad("response over 64 KiB"));
+        }
+    };
+    let head = String::from_utf8_lossy(buf.get(..head_len).unwrap_or_default()).into_owned();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return Err(bad("chunked response"));
+    }
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse::<u16>().ok())
+        .ok_or_else(|| bad("no status line"))?;
+    let body = buf.get(head_len..).unwrap_or_default();
+    let body = body_len.and_then(|len| body.get(..len)).unwrap_or(body);
+    Ok((status, String::from_utf8_lossy(body).into_owned()))
+}
+
+/// Writes a self-signed ECDSA P-256 certificate for `localhost` and its key
+/// (`cert.pem`, `key.pem`) to a fresh temporary directory, and returns the
+/// directory and the certificate's SHA-256 (hex).
+fn write_certificate(port: u16) -> Result<(PathBuf, String), String> {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()])
+        .map_err(|e| format!("certificate: {e}"))?;
+    let fingerprint = sha256_hex(certified.cert.der())?;
+    let dir = std::env::temp_dir().join(format!("moq_load-{}-{port}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("cert.pem"), certified.cert.pem())?;
+        std::fs::write(dir.join("key.pem"), certified.signing_key.serialize_pem())
+    };
+    if let Err(e) = write() {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(format!("{}: {e}", dir.display()));
+    }
+    Ok((dir, fingerprint))
+}
+
+/// SHA-256 of `data` in lower-case hex, from the crypto provider the QUIC
+/// client verifies with.
+fn sha256_hex(data: &[u8]) -> Result<String, String> {
+    use moq_tokio::rustls::crypto::hash::HashAlgorithm;
+    let provider = moq_tokio::crypto::provider();
+    let hash = provider
+        .cipher_suites
+        .iter()
+        .filter_map(|suite| suite.tls13())
+        .map(|suite| suite.common.hash_provider)
+        .find(|h| h.algorithm() == HashAlgorithm::SHA256)
+        .ok_or("the crypto provider has no SHA-256")?;
+    Ok(hash
+        .hash(data)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 // ---------------------------------------------------------------------------
@@ -349,6 +801,10 @@ struct SubStat {
     bad: AtomicU64,
     /// Groups given up as old (a newer group started while one was being read).
     old: AtomicU64,
+    /// Of those, the groups whose stream the relay reset with moq-lite's Old
+    /// code outside the HTTP/3 error-code mapping moq-tokio's QUIC client reads
+    /// codes through (see [`unmapped_old`]).
+    unmapped_old: AtomicU64,
     /// Sequence number of the last frame read, plus one.
     next: AtomicU64,
     /// Latencies (µs) of frames read while measuring.
@@ -397,7 +853,7 @@ impl Shared {
 // Clients
 // ---------------------------------------------------------------------------
 
-type Transport = moq_tokio::transport::Session<qmux::Session>;
+type QmuxTransport = moq_tokio::transport::Session<qmux::Session>;
 
 fn versions() -> Result<moq_net::Versions, String> {
     let v = moq_net::Version::from_alpn(ALPN_LITE_05).ok_or("moq-lite-05 unknown")?;
@@ -417,9 +873,85 @@ fn origin(hop: u64, cache_kib: u64) -> Result<moq_net::origin::Producer, String>
     Ok(moq_tokio::origin::spawn_config(config))
 }
 
+/// A client's session, closed when its task ends.
+enum Session {
+    /// QMux over TCP.
+    Tcp(moq_net::Session),
+    /// Raw QUIC: moq-tokio's connection and the client that owns its endpoint.
+    Quic {
+        connection: moq_tokio::Connection,
+        client: Box<moq_tokio::Client>,
+    },
+}
+
+impl Session {
+    /// Closes the session (and over QUIC the client's endpoint), a second at
+    /// most for each.
+    async fn close(self) {
+        let grace = Duration::from_secs(1);
+        match self {
+            Session::Tcp(session) => {
+                let _ = tokio::time::timeout(grace, session.close()).await;
+            }
+            Session::Quic { connection, client } => {
+                let _ = tokio::time::timeout(grace, connection.close()).await;
+                let _ = tokio::time::timeout(grace, (*client).close()).await;
+            }
+        }
+    }
+}
+
+/// Sets up a moq-lite session with the relay publishing or subscribing `origin`.
+async fn connect(
+    dial: &Dial,
+    origin: &moq_net::origin::Producer,
+    publish: bool,
+) -> Result<Session, String> {
+    match dial {
+        Dial::Tcp(addr) => connect_tcp(*addr, origin, publish).await.map(Session::Tcp),
+        Dial::Quic { url, fingerprint } => connect_quic(url, fingerprint, origin, publish).await,
+    }
+}
+
+/// Dials `url` with moq-tokio's QUIC client (its noq transport and its
+/// default QUIC settings) from a UDP socket of its own, pinning the
+/// certificate whose SHA-256 is `fingerprint`, once (no redial), offering
+/// moq-lite-05 only.
+async fn connect_quic(
+    url: &url::Url,
+    fingerprint: &str,
+    origin: &moq_net::origin::Producer,
+    publish: bool,
+) -> Result<Session, String> {
+    let version = moq_net::Version::from_alpn(ALPN_LITE_05).ok_or("moq-lite-05 unknown")?;
+    let mut config = moq_tokio::connect::Config::default();
+    config.bind = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.timeout = CONNECT_TIMEOUT;
+    config.once = Some(true);
+    config.version = vec![version];
+    config.tls.fingerprint = vec![fingerprint.to_owned()];
+    let client = config
+        .init(moq_tokio::quic::Config::default())
+        .map_err(|e| format!("quic client: {e}"))?;
+    let client = if publish {
+        client.with_publisher(origin)
+    } else {
+        client.with_subscriber(origin.clone())
+    };
+    let connection =
+        tokio::time::timeout(CONNECT_TIMEOUT, client.connect(url.clone()).established())
+            .await
+            .map_err(|_| "quic connect timed out".to_owned())?
+            .map_err(|e| format!("quic connect: {e}"))?;
+    Ok(Session::Quic {
+        connection,
+        client: Box::new(client),
+    })
+}
+
 /// Dials `addr` with qmux's TCP client (moq-tokio's settings) and sets up a
 /// moq-lite session publishing or subscribing `origin`.
-async fn connect(
+async fn connect_tcp(
     addr: SocketAddr,
     origin: &moq_net::origin::Producer,
     publish: bool,
@@ -428,7 +960,7 @@ async fn connect(
         .await
         .map_err(|_| "qmux connect timed out".to_owned())?
         .map_err(|e| format!("qmux connect: {e}"))?;
-    let transport: Transport = moq_tokio::transport::Session::new(qmux);
+    let transport: QmuxTransport = moq_tokio::transport::Session::new(qmux);
     let client = moq_net::Client::new()
         .with_versions(versions()?)
         .with_path(PATH.to_owned());
@@ -491,7 +1023,7 @@ async fn publisher(
         }
     };
     let session = match target {
-        Target::Relay(addr) => match connect(addr, &origin, true).await {
+        Target::Relay(dial) => match connect(&dial, &origin, true).await {
             Ok(s) => Some(s),
             Err(e) => {
                 let _ = ready.send(Err(format!("publisher: {e}")));
@@ -591,7 +1123,7 @@ async fn publisher(
     }
     let _ = track.finish();
     if let Some(session) = session {
-        let _ = tokio::time::timeout(Duration::from_secs(1), session.close()).await;
+        session.close().await;
     }
     drop((track, broadcast));
 }
@@ -623,7 +1155,7 @@ async fn serve(
                     return;
                 }
             };
-            let transport: Transport = moq_tokio::transport::Session::new(qmux);
+            let transport: QmuxTransport = moq_tokio::transport::Session::new(qmux);
             match server.accept(std::time::Instant::now(), transport).await {
                 Ok((session, driver)) => {
                     moq_net::time::run(driver).await;
@@ -638,7 +1170,7 @@ async fn serve(
 /// One subscriber: connect, find the broadcast, subscribe at the live edge and
 /// read frames until `stop`.
 async fn subscriber(
-    addr: SocketAddr,
+    dial: Dial,
     shared: Arc<Shared>,
     index: usize,
     frame_bytes: usize,
@@ -647,7 +1179,7 @@ async fn subscriber(
     let Some(stat) = shared.subs.get(index) else {
         return;
     };
-    let result = subscribe_and_read(addr, &shared, stat, frame_bytes, Some(permit)).await;
+    let result = subscribe_and_read(&dial, &shared, stat, frame_bytes, Some(permit)).await;
     if let Err(e) = result {
         stat.failed.store(true, Ordering::Relaxed);
         if let Ok(mut slot) = stat.error.lock() {
@@ -658,14 +1190,14 @@ async fn subscriber(
 }
 
 async fn subscribe_and_read(
-    addr: SocketAddr,
+    dial: &Dial,
     shared: &Shared,
     stat: &SubStat,
     frame_bytes: usize,
     mut permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<(), String> {
     let origin = origin(0x2000, shared.cache_kib)?;
-    let session = connect(addr, &origin, false).await?;
+    let session = connect(dial, &origin, false).await?;
     let consumer = origin.consume();
     let mut announced = consumer.announced();
     let found = tokio::time::timeout(CONNECT_TIMEOUT, async {
@@ -713,6 +1245,11 @@ async fn subscribe_and_read(
                     stat.old.fetch_add(1, Ordering::Relaxed);
                     break;
                 }
+                Err(moq_net::Error::Transport(m)) if unmapped_old(&m) => {
+                    stat.old.fetch_add(1, Ordering::Relaxed);
+                    stat.unmapped_old.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
                 Err(e) => {
                     if shared.stop.load(Ordering::Relaxed) {
                         break;
@@ -756,8 +1293,22 @@ async fn subscribe_and_read(
         }
     };
     drop(sub);
-    let _ = tokio::time::timeout(Duration::from_secs(1), session.close()).await;
+    session.close().await;
     result
+}
+
+/// Whether a group read's transport error is a RESET_STREAM carrying
+/// moq-lite's Old code (0x34) as is. moq-tokio's QUIC client reads stream
+/// codes through the HTTP/3 (WebTransport) error-code mapping on raw QUIC as
+/// well, and moq-relay's tokio runtime sends them mapped; its io_uring runtime
+/// sends them unmapped on raw QUIC, which the client reports as this error
+/// instead of `Old`. Counting it as an old group lets that runtime be measured
+/// on the loads where it drops groups (full speed).
+fn unmapped_old(message: &str) -> bool {
+    message
+        .strip_prefix("invalid RESET_STREAM: ")
+        .and_then(|code| code.parse::<u32>().ok())
+        == Some(moq_net::StreamError::Old.to_code())
 }
 
 // ---------------------------------------------------------------------------
@@ -776,6 +1327,8 @@ struct Row {
     bytes: u64,
     bad: u64,
     old: u64,
+    /// Of `old`, the groups reset with the Old code unmapped.
+    unmapped_old: u64,
     published: u64,
     lat: Vec<u32>,
     /// Each subscriber's median latency in ms, in connection order (with
@@ -793,7 +1346,7 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
     let relay = match which {
         Which::Skiff => Some(start_skiff(cli, bin)?),
         Which::Direct => None,
-        _ => Some(start_moq_relay(bin)?),
+        _ => Some(start_moq_relay(cli, bin)?),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cli.client_threads.max(1))
@@ -801,8 +1354,11 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
     // The direct row has no relay process: its relay columns stay empty.
-    let (target, addr, pid) = match &relay {
-        Some(r) => (Target::Relay(r.addr), r.addr, Some(r.child.id())),
+    let (target, dial, pid) = match &relay {
+        Some(r) => {
+            let dial = r.dial(cli.transport)?;
+            (Target::Relay(dial.clone()), dial, Some(r.child.id()))
+        }
         None => {
             let listener = rt
                 .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -810,7 +1366,7 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             let addr = listener
                 .local_addr()
                 .map_err(|e| format!("direct listener: {e}"))?;
-            (Target::Serve(listener), addr, None)
+            (Target::Serve(listener), Dial::Tcp(addr), None)
         }
     };
     let relay_cpu = || pid.map_or(Cpu::default(), cpu_seconds);
@@ -851,7 +1407,13 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
                 .acquire_owned()
                 .await
                 .map_err(|_| "semaphore closed".to_owned())?;
-            tokio::spawn(subscriber(addr, shared.clone(), i, cli.frame_bytes, permit));
+            tokio::spawn(subscriber(
+                dial.clone(),
+                shared.clone(),
+                i,
+                cli.frame_bytes,
+                permit,
+            ));
         }
         let deadline = Instant::now() + Duration::from_secs_f64(cli.live_timeout);
         loop {
@@ -875,16 +1437,28 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             let b: u64 = s.subs.iter().map(|x| x.bytes.load(Ordering::Relaxed)).sum();
             let bad: u64 = s.subs.iter().map(|x| x.bad.load(Ordering::Relaxed)).sum();
             let old: u64 = s.subs.iter().map(|x| x.old.load(Ordering::Relaxed)).sum();
-            (f, b, bad, old, s.published.load(Ordering::Relaxed))
+            let unmapped: u64 = s
+                .subs
+                .iter()
+                .map(|x| x.unmapped_old.load(Ordering::Relaxed))
+                .sum();
+            (
+                f,
+                b,
+                bad,
+                old,
+                unmapped,
+                s.published.load(Ordering::Relaxed),
+            )
         };
-        let (f0, b0, bad0, old0, p0) = snap(&shared);
+        let (f0, b0, bad0, old0, un0, p0) = snap(&shared);
         let (c0, t0) = (relay_cpu(), cpu_seconds(me));
         let start = Instant::now();
         shared.measuring.store(true, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_secs_f64(cli.seconds)).await;
         shared.measuring.store(false, Ordering::Relaxed);
         let secs = start.elapsed().as_secs_f64();
-        let (f1, b1, bad1, old1, p1) = snap(&shared);
+        let (f1, b1, bad1, old1, un1, p1) = snap(&shared);
         let (c1, t1) = (relay_cpu(), cpu_seconds(me));
         let rss_after = relay_rss();
         shared.stop.store(true, Ordering::Relaxed);
@@ -929,6 +1503,7 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             bytes: b1 - b0,
             bad: bad1 - bad0,
             old: old1 - old0,
+            unmapped_old: un1 - un0,
             published: p1 - p0,
             lat,
             per_sub_p50,
@@ -954,6 +1529,30 @@ fn command_line(args: &[&str]) -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The clients' transport and, over QUIC, how each relay serves it.
+fn transport_line(cli: &Cli) -> String {
+    match cli.transport {
+        Link::Tcp => "tcp (QMux, qmux-01)".to_owned(),
+        Link::Quic => {
+            let moq = match cli.moq_relay_runtime {
+                MoqRuntime::Tokio => "its tokio runtime, --listen-tls-generate".to_owned(),
+                MoqRuntime::Workers => format!(
+                    "--runtime-workers {}, certificate files",
+                    cli.moq_relay_workers
+                ),
+                MoqRuntime::IoUring => format!(
+                    "--runtime-workers {} --runtime-io-uring, certificate files",
+                    cli.moq_relay_workers
+                ),
+            };
+            format!(
+                "quic (moql://, moq-lite-05, noq, fingerprint pinned); skiff-relay {}; moq-relay {moq}",
+                cli.skiff_quic_args.trim()
+            )
+        }
+    }
 }
 
 fn machine_line() -> String {
@@ -1096,6 +1695,12 @@ fn print_row(r: &mut Row) {
             r.bad
         );
     }
+    if r.unmapped_old > 0 {
+        println!(
+            "            note: {} of the {} old groups were reset with the Old code unmapped (read as \"invalid RESET_STREAM: 52\")",
+            r.unmapped_old, r.old
+        );
+    }
 }
 
 fn run(cli: &Cli) -> Result<(), String> {
@@ -1111,6 +1716,14 @@ fn run(cli: &Cli) -> Result<(), String> {
             _ => return Err(format!("--fps: {s:?} is neither a positive number nor max")),
         },
     };
+    if cli.transport == Link::Tcp && cli.moq_relay_runtime != MoqRuntime::Tokio {
+        return Err(
+            "--moq-relay-runtime chooses how moq-relay serves QUIC: add --transport quic".into(),
+        );
+    }
+    if cli.transport == Link::Quic && cli.relay.contains(&Which::Direct) {
+        return Err("--relay direct serves over TCP only".into());
+    }
     let skiff = skiff_path(cli)?;
     let moq = moq_relay_path(cli);
     let mut relays: Vec<(Which, PathBuf)> = Vec::new();
@@ -1145,6 +1758,7 @@ fn run(cli: &Cli) -> Result<(), String> {
             kib => format!("{kib} KiB"),
         }
     );
+    println!("transport: {}", transport_line(cli));
     println!("{}", machine_line());
     header();
     for round in 0..cli.rounds.max(1) {
@@ -1172,4 +1786,104 @@ fn run(cli: &Cli) -> Result<(), String> {
     }
     println!("{}", machine_line());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A byte stream that answers with `input` and keeps what is written.
+    struct Scripted {
+        input: std::io::Cursor<Vec<u8>>,
+        written: Vec<u8>,
+    }
+
+    impl Scripted {
+        fn new(input: &str) -> Self {
+            Self {
+                input: std::io::Cursor::new(input.as_bytes().to_vec()),
+                written: Vec::new(),
+            }
+        }
+    }
+
+    impl std::io::Read for Scripted {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.input.read(buf)
+        }
+    }
+
+    impl std::io::Write for Scripted {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.written.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    const HOST: SocketAddr =
+        SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 4443);
+
+    #[test]
+    fn http_get_reads_the_body_its_content_length_gives() {
+        let mut s = Scripted::new(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\ncontent-length: 4\r\n\r\nabcdTRAILING",
+        );
+        let (status, body) = http_get(&mut s, HOST, "/certificate.sha256").unwrap();
+        assert_eq!((status, body.as_str()), (200, "abcd"));
+        assert_eq!(
+            String::from_utf8(s.written).unwrap(),
+            "GET /certificate.sha256 HTTP/1.1\r\nHost: 127.0.0.1:4443\r\nConnection: close\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn http_get_without_a_length_reads_to_the_end() {
+        let mut s = Scripted::new("HTTP/1.1 404 Not Found\r\n\r\nno certificate");
+        let (status, body) = http_get(&mut s, HOST, "/certificate.sha256").unwrap();
+        assert_eq!((status, body.as_str()), (404, "no certificate"));
+    }
+
+    #[test]
+    fn http_get_refuses_cut_and_chunked_answers() {
+        let mut cut = Scripted::new("HTTP/1.1 200 OK\r\nContent-Le");
+        assert!(http_get(&mut cut, HOST, "/").is_err());
+        let mut empty = Scripted::new("");
+        assert!(http_get(&mut empty, HOST, "/").is_err());
+        let mut chunked = Scripted::new(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\n0\r\n\r\n",
+        );
+        assert!(http_get(&mut chunked, HOST, "/").is_err());
+        let mut garbage = Scripted::new("\u{16}\u{3}\u{1}\r\n\r\n");
+        assert!(http_get(&mut garbage, HOST, "/").is_err());
+    }
+
+    #[test]
+    fn only_the_old_code_unmapped_counts_as_an_old_group() {
+        assert!(unmapped_old("invalid RESET_STREAM: 52"));
+        assert!(!unmapped_old("invalid RESET_STREAM: 1"));
+        assert!(!unmapped_old("invalid RESET_STREAM: 52x"));
+        assert!(!unmapped_old("RESET_STREAM: 52"));
+        assert!(!unmapped_old("connection lost"));
+    }
+
+    #[test]
+    fn a_written_certificate_has_the_fingerprint_of_its_der() {
+        let (dir, fingerprint) = write_certificate(0).unwrap();
+        let pem = std::fs::read_to_string(dir.join("cert.pem")).unwrap();
+        let key = std::fs::read_to_string(dir.join("key.pem")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(key.starts_with("-----BEGIN PRIVATE KEY-----"));
+        let der: Vec<u8> =
+            moq_tokio::rustls::pki_types::pem::PemObject::from_pem_slice(pem.as_bytes())
+                .map(|c: moq_tokio::rustls::pki_types::CertificateDer<'static>| c.to_vec())
+                .unwrap();
+        assert_eq!(fingerprint, sha256_hex(&der).unwrap());
+        assert_eq!(fingerprint.len(), 64);
+        assert!(moq_tokio::tls::parse_fingerprint(&fingerprint).is_ok());
+    }
 }
