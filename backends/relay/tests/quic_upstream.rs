@@ -31,11 +31,11 @@ fn payload(i: u64) -> Vec<u8> {
     p
 }
 
-fn relay_config(threads: usize) -> RelayConfig {
+fn relay_config(threads: usize, driver: DriverKind) -> RelayConfig {
     RelayConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         threads: NonZeroUsize::new(threads).unwrap(),
-        driver: DriverKind::Legacy,
+        driver,
         drain_timeout: Duration::from_secs(2),
         ..RelayConfig::default()
     }
@@ -185,6 +185,8 @@ fn publish_and_view(up_url: String, up_config: Config, leaf_url: String) -> Vec<
     .expect("runtime")
 }
 
+/// Both relays on epoll; the leaf has two workers, each with its own
+/// upstream session.
 #[test]
 fn a_leaf_dials_its_upstream_over_quic_trusting_its_ca() {
     let dir = std::env::temp_dir().join(format!("skiff-quic-upstream-{}", std::process::id()));
@@ -197,13 +199,13 @@ fn a_leaf_dials_its_upstream_over_quic_trusting_its_ca() {
                 cert: pki.cert.clone(),
                 key: pki.key.clone(),
             }),
-            ..relay_config(1)
+            ..relay_config(1, DriverKind::Legacy)
         },
         RelayHandler::factory(1).unwrap(),
     )
     .expect("start the upstream");
     let up_url = format!("moql://{}/anon", upstream.local_addr());
-    let mut leaf_config = relay_config(2);
+    let mut leaf_config = relay_config(2, DriverKind::Legacy);
     leaf_config.upstream = Some(up_url.parse().unwrap());
     leaf_config.upstream_ca = Some(pki.ca.clone());
     let leaf = server::start(leaf_config, RelayHandler::factory(2).unwrap()).expect("start leaf");
@@ -220,19 +222,20 @@ fn a_leaf_dials_its_upstream_over_quic_trusting_its_ca() {
     assert_eq!(seen, (0..GROUPS * PER_GROUP).collect::<Vec<_>>());
 }
 
+/// Both relays on io_uring.
 #[test]
 fn a_leaf_dials_its_upstream_over_quic_with_its_certificate_pinned() {
     let upstream = server::start(
         RelayConfig {
             tls_generate: vec!["localhost".to_owned()],
-            ..relay_config(1)
+            ..relay_config(1, DriverKind::IoUring)
         },
         RelayHandler::factory(1).unwrap(),
     )
     .expect("start the upstream");
     let pin = served_fingerprint(&upstream);
     let up_url = format!("moql://{}/anon", upstream.local_addr());
-    let mut leaf_config = relay_config(1);
+    let mut leaf_config = relay_config(1, DriverKind::IoUring);
     leaf_config.upstream = Some(up_url.parse().unwrap());
     leaf_config.upstream_fingerprint = Some(pin);
     let leaf = server::start(leaf_config, RelayHandler::factory(1).unwrap()).expect("start leaf");
