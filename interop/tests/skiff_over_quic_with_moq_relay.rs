@@ -3,7 +3,8 @@
 //! port with a certificate it generates (`--listen-tls-generate localhost`),
 //! pinned by the fingerprint its HTTP `GET /certificate.sha256` answers:
 //!
-//! - skiff's SDK publisher and viewer both dial moq-relay;
+//! - skiff's SDK publisher and viewer both dial moq-relay, on its default
+//!   (tokio) runtime, and on its io_uring one with certificate files;
 //! - skiff-relay is a leaf of moq-relay (`--upstream moql://…
 //!   --upstream-fingerprint HEX`, two workers, its own `--tls-generate`
 //!   certificate): a moq-tokio publisher on moq-relay and an SDK viewer on
@@ -172,6 +173,52 @@ fn sdk_through_moq_relay(bin: &std::path::Path) {
     drop(relay);
 }
 
+/// skiff's SDK publisher and viewer through moq-relay on its io_uring
+/// runtime (`--runtime-io-uring`, one worker), which takes certificate files
+/// only: a CA and a certificate for 127.0.0.1 made here, the SDK trusting
+/// the CA (the name checked, not pinned).
+fn sdk_through_moq_relay_io_uring(bin: &std::path::Path) {
+    // One directory per run: the `_required` twin runs this beside its own test.
+    static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("skiff-interop-quic-{}-{run}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let pki = skiff_testkit::pki::Pki::write(&dir, "moq-relay");
+    let relay = MoqRelay::start_quic_with(
+        bin,
+        &[
+            "--listen-tls-cert",
+            pki.cert.to_str().unwrap(),
+            "--listen-tls-key",
+            pki.key.to_str().unwrap(),
+            "--runtime-io-uring",
+            "--runtime-workers",
+            "1",
+        ],
+    );
+    let url = format!("moql://{}{PATH}", relay.addr);
+    eprintln!("moq-relay {} (io_uring) on {url}", bin.display());
+    let roots = std::sync::Arc::new(skiff_monoio::tls::roots_from_pem_file(&pki.ca).unwrap());
+    let trusting = move || {
+        let mut config = Config::default();
+        config.tls_roots = Some(roots.clone());
+        config
+    };
+    let errors = on_monoio(move || async move {
+        let done = std::rc::Rc::new(std::cell::Cell::new(false));
+        let viewing = monoio::spawn(sdk_viewer(url.clone(), trusting()));
+        let publishing = monoio::spawn(sdk_publisher(url, trusting(), done.clone()));
+        let errors = viewing.await;
+        done.set(true);
+        publishing.await;
+        errors
+    });
+    drop(relay);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(errors.is_empty(), "viewer: {errors:?}");
+}
+
 /// skiff-relay, two workers, as a leaf of `root` over QUIC with its own
 /// generated certificate; its fingerprint with it.
 fn leaf_of(root: &MoqRelay) -> (server::ServerHandle, Fingerprint) {
@@ -281,6 +328,11 @@ fn skiff_sdk_publisher_and_viewer_through_moq_relay_over_quic() {
 }
 
 #[test]
+fn skiff_sdk_publisher_and_viewer_through_moq_relay_io_uring_over_quic() {
+    with_moq_relay(sdk_through_moq_relay_io_uring);
+}
+
+#[test]
 fn skiff_leaf_of_moq_relay_over_quic_viewer_on_the_leaf() {
     with_moq_relay(leaf_viewer);
 }
@@ -290,13 +342,14 @@ fn skiff_leaf_of_moq_relay_over_quic_publisher_on_the_leaf() {
     with_moq_relay(leaf_publisher);
 }
 
-/// All three, failing when `moq-relay` is absent (run with `--ignored` where it must be).
+/// All four, failing when `moq-relay` is absent (run with `--ignored` where it must be).
 #[test]
 #[ignore = "needs moq-relay installed; the non-ignored twins skip without it"]
 fn skiff_over_quic_with_moq_relay_required() {
     let bin = moq_relay_binary()
         .unwrap_or_else(|| panic!("moq-relay not installed; install with: {INSTALL}"));
     sdk_through_moq_relay(&bin);
+    sdk_through_moq_relay_io_uring(&bin);
     leaf_viewer(&bin);
     leaf_publisher(&bin);
 }

@@ -78,6 +78,12 @@ impl MoqRelay {
     /// listener on a free TCP port for `GET /certificate.sha256`, which is
     /// read once it answers (docs/protocol.md §11.3).
     pub fn start_quic(bin: &Path) -> Self {
+        Self::start_quic_with(bin, &["--listen-tls-generate", "localhost"])
+    }
+
+    /// As [`MoqRelay::start_quic`], with `args` (the certificate's flags,
+    /// the runtime's) instead of `--listen-tls-generate localhost`.
+    pub fn start_quic_with(bin: &Path, args: &[&str]) -> Self {
         let port = UdpSocket::bind("127.0.0.1:0")
             .and_then(|s| s.local_addr())
             .expect("free UDP port")
@@ -94,7 +100,7 @@ impl MoqRelay {
         let err = out.try_clone().expect("relay log file");
         let child = Command::new(bin)
             .args(["--listen", &addr.to_string()])
-            .args(["--listen-tls-generate", "localhost"])
+            .args(args)
             .args(["--web-http-listen", &web.to_string()])
             .args(["--auth-public", "**"])
             .args(["--log-level", "info"])
