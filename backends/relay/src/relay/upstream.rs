@@ -265,11 +265,14 @@ pub(super) fn upstream_tls(
         )),
         (None, None) => Trust::System,
     };
-    let alpn: &[&[u8]] = match scheme {
-        UpstreamScheme::Quic => &[skiff_core::conn::MOQ_LITE_05.as_bytes()],
-        UpstreamScheme::Tcp | UpstreamScheme::Tls => &[skiff_monoio::tls::ALPN_QMUX],
+    let alpn: Vec<&[u8]> = match scheme {
+        UpstreamScheme::Quic => skiff_quic::config::ALPNS
+            .iter()
+            .map(|a| a.as_bytes())
+            .collect(),
+        UpstreamScheme::Tcp | UpstreamScheme::Tls => vec![skiff_monoio::tls::ALPN_QMUX],
     };
-    skiff_monoio::tls::client_config_for(&trust, alpn)
+    skiff_monoio::tls::client_config_for(&trust, &alpn)
         .map(Arc::new)
         .map_err(|e| e.to_string())
 }
