@@ -157,7 +157,7 @@ use skiff_quic::QuicTransport;
 use skiff_ws::frame::Role as WsRole;
 
 use crate::auth::{Auth, Gate};
-use crate::config::{RelayConfig, Upstream as UpstreamAddr, quota_key};
+use crate::config::{RelayConfig, Upstream as UpstreamAddr, UpstreamScheme, quota_key};
 use crate::conn::Connection;
 use crate::conn_name::ConnName;
 use crate::handler::{ConnectionHandler, QuicConn, QuicServerConfig, WorkerInfo};

@@ -214,7 +214,7 @@ where
         Err(_) => None,
     };
     accept_loop(&listener, active, &shared, &handler).await;
-    if let Some(endpoint) = &quic {
+    if let Some((endpoint, _)) = &quic {
         // New QUIC connections are refused from now on; the endpoint goes on
         // routing the open ones' datagrams until the worker ends.
         endpoint.refuse_new();
@@ -254,8 +254,13 @@ where
         // give those completions a moment to be processed.
         monoio::time::sleep(FORCED_CLOSE_GRACE).await;
     }
-    if let Some(endpoint) = &quic {
+    if let Some((endpoint, accepting)) = quic {
         endpoint.stop();
+        // The accept loop ends at the stop and drops its handler before the
+        // runtime does: the relay's state is then freed on a running
+        // runtime (freeing it wakes the tasks that follow its tracks, which
+        // a runtime being torn down refuses).
+        accepting.await;
     }
     tracing::info!(worker = index, "worker stopped");
     Ok(WorkerExit { index, forced })
@@ -362,12 +367,13 @@ fn accept_queued(
 /// Binds this worker's QUIC endpoint on UDP at `addr` (the TCP listener's
 /// bound address, so both have the same port number), if the
 /// configuration asks for QUIC and the handler has a certificate for it, and
-/// spawns its receive task and its accept loop.
+/// spawns its receive task and its accept loop (which ends once the
+/// endpoint stops).
 fn start_quic<H: ConnectionHandler>(
     addr: std::net::SocketAddr,
     shared: &Rc<WorkerShared>,
     handler: &Rc<H>,
-) -> Option<skiff_monoio::quic::Endpoint> {
+) -> Option<(skiff_monoio::quic::Endpoint, monoio::task::JoinHandle<()>)> {
     if !shared.config.quic {
         return None;
     }
@@ -384,12 +390,12 @@ fn start_quic<H: ConnectionHandler>(
     tracing::info!(worker = shared.index, addr = %endpoint.local_addr(), "QUIC (moql://) on UDP");
     monoio::spawn(endpoint.clone().run());
     let (accepting, shared, handler) = (endpoint.clone(), shared.clone(), handler.clone());
-    monoio::spawn(async move {
+    let accept_loop = monoio::spawn(async move {
         while let Some((conn, link, peer)) = accepting.accept().await {
             admit_quic(conn, link, peer, &shared, &handler);
         }
     });
-    Some(endpoint)
+    Some((endpoint, accept_loop))
 }
 
 /// [`admit`] for a connection the QUIC endpoint accepted: the same limits

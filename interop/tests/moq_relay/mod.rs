@@ -9,7 +9,8 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,8 +25,12 @@ const STARTUP: Duration = Duration::from_secs(15);
 /// A running `moq-relay`, killed on drop; its output goes to a log file.
 pub struct MoqRelay {
     child: Child,
-    /// Its plain-TCP QMux listener.
+    /// Its plain-TCP QMux listener, or its QUIC (UDP) one
+    /// ([`MoqRelay::start_quic`]).
     pub addr: SocketAddr,
+    /// The SHA-256 of its generated certificate, as its `GET
+    /// /certificate.sha256` answers it (64 hex digits; QUIC only).
+    pub fingerprint: Option<String>,
     log: PathBuf,
 }
 
@@ -57,9 +62,78 @@ impl MoqRelay {
             .stderr(err)
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
-        let mut relay = MoqRelay { child, addr, log };
+        let mut relay = MoqRelay {
+            child,
+            addr,
+            fingerprint: None,
+            log,
+        };
         relay.wait_listening();
         relay
+    }
+
+    /// Starts `bin` serving moq-lite over QUIC only, on a free loopback UDP
+    /// port with a certificate it generates for `localhost`
+    /// (`--listen-tls-generate`), anonymous access everywhere, and its HTTP
+    /// listener on a free TCP port for `GET /certificate.sha256`, which is
+    /// read once it answers (docs/protocol.md §11.3).
+    pub fn start_quic(bin: &Path) -> Self {
+        Self::start_quic_with(bin, &["--listen-tls-generate", "localhost"])
+    }
+
+    /// As [`MoqRelay::start_quic`], with `args` (the certificate's flags,
+    /// the runtime's) instead of `--listen-tls-generate localhost`.
+    pub fn start_quic_with(bin: &Path, args: &[&str]) -> Self {
+        let port = UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("free UDP port")
+            .port();
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let web = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free TCP port");
+        let log = std::env::temp_dir().join(format!(
+            "skiff-moq-relay-quic-{}-{port}.log",
+            std::process::id()
+        ));
+        let out = File::create(&log).expect("relay log file");
+        let err = out.try_clone().expect("relay log file");
+        let child = Command::new(bin)
+            .args(["--listen", &addr.to_string()])
+            .args(args)
+            .args(["--web-http-listen", &web.to_string()])
+            .args(["--auth-public", "**"])
+            .args(["--log-level", "info"])
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let mut relay = MoqRelay {
+            child,
+            addr,
+            fingerprint: None,
+            log,
+        };
+        let deadline = Instant::now() + STARTUP;
+        loop {
+            if let Ok(Some(status)) = relay.child.try_wait() {
+                panic!(
+                    "moq-relay exited during startup ({status}):\n{}",
+                    relay.log_text()
+                );
+            }
+            if let Some(body) = http_get(web, "/certificate.sha256") {
+                relay.fingerprint = Some(body.trim().to_owned());
+                return relay;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "moq-relay's web listener {web} did not answer after {STARTUP:?}:\n{}",
+                relay.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Polls until the listener accepts a connection (the probe connection is dropped
@@ -94,6 +168,22 @@ impl MoqRelay {
         }
         s
     }
+}
+
+/// The body of a 200 answer to `GET path` from the HTTP listener at `addr`;
+/// `None` while it does not listen or answers anything else.
+fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut sock = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    sock.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        sock,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = String::new();
+    sock.read_to_string(&mut answer).ok()?;
+    let (head, body) = answer.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
 }
 
 impl Drop for MoqRelay {

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use skiff_core::relay::Quota;
 use skiff_monoio::driver::DriverKind;
+use skiff_monoio::tls::Fingerprint;
 
 use super::values::{ByteSize, DurationArg, LogLevel, Spelling, Upstream, from_text};
 
@@ -167,7 +168,8 @@ settings! {
     #[arg(value_name = "N")]
     threads: usize;
 
-    /// Upstream relay, `tcp://HOST:PORT/PATH` or `tls://HOST:PORT/PATH`.
+    /// Upstream relay, `tcp://HOST:PORT/PATH`, `tls://HOST:PORT/PATH` or
+    /// `moql://HOST:PORT/PATH` (moq-lite over QUIC).
     #[arg(value_name = "URL")]
     #[serde(default, deserialize_with = "from_text")]
     upstream: Upstream;
@@ -256,10 +258,18 @@ settings! {
     #[arg(value_name = "HOST", value_delimiter = ',')]
     tls_generate: Vec<String>;
 
-    /// PEM CA certificates a `tls://` upstream's certificate must chain to
-    /// [default: the system's trust store].
+    /// PEM CA certificates a `tls://` or `moql://` upstream's certificate
+    /// must chain to [default: the system's trust store].
     #[arg(value_name = "FILE")]
     upstream_ca: PathBuf;
+
+    /// Accept exactly the `tls://` or `moql://` upstream certificate with
+    /// this SHA-256 (64 hex digits, what its `GET /certificate.sha256`
+    /// answers), whatever its issuer, names or dates; not with
+    /// `--upstream-ca`.
+    #[arg(value_name = "HEX")]
+    #[serde(default, deserialize_with = "from_text")]
+    upstream_fingerprint: Fingerprint;
 
     /// Time a new connection has to complete the QMux handshake and SETUP,
     /// and a started record or control message to complete, before it is

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use skiff_monoio::driver::DriverKind;
-use skiff_monoio::tls::PemError;
+use skiff_monoio::tls::{Fingerprint, PemError};
 
 use crate::tls::{TlsFiles, TlsSource};
 
@@ -24,7 +24,9 @@ pub mod values;
 pub use keys::{
     Cli, Command, DEFAULT_LISTEN, DEFAULT_STREAM_CREDIT, RelayDemoArgs, Settings, Values, quota_key,
 };
-pub use values::{ByteSize, DurationArg, LogLevel, ParseValueError, Spelling, Upstream};
+pub use values::{
+    ByteSize, DurationArg, LogLevel, ParseValueError, Spelling, Upstream, UpstreamScheme,
+};
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -156,8 +158,12 @@ pub struct RelayConfig {
     /// empty: none): not empty makes the listen port TLS only. Never with
     /// [`RelayConfig::tls`].
     pub tls_generate: Vec<String>,
-    /// The CAs a `tls://` upstream must chain to (`None`: the system's).
+    /// The CAs a `tls://` or `moql://` upstream must chain to (`None`: the
+    /// system's).
     pub upstream_ca: Option<PathBuf>,
+    /// The SHA-256 of the one certificate a `tls://` or `moql://` upstream
+    /// may present (docs/protocol.md §11.3), instead of a chain to CAs.
+    pub upstream_fingerprint: Option<Fingerprint>,
 }
 
 /// Where tokens are verified and what anonymous sessions may do; all empty:
@@ -510,6 +516,7 @@ impl RelayConfig {
             tls,
             tls_generate,
             upstream_ca: v.upstream_ca,
+            upstream_fingerprint: v.upstream_fingerprint,
         }
     }
 
@@ -552,6 +559,13 @@ impl RelayConfig {
         let tls_generate = tls_generate(&v)?;
         let tls = tls_files(&v)?;
         let cfg = RelayConfig::of(v, auth, tls, tls_generate);
+        if cfg.upstream_ca.is_some() && cfg.upstream_fingerprint.is_some() {
+            // A pin accepts one certificate whatever its issuer: CAs would go unused.
+            return Err(invalid(
+                "upstream-fingerprint",
+                "give --upstream-fingerprint or --upstream-ca, not both",
+            ));
+        }
         if let Some(ca) = &cfg.upstream_ca {
             // A leaf must not start with CAs it cannot use.
             skiff_monoio::tls::roots_from_pem_file(ca)

@@ -53,12 +53,18 @@ fn upstream_urls() {
             host: "relay.example".into(),
             port: 4443,
             path: "room/a".into(),
-            tls: false,
+            scheme: UpstreamScheme::Tcp,
         }
     );
     let u: Upstream = "tls://relay.example:4443/room".parse().unwrap();
-    assert!(u.tls);
+    assert_eq!(u.scheme, UpstreamScheme::Tls);
     assert_eq!(u.to_string(), "tls://relay.example:4443/room");
+    let u: Upstream = "moql://relay.example:443/anon".parse().unwrap();
+    assert_eq!(
+        (u.scheme, u.host.as_str(), u.port, u.path.as_str()),
+        (UpstreamScheme::Quic, "relay.example", 443, "anon")
+    );
+    assert_eq!(u.to_string(), "moql://relay.example:443/anon");
     let u: Upstream = "tcp://[::1]:9000".parse().unwrap();
     assert_eq!(
         (u.host.as_str(), u.port, u.path.as_str()),
@@ -367,6 +373,46 @@ fn tls_files_come_in_pairs_and_must_load() {
     };
     let err = RelayConfig::merge(&Settings::default(), &ca).unwrap_err();
     assert!(err.to_string().contains("upstream-ca"), "{err}");
+}
+
+#[test]
+fn upstream_fingerprint_is_64_hex_digits_and_not_with_a_ca() {
+    let hex = "00112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF";
+    let cfg = RelayConfig::merge(
+        &Settings::default(),
+        &flags(&[
+            "--upstream=moql://127.0.0.1:4443/",
+            "--upstream-fingerprint",
+            hex,
+        ]),
+    )
+    .unwrap();
+    let pin = cfg.upstream_fingerprint.expect("pinned");
+    assert_eq!(pin.to_string(), hex.to_ascii_lowercase());
+    let file = Settings::from_toml(
+        &format!("upstream-fingerprint = \"{hex}\""),
+        Path::new("t.toml"),
+    )
+    .unwrap();
+    let cfg = RelayConfig::merge(&file, &Settings::default()).unwrap();
+    assert_eq!(cfg.upstream_fingerprint, Some(pin));
+    let mut v = vec!["skiff-relay", "--upstream-fingerprint", "abcd"];
+    assert!(Cli::try_parse_from(&v).is_err(), "4 digits");
+    v[2] = "zz112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    assert!(Cli::try_parse_from(&v).is_err(), "not hex");
+    let dir = std::env::temp_dir().join(format!("skiff-upstream-pin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = dir.join("ca.pem");
+    std::fs::write(&ca, "").unwrap();
+    let both = flags(&[
+        "--upstream-fingerprint",
+        hex,
+        "--upstream-ca",
+        ca.to_str().unwrap(),
+    ]);
+    let err = RelayConfig::merge(&Settings::default(), &both).unwrap_err();
+    assert!(err.to_string().contains("upstream-fingerprint"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

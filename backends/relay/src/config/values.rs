@@ -142,32 +142,64 @@ impl<'de> Deserialize<'de> for DurationArg {
 }
 
 /// The upstream relay this one forwards announcements and subscriptions to,
-/// written `tcp://HOST:PORT/PATH` or, over TLS, `tls://HOST:PORT/PATH`
-/// (PATH may be empty).
+/// written `tcp://HOST:PORT/PATH`, over TLS `tls://HOST:PORT/PATH`, or over
+/// QUIC `moql://HOST:PORT/PATH` (PATH may be empty).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
     /// Host name or IP address (IPv6 without brackets).
     pub host: String,
-    /// TCP port.
+    /// TCP port (UDP for `moql://`).
     pub port: u16,
     /// Broadcast path prefix sent in SETUP, without the leading `/`.
     pub path: String,
-    /// Dial it over TLS (`tls://`, docs/protocol.md §9.8), the host as the
+    /// How it is dialed.
+    pub scheme: UpstreamScheme,
+}
+
+/// How a leaf dials its upstream: its URL's scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamScheme {
+    /// `tcp://`: QMux over plain TCP.
+    Tcp,
+    /// `tls://`: QMux over TLS (docs/protocol.md §9.8), the host as the
     /// name its certificate must carry.
-    pub tls: bool,
+    Tls,
+    /// `moql://`: moq-lite over QUIC (docs/protocol.md §11), the host as
+    /// the name its certificate must carry.
+    Quic,
+}
+
+impl UpstreamScheme {
+    /// The URL scheme, without `://`.
+    pub fn name(self) -> &'static str {
+        match self {
+            UpstreamScheme::Tcp => "tcp",
+            UpstreamScheme::Tls => "tls",
+            UpstreamScheme::Quic => "moql",
+        }
+    }
+
+    /// Whether the upstream is dialed with a TLS handshake (its certificate
+    /// checked against `--upstream-ca`, the system's roots or
+    /// `--upstream-fingerprint`).
+    pub fn is_secure(self) -> bool {
+        self != UpstreamScheme::Tcp
+    }
 }
 
 impl FromStr for Upstream {
     type Err = ParseValueError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (tls, rest) = if let Some(rest) = s.strip_prefix("tcp://") {
-            (false, rest)
+        let (scheme, rest) = if let Some(rest) = s.strip_prefix("tcp://") {
+            (UpstreamScheme::Tcp, rest)
         } else if let Some(rest) = s.strip_prefix("tls://") {
-            (true, rest)
+            (UpstreamScheme::Tls, rest)
+        } else if let Some(rest) = s.strip_prefix("moql://") {
+            (UpstreamScheme::Quic, rest)
         } else {
             return Err(ParseValueError(format!(
-                "`{s}` must start with tcp:// or tls:// (QMux over TCP, or over TLS)"
+                "`{s}` must start with tcp://, tls:// or moql:// (QMux over TCP, over TLS, or moq-lite over QUIC)"
             )));
         };
         let (authority, path) = match rest.find('/') {
@@ -192,7 +224,7 @@ impl FromStr for Upstream {
         }
         let port: u16 = port
             .parse()
-            .map_err(|_| ParseValueError(format!("`{port}` is not a TCP port")))?;
+            .map_err(|_| ParseValueError(format!("`{port}` is not a port number")))?;
         if port == 0 {
             return Err(ParseValueError("upstream port 0 is not connectable".into()));
         }
@@ -200,7 +232,7 @@ impl FromStr for Upstream {
             host: host.to_owned(),
             port,
             path: path.to_owned(),
-            tls,
+            scheme,
         })
     }
 }
@@ -210,7 +242,7 @@ impl fmt::Display for Upstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (path, query) = self.path.split_once('?').unwrap_or((&self.path, ""));
         let hidden = if query.is_empty() { "" } else { "?…" };
-        let scheme = if self.tls { "tls" } else { "tcp" };
+        let scheme = self.scheme.name();
         if self.host.contains(':') {
             write!(f, "{scheme}://[{}]:{}/{path}{hidden}", self.host, self.port)
         } else {

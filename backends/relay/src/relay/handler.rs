@@ -93,9 +93,9 @@ impl RelayHandler {
             }
             if let Some(up) = &info.config.upstream {
                 let url = *upstream_url.get_or_init(|| dialed_upstream_url(info, up));
-                let tls = up.tls.then(|| {
+                let tls = up.scheme.is_secure().then(|| {
                     upstream_tls_config
-                        .get_or_init(|| upstream_tls(info))
+                        .get_or_init(|| upstream_tls(info, up.scheme))
                         .clone()
                 });
                 h.spawn_upstream(info, up.clone(), url, tls);
@@ -448,9 +448,12 @@ impl RelayHandler {
             session,
             Some(&mut sides),
             link,
+            Side::Server,
             name,
+            Remote::Client,
             Some(&resolver),
             gate.clone(),
+            None,
             &ctx,
         )
         .await;

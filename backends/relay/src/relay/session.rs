@@ -46,6 +46,10 @@ pub(super) struct RelayConn<'n, const S: usize> {
     gate: Option<Rc<Gate>>,
     /// Whether a wake-up is armed for the token's expiry.
     expiry_armed: bool,
+    /// When a session without SETUP yet is closed: a QUIC session, whose
+    /// transport has no handshake timer of its own (a QMux connection's
+    /// covers SETUP).
+    setup_by: Option<Instant>,
 }
 
 impl<'n, const S: usize> RelayConn<'n, S> {
@@ -71,6 +75,7 @@ impl<'n, const S: usize> RelayConn<'n, S> {
             reclaim: Reclaim::default(),
             gate,
             expiry_armed: false,
+            setup_by: None,
         }
     }
 
@@ -155,12 +160,30 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
     }
 
     fn wake_at(&mut self, now: Instant) -> Option<Instant> {
-        let lender = self.lender.as_deref()?;
-        self.reclaim.next(lender, now)
+        let reclaim = match self.lender.as_deref() {
+            Some(lender) => self.reclaim.next(lender, now),
+            None => None,
+        };
+        match (reclaim, self.setup_by) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn act<X: Transport>(&mut self, session: &mut Session<'_, 'static, 'static, N, X>) {
         let relay = self.relay.clone();
+        if let Some(at) = self.setup_by {
+            if session.is_setup() {
+                self.setup_by = None;
+            } else if relay.clock.now() >= at {
+                self.setup_by = None;
+                if !session.is_closed() {
+                    tracing::info!(conn = ?self.name, "no SETUP in time: session closed");
+                    session.close(SessionCode::ControlMessageTimeout, "no SETUP in time");
+                }
+                return;
+            }
+        }
         if let Some(at) = self.gate.as_ref().and_then(|g| g.deadline()) {
             if self.expired() {
                 if !session.is_closed() {
@@ -281,21 +304,31 @@ pub(super) async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize, c
     drive(session, sides, reader, writer, &mut app, ctx).await
 }
 
-/// [`run_session`] for a client's session over QUIC.
+/// [`run_session`] for a session over QUIC: a client's, or a leaf's with
+/// its upstream; `setup_by` closes the session if its SETUP exchange is not
+/// done by then (`None`: no such limit).
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn run_quic_session<'s, const N: usize, const S: usize>(
     relay: Rc<Relay>,
     session: Result<Box<QuicSession<'s, N>>, ConfigError>,
     sides: Option<&'s mut SideTables>,
     link: Link,
+    side: Side,
     name: &ConnName,
+    peer: Remote,
     resolver: Option<&'s dyn Resolve<'static, 'static>>,
     gate: Option<Rc<Gate>>,
+    setup_by: Option<Instant>,
     ctx: &DriveCtx,
 ) -> io::Result<Ended> {
     let mut session = session.map_err(io::Error::other)?;
-    session.set_resolver(resolver);
-    let mut app = relay_app::<S>(relay, Side::Server, name, Remote::Client, None, gate);
+    if peer.is_local() {
+        session.set_resolver(resolver);
+    } else {
+        session.set_resolver(Some(&*relay));
+    }
+    let mut app = relay_app::<S>(relay.clone(), side, name, peer, None, gate);
+    app.setup_by = setup_by;
     drive_quic(session, sides, link, &mut app, ctx).await
 }
 

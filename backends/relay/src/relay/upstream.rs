@@ -1,5 +1,5 @@
-//! A leaf relay's upstream: the dial loop with backoff, the session over TCP
-//! or TLS, and the path and URL it dials.
+//! A leaf relay's upstream: the dial loop with backoff, the session over TCP,
+//! TLS or QUIC, and the path and URL it dials.
 
 use super::*;
 
@@ -18,8 +18,8 @@ impl RelayHandler {
     /// broadcasts (so the upstream's subscribers reach them). `url` is what
     /// it dials, its path and query what its SETUP carries
     /// ([`dialed_upstream_url`]), `tls` the client configuration of a
-    /// `tls://` upstream ([`upstream_tls`]); both are made once for all
-    /// workers.
+    /// `tls://` or `moql://` upstream ([`upstream_tls`]); both are made once
+    /// for all workers.
     pub(super) fn spawn_upstream(
         &self,
         info: &WorkerInfo,
@@ -55,28 +55,36 @@ impl RelayHandler {
                     path,
                     name,
                 };
-                let ended = match (dial_upstream(&up).await, &tls) {
-                    (Err(e), _) => Err(e),
-                    (Ok(stream), None) => {
-                        tracing::info!(conn = ?name, "upstream connected");
-                        let (reader, writer) = split_halves(stream, 64 * 1024);
-                        session.run(&mut storage, reader, writer, None).await
+                let ended = match (up.scheme, &tls) {
+                    (UpstreamScheme::Quic, Some(config)) => {
+                        session
+                            .run_quic(&mut storage, &up, config, handshake_limit)
+                            .await
                     }
-                    (Ok(stream), Some(config)) => {
-                        let (reader, writer) = split_halves(stream, 64 * 1024);
-                        match upstream_handshake(config, &up, reader, writer, handshake_limit).await
-                        {
-                            Ok((reader, writer)) => {
-                                tracing::info!(conn = ?name, "upstream connected over TLS");
-                                // docs/protocol.md §9.8: qmux's ALPN name fixes the protocol.
-                                let fixed = (reader.alpn().as_deref()
-                                    == Some(skiff_monoio::tls::ALPN_QMUX))
-                                .then_some(skiff_ws::APPLICATION);
-                                session.run(&mut storage, reader, writer, fixed).await
-                            }
-                            Err(e) => Err(e),
+                    (_, tls) => match (dial_upstream(&up).await, tls) {
+                        (Err(e), _) => Err(e),
+                        (Ok(stream), None) => {
+                            tracing::info!(conn = ?name, "upstream connected");
+                            let (reader, writer) = split_halves(stream, 64 * 1024);
+                            session.run(&mut storage, reader, writer, None).await
                         }
-                    }
+                        (Ok(stream), Some(config)) => {
+                            let (reader, writer) = split_halves(stream, 64 * 1024);
+                            match upstream_handshake(config, &up, reader, writer, handshake_limit)
+                                .await
+                            {
+                                Ok((reader, writer)) => {
+                                    tracing::info!(conn = ?name, "upstream connected over TLS");
+                                    // docs/protocol.md §9.8: qmux's ALPN name fixes the protocol.
+                                    let fixed = (reader.alpn().as_deref()
+                                        == Some(skiff_monoio::tls::ALPN_QMUX))
+                                    .then_some(skiff_ws::APPLICATION);
+                                    session.run(&mut storage, reader, writer, fixed).await
+                                }
+                                Err(e) => Err(e),
+                            }
+                        }
+                    },
                 };
                 match ended {
                     Ok(ended) => {
@@ -151,6 +159,60 @@ impl UpstreamSession<'_> {
     }
 }
 
+impl UpstreamSession<'_> {
+    /// Dials the upstream `up` over QUIC from an endpoint of its own (with
+    /// `tls`, which offers moq-lite's ALPN) and runs the session over the
+    /// connection until it ends (docs/protocol.md §11). A session whose QUIC
+    /// handshake and SETUP take longer than `handshake_limit` is closed, as
+    /// over TCP: an upstream that does not answer is dialed again after the
+    /// backoff, not after QUIC's idle timeout.
+    async fn run_quic(
+        self,
+        storage: &mut UpstreamStorage,
+        up: &UpstreamAddr,
+        tls: &Arc<rustls::ClientConfig>,
+        handshake_limit: StdDuration,
+    ) -> io::Result<Ended> {
+        let config = skiff_quic::config::client_config(tls.clone(), TRUNK_STREAMS)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        let addr = upstream_addr(up)?;
+        let clock = self.ctx.clock;
+        let endpoint = skiff_monoio::quic::Endpoint::client(addr, clock)?;
+        let (conn, link) = endpoint.connect(config, addr, &up.host)?;
+        tracing::info!(conn = ?self.name, "upstream dialed over QUIC");
+        let receiving = monoio::spawn(endpoint.clone().run());
+        let peer = Remote::Upstream(self.path);
+        let (config, origin) = self.relay.session_setup(peer);
+        let transport = QuicTransport::new(conn, clock.epoch());
+        let session: Result<Box<QuicSession<'_, TRUNK_STREAMS>>, _> = Session::with_transport(
+            Side::Client,
+            config,
+            transport,
+            clock.now(),
+            storage,
+            Some(origin),
+        )
+        .map(Box::new);
+        let ended = run_quic_session::<TRUNK_STREAMS, TRUNK_UPSTREAM>(
+            self.relay.clone(),
+            session,
+            None,
+            link,
+            Side::Client,
+            &self.name,
+            peer,
+            None,
+            None,
+            Some(clock.now() + skiff_monoio::clock::to_core(handshake_limit)),
+            self.ctx,
+        )
+        .await;
+        endpoint.stop();
+        drop(receiving);
+        ended
+    }
+}
+
 /// The URL a leaf dials upstream: the `--upstream` URL, with the token of
 /// `--upstream-token-file` added to its query as `jwt` (docs/protocol.md
 /// §4.10). Its path and query are what the SETUP carries ([`setup_path`]);
@@ -158,7 +220,7 @@ impl UpstreamSession<'_> {
 /// for the process (the factory keeps it), so the file is read once and the
 /// leaked string does not grow with the workers.
 pub(super) fn dialed_upstream_url(info: &WorkerInfo, up: &UpstreamAddr) -> &'static str {
-    let scheme = if up.tls { "tls" } else { "tcp" };
+    let scheme = up.scheme.name();
     let mut dialed = if up.host.contains(':') {
         format!("{scheme}://[{}]:{}/{}", up.host, up.port, up.path)
     } else {
@@ -187,14 +249,30 @@ fn setup_path(url: &str) -> &str {
     rest.find('/').map_or("/", |i| &rest[i..])
 }
 
-/// The TLS client configuration a leaf dials its `tls://` upstream with:
-/// the CAs of `--upstream-ca`, or the system's trust store.
-pub(super) fn upstream_tls(info: &WorkerInfo) -> Result<Arc<rustls::ClientConfig>, String> {
-    let roots = match &info.config.upstream_ca {
-        Some(file) => skiff_monoio::tls::roots_from_pem_file(file).map_err(|e| e.to_string())?,
-        None => skiff_monoio::tls::system_roots(),
+/// The TLS client configuration a leaf dials its `tls://` or `moql://`
+/// upstream with: the certificate pinned by `--upstream-fingerprint`, or
+/// the CAs of `--upstream-ca`, or the system's trust store; offering qmux's
+/// ALPN name over TLS, moq-lite's over QUIC (docs/protocol.md §9.8, §11.1).
+pub(super) fn upstream_tls(
+    info: &WorkerInfo,
+    scheme: UpstreamScheme,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    use skiff_monoio::tls::Trust;
+    let trust = match (&info.config.upstream_fingerprint, &info.config.upstream_ca) {
+        (Some(pin), _) => Trust::Pinned(*pin),
+        (None, Some(file)) => Trust::Roots(Arc::new(
+            skiff_monoio::tls::roots_from_pem_file(file).map_err(|e| e.to_string())?,
+        )),
+        (None, None) => Trust::System,
     };
-    skiff_monoio::tls::client_config(Arc::new(roots), &[skiff_monoio::tls::ALPN_QMUX])
+    let alpn: Vec<&[u8]> = match scheme {
+        UpstreamScheme::Quic => skiff_quic::config::ALPNS
+            .iter()
+            .map(|a| a.as_bytes())
+            .collect(),
+        UpstreamScheme::Tcp | UpstreamScheme::Tls => vec![skiff_monoio::tls::ALPN_QMUX],
+    };
+    skiff_monoio::tls::client_config_for(&trust, &alpn)
         .map(Arc::new)
         .map_err(|e| e.to_string())
 }
@@ -222,14 +300,18 @@ async fn upstream_handshake<R: ByteRead, W: ByteWrite>(
     }
 }
 
-/// Dials the upstream relay (`host` resolved each time: it may move).
-async fn dial_upstream(up: &UpstreamAddr) -> io::Result<monoio::net::TcpStream> {
+/// The upstream's address (`host` resolved each time: it may move).
+fn upstream_addr(up: &UpstreamAddr) -> io::Result<std::net::SocketAddr> {
     use std::net::ToSocketAddrs;
-    let addr = (up.host.as_str(), up.port)
+    (up.host.as_str(), up.port)
         .to_socket_addrs()?
         .next()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "upstream host has no address"))?;
-    let stream = monoio::net::TcpStream::connect(addr).await?;
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "upstream host has no address"))
+}
+
+/// Dials the upstream relay over TCP.
+async fn dial_upstream(up: &UpstreamAddr) -> io::Result<monoio::net::TcpStream> {
+    let stream = monoio::net::TcpStream::connect(upstream_addr(up)?).await?;
     let _ = stream.set_nodelay(true);
     Ok(stream)
 }
