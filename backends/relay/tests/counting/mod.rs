@@ -37,10 +37,30 @@ pub struct Probed {
 impl ConnectionHandler for Probed {
     type Error = std::io::Error;
 
+    fn quic_config(&self) -> Option<Arc<skiff_relay::handler::QuicServerConfig>> {
+        self.inner.quic_config()
+    }
+
+    fn serve_quic(
+        self: Rc<Self>,
+        conn: skiff_relay::handler::QuicConn,
+    ) -> impl Future<Output = Result<(), Self::Error>> + 'static {
+        self.sample();
+        self.inner.clone().serve_quic(conn)
+    }
+
     fn serve(
         self: Rc<Self>,
         conn: Connection,
     ) -> impl Future<Output = Result<(), Self::Error>> + 'static {
+        self.sample();
+        self.inner.clone().serve(conn)
+    }
+}
+
+impl Probed {
+    /// Starts the sampling task with the thread's first connection.
+    fn sample(&self) {
         let (count, live) = (self.count.clone(), self.live.clone());
         // Every wake of the relay's tasks passes through the worker; sample
         // the counters from one task (started with the first connection)
@@ -57,6 +77,5 @@ impl ConnectionHandler for Probed {
                 }
             });
         }
-        self.inner.clone().serve(conn)
     }
 }
