@@ -89,6 +89,13 @@ pub trait Transport {
     /// the payload with [`write_stream`](Self::write_stream) instead.
     const GATHER: bool = false;
 
+    /// True if the peer's streams reach the session in the order the peer
+    /// wrote them across streams (QMux: records on one byte stream). A QUIC
+    /// library's streams do not: a subscription's END may overtake the group
+    /// streams it covers, so the session keeps an ended subscription open
+    /// for those for a short grace (docs/protocol.md §11.7).
+    const ORDERED: bool = true;
+
     /// True once the transport may open and write streams (for QMux: the
     /// parameters went both ways and a protocol was agreed).
     fn is_established(&self) -> bool;

@@ -1,7 +1,7 @@
 //! moq-tokio 0.19.31's own QUIC client (its noq transport, `moql://`,
 //! docs/protocol.md §11) on both ends of `skiff-relay`: one publisher and
 //! three subscribers dial the relay's UDP port with its `--tls-generate`
-//! certificate pinned by the fingerprint its HTTPS `GET /certificate.sha256`
+//! certificate pinned by the fingerprint its HTTP `GET /certificate.sha256`
 //! answers. Each subscriber must receive every frame of every group, one
 //! frame larger than a stream window, with its bytes, order and timestamp.
 

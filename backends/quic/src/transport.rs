@@ -500,6 +500,10 @@ pub fn pump<const N: usize>(
 }
 
 impl Transport for QuicTransport {
+    // QUIC delivers each stream in order, not the streams in the order the
+    // peer wrote them.
+    const ORDERED: bool = false;
+
     fn is_established(&self) -> bool {
         self.protocol.is_some() && !self.closed
     }

@@ -26,7 +26,7 @@ use crate::model::group::WriteError;
 use crate::model::path::PathBuf;
 use crate::model::track;
 use crate::pool::Block;
-use crate::time::Instant;
+use crate::time::{Duration, Instant};
 use crate::transport::Transport;
 use crate::window::Request;
 use crate::wire::lite::{
@@ -52,7 +52,16 @@ pub(crate) struct Subscription<'a, 'p> {
     pub(super) info: Option<TrackInfo>,
     /// The local track's version when [`super::Session::poll_changed`] last looked.
     pub(super) seen: u64,
+    /// The peer ended the subscription (FIN) on a transport that does not
+    /// order streams: group streams that started before the end may still
+    /// arrive until this instant, when the subscription closes
+    /// (docs/protocol.md §11.7).
+    pub(super) ending: Option<Instant>,
 }
+
+/// How long a subscription the peer ended stays open for group streams
+/// that the transport delivered after the end (docs/protocol.md §11.7).
+pub(super) const LATE_GROUP_GRACE: Duration = Duration::from_secs(1);
 
 /// An entry of our subscription table.
 pub(crate) enum SubEntry<'a, 'p> {
@@ -369,6 +378,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             track: Some(t),
             info: None,
             seen: 0,
+            ending: None,
         }));
         self.next_subscribe += 1;
         self.open_pending();
@@ -512,6 +522,49 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// The event is reported exactly once: if the event queue is full (calls
     /// such as `unsubscribe` add to it without limit), it waits in the entry,
     /// which stays taken until the event is queued.
+    /// The peer ended subscription `sub` (its FIN): closed at once when the
+    /// transport orders streams, else after [`LATE_GROUP_GRACE`], so group
+    /// streams the transport delivers after the end still reach the track
+    /// (docs/protocol.md §11.7).
+    pub(super) fn subscription_ended(&mut self, sub: u64) {
+        if T::ORDERED {
+            self.subscription_closed(sub, None);
+            return;
+        }
+        let now = self.now;
+        let Some(i) = self.sub_index(sub) else { return };
+        if let Some(Some(SubEntry::Open(s))) = self.subs.get_mut(i) {
+            s.ending = Some(now.saturating_add(LATE_GROUP_GRACE));
+        }
+    }
+
+    /// When the first ended subscription's grace runs out, if one waits.
+    pub(super) fn ending_deadline(&self) -> Option<Instant> {
+        if T::ORDERED {
+            return None;
+        }
+        self.subs
+            .iter()
+            .flatten()
+            .filter_map(SubEntry::open)
+            .filter_map(|s| s.ending)
+            .min()
+    }
+
+    /// Closes the ended subscriptions whose grace ran out by `now`.
+    pub(super) fn close_ended(&mut self, now: Instant) {
+        while let Some(sub) = self
+            .subs
+            .iter()
+            .flatten()
+            .filter_map(SubEntry::open)
+            .find(|s| s.ending.is_some_and(|t| now >= t))
+            .map(|s| s.id)
+        {
+            self.subscription_closed(sub, None);
+        }
+    }
+
     pub(super) fn subscription_closed(&mut self, sub: u64, code: Option<u64>) {
         let Some(i) = self.sub_index(sub) else { return };
         let Some(SubEntry::Open(mut s)) = self.subs[i].take() else {

@@ -7,7 +7,6 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::Arc;
 use std::time::Duration;
 
 use skiff_monoio::tls::Fingerprint;
@@ -166,24 +165,13 @@ fn get_fingerprint<S: Read + Write>(mut stream: S) -> Fingerprint {
     body.trim().parse().expect("64 hex digits")
 }
 
-/// The fingerprint skiff-relay's TLS port at `addr` answers at `GET
-/// /certificate.sha256` (HTTPS: with a certificate, the TCP port speaks TLS
-/// only).
+/// The fingerprint skiff-relay at `addr` answers at `GET
+/// /certificate.sha256` on its plain TCP port (a `--tls-generate`
+/// certificate serves QUIC only).
 pub fn skiff_relay_fingerprint(addr: SocketAddr) -> Fingerprint {
-    let provider = skiff_monoio::tls::provider();
-    let verifier = Arc::new(AnyCertificate(provider.signature_verification_algorithms));
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let name = rustls::pki_types::ServerName::try_from("localhost").expect("a name");
-    let conn = rustls::ClientConnection::new(Arc::new(config), name).expect("a TLS client");
-    let sock = TcpStream::connect(addr).expect("connect to the relay's TLS port");
+    let sock = TcpStream::connect(addr).expect("connect to the relay's TCP port");
     sock.set_read_timeout(Some(WAIT)).expect("socket timeout");
-    get_fingerprint(rustls::StreamOwned::new(conn, sock))
+    get_fingerprint(sock)
 }
 
 /// The fingerprint an HTTP listener at `addr` (moq-relay's

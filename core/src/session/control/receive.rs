@@ -284,7 +284,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             }
             Kind::SubscribeOut { sub } => {
                 self.control[slot].fin = true;
-                self.subscription_closed(sub, None);
+                self.subscription_ended(sub);
             }
             Kind::SubscribeIn { served } => {
                 // docs/protocol.md §3.8: the subscriber's FIN cancels; answer with FIN.
