@@ -172,7 +172,7 @@ impl Wire for Connection<32> {
     }
 }
 
-impl Wire for Mem {
+impl<const ORDERED: bool> Wire for Mem<ORDERED> {
     const BUFFERED: u64 = memory::LIB_WINDOW;
 
     fn held(session: &Session<'_, '_, '_, 32, Self>) -> usize {
@@ -201,7 +201,7 @@ impl Wire for Mem {
         storage: &'s mut Storage<'a, 'p, CONTROL, BUF, SERVE, SUBS, OUT, IN, CHUNKS>,
         origin: Option<origin::Ref<'a, 'p>>,
     ) -> Result<Session<'s, 'a, 'p, 32, Self>, ConfigError> {
-        let transport = Mem::new(side, &config.conn);
+        let transport = Mem::<ORDERED>::new(side, &config.conn);
         Session::with_transport(side, config, transport, now, storage, origin)
     }
 }
@@ -492,7 +492,7 @@ impl<const N: usize> Endpoint for Node<'_, '_, '_, N> {
 /// A session over the in-memory transport: the link carries the transport's
 /// frames ([`memory::encode`]), and received frames reach the session
 /// through [`memory::pump`].
-impl<const N: usize> Endpoint for Node<'_, '_, '_, N, Mem> {
+impl<const N: usize, const ORDERED: bool> Endpoint for Node<'_, '_, '_, N, Mem<ORDERED>> {
     fn transmit(&mut self, now: Instant, out: &mut [u8]) -> usize {
         memory::pump(&mut self.session, now);
         let mut once = Once::new(out);
@@ -567,7 +567,7 @@ impl<const N: usize> Endpoint for Node<'_, '_, '_, N, Mem> {
     }
 }
 
-impl<const N: usize> Node<'_, '_, '_, N, Mem> {
+impl<const N: usize, const ORDERED: bool> Node<'_, '_, '_, N, Mem<ORDERED>> {
     /// Applies the whole frames at the front of `data` to the transport and
     /// hands the session what it has room for; `resumed`: the session took
     /// bytes the transport held.

@@ -4,7 +4,9 @@
 //!
 //! The suite of two sessions talking ([`over_qmux`], `tests/suite.rs` with
 //! `tests/chunks.rs`) runs once over QMux and once over the in-memory stream
-//! transport ([`over_memory`]); its byte checks compare the moq-lite bytes of
+//! transport ([`over_memory`]), and once more over that transport delivering
+//! request streams before group streams as a QUIC library may
+//! ([`over_unordered`]); its byte checks compare the moq-lite bytes of
 //! each stream, which are the same on both. The tests in this file run over
 //! QMux only, because what they check is QMux's own: records cut at every
 //! split point of the byte stream, the bytes `poll_transmit` writes into the
@@ -1188,6 +1190,7 @@ mod inbox;
 
 mod over_memory;
 mod over_qmux;
+mod over_unordered;
 
 /// The Role of the peer's SETUP, from the events waiting.
 fn setup_role<const N: usize>(session: &mut Session<'_, '_, '_, N>) -> Option<Role> {

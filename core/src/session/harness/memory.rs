@@ -15,10 +15,12 @@
 //! stream that cannot take its frame yet keeps it, and its later ones,
 //! without holding up the other streams): the order QMux gives. A QUIC
 //! library promises no order across streams, and there a subscribe stream's
-//! SUBSCRIBE_END and FIN may overtake the group streams they cover; the
-//! session's subscriber refuses a group stream whose subscription already
-//! closed, so the docs/protocol.md §6 clock session loses its two groups
-//! when this driver hands each stream's bytes over in stream order instead.
+//! SUBSCRIBE_END and FIN may overtake the group streams they cover. `Mem`
+//! with `ORDERED` false models that: it hands request streams' frames over
+//! before the group streams' frames of the same step and says it does not
+//! order streams, so the session keeps an ended subscription open for late
+//! groups (docs/protocol.md §11.7). Without that grace, the §6 clock session
+//! and two other suite cases lose groups over it.
 //!
 //! Writes copy into the transport's own send queue and report `out: 0`;
 //! what the transport sends is a list of [`Frame`]s that [`encode`] and
@@ -94,8 +96,13 @@ struct Stream {
     released: u64,
 }
 
-/// A QUIC-like in-memory transport, one end of a pair.
-pub struct Mem {
+/// A QUIC-like in-memory transport, one end of a pair. With `ORDERED`
+/// false it reports that it does not order streams
+/// ([`Transport::ORDERED`]), and [`pump`] hands over the frames of request
+/// (bidi) streams before those of group (uni) streams that arrived in the
+/// same step, as a QUIC library may: a subscription's END can overtake the
+/// group streams it covers.
+pub struct Mem<const ORDERED: bool = true> {
     side: Side,
     /// The session's read windows for uni, our bidi and the peer's bidi streams.
     read_window: [u64; 3],
@@ -131,10 +138,10 @@ fn slot(dir: Dir) -> usize {
     }
 }
 
-impl Mem {
+impl<const ORDERED: bool> Mem<ORDERED> {
     /// One end, `side`, with the session's read windows from `config`.
     pub fn new(side: Side, config: &conn::Config) -> Self {
-        Mem {
+        Mem::<ORDERED> {
             side,
             read_window: [
                 config.max_stream_data_uni,
@@ -334,7 +341,9 @@ impl Mem {
     }
 }
 
-impl Transport for Mem {
+impl<const ORDERED: bool> Transport for Mem<ORDERED> {
+    const ORDERED: bool = ORDERED;
+
     fn is_established(&self) -> bool {
         self.established && !self.closed
     }
@@ -513,7 +522,10 @@ impl Transport for Mem {
 /// Hands what `session`'s transport received to the session: its events
 /// first, then stream data in order of arrival, each stream no more than
 /// the session has room for. Returns whether anything was handed over.
-pub fn pump<const N: usize>(session: &mut Session<'_, '_, '_, N, Mem>, now: Instant) -> bool {
+pub fn pump<const N: usize, const ORDERED: bool>(
+    session: &mut Session<'_, '_, '_, N, Mem<ORDERED>>,
+    now: Instant,
+) -> bool {
     let mut moved = false;
     while let Some(e) = session.transport_mut().events.pop_front() {
         moved = true;
@@ -547,7 +559,11 @@ pub fn pump<const N: usize>(session: &mut Session<'_, '_, '_, N, Mem>, now: Inst
     // Frames in order of arrival, as QMux delivers them: a stream whose
     // frame the session cannot take whole (no room, or stalled) keeps it and
     // its later frames; the other streams go on.
-    let frames: Vec<(u64, u64)> = session.transport_mut().readable.drain(..).collect();
+    let mut frames: Vec<(u64, u64)> = session.transport_mut().readable.drain(..).collect();
+    if !ORDERED {
+        // Request streams first (a stable sort keeps each stream's order).
+        frames.sort_by_key(|&(id, _)| StreamId(id).dir() == Dir::Uni);
+    }
     let mut kept = VecDeque::new();
     let mut blocked: Vec<u64> = Vec::new();
     for (id, end) in frames {
