@@ -6,140 +6,19 @@
 
 mod common;
 mod counting;
-
-use std::cell::Cell;
-use std::rc::Rc;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+mod secure_alloc;
 
 use common::*;
-use counting::*;
-use skiff_core::model::track::Info;
-use skiff_monoio::driver;
-use skiff_monoio::sdk::Request;
-use skiff_monoio::{Config, connect};
-use skiff_relay::handler::WorkerInfo;
-use skiff_relay::relay::RelayHandler;
-use skiff_relay::server;
+use counting::Counting;
 
 #[global_allocator]
 static A: Counting = Counting;
-
-const VIEWERS: usize = 5;
-const WARM_GROUPS: u64 = 4;
-const GROUPS: u64 = 12;
-const FRAMES: u64 = 10;
-
-/// A CA and a certificate for 127.0.0.1 in `dir`: (ca, cert, key) paths.
-fn certificates(dir: &std::path::Path) -> [std::path::PathBuf; 3] {
-    let pki = skiff_testkit::pki::Pki::write(dir, "alloc");
-    [pki.ca, pki.cert, pki.key]
-}
-
-/// Publishes and watches over `url`; (worker count at warm-up end, at the end, frames read).
-async fn load(url: String, config: Config, count: Arc<AtomicU64>) -> (u64, u64, u64) {
-    let frames = Rc::new(Cell::new(0u64));
-    let started = Rc::new(Cell::new(0usize));
-    let mut viewers = Vec::new();
-    for _ in 0..VIEWERS {
-        let (client, runner) = connect(&url, config.clone()).unwrap();
-        monoio::spawn(runner.run());
-        let (frames, started) = (frames.clone(), started.clone());
-        viewers.push(client.clone());
-        monoio::spawn(async move {
-            // Every group however far a viewer lags on a busy host (a live-edge
-            // request skips groups that fell behind): the test counts
-            // allocations per frame, so every frame must arrive.
-            let every_group = Request {
-                max_latency: skiff_core::time::Duration::from_secs(30),
-                ..Request::LIVE
-            };
-            let Ok(mut track) = client.subscribe("cam", "video", every_group).await else {
-                return;
-            };
-            started.set(started.get() + 1);
-            while let Ok(Some(mut group)) = track.next_group().await {
-                while let Ok(Some(_)) = group.read_frame().await {
-                    frames.set(frames.get() + 1);
-                }
-            }
-        });
-    }
-    let (publisher, runner) = connect(&url, config).unwrap();
-    monoio::spawn(runner.run());
-    let broadcast = publisher.publish("cam").unwrap();
-    let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
-    while started.get() < VIEWERS || track.subscribers() == 0 {
-        monoio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let mut start = 0;
-    let mut counted_from = 0;
-    for g in 0..GROUPS {
-        if g == WARM_GROUPS {
-            monoio::time::sleep(Duration::from_millis(50)).await;
-            start = count.load(Ordering::Relaxed);
-            counted_from = frames.get();
-        }
-        let mut group = track.append_group().unwrap();
-        for i in 0..FRAMES {
-            group
-                .write_frame(g * 1000 + i, &[g as u8; 900])
-                .await
-                .unwrap();
-            monoio::time::sleep(Duration::from_millis(2)).await;
-        }
-        group.finish().unwrap();
-    }
-    monoio::time::sleep(Duration::from_millis(100)).await;
-    let end = count.load(Ordering::Relaxed);
-    let delivered = frames.get() - counted_from;
-    track.finish();
-    publisher.close().await;
-    for v in viewers {
-        v.close().await;
-    }
-    (start, end, delivered)
-}
 
 #[test]
 fn tls_relaying_allocates_only_rustls_record_buffers() {
     for kind in drivers() {
         within(60, move || {
-            let dir = std::env::temp_dir()
-                .join(format!("skiff-tls-alloc-{}-{kind:?}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            let [ca, cert, key] = certificates(&dir);
-            let count = Arc::new(AtomicU64::new(0));
-            let c2 = count.clone();
-            let make = RelayHandler::factory(1).unwrap();
-            let cfg = skiff_relay::config::RelayConfig {
-                tls: Some(skiff_relay::tls::TlsFiles { cert, key }),
-                ..config(1, kind)
-            };
-            let handle = server::start(cfg, move |w: &WorkerInfo| Probed {
-                inner: Rc::new(make(w)),
-                count: c2.clone(),
-                live: Default::default(),
-            })
-            .unwrap();
-            let url = format!("tls://{}/anon", handle.local_addr());
-            let mut client_config = Config::default();
-            client_config.tls_roots = Some(Arc::new(
-                skiff_monoio::tls::roots_from_pem_file(&ca).unwrap(),
-            ));
-            let c3 = count.clone();
-            let (start, end, delivered) =
-                driver::block_on(kind, move |_| load(url, client_config, c3)).unwrap();
-            let wanted = VIEWERS as u64 * (GROUPS - WARM_GROUPS) * FRAMES;
-            assert!(delivered >= wanted, "{delivered} of {wanted} frames");
-            assert!(start > 0, "probe never sampled");
-            let per_frame = (end - start) as f64 / delivered as f64;
-            eprintln!(
-                "{kind:?}: {} worker allocations for {delivered} frames delivered over TLS ({per_frame:.2} per frame)",
-                end - start
-            );
+            let per_frame = secure_alloc::allocations_per_frame(kind, "tls");
             // At most one sealed record per frame per viewer plus one opened
             // record per frame from the publisher, with room for records
             // that carry control frames (credit, acknowledgements).
@@ -147,8 +26,6 @@ fn tls_relaying_allocates_only_rustls_record_buffers() {
                 per_frame <= 4.0,
                 "{kind:?}: {per_frame:.2} allocations per frame delivered"
             );
-            handle.shutdown().unwrap();
-            let _ = std::fs::remove_dir_all(&dir);
         });
     }
 }

@@ -254,21 +254,9 @@ impl Runner {
             );
             match session {
                 Ok(session) => {
-                    let mut app = SessionApp {
-                        shared: &self.shared,
-                        asked: Vec::new(),
-                        announced: Vec::new(),
-                        going_away: false,
-                    };
+                    let mut app = SessionApp::new(&self.shared);
                     let driven = drive_quic(Box::new(session), (), link, &mut app, &s.ctx.drive);
-                    let grace = async {
-                        self.closed().await;
-                        monoio::time::sleep(CLOSE_GRACE).await;
-                    };
-                    match race(driven, grace).await {
-                        Ok(ended) => ended.map(|_| ()),
-                        Err(()) => Ok(()),
-                    }
+                    self.until_closed(driven).await
                 }
                 Err(e) => Err(std::io::Error::other(e)),
             }
@@ -277,6 +265,26 @@ impl Runner {
         drop(receiving);
         s.ctx.give_storage(storage);
         res.map_err(Error::from_transport)
+    }
+
+    /// Runs a driven session to its end. Closing the client closes the
+    /// session (its drain signal), which then ends on its own, its close
+    /// sent; one that has not ended [`CLOSE_GRACE`] after is dropped.
+    async fn until_closed(
+        &self,
+        driven: impl std::future::Future<Output = std::io::Result<crate::session_driver::Ended>>,
+    ) -> std::io::Result<()> {
+        let grace = async {
+            self.closed().await;
+            monoio::time::sleep(CLOSE_GRACE).await;
+        };
+        match race(driven, grace).await {
+            Ok(ended) => ended.map(|_| ()),
+            Err(()) => {
+                tracing::debug!(url = %self.shared.target.url, "closed session dropped after the grace");
+                Ok(())
+            }
+        }
     }
 
     /// Runs one session over a connected transport.
@@ -308,15 +316,7 @@ impl Runner {
             );
             match session {
                 Ok(session) => {
-                    let mut app = SessionApp {
-                        shared: &self.shared,
-                        asked: Vec::new(),
-                        announced: Vec::new(),
-                        going_away: false,
-                    };
-                    // Closing the client closes the session (its drain
-                    // signal), which then ends on its own: sent its close,
-                    // stopped its reader.
+                    let mut app = SessionApp::new(&self.shared);
                     let driven = drive(
                         Box::new(session),
                         (),
@@ -325,17 +325,7 @@ impl Runner {
                         &mut app,
                         &s.ctx.drive,
                     );
-                    let grace = async {
-                        self.closed().await;
-                        monoio::time::sleep(CLOSE_GRACE).await;
-                    };
-                    match race(driven, grace).await {
-                        Ok(ended) => ended.map(|_| ()),
-                        Err(()) => {
-                            tracing::debug!(url = %s.target.url, "closed session dropped after the grace");
-                            Ok(())
-                        }
-                    }
+                    self.until_closed(driven).await
                 }
                 Err(e) => Err(std::io::Error::other(e)),
             }
@@ -357,7 +347,17 @@ struct SessionApp<'c> {
     going_away: bool,
 }
 
-impl SessionApp<'_> {
+impl<'c> SessionApp<'c> {
+    /// The app of a new session of the client sharing `shared`.
+    fn new(shared: &'c Shared) -> Self {
+        SessionApp {
+            shared,
+            asked: Vec::new(),
+            announced: Vec::new(),
+            going_away: false,
+        }
+    }
+
     /// The subscription `id` of this session belongs to, and its phase.
     fn find(
         &self,

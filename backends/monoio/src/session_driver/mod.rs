@@ -460,20 +460,7 @@ impl<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize> Driven<'_, 's, A, T, 
             step.events = true;
             step.more = true;
         }
-        if !self.goaway_sent
-            && self
-                .ctx
-                .shutdown
-                .as_ref()
-                .is_some_and(Shutdown::is_draining)
-        {
-            self.goaway_sent = true;
-            // docs/protocol.md §3.12: a server tells the peer to move on and keeps
-            // serving until it does; a client just closes.
-            if self.session.side() == Side::Client || self.session.goaway("").is_err() {
-                self.session.close(SessionCode::NoError, "shutting down");
-            }
-        }
+        goaway_on_drain(self.session, self.ctx, &mut self.goaway_sent);
         step
     }
 
@@ -563,15 +550,7 @@ impl<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize> Driven<'_, 's, A, T, 
             // fills carry the same waker, so what its next pass writes there
             // reaches the tasks following them (the only way a media change
             // reaches them: see the `notify` module docs).
-            for track in session.served_tracks().chain(session.filled_tracks()) {
-                track.wake_on_change(&ctx.notify.track_waker(track.key()));
-            }
-            let version = session.tracks_version();
-            if followed != Some((version, follows_every_change(session))) {
-                followed = Some((version, follow(session, &waiter, &task)));
-            } else {
-                waiter.rearm(&task);
-            }
+            watch_tracks(session, ctx, &waiter, &task, &mut followed);
             let sent = bytes::transmit(session, now, writer, &*self.handler.app).await?;
             let progress = step.progress | sent;
             if session.is_closed() && (session.is_drained() || !progress) {
@@ -598,18 +577,7 @@ impl<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize> Driven<'_, 's, A, T, 
 
             // Sleep until something can change.
             let deadline = self.deadline(now);
-            // Re-arm only for an earlier deadline: the idle deadline moves later
-            // with every byte, and a timer that fires early costs one pass, which
-            // arms it again for the deadline then.
-            if let Some(at) = deadline
-                && armed.is_none_or(|a| at < a)
-            {
-                armed = Some(at);
-                let wait = crate::clock::to_std(at.saturating_duration_since(now));
-                sleep
-                    .as_mut()
-                    .reset(monoio::time::Instant::from_std(StdInstant::now() + wait));
-            }
+            arm(sleep.as_mut(), &mut armed, deadline, now);
             let shutdown = ctx.shutdown.as_ref().filter(|_| !self.goaway_sent);
             let session_ref = &*self.session;
             poll_fn(|cx| {
@@ -644,6 +612,70 @@ impl<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize> Driven<'_, 's, A, T, 
             })
             .await;
         }
+    }
+}
+
+/// When the server drains, once: a server's session tells its peer to move
+/// on (GOAWAY) and keeps serving until it does, a client's closes
+/// (docs/protocol.md §3.12).
+fn goaway_on_drain<const N: usize, X: Transport>(
+    session: &mut Session<'_, 'static, 'static, N, X>,
+    ctx: &DriveCtx,
+    goaway_sent: &mut bool,
+) {
+    if *goaway_sent || !ctx.shutdown.as_ref().is_some_and(Shutdown::is_draining) {
+        return;
+    }
+    *goaway_sent = true;
+    if session.side() == Side::Client || session.goaway("").is_err() {
+        session.close(SessionCode::NoError, "shutting down");
+    }
+}
+
+/// Registers the thread's track waker on every track the session serves or
+/// fills, and the session's place for what it follows (re-armed when its
+/// track set did not change).
+///
+/// The next change of a track this session serves, by whoever makes it,
+/// wakes the session: registered after the input and the app (which may
+/// start serving) and before the session reads the tracks to send, so no
+/// change after the read is missed. The tracks it fills carry the same
+/// waker, so what its next pass writes there reaches the tasks following
+/// them (the only way a media change reaches them: see the `notify` module
+/// docs).
+fn watch_tracks<const N: usize, X: Transport>(
+    session: &Session<'_, 'static, 'static, N, X>,
+    ctx: &DriveCtx,
+    waiter: &crate::notify::Waiter<'_>,
+    task: &std::task::Waker,
+    followed: &mut Option<(u64, bool)>,
+) {
+    for track in session.served_tracks().chain(session.filled_tracks()) {
+        track.wake_on_change(&ctx.notify.track_waker(track.key()));
+    }
+    let version = session.tracks_version();
+    if *followed != Some((version, follows_every_change(session))) {
+        *followed = Some((version, follow(session, waiter, task)));
+    } else {
+        waiter.rearm(task);
+    }
+}
+
+/// Arms `sleep` for `deadline` if it is earlier than what is `armed`: the
+/// idle deadline moves later with every byte, and a timer that fires early
+/// costs one pass, which arms it again for the deadline then.
+fn arm(
+    sleep: std::pin::Pin<&mut monoio::time::Sleep>,
+    armed: &mut Option<Instant>,
+    deadline: Option<Instant>,
+    now: Instant,
+) {
+    if let Some(at) = deadline
+        && armed.is_none_or(|a| at < a)
+    {
+        *armed = Some(at);
+        let wait = crate::clock::to_std(at.saturating_duration_since(now));
+        sleep.reset(monoio::time::Instant::from_std(StdInstant::now() + wait));
     }
 }
 

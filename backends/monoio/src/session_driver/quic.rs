@@ -14,16 +14,15 @@ use std::future::{Future, poll_fn};
 use std::io;
 use std::pin::pin;
 use std::task::Poll;
-use std::time::{Duration as StdDuration, Instant as StdInstant};
+use std::time::Duration as StdDuration;
 
 use skiff_core::session::Session;
 use skiff_core::time::Instant;
-use skiff_core::wire::lite::SessionCode;
-use skiff_core::wire::qmux::Side;
 use skiff_quic::{QuicTransport, pump};
 
 use super::{
-    App, AppHandler, DriveCtx, Ended, SetupTables, follow, follows_every_change, forward_changes,
+    App, AppHandler, DriveCtx, Ended, SetupTables, arm, follow, follows_every_change,
+    forward_changes, goaway_on_drain, watch_tracks,
 };
 use crate::quic::Link;
 use crate::shutdown::Shutdown;
@@ -104,23 +103,8 @@ async fn run<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize>(
         let passed = session.pass(now, &mut handler);
         let events = passed.events > 0;
         progress |= events;
-        if !goaway_sent && ctx.shutdown.as_ref().is_some_and(Shutdown::is_draining) {
-            goaway_sent = true;
-            // docs/protocol.md §3.12: a server tells the peer to move on and
-            // keeps serving until it does; a client just closes.
-            if session.side() == Side::Client || session.goaway("").is_err() {
-                session.close(SessionCode::NoError, "shutting down");
-            }
-        }
-        for track in session.served_tracks().chain(session.filled_tracks()) {
-            track.wake_on_change(&ctx.notify.track_waker(track.key()));
-        }
-        let version = session.tracks_version();
-        if followed != Some((version, follows_every_change(session))) {
-            followed = Some((version, follow(session, &waiter, &task)));
-        } else {
-            waiter.rearm(&task);
-        }
+        goaway_on_drain(session, ctx, &mut goaway_sent);
+        watch_tracks(session, ctx, &waiter, &task, &mut followed);
         // The session writes into the library's stream buffers.
         let _ = session.poll_transmit(now, &mut scratch);
         // What the writes and reads changed (credit, stream limits) may let
@@ -152,15 +136,7 @@ async fn run<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize>(
         if let Some(at) = handler.app.wake_at(now) {
             deadline = Some(deadline.map_or(at, |d| d.min(at)));
         }
-        if let Some(at) = deadline
-            && armed.is_none_or(|a| at != a)
-        {
-            armed = Some(at);
-            let wait = crate::clock::to_std(at.saturating_duration_since(now));
-            sleep
-                .as_mut()
-                .reset(monoio::time::Instant::from_std(StdInstant::now() + wait));
-        }
+        arm(sleep.as_mut(), &mut armed, deadline, now);
         let shutdown = ctx.shutdown.as_ref().filter(|_| !goaway_sent);
         let session_ref = &*session;
         let link_ref = &*link;

@@ -406,7 +406,25 @@ impl RelayHandler {
     }
 }
 
+/// Logs why the client's session was refused, if its gate refused it.
+fn log_refusal(gate: Option<&Gate>, name: &ConnName) {
+    if let Some(refusal) = gate.and_then(|g| g.refusal()) {
+        tracing::debug!(conn = ?name, reason = %refusal, "session refused");
+    }
+}
+
 impl RelayHandler {
+    /// The token gate of a client's session (docs/protocol.md §4.10), or
+    /// `None` when the relay is open to everyone.
+    fn client_gate(&self) -> Option<Rc<Gate>> {
+        (!self.auth.is_open()).then(|| {
+            let clock = self.clock;
+            Rc::new(Gate::new(self.auth.clone(), move || {
+                (clock.now(), std::time::SystemTime::now())
+            }))
+        })
+    }
+
     /// Runs the session of a client connected over QUIC (docs/protocol.md
     /// §11): as [`RelayHandler::serve_session`], over the connection's
     /// streams; the path comes with the client's SETUP.
@@ -421,12 +439,7 @@ impl RelayHandler {
         let refused = |e: ResolveRefused, path: &str| relay.track_refused(Some(*name), e, path);
         let resolver = Resolver::new(&self.relay.router, Some(name.id()), &self.relay.queues)
             .on_refused(&refused);
-        let gate = (!self.auth.is_open()).then(|| {
-            let clock = self.clock;
-            Rc::new(Gate::new(self.auth.clone(), move || {
-                (clock.now(), std::time::SystemTime::now())
-            }))
-        });
+        let gate = self.client_gate();
         let mut sides = SideTables::new(self.sides.clone());
         let mut storage = self.storage.take();
         let (config, origin) = self.relay.session_setup(Remote::Client);
@@ -457,9 +470,7 @@ impl RelayHandler {
             &ctx,
         )
         .await;
-        if let Some(refusal) = gate.as_ref().and_then(|g| g.refusal()) {
-            tracing::debug!(conn = ?name, reason = %refusal, "session refused");
-        }
+        log_refusal(gate.as_deref(), name);
         self.storage.give(storage);
         ended
     }
@@ -481,12 +492,7 @@ impl RelayHandler {
         let refused = |e: ResolveRefused, path: &str| relay.track_refused(Some(*name), e, path);
         let resolver = Resolver::new(&self.relay.router, Some(name.id()), &self.relay.queues)
             .on_refused(&refused);
-        let gate = (!self.auth.is_open()).then(|| {
-            let clock = self.clock;
-            Rc::new(Gate::new(self.auth.clone(), move || {
-                (clock.now(), std::time::SystemTime::now())
-            }))
-        });
+        let gate = self.client_gate();
         // Media tables come at the client's SETUP, for the directions its
         // Role names; they outlive the session that borrows them.
         let mut sides = SideTables::new(self.sides.clone());
@@ -526,9 +532,7 @@ impl RelayHandler {
             &ctx,
         )
         .await;
-        if let Some(refusal) = gate.as_ref().and_then(|g| g.refusal()) {
-            tracing::debug!(conn = ?name, reason = %refusal, "session refused");
-        }
+        log_refusal(gate.as_deref(), name);
         self.storage.give(storage);
         ended
     }
