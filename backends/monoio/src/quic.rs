@@ -68,6 +68,12 @@ struct Shared {
     refusing: Cell<bool>,
     /// Datagrams dropped because they did not parse or belong nowhere.
     dropped: Cell<u64>,
+    /// New connections are asked to prove their address (a Retry) while at
+    /// least this many connections are still handshaking, as counted in the
+    /// cell the server keeps ([`Endpoint::retry_above`]); `None`: never.
+    retry_above: RefCell<Option<(u32, Rc<Cell<u32>>)>>,
+    /// Retry packets sent.
+    retries: Cell<u64>,
 }
 
 /// One thread's QUIC endpoint: a UDP socket and the quinn-proto endpoint
@@ -139,6 +145,8 @@ impl Endpoint {
                 gso: Cell::new(true),
                 refusing: Cell::new(false),
                 dropped: Cell::new(0),
+                retry_above: RefCell::new(None),
+                retries: Cell::new(0),
             }),
         })
     }
@@ -152,6 +160,21 @@ impl Endpoint {
     /// no connection.
     pub fn dropped(&self) -> u64 {
         self.shared.dropped.get()
+    }
+
+    /// Retry packets sent so far ([`retry_above`](Self::retry_above)).
+    pub fn retries(&self) -> u64 {
+        self.shared.retries.get()
+    }
+
+    /// Answers a new connection's first Initial with a Retry (the client
+    /// proves it receives at its address before the endpoint keeps any state
+    /// for it) while `handshaking` (a count the server keeps of its
+    /// connections still in their handshake) is at `threshold` or more;
+    /// 0 asks every new connection. A client that already came back with a
+    /// Retry's token is let through.
+    pub fn retry_above(&self, threshold: u32, handshaking: Rc<Cell<u32>>) {
+        *self.shared.retry_above.borrow_mut() = Some((threshold, handshaking));
     }
 
     /// Connections the endpoint routes datagrams to.
@@ -293,8 +316,9 @@ impl Endpoint {
         }
     }
 
-    /// Accepts a new connection for [`accept`](Self::accept), or refuses it
-    /// when too many wait or this endpoint serves none.
+    /// Accepts a new connection for [`accept`](Self::accept), refuses it
+    /// when too many wait or this endpoint serves none, or asks it to
+    /// validate its address first ([`retry_above`](Self::retry_above)).
     async fn admit(
         &self,
         incoming: quinn_proto::Incoming,
@@ -313,6 +337,31 @@ impl Endpoint {
             *response = send(&shared.socket, buf, t.destination).await;
             return;
         }
+        let pressed =
+            shared
+                .retry_above
+                .borrow()
+                .as_ref()
+                .is_some_and(|(threshold, handshaking)| {
+                    // Those accepted and not yet taken by the server count too.
+                    let waiting = u32::try_from(shared.waiting.borrow().len()).unwrap_or(u32::MAX);
+                    handshaking.get().saturating_add(waiting) >= *threshold
+                });
+        let incoming = if pressed && incoming.may_retry() {
+            let retried = shared.endpoint.borrow_mut().retry(incoming, response);
+            match retried {
+                Ok(t) => {
+                    shared.retries.set(shared.retries.get() + 1);
+                    response.truncate(t.size);
+                    let buf = std::mem::take(response);
+                    *response = send(&shared.socket, buf, t.destination).await;
+                    return;
+                }
+                Err(e) => e.into_incoming(),
+            }
+        } else {
+            incoming
+        };
         let accepted = shared
             .endpoint
             .borrow_mut()

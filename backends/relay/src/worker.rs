@@ -17,6 +17,7 @@ use monoio::net::TcpListener;
 use skiff_monoio::buffers::give_back_memory;
 use skiff_monoio::cancel::{cancel_on, is_cancelled, race};
 use skiff_monoio::driver::{self, ActiveDriver};
+use skiff_monoio::session_driver::HandshakeToken;
 use skiff_monoio::shutdown::{LocalEvent, Shutdown, StopReceiver};
 
 use crate::config::RelayConfig;
@@ -83,6 +84,26 @@ impl Drop for OpenGuard {
         }
     }
 }
+
+/// Counts a QUIC connection open for as long as its task lives.
+struct QuicOpen(Rc<WorkerShared>);
+
+impl QuicOpen {
+    fn new(shared: Rc<WorkerShared>) -> Self {
+        shared.counters().quic_opened();
+        QuicOpen(shared)
+    }
+}
+
+impl Drop for QuicOpen {
+    fn drop(&mut self) {
+        self.0.counters().quic_closed();
+    }
+}
+
+/// How often a worker copies its QUIC endpoint's counters (datagrams
+/// dropped, Retry packets sent) to its metrics.
+const QUIC_SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
 /// Everything a worker thread is started with.
 pub(crate) struct WorkerSetup<F> {
@@ -387,8 +408,28 @@ fn start_quic<H: ConnectionHandler>(
         }
     };
     endpoint.set_gso(shared.config.quic_gso);
+    endpoint.retry_above(shared.config.quic_retry_above, shared.handshaking.clone());
     tracing::info!(worker = shared.index, addr = %endpoint.local_addr(), "QUIC (moql://) on UDP");
     monoio::spawn(endpoint.clone().run());
+    {
+        // The endpoint's counters reach the metrics until the worker drains.
+        let (endpoint, shared) = (endpoint.clone(), shared.clone());
+        monoio::spawn(async move {
+            loop {
+                let c = shared.counters();
+                c.set_quic_endpoint(endpoint.dropped(), endpoint.retries());
+                if race(
+                    monoio::time::sleep(QUIC_SAMPLE_EVERY),
+                    shared.shutdown.wait(),
+                )
+                .await
+                .is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
     let (accepting, shared, handler) = (endpoint.clone(), shared.clone(), handler.clone());
     let accept_loop = monoio::spawn(async move {
         while let Some((conn, link, peer)) = accepting.accept().await {
@@ -433,17 +474,21 @@ fn admit_quic<H: ConnectionHandler>(
     shared.next_id.set(id.wrapping_add(1));
     let name = ConnName::client(index, id, peer);
     let guard = OpenGuard::new(shared.clone(), name, peer.ip());
+    let quic_open = QuicOpen::new(shared.clone());
     let quic = crate::handler::QuicConn {
         conn,
         link,
         peer,
         name,
         shutdown: Shutdown::new(shared.shutdown.clone()),
+        handshake: HandshakeToken::new(shared.handshaking.clone()),
+        handshake_timeout: shared.config.timeouts.handshake,
     };
     let handler = handler.clone();
     let force = shared.force.clone();
     tracing::debug!(conn = ?name, "QUIC connection accepted");
     monoio::spawn(async move {
+        let _quic_open = quic_open;
         let name = guard.name();
         match race(handler.serve_quic(quic), force.wait()).await {
             Ok(Ok(())) => tracing::debug!(conn = ?name, "connection finished"),

@@ -198,6 +198,8 @@ impl ConnectionHandler for RelayHandler {
                 link,
                 name,
                 shutdown,
+                handshake,
+                handshake_timeout,
                 ..
             } = conn;
             let ctx = DriveCtx {
@@ -205,7 +207,13 @@ impl ConnectionHandler for RelayHandler {
                 notify: self.relay.notify.clone(),
                 shutdown: Some(shutdown),
             };
-            let ended = Box::pin(self.serve_quic_session(&name, conn, link, ctx)).await?;
+            // docs/protocol.md §11.8: the QUIC handshake and the client's
+            // SETUP within the handshake timeout of the accept, or the
+            // session closes with CONTROL_MESSAGE_TIMEOUT.
+            let setup_by = self.clock.now() + skiff_monoio::clock::to_core(handshake_timeout);
+            let ended =
+                Box::pin(self.serve_quic_session(&name, conn, link, setup_by, handshake, ctx))
+                    .await?;
             tracing::debug!(conn = ?name, ?ended, "QUIC session ended");
             Ok(())
         }
@@ -415,6 +423,8 @@ impl RelayHandler {
         name: &ConnName,
         conn: skiff_quic::quinn_proto::Connection,
         link: Link,
+        setup_by: Instant,
+        handshake: HandshakeToken,
         ctx: DriveCtx,
     ) -> io::Result<Ended> {
         let relay = self.relay.clone();
@@ -453,7 +463,8 @@ impl RelayHandler {
             Remote::Client,
             Some(&resolver),
             gate.clone(),
-            None,
+            Some(setup_by),
+            Some(handshake),
             &ctx,
         )
         .await;
