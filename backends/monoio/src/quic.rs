@@ -48,6 +48,9 @@ struct Route {
     waker: Option<Waker>,
 }
 
+/// A server's check of a new client's address ([`Endpoint::admit_with`]).
+type Admission = Box<dyn Fn(SocketAddr) -> bool>;
+
 struct Shared {
     socket: UdpSocket,
     local: SocketAddr,
@@ -74,6 +77,9 @@ struct Shared {
     retry_above: RefCell<Option<(u32, Rc<Cell<u32>>)>>,
     /// Retry packets sent.
     retries: Cell<u64>,
+    /// The server's word on a new client's address, asked before the
+    /// endpoint does any work for it ([`Endpoint::admit_with`]).
+    admission: RefCell<Option<Admission>>,
 }
 
 /// One thread's QUIC endpoint: a UDP socket and the quinn-proto endpoint
@@ -147,6 +153,7 @@ impl Endpoint {
                 dropped: Cell::new(0),
                 retry_above: RefCell::new(None),
                 retries: Cell::new(0),
+                admission: RefCell::new(None),
             }),
         })
     }
@@ -175,6 +182,14 @@ impl Endpoint {
     /// Retry's token is let through.
     pub fn retry_above(&self, threshold: u32, handshaking: Rc<Cell<u32>>) {
         *self.shared.retry_above.borrow_mut() = Some((threshold, handshaking));
+    }
+
+    /// Asks `check` about each new client's address before the endpoint
+    /// does any work for it: `false` refuses the connection at once
+    /// (CONNECTION_REFUSED, without state or a TLS handshake), as a server
+    /// over its limits for that address does.
+    pub fn admit_with(&self, check: impl Fn(SocketAddr) -> bool + 'static) {
+        *self.shared.admission.borrow_mut() = Some(Box::new(check));
     }
 
     /// Connections the endpoint routes datagrams to.
@@ -317,7 +332,8 @@ impl Endpoint {
     }
 
     /// Accepts a new connection for [`accept`](Self::accept), refuses it
-    /// when too many wait or this endpoint serves none, or asks it to
+    /// when too many wait, this endpoint serves none or the server's
+    /// [`admit_with`](Self::admit_with) says no, or asks it to
     /// validate its address first ([`retry_above`](Self::retry_above)).
     async fn admit(
         &self,
@@ -330,6 +346,11 @@ impl Endpoint {
         if shared.server.is_none()
             || shared.refusing.get()
             || shared.waiting.borrow().len() >= MAX_WAITING
+            || shared
+                .admission
+                .borrow()
+                .as_ref()
+                .is_some_and(|f| !f(remote))
         {
             let t = shared.endpoint.borrow_mut().refuse(incoming, response);
             response.truncate(t.size);

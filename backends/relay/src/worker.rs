@@ -409,6 +409,18 @@ fn start_quic<H: ConnectionHandler>(
     };
     endpoint.set_gso(shared.config.quic_gso);
     endpoint.retry_above(shared.config.quic_retry_above, shared.handshaking.clone());
+    {
+        // Over a limit: refused before the endpoint keeps any state or
+        // starts a TLS handshake for the address.
+        let shared = shared.clone();
+        endpoint.admit_with(move |peer| match quic_over(&shared, peer) {
+            Some(quota) => {
+                refuse_quic(&shared, peer, quota);
+                false
+            }
+            None => true,
+        });
+    }
     tracing::info!(worker = shared.index, addr = %endpoint.local_addr(), "QUIC (moql://) on UDP");
     monoio::spawn(endpoint.clone().run());
     {
@@ -449,24 +461,12 @@ fn admit_quic<H: ConnectionHandler>(
     handler: &Rc<H>,
 ) {
     let index = shared.index;
-    let quotas = shared.config.quotas;
-    let from_ip = shared.per_ip.borrow().get(&peer.ip()).copied().unwrap_or(0);
-    let over = if shared.shutdown.is_fired()
-        || shared.open.get() >= shared.config.limits.max_connections
-    {
-        Some("max-connections")
-    } else if from_ip >= quotas.connections_per_ip {
-        Some("max-connections-per-ip")
-    } else if shared.handshaking.get() >= quotas.handshakes {
-        Some("max-handshakes")
-    } else {
-        None
-    };
-    if let Some(quota) = over {
-        shared.counters().connection_refused();
-        tracing::debug!(worker = index, %peer, quota, "QUIC connection refused");
-        // Dropping the connection and its link forgets it; the client's
-        // handshake times out.
+    if let Some(quota) = quic_over(shared, peer) {
+        // Several accepted at once from one address, past its quota: the
+        // endpoint's check ([`start_quic`]) came before the first of them
+        // counted. Dropping the connection and its link forgets it; the
+        // client's handshake times out.
+        refuse_quic(shared, peer, quota);
         drop((conn, link));
         return;
     }
@@ -498,6 +498,31 @@ fn admit_quic<H: ConnectionHandler>(
             Err(()) => tracing::debug!(conn = ?name, "connection closed by the drain timeout"),
         }
     });
+}
+
+/// The limit or quota a new QUIC connection from `peer` would go past, if
+/// any (the TCP listener's, [`admit`]).
+fn quic_over(shared: &WorkerShared, peer: std::net::SocketAddr) -> Option<&'static str> {
+    let quotas = shared.config.quotas;
+    let from_ip = shared.per_ip.borrow().get(&peer.ip()).copied().unwrap_or(0);
+    if shared.shutdown.is_fired() || shared.open.get() >= shared.config.limits.max_connections {
+        Some("max-connections")
+    } else if from_ip >= quotas.connections_per_ip {
+        Some("max-connections-per-ip")
+    } else if shared.handshaking.get() >= quotas.handshakes {
+        Some("max-handshakes")
+    } else {
+        None
+    }
+}
+
+/// Counts and logs a QUIC connection refused for going past `quota`.
+fn refuse_quic(shared: &WorkerShared, peer: std::net::SocketAddr, quota: &'static str) {
+    shared.counters().connection_refused();
+    if quota != "max-connections" {
+        shared.counters().add_quota_refused();
+    }
+    tracing::debug!(worker = shared.index, %peer, quota, "QUIC connection refused");
 }
 
 /// Admits an accepted connection within the worker's limits and quotas (or

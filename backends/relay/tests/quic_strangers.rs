@@ -229,9 +229,19 @@ impl Noise {
     }
 }
 
+/// The start of a client's SETUP stream (docs/protocol.md §3.5): the stream
+/// type, a Message Length of 64, one parameter, the Path's ID and a 60-byte
+/// value to come.
+const SETUP_START: &[u8] = &[0x01, 0x40, 0x40, 0x01, 0x02, 0x3c];
+
 /// How a connection the relay's QUIC endpoint accepted ended, as seen by a
-/// client that finished the handshake and then sent nothing.
-fn silent_client(addr: SocketAddr, fingerprint: Fingerprint) -> (Duration, Option<u64>) {
+/// client that finished the handshake and then sent nothing (or, with
+/// `trickle`, the start of its SETUP and then one byte every 100 ms).
+fn silent_client(
+    addr: SocketAddr,
+    fingerprint: Fingerprint,
+    trickle: bool,
+) -> (Duration, Option<u64>) {
     let config = client_config(fingerprint);
     driver::block_on(DriverKind::Legacy, move |_| async move {
         let clock = skiff_monoio::clock::Clock::new();
@@ -240,6 +250,7 @@ fn silent_client(addr: SocketAddr, fingerprint: Fingerprint) -> (Duration, Optio
         monoio::spawn(endpoint.clone().run());
         let deadline = Instant::now() + WAIT;
         let mut connected = None;
+        let mut setup: Option<(quinn_proto::StreamId, Instant)> = None;
         let ended = loop {
             assert!(Instant::now() < deadline, "the relay never closed");
             link.deliver(&mut conn);
@@ -250,10 +261,24 @@ fn silent_client(addr: SocketAddr, fingerprint: Fingerprint) -> (Duration, Optio
             let mut lost = None;
             while let Some(event) = conn.poll() {
                 match event {
-                    quinn_proto::Event::Connected => connected = Some(Instant::now()),
+                    quinn_proto::Event::Connected => {
+                        connected = Some(Instant::now());
+                        if trickle {
+                            let id = conn.streams().open(quinn_proto::Dir::Uni).unwrap();
+                            conn.send_stream(id).write(SETUP_START).unwrap();
+                            setup = Some((id, Instant::now()));
+                        }
+                    }
                     quinn_proto::Event::ConnectionLost { reason } => lost = Some(reason),
                     _ => {}
                 }
+            }
+            if let Some((id, at)) = &mut setup
+                && at.elapsed() >= Duration::from_millis(100)
+                && lost.is_none()
+            {
+                *at = Instant::now();
+                let _ = conn.send_stream(*id).write(b"a");
             }
             link.exchange(&mut conn);
             link.flush(&mut conn).await;
@@ -276,17 +301,20 @@ fn silent_client(addr: SocketAddr, fingerprint: Fingerprint) -> (Duration, Optio
 }
 
 #[test]
-fn a_quic_client_without_setup_is_closed_at_the_handshake_timeout() {
+fn a_quic_client_without_setup_or_trickling_it_is_closed_at_the_handshake_timeout() {
     let (relay, fingerprint) = relay(&[]);
     let audience = Audience::start(relay.addr, fingerprint);
-    // Handshake done, no SETUP: CONTROL_MESSAGE_TIMEOUT at the deadline.
-    let (after, code) = silent_client(relay.addr, fingerprint);
-    eprintln!("closed {after:?} after the handshake with {code:?}");
-    assert_eq!(code, Some(CONTROL_MESSAGE_TIMEOUT));
-    assert!(
-        after < HANDSHAKE * 3,
-        "closed {after:?} after the handshake"
-    );
+    // Handshake done, then no SETUP, or one trickled a byte at a time:
+    // CONTROL_MESSAGE_TIMEOUT at the deadline.
+    for trickle in [false, true] {
+        let (after, code) = silent_client(relay.addr, fingerprint, trickle);
+        eprintln!("closed {after:?} after the handshake with {code:?} (trickle: {trickle})");
+        assert_eq!(code, Some(CONTROL_MESSAGE_TIMEOUT));
+        assert!(
+            after < HANDSHAKE * 3,
+            "closed {after:?} after the handshake"
+        );
+    }
     // An Initial and nothing more: the connection the relay made for it is
     // gone by the same deadline, not held for QUIC's 30 s idle timeout.
     let socket = udp();
@@ -341,7 +369,7 @@ fn garbage_and_truncated_datagrams_are_dropped() {
     let socket = udp();
     let mut noise = Noise(0x5eed_1234_abcd_0001);
     let real = initial(relay.addr, fingerprint);
-    let (mut sent, mut sent_bytes, mut truncated) = (0u64, 0u64, 0u64);
+    let (mut sent, mut sent_bytes) = (0u64, 0u64);
     for k in 0..3000u64 {
         let datagram = match k % 3 {
             // Random bytes of any length.
@@ -352,7 +380,6 @@ fn garbage_and_truncated_datagrams_are_dropped() {
             // A real Initial cut short: below the 1200 bytes an Initial
             // must fill.
             1 => {
-                truncated += 1;
                 let len = 1 + (noise.next() % 1199) as usize;
                 real[..len].to_vec()
             }
@@ -373,7 +400,10 @@ fn garbage_and_truncated_datagrams_are_dropped() {
         }
     }
     let (answers, answer_bytes) = received_for(&socket, Duration::from_millis(500));
-    eprintln!("{answers} answers ({answer_bytes} bytes) to {sent} datagrams ({sent_bytes} bytes)");
+    eprintln!(
+        "{answers} answers ({answer_bytes} bytes) to {sent} datagrams ({sent_bytes} bytes), {} dropped",
+        relay.metric("skiff_relay_quic_dropped_datagrams_total") - dropped_before
+    );
     // Answers are the library's stateless resets and version negotiations
     // only: fewer and smaller than what provoked them.
     assert!(answers < sent, "{answers} answers to {sent}");
@@ -382,7 +412,7 @@ fn garbage_and_truncated_datagrams_are_dropped() {
         "{answer_bytes} bytes back for {sent_bytes}"
     );
     eventually_within(WAIT, "the dropped datagrams counted", || {
-        relay.metric("skiff_relay_quic_dropped_datagrams_total") >= dropped_before + truncated
+        relay.metric("skiff_relay_quic_dropped_datagrams_total") >= dropped_before + sent
     });
     assert_eq!(relay.metric("skiff_relay_quic_connections"), 2);
     audience.finish();
@@ -393,6 +423,7 @@ fn quic_handshakes_past_the_per_address_quota_are_refused() {
     let (relay, fingerprint) = relay(&["--max-connections-per-ip", "4"]);
     let audience = Audience::start(relay.addr, fingerprint);
     let refused_before = relay.metric("skiff_relay_connections_refused_total");
+    let quota_before = relay.metric("skiff_relay_quota_refused_total");
     // Thirty handshakes from 127.0.0.1, which has two connections open.
     let sockets: Vec<UdpSocket> = (0..30).map(|_| udp()).collect();
     for s in &sockets {
@@ -403,10 +434,54 @@ fn quic_handshakes_past_the_per_address_quota_are_refused() {
         relay.metric("skiff_relay_connections_refused_total") >= refused_before + 28
     });
     assert!(relay.metric("skiff_relay_quic_connections") <= 4);
+    assert!(relay.metric("skiff_relay_quota_refused_total") >= quota_before + 28);
+    // Each one hears back at once: the two admitted their server's flight,
+    // the refused a CONNECTION_REFUSED smaller than their Initial.
+    let answered = sockets
+        .iter()
+        .filter(|s| received_for(s, Duration::from_millis(100)).0 > 0)
+        .count();
+    assert_eq!(answered, sockets.len());
     eprintln!(
         "refused {}, open {}",
         relay.metric("skiff_relay_connections_refused_total") - refused_before,
         relay.metric("skiff_relay_quic_connections")
+    );
+    audience.finish();
+}
+
+#[test]
+fn quic_handshakes_count_against_max_handshakes_until_setup() {
+    let (relay, fingerprint) = relay(&["--max-handshakes", "3", "--quic-retry-above", "100"]);
+    // The publisher and the viewer are set up: neither counts.
+    let audience = Audience::start(relay.addr, fingerprint);
+    let quota_before = relay.metric("skiff_relay_quota_refused_total");
+    let sockets: Vec<UdpSocket> = (0..5).map(|_| udp()).collect();
+    for s in &sockets {
+        s.send_to(&initial(relay.addr, fingerprint), relay.addr)
+            .unwrap();
+    }
+    eventually_within(WAIT, "two handshakes past the quota refused", || {
+        relay.metric("skiff_relay_quota_refused_total") >= quota_before + 2
+    });
+    assert_eq!(relay.metric("skiff_relay_quic_connections"), 2 + 3);
+    assert_eq!(
+        relay.metric("skiff_relay_quota_refused_total"),
+        quota_before + 2
+    );
+    // At the deadline the three give their slots back.
+    eventually_within(WAIT, "the half-open handshakes gone", || {
+        relay.metric("skiff_relay_quic_connections") == 2
+    });
+    let late = udp();
+    late.send_to(&initial(relay.addr, fingerprint), relay.addr)
+        .unwrap();
+    eventually_within(WAIT, "a new handshake admitted", || {
+        relay.metric("skiff_relay_quic_connections") == 3
+    });
+    assert_eq!(
+        relay.metric("skiff_relay_quota_refused_total"),
+        quota_before + 2
     );
     audience.finish();
 }
