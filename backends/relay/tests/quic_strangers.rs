@@ -1,11 +1,13 @@
-//! Strangers on a relay's QUIC port (docs/protocol.md §11), against a real
-//! `skiff-relay` process serving a certificate it generated: a client that
-//! finishes the QUIC handshake and never sends SETUP, a handshake that never
-//! completes, handshakes taking a Retry, garbage and truncated datagrams,
-//! more handshakes from one address than its quota, and a spoofed Initial
-//! whose answer must stay within three times its size. Each runs while an
-//! SDK publisher and viewer stream over `moql://` through the same relay,
-//! and the viewer must get every frame, in order and intact.
+//! Strangers on a relay's QUIC port (docs/protocol.md §11.8), against a
+//! real `skiff-relay` process serving a certificate it generated: a client
+//! that finishes the QUIC handshake and never sends SETUP (or trickles it),
+//! a handshake that never completes, handshakes past `--max-handshakes` and
+//! the per-address quota, handshakes taking a Retry, garbage and truncated
+//! datagrams, a spoofed Initial whose answers must stay within three times
+//! its size, and a client the relay forgot, answered with a stateless
+//! reset. Each runs while an SDK publisher and viewer stream over `moql://`
+//! through the same relay, and the viewer must get every frame, in order
+//! and intact.
 
 mod common;
 mod peers;
@@ -298,6 +300,103 @@ fn silent_client(
         (connected.elapsed(), code)
     })
     .expect("client runtime")
+}
+
+/// How a client's connection ended when it finished its handshake, then
+/// missed everything the relay sent (the relay's close at the handshake
+/// deadline among it), and spoke again after the deadline: the relay, which
+/// forgot the connection, answers with a stateless reset. Returns the reason
+/// and the sizes of the client's last datagram and the answers to it.
+fn client_that_missed_the_close(
+    addr: SocketAddr,
+    fingerprint: Fingerprint,
+) -> (quinn_proto::ConnectionError, usize, Vec<usize>) {
+    let socket = udp();
+    let mut endpoint = quinn_proto::Endpoint::new(
+        Arc::new(quinn_proto::EndpointConfig::default()),
+        None,
+        true,
+        None,
+    );
+    let (ch, mut conn) = endpoint
+        .connect(
+            Instant::now(),
+            client_config(fingerprint),
+            addr,
+            "localhost",
+        )
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    let (mut buf, mut rx) = (Vec::new(), vec![0u8; 65536]);
+    let mut connected: Option<Instant> = None;
+    let mut feeding = true;
+    let (mut last_sent, mut answers) = (0, Vec::new());
+    loop {
+        assert!(Instant::now() < deadline, "no reset came");
+        let now = Instant::now();
+        loop {
+            buf.clear();
+            let Some(t) = conn.poll_transmit(now, 1, &mut buf) else {
+                break;
+            };
+            socket.send_to(&buf[..t.size], t.destination).unwrap();
+            last_sent = t.size;
+        }
+        while let Some(event) = conn.poll_endpoint_events() {
+            if let Some(back) = endpoint.handle_event(ch, event) {
+                conn.handle_event(back);
+            }
+        }
+        if let Ok((n, from)) = socket.recv_from(&mut rx)
+            && feeding
+        {
+            if connected.is_some() {
+                answers.push(n);
+            }
+            let data = bytes::BytesMut::from(&rx[..n]);
+            let mut response = Vec::new();
+            let now = Instant::now();
+            if let Some(quinn_proto::DatagramEvent::ConnectionEvent(_, event)) =
+                endpoint.handle(now, from, None, None, data, &mut response)
+            {
+                conn.handle_event(event);
+            }
+        }
+        let now = Instant::now();
+        if conn.poll_timeout().is_some_and(|t| t <= now) {
+            conn.handle_timeout(now);
+        }
+        while let Some(event) = conn.poll() {
+            match event {
+                quinn_proto::Event::Connected => {
+                    connected = Some(Instant::now());
+                    feeding = false;
+                }
+                quinn_proto::Event::ConnectionLost { reason } => {
+                    return (reason, last_sent, answers);
+                }
+                _ => {}
+            }
+        }
+        if !feeding && connected.is_some_and(|at| at.elapsed() > HANDSHAKE * 2) {
+            // Past the relay's deadline: speak, and listen again.
+            conn.ping();
+            feeding = true;
+        }
+    }
+}
+
+#[test]
+fn a_forgotten_connection_gets_a_stateless_reset() {
+    let (relay, fingerprint) = relay(&[]);
+    let audience = Audience::start(relay.addr, fingerprint);
+    let (reason, sent, answers) = client_that_missed_the_close(relay.addr, fingerprint);
+    eprintln!("{reason:?} after {sent} bytes, answers {answers:?}");
+    assert_eq!(reason, quinn_proto::ConnectionError::Reset);
+    // The reset is smaller than what provoked it.
+    assert!(answers.iter().all(|&n| n < sent), "{answers:?} for {sent}");
+    assert_eq!(relay.metric("skiff_relay_quic_connections"), 2);
+    audience.finish();
 }
 
 #[test]
