@@ -550,6 +550,34 @@ fn quic_handshakes_past_the_per_address_quota_are_refused() {
 }
 
 #[test]
+fn a_flood_of_initials_past_the_threshold_takes_retries_and_holds_no_state() {
+    let (relay, fingerprint) = relay(&["--quic-retry-above", "50"]);
+    let audience = Audience::start(relay.addr, fingerprint);
+    let retries_before = relay.metric("skiff_relay_quic_retries_total");
+    // A thousand Initials from addresses that never answer: the first fifty
+    // make connections (half-open until the deadline), every later one
+    // gets a Retry and costs the relay nothing more.
+    let sockets: Vec<UdpSocket> = (0..1000).map(|_| udp()).collect();
+    let initials: Vec<Vec<u8>> = sockets
+        .iter()
+        .map(|_| initial(relay.addr, fingerprint))
+        .collect();
+    for (s, i) in sockets.iter().zip(&initials) {
+        s.send_to(i, relay.addr).unwrap();
+    }
+    eventually_within(WAIT, "the Retries counted", || {
+        relay.metric("skiff_relay_quic_retries_total") >= retries_before + 950
+    });
+    let open = relay.metric("skiff_relay_quic_connections");
+    eprintln!("{open} QUIC connections open during the flood");
+    assert!(open <= 2 + 50, "{open} open");
+    eventually_within(WAIT, "the half-open connections gone", || {
+        relay.metric("skiff_relay_quic_connections") == 2
+    });
+    audience.finish();
+}
+
+#[test]
 fn quic_handshakes_count_against_max_handshakes_until_setup() {
     let (relay, fingerprint) = relay(&["--max-handshakes", "3", "--quic-retry-above", "100"]);
     // The publisher and the viewer are set up: neither counts.
