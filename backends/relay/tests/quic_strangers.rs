@@ -632,3 +632,44 @@ fn an_unvalidated_address_gets_at_most_three_times_what_it_sent() {
     );
     audience.finish();
 }
+
+/// Half-open QUIC connections the memory test makes.
+const HALF_OPEN: u64 = 1000;
+
+#[test]
+fn a_half_open_quic_connection_holds_under_64_kib() {
+    // Every protection that would refuse or Retry them out of the way, and
+    // a deadline past the measurement.
+    let relay = start_relay(&[
+        "--tls-generate",
+        "localhost",
+        "--max-handshakes",
+        "100000",
+        "--max-connections-per-ip",
+        "100000",
+        "--quic-retry-above",
+        "100000",
+        "--handshake-timeout",
+        "60s",
+    ]);
+    let (_, body) = http_get(relay.addr, "/certificate.sha256");
+    let fingerprint: Fingerprint = body.parse().expect("a fingerprint");
+    let audience = Audience::start(relay.addr, fingerprint);
+    let before = relay.settled_rss();
+    let sockets: Vec<UdpSocket> = (0..HALF_OPEN).map(|_| udp()).collect();
+    for s in &sockets {
+        s.send_to(&initial(relay.addr, fingerprint), relay.addr)
+            .unwrap();
+        // Paced, so the relay's handshakes share the CPU with the audience.
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    eventually_within(WAIT, "the half-open connections made", || {
+        relay.metric("skiff_relay_quic_connections") == 2 + HALF_OPEN
+    });
+    let each = relay.settled_rss().saturating_sub(before) / HALF_OPEN;
+    eprintln!("a half-open QUIC connection holds {each} bytes");
+    // The library's connection and its TLS state: the session's tables
+    // wait for a completed handshake.
+    assert!(each < 64 * 1024, "{each} bytes each");
+    audience.finish();
+}

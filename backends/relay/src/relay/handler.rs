@@ -211,6 +211,12 @@ impl ConnectionHandler for RelayHandler {
             // SETUP within the handshake timeout of the accept, or the
             // session closes with CONTROL_MESSAGE_TIMEOUT.
             let setup_by = self.clock.now() + skiff_monoio::clock::to_core(handshake_timeout);
+            let (mut conn, mut link) = (conn, link);
+            let by = std::time::Instant::now() + handshake_timeout;
+            if !quic_handshake(&mut conn, &mut link, by).await {
+                tracing::debug!(conn = ?name, "QUIC handshake not completed");
+                return Ok(());
+            }
             let ended =
                 Box::pin(self.serve_quic_session(&name, conn, link, setup_by, handshake, ctx))
                     .await?;
@@ -542,5 +548,53 @@ impl RelayHandler {
         }
         self.storage.give(storage);
         ended
+    }
+}
+
+/// Drives a new QUIC connection through its handshake alone, before the
+/// session and its tables are made: a client that never completes it holds
+/// only the library's connection, and only until `deadline` (then it is
+/// closed). True once the handshake is done; false if the connection closed
+/// or the deadline passed first.
+async fn quic_handshake(
+    conn: &mut skiff_quic::quinn_proto::Connection,
+    link: &mut Link,
+    deadline: std::time::Instant,
+) -> bool {
+    let mut sleep = std::pin::pin!(monoio::time::sleep(std::time::Duration::ZERO));
+    loop {
+        link.deliver(conn);
+        let now = std::time::Instant::now();
+        if conn.poll_timeout().is_some_and(|t| t <= now) {
+            conn.handle_timeout(now);
+        }
+        let late = now >= deadline && conn.is_handshaking();
+        if late {
+            // docs/protocol.md §11.8: not done within the handshake timeout.
+            conn.close(
+                now,
+                skiff_quic::quinn_proto::VarInt::from_u32(0x11),
+                Default::default(),
+            );
+        }
+        link.exchange(conn);
+        link.flush(conn).await;
+        if late || conn.is_closed() {
+            return false;
+        }
+        if !conn.is_handshaking() {
+            return true;
+        }
+        // Until a datagram, the library's next timer, or the deadline.
+        let wake = conn.poll_timeout().map_or(deadline, |t| t.min(deadline));
+        sleep.as_mut().reset(monoio::time::Instant::from_std(wake));
+        let link = &*link;
+        std::future::poll_fn(|cx| {
+            if link.poll_ready(cx.waker()) || sleep.as_mut().poll(cx).is_ready() {
+                return std::task::Poll::Ready(());
+            }
+            std::task::Poll::Pending
+        })
+        .await;
     }
 }
