@@ -328,8 +328,8 @@ settings! {
     #[arg(value_name = "N")]
     max_connections_per_ip: u32 = 256;
 
-    /// Connections per worker thread that have not finished their QMux
-    /// handshake and SETUP; more are closed at once.
+    /// Connections per worker thread that have not finished their QMux or
+    /// QUIC handshake and SETUP; more are closed at once.
     #[arg(value_name = "N")]
     max_handshakes: u32 = 1024;
 
