@@ -48,6 +48,9 @@ struct Route {
     waker: Option<Waker>,
 }
 
+/// A server's check of a new client's address ([`Endpoint::admit_with`]).
+type Admission = Box<dyn Fn(SocketAddr) -> bool>;
+
 struct Shared {
     socket: UdpSocket,
     local: SocketAddr,
@@ -68,6 +71,15 @@ struct Shared {
     refusing: Cell<bool>,
     /// Datagrams dropped because they did not parse or belong nowhere.
     dropped: Cell<u64>,
+    /// New connections are asked to prove their address (a Retry) while at
+    /// least this many connections are still handshaking, as counted in the
+    /// cell the server keeps ([`Endpoint::retry_above`]); `None`: never.
+    retry_above: RefCell<Option<(u32, Rc<Cell<u32>>)>>,
+    /// Retry packets sent.
+    retries: Cell<u64>,
+    /// The server's word on a new client's address, asked before the
+    /// endpoint does any work for it ([`Endpoint::admit_with`]).
+    admission: RefCell<Option<Admission>>,
 }
 
 /// One thread's QUIC endpoint: a UDP socket and the quinn-proto endpoint
@@ -139,6 +151,9 @@ impl Endpoint {
                 gso: Cell::new(true),
                 refusing: Cell::new(false),
                 dropped: Cell::new(0),
+                retry_above: RefCell::new(None),
+                retries: Cell::new(0),
+                admission: RefCell::new(None),
             }),
         })
     }
@@ -152,6 +167,29 @@ impl Endpoint {
     /// no connection.
     pub fn dropped(&self) -> u64 {
         self.shared.dropped.get()
+    }
+
+    /// Retry packets sent so far ([`retry_above`](Self::retry_above)).
+    pub fn retries(&self) -> u64 {
+        self.shared.retries.get()
+    }
+
+    /// Answers a new connection's first Initial with a Retry (the client
+    /// proves it receives at its address before the endpoint keeps any state
+    /// for it) while `handshaking` (a count the server keeps of its
+    /// connections still in their handshake) is at `threshold` or more;
+    /// 0 asks every new connection. A client that already came back with a
+    /// Retry's token is let through.
+    pub fn retry_above(&self, threshold: u32, handshaking: Rc<Cell<u32>>) {
+        *self.shared.retry_above.borrow_mut() = Some((threshold, handshaking));
+    }
+
+    /// Asks `check` about each new client's address before the endpoint
+    /// does any work for it: `false` refuses the connection at once
+    /// (CONNECTION_REFUSED, without state or a TLS handshake), as a server
+    /// over its limits for that address does.
+    pub fn admit_with(&self, check: impl Fn(SocketAddr) -> bool + 'static) {
+        *self.shared.admission.borrow_mut() = Some(Box::new(check));
     }
 
     /// Connections the endpoint routes datagrams to.
@@ -293,8 +331,10 @@ impl Endpoint {
         }
     }
 
-    /// Accepts a new connection for [`accept`](Self::accept), or refuses it
-    /// when too many wait or this endpoint serves none.
+    /// Accepts a new connection for [`accept`](Self::accept), refuses it
+    /// when too many wait, this endpoint serves none or the server's
+    /// [`admit_with`](Self::admit_with) says no, or asks it to
+    /// validate its address first ([`retry_above`](Self::retry_above)).
     async fn admit(
         &self,
         incoming: quinn_proto::Incoming,
@@ -306,6 +346,11 @@ impl Endpoint {
         if shared.server.is_none()
             || shared.refusing.get()
             || shared.waiting.borrow().len() >= MAX_WAITING
+            || shared
+                .admission
+                .borrow()
+                .as_ref()
+                .is_some_and(|f| !f(remote))
         {
             let t = shared.endpoint.borrow_mut().refuse(incoming, response);
             response.truncate(t.size);
@@ -313,6 +358,31 @@ impl Endpoint {
             *response = send(&shared.socket, buf, t.destination).await;
             return;
         }
+        let pressed =
+            shared
+                .retry_above
+                .borrow()
+                .as_ref()
+                .is_some_and(|(threshold, handshaking)| {
+                    // Those accepted and not yet taken by the server count too.
+                    let waiting = u32::try_from(shared.waiting.borrow().len()).unwrap_or(u32::MAX);
+                    handshaking.get().saturating_add(waiting) >= *threshold
+                });
+        let incoming = if pressed && incoming.may_retry() {
+            let retried = shared.endpoint.borrow_mut().retry(incoming, response);
+            match retried {
+                Ok(t) => {
+                    shared.retries.set(shared.retries.get() + 1);
+                    response.truncate(t.size);
+                    let buf = std::mem::take(response);
+                    *response = send(&shared.socket, buf, t.destination).await;
+                    return;
+                }
+                Err(e) => e.into_incoming(),
+            }
+        } else {
+            incoming
+        };
         let accepted = shared
             .endpoint
             .borrow_mut()

@@ -91,6 +91,12 @@ pub struct QuicConn {
     pub name: ConnName,
     /// The server's drain signal, as seen from this thread.
     pub shutdown: skiff_monoio::shutdown::Shutdown,
+    /// Counts the connection among the worker's handshakes until its
+    /// session is set up.
+    pub handshake: skiff_monoio::session_driver::HandshakeToken,
+    /// Time the QUIC handshake and the client's SETUP have from the accept
+    /// (`--handshake-timeout`).
+    pub handshake_timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for QuicConn {

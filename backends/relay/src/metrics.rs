@@ -35,6 +35,9 @@ pub struct ThreadCounters {
     quota_refused: AtomicU64,
     relay_tracks: AtomicU64,
     broadcasts: AtomicU64,
+    quic_open: AtomicU64,
+    quic_dropped: AtomicU64,
+    quic_retries: AtomicU64,
     /// 0 = not started, 1 = io_uring, 2 = legacy.
     driver: AtomicU8,
     draining: AtomicBool,
@@ -50,6 +53,23 @@ impl ThreadCounters {
     /// Counts a handled connection that ended.
     pub fn connection_closed(&self) {
         self.open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Counts a QUIC connection handed to the handler (and now open).
+    pub fn quic_opened(&self) {
+        self.quic_open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a QUIC connection whose handler ended.
+    pub fn quic_closed(&self) {
+        self.quic_open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Copies the QUIC endpoint's totals: datagrams dropped (unparsable or
+    /// of no connection) and Retry packets sent.
+    pub fn set_quic_endpoint(&self, dropped: u64, retries: u64) {
+        self.quic_dropped.store(dropped, Ordering::Relaxed);
+        self.quic_retries.store(retries, Ordering::Relaxed);
     }
 
     /// Counts a connection closed at once because the thread was at its limit
@@ -149,6 +169,9 @@ impl ThreadCounters {
             quota_refused: self.quota_refused.load(Ordering::Relaxed),
             relay_tracks: self.relay_tracks.load(Ordering::Relaxed),
             broadcasts: self.broadcasts.load(Ordering::Relaxed),
+            quic_open: self.quic_open.load(Ordering::Relaxed),
+            quic_dropped: self.quic_dropped.load(Ordering::Relaxed),
+            quic_retries: self.quic_retries.load(Ordering::Relaxed),
         }
     }
 }
@@ -186,6 +209,12 @@ pub struct Snapshot {
     pub relay_tracks: u64,
     /// Broadcasts routed.
     pub broadcasts: u64,
+    /// QUIC connections currently open (among `open`).
+    pub quic_open: u64,
+    /// Datagrams the QUIC endpoint dropped: unparsable, or of no connection.
+    pub quic_dropped: u64,
+    /// Retry packets the QUIC endpoint sent.
+    pub quic_retries: u64,
 }
 
 impl core::ops::AddAssign for Snapshot {
@@ -205,6 +234,9 @@ impl core::ops::AddAssign for Snapshot {
         self.quota_refused += o.quota_refused;
         self.relay_tracks += o.relay_tracks;
         self.broadcasts += o.broadcasts;
+        self.quic_open += o.quic_open;
+        self.quic_dropped += o.quic_dropped;
+        self.quic_retries += o.quic_retries;
     }
 }
 
@@ -311,6 +343,24 @@ const FAMILIES: &[Family] = &[
         kind: "gauge",
         help: "Broadcasts routed (their source present or within the failover grace).",
         get: |s| s.broadcasts,
+    },
+    Family {
+        name: "quic_connections",
+        kind: "gauge",
+        help: "QUIC connections currently open (counted in connections_open too).",
+        get: |s| s.quic_open,
+    },
+    Family {
+        name: "quic_dropped_datagrams_total",
+        kind: "counter",
+        help: "UDP datagrams the QUIC endpoint dropped: unparsable, or of no connection, sampled every 100 ms.",
+        get: |s| s.quic_dropped,
+    },
+    Family {
+        name: "quic_retries_total",
+        kind: "counter",
+        help: "Retry packets sent: new QUIC connections asked to prove their address, sampled every 100 ms.",
+        get: |s| s.quic_retries,
     },
 ];
 

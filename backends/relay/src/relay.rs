@@ -148,8 +148,8 @@ use skiff_monoio::clock::Clock;
 use skiff_monoio::notify::Notify;
 use skiff_monoio::quic::Link;
 use skiff_monoio::session_driver::{
-    App, ByteRead, ByteWrite, DriveCtx, Ended, MoqSession, QuicSession, StoragePool, drive,
-    drive_quic, split_halves,
+    App, ByteRead, ByteWrite, DriveCtx, Ended, HandshakeToken, MoqSession, QuicSession,
+    StoragePool, drive, drive_quic, split_halves,
 };
 use skiff_monoio::tables::Keep;
 use skiff_monoio::ws::{WsReader, WsWriter};

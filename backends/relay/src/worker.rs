@@ -17,6 +17,7 @@ use monoio::net::TcpListener;
 use skiff_monoio::buffers::give_back_memory;
 use skiff_monoio::cancel::{cancel_on, is_cancelled, race};
 use skiff_monoio::driver::{self, ActiveDriver};
+use skiff_monoio::session_driver::HandshakeToken;
 use skiff_monoio::shutdown::{LocalEvent, Shutdown, StopReceiver};
 
 use crate::config::RelayConfig;
@@ -83,6 +84,26 @@ impl Drop for OpenGuard {
         }
     }
 }
+
+/// Counts a QUIC connection open for as long as its task lives.
+struct QuicOpen(Rc<WorkerShared>);
+
+impl QuicOpen {
+    fn new(shared: Rc<WorkerShared>) -> Self {
+        shared.counters().quic_opened();
+        QuicOpen(shared)
+    }
+}
+
+impl Drop for QuicOpen {
+    fn drop(&mut self) {
+        self.0.counters().quic_closed();
+    }
+}
+
+/// How often a worker copies its QUIC endpoint's counters (datagrams
+/// dropped, Retry packets sent) to its metrics.
+const QUIC_SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
 /// Everything a worker thread is started with.
 pub(crate) struct WorkerSetup<F> {
@@ -387,8 +408,40 @@ fn start_quic<H: ConnectionHandler>(
         }
     };
     endpoint.set_gso(shared.config.quic_gso);
+    endpoint.retry_above(shared.config.quic_retry_above, shared.handshaking.clone());
+    {
+        // Over a limit: refused before the endpoint keeps any state or
+        // starts a TLS handshake for the address.
+        let shared = shared.clone();
+        endpoint.admit_with(move |peer| match quic_over(&shared, peer) {
+            Some(quota) => {
+                refuse_quic(&shared, peer, quota);
+                false
+            }
+            None => true,
+        });
+    }
     tracing::info!(worker = shared.index, addr = %endpoint.local_addr(), "QUIC (moql://) on UDP");
     monoio::spawn(endpoint.clone().run());
+    {
+        // The endpoint's counters reach the metrics until the worker drains.
+        let (endpoint, shared) = (endpoint.clone(), shared.clone());
+        monoio::spawn(async move {
+            loop {
+                let c = shared.counters();
+                c.set_quic_endpoint(endpoint.dropped(), endpoint.retries());
+                if race(
+                    monoio::time::sleep(QUIC_SAMPLE_EVERY),
+                    shared.shutdown.wait(),
+                )
+                .await
+                .is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
     let (accepting, shared, handler) = (endpoint.clone(), shared.clone(), handler.clone());
     let accept_loop = monoio::spawn(async move {
         while let Some((conn, link, peer)) = accepting.accept().await {
@@ -408,24 +461,12 @@ fn admit_quic<H: ConnectionHandler>(
     handler: &Rc<H>,
 ) {
     let index = shared.index;
-    let quotas = shared.config.quotas;
-    let from_ip = shared.per_ip.borrow().get(&peer.ip()).copied().unwrap_or(0);
-    let over = if shared.shutdown.is_fired()
-        || shared.open.get() >= shared.config.limits.max_connections
-    {
-        Some("max-connections")
-    } else if from_ip >= quotas.connections_per_ip {
-        Some("max-connections-per-ip")
-    } else if shared.handshaking.get() >= quotas.handshakes {
-        Some("max-handshakes")
-    } else {
-        None
-    };
-    if let Some(quota) = over {
-        shared.counters().connection_refused();
-        tracing::debug!(worker = index, %peer, quota, "QUIC connection refused");
-        // Dropping the connection and its link forgets it; the client's
-        // handshake times out.
+    if let Some(quota) = quic_over(shared, peer) {
+        // Several accepted at once from one address, past its quota: the
+        // endpoint's check ([`start_quic`]) came before the first of them
+        // counted. Dropping the connection and its link forgets it; the
+        // client's handshake times out.
+        refuse_quic(shared, peer, quota);
         drop((conn, link));
         return;
     }
@@ -433,17 +474,21 @@ fn admit_quic<H: ConnectionHandler>(
     shared.next_id.set(id.wrapping_add(1));
     let name = ConnName::client(index, id, peer);
     let guard = OpenGuard::new(shared.clone(), name, peer.ip());
+    let quic_open = QuicOpen::new(shared.clone());
     let quic = crate::handler::QuicConn {
         conn,
         link,
         peer,
         name,
         shutdown: Shutdown::new(shared.shutdown.clone()),
+        handshake: HandshakeToken::new(shared.handshaking.clone()),
+        handshake_timeout: shared.config.timeouts.handshake,
     };
     let handler = handler.clone();
     let force = shared.force.clone();
     tracing::debug!(conn = ?name, "QUIC connection accepted");
     monoio::spawn(async move {
+        let _quic_open = quic_open;
         let name = guard.name();
         match race(handler.serve_quic(quic), force.wait()).await {
             Ok(Ok(())) => tracing::debug!(conn = ?name, "connection finished"),
@@ -453,6 +498,31 @@ fn admit_quic<H: ConnectionHandler>(
             Err(()) => tracing::debug!(conn = ?name, "connection closed by the drain timeout"),
         }
     });
+}
+
+/// The limit or quota a new QUIC connection from `peer` would go past, if
+/// any (the TCP listener's, [`admit`]).
+fn quic_over(shared: &WorkerShared, peer: std::net::SocketAddr) -> Option<&'static str> {
+    let quotas = shared.config.quotas;
+    let from_ip = shared.per_ip.borrow().get(&peer.ip()).copied().unwrap_or(0);
+    if shared.shutdown.is_fired() || shared.open.get() >= shared.config.limits.max_connections {
+        Some("max-connections")
+    } else if from_ip >= quotas.connections_per_ip {
+        Some("max-connections-per-ip")
+    } else if shared.handshaking.get() >= quotas.handshakes {
+        Some("max-handshakes")
+    } else {
+        None
+    }
+}
+
+/// Counts and logs a QUIC connection refused for going past `quota`.
+fn refuse_quic(shared: &WorkerShared, peer: std::net::SocketAddr, quota: &'static str) {
+    shared.counters().connection_refused();
+    if quota != "max-connections" {
+        shared.counters().add_quota_refused();
+    }
+    tracing::debug!(worker = shared.index, %peer, quota, "QUIC connection refused");
 }
 
 /// Admits an accepted connection within the worker's limits and quotas (or

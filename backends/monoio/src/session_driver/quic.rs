@@ -120,9 +120,17 @@ async fn run<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize>(
         if t.connection().is_drained() {
             return Ok(Ended::Closed);
         }
-        if session.is_closed() && t.connection().is_closed() && !sent {
-            // Our close (or the peer's) went out: nothing more to say.
-            return Ok(Ended::Closed);
+        if session.is_closed() && t.connection().is_closed() {
+            if !sent {
+                // Our close (or the peer's) went out: nothing more to say.
+                return Ok(Ended::Closed);
+            }
+            // The close is going out: one more pass sends the rest of it
+            // and ends, instead of sleeping through the library's draining
+            // period (three probe timeouts, seconds for a peer with no RTT
+            // sample) while the connection still counts against its
+            // address's quota.
+            continue;
         }
         if progress || events {
             continue;

@@ -164,6 +164,13 @@ settings! {
     #[arg(value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     quic_gso: bool = true;
 
+    /// New QUIC connections must first prove their address with a Retry
+    /// while this many connections of the worker thread are still in their
+    /// handshake; 0 asks every new connection [default: a quarter of
+    /// --max-handshakes].
+    #[arg(value_name = "N")]
+    quic_retry_above: u32;
+
     /// Worker threads, one io runtime and listener each [default: all cores].
     #[arg(value_name = "N")]
     threads: usize;
@@ -321,8 +328,8 @@ settings! {
     #[arg(value_name = "N")]
     max_connections_per_ip: u32 = 256;
 
-    /// Connections per worker thread that have not finished their QMux
-    /// handshake and SETUP; more are closed at once.
+    /// Connections per worker thread that have not finished their QMux or
+    /// QUIC handshake and SETUP; more are closed at once.
     #[arg(value_name = "N")]
     max_handshakes: u32 = 1024;
 

@@ -144,6 +144,10 @@ pub struct RelayConfig {
     pub quic: bool,
     /// Batch QUIC datagrams into one send (UDP GSO).
     pub quic_gso: bool,
+    /// A new QUIC connection is asked to validate its address (a Retry)
+    /// while at least this many of the worker's connections are still in
+    /// their handshake (0: always).
+    pub quic_retry_above: u32,
     /// What one peer may take of the relay.
     pub quotas: Quotas,
     /// Directory the web player and its files are served from.
@@ -508,6 +512,7 @@ impl RelayConfig {
             quick_ack: v.quick_ack,
             quic: v.quic,
             quic_gso: v.quic_gso,
+            quic_retry_above: v.quic_retry_above.unwrap_or(v.max_handshakes / 4),
             quotas: Quotas::of(&v),
             web_dir: v.web_dir.unwrap_or_else(default_web_dir),
             auth,

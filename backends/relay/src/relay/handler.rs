@@ -198,6 +198,8 @@ impl ConnectionHandler for RelayHandler {
                 link,
                 name,
                 shutdown,
+                handshake,
+                handshake_timeout,
                 ..
             } = conn;
             let ctx = DriveCtx {
@@ -205,7 +207,19 @@ impl ConnectionHandler for RelayHandler {
                 notify: self.relay.notify.clone(),
                 shutdown: Some(shutdown),
             };
-            let ended = Box::pin(self.serve_quic_session(&name, conn, link, ctx)).await?;
+            // docs/protocol.md §11.8: the QUIC handshake and the client's
+            // SETUP within the handshake timeout of the accept, or the
+            // session closes with CONTROL_MESSAGE_TIMEOUT.
+            let setup_by = self.clock.now() + skiff_monoio::clock::to_core(handshake_timeout);
+            let (mut conn, mut link) = (conn, link);
+            let by = std::time::Instant::now() + handshake_timeout;
+            if !quic_handshake(&mut conn, &mut link, by).await {
+                tracing::debug!(conn = ?name, "QUIC handshake not completed");
+                return Ok(());
+            }
+            let ended =
+                Box::pin(self.serve_quic_session(&name, conn, link, setup_by, handshake, ctx))
+                    .await?;
             tracing::debug!(conn = ?name, ?ended, "QUIC session ended");
             Ok(())
         }
@@ -433,6 +447,8 @@ impl RelayHandler {
         name: &ConnName,
         conn: skiff_quic::quinn_proto::Connection,
         link: Link,
+        setup_by: Instant,
+        handshake: HandshakeToken,
         ctx: DriveCtx,
     ) -> io::Result<Ended> {
         let relay = self.relay.clone();
@@ -466,7 +482,8 @@ impl RelayHandler {
             Remote::Client,
             Some(&resolver),
             gate.clone(),
-            None,
+            Some(setup_by),
+            Some(handshake),
             &ctx,
         )
         .await;
@@ -535,5 +552,53 @@ impl RelayHandler {
         log_refusal(gate.as_deref(), name);
         self.storage.give(storage);
         ended
+    }
+}
+
+/// Drives a new QUIC connection through its handshake alone, before the
+/// session and its tables are made: a client that never completes it holds
+/// only the library's connection, and only until `deadline` (then it is
+/// closed). True once the handshake is done; false if the connection closed
+/// or the deadline passed first.
+async fn quic_handshake(
+    conn: &mut skiff_quic::quinn_proto::Connection,
+    link: &mut Link,
+    deadline: std::time::Instant,
+) -> bool {
+    let mut sleep = std::pin::pin!(monoio::time::sleep(std::time::Duration::ZERO));
+    loop {
+        link.deliver(conn);
+        let now = std::time::Instant::now();
+        if conn.poll_timeout().is_some_and(|t| t <= now) {
+            conn.handle_timeout(now);
+        }
+        let late = now >= deadline && conn.is_handshaking();
+        if late {
+            // docs/protocol.md §11.8: not done within the handshake timeout.
+            conn.close(
+                now,
+                skiff_quic::quinn_proto::VarInt::from_u32(0x11),
+                Default::default(),
+            );
+        }
+        link.exchange(conn);
+        link.flush(conn).await;
+        if late || conn.is_closed() {
+            return false;
+        }
+        if !conn.is_handshaking() {
+            return true;
+        }
+        // Until a datagram, the library's next timer, or the deadline.
+        let wake = conn.poll_timeout().map_or(deadline, |t| t.min(deadline));
+        sleep.as_mut().reset(monoio::time::Instant::from_std(wake));
+        let link = &*link;
+        std::future::poll_fn(|cx| {
+            if link.poll_ready(cx.waker()) || sleep.as_mut().poll(cx).is_ready() {
+                return std::task::Poll::Ready(());
+            }
+            std::task::Poll::Pending
+        })
+        .await;
     }
 }

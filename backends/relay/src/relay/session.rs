@@ -50,6 +50,8 @@ pub(super) struct RelayConn<'n, const S: usize> {
     /// transport has no handshake timer of its own (a QMux connection's
     /// covers SETUP).
     setup_by: Option<Instant>,
+    /// Counts a QUIC client among the worker's handshakes until its SETUP.
+    handshake: Option<HandshakeToken>,
 }
 
 impl<'n, const S: usize> RelayConn<'n, S> {
@@ -76,6 +78,7 @@ impl<'n, const S: usize> RelayConn<'n, S> {
             gate,
             expiry_armed: false,
             setup_by: None,
+            handshake: None,
         }
     }
 
@@ -175,8 +178,10 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
         if let Some(at) = self.setup_by {
             if session.is_setup() {
                 self.setup_by = None;
+                self.handshake = None;
             } else if relay.clock.now() >= at {
                 self.setup_by = None;
+                self.handshake = None;
                 if !session.is_closed() {
                     tracing::info!(conn = ?self.name, "no SETUP in time: session closed");
                     session.close(SessionCode::ControlMessageTimeout, "no SETUP in time");
@@ -306,7 +311,8 @@ pub(super) async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize, c
 
 /// [`run_session`] for a session over QUIC: a client's, or a leaf's with
 /// its upstream; `setup_by` closes the session if its SETUP exchange is not
-/// done by then (`None`: no such limit).
+/// done by then (`None`: no such limit), and `handshake` counts it among the
+/// worker's handshakes until then.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn run_quic_session<'s, const N: usize, const S: usize>(
     relay: Rc<Relay>,
@@ -319,6 +325,7 @@ pub(super) async fn run_quic_session<'s, const N: usize, const S: usize>(
     resolver: Option<&'s dyn Resolve<'static, 'static>>,
     gate: Option<Rc<Gate>>,
     setup_by: Option<Instant>,
+    handshake: Option<HandshakeToken>,
     ctx: &DriveCtx,
 ) -> io::Result<Ended> {
     let mut session = session.map_err(io::Error::other)?;
@@ -329,6 +336,7 @@ pub(super) async fn run_quic_session<'s, const N: usize, const S: usize>(
     }
     let mut app = relay_app::<S>(relay.clone(), side, name, peer, None, gate);
     app.setup_by = setup_by;
+    app.handshake = handshake;
     drive_quic(session, sides, link, &mut app, ctx).await
 }
 

@@ -204,6 +204,7 @@ impl UpstreamSession<'_> {
             None,
             None,
             Some(clock.now() + skiff_monoio::clock::to_core(handshake_limit)),
+            None,
             self.ctx,
         )
         .await;
