@@ -388,6 +388,8 @@ struct Viewer {
     resent: u64,
     /// Sessions the viewer set up (1 without reconnections).
     sessions: u64,
+    /// Why its last session ended, if one did.
+    last_error: Option<String>,
     /// Each group read: its sequence, the frames read, and how it ended
     /// (`None`: cleanly).
     history: Vec<(u64, u64, Option<String>)>,
@@ -404,6 +406,8 @@ struct RunResult {
     resent: u64,
     /// Sessions set up beyond one per client (reconnections).
     reconnections: u64,
+    /// Why the sessions that ended early did (each reason once).
+    reasons: Vec<String>,
     frames: u64,
     errors: Vec<String>,
 }
@@ -504,7 +508,11 @@ async fn view(
             }
         }
     }
-    out.borrow_mut().sessions = client.sessions();
+    {
+        let mut v = out.borrow_mut();
+        v.sessions = client.sessions();
+        v.last_error = client.last_error().map(|e| e.to_string());
+    }
     client.close().await;
 }
 
@@ -572,6 +580,11 @@ fn run_once(url: &str, config: &Config, epoch: Instant) -> RunResult {
             }
         }
         result.reconnections = publisher.sessions().saturating_sub(1);
+        if result.reconnections > 0
+            && let Some(e) = publisher.last_error()
+        {
+            result.reasons.push(format!("publisher: {e}"));
+        }
         publisher.close().await;
         for (k, v) in viewers.iter().enumerate() {
             let v = v.borrow();
@@ -591,6 +604,12 @@ fn run_once(url: &str, config: &Config, epoch: Instant) -> RunResult {
             result.cut += v.cut;
             result.resent += v.resent;
             result.reconnections += v.sessions.saturating_sub(1);
+            if v.sessions > 1
+                && let Some(e) = &v.last_error
+                && !result.reasons.contains(e)
+            {
+                result.reasons.push(e.clone());
+            }
             result.frames += v.latencies.len() as u64;
         }
         result
@@ -616,6 +635,7 @@ struct Figures {
     p99: Vec<f64>,
     on_time: Vec<f64>,
     groups_lost: Vec<u64>,
+    reconnections: Vec<u64>,
     link: Vec<(u64, u64)>,
 }
 
@@ -764,7 +784,6 @@ fn frames_survive_random_loss_through_each_relay() {
                     link.set_loss(rate).expect("nft rule");
                     let mut figures: Vec<Figures> = rows.iter().map(|_| Figures::default()).collect();
                     let began = Instant::now();
-                    let mut done = 0;
                     'runs: for _ in 0..runs {
                         for (row, fig) in rows.iter().zip(figures.iter_mut()) {
                             if began.elapsed() > budget {
@@ -784,6 +803,7 @@ fn frames_survive_random_loss_through_each_relay() {
                             fig.on_time
                                 .push(100.0 * on_time as f64 / r.frames.max(1) as f64);
                             fig.groups_lost.push(r.groups_lost);
+                            fig.reconnections.push(r.reconnections);
                             fig.link.push((after.0 - before.0, after.1 - before.1));
                             println!(
                                 "  {:.1} % {}: {} frames, p50 {:.2} ms, p99 {:.2} ms, {on_time} on time, \
@@ -801,13 +821,15 @@ fn frames_survive_random_loss_through_each_relay() {
                                 after.1 - before.1,
                                 after.0 - before.0,
                             );
+                            if !r.reasons.is_empty() {
+                                println!("    sessions ended: {}", r.reasons.join("; "));
+                            }
                             for e in r.errors.iter().take(5) {
                                 failures.push(format!("{:.1} % {}: {e}", rate as f64 / 10.0, row.name));
                             }
                         }
-                        done += 1;
                     }
-                    table.push((rate, done, figures));
+                    table.push((rate, figures));
                 }
                 (rows.iter().map(|r| r.name).collect::<Vec<_>>(), table, failures)
             })
@@ -826,27 +848,29 @@ fn frames_survive_random_loss_through_each_relay() {
         FRAME_BYTES / 1024
     );
     println!(
-        "| loss | relay, transport | runs | p50 ms | p99 ms | frames within 500 ms, % | groups skipped | packets dropped / seen |"
+        "| loss | relay, transport | runs | p50 ms | p99 ms | frames within 500 ms, % | groups skipped | reconnections | packets dropped / seen |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
-    for (rate, done, figures) in &table {
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (rate, figures) in &table {
         for (name, f) in names.iter().zip(figures) {
             let lost: Vec<f64> = f.groups_lost.iter().map(|&g| g as f64).collect();
+            let again: Vec<f64> = f.reconnections.iter().map(|&g| g as f64).collect();
             let link: Vec<String> = f.link.iter().map(|(s, d)| format!("{d}/{s}")).collect();
             println!(
-                "| {:.1} % | {name} | {} | {} | {} | {} | {} | {} |",
+                "| {:.1} % | {name} | {} | {} | {} | {} | {} | {} | {} |",
                 *rate as f64 / 10.0,
                 f.p50.len(),
                 spread(&f.p50, 2),
                 spread(&f.p99, 2),
                 spread(&f.on_time, 1),
                 spread(&lost, 0),
+                spread(&again, 0),
                 link.join(", ")
             );
         }
-        if *done < runs {
+        if figures.iter().any(|f| f.p50.len() < runs) {
             println!(
-                "(at {:.1} %: {done} of {runs} runs fit in {budget:?})",
+                "(at {:.1} %: runs that had not started within {budget:?} were left out; {runs} per row asked)",
                 *rate as f64 / 10.0
             );
         }
