@@ -24,7 +24,9 @@
 //! Bounded to about 100 s of runs: `LOSS_RUNS` (default 3; the issue asks
 //! five for its medians) sets the runs per row, and runs that do not start
 //! within 45 s per loss rate (`LOSS_BUDGET_SECS`) are left out, as the
-//! report says. `LOSS_VERBOSE` prints each cut group's viewer history.
+//! report says. `LOSS_VERBOSE` prints each cut group's viewer history,
+//! `LOSS_TRACE` the clients' debug log (and keeps the relays' debug logs), and `LOSS_ROWS=TEXT` keeps only the
+//! rows whose name contains TEXT.
 //! Without root, `ip` or `nft` the test prints why it skips.
 
 mod common;
@@ -332,7 +334,11 @@ impl Drop for RelayChild {
                 eprintln!("{l}");
             }
         }
-        let _ = std::fs::remove_file(&self.log);
+        if std::env::var_os("LOSS_TRACE").is_some() {
+            eprintln!("relay log kept: {}", self.log.display());
+        } else {
+            let _ = std::fs::remove_file(&self.log);
+        }
     }
 }
 
@@ -663,6 +669,29 @@ fn spread(v: &[f64], digits: usize) -> String {
     }
 }
 
+/// The core's `log` records on stderr, with the time since the first.
+struct StderrLog;
+
+impl log::Log for StderrLog {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let t = START.get_or_init(Instant::now).elapsed();
+        eprintln!(
+            "{:>10.3} {} {}: {}",
+            t.as_secs_f64(),
+            record.level(),
+            record.target(),
+            record.args()
+        );
+    }
+
+    fn flush(&self) {}
+}
+
 fn skip(reason: &str) {
     println!("SKIPPED loss test: {reason}");
 }
@@ -678,6 +707,15 @@ fn frames_survive_random_loss_through_each_relay() {
             return skip(&format!(
                 "`{tool}` is not installed (apt-get install iproute2 nftables)"
             ));
+        }
+    }
+    if std::env::var_os("LOSS_TRACE").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(std::io::stderr)
+            .try_init();
+        if log::set_logger(&StderrLog).is_ok() {
+            log::set_max_level(log::LevelFilter::Debug);
         }
     }
     let runs: usize = std::env::var("LOSS_RUNS")
@@ -700,6 +738,12 @@ fn frames_survive_random_loss_through_each_relay() {
         link.offloads_off()
     );
 
+    // The relays' log level: their debug log with LOSS_TRACE.
+    let log_level = if std::env::var_os("LOSS_TRACE").is_some() {
+        "debug"
+    } else {
+        "warn"
+    };
     let mut relays = Vec::new();
     relays.push(RelayChild::spawn(
         &link.relay_ns,
@@ -713,7 +757,7 @@ fn frames_survive_random_loss_through_each_relay() {
             "--tls-generate",
             RELAY_IP,
             "--log",
-            "warn",
+            log_level,
         ],
         "skiff-relay",
     ));
@@ -734,7 +778,7 @@ fn frames_survive_random_loss_through_each_relay() {
                 "--auth-public",
                 "**",
                 "--log-level",
-                "warn",
+                log_level,
             ],
             "moq-relay",
         )),
@@ -777,6 +821,9 @@ fn frames_survive_random_loss_through_each_relay() {
                         url: format!("moql://{}/anon", ip(MOQ_QUIC_PORT)),
                         config: pinned,
                     });
+                }
+                if let Ok(only) = std::env::var("LOSS_ROWS") {
+                    rows.retain(|r| r.name.contains(only.as_str()));
                 }
                 let mut failures = Vec::new();
                 let mut table = Vec::new();
