@@ -207,7 +207,11 @@ fn the_camera_and_the_viewer_pin_a_generated_certificate() {
             &["--frames", "3000", "--fingerprint", &hex],
             None,
         );
-        let out = viewer(&format!("moql://{addr}/anon"), 100, &["--fingerprint", &hex]);
+        let out = viewer(
+            &format!("moql://{addr}/anon"),
+            100,
+            &["--fingerprint", &hex],
+        );
         let _ = cam.kill();
         let _ = cam.wait();
         // Another pin: every attempt is refused, and the viewer says why.
@@ -233,7 +237,10 @@ fn the_camera_and_the_viewer_pin_a_generated_certificate() {
         assert!(err.contains(said), "camera: {err}");
         let err = String::from_utf8_lossy(&refused.stderr);
         assert_eq!(refused.status.code(), Some(1), "{err}");
-        assert!(err.contains("connection failed: ") && err.contains(said), "{err}");
+        assert!(
+            err.contains("connection failed: ") && err.contains(said),
+            "{err}"
+        );
     });
 }
 

@@ -117,6 +117,19 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Inbox<B> {
         self.buf.as_mut().get_mut(self.end..).unwrap_or(&mut [])
     }
 
+    /// Room for exactly `n` bytes after the received ones, the unconsumed
+    /// bytes first moved to the front of the buffer if that makes `n` fit
+    /// (a read larger than the minimum room, say); then call
+    /// [`commit`](Self::commit) with `n`. `None` if the buffer cannot hold
+    /// `n` more bytes.
+    pub fn spare_for(&mut self, n: usize) -> Option<&mut [u8]> {
+        if self.capacity() - self.end < n && self.start > 0 {
+            self.compact();
+        }
+        let end = self.end;
+        self.buf.as_mut().get_mut(end..end.checked_add(n)?)
+    }
+
     /// Records `n` bytes written at the front of [`spare_mut`](Self::spare_mut).
     ///
     /// # Panics

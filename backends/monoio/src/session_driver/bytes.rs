@@ -575,7 +575,9 @@ async fn read_loop<R: ByteRead>(mut reader: R, inbox: Rc<Inbox>) {
                         )
                     });
                     grow_if_backlogged(bytes, data.len());
-                    match bytes.spare_mut().get_mut(..data.len()) {
+                    // A read larger than the minimum room still fits once the
+                    // consumed front is given back.
+                    match bytes.spare_for(data.len()) {
                         Some(room) => {
                             room.copy_from_slice(data);
                             bytes.commit(data.len());

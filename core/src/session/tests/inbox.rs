@@ -59,6 +59,29 @@ fn the_tail_moves_to_the_front_only_when_room_runs_short() {
     assert_eq!(inbox.spare_mut().len(), 6);
 }
 
+/// A read larger than the minimum room, but not than the free space: the
+/// tail moves to the front for it, though the room after the tail was not
+/// short by the minimum's measure.
+#[test]
+fn a_read_larger_than_the_minimum_room_fits_once_the_front_is_given_back() {
+    let mut buf = [0u8; 100];
+    let mut inbox = Inbox::with_min_room(&mut buf[..], 30);
+    let bytes: Vec<u8> = (0..60).collect();
+    put(&mut inbox, &bytes);
+    inbox.consume(50);
+    // 40 bytes follow the 10 waiting: not short of 30, so spare_mut keeps
+    // them where they are, and a read of 45 would not fit there.
+    assert_eq!(inbox.spare_mut().len(), 40);
+    let room = inbox.spare_for(45).expect("90 bytes are free");
+    room.copy_from_slice(&[7; 45]);
+    inbox.commit(45);
+    let mut want = bytes[50..].to_vec();
+    want.extend_from_slice(&[7; 45]);
+    assert_eq!(inbox.unconsumed(), &want[..]);
+    // More than the free space: no room.
+    assert!(inbox.spare_for(46).is_none());
+}
+
 #[test]
 fn a_full_inbox_has_no_room_until_bytes_are_consumed() {
     let mut inbox = Inbox::new(vec![0u8; 16]);
