@@ -553,6 +553,9 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
 
     /// Closes the ended subscriptions whose grace ran out by `now`.
     pub(super) fn close_ended(&mut self, now: Instant) {
+        if T::ORDERED {
+            return;
+        }
         while let Some(sub) = self
             .subs
             .iter()
