@@ -182,6 +182,15 @@ pub trait Transport {
         Ok(None)
     }
 
+    /// Sets the sending priority of our stream `id` (higher first), for a
+    /// transport that schedules its streams' bytes itself (a QUIC library):
+    /// the session gives request streams the highest and group streams the
+    /// order it sends them in (docs/protocol.md §11.5). QMux sends what the
+    /// session writes in the order written, so the default does nothing.
+    fn set_priority(&mut self, id: StreamId, priority: i32) {
+        let _ = (id, priority);
+    }
+
     /// Bytes [`write_stream`](Self::write_stream) may take on `id` right now
     /// (what the peer may take: stream and connection credit); 0 for a stream
     /// that is unknown, finished, reset or receive-only.

@@ -578,6 +578,11 @@ impl Transport for QuicTransport {
         })
     }
 
+    fn set_priority(&mut self, id: StreamId, priority: i32) {
+        // A stream the library no longer knows has nothing left to order.
+        let _ = self.conn.send_stream(quic_id(id)).set_priority(priority);
+    }
+
     fn send_credit(&self, id: StreamId) -> u64 {
         if self.closed || self.blocked.contains_key(&id.0) {
             0

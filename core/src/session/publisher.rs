@@ -898,6 +898,10 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         let Ok(id) = self.conn.open_stream(Dir::Uni) else {
             return false;
         };
+        if let Some(s) = self.served[i].as_ref() {
+            let priority = group_priority(s.window.request().priority, seq);
+            self.conn.set_priority(id, priority);
+        }
         trace!("session: group {} on stream {}", seq, id.value());
         self.out[free] = Some(GroupOut {
             id,
@@ -911,7 +915,8 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         true
     }
 
-    /// Sorts the group-stream table into sending order (docs/protocol.md §4.6):
+    /// Sorts the group-stream table into sending order (docs/protocol.md §4.6,
+    /// which [`group_priority`] gives a transport that schedules streams):
     /// subscriber priority (higher first), then Subscribe ID (older first),
     /// then group sequence (newest first), the stream ID breaking ties;
     /// streams of no served subscription (never sent) and free slots last.
@@ -1199,4 +1204,12 @@ fn gather_record<'p>(
         }
     }
     true
+}
+
+/// A group stream's priority for a transport that schedules streams itself
+/// (higher first; docs/protocol.md §11.5): the subscriber's priority, then
+/// the newer group (the low 23 bits of its sequence), as the session sends
+/// them. Every group stream ranks below the request streams (`i32::MAX`).
+pub(crate) fn group_priority(subscriber: u8, sequence: u64) -> i32 {
+    (i32::from(subscriber) << 23) | (sequence & 0x7f_ffff) as i32
 }

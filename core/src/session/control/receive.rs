@@ -24,7 +24,11 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     ) -> usize {
         match id.dir() {
             Dir::Bidi => match self.alloc_control(Kind::Peer, Dir::Bidi, Some(id)) {
-                Some(slot) => self.control_data(now, slot, data, fin),
+                Some(slot) => {
+                    // Our answers go before any group's bytes.
+                    self.conn.set_priority(id, i32::MAX);
+                    self.control_data(now, slot, data, fin)
+                }
                 None => {
                     debug!(
                         "session: control table full, refusing stream {}",

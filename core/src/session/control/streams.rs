@@ -109,7 +109,11 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                 continue;
             }
             match self.conn.open_stream(c.dir) {
-                Ok(id) => self.control[slot].stream = Some(id),
+                Ok(id) => {
+                    // Requests and their answers go before any group's bytes.
+                    self.conn.set_priority(id, i32::MAX);
+                    self.control[slot].stream = Some(id);
+                }
                 Err(_) => return,
             }
         }
