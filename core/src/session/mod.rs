@@ -1201,6 +1201,8 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             return;
         }
         self.chunk_starved = false;
+        // Ended subscriptions whose last group has come close now.
+        self.close_ended(self.now);
         self.resume();
         self.open_pending();
         self.serve_announces();

@@ -57,7 +57,15 @@ pub(crate) struct Subscription<'a, 'p> {
     /// arrive until this instant, when the subscription closes
     /// (docs/protocol.md §11.7).
     pub(super) ending: Option<Instant>,
+    /// The END the publisher sent (the first group it will not send).
+    pub(super) end: Option<u64>,
+    /// The first group the publisher said it sends (its START).
+    pub(super) start: Option<u64>,
 }
+
+/// How many groups before a subscription's END must each have come for it
+/// to close before its grace runs out.
+const OWED_GROUPS: u64 = 8;
 
 /// How long a subscription the peer ended stays open for group streams
 /// that the transport delivered after the end (docs/protocol.md §11.7).
@@ -379,6 +387,8 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             info: None,
             seen: 0,
             ending: None,
+            end: None,
+            start: None,
         }));
         self.next_subscribe += 1;
         self.open_pending();
@@ -503,10 +513,16 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                 // may still come (the publisher sends newest first).
                 if let Some(s) = self.subs[i].as_mut().and_then(SubEntry::open_mut) {
                     s.producer.track().set_upstream_first(group);
+                    s.start = Some(group);
                 }
                 self.queue(Queued::Started(id, group))
             }
-            SubscribeResponse::End { group } => self.queue(Queued::Ended(id, group)),
+            SubscribeResponse::End { group } => {
+                if let Some(s) = self.subs[i].as_mut().and_then(SubEntry::open_mut) {
+                    s.end = Some(group);
+                }
+                self.queue(Queued::Ended(id, group))
+            }
             SubscribeResponse::Drop { start, end, code } => {
                 self.queue(Queued::Dropped(id, start, end, code))
             }
@@ -536,6 +552,24 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         if let Some(Some(SubEntry::Open(s))) = self.subs.get_mut(i) {
             s.ending = Some(now.saturating_add(LATE_GROUP_GRACE));
         }
+        // Nothing owed: no need to wait.
+        self.close_ended(now);
+    }
+
+    /// Whether ended subscription `s` has nothing more to wait for: each of
+    /// the last [`OWED_GROUPS`] groups from its START to its END was created
+    /// and no group stream of it is still receiving (the common end of a
+    /// finished track, whose groups all came before their END).
+    fn settled(&self, s: &Subscription<'a, 'p>) -> bool {
+        let Some(end) = s.end else { return false };
+        let from = end.saturating_sub(OWED_GROUPS).max(s.start.unwrap_or(0));
+        let track = s.producer.track();
+        (from..end).all(|seq| track.group(seq).is_some())
+            && !self
+                .inc
+                .iter()
+                .flatten()
+                .any(|g| g.sub == s.id && g.producer.is_some())
     }
 
     /// When the first ended subscription's grace runs out, if one waits.
@@ -551,7 +585,8 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             .min()
     }
 
-    /// Closes the ended subscriptions whose grace ran out by `now`.
+    /// Closes the ended subscriptions whose grace ran out by `now`, or that
+    /// have nothing more to wait for.
     pub(super) fn close_ended(&mut self, now: Instant) {
         if T::ORDERED {
             return;
@@ -561,7 +596,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             .iter()
             .flatten()
             .filter_map(SubEntry::open)
-            .find(|s| s.ending.is_some_and(|t| now >= t))
+            .find(|s| s.ending.is_some_and(|t| now >= t || self.settled(s)))
             .map(|s| s.id)
         {
             self.subscription_closed(sub, None);
