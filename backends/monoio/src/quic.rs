@@ -68,6 +68,9 @@ struct Shared {
     refusing: Cell<bool>,
     /// Datagrams dropped because they did not parse or belong nowhere.
     dropped: Cell<u64>,
+    /// UDP payload bytes received, and sent by the connections' flushes.
+    received_bytes: Cell<u64>,
+    sent_bytes: Cell<u64>,
 }
 
 /// One thread's QUIC endpoint: a UDP socket and the quinn-proto endpoint
@@ -139,6 +142,8 @@ impl Endpoint {
                 gso: Cell::new(true),
                 refusing: Cell::new(false),
                 dropped: Cell::new(0),
+                received_bytes: Cell::new(0),
+                sent_bytes: Cell::new(0),
             }),
         })
     }
@@ -152,6 +157,18 @@ impl Endpoint {
     /// no connection.
     pub fn dropped(&self) -> u64 {
         self.shared.dropped.get()
+    }
+
+    /// UDP payload bytes the socket received so far (every datagram,
+    /// dropped ones included).
+    pub fn received_bytes(&self) -> u64 {
+        self.shared.received_bytes.get()
+    }
+
+    /// UDP payload bytes the endpoint's connections sent so far (handshakes,
+    /// streams, acknowledgements; the endpoint's stateless answers aside).
+    pub fn sent_bytes(&self) -> u64 {
+        self.shared.sent_bytes.get()
     }
 
     /// Connections the endpoint routes datagrams to.
@@ -263,6 +280,9 @@ impl Endpoint {
                     continue;
                 }
             };
+            shared
+                .received_bytes
+                .set(shared.received_bytes.get() + n as u64);
             let data = buf.split_to(n);
             let now = std::time::Instant::now();
             response.clear();
@@ -566,6 +586,10 @@ impl Link {
             };
             let data = self.buf.get(..t.size).unwrap_or(&self.buf);
             let segment = t.segment_size.filter(|&s| s < data.len());
+            let shared = &self.shared;
+            shared
+                .sent_bytes
+                .set(shared.sent_bytes.get() + data.len() as u64);
             loop {
                 match send_batch(&self.shared.socket, data, t.destination, segment) {
                     Ok(()) => break,

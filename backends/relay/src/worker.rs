@@ -23,7 +23,7 @@ use crate::config::RelayConfig;
 use crate::conn::{BufPool, Connection, WorkerShared};
 use crate::conn_name::ConnName;
 use crate::handler::{ConnectionHandler, WorkerInfo};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TransportLabel};
 
 /// Pause after an accept error such as EMFILE, so the loop does not spin.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(20);
@@ -31,15 +31,25 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(20);
 const FORCED_CLOSE_GRACE: Duration = Duration::from_millis(20);
 
 /// Counts a connection open (in all and for its peer's address) for as long
-/// as its task lives, and names it for the worker's log lines.
-struct OpenGuard(Rc<WorkerShared>, ConnName);
+/// as its task lives, and names it for the worker's log lines. A QUIC
+/// connection is counted open on its transport here too (a TCP one by its
+/// reader, which learns its transport).
+struct OpenGuard(Rc<WorkerShared>, ConnName, bool);
 
 impl OpenGuard {
     fn new(shared: Rc<WorkerShared>, name: ConnName, ip: IpAddr) -> Self {
         shared.open.set(shared.open.get().saturating_add(1));
         *shared.per_ip.borrow_mut().entry(ip).or_insert(0) += 1;
         shared.counters().connection_opened();
-        OpenGuard(shared, name)
+        OpenGuard(shared, name, false)
+    }
+
+    /// [`OpenGuard::new`] for a QUIC connection.
+    fn quic(shared: Rc<WorkerShared>, name: ConnName, ip: IpAddr) -> Self {
+        shared.counters().transport_opened(TransportLabel::Quic);
+        let mut guard = OpenGuard::new(shared, name, ip);
+        guard.2 = true;
+        guard
     }
 
     /// What the worker's log lines call the connection.
@@ -78,6 +88,9 @@ impl Drop for OpenGuard {
             }
         }
         s.counters().connection_closed();
+        if self.2 {
+            s.counters().transport_closed(TransportLabel::Quic);
+        }
         if s.shutdown.is_fired() {
             s.closed.notify();
         }
@@ -389,6 +402,7 @@ fn start_quic<H: ConnectionHandler>(
     endpoint.set_gso(shared.config.quic_gso);
     tracing::info!(worker = shared.index, addr = %endpoint.local_addr(), "QUIC (moql://) on UDP");
     monoio::spawn(endpoint.clone().run());
+    monoio::spawn(sample_quic_bytes(endpoint.clone(), shared.clone()));
     let (accepting, shared, handler) = (endpoint.clone(), shared.clone(), handler.clone());
     let accept_loop = monoio::spawn(async move {
         while let Some((conn, link, peer)) = accepting.accept().await {
@@ -396,6 +410,20 @@ fn start_quic<H: ConnectionHandler>(
         }
     });
     Some((endpoint, accept_loop))
+}
+
+/// How often the QUIC endpoint's byte counts are copied to the metrics.
+const QUIC_BYTES_SAMPLE: Duration = Duration::from_millis(100);
+
+/// Copies `endpoint`'s bytes sent and received to the worker's
+/// per-transport counters every [`QUIC_BYTES_SAMPLE`], until the drain
+/// timeout closes what is left (the runtime drops the task at the end).
+async fn sample_quic_bytes(endpoint: skiff_monoio::quic::Endpoint, shared: Rc<WorkerShared>) {
+    while !shared.force.is_fired() {
+        let counters = shared.counters();
+        counters.set_quic_bytes(endpoint.sent_bytes(), endpoint.received_bytes());
+        monoio::time::sleep(QUIC_BYTES_SAMPLE).await;
+    }
 }
 
 /// [`admit`] for a connection the QUIC endpoint accepted: the same limits
@@ -432,7 +460,7 @@ fn admit_quic<H: ConnectionHandler>(
     let id = shared.next_id.get();
     shared.next_id.set(id.wrapping_add(1));
     let name = ConnName::client(index, id, peer);
-    let guard = OpenGuard::new(shared.clone(), name, peer.ip());
+    let guard = OpenGuard::quic(shared.clone(), name, peer.ip());
     let quic = crate::handler::QuicConn {
         conn,
         link,
