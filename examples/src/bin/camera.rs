@@ -11,11 +11,10 @@
 //! # Over TLS (a relay started with --tls-cert/--tls-key), trusting a private CA:
 //! camera --url tls://relay.example:4443/anon --ca ca.pem
 //! viewer --url wss://relay.example:4443/anon --ca ca.pem --frames 300
-//! # A relay started with --tls-generate relay.example: pin its certificate.
-//! camera --url tls://relay.example:4443/anon --fingerprint "$(curl -sk https://relay.example:4443/certificate.sha256)"
-//! # Over QUIC (UDP at the relay's port), pinning a --tls-generate certificate
-//! # that a relay serving plain TCP answers at /certificate.sha256:
-//! camera --url moql://127.0.0.1:4443/anon --fingerprint "$(curl -s http://127.0.0.1:4443/certificate.sha256)"
+//! # Over QUIC (UDP at the relay's port) to a relay started with
+//! # --tls-generate relay.example, pinning the certificate its plain TCP port
+//! # answers at /certificate.sha256:
+//! camera --url moql://relay.example:4443/anon --fingerprint "$(curl -s http://relay.example:4443/certificate.sha256)"
 //! ```
 //!
 //! Sources (`--input`): `pattern` (default; moving colour bars with a
