@@ -187,7 +187,8 @@ fn the_camera_publishes_over_tls_and_the_viewer_reads_over_wss() {
 fn the_camera_and_the_viewer_pin_a_generated_certificate() {
     within(90, || {
         // The relay's certificate, made here for the two hosts and shared
-        // with its workers, so the test knows the fingerprint to pin.
+        // with its workers, so the test knows the fingerprint to pin; a
+        // generated certificate serves QUIC, so both dial moql://.
         let hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
         let tls = TlsServer::load(TlsSource::Generate(hosts.clone())).expect("a certificate");
         let tls = Arc::new(tls);
@@ -241,6 +242,53 @@ fn the_camera_and_the_viewer_pin_a_generated_certificate() {
             err.contains("connection failed: ") && err.contains(said),
             "{err}"
         );
+    });
+}
+
+#[test]
+fn the_camera_and_the_viewer_dial_moql_pinning_the_relay_certificate() {
+    within(90, || {
+        // A relay as `skiff-relay --tls-generate localhost,127.0.0.1`: QUIC on
+        // UDP at its port, TCP plain; the pin is what its TCP port answers.
+        let cfg = RelayConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            threads: NonZeroUsize::MIN,
+            drain_timeout: Duration::from_secs(2),
+            tls_generate: vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
+            ..RelayConfig::default()
+        };
+        let relay = server::start(cfg, RelayHandler::factory(1).unwrap()).expect("relay starts");
+        let addr = relay.local_addr();
+        let (status, hex) = common::http_get(addr, "/certificate.sha256");
+        assert!(status.contains("200"), "{status}");
+        let hex = hex.trim().to_owned();
+        assert_eq!(hex.len(), 64, "{hex}");
+        let url = format!("moql://{addr}/anon");
+        let mut cam = camera(&url, &["--frames", "3000", "--fingerprint", &hex], None);
+        let dir = std::env::temp_dir().join(format!("skiff-viewer-quic-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = viewer(
+            &url,
+            100,
+            &["--fingerprint", &hex, "--out", dir.to_str().unwrap()],
+        );
+        let _ = cam.kill();
+        let _ = cam.wait();
+        relay.shutdown().expect("relay stops");
+        passed(&out, 100);
+        // A PNG per frame, of the catalog's size, the stamp changing.
+        let tops: Vec<_> = [0, 50, 99]
+            .iter()
+            .map(|i| png_top(&dir.join(format!("frame-{i:06}.png")), 24))
+            .collect();
+        for (size, _) in &tops {
+            assert_eq!(*size, (320, 240));
+        }
+        for pair in tops.windows(2) {
+            assert_ne!(pair[0].1, pair[1].1, "the stamp region did not change");
+        }
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 100);
+        let _ = std::fs::remove_dir_all(&dir);
     });
 }
 

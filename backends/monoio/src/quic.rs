@@ -80,6 +80,9 @@ struct Shared {
     /// The server's word on a new client's address, asked before the
     /// endpoint does any work for it ([`Endpoint::admit_with`]).
     admission: RefCell<Option<Admission>>,
+    /// UDP payload bytes received, and sent by the connections' flushes.
+    received_bytes: Cell<u64>,
+    sent_bytes: Cell<u64>,
 }
 
 /// One thread's QUIC endpoint: a UDP socket and the quinn-proto endpoint
@@ -154,6 +157,8 @@ impl Endpoint {
                 retry_above: RefCell::new(None),
                 retries: Cell::new(0),
                 admission: RefCell::new(None),
+                received_bytes: Cell::new(0),
+                sent_bytes: Cell::new(0),
             }),
         })
     }
@@ -190,6 +195,18 @@ impl Endpoint {
     /// over its limits for that address does.
     pub fn admit_with(&self, check: impl Fn(SocketAddr) -> bool + 'static) {
         *self.shared.admission.borrow_mut() = Some(Box::new(check));
+    }
+
+    /// UDP payload bytes the socket received so far (every datagram,
+    /// dropped ones included).
+    pub fn received_bytes(&self) -> u64 {
+        self.shared.received_bytes.get()
+    }
+
+    /// UDP payload bytes the endpoint's connections sent so far (handshakes,
+    /// streams, acknowledgements; the endpoint's stateless answers aside).
+    pub fn sent_bytes(&self) -> u64 {
+        self.shared.sent_bytes.get()
     }
 
     /// Connections the endpoint routes datagrams to.
@@ -301,6 +318,9 @@ impl Endpoint {
                     continue;
                 }
             };
+            shared
+                .received_bytes
+                .set(shared.received_bytes.get() + n as u64);
             let data = buf.split_to(n);
             let now = std::time::Instant::now();
             response.clear();
@@ -636,6 +656,10 @@ impl Link {
             };
             let data = self.buf.get(..t.size).unwrap_or(&self.buf);
             let segment = t.segment_size.filter(|&s| s < data.len());
+            let shared = &self.shared;
+            shared
+                .sent_bytes
+                .set(shared.sent_bytes.get() + data.len() as u64);
             loop {
                 match send_batch(&self.shared.socket, data, t.destination, segment) {
                     Ok(()) => break,

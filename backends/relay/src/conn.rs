@@ -32,7 +32,7 @@ use skiff_monoio::staging::Staging;
 
 use crate::config::RelayConfig;
 use crate::conn_name::ConnName;
-use crate::metrics::{Metrics, ThreadCounters};
+use crate::metrics::{Metrics, ThreadCounters, TransportLabel};
 
 /// Capacity of the buffer a connection's first read uses
 /// ([`Reader::wait_first`]): a connection that has sent nothing holds no
@@ -165,13 +165,17 @@ impl Connection {
             canceller: Canceller::new(),
             shared: shared.clone(),
             handshake: Some(HandshakeToken::new(shared.handshaking.clone())),
+            transport: TransportLabel::Tcp,
         };
+        // Open on plain TCP until the handler learns more; the reader closes it.
+        shared.counters().transport_opened(TransportLabel::Tcp);
         let writer = Writer {
             half: w,
             fd,
             buf: None,
             shared,
             id,
+            transport: TransportLabel::Tcp,
         };
         Connection {
             reader,
@@ -218,6 +222,9 @@ pub struct Reader {
     shared: Rc<WorkerShared>,
     /// Counts the connection among those still in their handshake.
     handshake: Option<HandshakeToken>,
+    /// The transport the connection is counted open on, and its bytes
+    /// read under ([`SetTransport`]).
+    transport: TransportLabel,
 }
 
 impl Reader {
@@ -256,7 +263,7 @@ impl Reader {
         self.buf = buf;
         match res {
             Ok(n) => {
-                self.shared.counters().add_bytes_in(n);
+                self.shared.counters().add_bytes_in_on(self.transport, n);
                 self.pending = n;
                 Ok(n > 0)
             }
@@ -302,7 +309,7 @@ impl Reader {
         match res {
             Ok(0) => Ok(false),
             Ok(n) => {
-                self.shared.counters().add_bytes_in(n);
+                self.shared.counters().add_bytes_in_on(self.transport, n);
                 self.buf.truncate(self.pending);
                 self.buf.extend_from_slice(tmp.get(..n).unwrap_or(&[]));
                 self.pending += n;
@@ -344,7 +351,7 @@ impl Reader {
         if n > 0 && n < self.buf.capacity() {
             self.drained();
         }
-        self.shared.counters().add_bytes_in(n);
+        self.shared.counters().add_bytes_in_on(self.transport, n);
         Ok(self.buf.get(..n).unwrap_or(&[]))
     }
 
@@ -389,7 +396,7 @@ impl Reader {
         if n > 0 && n < dst.len() {
             self.drained();
         }
-        self.shared.counters().add_bytes_in(n);
+        self.shared.counters().add_bytes_in_on(self.transport, n);
         Ok(n)
     }
 
@@ -446,7 +453,7 @@ impl Reader {
                 Err(e) => return Err(e),
             }
         };
-        self.shared.counters().add_bytes_in(n);
+        self.shared.counters().add_bytes_in_on(self.transport, n);
         Ok(Some(self.buf.get(..n).unwrap_or(&[])))
     }
 }
@@ -478,6 +485,7 @@ fn quick_ack(fd: RawFd) {
 
 impl Drop for Reader {
     fn drop(&mut self) {
+        self.shared.counters().transport_closed(self.transport);
         let buf = std::mem::take(&mut self.buf);
         if buf.capacity() >= READ_BUFFER_BYTES {
             self.shared.pool.give(buf);
@@ -498,6 +506,8 @@ pub struct Writer {
     buf: Option<Staging>,
     shared: Rc<WorkerShared>,
     id: u64,
+    /// The transport the connection's bytes written are counted under.
+    transport: TransportLabel,
 }
 
 impl Writer {
@@ -530,7 +540,9 @@ impl Writer {
         let stall = self.shared.config.timeouts.write;
         let out = buf.take();
         let (res, out) = write_all_or_stall(&mut self.half, out, Some((stall, self.fd))).await;
-        self.shared.counters().add_bytes_out(out.sent());
+        self.shared
+            .counters()
+            .add_bytes_out_on(self.transport, out.sent());
         if let Some(buf) = self.buf.as_mut() {
             buf.restore(out);
         }
@@ -608,6 +620,42 @@ impl ByteRead for Reader {
     fn set_prompt_acks(&mut self, on: bool) {
         self.prompt_acks = on && self.shared.config.quick_ack;
     }
+}
+
+/// A half of an accepted connection that the handler tells which transport
+/// it turned out to carry, for the per-transport counters
+/// ([`crate::metrics::TransportLabel`]).
+pub(crate) trait SetTransport {
+    /// Counts the connection (and its bytes from now on) under `t`.
+    fn set_transport(&mut self, t: TransportLabel);
+}
+
+impl SetTransport for Reader {
+    fn set_transport(&mut self, t: TransportLabel) {
+        if t != self.transport {
+            let counters = self.shared.counters();
+            counters.transport_closed(self.transport);
+            counters.transport_opened(t);
+            self.transport = t;
+        }
+    }
+}
+
+impl SetTransport for Writer {
+    fn set_transport(&mut self, t: TransportLabel) {
+        self.transport = t;
+    }
+}
+
+/// A TLS connection stays counted as `tls` whatever it carries (its halves
+/// were labelled before the handshake).
+impl SetTransport for skiff_monoio::tls::TlsReader<Reader> {
+    fn set_transport(&mut self, _: TransportLabel) {}
+}
+
+/// As for [`skiff_monoio::tls::TlsReader`].
+impl SetTransport for skiff_monoio::tls::TlsWriter<Writer> {
+    fn set_transport(&mut self, _: TransportLabel) {}
 }
 
 impl ByteWrite for Writer {

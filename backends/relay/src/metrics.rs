@@ -16,6 +16,65 @@ use std::time::{Duration, Instant};
 
 use skiff_monoio::driver::ActiveDriver;
 
+/// The transport a connection's bytes travel on, as the per-transport
+/// counters label it: the outermost layer the relay serves the session
+/// over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportLabel {
+    /// Plain TCP: QMux, an HTTP request, or a connection whose first bytes
+    /// are not read yet.
+    Tcp,
+    /// TLS on the TCP port: QMux, HTTPS, or WebSocket over TLS (`wss://`).
+    Tls,
+    /// WebSocket on plain TCP (`ws://`).
+    Ws,
+    /// QUIC on UDP (`moql://`).
+    Quic,
+}
+
+impl TransportLabel {
+    /// Every label, in the order the exposition lists them.
+    pub const ALL: [TransportLabel; 4] = [
+        TransportLabel::Tcp,
+        TransportLabel::Tls,
+        TransportLabel::Ws,
+        TransportLabel::Quic,
+    ];
+
+    /// The label's value in the exposition (`transport="tcp"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportLabel::Tcp => "tcp",
+            TransportLabel::Tls => "tls",
+            TransportLabel::Ws => "ws",
+            TransportLabel::Quic => "quic",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One transport's counters of one worker thread.
+#[derive(Debug, Default)]
+struct TransportCounters {
+    open: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+}
+
+/// One transport's counters, as plain values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransportSnapshot {
+    /// Connections open on the transport.
+    pub open: u64,
+    /// Bytes read from peers (for QUIC: UDP payload bytes received).
+    pub bytes_in: u64,
+    /// Bytes written to peers (for QUIC: UDP payload bytes sent).
+    pub bytes_out: u64,
+}
+
 /// Counters of one worker thread, on their own cache line.
 #[derive(Debug, Default)]
 #[repr(align(64))]
@@ -24,8 +83,9 @@ pub struct ThreadCounters {
     open: AtomicU64,
     refused: AtomicU64,
     accept_errors: AtomicU64,
-    bytes_in: AtomicU64,
-    bytes_out: AtomicU64,
+    /// Open connections and bytes by transport, indexed by
+    /// [`TransportLabel`]; the TCP port's bytes in all are their sum.
+    transports: [TransportCounters; 4],
     short_reads: AtomicU64,
     prompt_acks: AtomicU64,
     cache_bytes: AtomicU64,
@@ -83,9 +143,39 @@ impl ThreadCounters {
         self.accept_errors.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts bytes read from peers.
+    /// Counts bytes read from peers over plain TCP.
     pub fn add_bytes_in(&self, n: usize) {
-        self.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+        self.add_bytes_in_on(TransportLabel::Tcp, n);
+    }
+
+    /// Counts bytes read from a peer on the TCP port over transport `t`.
+    pub fn add_bytes_in_on(&self, t: TransportLabel, n: usize) {
+        self.transports[t.index()]
+            .bytes_in
+            .fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Counts a connection open on transport `t` (until
+    /// [`ThreadCounters::transport_closed`]).
+    pub fn transport_opened(&self, t: TransportLabel) {
+        self.transports[t.index()]
+            .open
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection on transport `t` closed.
+    pub fn transport_closed(&self, t: TransportLabel) {
+        self.transports[t.index()]
+            .open
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Records the bytes the thread's QUIC endpoint sent and received so far
+    /// (UDP payloads, handshakes and acknowledgements included).
+    pub fn set_quic_bytes(&self, sent: u64, received: u64) {
+        let q = &self.transports[TransportLabel::Quic.index()];
+        q.bytes_out.store(sent, Ordering::Relaxed);
+        q.bytes_in.store(received, Ordering::Relaxed);
     }
 
     /// Counts a read that drained a peer's socket, and whether the relay
@@ -97,9 +187,16 @@ impl ThreadCounters {
         }
     }
 
-    /// Counts bytes written to peers.
+    /// Counts bytes written to peers over plain TCP.
     pub fn add_bytes_out(&self, n: usize) {
-        self.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+        self.add_bytes_out_on(TransportLabel::Tcp, n);
+    }
+
+    /// Counts bytes written to a peer on the TCP port over transport `t`.
+    pub fn add_bytes_out_on(&self, t: TransportLabel, n: usize) {
+        self.transports[t.index()]
+            .bytes_out
+            .fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Records the bytes the thread lent to other workers so far and the
@@ -153,13 +250,24 @@ impl ThreadCounters {
 
     /// A consistent-enough copy of the counters (each read is relaxed).
     pub fn snapshot(&self) -> Snapshot {
+        let transports = TransportLabel::ALL.map(|t| {
+            let c = &self.transports[t.index()];
+            TransportSnapshot {
+                open: c.open.load(Ordering::Relaxed),
+                bytes_in: c.bytes_in.load(Ordering::Relaxed),
+                bytes_out: c.bytes_out.load(Ordering::Relaxed),
+            }
+        });
+        // The TCP port's transports; QUIC's datagrams are counted apart.
+        let tcp_port = &transports[..TransportLabel::Quic.index()];
         Snapshot {
             accepted: self.accepted.load(Ordering::Relaxed),
             open: self.open.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
             accept_errors: self.accept_errors.load(Ordering::Relaxed),
-            bytes_in: self.bytes_in.load(Ordering::Relaxed),
-            bytes_out: self.bytes_out.load(Ordering::Relaxed),
+            bytes_in: tcp_port.iter().map(|t| t.bytes_in).sum(),
+            bytes_out: tcp_port.iter().map(|t| t.bytes_out).sum(),
+            transports,
             short_reads: self.short_reads.load(Ordering::Relaxed),
             prompt_acks: self.prompt_acks.load(Ordering::Relaxed),
             cache_bytes: self.cache_bytes.load(Ordering::Relaxed),
@@ -187,10 +295,13 @@ pub struct Snapshot {
     pub refused: u64,
     /// Failed accepts.
     pub accept_errors: u64,
-    /// Bytes read from peers.
+    /// Bytes read from peers on the TCP port.
     pub bytes_in: u64,
-    /// Bytes written to peers.
+    /// Bytes written to peers on the TCP port.
     pub bytes_out: u64,
+    /// Open connections and bytes by transport, indexed as
+    /// [`TransportLabel::ALL`].
+    pub transports: [TransportSnapshot; 4],
     /// Reads that drained a peer's socket.
     pub short_reads: u64,
     /// Of those, the ones acknowledged at once (`TCP_QUICKACK`).
@@ -225,6 +336,11 @@ impl core::ops::AddAssign for Snapshot {
         self.accept_errors += o.accept_errors;
         self.bytes_in += o.bytes_in;
         self.bytes_out += o.bytes_out;
+        for (t, o) in self.transports.iter_mut().zip(o.transports) {
+            t.open += o.open;
+            t.bytes_in += o.bytes_in;
+            t.bytes_out += o.bytes_out;
+        }
         self.short_reads += o.short_reads;
         self.prompt_acks += o.prompt_acks;
         self.cache_bytes += o.cache_bytes;
@@ -281,13 +397,13 @@ const FAMILIES: &[Family] = &[
     Family {
         name: "received_bytes_total",
         kind: "counter",
-        help: "Bytes read from peers.",
+        help: "Bytes read from peers on the TCP port.",
         get: |s| s.bytes_in,
     },
     Family {
         name: "sent_bytes_total",
         kind: "counter",
-        help: "Bytes written to peers.",
+        help: "Bytes written to peers on the TCP port.",
         get: |s| s.bytes_out,
     },
     Family {
@@ -427,6 +543,7 @@ impl Metrics {
                 );
             }
         }
+        render_transports(&mut out, &total);
         let _ = writeln!(
             out,
             "# HELP skiff_relay_thread_io_uring 1 if the worker runs on io_uring, 0 if on epoll."
@@ -454,6 +571,45 @@ impl Metrics {
             );
         }
         out
+    }
+}
+
+/// The per-transport series, summed over threads:
+/// `skiff_relay_transport_*{transport="tcp|tls|ws|quic"}`.
+fn render_transports(out: &mut String, total: &Snapshot) {
+    type Get = fn(&TransportSnapshot) -> u64;
+    let families: [(&str, &str, &str, Get); 3] = [
+        (
+            "connections_open",
+            "gauge",
+            "Connections open, by transport (tcp until a connection's first bytes say more).",
+            |t| t.open,
+        ),
+        (
+            "received_bytes_total",
+            "counter",
+            "Bytes read from peers, by transport (quic: UDP payloads, sampled every 100 ms).",
+            |t| t.bytes_in,
+        ),
+        (
+            "sent_bytes_total",
+            "counter",
+            "Bytes written to peers, by transport (quic: UDP payloads, sampled every 100 ms).",
+            |t| t.bytes_out,
+        ),
+    ];
+    // Writing to a String cannot fail.
+    for (name, kind, help, get) in families {
+        let _ = writeln!(out, "# HELP skiff_relay_transport_{name} {help}");
+        let _ = writeln!(out, "# TYPE skiff_relay_transport_{name} {kind}");
+        for (label, t) in TransportLabel::ALL.iter().zip(&total.transports) {
+            let _ = writeln!(
+                out,
+                "skiff_relay_transport_{name}{{transport=\"{}\"}} {}",
+                label.as_str(),
+                get(t)
+            );
+        }
     }
 }
 
@@ -750,6 +906,36 @@ mod tests {
         }
         assert!(!text.contains("skiff_relay_thread_io_uring{thread=\"0\"}"));
         assert_eq!(m.total().accepted, 3);
+    }
+
+    #[test]
+    fn transports_are_labelled_and_summed_over_threads() {
+        let m = Metrics::new(2);
+        m.thread(0).transport_opened(TransportLabel::Tcp);
+        m.thread(1).transport_opened(TransportLabel::Quic);
+        m.thread(1).transport_opened(TransportLabel::Ws);
+        m.thread(1).transport_closed(TransportLabel::Ws);
+        m.thread(0).add_bytes_out_on(TransportLabel::Tls, 5);
+        m.thread(1).add_bytes_out_on(TransportLabel::Ws, 6);
+        m.thread(0).add_bytes_in_on(TransportLabel::Ws, 3);
+        m.thread(0).set_quic_bytes(100, 40);
+        m.thread(1).set_quic_bytes(1, 2);
+        let text = m.render();
+        for want in [
+            "skiff_relay_transport_connections_open{transport=\"tcp\"} 1\n",
+            "skiff_relay_transport_connections_open{transport=\"ws\"} 0\n",
+            "skiff_relay_transport_connections_open{transport=\"quic\"} 1\n",
+            "skiff_relay_transport_sent_bytes_total{transport=\"tls\"} 5\n",
+            "skiff_relay_transport_sent_bytes_total{transport=\"ws\"} 6\n",
+            "skiff_relay_transport_sent_bytes_total{transport=\"quic\"} 101\n",
+            "skiff_relay_transport_received_bytes_total{transport=\"quic\"} 42\n",
+            // The TCP port's totals leave QUIC's datagrams out.
+            "skiff_relay_sent_bytes_total 11\n",
+            "skiff_relay_received_bytes_total 3\n",
+            "# TYPE skiff_relay_transport_sent_bytes_total counter\n",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
     }
 
     /// Sends a GET and reads the whole response (empty if the server closed

@@ -158,11 +158,11 @@ use skiff_ws::frame::Role as WsRole;
 
 use crate::auth::{Auth, Gate};
 use crate::config::{RelayConfig, Upstream as UpstreamAddr, UpstreamScheme, quota_key};
-use crate::conn::Connection;
+use crate::conn::{Connection, SetTransport};
 use crate::conn_name::ConnName;
 use crate::handler::{ConnectionHandler, QuicConn, QuicServerConfig, WorkerInfo};
 use crate::lend::{Borrower, Lender, LinkShare, Reclaim, lend_limit, return_released};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TransportLabel};
 use crate::storage::{
     STREAMS, ServerStorage, SidePools, SideTables, TRUNK_STREAMS, TrunkSession, TrunkStorage,
     UpstreamStorage,

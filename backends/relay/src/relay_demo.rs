@@ -1,8 +1,11 @@
 //! `skiff-relay demo`: the relay, a synthetic camera publisher and viewers in
-//! one process, over loopback TCP, with a live progress line and a summary.
+//! one process, over loopback TCP (or WebSocket, or QUIC with
+//! `--transport quic`), with a live progress line and a summary.
 //!
 //! The relay runs exactly as `serve` does ([`server::start`] with
-//! [`RelayHandler`]). One client thread runs a monoio runtime with a client
+//! [`RelayHandler`]); over QUIC it serves a generated certificate
+//! (`--tls-generate`) on UDP at its TCP port, and every client pins that
+//! certificate's fingerprint, while the TCP port stays plain for browsers. One client thread runs a monoio runtime with a client
 //! of the SDK ([`skiff_monoio::connect`]) for the camera and one per viewer,
 //! each with its own session. The camera writes a frame per tick (`--fps`)
 //! and starts a group every second (its first frame 4x larger, like a key
@@ -30,12 +33,14 @@ use skiff_core::hang::{self, testcard::TestCard};
 use skiff_core::model::track::Info;
 use skiff_monoio::driver;
 use skiff_monoio::sdk::{GroupProducer, Request};
+use skiff_monoio::tls::Fingerprint;
 use skiff_monoio::{Client, Config, Error, connect};
 
-use crate::config::{RelayConfig, RelayDemoArgs};
+use crate::config::{ConfigError, DemoTransport, RelayConfig, RelayDemoArgs};
 use crate::error::RelayError;
 use crate::relay::RelayHandler;
 use crate::server;
+use crate::tls::TlsServer;
 
 /// Counters shared by the client thread and the progress printer.
 #[derive(Debug, Default)]
@@ -168,6 +173,8 @@ impl LatencyHistogram {
 pub struct RelayDemoReport {
     /// Where the relay listened.
     pub addr: SocketAddr,
+    /// How the camera and viewers reached it.
+    pub transport: DemoTransport,
     /// Relay worker threads.
     pub threads: usize,
     /// Viewers.
@@ -207,8 +214,12 @@ impl std::fmt::Display for RelayDemoReport {
         let secs = self.elapsed.as_secs_f64().max(1e-9);
         writeln!(
             f,
-            "demo: relay on {} ({} worker threads), 1 publisher, {} viewers, {:.1} s",
-            self.addr, self.threads, self.viewers, secs
+            "demo: relay on {} ({} worker threads), 1 publisher, {} viewers over {}, {:.1} s",
+            self.addr,
+            self.threads,
+            self.viewers,
+            self.transport.scheme(),
+            secs
         )?;
         writeln!(
             f,
@@ -281,14 +292,25 @@ pub fn run(
 ) -> Result<RelayDemoReport, RelayError> {
     let kind = config.driver;
     let threads = config.threads.get();
+    let transport = args.transport();
+    // Over QUIC: the configuration's certificate, its fingerprint pinned by every client.
+    let (tls, pin) = match transport {
+        DemoTransport::Quic => {
+            let (tls, pin) = quic_certificate(&config)?;
+            (Some(tls), Some(pin))
+        }
+        DemoTransport::Tcp | DemoTransport::Ws => (None, None),
+    };
     let server = server::start(
         config,
-        RelayHandler::factory(threads).map_err(RelayError::Spawn)?,
+        RelayHandler::factory_with_tls(threads, tls).map_err(RelayError::Spawn)?,
     )?;
     let addr = server.local_addr();
-    let scheme = if args.websocket { "ws" } else { "tcp" };
     // The origin's root, where the watch page's players dial too (docs/protocol.md §4.1).
-    let url = format!("{scheme}://{addr}/");
+    let url = format!("{}://{addr}/", transport.scheme());
+    if let Some(pin) = pin {
+        println!("demo: camera and viewers dial {url} (QUIC on UDP, certificate sha256 {pin})");
+    }
     let stats = Arc::new(DemoStats::default());
     let done = Arc::new(AtomicBool::new(false));
     let epoch = Instant::now();
@@ -297,7 +319,7 @@ pub fn run(
         let (url, fps, stop) = (url.clone(), args.fps.max(1), camera_stop.clone());
         std::thread::Builder::new()
             .name("skiff-demo-camera".into())
-            .spawn(move || driver::block_on(kind, move |_| browser_camera(url, fps, stop)))
+            .spawn(move || driver::block_on(kind, move |_| browser_camera(url, pin, fps, stop)))
             .map_err(RelayError::Spawn)?
     };
     println!(
@@ -309,7 +331,8 @@ pub fn run(
         std::thread::Builder::new()
             .name("skiff-demo-clients".into())
             .spawn(move || {
-                let r = driver::block_on(kind, move |_| clients(url, args, stats, stop, epoch));
+                let r =
+                    driver::block_on(kind, move |_| clients(url, pin, args, stats, stop, epoch));
                 done.store(true, Ordering::Relaxed);
                 r
             })
@@ -350,8 +373,9 @@ pub fn run(
         let (p50, p99) = (ms(0.5), ms(0.99));
         std::mem::swap(&mut hist_last, &mut hist_now);
         let line = format!(
-            "t={:>3}s  camera {:>5.1} fps  {:>7.2} Mbit/s to viewers  viewers {}/{}  latency avg {:.2} p50 {:.2} p99 {:.2} ms",
+            "t={:>3}s  {}  camera {:>5.1} fps  {:>7.2} Mbit/s to viewers  viewers {}/{}  latency avg {:.2} p50 {:.2} p99 {:.2} ms",
             epoch.elapsed().as_secs(),
+            transport.scheme(),
             (sent - last.1) as f64 / dt,
             bytes.saturating_sub(last.4) as f64 * 8.0 / 1e6 / dt,
             stats.viewers_live.load(Ordering::Relaxed),
@@ -404,6 +428,7 @@ pub fn run(
     let max = stats.latency_max_us.load(Ordering::Relaxed);
     Ok(RelayDemoReport {
         addr,
+        transport,
         threads,
         viewers: args.viewers,
         elapsed,
@@ -419,12 +444,42 @@ pub fn run(
     })
 }
 
+/// The certificate the relay serves QUIC with (its `--tls-generate` or
+/// files) and the fingerprint the demo's clients pin.
+fn quic_certificate(config: &RelayConfig) -> Result<(Arc<TlsServer>, Fingerprint), RelayError> {
+    let invalid = |reason: String| {
+        RelayError::Config(ConfigError::Invalid {
+            key: "tls-generate",
+            reason,
+        })
+    };
+    let source = config.tls_source().ok_or_else(|| {
+        invalid("--transport quic needs a certificate (--tls-generate HOST)".into())
+    })?;
+    let tls = TlsServer::load(source).map_err(|e| invalid(e.to_string()))?;
+    let pin = tls
+        .cert()
+        .fingerprint()
+        .ok_or_else(|| invalid("no certificate to pin".into()))?;
+    Ok((Arc::new(tls), pin))
+}
+
+/// A client's configuration: `pool_bytes` of buffers, and the relay's
+/// certificate pinned when it is dialed over QUIC.
+fn client_config(pool_bytes: u64, pin: Option<Fingerprint>) -> Config {
+    let mut config = Config::default();
+    config.pool_bytes = pool_bytes;
+    config.tls_fingerprint = pin;
+    config
+}
+
 /// How long the camera waits, at the end, for the relay to read the track's end.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The client thread: publisher and viewers; returns the failures.
 async fn clients(
     url: String,
+    pin: Option<Fingerprint>,
     args: RelayDemoArgs,
     stats: Arc<DemoStats>,
     stop: Arc<AtomicBool>,
@@ -441,8 +496,7 @@ async fn clients(
     let mut viewers = Vec::with_capacity(args.viewers);
     let mut tasks = Vec::with_capacity(args.viewers);
     for v in 0..args.viewers {
-        let mut config = Config::default();
-        config.pool_bytes = (group_bytes * 8).max(16 << 20);
+        let config = client_config((group_bytes * 8).max(16 << 20), pin);
         let (client, runner) = match connect(&url, config) {
             Ok(c) => c,
             Err(e) => return vec![format!("viewer {v}: {e}")],
@@ -468,8 +522,7 @@ async fn clients(
     }
 
     // The camera.
-    let mut config = Config::default();
-    config.pool_bytes = (group_bytes * 16).max(256 << 20);
+    let config = client_config((group_bytes * 16).max(256 << 20), pin);
     let (camera, runner) = match connect(&url, config) {
         Ok(c) => c,
         Err(e) => return vec![format!("camera: {e}")],
@@ -511,12 +564,19 @@ const CARD_SIZE: (usize, usize) = (192, 144);
 /// ([`BROWSER_BROADCAST`]: `catalog.json` in one open group, and `video`, a
 /// group per picture since every picture is an IDR), a picture per tick
 /// until `stop` is set. Returns the pictures published.
-async fn browser_camera(url: String, fps: u32, stop: Arc<AtomicBool>) -> Result<u64, Error> {
+async fn browser_camera(
+    url: String,
+    pin: Option<Fingerprint>,
+    fps: u32,
+    stop: Arc<AtomicBool>,
+) -> Result<u64, Error> {
     let card = TestCard::new(CARD_SIZE.0, CARD_SIZE.1, fps)
         .map_err(|e| Error::Io(std::io::Error::other(format!("test card: {e}"))))?;
-    let mut config = Config::default();
     // Room for a second of pictures.
-    config.pool_bytes = (card.max_frame_len() as u64 * u64::from(fps) * 2).max(16 << 20);
+    let config = client_config(
+        (card.max_frame_len() as u64 * u64::from(fps) * 2).max(16 << 20),
+        pin,
+    );
     let (client, runner) = connect(&url, config)?;
     let runner = monoio::spawn(runner.run());
     let broadcast = client.publish(BROWSER_BROADCAST)?;

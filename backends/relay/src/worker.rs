@@ -24,7 +24,7 @@ use crate::config::RelayConfig;
 use crate::conn::{BufPool, Connection, WorkerShared};
 use crate::conn_name::ConnName;
 use crate::handler::{ConnectionHandler, WorkerInfo};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TransportLabel};
 
 /// Pause after an accept error such as EMFILE, so the loop does not spin.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(20);
@@ -91,6 +91,7 @@ struct QuicOpen(Rc<WorkerShared>);
 impl QuicOpen {
     fn new(shared: Rc<WorkerShared>) -> Self {
         shared.counters().quic_opened();
+        shared.counters().transport_opened(TransportLabel::Quic);
         QuicOpen(shared)
     }
 }
@@ -98,6 +99,7 @@ impl QuicOpen {
 impl Drop for QuicOpen {
     fn drop(&mut self) {
         self.0.counters().quic_closed();
+        self.0.counters().transport_closed(TransportLabel::Quic);
     }
 }
 
@@ -430,6 +432,7 @@ fn start_quic<H: ConnectionHandler>(
             loop {
                 let c = shared.counters();
                 c.set_quic_endpoint(endpoint.dropped(), endpoint.retries());
+                c.set_quic_bytes(endpoint.sent_bytes(), endpoint.received_bytes());
                 if race(
                     monoio::time::sleep(QUIC_SAMPLE_EVERY),
                     shared.shutdown.wait(),

@@ -157,6 +157,88 @@ fn relay_demo_delivers_and_exits_0() {
 }
 
 #[test]
+fn relay_demo_over_quic_delivers_with_tcp_kept_plain() {
+    let mut r = Running::start(
+        &[
+            "demo",
+            "--transport",
+            "quic",
+            "--seconds",
+            "3",
+            "--viewers",
+            "3",
+            "--log",
+            "warn",
+        ],
+        None,
+    );
+    // "demo: camera and viewers dial moql://ADDR/ (QUIC on UDP, certificate sha256 HEX)".
+    let line = r.next_line();
+    let rest = line
+        .strip_prefix("demo: camera and viewers dial moql://")
+        .unwrap_or_else(|| panic!("no QUIC line: {line}"));
+    let (addr, rest) = rest.split_once("/ (").unwrap();
+    let addr: SocketAddr = addr.parse().unwrap();
+    let pin = rest
+        .strip_prefix("QUIC on UDP, certificate sha256 ")
+        .and_then(|p| p.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("no fingerprint: {line}"));
+    assert_eq!(pin.len(), 64, "{line}");
+    // The browser's URL: the watch page on the same port, plain HTTP.
+    let watch = r.next_line();
+    assert!(
+        watch.contains(&format!("http://{addr}/?name=demo/cam.hang")),
+        "{watch}"
+    );
+    // The TCP port stays plain and answers the fingerprint the clients pinned.
+    let (status, body) = http_get(addr, "/certificate.sha256");
+    assert!(status.contains("200"), "{status}");
+    assert_eq!(body.trim(), pin);
+    let (code, _) = r.wait_exit(Duration::from_secs(60));
+    let text: Vec<String> = r.lines.iter().collect();
+    let text = text.join("\n");
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("  moql  camera"),
+        "progress names the transport: {text}"
+    );
+    assert!(text.contains("3 viewers over moql"), "{text}");
+    // Every viewer read every frame but those before its first group's start.
+    let delivered = text
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once(" frames published, ")?;
+            rest.split_once(" frames delivered and verified")?
+                .0
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no delivery line: {text}"));
+    assert!(delivered >= 3 * 60, "{delivered} frames delivered: {text}");
+    assert!(!text.contains("failure"), "{text}");
+}
+
+#[test]
+fn relay_demo_refuses_certificate_files() {
+    let dir =
+        std::env::temp_dir().join(format!("skiff-relay-test-{}-demo-pki", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pki = skiff_testkit::pki::Pki::write(&dir, "demo");
+    let out = run_bounded(
+        relay()
+            .args(["demo", "--transport", "quic", "--tls-cert"])
+            .arg(&pki.cert)
+            .arg("--tls-key")
+            .arg(&pki.key),
+        20,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("the demo keeps its TCP port plain"), "{err}");
+}
+
+#[test]
 fn help_and_version_exit_0() {
     let out = run_bounded(relay().arg("--help"), 20);
     assert_eq!(out.status.code(), Some(0));
@@ -223,6 +305,13 @@ impl Running {
             .unwrap_or_else(|| panic!("expected `{prefix}…`, got `{l}`"))
             .parse()
             .unwrap()
+    }
+
+    /// The next line of stdout (fails after 20 s without one).
+    fn next_line(&self) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(20))
+            .expect("a line of stdout")
     }
 
     /// Waits for exit; kills and fails after `limit`.

@@ -1,7 +1,9 @@
 //! moq-lite over QUIC (docs/protocol.md §11) through `skiff-relay`: the
 //! SDK's publisher and subscriber both dial `moql://`, and every frame
 //! arrives intact, in order, with its timestamp, including frames larger
-//! than a stream's receive window.
+//! than a stream's receive window; and the per-transport metrics.
+
+mod common;
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
@@ -134,4 +136,123 @@ fn sdk_publisher_reaches_sdk_viewer_over_quic_epoll() {
 #[test]
 fn sdk_publisher_reaches_sdk_viewer_over_quic_io_uring() {
     publish_and_view(DriverKind::IoUring);
+}
+
+/// `GET /metrics` counts connections and bytes per transport: a publisher
+/// over plain TCP, a viewer over QUIC and one over WebSocket, all connected,
+/// are one `tcp`, one `quic` and one `ws` connection, and each transport's
+/// bytes cover the frames it carried; once they close, nothing is open.
+#[test]
+fn metrics_count_connections_and_bytes_per_transport() {
+    const FRAMES: u64 = 20;
+    const FRAME_BYTES: usize = 10_000;
+    let hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let config = RelayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        metrics: Some("127.0.0.1:0".parse().unwrap()),
+        threads: NonZeroUsize::MIN,
+        drain_timeout: Duration::from_secs(2),
+        tls_generate: hosts,
+        ..RelayConfig::default()
+    };
+    let relay = server::start(config, RelayHandler::factory(1).unwrap()).expect("start relay");
+    let addr = relay.local_addr();
+    let metrics = relay.metrics_addr().expect("a metrics port");
+    // The pin, from the TCP port as a client would read it.
+    let (_, hex) = common::http_get(addr, "/certificate.sha256");
+    let pin: skiff_monoio::tls::Fingerprint = hex.trim().parse().expect("a fingerprint");
+
+    let (ready_tx, ready) = std::sync::mpsc::channel::<u64>();
+    let (done, done_rx) = std::sync::mpsc::channel::<()>();
+    let clients = std::thread::spawn(move || {
+        driver::block_on(DriverKind::Legacy, move |_| async move {
+            let (publisher, runner) =
+                connect(&format!("tcp://{addr}/"), Config::default()).unwrap();
+            monoio::spawn(runner.run());
+            let mut quic = Config::default();
+            quic.tls_fingerprint = Some(pin);
+            let (viewer, runner) = connect(&format!("moql://{addr}/"), quic).unwrap();
+            monoio::spawn(runner.run());
+            let (web, runner) = connect(&format!("ws://{addr}/"), Config::default()).unwrap();
+            monoio::spawn(runner.run());
+            let broadcast = publisher.publish("camera").unwrap();
+            let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
+            let mut subs = Vec::new();
+            for v in [&viewer, &web] {
+                subs.push(v.subscribe("camera", "video", Request::LIVE).await.unwrap());
+            }
+            while track.subscribers() == 0 {
+                monoio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let mut group = track.create_group(0).unwrap();
+            for i in 0..FRAMES {
+                group
+                    .write_frame(i, &vec![i as u8; FRAME_BYTES])
+                    .await
+                    .unwrap();
+            }
+            group.finish().unwrap();
+            for mut sub in subs {
+                let mut read = 0u64;
+                let mut g = sub.next_group().await.unwrap().expect("a group");
+                while let Some(f) = g.read_frame().await.unwrap() {
+                    read += f.payload.to_vec().len() as u64;
+                }
+                ready_tx.send(read).unwrap();
+            }
+            // Both stay connected until the metrics are read.
+            while done_rx.try_recv().is_err() {
+                monoio::time::sleep(Duration::from_millis(10)).await;
+            }
+            for client in [publisher, viewer, web] {
+                client.close().await;
+            }
+        })
+        .expect("runtime");
+    });
+    let payload = FRAMES * FRAME_BYTES as u64;
+    for viewer in ["quic", "ws"] {
+        let read = ready
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("the {viewer} viewer read the group"));
+        assert_eq!(read, payload, "{viewer}");
+    }
+    let series = |name: &str, t: &str| format!("skiff_relay_transport_{name}{{transport=\"{t}\"}}");
+    let scrape = || common::http_get(metrics, "/metrics").1;
+    // QUIC's bytes are sampled every 100 ms; the certificate's request closes
+    // just after its answer.
+    common::eventually("QUIC's bytes sampled, the request closed", || {
+        let text = scrape();
+        common::sample(&text, &series("sent_bytes_total", "quic")) >= Some(payload)
+            && common::sample(&text, &series("connections_open", "tcp")) == Some(1)
+    });
+    let text = scrape();
+    let value = |name: &str, t: &str| {
+        common::sample(&text, &series(name, t)).unwrap_or_else(|| panic!("no {name} {t}: {text}"))
+    };
+    for (t, open) in [("tcp", 1), ("tls", 0), ("ws", 1), ("quic", 1)] {
+        assert_eq!(value("connections_open", t), open, "{t}: {text}");
+    }
+    // The publisher's frames came in over TCP and went out over QUIC and WebSocket.
+    assert!(value("received_bytes_total", "tcp") >= payload, "{text}");
+    assert!(value("sent_bytes_total", "tcp") > 0, "{text}");
+    assert!(value("sent_bytes_total", "ws") >= payload, "{text}");
+    assert!(value("received_bytes_total", "ws") > 0, "{text}");
+    assert!(value("received_bytes_total", "quic") > 0, "{text}");
+    assert_eq!(value("sent_bytes_total", "tls"), 0, "{text}");
+    assert_eq!(value("received_bytes_total", "tls"), 0, "{text}");
+    // The TCP port's totals are the sum of its transports.
+    assert_eq!(
+        common::sample(&text, "skiff_relay_sent_bytes_total"),
+        Some(value("sent_bytes_total", "tcp") + value("sent_bytes_total", "ws"))
+    );
+    done.send(()).unwrap();
+    clients.join().expect("clients");
+    common::eventually("both connections closed", || {
+        let text = scrape();
+        ["tcp", "ws", "quic"]
+            .iter()
+            .all(|t| common::sample(&text, &series("connections_open", t)) == Some(0))
+    });
+    relay.shutdown().expect("relay stops");
 }

@@ -11,8 +11,10 @@
 //! # Over TLS (a relay started with --tls-cert/--tls-key), trusting a private CA:
 //! camera --url tls://relay.example:4443/anon --ca ca.pem
 //! viewer --url wss://relay.example:4443/anon --ca ca.pem --frames 300
-//! # A relay started with --tls-generate relay.example: pin its certificate.
-//! camera --url tls://relay.example:4443/anon --fingerprint "$(curl -sk https://relay.example:4443/certificate.sha256)"
+//! # Over QUIC (UDP at the relay's port) to a relay started with
+//! # --tls-generate relay.example, pinning the certificate its plain TCP port
+//! # answers at /certificate.sha256:
+//! camera --url moql://relay.example:4443/anon --fingerprint "$(curl -s http://relay.example:4443/certificate.sha256)"
 //! ```
 //!
 //! Sources (`--input`): `pattern` (default; moving colour bars with a
@@ -47,16 +49,17 @@ enum Source {
 #[derive(Parser, Debug)]
 #[command(about = "Publish H.264 video in moq-dev's hang format through a moq-lite relay")]
 struct Args {
-    /// The relay: `tcp://HOST:PORT/PATH`, `tls://...`, `ws://...` or `wss://...`.
+    /// The relay: `tcp://HOST:PORT/PATH`, `tls://...`, `ws://...`, `wss://...`
+    /// or `moql://...` (QUIC).
     #[arg(long, default_value = "tcp://127.0.0.1:4443/anon")]
     url: String,
-    /// Trust the CA certificates of this PEM file for `tls://` and `wss://`
+    /// Trust the CA certificates of this PEM file for `tls://`, `wss://` and `moql://`
     /// instead of the system's.
     #[arg(long, value_name = "FILE")]
     ca: Option<std::path::PathBuf>,
     /// Accept exactly the relay certificate with this SHA-256 (64 hex
     /// digits, what a `--tls-generate` relay answers at
-    /// `/certificate.sha256`) for `tls://` and `wss://`.
+    /// `/certificate.sha256`) for `tls://`, `wss://` and `moql://`.
     #[arg(long, value_name = "HEX", conflicts_with = "ca")]
     fingerprint: Option<Fingerprint>,
     /// The broadcast path (hang broadcasts end in `.hang`).

@@ -51,16 +51,17 @@ use crate::camera;
     about = "Subscribe through a relay and verify a camera's frames (hang H.264, or the private SKC1 codec)"
 )]
 pub struct Args {
-    /// The relay: `tcp://HOST:PORT/PATH`, `tls://...`, `ws://...` or `wss://...`.
+    /// The relay: `tcp://HOST:PORT/PATH`, `tls://...`, `ws://...`, `wss://...`
+    /// or `moql://...` (QUIC).
     #[arg(long, default_value = "tcp://127.0.0.1:4443/anon")]
     pub url: String,
-    /// Trust the CA certificates of this PEM file for `tls://` and `wss://`
+    /// Trust the CA certificates of this PEM file for `tls://`, `wss://` and `moql://`
     /// instead of the system's.
     #[arg(long, value_name = "FILE")]
     pub ca: Option<std::path::PathBuf>,
     /// Accept exactly the relay certificate with this SHA-256 (64 hex
     /// digits, what a `--tls-generate` relay answers at
-    /// `/certificate.sha256`) for `tls://` and `wss://`.
+    /// `/certificate.sha256`) for `tls://`, `wss://` and `moql://`.
     #[arg(long, value_name = "HEX", conflicts_with = "ca")]
     pub fingerprint: Option<skiff_monoio::tls::Fingerprint>,
     /// The broadcast path; a name ending in `.hang` is read as hang.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
-use skiff_relay::config::{Cli, Command, ConfigError, RelayConfig};
+use skiff_relay::config::{Cli, Command, ConfigError, DemoTransport, RelayConfig};
 use skiff_relay::error::RelayError;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::signals::SignalWatcher;
@@ -92,12 +92,35 @@ fn run(cli: Cli) -> Result<(), RelayError> {
             Ok(())
         }
         Command::Demo(args) => {
-            if config.tls_source().is_some() {
-                // The demo's own camera and viewers dial plain tcp:// or ws://.
+            if config.tls.is_some() {
+                // The TCP port stays plain for the demo's browser page and its
+                // tcp:// and ws:// clients; QUIC takes a generated certificate.
                 return Err(RelayError::Config(ConfigError::Invalid {
                     key: "tls-cert",
-                    reason: "the demo serves plain TCP only: drop --tls-cert, --tls-key and --tls-generate".into(),
+                    reason: "the demo keeps its TCP port plain: drop --tls-cert and --tls-key (--transport quic generates a certificate)".into(),
                 }));
+            }
+            match args.transport() {
+                DemoTransport::Quic => {
+                    if !config.quic {
+                        return Err(RelayError::Config(ConfigError::Invalid {
+                            key: "quic",
+                            reason: "--transport quic needs QUIC: drop --quic=false".into(),
+                        }));
+                    }
+                    if config.tls_generate.is_empty() {
+                        // A certificate for the names the demo's clients dial.
+                        config.tls_generate = vec!["localhost".into(), "127.0.0.1".into()];
+                    }
+                }
+                DemoTransport::Tcp | DemoTransport::Ws => {
+                    if !config.tls_generate.is_empty() {
+                        return Err(RelayError::Config(ConfigError::Invalid {
+                            key: "tls-generate",
+                            reason: "the demo's clients dial tcp:// or ws://: drop --tls-generate, or add --transport quic".into(),
+                        }));
+                    }
+                }
             }
             if cli.settings.listen.is_none() && config.listen == RelayConfig::default().listen {
                 // Pick a free port so the demo never collides with a running relay.

@@ -7,7 +7,7 @@
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use skiff_core::relay::Quota;
 use skiff_monoio::driver::DriverKind;
 use skiff_monoio::tls::Fingerprint;
@@ -422,7 +422,47 @@ pub struct RelayDemoArgs {
     /// Bytes of a delta frame (a group's first frame is 4x larger).
     #[arg(long, default_value = "8KiB")]
     pub frame_bytes: ByteSize,
-    /// Publisher and viewers dial `ws://` (QMux over WebSocket) instead of `tcp://`.
-    #[arg(long)]
+    /// Publisher and viewers dial `ws://` (QMux over WebSocket) instead of
+    /// `tcp://`: the same as `--transport ws`.
+    #[arg(long, conflicts_with = "transport")]
     pub websocket: bool,
+    /// How the demo's camera and viewers reach the relay: `tcp://`, `ws://`,
+    /// or `moql://` (QUIC on UDP at the relay's port, its `--tls-generate`
+    /// certificate pinned by fingerprint; the TCP port stays plain for
+    /// browsers).
+    #[arg(long, value_enum, default_value_t = DemoTransport::Tcp)]
+    pub transport: DemoTransport,
+}
+
+impl RelayDemoArgs {
+    /// The transport the camera and viewers use (`--websocket` is `ws`).
+    pub fn transport(&self) -> DemoTransport {
+        if self.websocket {
+            DemoTransport::Ws
+        } else {
+            self.transport
+        }
+    }
+}
+
+/// The transport of the demo's own clients (`skiff-relay demo --transport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DemoTransport {
+    /// QMux over plain TCP (`tcp://`).
+    Tcp,
+    /// QMux over WebSocket on the TCP port (`ws://`).
+    Ws,
+    /// moq-lite over QUIC on UDP at the TCP port's number (`moql://`).
+    Quic,
+}
+
+impl DemoTransport {
+    /// The URL scheme the demo's clients dial.
+    pub fn scheme(self) -> &'static str {
+        match self {
+            DemoTransport::Tcp => "tcp",
+            DemoTransport::Ws => "ws",
+            DemoTransport::Quic => "moql",
+        }
+    }
 }

@@ -22,7 +22,8 @@ pub mod keys;
 pub mod values;
 
 pub use keys::{
-    Cli, Command, DEFAULT_LISTEN, DEFAULT_STREAM_CREDIT, RelayDemoArgs, Settings, Values, quota_key,
+    Cli, Command, DEFAULT_LISTEN, DEFAULT_STREAM_CREDIT, DemoTransport, RelayDemoArgs, Settings,
+    Values, quota_key,
 };
 pub use values::{
     ByteSize, DurationArg, LogLevel, ParseValueError, Spelling, Upstream, UpstreamScheme,

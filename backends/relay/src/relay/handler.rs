@@ -234,7 +234,7 @@ impl ConnectionHandler for RelayHandler {
                 notify: self.relay.notify.clone(),
                 shutdown: Some(conn.shutdown()),
             };
-            let (mut reader, writer) = conn.into_split();
+            let (mut reader, mut writer) = conn.into_split();
             // Nothing is taken for a connection before it sends something.
             // Boxed: the wait (a timer and a read in flight) ends with the
             // first bytes, so the task, which lives as long as the
@@ -246,6 +246,8 @@ impl ConnectionHandler for RelayHandler {
             let Some(tls) = self.tls.clone().filter(|t| t.on_tcp()) else {
                 return self.serve_stream(&name, reader, writer, None, ctx).await;
             };
+            reader.set_transport(TransportLabel::Tls);
+            writer.set_transport(TransportLabel::Tls);
             // The TLS state lives in an allocation of its own, so a
             // connection still waiting for its first byte holds only the
             // small future above.
@@ -324,7 +326,7 @@ impl RelayHandler {
     /// is done) whose first bytes arrived or are on their way: QMux, or HTTP
     /// and WebSocket (docs/protocol.md §9.1). `fixed_protocol` is the
     /// application protocol TLS ALPN agreed on for QMux.
-    async fn serve_stream<R: HeadRead, W: ByteWrite>(
+    async fn serve_stream<R: HeadRead + SetTransport, W: ByteWrite + SetTransport>(
         self: &Rc<Self>,
         name: &ConnName,
         mut reader: R,
@@ -374,7 +376,7 @@ impl RelayHandler {
 
     /// Serves an HTTP connection: a page or file, or a WebSocket upgrade
     /// whose messages carry the session (docs/protocol.md §9.2, §9.6).
-    async fn serve_web<R: HeadRead, W: ByteWrite>(
+    async fn serve_web<R: HeadRead + SetTransport, W: ByteWrite + SetTransport>(
         self: &Rc<Self>,
         mut name: ConnName,
         mut reader: R,
@@ -400,6 +402,8 @@ impl RelayHandler {
         else {
             return Ok(());
         };
+        reader.set_transport(TransportLabel::Ws);
+        writer.set_transport(TransportLabel::Ws);
         let link = skiff_monoio::ws::Link::new();
         let max =
             usize::try_from(self.relay.session_config.conn.max_record_size).unwrap_or(usize::MAX);
