@@ -635,9 +635,15 @@ impl Transport for QuicTransport {
         if id.dir() == Dir::Uni && id.is_local(self.side()) {
             return Err(StreamError::WrongDirection);
         }
-        if let Some(r) = self.recv.get_mut(&id.0) {
-            r.done = true;
-            r.pending = None;
+        // Nothing more is read: the entry goes now, unless the stream is
+        // listed, whose next visit drops it.
+        if self.recv.get(&id.0).is_some_and(|r| r.listed) {
+            if let Some(r) = self.recv.get_mut(&id.0) {
+                r.done = true;
+                r.pending = None;
+            }
+        } else {
+            self.recv.remove(&id.0);
         }
         let code = wire_code(code);
         self.conn
