@@ -669,11 +669,14 @@ impl Link {
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) if segment.is_some() && e.raw_os_error() == Some(libc::EIO) => {
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::EIO)
+                            && let Some(size) = segment =>
+                    {
                         // The device cannot segment: this batch and every
                         // later one go one datagram per send.
                         self.shared.gso.set(false);
-                        for piece in data.chunks(segment.unwrap_or(data.len())) {
+                        for piece in data.chunks(size) {
                             let _ = send_batch(&self.shared.socket, piece, t.destination, None);
                         }
                         break;

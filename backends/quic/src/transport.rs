@@ -10,7 +10,7 @@
 //! as bytes leave its buffer, so a parked reader holds its peer to the
 //! library's window plus that one.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::string::String;
 use std::time::Instant as StdInstant;
 
@@ -81,14 +81,12 @@ pub struct QuicTransport {
     /// The latest instant a call carried (for calls that carry none).
     now: Instant,
     protocol: Option<&'static str>,
-    /// The close the session asked for, or the library reported.
-    closed: bool,
     recv: HashMap<u64, Recv>,
     /// Streams with bytes to hand over, or waiting for the session to make
     /// room, in the order they became so.
     revisit: VecDeque<u64>,
     /// Streams whose last write found no credit.
-    blocked: HashMap<u64, ()>,
+    blocked: HashSet<u64>,
     events: VecDeque<Owned>,
 }
 
@@ -96,7 +94,7 @@ impl core::fmt::Debug for QuicTransport {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("QuicTransport")
             .field("protocol", &self.protocol)
-            .field("closed", &self.closed)
+            .field("closed", &self.conn.is_closed())
             .field("streams", &self.recv.len())
             .field("readable", &self.revisit.len())
             .field("blocked", &self.blocked.len())
@@ -112,10 +110,9 @@ impl QuicTransport {
             epoch,
             now: Instant::ZERO,
             protocol: None,
-            closed: false,
             recv: HashMap::with_capacity(64),
             revisit: VecDeque::with_capacity(64),
-            blocked: HashMap::with_capacity(16),
+            blocked: HashSet::with_capacity(16),
             events: VecDeque::with_capacity(16),
         }
     }
@@ -195,7 +192,6 @@ impl QuicTransport {
                     }
                 }
                 quinn_proto::Event::ConnectionLost { reason } => {
-                    self.closed = true;
                     self.events.push_back(Owned::Closed(close_of(&reason)));
                 }
                 quinn_proto::Event::Stream(s) => self.on_stream_event(s),
@@ -505,11 +501,11 @@ impl Transport for QuicTransport {
     const ORDERED: bool = false;
 
     fn is_established(&self) -> bool {
-        self.protocol.is_some() && !self.closed
+        self.protocol.is_some() && !self.conn.is_closed()
     }
 
     fn is_closed(&self) -> bool {
-        self.closed || self.conn.is_closed()
+        self.conn.is_closed()
     }
 
     fn is_drained(&self) -> bool {
@@ -555,7 +551,7 @@ impl Transport for QuicTransport {
             match stream.write(data) {
                 Ok(n) => n,
                 Err(QuicWriteError::Blocked) => {
-                    self.blocked.insert(id.0, ());
+                    self.blocked.insert(id.0);
                     return Err(WriteError::Blocked);
                 }
                 Err(QuicWriteError::Stopped(_)) => return Err(WriteError::Reset),
@@ -563,7 +559,6 @@ impl Transport for QuicTransport {
             }
         };
         if fin && taken == data.len() {
-            let mut stream = self.conn.send_stream(quic_id(id));
             match stream.finish() {
                 Ok(()) => {}
                 Err(quinn_proto::FinishError::Stopped(_)) => return Err(WriteError::Reset),
@@ -584,7 +579,7 @@ impl Transport for QuicTransport {
     }
 
     fn send_credit(&self, id: StreamId) -> u64 {
-        if self.closed || self.blocked.contains_key(&id.0) {
+        if self.conn.is_closed() || self.blocked.contains(&id.0) {
             0
         } else {
             STREAM_WINDOW
@@ -653,10 +648,9 @@ impl Transport for QuicTransport {
     }
 
     fn close(&mut self, code: u64, reason: &str) {
-        if self.closed {
+        if self.conn.is_closed() {
             return;
         }
-        self.closed = true;
         let at = self.std_at(self.now);
         let code = VarInt::from_u64(code).unwrap_or(VarInt::MAX);
         self.conn

@@ -648,7 +648,6 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             );
             return;
         }
-        self.close_ended(now);
         self.drive();
     }
 
@@ -1201,9 +1200,10 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             return;
         }
         self.chunk_starved = false;
-        // Ended subscriptions whose last group has come close now.
-        self.close_ended(self.now);
         self.resume();
+        // Ended subscriptions (a FIN `resume` may just have read) whose last
+        // groups came, or whose grace ran out, close now.
+        self.close_ended(self.now);
         self.open_pending();
         self.serve_announces();
         self.serve_subscriptions();

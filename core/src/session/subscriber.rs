@@ -552,8 +552,8 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         if let Some(Some(SubEntry::Open(s))) = self.subs.get_mut(i) {
             s.ending = Some(now.saturating_add(LATE_GROUP_GRACE));
         }
-        // Nothing owed: no need to wait.
-        self.close_ended(now);
+        // The drive that follows every input and timer closes it at once
+        // if nothing is owed ([`Self::close_ended`]).
     }
 
     /// Whether ended subscription `s` has nothing more to wait for: each of
