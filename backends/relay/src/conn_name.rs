@@ -42,6 +42,8 @@ pub enum Transport {
     Ws,
     /// QMux over a WebSocket on TLS.
     Wss,
+    /// moq-lite over QUIC streams (docs/protocol.md §11).
+    Quic,
 }
 
 impl Transport {
@@ -54,6 +56,7 @@ impl Transport {
             Transport::Https => "https",
             Transport::Ws => "ws",
             Transport::Wss => "wss",
+            Transport::Quic => "quic",
         }
     }
 }
@@ -96,6 +99,11 @@ impl ConnName {
                 worker: worker_index(worker),
             },
         }
+    }
+
+    /// QUIC connection number `id` of worker `worker`, from `peer`.
+    pub fn quic(worker: usize, id: u64, peer: SocketAddr) -> Self {
+        Self::client(worker, id, peer).refined(|_| Transport::Quic)
     }
 
     /// The link session of worker `from` with worker `to` (its id is the
@@ -279,6 +287,9 @@ mod tests {
         // The core's id is the accept number, whatever the transport.
         assert_eq!(c.over_tls().over_http().upgraded().id(), 7);
         assert_eq!(c.over_http().upgraded().transport(), Some(Transport::Ws));
+        let quic = ConnName::quic(0, 3, "127.0.0.1:4443".parse().unwrap());
+        assert_eq!(quic.to_string(), "quic 127.0.0.1:4443 w0#3");
+        assert_eq!(quic.transport(), Some(Transport::Quic));
         assert_eq!(
             c.upgraded().peer(),
             Some("127.0.0.1:50312".parse().unwrap())

@@ -475,7 +475,7 @@ fn admit_quic<H: ConnectionHandler>(
     }
     let id = shared.next_id.get();
     shared.next_id.set(id.wrapping_add(1));
-    let name = ConnName::client(index, id, peer);
+    let name = ConnName::quic(index, id, peer);
     let guard = OpenGuard::new(shared.clone(), name, peer.ip());
     let quic_open = QuicOpen::new(shared.clone());
     let quic = crate::handler::QuicConn {

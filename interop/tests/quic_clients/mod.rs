@@ -10,7 +10,6 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use skiff_monoio::tls::Fingerprint;
-use skiff_monoio::tls::rustls;
 
 /// The ALPN of moq-lite-05 over QUIC: what skiff speaks, and so what a
 /// moq-tokio client offering every version agrees on with skiff-relay.
@@ -99,46 +98,6 @@ pub fn check_frame(
 // ---------------------------------------------------------------------------
 // A relay's fingerprint
 // ---------------------------------------------------------------------------
-
-/// A verifier that accepts any certificate: the fingerprint is read from
-/// the relay itself, over the connection that has to trust it first.
-#[derive(Debug)]
-struct AnyCertificate(rustls::crypto::WebPkiSupportedAlgorithms);
-
-impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &[rustls::pki_types::CertificateDer<'_>],
-        _: &rustls::pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.supported_schemes()
-    }
-}
 
 /// The answer body of `GET /certificate.sha256` over `stream`.
 fn get_fingerprint<S: Read + Write>(mut stream: S) -> Fingerprint {
