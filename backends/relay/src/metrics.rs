@@ -933,6 +933,17 @@ mod tests {
     }
 
     #[test]
+    fn quic_steering_is_one_gauge_for_the_relay() {
+        let m = Metrics::new(3);
+        assert!(m.render().contains("\nskiff_relay_quic_steering 0\n"));
+        m.set_quic_steering(true);
+        let text = m.render();
+        assert!(text.contains("# TYPE skiff_relay_quic_steering gauge\n"));
+        assert!(text.contains("\nskiff_relay_quic_steering 1\n"));
+        assert!(!text.contains("skiff_relay_thread_quic_steering"));
+    }
+
+    #[test]
     fn transports_are_labelled_and_summed_over_threads() {
         let m = Metrics::new(2);
         m.thread(0).transport_opened(TransportLabel::Tcp);
