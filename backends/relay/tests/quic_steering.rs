@@ -11,7 +11,8 @@
 //! Without the steering filter the kernel picks a worker by the addresses,
 //! so a new source port lands on another worker three times in four with
 //! four workers (`skiff_monoio::reuseport`'s tests show the spread); that
-//! worker does not know the connection ID and drops the datagram.
+//! worker does not know the connection ID and drops the datagram, and this
+//! test stalls at the first rebinding that lands elsewhere.
 
 mod common;
 mod peers;
