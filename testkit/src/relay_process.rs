@@ -36,12 +36,21 @@ impl RelayProcess {
     /// If the process cannot start or does not print both addresses within
     /// 20 s (a test's setup failing).
     pub fn start(binary: &Path, extra: &[&str]) -> RelayProcess {
+        RelayProcess::start_threads(binary, 1, extra)
+    }
+
+    /// [`RelayProcess::start`] with `threads` workers.
+    ///
+    /// # Panics
+    /// As [`RelayProcess::start`].
+    pub fn start_threads(binary: &Path, threads: usize, extra: &[&str]) -> RelayProcess {
+        let threads = threads.to_string();
         // Both ports are the relay's to pick (a port found free here could be
         // taken by another test's relay before this one binds it); it prints
         // each address it bound.
         let log = std::env::var("SKIFF_RELAY_LOG").ok();
         let mut child = Command::new(binary)
-            .args(["serve", "--listen", "127.0.0.1:0", "--threads", "1"])
+            .args(["serve", "--listen", "127.0.0.1:0", "--threads", &threads])
             .args(["--metrics", "127.0.0.1:0"])
             .args(["--log", log.as_deref().unwrap_or("info")])
             .args(extra)

@@ -33,6 +33,8 @@
 //!   block pools and slices it allocates once at start-up;
 //! - [`context`]: a client's per-thread resources (tables, pool, session
 //!   storage), for drivers that run their own app;
+//! - [`reuseport`]: a worker group's UDP sockets on one port and the kernel
+//!   filter that steers QUIC datagrams by connection ID to their worker;
 //! - [`ws`] and [`tls`]: QMux over WebSocket and over TLS as byte-stream
 //!   layers of the session driver (`ws://`, `tls://`, and `wss://` as the one
 //!   on the other).
@@ -44,6 +46,7 @@ pub mod context;
 pub mod driver;
 pub mod notify;
 pub mod quic;
+pub mod reuseport;
 pub mod sdk;
 pub mod session_driver;
 pub mod shutdown;

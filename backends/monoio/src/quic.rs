@@ -10,9 +10,12 @@
 //! [`QuicTransport`](skiff_quic::QuicTransport)) and sends its datagrams on
 //! the shared socket itself ([`Link::flush`]).
 //!
-//! With SO_REUSEPORT, several threads bind the same port; the kernel keeps a
-//! client's 4-tuple on one socket, so a connection's packets reach the
-//! thread that owns it as long as the client's address does not change.
+//! With SO_REUSEPORT, several threads bind the same port. A group bound by
+//! [`crate::reuseport`] steers each datagram by its connection ID to the
+//! thread whose endpoint issued it ([`Endpoint::worker`]), whatever address
+//! the client sends from; without the group's filter the kernel keeps a
+//! client's address pair on one socket, which holds only while the
+//! client's address does not change.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -109,7 +112,27 @@ impl Endpoint {
     /// The socket could not be bound.
     pub fn server(addr: SocketAddr, config: Arc<ServerConfig>, clock: Clock) -> io::Result<Self> {
         let socket = bind(addr, true)?;
-        Self::with_socket(socket, Some(config), clock)
+        let endpoint = skiff_quic::config::endpoint_config();
+        Self::with_socket(socket, Some(config), endpoint, clock)
+    }
+
+    /// Worker `worker`'s server endpoint of a group of `workers` on one
+    /// port, on its socket of the group ([`crate::reuseport::bind_group`]):
+    /// the connection IDs it issues name the worker, so the group's socket
+    /// filter brings their datagrams back to this socket
+    /// ([`crate::reuseport::steer_by_connection_id`]).
+    ///
+    /// # Errors
+    /// The socket cannot be registered with the runtime.
+    pub fn worker(
+        socket: std::net::UdpSocket,
+        worker: usize,
+        workers: usize,
+        config: Arc<ServerConfig>,
+        clock: Clock,
+    ) -> io::Result<Self> {
+        let endpoint = skiff_quic::config::worker_endpoint_config(worker, workers);
+        Self::with_socket(socket, Some(config), endpoint, clock)
     }
 
     /// A client endpoint on an ephemeral port of `addr`'s family.
@@ -123,22 +146,18 @@ impl Endpoint {
             SocketAddr::from(([0u16; 8], 0))
         };
         let socket = bind(local, false)?;
-        Self::with_socket(socket, None, clock)
+        Self::with_socket(socket, None, skiff_quic::config::endpoint_config(), clock)
     }
 
     fn with_socket(
         socket: std::net::UdpSocket,
         server: Option<Arc<ServerConfig>>,
+        endpoint: quinn_proto::EndpointConfig,
         clock: Clock,
     ) -> io::Result<Self> {
         let local = socket.local_addr()?;
         let socket = UdpSocket::from_std(socket)?;
-        let endpoint = quinn_proto::Endpoint::new(
-            Arc::new(skiff_quic::config::endpoint_config()),
-            server.clone(),
-            true,
-            None,
-        );
+        let endpoint = quinn_proto::Endpoint::new(Arc::new(endpoint), server.clone(), true, None);
         Ok(Endpoint {
             shared: Rc::new(Shared {
                 socket,
@@ -483,7 +502,8 @@ fn send_batch(
     Ok(())
 }
 
-fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::UdpSocket> {
+/// A non-blocking UDP socket bound on `addr`, with SO_REUSEPORT if asked.
+pub(crate) fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::UdpSocket> {
     use std::os::fd::FromRawFd;
     let domain = if addr.is_ipv4() {
         libc::AF_INET

@@ -59,6 +59,19 @@ pub fn endpoint_config() -> EndpointConfig {
     EndpointConfig::default()
 }
 
+/// The endpoint configuration of worker `worker` of `workers` serving one
+/// UDP port: its connection IDs name the worker ([`crate::steer`]), so a
+/// socket filter can steer each datagram to it. Past
+/// [`steer::MAX_WORKERS`](crate::steer::MAX_WORKERS) workers no byte can
+/// name them all, and the IDs are quinn-proto's own.
+pub fn worker_endpoint_config(worker: usize, workers: usize) -> EndpointConfig {
+    let mut config = EndpointConfig::default();
+    if workers <= crate::steer::MAX_WORKERS {
+        config.cid_generator(move || Box::new(crate::steer::WorkerCids::new(worker, workers)));
+    }
+    config
+}
+
 /// A server configuration over `tls`, which must offer [`ALPNS`] and allow
 /// TLS 1.3.
 ///

@@ -8,6 +8,8 @@
 //!
 //! - [`config`]: the ALPN, windows, stream counts and the quinn-proto
 //!   configurations built from rustls ones;
+//! - [`steer`]: connection IDs that name the worker owning a connection,
+//!   for a relay's endpoints sharing one UDP port;
 //! - [`transport`]: [`QuicTransport`], a connection behind the core's
 //!   [`Transport`](skiff_core::transport::Transport) trait, and [`pump`],
 //!   which hands what it received to the session, no faster than the session
@@ -17,6 +19,7 @@
 //! endpoint and the timers, and runs one session per connection.
 
 pub mod config;
+pub mod steer;
 pub mod transport;
 
 pub use transport::{QuicTransport, pump};

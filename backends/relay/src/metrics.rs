@@ -360,6 +360,8 @@ impl core::ops::AddAssign for Snapshot {
 #[derive(Debug)]
 pub struct Metrics {
     threads: Box<[ThreadCounters]>,
+    /// The workers' QUIC sockets steer datagrams by connection ID.
+    quic_steering: AtomicBool,
 }
 
 struct Family {
@@ -485,7 +487,19 @@ impl Metrics {
     pub fn new(threads: usize) -> Self {
         Metrics {
             threads: (0..threads).map(|_| ThreadCounters::default()).collect(),
+            quic_steering: AtomicBool::new(false),
         }
+    }
+
+    /// Records whether QUIC datagrams reach their worker by connection ID
+    /// (`true`), or by the kernel's hash of the addresses.
+    pub fn set_quic_steering(&self, on: bool) {
+        self.quic_steering.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether QUIC datagrams reach their worker by connection ID.
+    pub fn quic_steering(&self) -> bool {
+        self.quic_steering.load(Ordering::Relaxed)
     }
 
     /// The counters of worker `i`.
@@ -544,6 +558,16 @@ impl Metrics {
             }
         }
         render_transports(&mut out, &total);
+        let _ = writeln!(
+            out,
+            "# HELP skiff_relay_quic_steering 1 if each QUIC datagram reaches the worker its connection ID names, 0 if the kernel picks by address (or no QUIC)."
+        );
+        let _ = writeln!(out, "# TYPE skiff_relay_quic_steering gauge");
+        let _ = writeln!(
+            out,
+            "skiff_relay_quic_steering {}",
+            u8::from(self.quic_steering())
+        );
         let _ = writeln!(
             out,
             "# HELP skiff_relay_thread_io_uring 1 if the worker runs on io_uring, 0 if on epoll."
@@ -906,6 +930,17 @@ mod tests {
         }
         assert!(!text.contains("skiff_relay_thread_io_uring{thread=\"0\"}"));
         assert_eq!(m.total().accepted, 3);
+    }
+
+    #[test]
+    fn quic_steering_is_one_gauge_for_the_relay() {
+        let m = Metrics::new(3);
+        assert!(m.render().contains("\nskiff_relay_quic_steering 0\n"));
+        m.set_quic_steering(true);
+        let text = m.render();
+        assert!(text.contains("# TYPE skiff_relay_quic_steering gauge\n"));
+        assert!(text.contains("\nskiff_relay_quic_steering 1\n"));
+        assert!(!text.contains("skiff_relay_thread_quic_steering"));
     }
 
     #[test]

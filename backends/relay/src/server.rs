@@ -1,12 +1,14 @@
 //! Starting and stopping the thread-per-core server.
 //!
 //! [`start`] binds one SO_REUSEPORT listener per worker on the calling thread
-//! (so bind errors and port 0 resolve before anything runs), starts the
+//! (so bind errors and port 0 resolve before anything runs), and one UDP
+//! socket per worker for QUIC, in worker order (the kernel numbers a
+//! reuseport group by bind order, which the QUIC steering relies on), starts the
 //! metrics endpoint, spawns the workers and waits until each one accepts.
 //! The returned [`ServerHandle`] stops the server and waits for the drain.
 
 use std::io;
-use std::net::{SocketAddr, TcpListener as StdTcpListener};
+use std::net::{SocketAddr, TcpListener as StdTcpListener, UdpSocket};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -20,7 +22,7 @@ use crate::config::RelayConfig;
 use crate::error::RelayError;
 use crate::handler::{ConnectionHandler, WorkerInfo};
 use crate::metrics::{Metrics, MetricsServer};
-use crate::worker::{self, WorkerExit, WorkerSetup};
+use crate::worker::{self, QuicSocket, WorkerExit, WorkerSetup};
 
 /// Stack of each worker thread.
 const WORKER_STACK_BYTES: usize = 8 << 20;
@@ -37,6 +39,8 @@ pub struct ServerHandle {
     metrics_server: Option<MetricsServer>,
     trigger: Arc<StopTrigger>,
     workers: Vec<JoinHandle<io::Result<WorkerExit>>>,
+    /// The workers' QUIC sockets, held until every worker has stopped.
+    quic_group: Vec<UdpSocket>,
 }
 
 /// How the server ended.
@@ -111,6 +115,16 @@ where
     }
 
     let metrics = Arc::new(Metrics::new(threads));
+    let quic_sockets = bind_quic(&config, local_addr, &metrics);
+    // The server keeps a descriptor of each socket until every worker has
+    // stopped: a worker that ends first would otherwise leave the group
+    // (the kernel renumbers it), and the datagrams of a worker still
+    // draining would go astray.
+    let quic_group: Vec<UdpSocket> = quic_sockets
+        .iter()
+        .filter_map(|s| s.try_clone().ok())
+        .collect();
+    let mut quic_sockets = quic_sockets.into_iter();
     let metrics_server = match config.metrics {
         Some(addr) => Some(
             MetricsServer::start(addr, metrics.clone())
@@ -129,6 +143,10 @@ where
         let setup = WorkerSetup {
             index,
             listener,
+            quic: quic_sockets.next().map(|socket| QuicSocket {
+                socket,
+                workers: threads,
+            }),
             stop,
             config: config.clone(),
             metrics: metrics.clone(),
@@ -187,7 +205,51 @@ where
         metrics_server,
         trigger,
         workers,
+        quic_group,
     })
+}
+
+/// Binds the workers' UDP sockets for QUIC at `addr` (the TCP listeners'
+/// address, port resolved), one per worker in index order, if the
+/// configuration serves QUIC and has a certificate for it, and steers the
+/// group's datagrams by connection ID (docs/protocol.md §11.8). A group
+/// that cannot be bound leaves the relay on TCP alone; a filter the kernel
+/// refuses leaves the kernel's choice by address, logged and shown as
+/// `skiff_relay_quic_steering 0`.
+fn bind_quic(config: &RelayConfig, addr: SocketAddr, metrics: &Metrics) -> Vec<UdpSocket> {
+    if !config.quic || config.tls_source().is_none() {
+        return Vec::new();
+    }
+    let threads = config.threads.get();
+    let group = match skiff_monoio::reuseport::bind_group(addr, threads) {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::error!(%addr, error = %e, "QUIC sockets not bound: TCP only");
+            return Vec::new();
+        }
+    };
+    let steered = if threads == 1 {
+        // One socket gets every datagram.
+        true
+    } else {
+        match group
+            .first()
+            .map(|s| skiff_monoio::reuseport::steer_by_connection_id(s, threads))
+        {
+            Some(Ok(())) => true,
+            Some(Err(e)) => {
+                tracing::warn!(
+                    error = %e,
+                    "QUIC connection-ID steering unavailable: the kernel picks a worker by \
+                     address, and a client whose address changes loses its connection"
+                );
+                false
+            }
+            None => false,
+        }
+    };
+    metrics.set_quic_steering(steered);
+    group
 }
 
 fn join_all(workers: Vec<JoinHandle<io::Result<WorkerExit>>>) {
@@ -248,6 +310,8 @@ impl ServerHandle {
                 }
             }
         }
+        // Every worker stopped: the QUIC group may go.
+        drop(std::mem::take(&mut self.quic_group));
         match err {
             Some(e) => Err(e),
             None => Ok(ServerReport { workers: exits }),
@@ -269,5 +333,6 @@ impl Drop for ServerHandle {
         // A handle dropped without `wait` still stops its workers.
         self.trigger.stop();
         join_all(std::mem::take(&mut self.workers));
+        drop(std::mem::take(&mut self.quic_group));
     }
 }

@@ -111,6 +111,8 @@ const QUIC_SAMPLE_EVERY: Duration = Duration::from_millis(100);
 pub(crate) struct WorkerSetup<F> {
     pub(crate) index: usize,
     pub(crate) listener: StdTcpListener,
+    /// The worker's UDP socket for QUIC, if the relay serves QUIC.
+    pub(crate) quic: Option<QuicSocket>,
     pub(crate) stop: StopReceiver,
     pub(crate) config: Arc<RelayConfig>,
     pub(crate) metrics: Arc<Metrics>,
@@ -118,6 +120,13 @@ pub(crate) struct WorkerSetup<F> {
     /// Reports `(index, Ok(driver))` once accepting, or the start error;
     /// taken (and dropped) by the first report.
     pub(crate) ready: Option<ReadySender>,
+}
+
+/// A worker's socket of the QUIC group the server bound
+/// (`skiff_monoio::reuseport::bind_group`): number `index` of `workers`.
+pub(crate) struct QuicSocket {
+    pub(crate) socket: std::net::UdpSocket,
+    pub(crate) workers: usize,
 }
 
 /// Where a worker reports that it accepts (or why it could not start).
@@ -173,6 +182,7 @@ where
     let WorkerSetup {
         index,
         listener,
+        quic,
         stop,
         config,
         metrics,
@@ -232,10 +242,7 @@ where
 
     report(&ready, index, Ok(active));
     drop(ready);
-    let quic = match listener.local_addr() {
-        Ok(addr) => start_quic(addr, &shared, &handler),
-        Err(_) => None,
-    };
+    let quic = quic.and_then(|socket| start_quic(socket, &shared, &handler));
     accept_loop(&listener, active, &shared, &handler).await;
     if let Some((endpoint, _)) = &quic {
         // New QUIC connections are refused from now on; the endpoint goes on
@@ -387,13 +394,13 @@ fn accept_queued(
     Ok(Some((stream, peer)))
 }
 
-/// Binds this worker's QUIC endpoint on UDP at `addr` (the TCP listener's
-/// bound address, so both have the same port number), if the
-/// configuration asks for QUIC and the handler has a certificate for it, and
-/// spawns its receive task and its accept loop (which ends once the
-/// endpoint stops).
+/// Runs this worker's QUIC endpoint on its socket of the group the server
+/// bound on UDP at the TCP listeners' port, if the handler has a
+/// certificate for it (the socket is dropped otherwise), and spawns its
+/// receive task and its accept loop (which ends once the endpoint stops).
+/// The endpoint's connection IDs name the worker (docs/protocol.md §11.8).
 fn start_quic<H: ConnectionHandler>(
-    addr: std::net::SocketAddr,
+    quic: QuicSocket,
     shared: &Rc<WorkerShared>,
     handler: &Rc<H>,
 ) -> Option<(skiff_monoio::quic::Endpoint, monoio::task::JoinHandle<()>)> {
@@ -402,10 +409,17 @@ fn start_quic<H: ConnectionHandler>(
     }
     let config = handler.quic_config()?;
     let clock = skiff_monoio::clock::Clock::new();
-    let endpoint = match skiff_monoio::quic::Endpoint::server(addr, config, clock) {
+    let QuicSocket { socket, workers } = quic;
+    let endpoint = match skiff_monoio::quic::Endpoint::worker(
+        socket,
+        shared.index,
+        workers,
+        config,
+        clock,
+    ) {
         Ok(e) => e,
         Err(e) => {
-            tracing::error!(worker = shared.index, error = %e, "QUIC endpoint not bound: TCP only");
+            tracing::error!(worker = shared.index, error = %e, "QUIC endpoint not started: TCP only");
             return None;
         }
     };

@@ -38,6 +38,11 @@ const WAIT: Duration = Duration::from_secs(30);
 /// Starts a relay with a generated certificate and `extra` flags; returns it
 /// with the fingerprint of its certificate.
 fn relay(extra: &[&str]) -> (RelayProcess, Fingerprint) {
+    relay_on(1, extra)
+}
+
+/// [`relay`] with `threads` workers.
+fn relay_on(threads: usize, extra: &[&str]) -> (RelayProcess, Fingerprint) {
     let handshake = format!("{}ms", HANDSHAKE.as_millis());
     let mut flags = vec![
         "--tls-generate",
@@ -46,7 +51,7 @@ fn relay(extra: &[&str]) -> (RelayProcess, Fingerprint) {
         &handshake,
     ];
     flags.extend_from_slice(extra);
-    let relay = start_relay(&flags);
+    let relay = RelayProcess::start_threads(peers::relay_binary(), threads, &flags);
     let (status, body) = http_get(relay.addr, "/certificate.sha256");
     assert!(status.contains("200"), "{status}");
     let fingerprint = body.parse().expect("a fingerprint");
@@ -305,13 +310,16 @@ fn silent_client(
 /// How a client's connection ended when it finished its handshake, then
 /// missed everything the relay sent (the relay's close at the handshake
 /// deadline among it), and spoke again after the deadline: the relay, which
-/// forgot the connection, answers with a stateless reset. Returns the reason
-/// and the sizes of the client's last datagram and the answers to it.
+/// forgot the connection, answers with a stateless reset. With `rebind`,
+/// the client speaks again from a new source port (a NAT rebinding).
+/// Returns the reason and the sizes of the client's last datagram and the
+/// answers to it.
 fn client_that_missed_the_close(
     addr: SocketAddr,
     fingerprint: Fingerprint,
+    rebind: bool,
 ) -> (quinn_proto::ConnectionError, usize, Vec<usize>) {
-    let socket = udp();
+    let mut socket = udp();
     let mut endpoint = quinn_proto::Endpoint::new(
         Arc::new(quinn_proto::EndpointConfig::default()),
         None,
@@ -380,6 +388,9 @@ fn client_that_missed_the_close(
         }
         if !feeding && connected.is_some_and(|at| at.elapsed() > HANDSHAKE * 2) {
             // Past the relay's deadline: speak, and listen again.
+            if rebind {
+                socket = udp();
+            }
             conn.ping();
             feeding = true;
         }
@@ -390,11 +401,31 @@ fn client_that_missed_the_close(
 fn a_forgotten_connection_gets_a_stateless_reset() {
     let (relay, fingerprint) = relay(&[]);
     let audience = Audience::start(relay.addr, fingerprint);
-    let (reason, sent, answers) = client_that_missed_the_close(relay.addr, fingerprint);
+    let (reason, sent, answers) = client_that_missed_the_close(relay.addr, fingerprint, false);
     eprintln!("{reason:?} after {sent} bytes, answers {answers:?}");
     assert_eq!(reason, quinn_proto::ConnectionError::Reset);
     // The reset is smaller than what provoked it.
     assert!(answers.iter().all(|&n| n < sent), "{answers:?} for {sent}");
+    assert_eq!(relay.metric("skiff_relay_quic_connections"), 2);
+    audience.finish();
+}
+
+/// With four workers, a forgotten client that speaks again from a new
+/// source port still gets its stateless reset: the datagram reaches, by
+/// its connection ID, the worker that issued the ID, whose reset key made
+/// the token the client holds. (Picked by address, it would reach another
+/// worker three times in four, which drops an ID it did not issue.)
+#[test]
+fn a_forgotten_connection_on_a_new_port_gets_the_reset_of_its_worker() {
+    let (relay, fingerprint) = relay_on(4, &[]);
+    assert_eq!(relay.metric("skiff_relay_quic_steering"), 1);
+    let audience = Audience::start(relay.addr, fingerprint);
+    for _ in 0..3 {
+        let (reason, sent, answers) = client_that_missed_the_close(relay.addr, fingerprint, true);
+        eprintln!("{reason:?} after {sent} bytes, answers {answers:?}");
+        assert_eq!(reason, quinn_proto::ConnectionError::Reset);
+        assert!(answers.iter().all(|&n| n < sent), "{answers:?} for {sent}");
+    }
     assert_eq!(relay.metric("skiff_relay_quic_connections"), 2);
     audience.finish();
 }
