@@ -12,7 +12,9 @@
 //!   packet the forwarder sees is one on the wire.
 //! - Drops and reorderings come from a seeded generator (one per direction,
 //!   reseeded when a shape is set), so the same shape drops the same packets
-//!   by arrival order on every run; the delays are real time, as on a link.
+//!   by arrival order on every run ([`fates`] replays it); the delays are
+//!   real time, as on a link. IPv6 is off on both devices, so only the
+//!   tests' IPv4 packets cross.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -77,6 +79,43 @@ impl Rng {
     fn chance(&mut self, per_mille: u32) -> bool {
         self.next() % 1000 < u64::from(per_mille)
     }
+
+    /// What `shape` does to the next packet.
+    fn fate(&mut self, shape: &Shape) -> Fate {
+        if self.chance(shape.loss_per_mille) {
+            return Fate::Dropped;
+        }
+        if self.chance(shape.reorder_per_mille) {
+            let extra_ms = shape.reorder_extra.as_millis().max(1) as u64;
+            return Fate::Held(Duration::from_millis(1 + self.next() % extra_ms));
+        }
+        Fate::Delayed
+    }
+}
+
+/// What the link does to one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// Dropped.
+    Dropped,
+    /// Delivered after the shape's delay.
+    Delayed,
+    /// Delivered after the shape's delay and this much more.
+    Held(Duration),
+}
+
+/// The generator's seed for direction `k` (0: from the relay's side, 1:
+/// from the clients').
+fn direction_seed(seed: u64, k: usize) -> u64 {
+    seed ^ (k as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
+/// The fates of the first `n` packets direction `k` carries after `shape`
+/// was set on an emulator seeded with `seed`: what the link will do, for a
+/// test to compare with what it did.
+pub fn fates(seed: u64, k: usize, shape: &Shape, n: usize) -> Vec<Fate> {
+    let mut rng = Rng(direction_seed(seed, k));
+    (0..n).map(|_| rng.fate(shape)).collect()
 }
 
 /// The emulated link: two devices, two forwarders; stops and removes the
@@ -96,11 +135,20 @@ fn device_in(ns: &str, name: &str, addr: Ipv4Addr) -> Result<SyncDevice, String>
     let (ns_owned, name_owned) = (ns.to_owned(), name.to_owned());
     let device = std::thread::spawn(move || -> Result<SyncDevice, String> {
         Namespaces::enter(&ns_owned)?;
-        DeviceBuilder::new()
+        let device = DeviceBuilder::new()
             .name(name_owned.as_str())
             .mtu(MTU as u16)
             .build_sync()
-            .map_err(|e| format!("TUN device {name_owned}: {e}"))
+            .map_err(|e| format!("TUN device {name_owned}: {e}"))?;
+        // No IPv6 on the link: the kernel's own IPv6 packets (router and
+        // multicast listener solicitations) would take draws from the
+        // generator. /proc/sys/net is this thread's namespace's; a kernel
+        // without IPv6 has no such file, and nothing to turn off.
+        let _ = std::fs::write(
+            format!("/proc/sys/net/ipv6/conf/{name_owned}/disable_ipv6"),
+            "1",
+        );
+        Ok(device)
     })
     .join()
     .map_err(|_| "the device thread panicked".to_owned())??;
@@ -146,7 +194,7 @@ impl Emulator {
                 control: control.clone(),
                 counts: counts[k].clone(),
                 stop: stop.clone(),
-                seed: seed ^ (k as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d),
+                seed: direction_seed(seed, k),
             };
             threads.push(
                 std::thread::Builder::new()
@@ -246,16 +294,18 @@ impl Forwarder {
                     };
                     buf.truncate(n);
                     self.counts.seen.fetch_add(1, Ordering::Relaxed);
-                    if rng.chance(shape.loss_per_mille) {
-                        self.counts.dropped.fetch_add(1, Ordering::Relaxed);
-                        spare.push(buf);
-                        continue;
-                    }
                     let mut at = Instant::now() + shape.delay;
-                    if rng.chance(shape.reorder_per_mille) {
-                        self.counts.reordered.fetch_add(1, Ordering::Relaxed);
-                        let extra_ms = shape.reorder_extra.as_millis().max(1) as u64;
-                        at += Duration::from_millis(1 + rng.next() % extra_ms);
+                    match rng.fate(&shape) {
+                        Fate::Dropped => {
+                            self.counts.dropped.fetch_add(1, Ordering::Relaxed);
+                            spare.push(buf);
+                            continue;
+                        }
+                        Fate::Held(extra) => {
+                            self.counts.reordered.fetch_add(1, Ordering::Relaxed);
+                            at += extra;
+                        }
+                        Fate::Delayed => {}
                     }
                     arrivals += 1;
                     queue.push(Reverse((at, arrivals, buf)));

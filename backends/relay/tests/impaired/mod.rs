@@ -324,6 +324,7 @@ struct RunResult {
 /// until the track ends.
 async fn view(
     url: String,
+    path: String,
     config: Config,
     epoch: Instant,
     subscribed: Rc<Cell<usize>>,
@@ -337,7 +338,7 @@ async fn view(
         }
     };
     monoio::spawn(runner.run());
-    let mut track = match client.subscribe("loss", "video", Request::LIVE).await {
+    let mut track = match client.subscribe(&path, "video", Request::LIVE).await {
         Ok(t) => t,
         Err(e) => {
             out.borrow_mut().errors.push(format!("subscribe: {e}"));
@@ -426,15 +427,22 @@ async fn view(
 
 /// One run: the publisher writes [`GROUPS`] groups at [`FPS`] once all
 /// viewers subscribed, then ends the track; the viewers read until its end.
-fn run_once(url: &str, config: &Config, epoch: Instant, verbose: bool) -> RunResult {
+///
+/// Each run publishes its own broadcast path (`path`): a relay that has not
+/// yet seen an earlier run's publisher go (its close lost on the link)
+/// keeps that session as the path's source, and the new publisher waits as
+/// a spare until the old session times out (skiff-relay's routing rule,
+/// docs/protocol.md §4.4), which would starve the run of its subscribers.
+fn run_once(url: &str, path: &str, config: &Config, epoch: Instant, verbose: bool) -> RunResult {
     let url = url.to_owned();
+    let path = path.to_owned();
     let config = config.clone();
     driver::block_on(DriverKind::Legacy, move |_| async move {
         let mut result = RunResult::default();
         let deadline = Instant::now() + RUN_SLACK + Duration::from_secs(GROUPS * PER_GROUP / FPS);
         let (publisher, runner) = connect(&url, config.clone()).expect("publisher URL");
         monoio::spawn(runner.run());
-        let broadcast = publisher.publish("loss").expect("broadcast");
+        let broadcast = publisher.publish(&path).expect("broadcast");
         let mut track = broadcast
             .create_track(Info::new("video").unwrap())
             .expect("track");
@@ -444,6 +452,7 @@ fn run_once(url: &str, config: &Config, epoch: Instant, verbose: bool) -> RunRes
         for v in &viewers {
             tasks.push(monoio::spawn(view(
                 url.clone(),
+                path.clone(),
                 config.clone(),
                 epoch,
                 subscribed.clone(),
@@ -765,6 +774,7 @@ pub fn measure(ns: &Namespaces, relay_ip: IpAddr, link: &dyn Link, settings: &Se
                 let rows = rows(&mut relays, relay_ip, settings.rows.as_deref());
                 let mut failures = Vec::new();
                 let mut table = Vec::new();
+                let mut run = 0u32;
                 for (k, label) in link.conditions().into_iter().enumerate() {
                     link.set_condition(k).expect("link condition");
                     let mut figures: Vec<Figures> =
@@ -776,7 +786,9 @@ pub fn measure(ns: &Namespaces, relay_ip: IpAddr, link: &dyn Link, settings: &Se
                                 break 'runs;
                             }
                             let before = link.counters();
-                            let mut r = run_once(&row.url, &row.config, epoch, settings.verbose);
+                            run += 1;
+                            let path = format!("{}-{run}", settings.test);
+                            let mut r = run_once(&row.url, &path, &row.config, epoch, settings.verbose);
                             let after = link.counters();
                             r.latencies.sort_unstable();
                             let on_time = r
