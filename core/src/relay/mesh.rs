@@ -589,48 +589,100 @@ mod tests {
         assert_eq!(router.track_counts().claimed, 0);
     }
 
+    /// A camera's link goes silent without closing (its close is lost), and
+    /// the camera reconnects and announces "cam" again: the new session
+    /// takes the route over at once, the viewer goes on at its next group
+    /// without resubscribing, the old session's late groups are refused,
+    /// and when the new session goes, the old one (still alive) serves
+    /// again.
     #[test]
-    fn a_spare_connected_first_takes_over_without_waiting() {
+    fn a_reconnecting_source_takes_over_from_its_silent_session_at_once() {
         let (router, queues) = worker();
         let cpool = pool();
-        let (first_origin, first) = publication(cpool, "cam");
-        let (spare_origin, spare) = publication(cpool, "cam");
+        let (old_origin, old) = publication(cpool, "cam");
+        let (new_origin, new) = publication(cpool, "cam");
         let sub_track = local(cpool, "video");
         let mut mesh = M::new(router, Duration::from_millis(5));
-        let p1 = connect(&mut mesh, router, queues, 0, Some(first_origin));
-        assert!(mesh.run(10_000, |m| m.router.routes() == 1));
-        // A restarted camera reconnects before its old connection is known dead.
-        let p2 = connect(&mut mesh, router, queues, 2, Some(spare_origin));
-        assert!(mesh.run(10_000, |m| m.router.spares() == 1));
+        let pa = connect(&mut mesh, router, queues, 0, Some(old_origin));
         let sub = connect(&mut mesh, router, queues, 1, None);
-        assert!(mesh.run(10_000, |m| m.pair(sub).a.session.is_setup()));
+        assert!(mesh.run(10_000, |m| m.router.origin().get(cam()).is_some()));
+        let b = router.origin().get(cam()).unwrap();
         mesh.pair(sub)
             .a
             .session
             .subscribe("cam", sub_track, live())
             .unwrap();
-        let mut g0 = first.create_group(0).unwrap();
-        g0.write_frame(0, b"a").unwrap();
+        let mut g0 = old.create_group(0).unwrap();
+        g0.write_frame(0, b"g0f0").unwrap();
         g0.finish().unwrap();
+        drop(g0);
         assert!(mesh.run(10_000, |_| frames(sub_track, 0) == 1));
-        mesh.kill(p1);
-        drop(first);
-        // No grace period: the spare is asked at once, and its groups flow.
-        assert_eq!(router.poll_timeout(), None);
-        assert!(router.origin().get(cam()).is_some(), "never unannounced");
+        let mut g1 = old.create_group(1).unwrap();
+        g1.write_frame(10, b"g1f0").unwrap();
+        assert!(mesh.run(10_000, |_| frames(sub_track, 1) == 1));
+        let relayed = b.track("video").unwrap();
+        // The old link goes silent both ways; the camera writes on into it.
+        mesh.pair(pa).ab.held = true;
+        mesh.pair(pa).ba.held = true;
+        g1.write_frame(11, b"g1f1").unwrap();
+        let silent = mesh.now;
+        // The camera's new session announces "cam": it takes over at once.
+        let pb = connect(&mut mesh, router, queues, 2, Some(new_origin));
+        assert!(mesh.run(10_000, |m| m.router.source_of(b) == Some(2)));
+        assert_eq!((router.routes(), router.spares()), (1, 1));
         assert!(
-            mesh.run(10_000, |m| m.pair(p2).a.session.served_tracks().count()
+            mesh.run(10_000, |m| m.pair(pb).a.session.served_tracks().count()
                 == 1)
         );
-        let mut g1 = spare.create_group(1).unwrap();
-        g1.write_frame(10, b"b").unwrap();
-        g1.finish().unwrap();
-        assert!(mesh.run(10_000, |_| frames(sub_track, 1) == 1));
+        // The old session's subscription was let go and forgotten.
+        assert_eq!(mesh.pair(pa).b.peer.upstream(), 0);
+        let mut g10 = new.create_group(10).unwrap();
+        g10.write_frame(100, b"g10f0").unwrap();
+        g10.finish().unwrap();
+        drop(g10);
+        assert!(mesh.run(10_000, |_| frames(sub_track, 10) == 1));
+        // Long before any idle timeout: a few round trips.
+        assert!(mesh.now <= silent.saturating_add(Duration::from_millis(200)));
+        assert!(relayed.same_track(&b.track("video").unwrap()));
+        // The old session wakes up: its stuck frame and its late group are
+        // refused, the viewer never sees them.
+        mesh.pair(pa).ab.held = false;
+        mesh.pair(pa).ba.held = false;
+        drop(g1);
+        let mut g2 = old.create_group(2).unwrap();
+        g2.write_frame(20, b"late").unwrap();
+        g2.finish().unwrap();
+        drop(g2);
+        let woke = mesh.now;
+        let later = woke.saturating_add(Duration::from_millis(100));
+        mesh.run(10_000, |m| m.now >= later);
+        assert!(relayed.group(2).is_none(), "a late group was taken");
+        assert_eq!(frames(sub_track, 2), 0);
+        // Group 1 was cut at the take-over (its readers got the abort); its
+        // stuck second frame never arrives.
+        assert!(frames(sub_track, 1) < 2, "the stuck frame was taken");
+        assert_eq!(router.source_of(b), Some(2));
+        // The new session goes: the old one, alive, takes over again.
+        mesh.kill(pb);
+        drop(new);
+        assert_eq!(router.source_of(b), Some(0));
+        assert!(router.origin().get(cam()).is_some(), "never unannounced");
+        assert_eq!(router.poll_timeout(), None, "nothing waits");
+        assert!(mesh.run(10_000, |m| m.pair(pa).b.peer.upstream() == 1));
+        let retaken = mesh.now;
+        let settled = retaken.saturating_add(Duration::from_millis(50));
+        mesh.run(10_000, |m| m.now >= settled);
+        let mut g20 = old.create_group(20).unwrap();
+        g20.write_frame(200, b"g20f0").unwrap();
+        g20.finish().unwrap();
+        drop(g20);
+        assert!(mesh.run(10_000, |_| frames(sub_track, 20) == 1));
         assert!(
             !mesh
                 .pair(sub)
                 .a
-                .saw(|e| matches!(e, Ev::SubscriptionClosed { .. }))
+                .saw(|e| matches!(e, Ev::SubscriptionClosed { .. })),
+            "the viewer was cut off"
         );
     }
 

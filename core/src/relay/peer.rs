@@ -135,7 +135,31 @@ impl From<Wake> for Effect {
 struct Upstream<'a, 'p> {
     id: SubscriptionId,
     track: track::Ref<'a, 'p>,
+    /// The broadcast `track` belongs to.
+    broadcast: broadcast::Ref<'a, 'p>,
+    /// The track's producer number when the session took its producer
+    /// ([`track::Ref::producer_serial`]).
+    serial: u64,
     follow: Follow,
+}
+
+impl Upstream<'_, '_> {
+    /// Whether the router let this subscription's producer go because a
+    /// newer client source of the route took it over (see
+    /// [`Router::announce`]; only a client's routes are taken over): the
+    /// subscription no longer fills the track, and must neither follow its
+    /// demand nor end it. One read while the producer is the session's; the
+    /// route is looked up only once the track's producer changed (the
+    /// session's own end of the subscription detaches it too, and is told
+    /// apart by the route still being `peer`'s).
+    fn let_go<const T: usize, const G: usize>(
+        &self,
+        peer: SourceId,
+        router: &Router<'_, '_, '_, T, G>,
+    ) -> bool {
+        self.track.producer_serial() != self.serial
+            && (self.track.has_producer() || router.source_of(self.broadcast) != Some(peer))
+    }
 }
 
 /// The relay's side of one session, with at most `S` upstream subscriptions
@@ -264,6 +288,10 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
                     return Wake::Nobody.into();
                 };
                 let s = self.subs.swap_remove(i);
+                if self.local() && s.let_go(self.id, router) {
+                    // Another source fills the track now.
+                    return Wake::Nobody.into();
+                }
                 let code = code.map(StreamCode::from_code);
                 if self.is_link() && code == Some(StreamCode::Unroutable) {
                     // The other worker does not serve the path (any more):
@@ -323,6 +351,12 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
             if self.subs.is_full() {
                 break;
             }
+            if router.source_of(b) != Some(self.id) {
+                // Asked of this source before another one took the route
+                // over; the route's source now is asked for it.
+                queue.pop();
+                continue;
+            }
             let request = match self.kind {
                 PeerKind::Trunk { mirror: true, .. } => mirror_request(t),
                 _ => upstream_request(t),
@@ -334,6 +368,8 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
                     let _ = self.subs.push(Upstream {
                         id,
                         track: t,
+                        broadcast: b,
+                        serial: t.producer_serial(),
                         follow: Follow::new(request, LINGER),
                     });
                 }
@@ -369,7 +405,16 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
             }
         };
         let mut i = 0;
+        let (id, client) = (self.id, self.local());
         while let Some(s) = self.subs.get_mut(i) {
+            if client && s.let_go(id, router) {
+                // A newer source of the route fills the track: this
+                // subscription is forgotten and cancelled (its late groups
+                // were refused already, the producer being stale).
+                let s = self.subs.swap_remove(i);
+                let _ = session.unsubscribe(s.id);
+                continue;
+            }
             match s.follow.step(s.track, now) {
                 Step::Wait(at) => {
                     next = match (next, at) {
@@ -412,7 +457,10 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
     ) -> bool {
         !self.want_announce
             && queue.is_empty()
-            && self.subs.iter().all(|s| s.follow.is_quiet(s.track, &now))
+            && self
+                .subs
+                .iter()
+                .all(|s| s.track.producer_serial() == s.serial && s.follow.is_quiet(s.track, &now))
     }
 
     /// The session is over: its tracks were detached from it, not ended

@@ -96,7 +96,7 @@ pub struct Spare {
     path: PathBuf<{ broadcast::MAX_PATH_LEN }>,
     owner: SourceId,
     local: bool,
-    /// Order of arrival: the oldest spare of a path takes over first.
+    /// Order of arrival: the newest spare of a path takes over first.
     seq: u64,
 }
 
@@ -176,6 +176,14 @@ pub enum Announced {
     /// tracks were asked for again from it.
     Adopted {
         /// Open tracks asked for again.
+        tracks: usize,
+    },
+    /// The source took over a route another client source of this worker
+    /// served (the newest announcement wins); `from` waits as a spare now.
+    TookOver {
+        /// The source that served the route until now.
+        from: SourceId,
+        /// Open tracks asked for from the new source.
         tracks: usize,
     },
     /// Kept as a spare (or was one already).
@@ -343,6 +351,9 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
                 let tracks = self.adopt(route, owner, local, true, upstreams);
                 return Ok(Announced::Adopted { tracks });
             }
+            if local && route.local && route.owner != owner {
+                return self.take_over(route, path, owner, upstreams);
+            }
             if !local || route.local || self.local_origin.get(path).is_some() {
                 drop(r);
                 return self.add_spare(path, owner, local);
@@ -433,6 +444,72 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             seq,
         });
         Ok(Announced::Spare)
+    }
+
+    /// Client source `owner` announced `path`, which another client source
+    /// of this worker routes: the newest announcement wins (see the module
+    /// docs). The route's current producers are let go first (each open
+    /// track's producer is detached, its open group aborted with CANCEL), so
+    /// the new source's subscriptions can take the tracks; every open track
+    /// is then asked for from `owner`, and the old source becomes a spare of
+    /// the path. Its session still holds the detached producers: the groups
+    /// they would create are refused, and its peer forgets those upstream
+    /// subscriptions ([`super::Peer`]).
+    ///
+    /// # Errors
+    /// [`AnnounceRefused::Full`] when no spare place is free for the old
+    /// source; nothing changed then.
+    fn take_over(
+        &self,
+        route: &mut Route<'a, 'p>,
+        path: Path<'_>,
+        owner: SourceId,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> Result<Announced, AnnounceRefused> {
+        let old = route.owner;
+        let known = self.storage.spares.iter().any(|s| {
+            s.borrow()
+                .as_ref()
+                .is_some_and(|s| s.owner == old && s.path.as_path() == path)
+        });
+        let free = if known {
+            None
+        } else {
+            let slot = self
+                .storage
+                .spares
+                .iter()
+                .find(|s| s.borrow().is_none())
+                .ok_or(AnnounceRefused::Full)?;
+            let held = PathBuf::from_path(path).map_err(|_| AnnounceRefused::Path)?;
+            Some((slot, held))
+        };
+        for t in route.broadcast.tracks() {
+            t.detach_producer(StreamCode::Cancel.to_code());
+        }
+        let tracks = self.adopt(route, owner, true, false, upstreams);
+        if let Some((slot, path)) = free {
+            let seq = self.next_spare.get();
+            self.next_spare.set(seq.wrapping_add(1));
+            self.count(0, 1);
+            *slot.borrow_mut() = Some(Spare {
+                path,
+                owner: old,
+                local: true,
+                seq,
+            });
+        }
+        Ok(Announced::TookOver { from: old, tracks })
+    }
+
+    /// The source serving broadcast `b` now (a routed broadcast's, or a
+    /// standby's), if a route holds `b`. O(routes).
+    pub fn source_of(&self, b: broadcast::Ref<'_, '_>) -> Option<SourceId> {
+        self.storage.routes.iter().find_map(|slot| {
+            let r = slot.try_borrow().ok()?;
+            let r = r.as_ref()?;
+            r.broadcast.same_broadcast(&b).then_some(r.owner)
+        })
     }
 
     /// Makes `owner` the source of orphaned `route`: every open track of it
@@ -655,7 +732,8 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         })
     }
 
-    /// The oldest spare of `b`'s path, taken off the spare list.
+    /// The newest spare of `b`'s path (the last to arrive, or the source
+    /// most recently displaced by a newer one), taken off the spare list.
     fn take_spare(&self, b: broadcast::Ref<'_, '_>) -> Option<Spare> {
         self.storage
             .spares
@@ -668,7 +746,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
                     .map(|s| s.seq)?;
                 Some((seq, s))
             })
-            .min_by_key(|(seq, _)| *seq)
+            .max_by_key(|(seq, _)| *seq)
             .and_then(|(_, s)| self.clear_spare(s))
     }
 
@@ -1132,34 +1210,106 @@ mod tests {
         let _ = pool;
     }
 
+    /// A client announcing a path another client serves takes it over at
+    /// once; the one it displaced waits as a spare, and the newest spare
+    /// goes first when the source goes.
     #[test]
-    fn a_spare_takes_over_at_once_and_the_oldest_goes_first() {
+    fn the_newest_client_announcement_wins_and_the_displaced_waits_as_a_spare() {
         router!(pool, r, limits());
         let up = Asked::default();
         let t0 = Instant::ZERO;
         r.announce(path("cam"), 1, true, &up).unwrap();
-        assert_eq!(r.announce(path("cam"), 2, true, &up), Ok(Announced::Spare));
-        assert_eq!(r.announce(path("cam"), 3, true, &up), Ok(Announced::Spare));
-        assert_eq!(r.announce(path("cam"), 2, true, &up), Ok(Announced::Spare));
-        assert_eq!(r.spares(), 2);
         let b = r.origin().get(path("cam")).unwrap();
-        r.resolve(None, b, "video", &up).unwrap();
-        up.take();
-        // Source 1 goes: spare 2 (the oldest) takes over, nothing waits.
-        assert_eq!(r.source_gone(1, t0, &up), 0);
-        assert_eq!(up.take(), [(2, "cam".into())]);
-        assert!(
-            r.origin().get(path("cam")).is_some(),
-            "the announcement stays"
+        let t = r.resolve(None, b, "video", &up).unwrap();
+        assert_eq!(up.take(), [(1, "cam".into())]);
+        // Source 1's session fills the track and is in the middle of group 1.
+        let old = t.producer().unwrap();
+        let mut g0 = old.create_group(0).unwrap();
+        g0.write_frame(0, b"a").unwrap();
+        g0.finish().unwrap();
+        let mut cut = old.create_group(1).unwrap();
+        cut.write_frame(1, b"b").unwrap();
+        let mut reader = t.consumer(Start::Latest);
+        assert!(matches!(reader.next_group(), Ok(track::Next::Ready(_))));
+        // Source 2 (a camera reconnecting) takes the route over at once.
+        assert_eq!(
+            r.announce(path("cam"), 2, true, &up),
+            Ok(Announced::TookOver { from: 1, tracks: 1 })
         );
-        assert_eq!(r.poll_timeout(), None);
-        // Then 2 goes: 3 takes over.
+        assert_eq!(up.take(), [(2, "cam".into())]);
+        assert_eq!(r.source_of(b), Some(2));
+        assert_eq!((r.routes(), r.spares()), (1, 1));
+        assert!(
+            r.origin()
+                .get(path("cam"))
+                .is_some_and(|x| x.same_broadcast(&b)),
+            "never unannounced"
+        );
+        // The old producer was let go: its group is cut, its late groups
+        // refused; the same track waits for the new source's producer.
+        assert!(!old.is_current() && !t.has_producer());
+        assert!(cut.write_frame(2, b"c").is_err());
+        assert!(old.create_group(2).is_err());
+        assert!(b.track("video").is_some_and(|x| x.same_track(&t)));
+        assert_eq!(t.status(), track::Status::Open);
+        let new = t.producer().unwrap();
+        let mut g5 = new.create_group(5).unwrap();
+        g5.write_frame(5, b"new").unwrap();
+        g5.finish().unwrap();
+        drop(old);
+        let mut seen = std::vec::Vec::new();
+        while let Ok(track::Next::Ready(g)) = reader.next_group() {
+            seen.push(g.sequence());
+        }
+        assert_eq!(seen.last(), Some(&5), "the reader goes on: {seen:?}");
+        // Source 3 takes over from 2; then 3 goes: the newest spare (2)
+        // takes over again, then 1.
+        assert_eq!(
+            r.announce(path("cam"), 3, true, &up),
+            Ok(Announced::TookOver { from: 2, tracks: 1 })
+        );
+        drop(new);
+        up.take();
+        assert_eq!(r.source_gone(3, t0, &up), 0);
+        assert_eq!(up.take(), [(2, "cam".into())]);
+        assert_eq!(r.source_of(b), Some(2));
         assert_eq!(r.source_gone(2, t0, &up), 0);
-        assert_eq!(up.take(), [(3, "cam".into())]);
+        assert_eq!(up.take(), [(1, "cam".into())]);
+        assert_eq!(r.poll_timeout(), None, "nothing waited");
+        // A link's announcement never displaces a client: it waits as a spare.
+        assert_eq!(
+            r.announce(path("cam"), 100, false, &up),
+            Ok(Announced::Spare)
+        );
+        assert_eq!(r.source_of(b), Some(1));
         // A spare that withdraws is forgotten.
-        assert_eq!(r.announce(path("cam"), 4, true, &up), Ok(Announced::Spare));
-        assert!(!r.unannounce(path("cam"), 4));
+        assert!(!r.unannounce(path("cam"), 100));
         assert_eq!(r.spares(), 0);
+        let _ = pool;
+    }
+
+    /// With no spare place for the displaced source, the announcement is
+    /// refused and nothing changes.
+    #[test]
+    fn a_take_over_without_a_spare_place_is_refused() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        r.announce(path("cam"), 1, true, &up).unwrap();
+        for n in 0..4 {
+            assert_eq!(
+                r.announce(path("cam"), 100 + n, false, &up),
+                Ok(Announced::Spare)
+            );
+        }
+        let b = r.origin().get(path("cam")).unwrap();
+        let t = r.resolve(None, b, "video", &up).unwrap();
+        let p = t.producer().unwrap();
+        assert_eq!(
+            r.announce(path("cam"), 2, true, &up),
+            Err(AnnounceRefused::Full)
+        );
+        assert!(p.is_current(), "the producer was kept");
+        assert_eq!(r.source_of(b), Some(1));
         let _ = pool;
     }
 

@@ -718,6 +718,9 @@ pub const LINK_INBOX: usize = 1 << 20;
 pub struct Link {
     pub latency: Duration,
     pub chunking: Chunking,
+    /// While set, nothing is delivered: bytes sent wait on the wire (a link
+    /// gone silent without either end closing).
+    pub held: bool,
     /// Every byte sent, in order.
     pub log: Vec<u8>,
     queue: VecDeque<(Instant, Vec<u8>)>,
@@ -730,6 +733,7 @@ impl Link {
         Link {
             latency: Duration::ZERO,
             chunking: Chunking::Whole,
+            held: false,
             log: Vec::new(),
             queue: VecDeque::new(),
             inbox: Inbox::new(vec![0; LINK_INBOX]),
@@ -744,6 +748,9 @@ impl Link {
     }
 
     fn deliver(&mut self, now: Instant) {
+        if self.held {
+            return;
+        }
         while let Some((at, bytes)) = self.queue.front_mut() {
             if *at > now {
                 break;
@@ -762,6 +769,9 @@ impl Link {
     }
 
     fn next_delivery(&self) -> Option<Instant> {
+        if self.held {
+            return None;
+        }
         self.queue.front().map(|(at, _)| *at)
     }
 

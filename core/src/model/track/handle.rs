@@ -97,6 +97,33 @@ impl<'t, 'p> Ref<'t, 'p> {
         self.core.has_producer.get()
     }
 
+    /// The number of the track's current (or last) producer: it changes
+    /// whenever [`Ref::producer`] hands out a producer and whenever one is
+    /// detached in failover mode ([`Ref::detach_producer`], or a failover
+    /// abort or drop). Whoever had a producer made can tell, with one read,
+    /// that it was let go since.
+    pub fn producer_serial(&self) -> u64 {
+        self.core.producer_id.get()
+    }
+
+    /// Lets the track's producer go without ending the track, as a failover
+    /// abort of that producer would ([`Producer::abort`] in failover mode):
+    /// its open groups are aborted with `code`, it is detached (stale from
+    /// now on: its calls fail with [`CreateError::Stale`](super::CreateError::Stale)
+    /// or return false), and [`Ref::producer`] can continue the track at
+    /// once. A relay replacing a track's source calls it before subscribing
+    /// the track from the new one. False (nothing changed) unless the handle
+    /// is current, failover mode is on, the track is open and a producer is
+    /// attached.
+    pub fn detach_producer(&self, code: u64) -> bool {
+        let c = self.core;
+        self.is_current()
+            && c.failover.get()
+            && c.has_producer.get()
+            && c.status.get() == Status::Open
+            && self.detach(code)
+    }
+
     /// Sets failover mode (off by default and after [`Ref::reopen`]).
     ///
     /// While it is on, losing the producer does not end the track:

@@ -839,6 +839,39 @@ fn failover_drop_detaches_and_clearing_the_flag_restores_abort() {
     assert_eq!(t.status(), Status::Aborted(0x5));
 }
 
+/// A relay replacing a track's source lets the old producer go while it
+/// still lives: the old one is stale, a new one continues the track.
+#[test]
+fn detach_producer_lets_a_live_producer_go_and_its_serial_tells() {
+    let mut storage = PoolStorage::<16, 32>::new();
+    let pool = Pool::new(&mut storage);
+    let track = State::<4>::new(&pool, info("v"));
+    let t = track.handle();
+    let old = t.producer().unwrap();
+    assert!(!t.detach_producer(0x1), "only in failover mode");
+    t.set_failover(true);
+    let serial = t.producer_serial();
+    fill(&old, [0]);
+    let mut open = old.create_group(1).unwrap();
+    open.write_frame(10, b"cut").unwrap();
+    assert!(t.detach_producer(0x1));
+    assert_ne!(t.producer_serial(), serial, "the holder can tell");
+    assert!(!t.detach_producer(0x1), "nothing attached any more");
+    assert_eq!(t.status(), Status::Open);
+    assert_eq!(
+        open.write_frame(11, b"x"),
+        Err(group::WriteError::Aborted(0x1))
+    );
+    // The old producer's late groups are refused; a new one continues.
+    assert_eq!(old.create_group(2).unwrap_err(), CreateError::Stale);
+    let new = t.producer().unwrap();
+    fill(&new, [5]);
+    drop(old);
+    assert_eq!(t.status(), Status::Open, "the stale drop changes nothing");
+    assert!(t.has_producer());
+    assert_eq!(held(t), [0, 1, 5]);
+}
+
 #[test]
 fn failover_keeps_finish_and_reopen_clears_it() {
     let mut storage = PoolStorage::<16, 32>::new();
