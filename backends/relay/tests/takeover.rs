@@ -7,9 +7,10 @@
 //!
 //! The silent link is a small TCP forwarder between the first publisher
 //! and the relay that stops forwarding, in both directions, without
-//! closing either side. The relay's idle and write-stall timeouts are set
-//! far beyond the test's own bound, so the delivery cannot come from the
-//! old connection being retired.
+//! closing either side. The idle timeouts of the relay and of the
+//! publishers, and the relay's write-stall timeout, are set far beyond the
+//! test's own bound, so the delivery cannot come from the old connection
+//! being retired.
 
 mod common;
 
@@ -22,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
+use skiff_core::conn;
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
@@ -43,6 +45,11 @@ fn payload(g: u64, i: u64) -> Vec<u8> {
         p.push((g * 5 + i * 3 + p.len() as u64) as u8);
     }
     p
+}
+
+/// `d` as the core's duration.
+fn core_time(d: Duration) -> skiff_core::time::Duration {
+    skiff_core::time::Duration::from_millis(d.as_millis() as u64)
 }
 
 /// A TCP forwarder to `to` for one connection: copies both ways until
@@ -106,6 +113,12 @@ fn forwarder(to: SocketAddr, silent: Arc<AtomicBool>, done: Arc<AtomicBool>) -> 
 /// frames 5 ms apart from group `first` on, until `stop` is set.
 fn publish(url: String, first: u64, stop: Rc<std::cell::Cell<bool>>) {
     let ctx = Rc::new(ClientCtx::new(16 << 20));
+    // The idle timeout in force is the smaller of the two ends' (docs/protocol.md
+    // §2.5): the publisher's as long as the relay's.
+    ctx.set_transport(conn::Config {
+        max_idle_timeout: core_time(RELAY_TIMEOUT),
+        ..ctx.transport()
+    });
     let (origin, producer) = ctx.publication("live/cam", "video");
     {
         let ctx = ctx.clone();

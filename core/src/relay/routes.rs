@@ -19,14 +19,40 @@
 //! * A path routed already: while its source is gone (the grace period
 //!   runs), the new source adopts it (every open track is asked for again
 //!   from it, subscribers stay where they are; a track the old source
-//!   finished leaves the broadcast, so its name is asked of the new source); a local source of a path
-//!   learned from another worker becomes a standby (in the local origin
-//!   only, so the worker serving the route can fail over to it); any other
-//!   source waits as a spare, next in line when the current one goes away.
+//!   finished leaves the broadcast, so its name is asked of the new
+//!   source).
+//! * The newest client announcement wins: a client source of this worker
+//!   announcing a path that another live client source of this worker
+//!   routes takes the route over at once. A camera whose close was lost
+//!   (its old connection lingers until the transport's idle timeout) and
+//!   that reconnects is served again as soon as it announces. Each open
+//!   track's producer is let go (its open group aborted with CANCEL), the
+//!   track is asked for again from the new source, and its subscribers stay
+//!   where they are and go on at the new source's latest group; the old
+//!   session's late groups are refused (its producers are stale), and its
+//!   peer forgets those upstream subscriptions ([`super::Peer`]). The old
+//!   source waits as a spare of the path. Without a free spare place the
+//!   announcement is refused ([`AnnounceRefused::Full`]) and nothing changes.
+//! * A local source of a path learned from another worker becomes a
+//!   standby (in the local origin only, so the worker serving the route can
+//!   fail over to it); any other source (a worker link, the upstream, a
+//!   second client while a standby stands) waits as a spare, next in line
+//!   when the current one goes away. A link's announcement never displaces
+//!   a client source.
+//! * Between workers the newest announcement does not win: a camera that
+//!   reconnects to another worker than its old session's is a standby
+//!   there, and the viewers of every worker stay on the old session until
+//!   it ends (at most the transport's idle timeout); then the standby takes
+//!   over everywhere at once (a spare through the links on the old
+//!   session's worker, the standby on its own). Taking over across a link
+//!   would let each worker serve the other's source when two announce at
+//!   once, and a route taken by a link must leave the local origin, which
+//!   withdraws it from the other worker in turn.
 //! * A source gone: its standbys are withdrawn, and each of its routes is
-//!   adopted by a spare at once, or by the source of this worker's standby
-//!   of the path, or unannounced and kept for the grace period, then
-//!   withdrawn (its tracks end with SESSION_CLOSED).
+//!   adopted by a spare at once (the newest: the source most recently
+//!   displaced, or the last to arrive), or by the source of this worker's
+//!   standby of the path, or unannounced and kept for the grace period,
+//!   then withdrawn (its tracks end with SESSION_CLOSED).
 //! * A worker link's withdrawal ([`Router::source_left`]) is handled as
 //!   that link gone for that path, not as the end of the broadcast: the
 //!   link cannot tell an ended source from a lost one, and a new source
