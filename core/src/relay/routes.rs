@@ -1311,6 +1311,10 @@ mod tests {
         // A spare that withdraws is forgotten.
         assert!(!r.unannounce(path("cam"), 100));
         assert_eq!(r.spares(), 0);
+        // The last source goes with no spare left: the route waits its grace.
+        assert_eq!(r.source_gone(1, t0, &up), 1);
+        assert_eq!(r.poll_timeout(), Some(t0.saturating_add(GRACE)));
+        assert!(r.origin().get(path("cam")).is_none());
         let _ = pool;
     }
 
