@@ -4,7 +4,8 @@
 //! pinned by the fingerprint its HTTP `GET /certificate.sha256` answers:
 //!
 //! - skiff's SDK publisher and viewer both dial moq-relay, on its default
-//!   (tokio) runtime, and on its io_uring one with certificate files;
+//!   (tokio) runtime, and on its io_uring one with certificate files; and
+//!   over WebTransport (`https://`, docs/protocol.md §12) on the same port;
 //! - skiff-relay is a leaf of moq-relay (`--upstream moql://…
 //!   --upstream-fingerprint HEX`, two workers, its own `--tls-generate`
 //!   certificate): a moq-tokio publisher on moq-relay and an SDK viewer on
@@ -156,9 +157,21 @@ where
 
 /// skiff's SDK publisher and viewer, both on moq-relay over QUIC.
 fn sdk_through_moq_relay(bin: &std::path::Path) {
+    sdk_through_moq_relay_on(bin, "moql");
+}
+
+/// skiff's SDK publisher and viewer, both on moq-relay over WebTransport
+/// (`https://`, docs/protocol.md §12): HTTP/3 on the same UDP port, the
+/// CONNECT answered with `WT-Protocol: moq-lite-05`.
+fn sdk_through_moq_relay_over_webtransport(bin: &std::path::Path) {
+    sdk_through_moq_relay_on(bin, "https");
+}
+
+/// skiff's SDK publisher and viewer, both on moq-relay, dialing `scheme`.
+fn sdk_through_moq_relay_on(bin: &std::path::Path, scheme: &str) {
     let relay = MoqRelay::start_quic(bin);
     let pin = fingerprint_of(&relay);
-    let url = format!("moql://{}{PATH}", relay.addr);
+    let url = format!("{scheme}://{}{PATH}", relay.addr);
     eprintln!("moq-relay {} on {url}, certificate {pin}", bin.display());
     let errors = on_monoio(move || async move {
         let done = std::rc::Rc::new(std::cell::Cell::new(false));
@@ -328,6 +341,11 @@ fn skiff_sdk_publisher_and_viewer_through_moq_relay_over_quic() {
 }
 
 #[test]
+fn skiff_sdk_publisher_and_viewer_through_moq_relay_over_webtransport() {
+    with_moq_relay(sdk_through_moq_relay_over_webtransport);
+}
+
+#[test]
 fn skiff_sdk_publisher_and_viewer_through_moq_relay_io_uring_over_quic() {
     with_moq_relay(sdk_through_moq_relay_io_uring);
 }
@@ -349,6 +367,7 @@ fn skiff_over_quic_with_moq_relay_required() {
     let bin = moq_relay_binary()
         .unwrap_or_else(|| panic!("moq-relay not installed; install with: {INSTALL}"));
     sdk_through_moq_relay(&bin);
+    sdk_through_moq_relay_over_webtransport(&bin);
     sdk_through_moq_relay_io_uring(&bin);
     leaf_viewer(&bin);
     leaf_publisher(&bin);
