@@ -93,8 +93,11 @@ pub struct QuicTransport {
     /// raw QUIC.
     wt: Option<Box<Wt>>,
     /// Called with the connection when the transport drops.
-    on_end: Option<Box<dyn FnOnce(&Connection)>>,
+    on_end: Option<OnEnd>,
 }
+
+/// What [`QuicTransport::on_end`] calls.
+type OnEnd = Box<dyn FnOnce(&Connection)>;
 
 impl Drop for QuicTransport {
     fn drop(&mut self) {
