@@ -3,7 +3,9 @@
 //! arrives intact, in order, with its timestamp (frames larger than a
 //! stream's receive window among them); the relay counts the connections
 //! under the `webtransport` label; a CONNECT for a path the access policy
-//! refuses is answered 401 and no session is set up.
+//! refuses is answered 401 and no session is set up; and peers that break
+//! HTTP/3's rules lose their own connection, with the HTTP/3 code for what
+//! they broke, while a viewer streams on beside them and loses nothing.
 
 use std::cell::Cell;
 use std::num::NonZeroUsize;
@@ -35,7 +37,12 @@ fn payload(i: u64) -> Vec<u8> {
 /// access policy `auth`, and a client configuration pinning the
 /// certificate.
 fn relay(auth: AuthConfig) -> (server::ServerHandle, Config) {
-    let config = RelayConfig {
+    relay_with(auth, Duration::from_secs(10))
+}
+
+/// [`relay`] with the handshake timeout `handshake`.
+fn relay_with(auth: AuthConfig, handshake: Duration) -> (server::ServerHandle, Config) {
+    let mut config = RelayConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         threads: NonZeroUsize::MIN,
         drain_timeout: Duration::from_secs(2),
@@ -43,6 +50,7 @@ fn relay(auth: AuthConfig) -> (server::ServerHandle, Config) {
         auth,
         ..RelayConfig::default()
     };
+    config.timeouts.handshake = handshake;
     let relay = server::start(config, RelayHandler::factory(1).unwrap()).expect("start relay");
     let fingerprint = relay_fingerprint(relay.local_addr());
     let mut client = Config::default();
@@ -175,7 +183,7 @@ fn a_connect_the_access_policy_refuses_is_answered_401() {
         .unwrap();
         let running = monoio::spawn(runner.run());
         let mut refused = None;
-        for _ in 0..200 {
+        for _ in 0..1000 {
             if let Some(e) = client.last_error() {
                 refused = Some(e.to_string());
                 break;
@@ -206,4 +214,205 @@ fn a_connect_the_access_policy_refuses_is_answered_401() {
     assert!(error.contains("status 401"), "error: {error}");
     assert_eq!(sessions, 0, "no session at a refused path");
     assert_eq!(served, 1, "a session at the public path");
+}
+
+// ---------------------------------------------------------------------------
+// Peers that break HTTP/3's rules
+// ---------------------------------------------------------------------------
+
+use skiff_quic::quinn_proto::{Connection, ConnectionError, Dir, Event};
+use skiff_quic::webtransport::code;
+
+/// Opens a uni stream on `conn` and writes `bytes` on it.
+fn uni(conn: &mut Connection, bytes: &[u8]) {
+    let id = conn.streams().open(Dir::Uni).expect("a uni stream");
+    let n = conn.send_stream(id).write(bytes).expect("written");
+    assert_eq!(n, bytes.len());
+}
+
+/// Our control stream with valid SETTINGS.
+fn settings(conn: &mut Connection) {
+    uni(conn, &skiff_quic::webtransport::settings());
+}
+
+/// Dials the relay at `port` over HTTP/3 from a bare quinn-proto
+/// connection, lets `act` write on it once the handshake is done, and
+/// returns the application code the relay closed it with (`None`: still
+/// open after `within`).
+async fn hostile(
+    port: u16,
+    pin: skiff_monoio::tls::Fingerprint,
+    act: fn(&mut Connection),
+    within: Duration,
+) -> Option<u64> {
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let tls = skiff_monoio::tls::client_config_for(
+        &skiff_monoio::tls::Trust::Pinned(pin),
+        &[skiff_quic::webtransport::ALPN_H3.as_bytes()],
+    )
+    .unwrap();
+    let config =
+        skiff_quic::config::client_config_webtransport(std::sync::Arc::new(tls), 64).unwrap();
+    let clock = skiff_monoio::clock::Clock::new();
+    let endpoint = skiff_monoio::quic::Endpoint::client(addr, clock).unwrap();
+    let (mut conn, mut link) = endpoint.connect(config, addr, "localhost").unwrap();
+    let receiving = monoio::spawn(endpoint.clone().run());
+    let deadline = std::time::Instant::now() + within;
+    let closed = loop {
+        let now = std::time::Instant::now();
+        if conn.poll_timeout().is_some_and(|t| t <= now) {
+            conn.handle_timeout(now);
+        }
+        let mut lost = None;
+        // One datagram at a time: the relay forgets a connection it closed
+        // at once, so a stateless reset may follow its close, and the
+        // library reports only the last of the two it was handed.
+        loop {
+            while let Some(event) = conn.poll() {
+                match event {
+                    Event::Connected => act(&mut conn),
+                    Event::ConnectionLost { reason } => {
+                        lost.get_or_insert(reason);
+                    }
+                    _ => {}
+                }
+            }
+            if lost.is_some() || !link.deliver_one(&mut conn) {
+                break;
+            }
+        }
+        link.exchange(&mut conn);
+        link.flush(&mut conn).await;
+        if let Some(reason) = lost {
+            break match reason {
+                ConnectionError::ApplicationClosed(c) => Some(c.error_code.into_inner()),
+                other => panic!("closed otherwise: {other}; {:?}", conn.stats().frame_rx),
+            };
+        }
+        if now > deadline {
+            break None;
+        }
+        monoio::time::sleep(Duration::from_millis(5)).await;
+    };
+    endpoint.stop();
+    drop(receiving);
+    closed
+}
+
+/// Hostile HTTP/3 peers against a relay (handshake timeout 1 s) while an
+/// SDK publisher and viewer stream through it over WebTransport: each
+/// hostile connection is closed with the code for its fault, and the viewer
+/// gets every frame.
+#[test]
+fn peers_breaking_http3_lose_their_connection_and_nothing_else() {
+    log();
+    let (relay, client_config) = relay_with(AuthConfig::default(), Duration::from_secs(1));
+    let port = relay.local_addr().port();
+    let pin = client_config.tls_fingerprint.expect("pinned");
+    let url = format!("https://localhost:{port}/room");
+    let (closes, seen) = driver::block_on(DriverKind::Legacy, move |_| async move {
+        let (viewer, runner) = connect(&url, client_config.clone()).unwrap();
+        monoio::spawn(runner.run());
+        let watching = monoio::spawn({
+            let viewer = viewer.clone();
+            async move {
+                let request = Request {
+                    max_latency: skiff_core::time::Duration::from_secs(30),
+                    ..Request::LIVE
+                };
+                let mut track = viewer.subscribe("camera", "video", request).await.unwrap();
+                let mut seen = Vec::new();
+                while (seen.len() as u64) < GROUPS * PER_GROUP {
+                    let Some(mut group) = track.next_group().await.unwrap() else {
+                        break;
+                    };
+                    while let Ok(Some(frame)) = group.read_frame().await {
+                        let bytes = frame.payload.to_vec();
+                        let i = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+                        assert_eq!(bytes, payload(i), "frame {i} damaged");
+                        seen.push(i);
+                    }
+                }
+                seen
+            }
+        });
+        let (publisher, runner) = connect(&url, client_config).unwrap();
+        monoio::spawn(runner.run());
+        let broadcast = publisher.publish("camera").unwrap();
+        let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
+        while track.subscribers() == 0 {
+            monoio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut group = track.create_group(0).unwrap();
+        let mut closes = Vec::new();
+        let cases: [(&str, fn(&mut Connection)); 5] = [
+            ("GOAWAY before SETTINGS", |c| {
+                uni(c, &[0x00, 0x07, 0x01, 0x00])
+            }),
+            ("a QPACK stream that does not end", |c| {
+                settings(c);
+                let mut qpack = vec![0x02];
+                qpack.resize(8 * 1024, 0x3f);
+                uni(c, &qpack);
+            }),
+            ("HEADERS that do not decode", |c| {
+                settings(c);
+                let id = c.streams().open(Dir::Bi).unwrap();
+                let _ = c
+                    .send_stream(id)
+                    .write(&[0x01, 0x04, 0xff, 0xff, 0xff, 0xff]);
+            }),
+            ("a push stream from a client", |c| {
+                settings(c);
+                uni(c, &[0x01, 0x00]);
+            }),
+            ("no CONNECT", settings),
+        ];
+        let mut frame = 0;
+        for (what, act) in cases {
+            let code = hostile(port, pin, act, Duration::from_secs(5)).await;
+            closes.push((what, code));
+            // The viewer's frames go on between the attacks.
+            for _ in 0..6 {
+                group
+                    .write_frame(frame * 1000, &payload(frame))
+                    .await
+                    .unwrap();
+                frame += 1;
+            }
+        }
+        while frame < GROUPS * PER_GROUP {
+            group
+                .write_frame(frame * 1000, &payload(frame))
+                .await
+                .unwrap();
+            frame += 1;
+        }
+        group.finish().unwrap();
+        let seen = monoio::time::timeout(Duration::from_secs(20), watching)
+            .await
+            .expect("the viewer got every frame in time");
+        publisher.close().await;
+        viewer.close().await;
+        (closes, seen)
+    })
+    .expect("runtime");
+    relay.shutdown().expect("relay stops");
+    assert_eq!(
+        closes,
+        [
+            ("GOAWAY before SETTINGS", Some(code::H3_MISSING_SETTINGS)),
+            (
+                "a QPACK stream that does not end",
+                Some(code::H3_EXCESSIVE_LOAD)
+            ),
+            ("HEADERS that do not decode", Some(code::H3_MESSAGE_ERROR)),
+            (
+                "a push stream from a client",
+                Some(code::H3_STREAM_CREATION_ERROR)
+            ),
+            ("no CONNECT", Some(code::H3_REQUEST_INCOMPLETE)),
+        ]
+    );
+    assert_eq!(seen, (0..GROUPS * PER_GROUP).collect::<Vec<_>>());
 }
