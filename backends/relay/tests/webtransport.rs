@@ -223,6 +223,9 @@ fn a_connect_the_access_policy_refuses_is_answered_401() {
 use skiff_quic::quinn_proto::{Connection, ConnectionError, Dir, Event};
 use skiff_quic::webtransport::code;
 
+/// What a hostile peer writes once its handshake is done.
+type Act = fn(&mut Connection);
+
 /// Opens a uni stream on `conn` and writes `bytes` on it.
 fn uni(conn: &mut Connection, bytes: &[u8]) {
     let id = conn.streams().open(Dir::Uni).expect("a uni stream");
@@ -242,7 +245,7 @@ fn settings(conn: &mut Connection) {
 async fn hostile(
     port: u16,
     pin: skiff_monoio::tls::Fingerprint,
-    act: fn(&mut Connection),
+    act: Act,
     within: Duration,
 ) -> Option<u64> {
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -345,7 +348,7 @@ fn peers_breaking_http3_lose_their_connection_and_nothing_else() {
         }
         let mut group = track.create_group(0).unwrap();
         let mut closes = Vec::new();
-        let cases: [(&str, fn(&mut Connection)); 5] = [
+        let cases: [(&str, Act); 5] = [
             ("GOAWAY before SETTINGS", |c| {
                 uni(c, &[0x00, 0x07, 0x01, 0x00])
             }),
