@@ -27,6 +27,13 @@ const SUBSCRIBERS: usize = 3;
 const SCENARIO: Duration = Duration::from_secs(50);
 
 fn through_skiff_relay(threads: usize) {
+    through_skiff_relay_at(threads, "https");
+}
+
+/// The same clients given `scheme://` (`https`, or `http`: moq-tokio then
+/// fetches the pin from the relay's `/certificate.sha256` on its TCP port
+/// and dials `https://`, as `@moq/watch` does in browsers).
+fn through_skiff_relay_at(threads: usize, scheme: &str) {
     let config = RelayConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         threads: NonZeroUsize::new(threads).unwrap(),
@@ -39,7 +46,7 @@ fn through_skiff_relay(threads: usize) {
         server::start(config, RelayHandler::factory(threads).unwrap()).expect("start relay");
     let addr = relay.local_addr();
     let fingerprint = skiff_relay_fingerprint(addr);
-    let url = format!("https://{addr}{PATH}");
+    let url = format!("{scheme}://{addr}{PATH}");
     eprintln!("skiff-relay on {url}, certificate {fingerprint}");
 
     let (tx, rx) = std::sync::mpsc::channel();
@@ -142,4 +149,11 @@ fn moq_tokio_publisher_and_three_subscribers_over_webtransport_one_worker() {
 #[test]
 fn moq_tokio_publisher_and_three_subscribers_over_webtransport_two_workers() {
     through_skiff_relay(2);
+}
+
+/// moq-tokio given `http://`: the pin comes from the relay's own
+/// `/certificate.sha256`, then WebTransport as above.
+#[test]
+fn moq_tokio_publisher_and_three_subscribers_over_webtransport_pinned_from_http() {
+    through_skiff_relay_at(1, "http");
 }
