@@ -2,10 +2,11 @@
 //! the SDK's publisher and viewer both dial `https://`, and every frame
 //! arrives intact, in order, with its timestamp (frames larger than a
 //! stream's receive window among them); the relay counts the connections
-//! under the `webtransport` label; a CONNECT for a path the access policy
-//! refuses is answered 401 and no session is set up; and peers that break
-//! HTTP/3's rules lose their own connection, with the HTTP/3 code for what
-//! they broke, while a viewer streams on beside them and loses nothing.
+//! under the `webtransport` label; a CONNECT for a path or token the access
+//! policy refuses is answered 401 or 403 and no session is set up; and peers
+//! that break HTTP/3's rules lose their own connection, with the HTTP/3 code
+//! for what they broke, while a viewer streams on beside them and loses
+//! nothing.
 
 use std::cell::Cell;
 use std::num::NonZeroUsize;
@@ -164,56 +165,100 @@ fn sdk_publisher_reaches_sdk_viewer_over_webtransport() {
     );
 }
 
-/// A relay whose anonymous access reaches `anon/**` only: a CONNECT to
-/// `/other` without a token is answered 401 (the SDK reports the status
-/// and sets up no session); `/anon` is served.
+/// The status a WebTransport dial to `url` is refused with (the SDK's
+/// error says it), or `None` once a session was set up there instead.
+async fn refusal(url: String, config: Config) -> Option<String> {
+    let (client, runner) = connect(&url, config).unwrap();
+    let running = monoio::spawn(runner.run());
+    let mut outcome = None;
+    for _ in 0..1000 {
+        if client.sessions() > 0 {
+            break;
+        }
+        if let Some(e) = client.last_error() {
+            outcome = Some(e.to_string());
+            break;
+        }
+        monoio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let sessions = client.sessions();
+    client.close().await;
+    let _ = running.await;
+    match (outcome, sessions) {
+        (_, 1..) => None,
+        (Some(e), 0) => Some(e),
+        (None, 0) => Some("neither a session nor an error".to_owned()),
+    }
+}
+
+/// A relay whose anonymous access reaches `anon/**` only, with a key for
+/// tokens: a CONNECT without a token elsewhere, or with one that does not
+/// verify, is answered 401; one whose token is for another root 403; the
+/// SDK reports the status and sets up no session. `/anon` and a good token
+/// are served.
 #[test]
-fn a_connect_the_access_policy_refuses_is_answered_401() {
+fn a_connect_the_access_policy_refuses_is_answered_401_or_403() {
+    use moq_auth::{Algorithm, Claims, Key, KeyId};
     log();
+    let dir = std::env::temp_dir().join(format!("skiff-wt-auth-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = Key::generate(Algorithm::ES256, Some(KeyId::decode("es").unwrap())).unwrap();
+    key.to_file(dir.join("key.jwk")).unwrap();
+    let token = |key: &Key, root: &str| {
+        let all: Vec<moq_auth::Pattern> = vec!["**".parse().unwrap()];
+        key.sign(
+            &Claims::default()
+                .with_root(root)
+                .with_publish(all.clone())
+                .with_subscribe(all)
+                .with_expires(std::time::SystemTime::now() + Duration::from_secs(3600)),
+        )
+        .unwrap()
+    };
+    let stranger = Key::generate(Algorithm::ES256, None).unwrap();
+    let forged = token(&stranger, "room");
+    let other = token(&key, "other");
+    let good = token(&key, "room");
     let (relay, client_config) = relay(AuthConfig {
+        key: Some(dir.join("key.jwk")),
         public: ["anon/**".parse().unwrap()].into_iter().collect(),
         ..AuthConfig::default()
     });
     let port = relay.local_addr().port();
-    let (refused, served) = driver::block_on(DriverKind::Legacy, move |_| async move {
-        let (client, runner) = connect(
-            &format!("https://localhost:{port}/other"),
-            client_config.clone(),
-        )
-        .unwrap();
-        let running = monoio::spawn(runner.run());
-        let mut refused = None;
-        for _ in 0..1000 {
-            if let Some(e) = client.last_error() {
-                refused = Some(e.to_string());
-                break;
-            }
-            monoio::time::sleep(Duration::from_millis(10)).await;
+    let at = move |path: &str| format!("https://localhost:{port}/{path}");
+    let outcomes = driver::block_on(DriverKind::Legacy, move |_| async move {
+        let mut outcomes = Vec::new();
+        for path in [
+            "other".to_owned(),
+            format!("room?jwt={forged}"),
+            format!("room?jwt={other}"),
+            "anon".to_owned(),
+            format!("room?jwt={good}"),
+        ] {
+            outcomes.push(refusal(at(&path), client_config.clone()).await);
         }
-        let sessions = client.sessions();
-        client.close().await;
-        let _ = running.await;
-        let (client, runner) =
-            connect(&format!("https://localhost:{port}/anon"), client_config).unwrap();
-        monoio::spawn(runner.run());
-        let mut served = 0;
-        for _ in 0..500 {
-            served = client.sessions();
-            if served > 0 {
-                break;
-            }
-            monoio::time::sleep(Duration::from_millis(10)).await;
-        }
-        client.close().await;
-        ((refused, sessions), served)
+        outcomes
     })
     .expect("runtime");
     relay.shutdown().expect("relay stops");
-    let (error, sessions) = refused;
-    let error = error.expect("the refused dial reports an error");
-    assert!(error.contains("status 401"), "error: {error}");
-    assert_eq!(sessions, 0, "no session at a refused path");
-    assert_eq!(served, 1, "a session at the public path");
+    let _ = std::fs::remove_dir_all(&dir);
+    let statuses: Vec<Option<&str>> = outcomes
+        .iter()
+        .map(|o| {
+            o.as_deref().map(|e| {
+                ["401", "403"]
+                    .into_iter()
+                    .find(|s| e.contains(&format!("status {s}")))
+                    .unwrap_or(e)
+            })
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        [Some("401"), Some("401"), Some("403"), None, None],
+        "{outcomes:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------
