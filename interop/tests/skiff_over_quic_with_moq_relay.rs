@@ -4,8 +4,9 @@
 //! pinned by the fingerprint its HTTP `GET /certificate.sha256` answers:
 //!
 //! - skiff's SDK publisher and viewer both dial moq-relay, on its default
-//!   (tokio) runtime, and on its io_uring one with certificate files; and
-//!   over WebTransport (`https://`, docs/protocol.md §12) on the same port;
+//!   (tokio) runtime, and on its io_uring one with certificate files, each
+//!   over QUIC and over WebTransport (`https://`, docs/protocol.md §12) on
+//!   the same port;
 //! - skiff-relay is a leaf of moq-relay (`--upstream moql://…
 //!   --upstream-fingerprint HEX`, two workers, its own `--tls-generate`
 //!   certificate): a moq-tokio publisher on moq-relay and an SDK viewer on
@@ -191,6 +192,17 @@ fn sdk_through_moq_relay_on(bin: &std::path::Path, scheme: &str) {
 /// only: a CA and a certificate for 127.0.0.1 made here, the SDK trusting
 /// the CA (the name checked, not pinned).
 fn sdk_through_moq_relay_io_uring(bin: &std::path::Path) {
+    sdk_through_moq_relay_io_uring_on(bin, "moql");
+}
+
+/// As [`sdk_through_moq_relay_io_uring`], over WebTransport (`https://`).
+fn sdk_through_moq_relay_io_uring_over_webtransport(bin: &std::path::Path) {
+    sdk_through_moq_relay_io_uring_on(bin, "https");
+}
+
+/// skiff's SDK publisher and viewer through moq-relay's io_uring runtime,
+/// dialing `scheme`.
+fn sdk_through_moq_relay_io_uring_on(bin: &std::path::Path, scheme: &str) {
     // One directory per run: the `_required` twin runs this beside its own test.
     static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -210,7 +222,7 @@ fn sdk_through_moq_relay_io_uring(bin: &std::path::Path) {
             "1",
         ],
     );
-    let url = format!("moql://{}{PATH}", relay.addr);
+    let url = format!("{scheme}://{}{PATH}", relay.addr);
     eprintln!("moq-relay {} (io_uring) on {url}", bin.display());
     let roots = std::sync::Arc::new(skiff_monoio::tls::roots_from_pem_file(&pki.ca).unwrap());
     let trusting = move || {
@@ -351,6 +363,11 @@ fn skiff_sdk_publisher_and_viewer_through_moq_relay_io_uring_over_quic() {
 }
 
 #[test]
+fn skiff_sdk_publisher_and_viewer_through_moq_relay_io_uring_over_webtransport() {
+    with_moq_relay(sdk_through_moq_relay_io_uring_over_webtransport);
+}
+
+#[test]
 fn skiff_leaf_of_moq_relay_over_quic_viewer_on_the_leaf() {
     with_moq_relay(leaf_viewer);
 }
@@ -369,6 +386,7 @@ fn skiff_over_quic_with_moq_relay_required() {
     sdk_through_moq_relay(&bin);
     sdk_through_moq_relay_over_webtransport(&bin);
     sdk_through_moq_relay_io_uring(&bin);
+    sdk_through_moq_relay_io_uring_over_webtransport(&bin);
     leaf_viewer(&bin);
     leaf_publisher(&bin);
 }
