@@ -4,7 +4,9 @@
 //! pinned by the fingerprint its HTTP `GET /certificate.sha256` answers:
 //!
 //! - skiff's SDK publisher and viewer both dial moq-relay, on its default
-//!   (tokio) runtime, and on its io_uring one with certificate files;
+//!   (tokio) runtime, and on its io_uring one with certificate files, each
+//!   over QUIC and over WebTransport (`https://`, docs/protocol.md §12) on
+//!   the same port;
 //! - skiff-relay is a leaf of moq-relay (`--upstream moql://…
 //!   --upstream-fingerprint HEX`, two workers, its own `--tls-generate`
 //!   certificate): a moq-tokio publisher on moq-relay and an SDK viewer on
@@ -156,9 +158,21 @@ where
 
 /// skiff's SDK publisher and viewer, both on moq-relay over QUIC.
 fn sdk_through_moq_relay(bin: &std::path::Path) {
+    sdk_through_moq_relay_on(bin, "moql");
+}
+
+/// skiff's SDK publisher and viewer, both on moq-relay over WebTransport
+/// (`https://`, docs/protocol.md §12): HTTP/3 on the same UDP port, the
+/// CONNECT answered with `WT-Protocol: moq-lite-05`.
+fn sdk_through_moq_relay_over_webtransport(bin: &std::path::Path) {
+    sdk_through_moq_relay_on(bin, "https");
+}
+
+/// skiff's SDK publisher and viewer, both on moq-relay, dialing `scheme`.
+fn sdk_through_moq_relay_on(bin: &std::path::Path, scheme: &str) {
     let relay = MoqRelay::start_quic(bin);
     let pin = fingerprint_of(&relay);
-    let url = format!("moql://{}{PATH}", relay.addr);
+    let url = format!("{scheme}://{}{PATH}", relay.addr);
     eprintln!("moq-relay {} on {url}, certificate {pin}", bin.display());
     let errors = on_monoio(move || async move {
         let done = std::rc::Rc::new(std::cell::Cell::new(false));
@@ -178,6 +192,17 @@ fn sdk_through_moq_relay(bin: &std::path::Path) {
 /// only: a CA and a certificate for 127.0.0.1 made here, the SDK trusting
 /// the CA (the name checked, not pinned).
 fn sdk_through_moq_relay_io_uring(bin: &std::path::Path) {
+    sdk_through_moq_relay_io_uring_on(bin, "moql");
+}
+
+/// As [`sdk_through_moq_relay_io_uring`], over WebTransport (`https://`).
+fn sdk_through_moq_relay_io_uring_over_webtransport(bin: &std::path::Path) {
+    sdk_through_moq_relay_io_uring_on(bin, "https");
+}
+
+/// skiff's SDK publisher and viewer through moq-relay's io_uring runtime,
+/// dialing `scheme`.
+fn sdk_through_moq_relay_io_uring_on(bin: &std::path::Path, scheme: &str) {
     // One directory per run: the `_required` twin runs this beside its own test.
     static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -197,7 +222,7 @@ fn sdk_through_moq_relay_io_uring(bin: &std::path::Path) {
             "1",
         ],
     );
-    let url = format!("moql://{}{PATH}", relay.addr);
+    let url = format!("{scheme}://{}{PATH}", relay.addr);
     eprintln!("moq-relay {} (io_uring) on {url}", bin.display());
     let roots = std::sync::Arc::new(skiff_monoio::tls::roots_from_pem_file(&pki.ca).unwrap());
     let trusting = move || {
@@ -328,8 +353,18 @@ fn skiff_sdk_publisher_and_viewer_through_moq_relay_over_quic() {
 }
 
 #[test]
+fn skiff_sdk_publisher_and_viewer_through_moq_relay_over_webtransport() {
+    with_moq_relay(sdk_through_moq_relay_over_webtransport);
+}
+
+#[test]
 fn skiff_sdk_publisher_and_viewer_through_moq_relay_io_uring_over_quic() {
     with_moq_relay(sdk_through_moq_relay_io_uring);
+}
+
+#[test]
+fn skiff_sdk_publisher_and_viewer_through_moq_relay_io_uring_over_webtransport() {
+    with_moq_relay(sdk_through_moq_relay_io_uring_over_webtransport);
 }
 
 #[test]
@@ -349,7 +384,9 @@ fn skiff_over_quic_with_moq_relay_required() {
     let bin = moq_relay_binary()
         .unwrap_or_else(|| panic!("moq-relay not installed; install with: {INSTALL}"));
     sdk_through_moq_relay(&bin);
+    sdk_through_moq_relay_over_webtransport(&bin);
     sdk_through_moq_relay_io_uring(&bin);
+    sdk_through_moq_relay_io_uring_over_webtransport(&bin);
     leaf_viewer(&bin);
     leaf_publisher(&bin);
 }

@@ -627,6 +627,25 @@ impl Link {
         any
     }
 
+    /// Hands `conn` the oldest event the endpoint routed to it; true if
+    /// there was one (a caller that polls the connection after each
+    /// datagram sees each one's effect, such as a close before a reset).
+    pub fn deliver_one(&self, conn: &mut Connection) -> bool {
+        let event = {
+            let mut routes = self.shared.routes.borrow_mut();
+            routes
+                .get_mut(&self.ch.0)
+                .and_then(|r| r.events.pop_front())
+        };
+        match event {
+            Some(event) => {
+                conn.handle_event(event);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// True if routed events wait; otherwise registers `waker` for the next.
     pub fn poll_ready(&self, waker: &Waker) -> bool {
         let mut routes = self.shared.routes.borrow_mut();

@@ -108,6 +108,55 @@ pub fn alpn_protocols() -> Vec<Vec<u8>> {
     ALPNS.iter().map(|a| a.as_bytes().to_vec()).collect()
 }
 
+/// The ALPN list of a server that also serves WebTransport: [`ALPNS`],
+/// then HTTP/3 last, so a client offering both gets moq-lite
+/// (docs/protocol.md §12.1).
+pub fn alpn_protocols_with_h3() -> Vec<Vec<u8>> {
+    let mut alpns = alpn_protocols();
+    alpns.push(crate::webtransport::ALPN_H3.as_bytes().to_vec());
+    alpns
+}
+
+/// Bytes of datagrams the library keeps unread on a connection that may
+/// carry WebTransport: HTTP/3's datagram setting requires the peer to know
+/// we accept datagrams, which nothing here reads (they are dropped).
+pub const DATAGRAM_BUFFER: usize = 4 * 1024;
+
+/// As [`server_config`], for a server that also serves WebTransport
+/// ([`alpn_protocols_with_h3`] in `tls`): the connection accepts datagrams,
+/// since the HTTP/3 SETTINGS say so.
+///
+/// # Errors
+/// As [`server_config`].
+pub fn server_config_webtransport(
+    tls: Arc<rustls::ServerConfig>,
+    streams: usize,
+) -> Result<quinn_proto::ServerConfig, ConfigError> {
+    let crypto = QuicServerConfig::try_from(tls).map_err(|_| ConfigError::Tls)?;
+    let mut config = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut transport = transport_config(streams, false);
+    transport.datagram_receive_buffer_size(Some(DATAGRAM_BUFFER));
+    config.transport_config(Arc::new(transport));
+    Ok(config)
+}
+
+/// As [`client_config`], for a WebTransport client (`tls` offering
+/// [`ALPN_H3`](crate::webtransport::ALPN_H3)).
+///
+/// # Errors
+/// As [`client_config`].
+pub fn client_config_webtransport(
+    tls: Arc<rustls::ClientConfig>,
+    streams: usize,
+) -> Result<quinn_proto::ClientConfig, ConfigError> {
+    let crypto = QuicClientConfig::try_from(tls).map_err(|_| ConfigError::Tls)?;
+    let mut config = quinn_proto::ClientConfig::new(Arc::new(crypto));
+    let mut transport = transport_config(streams, true);
+    transport.datagram_receive_buffer_size(Some(DATAGRAM_BUFFER));
+    config.transport_config(Arc::new(transport));
+    Ok(config)
+}
+
 /// Why a QUIC configuration could not be made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigError {

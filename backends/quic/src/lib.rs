@@ -21,8 +21,9 @@
 pub mod config;
 pub mod steer;
 pub mod transport;
+pub mod webtransport;
 
-pub use transport::{QuicTransport, pump};
+pub use transport::{QuicTransport, WtStatus, pump};
 
 /// The QUIC library, for the endpoint and connection types a backend drives.
 pub use quinn_proto;

@@ -27,6 +27,7 @@ use skiff_core::transport::{
 use skiff_core::wire::qmux::{Dir, StreamId};
 
 use crate::config::{ALPNS, STREAM_WINDOW};
+use crate::webtransport::{self as wt, ConnectStream, ControlStream, StreamHeader, code as h3};
 
 /// One stream's receiving state, as the driver hands it to the session.
 #[derive(Debug, Default)]
@@ -88,6 +89,86 @@ pub struct QuicTransport {
     /// Streams whose last write found no credit.
     blocked: HashSet<u64>,
     events: VecDeque<Owned>,
+    /// The WebTransport session's state (docs/protocol.md §12); `None` on
+    /// raw QUIC.
+    wt: Option<Box<Wt>>,
+    /// Called with the connection when the transport drops.
+    on_end: Option<OnEnd>,
+}
+
+/// What [`QuicTransport::on_end`] calls.
+type OnEnd = Box<dyn FnOnce(&Connection)>;
+
+impl Drop for QuicTransport {
+    fn drop(&mut self) {
+        if let Some(f) = self.on_end.take() {
+            f(&self.conn);
+        }
+    }
+}
+
+/// The ALPN `conn`'s handshake agreed on, once it did.
+pub fn negotiated_alpn(conn: &Connection) -> Option<Vec<u8>> {
+    conn.crypto_session()
+        .handshake_data()?
+        .downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+        .ok()?
+        .protocol
+}
+
+/// Where a WebTransport connection's handshake stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WtStatus {
+    /// The QUIC handshake, the SETTINGS or the CONNECT exchange is under way.
+    Handshaking,
+    /// (Server) the client's CONNECT arrived: [`QuicTransport::wt_request`]
+    /// holds it until [`QuicTransport::wt_answer`].
+    Requested,
+    /// The session is set up: moq-lite runs over its streams.
+    Open,
+    /// The CONNECT was answered with this status (not 200), by us or by the
+    /// server, or the response chose no protocol we speak (0).
+    Refused(u16),
+    /// The connection closed before the session was set up.
+    Failed,
+}
+
+/// How long a refused CONNECT's answer, or our session close capsule, may
+/// take to be acknowledged before the connection closes anyway.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// A WebTransport connection's HTTP/3 state.
+struct Wt {
+    server: bool,
+    /// (Client) the CONNECT request to send once connected.
+    request_out: Option<Vec<u8>>,
+    status: WtStatus,
+    /// The CONNECT stream: its ID is the session ID.
+    session: Option<u64>,
+    connect: ConnectStream,
+    /// (Server) the CONNECT request, once read.
+    request: Option<wt::Request>,
+    control_out: Option<u64>,
+    control_in: Option<(u64, ControlStream)>,
+    /// The peer's QPACK streams and the bytes read on each.
+    qpack: HashMap<u64, u64>,
+    /// Peer streams whose header is being read.
+    headers: HashMap<u64, (StreamHeader, bool)>,
+    /// WebTransport streams of the peer that came before the session was
+    /// set up, with the session they name.
+    early: Vec<(u64, u64)>,
+    /// Streams of ours HTTP/3 owns to visit (readable or new).
+    work: VecDeque<u64>,
+    /// Bytes of HTTP/3's own streams not taken by the library yet.
+    out: Vec<(u64, Vec<u8>, bool)>,
+    /// Our WebTransport streams whose header is not all written: the
+    /// header, and how far it went.
+    unsent: HashMap<u64, ([u8; 16], usize, usize)>,
+    /// When the connection closes at the latest, once the close capsule or
+    /// a refusal went out; with the code and reason.
+    linger: Option<(Instant, u64, Bytes)>,
+    /// The session was told the connection ended.
+    reported: bool,
 }
 
 impl core::fmt::Debug for QuicTransport {
@@ -114,7 +195,103 @@ impl QuicTransport {
             revisit: VecDeque::with_capacity(64),
             blocked: HashSet::with_capacity(16),
             events: VecDeque::with_capacity(16),
+            wt: None,
+            on_end: None,
         }
+    }
+
+    /// Calls `f` with the connection when the transport drops (to read its
+    /// statistics, say).
+    pub fn on_end(&mut self, f: impl FnOnce(&Connection) + 'static) {
+        self.on_end = Some(Box::new(f));
+    }
+
+    /// Wraps a server's `conn` whose handshake agreed on HTTP/3 (ALPN `h3`):
+    /// the session runs over WebTransport once the client's CONNECT was
+    /// answered 200 ([`wt_answer`](Self::wt_answer), docs/protocol.md §12).
+    pub fn webtransport_server(conn: Connection, epoch: StdInstant) -> Self {
+        let mut t = Self::new(conn, epoch);
+        t.wt = Some(Box::new(Wt::new(true, None)));
+        t
+    }
+
+    /// Wraps a client's `conn` (dialed with ALPN `h3`) that asks for a
+    /// WebTransport session at `https://{authority}{target}`, offering
+    /// moq-lite-05; `None` if that is not a URL.
+    pub fn webtransport_client(
+        conn: Connection,
+        epoch: StdInstant,
+        authority: &str,
+        target: &str,
+    ) -> Option<Self> {
+        let request = wt::request(authority, target, &[skiff_core::conn::MOQ_LITE_05])?;
+        let mut t = Self::new(conn, epoch);
+        t.wt = Some(Box::new(Wt::new(false, Some(request))));
+        Some(t)
+    }
+
+    /// Where the WebTransport handshake stands (`None` on raw QUIC). Call
+    /// [`poll_webtransport`](Self::poll_webtransport) first.
+    pub fn wt_status(&self) -> Option<WtStatus> {
+        let w = self.wt.as_ref()?;
+        if self.conn.is_closed() && w.status != WtStatus::Open {
+            return Some(match w.status {
+                WtStatus::Refused(s) => WtStatus::Refused(s),
+                _ => WtStatus::Failed,
+            });
+        }
+        Some(w.status)
+    }
+
+    /// (Server) the client's CONNECT request, once it arrived.
+    pub fn wt_request(&self) -> Option<&wt::Request> {
+        self.wt.as_ref()?.request.as_ref()
+    }
+
+    /// (Server) answers the client's CONNECT: 200 sets the session up with
+    /// moq-lite-05 (400 instead when the client did not offer it in
+    /// `WT-Available-Protocols`); another status refuses it, and the
+    /// connection closes once the answer is acknowledged.
+    pub fn wt_answer(&mut self, now: Instant, status: u16) {
+        self.now = now;
+        let Some(w) = self.wt.as_mut() else { return };
+        if w.status != WtStatus::Requested {
+            return;
+        }
+        let Some(id) = w.session else { return };
+        let offered = w.request.as_ref().is_some_and(|r| {
+            r.protocols
+                .iter()
+                .any(|p| p == skiff_core::conn::MOQ_LITE_05)
+        });
+        let status = if status == 200 && !offered {
+            400
+        } else {
+            status
+        };
+        if status == 200 {
+            let bytes = wt::response(200, Some(skiff_core::conn::MOQ_LITE_05));
+            self.wt_write(id, bytes, false);
+            self.wt_open();
+        } else {
+            let bytes = wt::response(status, None);
+            self.wt_write(id, bytes, true);
+            if let Some(w) = self.wt.as_mut() {
+                w.status = WtStatus::Refused(status);
+                let at = now.saturating_add(skiff_core::time::Duration::from_micros(
+                    LINGER.as_micros() as u64,
+                ));
+                w.linger = Some((at, h3::H3_REQUEST_REJECTED, Bytes::new()));
+            }
+        }
+    }
+
+    /// Processes what the connection received for HTTP/3 itself (SETTINGS,
+    /// the CONNECT exchange, QPACK streams, headers of new streams) before
+    /// the session exists; [`pump`] does the same once it does.
+    pub fn poll_webtransport(&mut self, now: Instant) {
+        self.now = now;
+        self.poll_library();
     }
 
     /// The library's connection (to hand it datagrams and endpoint events,
@@ -139,15 +316,32 @@ impl QuicTransport {
         Instant::from_micros(u64::try_from(micros).unwrap_or(u64::MAX))
     }
 
-    /// When the library's timers are next due.
+    /// When the library's timers (or a WebTransport close's linger) are
+    /// next due.
     pub fn quic_timeout(&mut self) -> Option<Instant> {
-        let at = self.conn.poll_timeout()?;
-        Some(self.core_at(at))
+        let linger = self
+            .wt
+            .as_ref()
+            .and_then(|w| w.linger.as_ref())
+            .map(|l| l.0);
+        let at = self.conn.poll_timeout().map(|at| self.core_at(at));
+        match (at, linger) {
+            (Some(a), Some(l)) => Some(a.min(l)),
+            (a, l) => a.or(l),
+        }
     }
 
     /// Runs the library's timers due at `now`.
     pub fn quic_handle_timeout(&mut self, now: Instant) {
         self.now = now;
+        if self
+            .wt
+            .as_ref()
+            .and_then(|w| w.linger.as_ref())
+            .is_some_and(|l| l.0 <= now)
+        {
+            self.wt_close_now();
+        }
         let at = self.std_at(now);
         self.conn.handle_timeout(at);
     }
@@ -163,6 +357,7 @@ impl QuicTransport {
         while let Some(event) = self.conn.poll() {
             match event {
                 quinn_proto::Event::HandshakeDataReady => {}
+                quinn_proto::Event::Connected if self.wt.is_some() => self.wt_connected(),
                 quinn_proto::Event::Connected => {
                     let protocol = self
                         .conn
@@ -192,11 +387,30 @@ impl QuicTransport {
                     }
                 }
                 quinn_proto::Event::ConnectionLost { reason } => {
-                    self.events.push_back(Owned::Closed(close_of(&reason)));
+                    let mut close = close_of(&reason);
+                    if let Some(w) = self.wt.as_mut() {
+                        if w.reported {
+                            continue;
+                        }
+                        w.reported = true;
+                        // A WebTransport session's close code is mapped as
+                        // its stream codes are.
+                        if close.application {
+                            close.code = code_from_wire(close.code).unwrap_or(close.code);
+                        }
+                    }
+                    self.events.push_back(Owned::Closed(close));
                 }
                 quinn_proto::Event::Stream(s) => self.on_stream_event(s),
-                quinn_proto::Event::DatagramReceived | quinn_proto::Event::DatagramsUnblocked => {}
+                quinn_proto::Event::DatagramReceived => {
+                    // Datagrams are not used; they are dropped unread.
+                    while self.conn.datagrams().recv().is_some() {}
+                }
+                quinn_proto::Event::DatagramsUnblocked => {}
             }
+        }
+        if self.wt.is_some() {
+            self.wt_process();
         }
     }
 
@@ -204,16 +418,46 @@ impl QuicTransport {
         match event {
             StreamEvent::Opened { dir } => {
                 while let Some(id) = self.conn.streams().accept(dir) {
-                    self.list(id.into());
+                    match self.wt.as_mut() {
+                        Some(w) => {
+                            let id = u64::from(id);
+                            w.headers
+                                .insert(id, (StreamHeader::default(), dir == QuicDir::Bi));
+                            w.work.push_back(id);
+                        }
+                        None => self.list(id.into()),
+                    }
                 }
             }
-            StreamEvent::Readable { id } => self.list(id.into()),
+            StreamEvent::Readable { id } => {
+                let id = u64::from(id);
+                match self.wt.as_mut() {
+                    Some(w) if !self.recv.contains_key(&id) => w.work.push_back(id),
+                    _ => self.list(id),
+                }
+            }
+            StreamEvent::Finished { id } => {
+                let id = u64::from(id);
+                if let Some(w) = self.wt.as_ref()
+                    && w.session == Some(id)
+                    && w.linger.is_some()
+                {
+                    // The close capsule or the refusal arrived.
+                    self.wt_close_now();
+                }
+            }
+            StreamEvent::Writable { id } if self.wt_owns(u64::from(id)) => {}
+            StreamEvent::Stopped { id, .. } if self.wt_owns(u64::from(id)) => {
+                let id = u64::from(id);
+                if self.wt.as_ref().is_some_and(|w| w.control_out == Some(id)) {
+                    self.wt_fail(h3::H3_CLOSED_CRITICAL_STREAM, "control stream stopped");
+                }
+            }
             StreamEvent::Writable { id } => {
                 let id = u64::from(id);
                 self.blocked.remove(&id);
                 self.events.push_back(Owned::Writable { id });
             }
-            StreamEvent::Finished { .. } => {}
             StreamEvent::Stopped { id, error_code } => {
                 let id = u64::from(id);
                 self.blocked.remove(&id);
@@ -227,6 +471,444 @@ impl QuicTransport {
                 // to be opened on its next pass, which any event causes.
                 self.events.push_back(Owned::Writable { id: u64::MAX });
             }
+        }
+    }
+
+    /// True if HTTP/3 itself owns stream `id` (our control or CONNECT
+    /// stream, a peer stream whose header is not read yet, a QPACK stream).
+    fn wt_owns(&self, id: u64) -> bool {
+        self.wt.as_ref().is_some_and(|w| {
+            w.control_out == Some(id)
+                || w.session == Some(id)
+                || w.headers.contains_key(&id)
+                || w.qpack.contains_key(&id)
+                || w.control_in.as_ref().is_some_and(|(c, _)| *c == id)
+        })
+    }
+
+    /// The handshake ended on a WebTransport connection: the ALPN must be
+    /// HTTP/3; our control stream opens with SETTINGS, and a client sends
+    /// its CONNECT.
+    fn wt_connected(&mut self) {
+        let h3 = self
+            .conn
+            .crypto_session()
+            .handshake_data()
+            .and_then(|d| {
+                d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+                    .ok()
+            })
+            .and_then(|d| d.protocol)
+            .is_some_and(|p| p == wt::ALPN_H3.as_bytes());
+        if !h3 {
+            self.wt_fail(h3::H3_GENERAL_PROTOCOL_ERROR, "HTTP/3 not agreed");
+            return;
+        }
+        let Some(control) = self.conn.streams().open(QuicDir::Uni) else {
+            self.wt_fail(h3::H3_STREAM_CREATION_ERROR, "no stream for HTTP/3 control");
+            return;
+        };
+        let control = u64::from(control);
+        if let Some(w) = self.wt.as_mut() {
+            w.control_out = Some(control);
+        }
+        self.wt_write(control, wt::settings(), false);
+        let request = self.wt.as_mut().and_then(|w| w.request_out.take());
+        if let Some(request) = request {
+            let Some(id) = self.conn.streams().open(QuicDir::Bi) else {
+                self.wt_fail(h3::H3_STREAM_CREATION_ERROR, "no stream for the CONNECT");
+                return;
+            };
+            let id = u64::from(id);
+            if let Some(w) = self.wt.as_mut() {
+                w.session = Some(id);
+            }
+            self.wt_write(id, request, false);
+        }
+    }
+
+    /// Writes `bytes` on HTTP/3 stream `id` (then FIN if `fin`), keeping
+    /// what the library does not take for later.
+    fn wt_write(&mut self, id: u64, bytes: Vec<u8>, fin: bool) {
+        if let Some(w) = self.wt.as_mut() {
+            w.out.push((id, bytes, fin));
+        }
+        self.wt_flush();
+    }
+
+    /// Hands the library what HTTP/3's own streams still have to send.
+    fn wt_flush(&mut self) {
+        let Some(w) = self.wt.as_mut() else { return };
+        let mut out = std::mem::take(&mut w.out);
+        out.retain_mut(|(id, bytes, fin)| {
+            let mut stream = self.conn.send_stream(quic_id(StreamId(*id)));
+            match stream.write(bytes) {
+                Ok(n) => {
+                    bytes.drain(..n);
+                }
+                Err(QuicWriteError::Blocked) => {}
+                // A stream the peer stopped or that is gone takes nothing more.
+                Err(_) => return false,
+            }
+            if bytes.is_empty() {
+                if *fin {
+                    let _ = stream.finish();
+                }
+                return false;
+            }
+            true
+        });
+        if let Some(w) = self.wt.as_mut() {
+            out.append(&mut w.out);
+            w.out = out;
+        }
+    }
+
+    /// Closes the connection for an HTTP/3 error and tells the session.
+    fn wt_fail(&mut self, code: u64, reason: &'static str) {
+        if let Some(w) = self.wt.as_mut() {
+            if !w.reported {
+                w.reported = true;
+                self.events.push_back(Owned::Closed(OwnedClose {
+                    code,
+                    reason: String::from(reason),
+                    application: false,
+                    cause: CloseCause::Peer,
+                }));
+            }
+            w.linger = None;
+        }
+        if !self.conn.is_closed() {
+            let at = self.std_at(self.now);
+            self.conn.close(
+                at,
+                VarInt::from_u64(code).unwrap_or(VarInt::MAX),
+                Bytes::from_static(reason.as_bytes()),
+            );
+        }
+    }
+
+    /// Closes the connection that lingered for its last words to arrive.
+    fn wt_close_now(&mut self) {
+        let Some((_, code, reason)) = self.wt.as_mut().and_then(|w| w.linger.take()) else {
+            return;
+        };
+        if !self.conn.is_closed() {
+            let at = self.std_at(self.now);
+            self.conn
+                .close(at, VarInt::from_u64(code).unwrap_or(VarInt::MAX), reason);
+        }
+    }
+
+    /// The session is set up: moq-lite may run, and the peer's streams
+    /// that came early for it are handed over (others are refused).
+    fn wt_open(&mut self) {
+        let Some(w) = self.wt.as_mut() else { return };
+        w.status = WtStatus::Open;
+        let session = w.session;
+        let early = std::mem::take(&mut w.early);
+        self.protocol = Some(skiff_core::conn::MOQ_LITE_05);
+        self.events
+            .push_back(Owned::Established(skiff_core::conn::MOQ_LITE_05));
+        for (id, sid) in early {
+            if Some(sid) == session {
+                self.recv.entry(id).or_default();
+                self.list(id);
+            } else {
+                self.wt_refuse_stream(id);
+            }
+        }
+    }
+
+    /// Stops (and for a bidi stream resets) a peer stream HTTP/3 does not
+    /// take.
+    fn wt_refuse_stream(&mut self, id: u64) {
+        let code = VarInt::from_u64(h3::WT_BUFFERED_STREAM_REJECTED).unwrap_or(VarInt::MAX);
+        let qid = quic_id(StreamId(id));
+        let _ = self.conn.recv_stream(qid).stop(code);
+        if StreamId(id).dir() == Dir::Bidi {
+            let _ = self.conn.send_stream(qid).reset(code);
+        }
+    }
+
+    /// Reads up to `max` bytes of stream `id` from the library.
+    fn wt_read(&mut self, id: u64, max: usize) -> WtRead {
+        let mut stream = self.conn.recv_stream(quic_id(StreamId(id)));
+        let mut chunks = match stream.read(true) {
+            Ok(c) => c,
+            Err(_) => return WtRead::End,
+        };
+        let got = chunks.next(max);
+        let _ = chunks.finalize();
+        match got {
+            Ok(Some(chunk)) => WtRead::Data(chunk.bytes),
+            Ok(None) => WtRead::End,
+            Err(ReadError::Blocked) => WtRead::Blocked,
+            Err(ReadError::Reset(_)) => WtRead::End,
+        }
+    }
+
+    /// Visits the streams HTTP/3 owns that have news, and sends what its
+    /// streams still have to send.
+    fn wt_process(&mut self) {
+        self.wt_flush();
+        // Each visit reads what is there; a stream reported again later is
+        // visited again. The bound keeps one call's work finite.
+        for _ in 0..256 {
+            let Some(id) = self.wt.as_mut().and_then(|w| w.work.pop_front()) else {
+                break;
+            };
+            self.wt_visit(id);
+            if self.conn.is_closed() {
+                break;
+            }
+        }
+    }
+
+    fn wt_visit(&mut self, id: u64) {
+        let Some(w) = self.wt.as_mut() else { return };
+        if let Some((header, bidi)) = w.headers.get(&id) {
+            let bidi = *bidi;
+            let mut need = header.need(bidi);
+            while need > 0 {
+                match self.wt_read(id, need) {
+                    WtRead::Data(b) => {
+                        if let Some(w) = self.wt.as_mut()
+                            && let Some((h, _)) = w.headers.get_mut(&id)
+                        {
+                            h.push(&b);
+                            need = h.need(bidi);
+                        }
+                    }
+                    WtRead::Blocked => return,
+                    WtRead::End => {
+                        // Reset or ended before its header: nothing to do.
+                        if let Some(w) = self.wt.as_mut() {
+                            w.headers.remove(&id);
+                        }
+                        return;
+                    }
+                }
+            }
+            let Some((header, _)) = self.wt.as_mut().and_then(|w| w.headers.remove(&id)) else {
+                return;
+            };
+            self.wt_classify(id, bidi, &header);
+            return;
+        }
+        let w = self.wt.as_ref().map(|w| {
+            (
+                w.control_in.as_ref().is_some_and(|(c, _)| *c == id),
+                w.qpack.contains_key(&id),
+                w.session == Some(id),
+            )
+        });
+        match w {
+            Some((true, _, _)) => self.wt_read_control(id),
+            Some((_, true, _)) => self.wt_read_qpack(id),
+            Some((_, _, true)) => self.wt_read_connect(id),
+            _ => {}
+        }
+    }
+
+    /// A peer stream's header is read: where the stream goes.
+    fn wt_classify(&mut self, id: u64, bidi: bool, header: &StreamHeader) {
+        let Some(kind) = header.kind(bidi) else {
+            return;
+        };
+        let Some(w) = self.wt.as_mut() else { return };
+        match (kind, bidi) {
+            (wt::Kind::WebTransport(sid), _) => match w.status {
+                WtStatus::Open if w.session == Some(sid) => {
+                    self.recv.entry(id).or_default();
+                    self.list(id);
+                }
+                WtStatus::Handshaking | WtStatus::Requested if w.early.len() < wt::EARLY_MAX => {
+                    w.early.push((id, sid));
+                }
+                _ => self.wt_refuse_stream(id),
+            },
+            (wt::Kind::Other(wt::STREAM_CONTROL), false) => {
+                if w.control_in.is_some() {
+                    self.wt_fail(h3::H3_STREAM_CREATION_ERROR, "second control stream");
+                    return;
+                }
+                w.control_in = Some((id, ControlStream::default()));
+                self.wt_read_control(id);
+            }
+            (wt::Kind::Other(wt::STREAM_QPACK_ENCODER | wt::STREAM_QPACK_DECODER), false) => {
+                if w.qpack.len() >= 2 {
+                    self.wt_fail(h3::H3_STREAM_CREATION_ERROR, "third QPACK stream");
+                    return;
+                }
+                w.qpack.insert(id, 0);
+                self.wt_read_qpack(id);
+            }
+            (wt::Kind::Other(wt::STREAM_PUSH), false) => {
+                self.wt_fail(h3::H3_STREAM_CREATION_ERROR, "push stream");
+            }
+            (wt::Kind::Other(_), false) => {
+                // Unknown and reserved stream types are not read.
+                let code = VarInt::from_u64(h3::H3_STREAM_CREATION_ERROR).unwrap_or(VarInt::MAX);
+                let _ = self.conn.recv_stream(quic_id(StreamId(id))).stop(code);
+            }
+            (wt::Kind::Other(_), true) => {
+                let first_request = w.server && w.session.is_none();
+                if !first_request {
+                    // One session per connection; the server opens no
+                    // request streams.
+                    let code = VarInt::from_u64(h3::H3_REQUEST_REJECTED).unwrap_or(VarInt::MAX);
+                    let qid = quic_id(StreamId(id));
+                    let _ = self.conn.recv_stream(qid).stop(code);
+                    let _ = self.conn.send_stream(qid).reset(code);
+                    return;
+                }
+                w.session = Some(id);
+                if let Err(e) = w.connect.feed(header.bytes()) {
+                    self.wt_fail(e.code, e.reason);
+                    return;
+                }
+                self.wt_read_connect(id);
+            }
+        }
+    }
+
+    fn wt_read_control(&mut self, id: u64) {
+        loop {
+            match self.wt_read(id, 4096) {
+                WtRead::Data(b) => {
+                    let fed = match self.wt.as_mut().and_then(|w| w.control_in.as_mut()) {
+                        Some((_, c)) => c.feed(&b),
+                        None => return,
+                    };
+                    if let Err(e) = fed {
+                        self.wt_fail(e.code, e.reason);
+                        return;
+                    }
+                    let refused = self
+                        .wt
+                        .as_ref()
+                        .and_then(|w| w.control_in.as_ref())
+                        .and_then(|(_, c)| c.settings())
+                        == Some(false);
+                    if refused {
+                        self.wt_fail(h3::H3_GENERAL_PROTOCOL_ERROR, "WebTransport not enabled");
+                        return;
+                    }
+                }
+                WtRead::Blocked => return,
+                WtRead::End => {
+                    self.wt_fail(h3::H3_CLOSED_CRITICAL_STREAM, "control stream closed");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn wt_read_qpack(&mut self, id: u64) {
+        loop {
+            match self.wt_read(id, 4096) {
+                WtRead::Data(b) => {
+                    let Some(w) = self.wt.as_mut() else { return };
+                    let n = w.qpack.entry(id).or_default();
+                    *n = n.saturating_add(b.len() as u64);
+                    if *n > wt::QPACK_MAX {
+                        self.wt_fail(h3::H3_EXCESSIVE_LOAD, "QPACK stream too long");
+                        return;
+                    }
+                }
+                WtRead::Blocked => return,
+                WtRead::End => {
+                    self.wt_fail(h3::H3_CLOSED_CRITICAL_STREAM, "QPACK stream closed");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn wt_read_connect(&mut self, id: u64) {
+        loop {
+            match self.wt_read(id, 4096) {
+                WtRead::Data(b) => {
+                    let fed = match self.wt.as_mut() {
+                        Some(w) => w.connect.feed(&b),
+                        None => return,
+                    };
+                    if let Err(e) = fed {
+                        self.wt_fail(e.code, e.reason);
+                        return;
+                    }
+                    self.wt_on_connect();
+                }
+                WtRead::Blocked => return,
+                WtRead::End => {
+                    self.wt_connect_ended();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// What the CONNECT stream said so far: the request or response, or
+    /// the session's close.
+    fn wt_on_connect(&mut self) {
+        let Some(w) = self.wt.as_mut() else { return };
+        match (w.status, w.connect.headers()) {
+            (WtStatus::Handshaking, Some(h)) if w.server => match wt::decode_request(h) {
+                Ok(r) => {
+                    w.request = Some(r);
+                    w.status = WtStatus::Requested;
+                }
+                Err(e) => self.wt_fail(e.code, e.reason),
+            },
+            (WtStatus::Handshaking, Some(h)) => match wt::decode_response(h) {
+                Ok((200, Some(p))) if p == skiff_core::conn::MOQ_LITE_05 => self.wt_open(),
+                Ok((status, _)) => {
+                    w.status = WtStatus::Refused(if status == 200 { 0 } else { status });
+                    self.wt_fail(h3::H3_NO_ERROR, "CONNECT refused");
+                }
+                Err(e) => self.wt_fail(e.code, e.reason),
+            },
+            (WtStatus::Open, _) => {
+                if let Some((code, reason)) = w.connect.close().cloned() {
+                    self.wt_peer_closed(u64::from(code), reason);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The CONNECT stream ended or was reset: the session is over.
+    fn wt_connect_ended(&mut self) {
+        let Some(w) = self.wt.as_ref() else { return };
+        match w.status {
+            WtStatus::Open => self.wt_peer_closed(0, String::new()),
+            WtStatus::Refused(_) => {}
+            _ => self.wt_fail(h3::H3_REQUEST_INCOMPLETE, "CONNECT stream ended"),
+        }
+    }
+
+    /// The peer closed the session (capsule or the CONNECT stream's end):
+    /// the session hears its code and reason, and the connection closes
+    /// with the code mapped as WebTransport maps it.
+    fn wt_peer_closed(&mut self, code: u64, reason: String) {
+        let Some(w) = self.wt.as_mut() else { return };
+        if w.reported {
+            return;
+        }
+        w.reported = true;
+        let wire = code_to_wire(u32::try_from(code).unwrap_or(0));
+        let bytes = Bytes::copy_from_slice(reason.as_bytes());
+        self.events.push_back(Owned::Closed(OwnedClose {
+            code,
+            reason,
+            application: true,
+            cause: CloseCause::Peer,
+        }));
+        if !self.conn.is_closed() {
+            let at = self.std_at(self.now);
+            self.conn
+                .close(at, VarInt::from_u64(wire).unwrap_or(VarInt::MAX), bytes);
         }
     }
 
@@ -314,6 +996,37 @@ impl QuicTransport {
                     final_size: r.read,
                 }
             }
+        }
+    }
+}
+
+/// What [`QuicTransport::wt_read`] found on a stream HTTP/3 owns.
+enum WtRead {
+    Data(Bytes),
+    Blocked,
+    /// The stream ended or was reset.
+    End,
+}
+
+impl Wt {
+    fn new(server: bool, request_out: Option<Vec<u8>>) -> Self {
+        Wt {
+            server,
+            request_out,
+            status: WtStatus::Handshaking,
+            session: None,
+            connect: ConnectStream::default(),
+            request: None,
+            control_out: None,
+            control_in: None,
+            qpack: HashMap::new(),
+            headers: HashMap::new(),
+            early: Vec::new(),
+            work: VecDeque::new(),
+            out: Vec::new(),
+            unsent: HashMap::new(),
+            linger: None,
+            reported: false,
         }
     }
 }
@@ -526,6 +1239,21 @@ impl Transport for QuicTransport {
                 if d == QuicDir::Bi {
                     self.recv.entry(id).or_default();
                 }
+                if let Some(session) = self.wt.as_ref().and_then(|w| w.session) {
+                    // docs/protocol.md §12: the stream names its session first.
+                    let mut header = [0u8; 16];
+                    let len = wt::stream_header(d == QuicDir::Bi, session, &mut header);
+                    let n = self
+                        .conn
+                        .send_stream(quic_id(StreamId(id)))
+                        .write(&header[..len])
+                        .unwrap_or(0);
+                    if n < len
+                        && let Some(w) = self.wt.as_mut()
+                    {
+                        w.unsent.insert(id, (header, n, len));
+                    }
+                }
                 Ok(StreamId(id))
             }
             None => Err(OpenError::Limit),
@@ -543,6 +1271,22 @@ impl Transport for QuicTransport {
         self.now = now;
         if self.is_closed() {
             return Err(WriteError::Closed);
+        }
+        if let Some(w) = self.wt.as_mut()
+            && let Some((header, at, len)) = w.unsent.get_mut(&id.0)
+        {
+            // The stream's header goes before anything the session writes.
+            let n = self
+                .conn
+                .send_stream(quic_id(id))
+                .write(&header[*at..*len])
+                .unwrap_or(0);
+            *at += n;
+            if *at < *len {
+                self.blocked.insert(id.0);
+                return Err(WriteError::Blocked);
+            }
+            w.unsent.remove(&id.0);
         }
         let mut stream = self.conn.send_stream(quic_id(id));
         let taken = if data.is_empty() {
@@ -649,6 +1393,26 @@ impl Transport for QuicTransport {
 
     fn close(&mut self, code: u64, reason: &str) {
         if self.conn.is_closed() {
+            return;
+        }
+        if let Some(w) = self.wt.as_mut()
+            && w.status == WtStatus::Open
+            && w.linger.is_none()
+            && let Some(id) = w.session
+        {
+            // docs/protocol.md §12: the close capsule on the CONNECT stream,
+            // then the connection closes once it is acknowledged (or after
+            // a short linger), with the code mapped.
+            let code32 = u32::try_from(code).unwrap_or(0);
+            let at = self
+                .now
+                .saturating_add(skiff_core::time::Duration::from_micros(
+                    LINGER.as_micros() as u64
+                ));
+            let wire = code_to_wire(code32);
+            w.linger = Some((at, wire, Bytes::copy_from_slice(reason.as_bytes())));
+            w.reported = true;
+            self.wt_write(id, wt::close_capsule(code32, reason), true);
             return;
         }
         let at = self.std_at(self.now);

@@ -30,15 +30,21 @@ pub enum TransportLabel {
     Ws,
     /// QUIC on UDP (`moql://`).
     Quic,
+    /// WebTransport over HTTP/3 on the UDP port (`https://`,
+    /// docs/protocol.md §12): connections are counted here instead of under
+    /// `quic` once HTTP/3 is agreed; bytes are the connections' UDP payloads,
+    /// added as each ends (and also in `quic`'s endpoint totals).
+    WebTransport,
 }
 
 impl TransportLabel {
     /// Every label, in the order the exposition lists them.
-    pub const ALL: [TransportLabel; 4] = [
+    pub const ALL: [TransportLabel; 5] = [
         TransportLabel::Tcp,
         TransportLabel::Tls,
         TransportLabel::Ws,
         TransportLabel::Quic,
+        TransportLabel::WebTransport,
     ];
 
     /// The label's value in the exposition (`transport="tcp"`).
@@ -48,6 +54,7 @@ impl TransportLabel {
             TransportLabel::Tls => "tls",
             TransportLabel::Ws => "ws",
             TransportLabel::Quic => "quic",
+            TransportLabel::WebTransport => "webtransport",
         }
     }
 
@@ -85,7 +92,7 @@ pub struct ThreadCounters {
     accept_errors: AtomicU64,
     /// Open connections and bytes by transport, indexed by
     /// [`TransportLabel`]; the TCP port's bytes in all are their sum.
-    transports: [TransportCounters; 4],
+    transports: [TransportCounters; 5],
     short_reads: AtomicU64,
     prompt_acks: AtomicU64,
     cache_bytes: AtomicU64,
@@ -301,7 +308,7 @@ pub struct Snapshot {
     pub bytes_out: u64,
     /// Open connections and bytes by transport, indexed as
     /// [`TransportLabel::ALL`].
-    pub transports: [TransportSnapshot; 4],
+    pub transports: [TransportSnapshot; 5],
     /// Reads that drained a peer's socket.
     pub short_reads: u64,
     /// Of those, the ones acknowledged at once (`TCP_QUICKACK`).
@@ -599,7 +606,7 @@ impl Metrics {
 }
 
 /// The per-transport series, summed over threads:
-/// `skiff_relay_transport_*{transport="tcp|tls|ws|quic"}`.
+/// `skiff_relay_transport_*{transport="tcp|tls|ws|quic|webtransport"}`.
 fn render_transports(out: &mut String, total: &Snapshot) {
     type Get = fn(&TransportSnapshot) -> u64;
     let families: [(&str, &str, &str, Get); 3] = [
@@ -612,13 +619,13 @@ fn render_transports(out: &mut String, total: &Snapshot) {
         (
             "received_bytes_total",
             "counter",
-            "Bytes read from peers, by transport (quic: UDP payloads, sampled every 100 ms).",
+            "Bytes read from peers, by transport (quic: UDP payloads, sampled every 100 ms; webtransport: its connections' UDP payloads, added as each ends).",
             |t| t.bytes_in,
         ),
         (
             "sent_bytes_total",
             "counter",
-            "Bytes written to peers, by transport (quic: UDP payloads, sampled every 100 ms).",
+            "Bytes written to peers, by transport (quic: UDP payloads, sampled every 100 ms; webtransport: its connections' UDP payloads, added as each ends).",
             |t| t.bytes_out,
         ),
     ];

@@ -149,11 +149,11 @@ use skiff_monoio::notify::Notify;
 use skiff_monoio::quic::Link;
 use skiff_monoio::session_driver::{
     App, ByteRead, ByteWrite, DriveCtx, Ended, HandshakeToken, MoqSession, QuicSession,
-    StoragePool, drive, drive_quic, split_halves,
+    StoragePool, drive, drive_quic, drive_webtransport, split_halves,
 };
 use skiff_monoio::tables::Keep;
 use skiff_monoio::ws::{WsReader, WsWriter};
-use skiff_quic::QuicTransport;
+use skiff_quic::{QuicTransport, WtStatus};
 use skiff_ws::frame::Role as WsRole;
 
 use crate::auth::{Auth, Gate};

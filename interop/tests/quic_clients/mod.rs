@@ -146,14 +146,21 @@ pub fn http_fingerprint(addr: SocketAddr) -> Option<Fingerprint> {
 // moq-tokio's QUIC client
 // ---------------------------------------------------------------------------
 
-/// A moq-tokio client that dials `url` (`moql://…`) over its noq QUIC
-/// transport, offering every version it knows (the server picks moq-lite-05
-/// by ALPN), the server's certificate pinned to `fingerprint`, dialing once.
+/// A moq-tokio client that dials `url` (`moql://…`, or `https://…` for
+/// WebTransport) over its noq QUIC transport, offering every version it
+/// knows (the server picks moq-lite-05 by ALPN or `WT-Protocol`), the
+/// server's certificate pinned to `fingerprint` (for `http://…`, to what the
+/// server's `/certificate.sha256` answers), dialing once.
 /// Call it inside a tokio runtime: it binds its UDP socket.
 pub fn moq_client(url: &str, fingerprint: Fingerprint) -> Result<moq_tokio::Client, String> {
     let mut config = moq_tokio::connect::Config::default();
     config.url = Some(url.parse().map_err(|e| format!("url {url}: {e}"))?);
-    config.tls.fingerprint = vec![fingerprint.to_string()];
+    // An `http://` URL fetches the pin from the server's
+    // `/certificate.sha256` itself (then dials `https://`), which moq-tokio
+    // does only while no pin is configured.
+    if !url.starts_with("http://") {
+        config.tls.fingerprint = vec![fingerprint.to_string()];
+    }
     config.once = Some(true);
     config
         .init(moq_tokio::quic::Config::default())

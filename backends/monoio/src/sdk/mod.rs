@@ -131,12 +131,18 @@ enum Scheme {
     Wss,
     /// moq-lite over QUIC (docs/protocol.md §11); the path travels in SETUP.
     Quic,
+    /// moq-lite over WebTransport over HTTP/3 (docs/protocol.md §12); the
+    /// path and query are the CONNECT request's.
+    WebTransport,
 }
 
 impl Scheme {
     /// Whether the transport runs over TLS.
     fn is_tls(self) -> bool {
-        matches!(self, Scheme::Tls | Scheme::Wss | Scheme::Quic)
+        matches!(
+            self,
+            Scheme::Tls | Scheme::Wss | Scheme::Quic | Scheme::WebTransport
+        )
     }
 }
 
@@ -165,9 +171,11 @@ impl Target {
             (Scheme::Tls, rest)
         } else if let Some(rest) = url.strip_prefix("moql://") {
             (Scheme::Quic, rest)
+        } else if let Some(rest) = url.strip_prefix("https://") {
+            (Scheme::WebTransport, rest)
         } else {
             return Err(bad(
-                "only tcp://, tls://, ws://, wss:// and moql:// URLs are supported",
+                "only tcp://, tls://, ws://, wss://, moql:// and https:// URLs are supported",
             ));
         };
         let (host, path) = match scheme {
@@ -177,7 +185,7 @@ impl Target {
                 None => (rest, ""),
             },
             // The path and query are the request target.
-            Scheme::Ws | Scheme::Wss => match rest.find(['/', '?']) {
+            Scheme::Ws | Scheme::Wss | Scheme::WebTransport => match rest.find(['/', '?']) {
                 Some(i) => rest.split_at(i),
                 None => (rest, ""),
             },
@@ -360,6 +368,8 @@ pub fn connect(url: &str, config: Config) -> Result<(Client, Runner), Error> {
         let alpn: &[&[u8]] = match target.scheme {
             Scheme::Tls => &[ALPN_QMUX],
             Scheme::Quic => &[skiff_core::conn::MOQ_LITE_05.as_bytes()],
+            // §12.1: HTTP/3, whose CONNECT names moq-lite-05.
+            Scheme::WebTransport => &[skiff_quic::webtransport::ALPN_H3.as_bytes()],
             _ => &[ALPN_HTTP1],
         };
         Some(Arc::new(crate::tls::client_config_for(

@@ -143,7 +143,7 @@ impl Runner {
                 // §9.3: the path is the request URI, not repeated in SETUP.
                 self.run_session(reader, writer, None, fixed).await
             }
-            Scheme::Quic => self.run_quic().await,
+            Scheme::Quic | Scheme::WebTransport => self.run_quic().await,
             Scheme::Tls => {
                 let Some(dialed) = self.dial(self.dial_tls()).await else {
                     return Ok(());
@@ -228,22 +228,41 @@ impl Runner {
             .tls
             .clone()
             .ok_or_else(|| Error::Io(std::io::Error::other("no TLS configuration")))?;
-        let config = skiff_quic::config::client_config(tls, crate::session_driver::STREAMS)
-            .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+        let webtransport = s.target.scheme == Scheme::WebTransport;
+        let config = if webtransport {
+            skiff_quic::config::client_config_webtransport(tls, crate::session_driver::STREAMS)
+        } else {
+            skiff_quic::config::client_config(tls, crate::session_driver::STREAMS)
+        }
+        .map_err(|e| Error::Io(std::io::Error::other(e)))?;
         let addr = s.target.resolve()?;
         let clock = s.ctx.drive.clock;
         let endpoint = crate::quic::Endpoint::client(addr, clock)?;
-        let (conn, link) = endpoint.connect(config, addr, crate::tls::host_of(&s.target.host))?;
+        let (conn, mut link) =
+            endpoint.connect(config, addr, crate::tls::host_of(&s.target.host))?;
         let receiving = monoio::spawn(endpoint.clone().run());
+        let transport = if webtransport {
+            self.webtransport(conn, &mut link).await
+        } else {
+            Ok(skiff_quic::QuicTransport::new(conn, clock.epoch()))
+        };
+        let transport = match transport {
+            Ok(t) => t,
+            Err(e) => {
+                endpoint.stop();
+                drop(receiving);
+                return Err(e);
+            }
+        };
         let mut storage = s.ctx.take_storage();
         let res = {
             let config = SessionConfig {
                 conn: s.ctx.transport(),
-                path: Some(&s.target.path),
+                // §12: over WebTransport the path rode in the CONNECT.
+                path: (!webtransport).then_some(s.target.path.as_str()),
                 role: Role::Both,
                 ..SessionConfig::new()
             };
-            let transport = skiff_quic::QuicTransport::new(conn, clock.epoch());
             let session: Result<QuicSession<'_, STREAMS>, _> = Session::with_transport(
                 Side::Client,
                 config,
@@ -265,6 +284,47 @@ impl Runner {
         drop(receiving);
         s.ctx.give_storage(storage);
         res.map_err(Error::from_transport)
+    }
+
+    /// Sets up a WebTransport session on `conn` (docs/protocol.md §12): the
+    /// QUIC handshake, the SETTINGS and the CONNECT for the URL's path and
+    /// query, answered 200 with moq-lite-05, within the handshake limit.
+    async fn webtransport(
+        &self,
+        conn: skiff_quic::quinn_proto::Connection,
+        link: &mut crate::quic::Link,
+    ) -> Result<skiff_quic::QuicTransport, Error> {
+        let s = &*self.shared;
+        let clock = s.ctx.drive.clock;
+        let (_, _, target) = self.ws_params();
+        let mut transport = skiff_quic::QuicTransport::webtransport_client(
+            conn,
+            clock.epoch(),
+            &s.target.host,
+            &target,
+        )
+        .ok_or_else(|| Error::InvalidUrl {
+            url: s.target.url.clone(),
+            reason: "not an https URL",
+        })?;
+        let by = clock.now() + crate::clock::to_core(self.handshake_limit());
+        let status =
+            crate::session_driver::drive_webtransport(&mut transport, link, clock, by, |t| {
+                t.wt_status() != Some(skiff_quic::WtStatus::Handshaking)
+            })
+            .await;
+        match status {
+            skiff_quic::WtStatus::Open => Ok(transport),
+            skiff_quic::WtStatus::Refused(code) => Err(Error::Io(std::io::Error::other(format!(
+                "WebTransport CONNECT refused with status {code}"
+            )))),
+            skiff_quic::WtStatus::Handshaking | skiff_quic::WtStatus::Requested => {
+                Err(timed_out("no WebTransport session in time"))
+            }
+            skiff_quic::WtStatus::Failed => Err(Error::Io(std::io::Error::other(
+                "WebTransport session not set up",
+            ))),
+        }
     }
 
     /// Runs a driven session to its end. Closing the client closes the

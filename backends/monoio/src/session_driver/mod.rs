@@ -76,7 +76,7 @@ pub use bytes::{
     ByteRead, ByteWrite, HalfReader, HalfWriter, READ_BUFFER_BYTES, WRITE_BUFFER_BYTES,
     split_halves,
 };
-pub use quic::{QuicSession, drive_quic};
+pub use quic::{QuicSession, drive_quic, drive_webtransport};
 
 /// Stream slots of one session's QMux connection (a quarter each are
 /// advertised as the peer's bidi and uni stream limits: 20 requests and 20

@@ -18,7 +18,7 @@ use std::time::Duration as StdDuration;
 
 use skiff_core::session::Session;
 use skiff_core::time::Instant;
-use skiff_quic::{QuicTransport, pump};
+use skiff_quic::{QuicTransport, WtStatus, pump};
 
 use super::{
     App, AppHandler, DriveCtx, Ended, SetupTables, arm, follow, follows_every_change,
@@ -166,6 +166,48 @@ async fn run<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize>(
             }
             if !drain_seen && drain.as_mut().poll(cx).is_ready() {
                 drain_seen = true;
+                return Poll::Ready(());
+            }
+            Poll::Pending
+        })
+        .await;
+    }
+}
+
+/// Drives a WebTransport connection before its session exists
+/// (docs/protocol.md §12): the QUIC handshake, the HTTP/3 SETTINGS and the
+/// CONNECT exchange, until `done` says the transport reached what the
+/// caller waits for, or `by` passes. Returns the last status (`Failed` for
+/// a raw QUIC transport).
+pub async fn drive_webtransport(
+    transport: &mut QuicTransport,
+    link: &mut Link,
+    clock: crate::clock::Clock,
+    by: Instant,
+    done: impl Fn(&QuicTransport) -> bool,
+) -> WtStatus {
+    let mut sleep = pin!(monoio::time::sleep(StdDuration::ZERO));
+    loop {
+        let now = clock.now();
+        link.deliver(transport.connection_mut());
+        if transport.quic_timeout().is_some_and(|at| at <= now) {
+            transport.quic_handle_timeout(now);
+        }
+        transport.poll_webtransport(now);
+        link.exchange(transport.connection_mut());
+        link.flush(transport.connection_mut()).await;
+        let status = transport.wt_status().unwrap_or(WtStatus::Failed);
+        if done(transport) || transport.connection().is_drained() || now >= by {
+            return status;
+        }
+        // Until a datagram, a timer, or the deadline.
+        let wake = transport.quic_timeout().map_or(by, |t| t.min(by));
+        sleep
+            .as_mut()
+            .reset(monoio::time::Instant::from_std(transport.std_at(wake)));
+        let link = &*link;
+        poll_fn(|cx| {
+            if link.poll_ready(cx.waker()) || sleep.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(());
             }
             Poll::Pending

@@ -175,10 +175,12 @@ impl ConnectionHandler for RelayHandler {
     fn quic_config(&self) -> Option<Arc<QuicServerConfig>> {
         let tls = self.tls.as_ref()?.config()?;
         let mut tls = (*tls).clone();
-        tls.alpn_protocols = skiff_quic::config::alpn_protocols();
+        // docs/protocol.md §12.1: moq-lite-05 first, then HTTP/3 for
+        // WebTransport.
+        tls.alpn_protocols = skiff_quic::config::alpn_protocols_with_h3();
         // QUIC takes no early data from rustls (0-RTT is off).
         tls.max_early_data_size = 0;
-        match skiff_quic::config::server_config(Arc::new(tls), STREAMS) {
+        match skiff_quic::config::server_config_webtransport(Arc::new(tls), STREAMS) {
             Ok(c) => Some(Arc::new(c)),
             Err(e) => {
                 tracing::error!(error = %e, "QUIC not served");
@@ -217,9 +219,17 @@ impl ConnectionHandler for RelayHandler {
                 tracing::debug!(conn = ?name, "QUIC handshake not completed");
                 return Ok(());
             }
-            let ended =
-                Box::pin(self.serve_quic_session(&name, conn, link, setup_by, handshake, ctx))
-                    .await?;
+            if skiff_quic::transport::negotiated_alpn(&conn).as_deref()
+                == Some(skiff_quic::webtransport::ALPN_H3.as_bytes())
+            {
+                let served = self.serve_webtransport(&name, conn, link, setup_by, handshake, ctx);
+                return Box::pin(served).await;
+            }
+            let transport = QuicTransport::new(conn, ctx.clock.epoch());
+            let ended = Box::pin(
+                self.serve_quic_session(&name, transport, None, link, setup_by, handshake, ctx),
+            )
+            .await?;
             tracing::debug!(conn = ?name, ?ended, "QUIC session ended");
             Ok(())
         }
@@ -443,13 +453,112 @@ impl RelayHandler {
         })
     }
 
-    /// Runs the session of a client connected over QUIC (docs/protocol.md
-    /// §11): as [`RelayHandler::serve_session`], over the connection's
-    /// streams; the path comes with the client's SETUP.
-    async fn serve_quic_session(
+    /// The status a WebTransport CONNECT for `target` gets
+    /// (docs/protocol.md §12.3): 200 if the relay is open or the path and
+    /// its token admit some role (the SETUP's role is checked at SETUP, as
+    /// on every transport), 401 for a token missing or not valid, 403 for a
+    /// path the token does not reach.
+    fn connect_status(&self, target: &str) -> u16 {
+        if self.auth.is_open() {
+            return 200;
+        }
+        match self.auth.admit(
+            Some(target),
+            None,
+            skiff_core::wire::lite::Role::Both,
+            std::time::SystemTime::now(),
+        ) {
+            Ok(_) => 200,
+            Err(crate::auth::Refusal::RootMismatch | crate::auth::Refusal::NoAccess) => 403,
+            Err(_) => 401,
+        }
+    }
+
+    /// Serves a QUIC connection that agreed on HTTP/3 (docs/protocol.md
+    /// §12): the SETTINGS and the client's CONNECT within the handshake
+    /// timeout, its answer, and then the session over the WebTransport
+    /// session's streams with the request's path and query as its path (as
+    /// over WebSocket).
+    async fn serve_webtransport(
         self: Rc<Self>,
         name: &ConnName,
         conn: skiff_quic::quinn_proto::Connection,
+        mut link: Link,
+        setup_by: Instant,
+        handshake: HandshakeToken,
+        ctx: DriveCtx,
+    ) -> io::Result<()> {
+        let _label = self.relay.metrics.clone().map(WebTransportLabel::new);
+        let mut transport = QuicTransport::webtransport_server(conn, ctx.clock.epoch());
+        if let Some((m, i)) = self.relay.metrics.clone() {
+            // The connection's UDP payloads, counted as it ends.
+            transport.on_end(move |conn| {
+                let stats = conn.stats();
+                let c = m.thread(i);
+                c.add_bytes_in_on(TransportLabel::WebTransport, stats.udp_rx.bytes as usize);
+                c.add_bytes_out_on(TransportLabel::WebTransport, stats.udp_tx.bytes as usize);
+            });
+        }
+        let status = drive_webtransport(&mut transport, &mut link, ctx.clock, setup_by, |t| {
+            t.wt_status() != Some(WtStatus::Handshaking)
+        })
+        .await;
+        if status != WtStatus::Requested {
+            tracing::debug!(conn = ?name, ?status, "WebTransport: no CONNECT");
+            if !transport.connection().is_closed() {
+                skiff_core::transport::Transport::close(
+                    &mut transport,
+                    skiff_quic::webtransport::code::H3_REQUEST_INCOMPLETE,
+                    "no CONNECT in time",
+                );
+                link.exchange(transport.connection_mut());
+                link.flush(transport.connection_mut()).await;
+            }
+            return Ok(());
+        }
+        let target = transport
+            .wt_request()
+            .map(|r| r.target.clone())
+            .unwrap_or_default();
+        let answer = self.connect_status(&target);
+        transport.wt_answer(ctx.clock.now(), answer);
+        if transport.wt_status() != Some(WtStatus::Open) {
+            // The query may hold a token: only the path is logged.
+            let path = target.split('?').next().unwrap_or("");
+            tracing::debug!(conn = ?name, path, ?answer, "WebTransport: CONNECT refused");
+            // The answer goes out; the connection closes once it arrived.
+            let by =
+                ctx.clock.now() + skiff_monoio::clock::to_core(std::time::Duration::from_secs(1));
+            drive_webtransport(&mut transport, &mut link, ctx.clock, by, |t| {
+                t.connection().is_closed()
+            })
+            .await;
+            return Ok(());
+        }
+        let ended = Box::pin(self.clone().serve_quic_session(
+            name,
+            transport,
+            Some(target),
+            link,
+            setup_by,
+            handshake,
+            ctx,
+        ))
+        .await?;
+        tracing::debug!(conn = ?name, ?ended, "WebTransport session ended");
+        Ok(())
+    }
+
+    /// Runs the session of a client connected over QUIC (docs/protocol.md
+    /// §11) or WebTransport (§12): as [`RelayHandler::serve_session`], over
+    /// the connection's streams; the path comes with the client's SETUP, or
+    /// is `path` (WebTransport's request target).
+    #[allow(clippy::too_many_arguments)]
+    async fn serve_quic_session(
+        self: Rc<Self>,
+        name: &ConnName,
+        transport: QuicTransport,
+        path: Option<String>,
         link: Link,
         setup_by: Instant,
         handshake: HandshakeToken,
@@ -463,7 +572,8 @@ impl RelayHandler {
         let mut sides = SideTables::new(self.sides.clone());
         let mut storage = self.storage.take();
         let (config, origin) = self.relay.session_setup(Remote::Client);
-        let transport = QuicTransport::new(conn, ctx.clock.epoch());
+        let mut config: Config<'_> = config;
+        config.path = path.as_deref();
         let session: Result<Box<QuicSession<'_, STREAMS>>, _> = Session::with_transport(
             Side::Server,
             config,
@@ -604,5 +714,26 @@ async fn quic_handshake(
             std::task::Poll::Pending
         })
         .await;
+    }
+}
+
+/// Counts a QUIC connection under the `webtransport` transport label
+/// instead of `quic` while it lives.
+struct WebTransportLabel(Arc<crate::metrics::Metrics>, usize);
+
+impl WebTransportLabel {
+    fn new((metrics, index): (Arc<crate::metrics::Metrics>, usize)) -> Self {
+        let c = metrics.thread(index);
+        c.transport_closed(TransportLabel::Quic);
+        c.transport_opened(TransportLabel::WebTransport);
+        WebTransportLabel(metrics, index)
+    }
+}
+
+impl Drop for WebTransportLabel {
+    fn drop(&mut self) {
+        let c = self.0.thread(self.1);
+        c.transport_closed(TransportLabel::WebTransport);
+        c.transport_opened(TransportLabel::Quic);
     }
 }
