@@ -92,8 +92,11 @@ struct Shared {
     sent_bytes: Cell<u64>,
     /// System calls and datagrams on the socket ([`IoCounts`]).
     io: Cell<IoCounts>,
-    /// The kernel coalesces datagrams of one flow on receive (UDP GRO).
-    gro: bool,
+    /// The receive task takes several datagrams per call (`recvmmsg`).
+    batch: Cell<bool>,
+    /// The kernel coalesces datagrams of one flow on receive (UDP GRO); on
+    /// only with `batch`, whose receive splits them.
+    gro: Cell<bool>,
 }
 
 /// How many system calls the endpoint made on its socket and how many
@@ -167,10 +170,12 @@ impl Endpoint {
         clock: Clock,
     ) -> io::Result<Self> {
         let local = socket.local_addr()?;
-        // Without GRO each datagram arrives alone: a kernel that refuses it
-        // costs calls, not correctness.
-        let gro = set_int(&socket, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
         let socket = UdpSocket::from_std(socket)?;
+        // A server takes its many peers' datagrams in batches, with GRO
+        // where the kernel accepts it (refused, it costs calls, not
+        // correctness); a client reads one datagram per receive.
+        let batch = server.is_some();
+        let gro = batch && set_gro(&socket, true);
         let endpoint = quinn_proto::Endpoint::new(
             Arc::new(skiff_quic::config::endpoint_config()),
             server.clone(),
@@ -198,7 +203,8 @@ impl Endpoint {
                 received_bytes: Cell::new(0),
                 sent_bytes: Cell::new(0),
                 io: Cell::new(IoCounts::default()),
-                gro,
+                batch: Cell::new(batch),
+                gro: Cell::new(gro),
             }),
         })
     }
@@ -257,7 +263,17 @@ impl Endpoint {
     /// True if the kernel accepted UDP GRO on the socket (datagrams of one
     /// flow arrive coalesced and are split before the library sees them).
     pub fn gro(&self) -> bool {
-        self.shared.gro
+        self.shared.gro.get()
+    }
+
+    /// Receives in batches (`true`, a server's default: readiness, then one
+    /// `recvmmsg` of up to [`RECV_BATCH`] datagrams, with UDP GRO where the
+    /// kernel takes it) or one datagram per io_uring receive (`false`, a
+    /// client's default). Takes effect at [`run`](Self::run)'s start.
+    pub fn set_batch_receive(&self, on: bool) {
+        self.shared.batch.set(on);
+        let gro = set_gro(&self.shared.socket, on) && on;
+        self.shared.gro.set(gro);
     }
 
     /// Connections the endpoint routes datagrams to.
@@ -342,15 +358,17 @@ impl Endpoint {
     /// Each round waits until the socket is readable (an io_uring poll, or
     /// the epoll driver's readiness), takes up to [`RECV_BATCH`] messages in
     /// one `recvmmsg` into pooled buffers, splits each GRO train by its
-    /// segment size and hands every datagram to the library. One call per
-    /// round: the wait lets the connections' tasks take their events first,
-    /// so the buffers they held come back to the pool before the next call.
-    /// Where the kernel has no `recvmmsg`, one io_uring receive per datagram.
+    /// segment size and hands every datagram to the library, letting the
+    /// tasks each message woke run before the next ([`Turn`]).
+    /// A client endpoint ([`set_batch_receive`](Self::set_batch_receive)),
+    /// or a kernel without `recvmmsg`: one io_uring receive per datagram,
+    /// GRO off.
     pub async fn run(self) {
         let shared = &self.shared;
         let mut batch = RecvBatch::new();
+        let turn = Turn::start();
         let mut response = Vec::with_capacity(2048);
-        let mut batched = true;
+        let mut batched = shared.batch.get();
         while !shared.stopped.get() {
             // The wait (or the receive) ends with the stop.
             let stop = std::future::poll_fn(|cx| {
@@ -391,6 +409,7 @@ impl Endpoint {
             if let Err(e) = ready {
                 tracing::debug!(error = %e, "udp readiness failed; one receive per datagram");
                 batched = false;
+                self.set_batch_receive(false);
                 continue;
             }
             let got = match batch.recv(&shared.socket) {
@@ -402,6 +421,7 @@ impl Endpoint {
                         Some(libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP) => {
                             tracing::debug!(error = %e, "no recvmmsg; one receive per datagram");
                             batched = false;
+                            self.set_batch_receive(false);
                         }
                         _ => tracing::debug!(error = %e, "udp receive failed"),
                     }
@@ -430,15 +450,24 @@ impl Endpoint {
                 while !data.is_empty() {
                     let datagram = data.split_to(segment.min(data.len()));
                     shared.count(|io| io.recv_datagrams += 1);
-                    self.route(datagram, from, &mut response).await;
+                    // The task this datagram woke (a connection taking its
+                    // events, the server taking a new connection) runs
+                    // before the next datagram, as if each had its own
+                    // receive: a reader keeps up with its data, a new
+                    // connection is counted before the next one's admission
+                    // check, and the buffers come back to the pool.
+                    if self.route(datagram, from, &mut response).await {
+                        turn.wait().await;
+                    }
                 }
             }
         }
     }
 
     /// Hands one datagram to the library and acts on what it says: an event
-    /// for a connection's task, a new connection, or an answer to send.
-    async fn route(&self, data: BytesMut, from: SocketAddr, response: &mut Vec<u8>) {
+    /// for a connection's task, a new connection, or an answer to send; true
+    /// if a task has something to take (an event, a connection).
+    async fn route(&self, data: BytesMut, from: SocketAddr, response: &mut Vec<u8>) -> bool {
         let shared = &self.shared;
         let now = std::time::Instant::now();
         response.clear();
@@ -449,22 +478,29 @@ impl Endpoint {
         match event {
             Some(DatagramEvent::ConnectionEvent(ch, event)) => {
                 let mut routes = shared.routes.borrow_mut();
-                if let Some(route) = routes.get_mut(&ch.0) {
-                    route.events.push_back(event);
-                    if let Some(w) = route.waker.take() {
-                        w.wake();
-                    }
+                let Some(route) = routes.get_mut(&ch.0) else {
+                    return false;
+                };
+                route.events.push_back(event);
+                if let Some(w) = route.waker.take() {
+                    w.wake();
                 }
+                true
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
                 self.admit(incoming, now, response).await;
+                !shared.waiting.borrow().is_empty()
             }
             Some(DatagramEvent::Response(t)) => {
                 response.truncate(t.size);
                 let buf = std::mem::take(response);
                 *response = send(shared, buf, t.destination).await;
+                false
             }
-            None => shared.dropped.set(shared.dropped.get() + 1),
+            None => {
+                shared.dropped.set(shared.dropped.get() + 1);
+                false
+            }
         }
     }
 
@@ -539,6 +575,72 @@ impl Endpoint {
                     *response = send(shared, buf, t.destination).await;
                 }
             }
+        }
+    }
+}
+
+/// How the receive task lets the tasks already woken run before it goes on.
+/// monoio puts a task woken while it runs at the front of its queue (it runs
+/// again at once), so the receive task wakes a helper task instead, which
+/// joins the back of the queue and wakes the receive task when its turn
+/// comes. Made once per receive task; no allocation per turn.
+struct Turn {
+    shared: Rc<TurnShared>,
+}
+
+#[derive(Default)]
+struct TurnShared {
+    /// The receive task, waiting for its turn.
+    waiter: Cell<Option<Waker>>,
+    /// The helper task, waiting to be asked.
+    helper: Cell<Option<Waker>>,
+    /// The receive task ended: so does the helper.
+    done: Cell<bool>,
+}
+
+impl Turn {
+    /// Spawns the helper on the current runtime.
+    fn start() -> Self {
+        let shared = Rc::new(TurnShared::default());
+        let helper = shared.clone();
+        monoio::spawn(std::future::poll_fn(move |cx| {
+            if helper.done.get() {
+                return Poll::Ready(());
+            }
+            if let Some(w) = helper.waiter.take() {
+                w.wake();
+            }
+            helper.helper.set(Some(cx.waker().clone()));
+            Poll::Pending
+        }));
+        Turn { shared }
+    }
+
+    /// Returns once the tasks woken before this call have run (at once if
+    /// the helper has not started yet).
+    async fn wait(&self) {
+        let mut asked = false;
+        std::future::poll_fn(|cx| {
+            if asked {
+                return Poll::Ready(());
+            }
+            let Some(helper) = self.shared.helper.take() else {
+                return Poll::Ready(());
+            };
+            self.shared.waiter.set(Some(cx.waker().clone()));
+            helper.wake();
+            asked = true;
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.shared.done.set(true);
+        if let Some(h) = self.shared.helper.take() {
+            h.wake();
         }
     }
 }
@@ -765,6 +867,22 @@ impl RecvBatch {
             *slot = buf;
         }
     }
+}
+
+/// Turns UDP GRO on or off on `socket`; true if the kernel took it.
+fn set_gro(socket: &impl std::os::fd::AsRawFd, on: bool) -> bool {
+    let value = i32::from(on);
+    // SAFETY: setsockopt with a pointer to an int of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    rc == 0
 }
 
 /// The segment size of a GRO train, from a received message's control
@@ -1078,6 +1196,7 @@ mod tests {
         block_on(kind, |_| async move {
             let server = SocketAddr::from(([127, 0, 0, 1], 9));
             let endpoint = Endpoint::client(server, Clock::new()).expect("client endpoint");
+            endpoint.set_batch_receive(true);
             let to = SocketAddr::from(([127, 0, 0, 1], endpoint.local_addr().port()));
             let peer = std::net::UdpSocket::bind("127.0.0.1:0").expect("peer socket");
             send(&peer, to);
