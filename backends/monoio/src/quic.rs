@@ -34,8 +34,15 @@ use quinn_proto::{
 
 use crate::clock::Clock;
 
-/// The largest UDP payload read at once.
+/// The largest UDP payload read at once: one datagram, or with UDP GRO the
+/// train of datagrams the kernel coalesced (at most 64 KiB).
 const RECV_BYTES: usize = 64 * 1024;
+
+/// Most messages one `recvmmsg` takes from the socket: a fan-out relay's
+/// receive side is mostly small acknowledgements from many viewers, which
+/// GRO does not coalesce (different flows) but one call can still take
+/// together.
+pub const RECV_BATCH: usize = 32;
 
 /// Most connections a server endpoint keeps waiting for [`Endpoint::accept`].
 const MAX_WAITING: usize = 256;
@@ -86,6 +93,37 @@ struct Shared {
     /// UDP payload bytes received, and sent by the connections' flushes.
     received_bytes: Cell<u64>,
     sent_bytes: Cell<u64>,
+    /// System calls and datagrams on the socket ([`IoCounts`]).
+    io: Cell<IoCounts>,
+    /// The receive task takes several datagrams per call (`recvmmsg`).
+    batch: Cell<bool>,
+    /// The kernel coalesces datagrams of one flow on receive (UDP GRO); on
+    /// only with `batch`, whose receive splits them.
+    gro: Cell<bool>,
+}
+
+/// How many system calls the endpoint made on its socket and how many
+/// datagrams they moved: the batching ([`RECV_BATCH`], [`GSO_SEGMENTS`],
+/// UDP GRO) shows as more than one datagram per call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoCounts {
+    /// Receive calls: `recvmmsg` system calls (those that found nothing
+    /// included), or io_uring receives where `recvmmsg` is unavailable.
+    pub recv_calls: u64,
+    /// Datagrams received, each of a GRO train counted.
+    pub recv_datagrams: u64,
+    /// Send calls: `sendmsg` system calls and io_uring sends.
+    pub send_calls: u64,
+    /// Datagrams sent, each of a GSO batch counted.
+    pub sent_datagrams: u64,
+}
+
+impl Shared {
+    fn count(&self, f: impl FnOnce(&mut IoCounts)) {
+        let mut io = self.io.get();
+        f(&mut io);
+        self.io.set(io);
+    }
 }
 
 /// One thread's QUIC endpoint: a UDP socket and the quinn-proto endpoint
@@ -157,6 +195,11 @@ impl Endpoint {
     ) -> io::Result<Self> {
         let local = socket.local_addr()?;
         let socket = UdpSocket::from_std(socket)?;
+        // A server takes its many peers' datagrams in batches, with GRO
+        // where the kernel accepts it (refused, it costs calls, not
+        // correctness); a client reads one datagram per receive.
+        let batch = server.is_some();
+        let gro = batch && set_gro(&socket, true);
         let endpoint = quinn_proto::Endpoint::new(Arc::new(endpoint), server.clone(), true, None);
         Ok(Endpoint {
             shared: Rc::new(Shared {
@@ -178,6 +221,9 @@ impl Endpoint {
                 admission: RefCell::new(None),
                 received_bytes: Cell::new(0),
                 sent_bytes: Cell::new(0),
+                io: Cell::new(IoCounts::default()),
+                batch: Cell::new(batch),
+                gro: Cell::new(gro),
             }),
         })
     }
@@ -226,6 +272,27 @@ impl Endpoint {
     /// streams, acknowledgements; the endpoint's stateless answers aside).
     pub fn sent_bytes(&self) -> u64 {
         self.shared.sent_bytes.get()
+    }
+
+    /// The socket's system calls and the datagrams they moved so far.
+    pub fn io_counts(&self) -> IoCounts {
+        self.shared.io.get()
+    }
+
+    /// True if the kernel accepted UDP GRO on the socket (datagrams of one
+    /// flow arrive coalesced and are split before the library sees them).
+    pub fn gro(&self) -> bool {
+        self.shared.gro.get()
+    }
+
+    /// Receives in batches (`true`, a server's default: readiness, then one
+    /// `recvmmsg` of up to [`RECV_BATCH`] datagrams, with UDP GRO where the
+    /// kernel takes it) or one datagram per io_uring receive (`false`, a
+    /// client's default). Takes effect at [`run`](Self::run)'s start.
+    pub fn set_batch_receive(&self, on: bool) {
+        self.shared.batch.set(on);
+        let gro = set_gro(&self.shared.socket, on) && on;
+        self.shared.gro.set(gro);
     }
 
     /// Connections the endpoint routes datagrams to.
@@ -304,18 +371,25 @@ impl Endpoint {
         }
     }
 
-    /// Receives and routes datagrams until [`stop`](Self::stop) (or a socket
-    /// error). Spawn it once per endpoint.
+    /// Receives and routes datagrams until [`stop`](Self::stop). Spawn it
+    /// once per endpoint.
+    ///
+    /// Each round waits until the socket is readable (an io_uring poll, or
+    /// the epoll driver's readiness), takes up to [`RECV_BATCH`] messages in
+    /// one `recvmmsg` into pooled buffers, splits each GRO train by its
+    /// segment size and hands every datagram to the library, letting the
+    /// task each datagram woke run before the next ([`Turn`]).
+    /// A client endpoint ([`set_batch_receive`](Self::set_batch_receive)),
+    /// or a kernel without `recvmmsg`: one io_uring receive per datagram,
+    /// GRO off.
     pub async fn run(self) {
         let shared = &self.shared;
-        let mut buf = BytesMut::with_capacity(RECV_BYTES);
+        let mut batch = RecvBatch::new();
+        let turn = Turn::start();
         let mut response = Vec::with_capacity(2048);
+        let mut batched = shared.batch.get();
         while !shared.stopped.get() {
-            buf.clear();
-            if buf.capacity() < RECV_BYTES {
-                buf.reserve(RECV_BYTES);
-            }
-            // The receive ends with the stop (its buffer goes with it).
+            // The wait (or the receive) ends with the stop.
             let stop = std::future::poll_fn(|cx| {
                 if shared.stopped.get() {
                     return Poll::Ready(());
@@ -323,49 +397,128 @@ impl Endpoint {
                 *shared.run_waker.borrow_mut() = Some(cx.waker().clone());
                 Poll::Pending
             });
-            let Ok((res, b)) = crate::cancel::race(shared.socket.recv_from(buf), stop).await else {
-                return;
-            };
-            buf = b;
-            let (n, from) = match res {
-                Ok(r) => r,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
+            if !batched {
+                let buf = batch.single();
+                let Ok((res, mut buf)) =
+                    crate::cancel::race(shared.socket.recv_from(buf), stop).await
+                else {
+                    return;
+                };
+                shared.count(|io| io.recv_calls += 1);
+                // The datagram; the buffer's rest goes back to the pool.
+                let data = buf.split();
+                batch.put_single(buf);
+                match res {
+                    Ok((_, from)) => {
+                        shared
+                            .received_bytes
+                            .set(shared.received_bytes.get() + data.len() as u64);
+                        shared.count(|io| io.recv_datagrams += 1);
+                        self.route(data, from, &mut response).await;
+                    }
                     // ICMP errors surface here on some kernels; the socket
                     // itself goes on.
-                    tracing::debug!(error = %e, "udp receive failed");
+                    Err(e) => tracing::debug!(error = %e, "udp receive failed"),
+                }
+                continue;
+            }
+            let Ok(ready) = crate::cancel::race(shared.socket.readable(false), stop).await else {
+                return;
+            };
+            if let Err(e) = ready {
+                tracing::debug!(error = %e, "udp readiness failed; one receive per datagram");
+                batched = false;
+                self.set_batch_receive(false);
+                continue;
+            }
+            let got = match batch.recv(&shared.socket) {
+                Ok(got) => got,
+                Err(e) => {
+                    shared.count(|io| io.recv_calls += 1);
+                    match e.raw_os_error() {
+                        Some(libc::EAGAIN | libc::EINTR) => {}
+                        Some(libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP) => {
+                            tracing::debug!(error = %e, "no recvmmsg; one receive per datagram");
+                            batched = false;
+                            self.set_batch_receive(false);
+                        }
+                        _ => tracing::debug!(error = %e, "udp receive failed"),
+                    }
                     continue;
                 }
             };
-            shared
-                .received_bytes
-                .set(shared.received_bytes.get() + n as u64);
-            let data = buf.split_to(n);
-            let now = std::time::Instant::now();
-            response.clear();
-            let event =
+            shared.count(|io| io.recv_calls += 1);
+            for i in 0..got {
+                let Some(msg) = batch.take(i) else {
+                    // Truncated (larger than any datagram the endpoint
+                    // takes) or from an address of no known family.
+                    shared.dropped.set(shared.dropped.get() + 1);
+                    continue;
+                };
+                let Received {
+                    mut data,
+                    from,
+                    segment,
+                } = msg;
                 shared
-                    .endpoint
-                    .borrow_mut()
-                    .handle(now, from, None, None, data, &mut response);
-            match event {
-                Some(DatagramEvent::ConnectionEvent(ch, event)) => {
-                    let mut routes = shared.routes.borrow_mut();
-                    if let Some(route) = routes.get_mut(&ch.0) {
-                        route.events.push_back(event);
-                        if let Some(w) = route.waker.take() {
-                            w.wake();
-                        }
+                    .received_bytes
+                    .set(shared.received_bytes.get() + data.len() as u64);
+                // A GRO train: datagrams of `segment` bytes, the last one
+                // possibly shorter, each its own packet for the library.
+                let segment = segment.filter(|&s| s > 0).unwrap_or(data.len()).max(1);
+                while !data.is_empty() {
+                    let datagram = data.split_to(segment.min(data.len()));
+                    shared.count(|io| io.recv_datagrams += 1);
+                    // The task this datagram woke (a connection taking its
+                    // events, the server taking a new connection) runs
+                    // before the next datagram, as if each had its own
+                    // receive: a reader keeps up with its data, a new
+                    // connection is counted before the next one's admission
+                    // check, and the buffers come back to the pool.
+                    if self.route(datagram, from, &mut response).await {
+                        turn.wait().await;
                     }
                 }
-                Some(DatagramEvent::NewConnection(incoming)) => {
-                    self.admit(incoming, now, &mut response).await;
+            }
+        }
+    }
+
+    /// Hands one datagram to the library and acts on what it says: an event
+    /// for a connection's task, a new connection, or an answer to send; true
+    /// if a task has something to take (an event, a connection).
+    async fn route(&self, data: BytesMut, from: SocketAddr, response: &mut Vec<u8>) -> bool {
+        let shared = &self.shared;
+        let now = std::time::Instant::now();
+        response.clear();
+        let event = shared
+            .endpoint
+            .borrow_mut()
+            .handle(now, from, None, None, data, response);
+        match event {
+            Some(DatagramEvent::ConnectionEvent(ch, event)) => {
+                let mut routes = shared.routes.borrow_mut();
+                let Some(route) = routes.get_mut(&ch.0) else {
+                    return false;
+                };
+                route.events.push_back(event);
+                if let Some(w) = route.waker.take() {
+                    w.wake();
                 }
-                Some(DatagramEvent::Response(t)) => {
-                    response.truncate(t.size);
-                    response = send(&shared.socket, response, t.destination).await;
-                }
-                None => shared.dropped.set(shared.dropped.get() + 1),
+                true
+            }
+            Some(DatagramEvent::NewConnection(incoming)) => {
+                self.admit(incoming, now, response).await;
+                !shared.waiting.borrow().is_empty()
+            }
+            Some(DatagramEvent::Response(t)) => {
+                response.truncate(t.size);
+                let buf = std::mem::take(response);
+                *response = send(shared, buf, t.destination).await;
+                false
+            }
+            None => {
+                shared.dropped.set(shared.dropped.get() + 1);
+                false
             }
         }
     }
@@ -394,7 +547,7 @@ impl Endpoint {
             let t = shared.endpoint.borrow_mut().refuse(incoming, response);
             response.truncate(t.size);
             let buf = std::mem::take(response);
-            *response = send(&shared.socket, buf, t.destination).await;
+            *response = send(shared, buf, t.destination).await;
             return;
         }
         let pressed =
@@ -414,7 +567,7 @@ impl Endpoint {
                     shared.retries.set(shared.retries.get() + 1);
                     response.truncate(t.size);
                     let buf = std::mem::take(response);
-                    *response = send(&shared.socket, buf, t.destination).await;
+                    *response = send(shared, buf, t.destination).await;
                     return;
                 }
                 Err(e) => e.into_incoming(),
@@ -438,16 +591,86 @@ impl Endpoint {
                 if let Some(t) = e.response {
                     response.truncate(t.size);
                     let buf = std::mem::take(response);
-                    *response = send(&shared.socket, buf, t.destination).await;
+                    *response = send(shared, buf, t.destination).await;
                 }
             }
         }
     }
 }
 
+/// How the receive task lets the tasks already woken run before it goes on.
+/// monoio puts a task woken while it runs at the front of its queue (it runs
+/// again at once), so the receive task wakes a helper task instead, which
+/// joins the back of the queue and wakes the receive task when its turn
+/// comes. Made once per receive task; no allocation per turn.
+struct Turn {
+    shared: Rc<TurnShared>,
+}
+
+#[derive(Default)]
+struct TurnShared {
+    /// The receive task, waiting for its turn.
+    waiter: Cell<Option<Waker>>,
+    /// The helper task, waiting to be asked.
+    helper: Cell<Option<Waker>>,
+    /// The receive task ended: so does the helper.
+    done: Cell<bool>,
+}
+
+impl Turn {
+    /// Spawns the helper on the current runtime.
+    fn start() -> Self {
+        let shared = Rc::new(TurnShared::default());
+        let helper = shared.clone();
+        monoio::spawn(std::future::poll_fn(move |cx| {
+            if helper.done.get() {
+                return Poll::Ready(());
+            }
+            if let Some(w) = helper.waiter.take() {
+                w.wake();
+            }
+            helper.helper.set(Some(cx.waker().clone()));
+            Poll::Pending
+        }));
+        Turn { shared }
+    }
+
+    /// Returns once the tasks woken before this call have run (at once if
+    /// the helper has not started yet).
+    async fn wait(&self) {
+        let mut asked = false;
+        std::future::poll_fn(|cx| {
+            if asked {
+                return Poll::Ready(());
+            }
+            let Some(helper) = self.shared.helper.take() else {
+                return Poll::Ready(());
+            };
+            self.shared.waiter.set(Some(cx.waker().clone()));
+            helper.wake();
+            asked = true;
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.shared.done.set(true);
+        if let Some(h) = self.shared.helper.take() {
+            h.wake();
+        }
+    }
+}
+
 /// Sends `buf` to `to` and returns it emptied.
-async fn send(socket: &UdpSocket, buf: Vec<u8>, to: SocketAddr) -> Vec<u8> {
-    let (res, mut buf) = socket.send_to(buf, to).await;
+async fn send(shared: &Shared, buf: Vec<u8>, to: SocketAddr) -> Vec<u8> {
+    let (res, mut buf) = shared.socket.send_to(buf, to).await;
+    shared.count(|io| {
+        io.send_calls += 1;
+        io.sent_datagrams += u64::from(res.is_ok());
+    });
     if let Err(e) = res {
         tracing::debug!(error = %e, "udp send failed");
     }
@@ -458,12 +681,11 @@ async fn send(socket: &UdpSocket, buf: Vec<u8>, to: SocketAddr) -> Vec<u8> {
 /// One `sendmsg` of `data` to `to` on the non-blocking socket; with
 /// `segment`, the kernel cuts it into datagrams of that size (UDP_SEGMENT).
 fn send_batch(
-    socket: &UdpSocket,
+    socket: &impl std::os::fd::AsRawFd,
     data: &[u8],
     to: SocketAddr,
     segment: Option<usize>,
 ) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
     let (mut addr, addr_len) = sockaddr(to);
     let mut iov = libc::iovec {
         iov_base: data.as_ptr() as *mut libc::c_void,
@@ -500,6 +722,232 @@ fn send_batch(
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// The smallest batch [`RecvBatch::recv`] offers the kernel; it doubles
+/// while calls fill it, up to [`RECV_BATCH`], and halves while they do not,
+/// so an endpoint that gets one datagram at a time keeps few buffers.
+const RECV_MIN: usize = 4;
+
+/// Room for the control messages of one received message: the GRO segment
+/// size (an int) with its header, and slack for any other the kernel adds.
+const CONTROL_WORDS: usize = 8;
+
+/// One received message: its payload (a datagram, or a GRO train of
+/// datagrams of `segment` bytes each), its source.
+struct Received {
+    data: BytesMut,
+    from: SocketAddr,
+    segment: Option<usize>,
+}
+
+/// The pooled buffers and headers of one `recvmmsg`: a buffer of
+/// [`RECV_BYTES`] per message, each datagram split off the front of its
+/// buffer, which is reclaimed for the next call once the library let go of
+/// what it took (a fresh one is allocated only while it holds on).
+struct RecvBatch {
+    slots: Vec<BytesMut>,
+    names: Vec<libc::sockaddr_storage>,
+    iovs: Vec<libc::iovec>,
+    controls: Vec<[u64; CONTROL_WORDS]>,
+    hdrs: Vec<libc::mmsghdr>,
+    /// Messages the next call offers the kernel.
+    want: usize,
+    /// Slots the last call handed out (to reclaim before the next).
+    used: usize,
+}
+
+impl RecvBatch {
+    fn new() -> Self {
+        // SAFETY: sockaddr_storage, iovec and mmsghdr are plain data; all
+        // zeroes is a valid value of each (null pointers, zero lengths).
+        let (name, iov, hdr) = unsafe {
+            (
+                std::mem::zeroed::<libc::sockaddr_storage>(),
+                std::mem::zeroed::<libc::iovec>(),
+                std::mem::zeroed::<libc::mmsghdr>(),
+            )
+        };
+        RecvBatch {
+            slots: (0..RECV_BATCH).map(|_| BytesMut::new()).collect(),
+            names: vec![name; RECV_BATCH],
+            iovs: vec![iov; RECV_BATCH],
+            controls: vec![[0; CONTROL_WORDS]; RECV_BATCH],
+            hdrs: vec![hdr; RECV_BATCH],
+            want: RECV_MIN,
+            used: 0,
+        }
+    }
+
+    /// Makes slot `i` an empty buffer with room for [`RECV_BYTES`].
+    fn reclaim(&mut self, i: usize) {
+        if let Some(slot) = self.slots.get_mut(i) {
+            slot.clear();
+            if !slot.try_reclaim(RECV_BYTES) {
+                *slot = BytesMut::with_capacity(RECV_BYTES);
+            }
+        }
+    }
+
+    /// One `recvmmsg` (non-blocking) of up to `want` messages; how many
+    /// arrived, each then taken with [`take`](Self::take).
+    fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        for i in 0..self.used.max(self.want) {
+            self.reclaim(i);
+        }
+        self.used = 0;
+        let want = self.want.min(RECV_BATCH);
+        for i in 0..want {
+            let (Some(slot), Some(name), Some(iov), Some(control), Some(hdr)) = (
+                self.slots.get_mut(i),
+                self.names.get_mut(i),
+                self.iovs.get_mut(i),
+                self.controls.get_mut(i),
+                self.hdrs.get_mut(i),
+            ) else {
+                break;
+            };
+            iov.iov_base = slot.spare_capacity_mut().as_mut_ptr().cast();
+            iov.iov_len = slot.capacity() - slot.len();
+            hdr.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
+            hdr.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
+            hdr.msg_hdr.msg_iov = iov;
+            hdr.msg_hdr.msg_iovlen = 1;
+            hdr.msg_hdr.msg_control = control.as_mut_ptr().cast();
+            hdr.msg_hdr.msg_controllen = std::mem::size_of_val(control) as _;
+            hdr.msg_hdr.msg_flags = 0;
+            hdr.msg_len = 0;
+        }
+        // SAFETY: the first `want` headers point at this batch's names,
+        // iovecs (each over its slot's spare capacity) and control buffers,
+        // all alive and unmoved for the call; the kernel writes only within
+        // the lengths given.
+        let rc = unsafe {
+            libc::recvmmsg(
+                socket.as_raw_fd(),
+                self.hdrs.as_mut_ptr(),
+                want as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let got = usize::try_from(rc).unwrap_or(0).min(want);
+        self.used = got;
+        self.want = if got == want {
+            (want * 2).min(RECV_BATCH)
+        } else if got * 2 < want {
+            (want / 2).max(RECV_MIN)
+        } else {
+            want
+        };
+        Ok(got)
+    }
+
+    /// Message `i` of the last [`recv`](Self::recv), split off its slot;
+    /// `None` if it was truncated or its source is of no known family.
+    fn take(&mut self, i: usize) -> Option<Received> {
+        if i >= self.used {
+            return None;
+        }
+        let hdr = self.hdrs.get(i)?;
+        let slot = self.slots.get_mut(i)?;
+        let n = (hdr.msg_len as usize).min(slot.capacity() - slot.len());
+        // SAFETY: the kernel wrote `n` bytes at the start of the slot's
+        // spare capacity (its iovec), within that capacity.
+        unsafe { slot.set_len(slot.len() + n) };
+        let data = slot.split();
+        if hdr.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+            return None;
+        }
+        let from = socket_addr(self.names.get(i)?)?;
+        Some(Received {
+            data,
+            from,
+            segment: gro_segment(&hdr.msg_hdr),
+        })
+    }
+
+    /// Slot 0, emptied, for a receive of one datagram.
+    fn single(&mut self) -> BytesMut {
+        self.reclaim(0);
+        self.slots
+            .get_mut(0)
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Gives slot 0 back after [`single`](Self::single).
+    fn put_single(&mut self, buf: BytesMut) {
+        if let Some(slot) = self.slots.get_mut(0) {
+            *slot = buf;
+        }
+    }
+}
+
+/// Turns UDP GRO on or off on `socket`; true if the kernel took it.
+fn set_gro(socket: &impl std::os::fd::AsRawFd, on: bool) -> bool {
+    let value = i32::from(on);
+    // SAFETY: setsockopt with a pointer to an int of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    rc == 0
+}
+
+/// The segment size of a GRO train, from a received message's control
+/// messages (`UDP_GRO`); `None` for a single datagram.
+fn gro_segment(msg: &libc::msghdr) -> Option<usize> {
+    // SAFETY: `msg` is a header the kernel filled, its control pointer and
+    // length describing the control messages it wrote; CMSG_FIRSTHDR and
+    // CMSG_NXTHDR stay within them, and each data read is within its header.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == libc::UDP_GRO {
+                let size = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
+                return usize::try_from(size).ok();
+            }
+            cmsg = libc::CMSG_NXTHDR(msg, cmsg);
+        }
+    }
+    None
+}
+
+/// The address in `storage`, of family IPv4 or IPv6.
+fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match i32::from(storage.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, and
+            // sockaddr_storage is aligned and large enough for it.
+            let sin =
+                unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::from((ip, u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for a sockaddr_in6.
+            let sin6 = unsafe {
+                &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
 }
 
 /// A non-blocking UDP socket bound on `addr`, with SO_REUSEPORT if asked.
@@ -699,8 +1147,14 @@ impl Link {
             shared
                 .sent_bytes
                 .set(shared.sent_bytes.get() + data.len() as u64);
+            let datagrams = segment.map_or(1, |s| data.len().div_ceil(s.max(1))) as u64;
             loop {
-                match send_batch(&self.shared.socket, data, t.destination, segment) {
+                let res = send_batch(&self.shared.socket, data, t.destination, segment);
+                shared.count(|io| {
+                    io.send_calls += 1;
+                    io.sent_datagrams += if res.is_ok() { datagrams } else { 0 };
+                });
+                match res {
                     Ok(()) => break,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         if self.shared.socket.writable(true).await.is_err() {
@@ -716,7 +1170,11 @@ impl Link {
                         // later one go one datagram per send.
                         self.shared.gso.set(false);
                         for piece in data.chunks(size) {
-                            let _ = send_batch(&self.shared.socket, piece, t.destination, None);
+                            let res = send_batch(&self.shared.socket, piece, t.destination, None);
+                            shared.count(|io| {
+                                io.send_calls += 1;
+                                io.sent_datagrams += u64::from(res.is_ok());
+                            });
                         }
                         break;
                     }
@@ -750,5 +1208,86 @@ impl Drop for Link {
             .endpoint
             .borrow_mut()
             .handle_event(self.ch, EndpointEvent::drained());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::{DriverKind, block_on, io_uring_available};
+
+    fn drivers() -> Vec<DriverKind> {
+        let mut kinds = vec![DriverKind::Legacy];
+        if io_uring_available() {
+            kinds.push(DriverKind::IoUring);
+        }
+        kinds
+    }
+
+    /// Runs a client endpoint, lets `send` queue datagrams at its socket
+    /// before its receive task starts, and returns the endpoint's counts
+    /// once it took `datagrams` of them, with the datagrams it dropped.
+    fn receive(
+        kind: DriverKind,
+        datagrams: u64,
+        send: impl FnOnce(&std::net::UdpSocket, SocketAddr),
+    ) -> (IoCounts, u64, bool) {
+        block_on(kind, |_| async move {
+            let server = SocketAddr::from(([127, 0, 0, 1], 9));
+            let endpoint = Endpoint::client(server, Clock::new()).expect("client endpoint");
+            endpoint.set_batch_receive(true);
+            let to = SocketAddr::from(([127, 0, 0, 1], endpoint.local_addr().port()));
+            let peer = std::net::UdpSocket::bind("127.0.0.1:0").expect("peer socket");
+            send(&peer, to);
+            monoio::spawn(endpoint.clone().run());
+            for _ in 0..2000 {
+                if endpoint.io_counts().recv_datagrams >= datagrams {
+                    break;
+                }
+                monoio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            // The receive task's next round finds nothing more.
+            monoio::time::sleep(std::time::Duration::from_millis(20)).await;
+            endpoint.stop();
+            (endpoint.io_counts(), endpoint.dropped(), endpoint.gro())
+        })
+        .expect("runtime")
+    }
+
+    #[test]
+    fn queued_datagrams_arrive_in_fewer_calls_than_datagrams() {
+        const K: u64 = 20;
+        for kind in drivers() {
+            let (io, dropped, _) = receive(kind, K, |peer, to| {
+                for i in 0..K {
+                    // Not QUIC (the fixed bit is clear): each is dropped.
+                    peer.send_to(&[0, i as u8, 2, 3, 4, 5, 6, 7], to)
+                        .expect("send");
+                }
+            });
+            assert_eq!(io.recv_datagrams, K, "{kind:?}");
+            assert_eq!(dropped, K, "{kind:?}");
+            // Batches of 4, then 8, then the last 8 of an offered 16.
+            assert_eq!(io.recv_calls, 3, "{kind:?}: {io:?}");
+            assert_eq!(io.send_calls, 0, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn a_gro_train_is_split_into_its_datagrams() {
+        // One GSO send of ten datagrams, 100 bytes each but the last (50).
+        const SEGMENTS: u64 = 10;
+        for kind in drivers() {
+            let (io, dropped, gro) = receive(kind, SEGMENTS, |peer, to| {
+                let data = vec![0u8; 100 * 9 + 50];
+                send_batch(peer, &data, to, Some(100)).expect("gso send");
+            });
+            assert_eq!(io.recv_datagrams, SEGMENTS, "{kind:?}");
+            assert_eq!(dropped, SEGMENTS, "{kind:?}");
+            // Coalesced, the train is one message of one call; segmented
+            // by the kernel, ten messages in calls of 4, then 8.
+            let calls = if gro { 1 } else { 2 };
+            assert_eq!(io.recv_calls, calls, "{kind:?} (gro {gro}): {io:?}");
+        }
     }
 }

@@ -105,6 +105,12 @@ pub struct ThreadCounters {
     quic_open: AtomicU64,
     quic_dropped: AtomicU64,
     quic_retries: AtomicU64,
+    /// The QUIC endpoint's receive and send system calls and the datagrams
+    /// they moved ([`ThreadCounters::set_quic_io`]).
+    quic_recv_calls: AtomicU64,
+    quic_recv_datagrams: AtomicU64,
+    quic_send_calls: AtomicU64,
+    quic_sent_datagrams: AtomicU64,
     /// 0 = not started, 1 = io_uring, 2 = legacy.
     driver: AtomicU8,
     draining: AtomicBool,
@@ -137,6 +143,23 @@ impl ThreadCounters {
     pub fn set_quic_endpoint(&self, dropped: u64, retries: u64) {
         self.quic_dropped.store(dropped, Ordering::Relaxed);
         self.quic_retries.store(retries, Ordering::Relaxed);
+    }
+
+    /// Copies the QUIC endpoint's system-call totals: receive calls and the
+    /// datagrams they took, send calls and the datagrams they sent.
+    pub fn set_quic_io(
+        &self,
+        recv_calls: u64,
+        recv_datagrams: u64,
+        send_calls: u64,
+        sent_datagrams: u64,
+    ) {
+        self.quic_recv_calls.store(recv_calls, Ordering::Relaxed);
+        self.quic_recv_datagrams
+            .store(recv_datagrams, Ordering::Relaxed);
+        self.quic_send_calls.store(send_calls, Ordering::Relaxed);
+        self.quic_sent_datagrams
+            .store(sent_datagrams, Ordering::Relaxed);
     }
 
     /// Counts a connection closed at once because the thread was at its limit
@@ -287,6 +310,10 @@ impl ThreadCounters {
             quic_open: self.quic_open.load(Ordering::Relaxed),
             quic_dropped: self.quic_dropped.load(Ordering::Relaxed),
             quic_retries: self.quic_retries.load(Ordering::Relaxed),
+            quic_recv_calls: self.quic_recv_calls.load(Ordering::Relaxed),
+            quic_recv_datagrams: self.quic_recv_datagrams.load(Ordering::Relaxed),
+            quic_send_calls: self.quic_send_calls.load(Ordering::Relaxed),
+            quic_sent_datagrams: self.quic_sent_datagrams.load(Ordering::Relaxed),
         }
     }
 }
@@ -333,6 +360,14 @@ pub struct Snapshot {
     pub quic_dropped: u64,
     /// Retry packets the QUIC endpoint sent.
     pub quic_retries: u64,
+    /// The QUIC endpoint's receive system calls (`recvmmsg`).
+    pub quic_recv_calls: u64,
+    /// Datagrams the QUIC endpoint received.
+    pub quic_recv_datagrams: u64,
+    /// The QUIC endpoint's send system calls (`sendmsg`, GSO batches).
+    pub quic_send_calls: u64,
+    /// Datagrams the QUIC endpoint sent.
+    pub quic_sent_datagrams: u64,
 }
 
 impl core::ops::AddAssign for Snapshot {
@@ -360,6 +395,10 @@ impl core::ops::AddAssign for Snapshot {
         self.quic_open += o.quic_open;
         self.quic_dropped += o.quic_dropped;
         self.quic_retries += o.quic_retries;
+        self.quic_recv_calls += o.quic_recv_calls;
+        self.quic_recv_datagrams += o.quic_recv_datagrams;
+        self.quic_send_calls += o.quic_send_calls;
+        self.quic_sent_datagrams += o.quic_sent_datagrams;
     }
 }
 
@@ -486,6 +525,30 @@ const FAMILIES: &[Family] = &[
         kind: "counter",
         help: "Retry packets sent: new QUIC connections asked to prove their address, sampled every 100 ms.",
         get: |s| s.quic_retries,
+    },
+    Family {
+        name: "quic_receive_calls_total",
+        kind: "counter",
+        help: "Receive system calls of the QUIC endpoint (recvmmsg, several datagrams each), sampled every 100 ms.",
+        get: |s| s.quic_recv_calls,
+    },
+    Family {
+        name: "quic_received_datagrams_total",
+        kind: "counter",
+        help: "UDP datagrams the QUIC endpoint received (each of a GRO train counted), sampled every 100 ms.",
+        get: |s| s.quic_recv_datagrams,
+    },
+    Family {
+        name: "quic_send_calls_total",
+        kind: "counter",
+        help: "Send system calls of the QUIC endpoint (sendmsg, a GSO batch each), sampled every 100 ms.",
+        get: |s| s.quic_send_calls,
+    },
+    Family {
+        name: "quic_sent_datagrams_total",
+        kind: "counter",
+        help: "UDP datagrams the QUIC endpoint sent (each of a GSO batch counted), sampled every 100 ms.",
+        get: |s| s.quic_sent_datagrams,
     },
 ];
 
@@ -962,6 +1025,8 @@ mod tests {
         m.thread(0).add_bytes_in_on(TransportLabel::Ws, 3);
         m.thread(0).set_quic_bytes(100, 40);
         m.thread(1).set_quic_bytes(1, 2);
+        m.thread(0).set_quic_io(3, 50, 7, 90);
+        m.thread(1).set_quic_io(1, 4, 2, 3);
         let text = m.render();
         for want in [
             "skiff_relay_transport_connections_open{transport=\"tcp\"} 1\n",
@@ -971,6 +1036,11 @@ mod tests {
             "skiff_relay_transport_sent_bytes_total{transport=\"ws\"} 6\n",
             "skiff_relay_transport_sent_bytes_total{transport=\"quic\"} 101\n",
             "skiff_relay_transport_received_bytes_total{transport=\"quic\"} 42\n",
+            "skiff_relay_quic_receive_calls_total 4\n",
+            "skiff_relay_quic_received_datagrams_total 54\n",
+            "skiff_relay_quic_send_calls_total 9\n",
+            "skiff_relay_quic_sent_datagrams_total 93\n",
+            "skiff_relay_thread_quic_send_calls_total{thread=\"1\"} 2\n",
             // The TCP port's totals leave QUIC's datagrams out.
             "skiff_relay_sent_bytes_total 11\n",
             "skiff_relay_received_bytes_total 3\n",

@@ -447,6 +447,13 @@ fn start_quic<H: ConnectionHandler>(
                 let c = shared.counters();
                 c.set_quic_endpoint(endpoint.dropped(), endpoint.retries());
                 c.set_quic_bytes(endpoint.sent_bytes(), endpoint.received_bytes());
+                let io = endpoint.io_counts();
+                c.set_quic_io(
+                    io.recv_calls,
+                    io.recv_datagrams,
+                    io.send_calls,
+                    io.sent_datagrams,
+                );
                 if race(
                     monoio::time::sleep(QUIC_SAMPLE_EVERY),
                     shared.shutdown.wait(),

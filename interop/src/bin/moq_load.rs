@@ -242,6 +242,17 @@ struct Cli {
     /// the socket calls).
     #[arg(long)]
     marks: Option<PathBuf>,
+    /// Count the relay's system calls over the measured window with `perf
+    /// stat -p` (all of them, and the socket and io_uring calls by name)
+    /// and print them per delivered GB. Needs `perf` and the right to trace
+    /// the relay (root, or a low `perf_event_paranoid`).
+    #[arg(long)]
+    relay_syscalls: bool,
+    /// skiff-relay's metrics address (give the relay `--metrics ADDR`
+    /// through `--skiff-args`): the `skiff_relay_quic_*` counters' change
+    /// over the measured window is printed per delivered GB and per call.
+    #[arg(long)]
+    relay_metrics: Option<SocketAddr>,
 }
 
 fn main() {
@@ -1340,6 +1351,80 @@ struct Row {
     tool_cpu: f64,
     rss_before: u64,
     rss_after: u64,
+    /// `--relay-syscalls`: each event counted over the window.
+    syscalls: Vec<(String, u64)>,
+    /// `--relay-metrics`: each `skiff_relay_quic_*` counter's change over
+    /// the window.
+    quic_io: Vec<(String, u64)>,
+}
+
+/// The relay's system calls counted by `perf stat` while it runs.
+struct SyscallCount {
+    perf: Child,
+    out: PathBuf,
+}
+
+/// The events `--relay-syscalls` counts.
+const SYSCALL_EVENTS: &str = "raw_syscalls:sys_enter,syscalls:sys_enter_recvmmsg,syscalls:sys_enter_recvfrom,syscalls:sys_enter_recvmsg,syscalls:sys_enter_sendmsg,syscalls:sys_enter_sendto,syscalls:sys_enter_io_uring_enter,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_poll";
+
+impl SyscallCount {
+    /// Starts counting `pid`'s system calls.
+    fn start(pid: u32) -> Result<Self, String> {
+        let out = std::env::temp_dir().join(format!("moq_load-perf-{}-{pid}", std::process::id()));
+        let perf = Command::new("perf")
+            .args(["stat", "-x", ",", "-e", SYSCALL_EVENTS, "-p"])
+            .arg(pid.to_string())
+            .arg("-o")
+            .arg(&out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("perf: {e}"))?;
+        // perf attaches to the threads before it counts.
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(SyscallCount { perf, out })
+    }
+
+    /// Stops counting (perf prints on SIGINT) and reads each event's count.
+    fn finish(mut self) -> Vec<(String, u64)> {
+        if let Ok(pid) = i32::try_from(self.perf.id()) {
+            // SAFETY: a signal to the perf child this tool started.
+            unsafe { libc::kill(pid, libc::SIGINT) };
+        }
+        let _ = self.perf.wait();
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        let _ = std::fs::remove_file(&self.out);
+        // CSV lines: count, unit, event, ...
+        text.lines()
+            .filter_map(|l| {
+                let mut f = l.split(',');
+                let count = f.next()?.trim().parse::<u64>().ok()?;
+                let _unit = f.next()?;
+                let event = f.next()?.trim();
+                let name = event.rsplit(':').next().unwrap_or(event);
+                Some((name.trim_start_matches("sys_enter_").to_owned(), count))
+            })
+            .collect()
+    }
+}
+
+/// skiff-relay's `skiff_relay_quic_*` counters (totals, no labels) from its
+/// metrics at `addr`; empty if it does not answer.
+fn quic_counters(addr: SocketAddr) -> Vec<(String, u64)> {
+    let Ok(mut tcp) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
+        return Vec::new();
+    };
+    let _ = tcp.set_read_timeout(Some(Duration::from_secs(2)));
+    let Ok((_, body)) = http_get(&mut tcp, addr, "/metrics") else {
+        return Vec::new();
+    };
+    body.lines()
+        .filter(|l| l.starts_with("skiff_relay_quic_") && l.contains("_total "))
+        .filter_map(|l| {
+            let (name, value) = l.split_once(' ')?;
+            Some((name.to_owned(), value.trim().parse().ok()?))
+        })
+        .collect()
 }
 
 fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<Row, String> {
@@ -1452,6 +1537,11 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             )
         };
         let (f0, b0, bad0, old0, un0, p0) = snap(&shared);
+        let io0 = cli.relay_metrics.map(quic_counters).unwrap_or_default();
+        let perf = match (cli.relay_syscalls, pid) {
+            (true, Some(pid)) => Some(SyscallCount::start(pid)?),
+            _ => None,
+        };
         let (c0, t0) = (relay_cpu(), cpu_seconds(me));
         let start = Instant::now();
         shared.measuring.store(true, Ordering::Relaxed);
@@ -1460,6 +1550,15 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
         let secs = start.elapsed().as_secs_f64();
         let (f1, b1, bad1, old1, un1, p1) = snap(&shared);
         let (c1, t1) = (relay_cpu(), cpu_seconds(me));
+        let syscalls = perf.map(SyscallCount::finish).unwrap_or_default();
+        let io1 = cli.relay_metrics.map(quic_counters).unwrap_or_default();
+        let quic_io = io1
+            .into_iter()
+            .map(|(name, v1)| {
+                let v0 = io0.iter().find(|(n, _)| *n == name).map_or(0, |p| p.1);
+                (name, v1.saturating_sub(v0))
+            })
+            .collect();
         let rss_after = relay_rss();
         shared.stop.store(true, Ordering::Relaxed);
         shared.progress.notify_one();
@@ -1512,6 +1611,8 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             tool_cpu: t1.total() - t0.total(),
             rss_before,
             rss_after,
+            syscalls,
+            quic_io,
         })
     });
     rt.shutdown_timeout(Duration::from_secs(2));
@@ -1693,6 +1794,39 @@ fn print_row(r: &mut Row) {
             r.failed,
             r.first_error.as_deref().unwrap_or("-"),
             r.bad
+        );
+    }
+    if !r.syscalls.is_empty() && gb > 0.0 {
+        let per_gb: Vec<String> = r
+            .syscalls
+            .iter()
+            .map(|(name, n)| format!("{name} {:.0}", *n as f64 / gb))
+            .collect();
+        println!("            syscalls per GB: {}", per_gb.join(", "));
+    }
+    if !r.quic_io.is_empty() && gb > 0.0 {
+        let get = |name: &str| {
+            r.quic_io
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0.0, |p| p.1 as f64)
+        };
+        let (rc, rd) = (
+            get("skiff_relay_quic_receive_calls_total"),
+            get("skiff_relay_quic_received_datagrams_total"),
+        );
+        let (sc, sd) = (
+            get("skiff_relay_quic_send_calls_total"),
+            get("skiff_relay_quic_sent_datagrams_total"),
+        );
+        println!(
+            "            quic per GB: receive calls {:.0}, datagrams {:.0} ({:.2} per call); send calls {:.0}, datagrams {:.0} ({:.2} per call)",
+            rc / gb,
+            rd / gb,
+            rd / rc.max(1.0),
+            sc / gb,
+            sd / gb,
+            sd / sc.max(1.0),
         );
     }
     if r.unmapped_old > 0 {
