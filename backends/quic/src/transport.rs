@@ -28,6 +28,11 @@ use skiff_core::wire::qmux::{Dir, StreamId};
 
 use crate::config::{ALPNS, STREAM_WINDOW};
 
+/// Streams a new connection's tables have room for before they grow: a
+/// viewer's control streams (its SETUP, announcement and subscription
+/// requests) fit.
+const INITIAL_STREAMS: usize = 8;
+
 /// One stream's receiving state, as the driver hands it to the session.
 #[derive(Debug, Default)]
 struct Recv {
@@ -110,10 +115,12 @@ impl QuicTransport {
             epoch,
             now: Instant::ZERO,
             protocol: None,
-            recv: HashMap::with_capacity(64),
-            revisit: VecDeque::with_capacity(64),
-            blocked: HashSet::with_capacity(16),
-            events: VecDeque::with_capacity(16),
+            // Room for a viewer's few streams that carry data in: a
+            // connection with more grows them once, then keeps them.
+            recv: HashMap::with_capacity(INITIAL_STREAMS),
+            revisit: VecDeque::with_capacity(INITIAL_STREAMS),
+            blocked: HashSet::new(),
+            events: VecDeque::with_capacity(INITIAL_STREAMS),
         }
     }
 

@@ -479,7 +479,7 @@ fn admit_quic<H: ConnectionHandler>(
     let guard = OpenGuard::new(shared.clone(), name, peer.ip());
     let quic_open = QuicOpen::new(shared.clone());
     let quic = crate::handler::QuicConn {
-        conn,
+        conn: Box::new(conn),
         link,
         peer,
         name,

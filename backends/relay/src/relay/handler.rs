@@ -449,7 +449,7 @@ impl RelayHandler {
     async fn serve_quic_session(
         self: Rc<Self>,
         name: &ConnName,
-        conn: skiff_quic::quinn_proto::Connection,
+        conn: Box<skiff_quic::quinn_proto::Connection>,
         link: Link,
         setup_by: Instant,
         handshake: HandshakeToken,
@@ -463,7 +463,7 @@ impl RelayHandler {
         let mut sides = SideTables::new(self.sides.clone());
         let mut storage = self.storage.take();
         let (config, origin) = self.relay.session_setup(Remote::Client);
-        let transport = QuicTransport::new(conn, ctx.clock.epoch());
+        let transport = QuicTransport::new(*conn, ctx.clock.epoch());
         let session: Result<Box<QuicSession<'_, STREAMS>>, _> = Session::with_transport(
             Side::Server,
             config,
