@@ -589,10 +589,7 @@ impl SendBuf {
     /// A free buffer of the thread's, or a new one when every one is in a
     /// flush that waits for the socket.
     fn take() -> SendBuf {
-        let spare = SEND_BUFS
-            .try_with(|b| b.borrow_mut().pop())
-            .ok()
-            .flatten();
+        let spare = SEND_BUFS.try_with(|b| b.borrow_mut().pop()).ok().flatten();
         SendBuf(spare.unwrap_or_default())
     }
 }
@@ -730,6 +727,11 @@ impl Link {
             sent += 1;
         }
         sent
+    }
+
+    /// Connections the endpoint routes datagrams to, this one among them.
+    pub fn connections(&self) -> usize {
+        self.shared.routes.borrow().len()
     }
 
     /// The clock the endpoint was made with.

@@ -93,6 +93,12 @@ pub struct QuicTransport {
     /// Streams whose last write found no credit.
     blocked: HashSet<u64>,
     events: VecDeque<Owned>,
+    /// The budget this connection shares with the others of its worker
+    /// ([`set_send_budget`](Self::set_send_budget)); `None`: the window
+    /// stays as configured.
+    send_budget: Option<u64>,
+    /// The send window last given to the library.
+    send_window: u64,
 }
 
 impl core::fmt::Debug for QuicTransport {
@@ -121,6 +127,31 @@ impl QuicTransport {
             revisit: VecDeque::with_capacity(INITIAL_STREAMS),
             blocked: HashSet::new(),
             events: VecDeque::with_capacity(INITIAL_STREAMS),
+            send_budget: None,
+            send_window: crate::config::SEND_WINDOW,
+        }
+    }
+
+    /// Shares `budget` bytes of unacknowledged or unsent data with the
+    /// other connections of the thread: from the next
+    /// [`fit_send_window`](Self::fit_send_window) on, this connection's
+    /// send window is its share ([`send_window_for`](crate::config::send_window_for)).
+    pub fn set_send_budget(&mut self, budget: Option<u64>) {
+        self.send_budget = budget;
+    }
+
+    /// Gives the library this connection's share of its budget among
+    /// `connections` connections as its send window (writes past it are
+    /// refused until acknowledgements come); nothing without a budget, or
+    /// when the share did not change.
+    pub fn fit_send_window(&mut self, connections: usize) {
+        let Some(budget) = self.send_budget else {
+            return;
+        };
+        let window = crate::config::send_window_for(budget, connections);
+        if window != self.send_window {
+            self.send_window = window;
+            self.conn.set_send_window(window);
         }
     }
 

@@ -99,6 +99,9 @@ pub struct QuicConn {
     /// Time the QUIC handshake and the client's SETUP have from the accept
     /// (`--handshake-timeout`).
     pub handshake_timeout: std::time::Duration,
+    /// Bytes the worker's QUIC connections may hold unacknowledged, shared
+    /// among them (`--quic-send-budget`).
+    pub send_budget: u64,
 }
 
 impl std::fmt::Debug for QuicConn {

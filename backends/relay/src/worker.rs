@@ -486,6 +486,7 @@ fn admit_quic<H: ConnectionHandler>(
         shutdown: Shutdown::new(shared.shutdown.clone()),
         handshake: HandshakeToken::new(shared.handshaking.clone()),
         handshake_timeout: shared.config.timeouts.handshake,
+        send_budget: shared.config.quic_send_budget,
     };
     let handler = handler.clone();
     let force = shared.force.clone();

@@ -200,6 +200,7 @@ impl ConnectionHandler for RelayHandler {
                 shutdown,
                 handshake,
                 handshake_timeout,
+                send_budget,
                 ..
             } = conn;
             let ctx = DriveCtx {
@@ -217,9 +218,16 @@ impl ConnectionHandler for RelayHandler {
                 tracing::debug!(conn = ?name, "QUIC handshake not completed");
                 return Ok(());
             }
-            let ended =
-                Box::pin(self.serve_quic_session(&name, conn, link, setup_by, handshake, ctx))
-                    .await?;
+            let ended = Box::pin(self.serve_quic_session(
+                &name,
+                conn,
+                link,
+                setup_by,
+                handshake,
+                send_budget,
+                ctx,
+            ))
+            .await?;
             tracing::debug!(conn = ?name, ?ended, "QUIC session ended");
             Ok(())
         }
@@ -453,6 +461,7 @@ impl RelayHandler {
         link: Link,
         setup_by: Instant,
         handshake: HandshakeToken,
+        send_budget: u64,
         ctx: DriveCtx,
     ) -> io::Result<Ended> {
         let relay = self.relay.clone();
@@ -463,7 +472,8 @@ impl RelayHandler {
         let mut sides = SideTables::new(self.sides.clone());
         let mut storage = self.storage.take();
         let (config, origin) = self.relay.session_setup(Remote::Client);
-        let transport = QuicTransport::new(*conn, ctx.clock.epoch());
+        let mut transport = QuicTransport::new(*conn, ctx.clock.epoch());
+        transport.set_send_budget(Some(send_budget));
         let session: Result<Box<QuicSession<'_, STREAMS>>, _> = Session::with_transport(
             Side::Server,
             config,
