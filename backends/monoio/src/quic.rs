@@ -729,11 +729,6 @@ impl Link {
         sent
     }
 
-    /// Connections the endpoint routes datagrams to, this one among them.
-    pub fn connections(&self) -> usize {
-        self.shared.routes.borrow().len()
-    }
-
     /// The clock the endpoint was made with.
     pub fn clock(&self) -> Clock {
         self.shared.clock

@@ -146,6 +146,8 @@ mod tests {
         assert_eq!(send_window_for(SEND_BUDGET, 64), 256 * 1024);
         assert_eq!(send_window_for(SEND_BUDGET, 500), 33_554);
         assert_eq!(send_window_for(SEND_BUDGET, 5_000), MIN_SEND_WINDOW);
-        assert_eq!(send_window_for(u64::MAX, usize::MAX), SEND_WINDOW);
+        assert_eq!(send_window_for(u64::MAX, 1), SEND_WINDOW);
+        assert_eq!(send_window_for(0, 1), MIN_SEND_WINDOW);
+        assert_eq!(send_window_for(u64::MAX, usize::MAX), MIN_SEND_WINDOW);
     }
 }

@@ -10,6 +10,7 @@
 //! as bytes leave its buffer, so a parked reader holds its peer to the
 //! library's window plus that one.
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::string::String;
 use std::time::Instant as StdInstant;
@@ -101,6 +102,20 @@ pub struct QuicTransport {
     send_window: u64,
 }
 
+thread_local! {
+    /// Connections of this thread that share a send budget
+    /// ([`QuicTransport::set_send_budget`]).
+    static SHARING: Cell<usize> = const { Cell::new(0) };
+}
+
+impl Drop for QuicTransport {
+    fn drop(&mut self) {
+        if self.send_budget.is_some() {
+            let _ = SHARING.try_with(|n| n.set(n.get().saturating_sub(1)));
+        }
+    }
+}
+
 impl core::fmt::Debug for QuicTransport {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("QuicTransport")
@@ -133,21 +148,29 @@ impl QuicTransport {
     }
 
     /// Shares `budget` bytes of unacknowledged or unsent data with the
-    /// other connections of the thread: from the next
+    /// thread's other connections that have one: from the next
     /// [`fit_send_window`](Self::fit_send_window) on, this connection's
     /// send window is its share ([`send_window_for`](crate::config::send_window_for)).
+    /// Only connections with a session share it: a handshake that was never
+    /// finished takes no one's window.
     pub fn set_send_budget(&mut self, budget: Option<u64>) {
+        match (self.send_budget.is_some(), budget.is_some()) {
+            (false, true) => SHARING.with(|n| n.set(n.get() + 1)),
+            (true, false) => SHARING.with(|n| n.set(n.get().saturating_sub(1))),
+            _ => {}
+        }
         self.send_budget = budget;
     }
 
-    /// Gives the library this connection's share of its budget among
-    /// `connections` connections as its send window (writes past it are
-    /// refused until acknowledgements come); nothing without a budget, or
-    /// when the share did not change.
-    pub fn fit_send_window(&mut self, connections: usize) {
+    /// Gives the library this connection's share of its budget, among the
+    /// thread's connections that share one, as its send window (writes past
+    /// it are refused until acknowledgements come); nothing without a
+    /// budget, or when the share did not change.
+    pub fn fit_send_window(&mut self) {
         let Some(budget) = self.send_budget else {
             return;
         };
+        let connections = SHARING.with(Cell::get);
         let window = crate::config::send_window_for(budget, connections);
         if window != self.send_window {
             self.send_window = window;

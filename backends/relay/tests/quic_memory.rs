@@ -15,7 +15,7 @@
 
 mod common;
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::future::Future;
 use std::num::NonZeroUsize;
 use std::rc::Rc;
@@ -133,39 +133,37 @@ async fn settled(live: &AtomicI64) -> i64 {
     live.load(Ordering::Relaxed)
 }
 
+/// A client connection [`handshaken`] made: its endpoint, and the flags
+/// its task reads (close now) and sets (the close went out).
+struct Held {
+    endpoint: skiff_monoio::quic::Endpoint,
+    close: Rc<Cell<bool>>,
+    closed: Rc<Cell<bool>>,
+}
+
 /// Connections that finish their QUIC handshake and then send nothing
-/// (each on its own client endpoint, as separate clients are); the
-/// returned endpoints and connections keep them open until dropped.
+/// (each on its own client endpoint, as separate clients are), open until
+/// [`close`]d.
 async fn handshaken(
     addr: std::net::SocketAddr,
     config: skiff_quic::quinn_proto::ClientConfig,
     n: usize,
-) -> Vec<(
-    skiff_monoio::quic::Endpoint,
-    Rc<
-        RefCell<(
-            skiff_quic::quinn_proto::Connection,
-            skiff_monoio::quic::Link,
-        )>,
-    >,
-)> {
+) -> Vec<Held> {
     let clock = skiff_monoio::clock::Clock::new();
     let done = Rc::new(Cell::new(0usize));
     let mut held = Vec::new();
     for _ in 0..n {
         let endpoint = skiff_monoio::quic::Endpoint::client(addr, clock).unwrap();
         monoio::spawn(endpoint.clone().run());
-        let pair = endpoint.connect(config.clone(), addr, "localhost").unwrap();
-        let pair = Rc::new(RefCell::new(pair));
-        let (p, done) = (Rc::downgrade(&pair), done.clone());
-        // Drives the connection (its acknowledgements and timers) until it
-        // is dropped, counting it once the handshake is done.
+        let (mut conn, mut link) = endpoint.connect(config.clone(), addr, "localhost").unwrap();
+        let (close, closed) = (Rc::new(Cell::new(false)), Rc::new(Cell::new(false)));
+        let (c, cd, done) = (close.clone(), closed.clone(), done.clone());
+        // Drives the connection (its acknowledgements and timers), counting
+        // it once the handshake is done, until it is told to close.
         monoio::spawn(async move {
             let mut counted = false;
-            while let Some(p) = p.upgrade() {
-                let mut pair = p.borrow_mut();
-                let (conn, link) = &mut *pair;
-                link.deliver(conn);
+            loop {
+                link.deliver(&mut conn);
                 let now = std::time::Instant::now();
                 if conn.poll_timeout().is_some_and(|t| t <= now) {
                     conn.handle_timeout(now);
@@ -175,14 +173,27 @@ async fn handshaken(
                     counted = true;
                     done.set(done.get() + 1);
                 }
-                link.exchange(conn);
-                link.flush(conn).await;
-                drop(pair);
-                drop(p);
+                if c.get() {
+                    conn.close(
+                        now,
+                        skiff_quic::quinn_proto::VarInt::from_u32(0),
+                        Default::default(),
+                    );
+                }
+                link.exchange(&mut conn);
+                link.flush(&mut conn).await;
+                if c.get() {
+                    cd.set(true);
+                    return;
+                }
                 monoio::time::sleep(Duration::from_millis(5)).await;
             }
         });
-        held.push((endpoint, pair));
+        held.push(Held {
+            endpoint,
+            close,
+            closed,
+        });
     }
     while done.get() < n {
         monoio::time::sleep(Duration::from_millis(5)).await;
@@ -191,28 +202,15 @@ async fn handshaken(
 }
 
 /// Closes the connections [`handshaken`] made, so the relay forgets them.
-async fn close(
-    held: Vec<(
-        skiff_monoio::quic::Endpoint,
-        Rc<
-            RefCell<(
-                skiff_quic::quinn_proto::Connection,
-                skiff_monoio::quic::Link,
-            )>,
-        >,
-    )>,
-) {
-    for (endpoint, pair) in held {
-        let mut pair = pair.borrow_mut();
-        let (conn, link) = &mut *pair;
-        conn.close(
-            std::time::Instant::now(),
-            skiff_quic::quinn_proto::VarInt::from_u32(0),
-            Default::default(),
-        );
-        link.exchange(conn);
-        link.flush(conn).await;
-        endpoint.stop();
+async fn close(held: Vec<Held>) {
+    for h in &held {
+        h.close.set(true);
+    }
+    while !held.iter().all(|h| h.closed.get()) {
+        monoio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for h in held {
+        h.endpoint.stop();
     }
 }
 

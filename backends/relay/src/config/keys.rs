@@ -165,9 +165,9 @@ settings! {
     quic_gso: bool = true;
 
     /// Bytes all the QUIC connections of a worker thread may hold
-    /// unacknowledged or unsent: each connection's send window is an equal
-    /// share, between 16KiB and 512KiB (a viewer that falls behind holds its
-    /// window of the relay's memory).
+    /// unacknowledged or unsent: the send window of each connection with a
+    /// session is an equal share, between 16KiB and 512KiB (a viewer that
+    /// falls behind holds its window of the relay's memory).
     #[arg(value_name = "BYTES")]
     quic_send_budget: ByteSize = ByteSize::mib(16);
 

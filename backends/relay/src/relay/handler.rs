@@ -454,6 +454,7 @@ impl RelayHandler {
     /// Runs the session of a client connected over QUIC (docs/protocol.md
     /// §11): as [`RelayHandler::serve_session`], over the connection's
     /// streams; the path comes with the client's SETUP.
+    #[allow(clippy::too_many_arguments)]
     async fn serve_quic_session(
         self: Rc<Self>,
         name: &ConnName,
