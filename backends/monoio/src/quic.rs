@@ -328,7 +328,6 @@ impl Endpoint {
         Link {
             shared: self.shared.clone(),
             ch,
-            buf: Vec::with_capacity(2048),
             drained: false,
         }
     }
@@ -1041,12 +1040,45 @@ fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     (storage, len as libc::socklen_t)
 }
 
+/// Send buffers a thread's flushes share, so a connection holds no buffer of
+/// its own between flushes (a batch fills up to [`GSO_SEGMENTS`] datagrams).
+/// A flush waiting for room in the socket keeps its buffer; at most
+/// [`SPARE_SEND_BUFS`] are kept for the next flushes.
+struct SendBuf(Vec<u8>);
+
+/// Free send buffers a thread keeps ([`SendBuf`]).
+const SPARE_SEND_BUFS: usize = 4;
+
+thread_local! {
+    static SEND_BUFS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl SendBuf {
+    /// A free buffer of the thread's, or a new one when every one is in a
+    /// flush that waits for the socket.
+    fn take() -> SendBuf {
+        let spare = SEND_BUFS.try_with(|b| b.borrow_mut().pop()).ok().flatten();
+        SendBuf(spare.unwrap_or_default())
+    }
+}
+
+impl Drop for SendBuf {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.0);
+        let _ = SEND_BUFS.try_with(|b| {
+            let mut b = b.borrow_mut();
+            if b.len() < SPARE_SEND_BUFS {
+                b.push(buf);
+            }
+        });
+    }
+}
+
 /// One connection's side of the endpoint: the events routed to it, the
 /// endpoint events it raises, and the socket its datagrams go out on.
 pub struct Link {
     shared: Rc<Shared>,
     ch: ConnectionHandle,
-    buf: Vec<u8>,
     /// The connection told the endpoint it drained: the endpoint forgot it.
     drained: bool,
 }
@@ -1130,18 +1162,22 @@ impl Link {
     /// them (UDP GSO); returns how many sends it made.
     pub async fn flush(&mut self, conn: &mut Connection) -> usize {
         let mut sent = 0;
+        // A buffer of the thread's, given back when the flush ends (or is
+        // dropped): a batch is up to GSO_SEGMENTS datagrams, and a
+        // connection between flushes holds none.
+        let mut buf = SendBuf::take();
         loop {
-            self.buf.clear();
+            buf.0.clear();
             let now = std::time::Instant::now();
             let max = if self.shared.gso.get() {
                 GSO_SEGMENTS
             } else {
                 1
             };
-            let Some(t) = conn.poll_transmit(now, max, &mut self.buf) else {
+            let Some(t) = conn.poll_transmit(now, max, &mut buf.0) else {
                 break;
             };
-            let data = self.buf.get(..t.size).unwrap_or(&self.buf);
+            let data = buf.0.get(..t.size).unwrap_or(&buf.0);
             let segment = t.segment_size.filter(|&s| s < data.len());
             let shared = &self.shared;
             shared

@@ -25,6 +25,26 @@ pub const CONNECTION_WINDOW: u64 = 2 * 1024 * 1024;
 /// newest group first) decides what goes next rather than a deep buffer.
 pub const SEND_WINDOW: u64 = 512 * 1024;
 
+/// The least send window a connection is given when a worker shares its
+/// send budget among many ([`send_window_for`]): one 16 KiB frame.
+pub const MIN_SEND_WINDOW: u64 = 16 * 1024;
+
+/// A server's budget of bytes held unacknowledged or unsent across the
+/// QUIC connections of one worker thread, unless the operator sets one:
+/// each of 32 connections or fewer gets the whole [`SEND_WINDOW`], each of
+/// 1,024 gets [`MIN_SEND_WINDOW`].
+pub const SEND_BUDGET: u64 = 16 * 1024 * 1024;
+
+/// The send window of each of `connections` connections sharing `budget`:
+/// an equal share, no more than [`SEND_WINDOW`] and no less than
+/// [`MIN_SEND_WINDOW`]. The library copies what a connection writes and
+/// keeps it until the peer acknowledges it, so the window is what a viewer
+/// that falls behind holds of the relay's memory.
+pub fn send_window_for(budget: u64, connections: usize) -> u64 {
+    let n = u64::try_from(connections.max(1)).unwrap_or(u64::MAX);
+    (budget / n).clamp(MIN_SEND_WINDOW, SEND_WINDOW)
+}
+
 /// A connection's idle timeout, as on QMux.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -176,3 +196,20 @@ impl core::fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_is_shared_within_the_window_bounds() {
+        assert_eq!(send_window_for(SEND_BUDGET, 0), SEND_WINDOW);
+        assert_eq!(send_window_for(SEND_BUDGET, 32), SEND_WINDOW);
+        assert_eq!(send_window_for(SEND_BUDGET, 64), 256 * 1024);
+        assert_eq!(send_window_for(SEND_BUDGET, 500), 33_554);
+        assert_eq!(send_window_for(SEND_BUDGET, 5_000), MIN_SEND_WINDOW);
+        assert_eq!(send_window_for(u64::MAX, 1), SEND_WINDOW);
+        assert_eq!(send_window_for(0, 1), MIN_SEND_WINDOW);
+        assert_eq!(send_window_for(u64::MAX, usize::MAX), MIN_SEND_WINDOW);
+    }
+}

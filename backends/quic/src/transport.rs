@@ -10,6 +10,7 @@
 //! as bytes leave its buffer, so a parked reader holds its peer to the
 //! library's window plus that one.
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::string::String;
 use std::time::Instant as StdInstant;
@@ -28,6 +29,11 @@ use skiff_core::wire::qmux::{Dir, StreamId};
 
 use crate::config::{ALPNS, STREAM_WINDOW};
 use crate::webtransport::{self as wt, ConnectStream, ControlStream, StreamHeader, code as h3};
+
+/// Streams a new connection's tables have room for before they grow: a
+/// viewer's control streams (its SETUP, announcement and subscription
+/// requests) fit.
+const INITIAL_STREAMS: usize = 8;
 
 /// One stream's receiving state, as the driver hands it to the session.
 #[derive(Debug, Default)]
@@ -94,6 +100,18 @@ pub struct QuicTransport {
     wt: Option<Box<Wt>>,
     /// Called with the connection when the transport drops.
     on_end: Option<OnEnd>,
+    /// The budget this connection shares with the others of its worker
+    /// ([`set_send_budget`](Self::set_send_budget)); `None`: the window
+    /// stays as configured.
+    send_budget: Option<u64>,
+    /// The send window last given to the library.
+    send_window: u64,
+}
+
+thread_local! {
+    /// Connections of this thread that share a send budget
+    /// ([`QuicTransport::set_send_budget`]).
+    static SHARING: Cell<usize> = const { Cell::new(0) };
 }
 
 /// What [`QuicTransport::on_end`] calls.
@@ -101,6 +119,9 @@ type OnEnd = Box<dyn FnOnce(&Connection)>;
 
 impl Drop for QuicTransport {
     fn drop(&mut self) {
+        if self.send_budget.is_some() {
+            let _ = SHARING.try_with(|n| n.set(n.get().saturating_sub(1)));
+        }
         if let Some(f) = self.on_end.take() {
             f(&self.conn);
         }
@@ -191,12 +212,47 @@ impl QuicTransport {
             epoch,
             now: Instant::ZERO,
             protocol: None,
-            recv: HashMap::with_capacity(64),
-            revisit: VecDeque::with_capacity(64),
-            blocked: HashSet::with_capacity(16),
-            events: VecDeque::with_capacity(16),
+            // Room for a viewer's few streams that carry data in: a
+            // connection with more grows them once, then keeps them.
+            recv: HashMap::with_capacity(INITIAL_STREAMS),
+            revisit: VecDeque::with_capacity(INITIAL_STREAMS),
+            blocked: HashSet::new(),
+            events: VecDeque::with_capacity(INITIAL_STREAMS),
             wt: None,
             on_end: None,
+            send_budget: None,
+            send_window: crate::config::SEND_WINDOW,
+        }
+    }
+
+    /// Shares `budget` bytes of unacknowledged or unsent data with the
+    /// thread's other connections that have one: from the next
+    /// [`fit_send_window`](Self::fit_send_window) on, this connection's
+    /// send window is its share ([`send_window_for`](crate::config::send_window_for)).
+    /// Only connections with a session share it: a handshake that was never
+    /// finished takes no one's window.
+    pub fn set_send_budget(&mut self, budget: Option<u64>) {
+        match (self.send_budget.is_some(), budget.is_some()) {
+            (false, true) => SHARING.with(|n| n.set(n.get() + 1)),
+            (true, false) => SHARING.with(|n| n.set(n.get().saturating_sub(1))),
+            _ => {}
+        }
+        self.send_budget = budget;
+    }
+
+    /// Gives the library this connection's share of its budget, among the
+    /// thread's connections that share one, as its send window (writes past
+    /// it are refused until acknowledgements come); nothing without a
+    /// budget, or when the share did not change.
+    pub fn fit_send_window(&mut self) {
+        let Some(budget) = self.send_budget else {
+            return;
+        };
+        let connections = SHARING.with(Cell::get);
+        let window = crate::config::send_window_for(budget, connections);
+        if window != self.send_window {
+            self.send_window = window;
+            self.conn.set_send_window(window);
         }
     }
 

@@ -81,8 +81,10 @@ pub type QuicServerConfig = skiff_quic::quinn_proto::ServerConfig;
 /// connection and its side of the endpoint, counted among the worker's open
 /// connections until it drops.
 pub struct QuicConn {
-    /// The library's connection, handshake under way.
-    pub conn: skiff_quic::quinn_proto::Connection,
+    /// The library's connection, handshake under way; boxed, so the
+    /// futures that hand it on keep a pointer rather than room for the
+    /// whole connection each.
+    pub conn: Box<skiff_quic::quinn_proto::Connection>,
     /// Its side of the worker's endpoint.
     pub link: skiff_monoio::quic::Link,
     /// The client's address.
@@ -97,6 +99,9 @@ pub struct QuicConn {
     /// Time the QUIC handshake and the client's SETUP have from the accept
     /// (`--handshake-timeout`).
     pub handshake_timeout: std::time::Duration,
+    /// Bytes the worker's QUIC connections may hold unacknowledged, shared
+    /// among them (`--quic-send-budget`).
+    pub send_budget: u64,
 }
 
 impl std::fmt::Debug for QuicConn {

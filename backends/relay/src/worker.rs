@@ -500,13 +500,14 @@ fn admit_quic<H: ConnectionHandler>(
     let guard = OpenGuard::new(shared.clone(), name, peer.ip());
     let quic_open = QuicOpen::new(shared.clone());
     let quic = crate::handler::QuicConn {
-        conn,
+        conn: Box::new(conn),
         link,
         peer,
         name,
         shutdown: Shutdown::new(shared.shutdown.clone()),
         handshake: HandshakeToken::new(shared.handshaking.clone()),
         handshake_timeout: shared.config.timeouts.handshake,
+        send_budget: shared.config.quic_send_budget,
     };
     let handler = handler.clone();
     let force = shared.force.clone();

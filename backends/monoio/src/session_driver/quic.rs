@@ -95,6 +95,9 @@ async fn run<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize>(
         let now = ctx.clock.now();
         crate::buffers::trim_if_due(now);
         let t = session.transport_mut();
+        // The connection's share of the thread's send budget, as
+        // connections come and go.
+        t.fit_send_window();
         let mut progress = link.deliver(t.connection_mut());
         if t.quic_timeout().is_some_and(|at| at <= now) {
             t.quic_handle_timeout(now);

@@ -164,6 +164,13 @@ settings! {
     #[arg(value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     quic_gso: bool = true;
 
+    /// Bytes all the QUIC connections of a worker thread may hold
+    /// unacknowledged or unsent: the send window of each connection with a
+    /// session is an equal share, between 16KiB and 512KiB (a viewer that
+    /// falls behind holds its window of the relay's memory).
+    #[arg(value_name = "BYTES")]
+    quic_send_budget: ByteSize = ByteSize::mib(16);
+
     /// New QUIC connections must first prove their address with a Retry
     /// while this many connections of the worker thread are still in their
     /// handshake; 0 asks every new connection [default: a quarter of

@@ -145,6 +145,9 @@ pub struct RelayConfig {
     pub quic: bool,
     /// Batch QUIC datagrams into one send (UDP GSO).
     pub quic_gso: bool,
+    /// Bytes the QUIC connections of a worker may hold unacknowledged or
+    /// unsent, shared equally among them (each between 16 KiB and 512 KiB).
+    pub quic_send_budget: u64,
     /// A new QUIC connection is asked to validate its address (a Retry)
     /// while at least this many of the worker's connections are still in
     /// their handshake (0: always).
@@ -513,6 +516,7 @@ impl RelayConfig {
             quick_ack: v.quick_ack,
             quic: v.quic,
             quic_gso: v.quic_gso,
+            quic_send_budget: v.quic_send_budget.0,
             quic_retry_above: v.quic_retry_above.unwrap_or(v.max_handshakes / 4),
             quotas: Quotas::of(&v),
             web_dir: v.web_dir.unwrap_or_else(default_web_dir),

@@ -202,6 +202,7 @@ impl ConnectionHandler for RelayHandler {
                 shutdown,
                 handshake,
                 handshake_timeout,
+                send_budget,
                 ..
             } = conn;
             let ctx = DriveCtx {
@@ -219,16 +220,31 @@ impl ConnectionHandler for RelayHandler {
                 tracing::debug!(conn = ?name, "QUIC handshake not completed");
                 return Ok(());
             }
-            if skiff_quic::transport::negotiated_alpn(&conn).as_deref()
+            if skiff_quic::transport::negotiated_alpn(&*conn).as_deref()
                 == Some(skiff_quic::webtransport::ALPN_H3.as_bytes())
             {
-                let served = self.serve_webtransport(&name, conn, link, setup_by, handshake, ctx);
+                let served = self.serve_webtransport(
+                    &name,
+                    *conn,
+                    link,
+                    setup_by,
+                    handshake,
+                    send_budget,
+                    ctx,
+                );
                 return Box::pin(served).await;
             }
-            let transport = QuicTransport::new(conn, ctx.clock.epoch());
-            let ended = Box::pin(
-                self.serve_quic_session(&name, transport, None, link, setup_by, handshake, ctx),
-            )
+            let transport = QuicTransport::new(*conn, ctx.clock.epoch());
+            let ended = Box::pin(self.serve_quic_session(
+                &name,
+                transport,
+                None,
+                link,
+                setup_by,
+                handshake,
+                send_budget,
+                ctx,
+            ))
             .await?;
             tracing::debug!(conn = ?name, ?ended, "QUIC session ended");
             Ok(())
@@ -486,6 +502,7 @@ impl RelayHandler {
         mut link: Link,
         setup_by: Instant,
         handshake: HandshakeToken,
+        send_budget: u64,
         ctx: DriveCtx,
     ) -> io::Result<()> {
         let _label = self.relay.metrics.clone().map(WebTransportLabel::new);
@@ -542,6 +559,7 @@ impl RelayHandler {
             link,
             setup_by,
             handshake,
+            send_budget,
             ctx,
         ))
         .await?;
@@ -557,11 +575,12 @@ impl RelayHandler {
     async fn serve_quic_session(
         self: Rc<Self>,
         name: &ConnName,
-        transport: QuicTransport,
+        mut transport: QuicTransport,
         path: Option<String>,
         link: Link,
         setup_by: Instant,
         handshake: HandshakeToken,
+        send_budget: u64,
         ctx: DriveCtx,
     ) -> io::Result<Ended> {
         let relay = self.relay.clone();
@@ -574,6 +593,7 @@ impl RelayHandler {
         let (config, origin) = self.relay.session_setup(Remote::Client);
         let mut config: Config<'_> = config;
         config.path = path.as_deref();
+        transport.set_send_budget(Some(send_budget));
         let session: Result<Box<QuicSession<'_, STREAMS>>, _> = Session::with_transport(
             Side::Server,
             config,
