@@ -70,7 +70,12 @@ pub fn transport_config(streams: usize, client: bool) -> TransportConfig {
         .max_idle_timeout(IdleTimeout::try_from(IDLE_TIMEOUT).ok())
         .keep_alive_interval(client.then_some(KEEP_ALIVE))
         .datagram_receive_buffer_size(None)
-        .enable_segmentation_offload(true);
+        .enable_segmentation_offload(true)
+        // BBR paces at the measured bottleneck rate and does not take
+        // random loss for congestion: a live stream keeps its rate on a
+        // lossy link, where CUBIC halves it at every loss (moq-dev's QUIC
+        // stacks run BBR as well).
+        .congestion_controller_factory(Arc::new(quinn_proto::congestion::BbrConfig::default()));
     t
 }
 

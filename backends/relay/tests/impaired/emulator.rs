@@ -293,8 +293,18 @@ impl Forwarder {
                         }
                     };
                     buf.truncate(n);
-                    self.counts.seen.fetch_add(1, Ordering::Relaxed);
                     let mut at = Instant::now() + shape.delay;
+                    // Only TCP and UDP (IPv4 protocol 6 and 17) take the
+                    // link's fates: what the kernel sends on its own at
+                    // random times (IGMP reports) crosses with the delay
+                    // alone and draws nothing, so the seeded sequence stays
+                    // the test's packets'.
+                    if !matches!(buf.get(9), Some(6 | 17)) {
+                        arrivals += 1;
+                        queue.push(Reverse((at, arrivals, buf)));
+                        continue;
+                    }
+                    self.counts.seen.fetch_add(1, Ordering::Relaxed);
                     match rng.fate(&shape) {
                         Fate::Dropped => {
                             self.counts.dropped.fetch_add(1, Ordering::Relaxed);
