@@ -3,6 +3,7 @@
 //   name=BROADCAST  play only that broadcast (no listing), e.g. ?name=cam.hang
 //   relay=URL       the relay to watch (default: this page's origin, which serves the page)
 //   transport=webtransport  never fall back to WebSocket (the players dial WebTransport only)
+//   transport=websocket     WebSocket only (WebTransport hidden from the players)
 // Each player's caption shows the transport its session runs over and live figures: frames
 // decoded per second and the video bitrate (the page's totals), the round-trip time (WebTransport only) and the
 // player's buffer; `window.skiffLive` holds the same figures by broadcast name.
@@ -14,6 +15,8 @@ const only = params.get("name");
 const list = document.getElementById("broadcasts");
 const status = document.getElementById("status");
 const webTransportOnly = params.get("transport") === "webtransport";
+// The player dials WebTransport whenever the page has it; hiding it leaves WebSocket.
+if (params.get("transport") === "websocket") globalThis.WebTransport = undefined;
 
 /** How often the listing asks the relay for its broadcasts again. */
 const POLL_MS = 2000;

@@ -13,7 +13,11 @@
 // and for skiff-relay require its metrics to count the sessions under `webtransport` and none
 // under `ws`: a session that fell back to WebSocket fails the scenario.
 // or, with --url URL --name NAME, only the player against a relay that is already running
-// (its screenshot is --out/TAG.png, TAG from --tag, default "given").
+// (its screenshot is --out/TAG.png, TAG from --tag, default "given"); with --transport
+// webtransport the page's WebSocket fallback is off and its session must be WebTransport (and
+// with --metrics URL, skiff-relay's, the relay must count a WebTransport session and no
+// WebSocket one); with --transport websocket the page hides WebTransport from the player and
+// its session must be WebSocket.
 //
 // Each scenario requires at least MIN_FRAMES frames decoded by the page's WebCodecs
 // VideoDecoder within WINDOW_MS of the first one, records the time to the first decoded frame,
@@ -21,7 +25,8 @@
 // uniform, and that it changes (the source moves).
 //
 // Usage: node web/test/watch.mjs [--scenarios a,b,...] [--require a,b,...] [--skiff-relay BIN] [--moq-relay BIN]
-//        [--camera BIN] [--chromium BIN] [--out DIR] [--url URL --name NAME [--tag TAG]]
+//        [--camera BIN] [--chromium BIN] [--out DIR]
+//        [--url URL --name NAME [--tag TAG] [--transport webtransport|websocket] [--metrics URL]]
 // Binaries default to $SKIFF_RELAY, $MOQ_RELAY, $SKIFF_CAMERA, $CHROMIUM. A scenario whose
 // binary is not given is skipped with a line that says so, unless --require names it.
 // Prints one line per scenario and a closing "N passed, N failed" line; exits 1 on a failure.
@@ -69,6 +74,8 @@ const { values: opts } = parseArgs({
 		url: { type: "string" },
 		name: { type: "string" },
 		tag: { type: "string", default: "given" },
+		transport: { type: "string" },
+		metrics: { type: "string" },
 		help: { type: "boolean", short: "h" },
 	},
 });
@@ -106,6 +113,11 @@ const chosen = listOption(opts.scenarios, SCENARIOS);
 const required = new Set(listOption(opts.require, []));
 const outDir = resolve(opts.out ?? join(process.env.CARGO_TARGET_DIR || join(repoDir, "target"), "browser"));
 if (opts.url && !opts.name) usage("--url needs --name (the broadcast to watch)");
+if (opts.transport !== undefined && opts.transport !== "webtransport" && opts.transport !== "websocket") {
+	usage(`--transport ${opts.transport}: webtransport or websocket`);
+}
+if (opts.metrics && opts.transport !== "webtransport") usage("--metrics goes with --transport webtransport");
+if ((opts.transport || opts.metrics) && !opts.url) usage("--transport and --metrics go with --url");
 for (const [flag, path] of [
 	["--skiff-relay", opts["skiff-relay"]],
 	["--moq-relay", opts["moq-relay"]],
@@ -437,7 +449,7 @@ function recordConsole(page, label, sink) {
  * Opens the watch page for `name` on `relay` and measures it. Returns the figures; throws with
  * what the page said when a check fails.
  */
-async function watch(browser, tag, pageUrl, relayUrl, name, wt = false) {
+async function watch(browser, tag, pageUrl, relayUrl, name, transport = undefined) {
 	const context = await browser.createBrowserContext();
 	cleanups.push(() => context.close());
 	const page = await context.newPage();
@@ -447,7 +459,7 @@ async function watch(browser, tag, pageUrl, relayUrl, name, wt = false) {
 	await page.evaluateOnNewDocument(instrumentDecoder);
 	const url = new URL(pageUrl);
 	url.searchParams.set("name", name);
-	if (wt) url.searchParams.set("transport", "webtransport");
+	if (transport) url.searchParams.set("transport", transport);
 	if (new URL(relayUrl).origin !== url.origin) url.searchParams.set("relay", relayUrl);
 	const explain = (what) => `${what}\n  page ${url}\n  ${messages.slice(-15).join("\n  ") || "(no console output)"}`;
 
@@ -464,8 +476,8 @@ async function watch(browser, tag, pageUrl, relayUrl, name, wt = false) {
 		const established = el?.connection?.established?.peek?.();
 		return established ? { version: established.version, transport: String(established.transport) } : undefined;
 	});
-	if (wt && session?.transport !== "webtransport") {
-		throw new Error(explain(`the player's session runs over ${session?.transport ?? "nothing known"}, not WebTransport`));
+	if (transport && session?.transport !== transport) {
+		throw new Error(explain(`the player's session runs over ${session?.transport ?? "nothing known"}, not ${transport}`));
 	}
 	await sleep(WINDOW_MS);
 	const after = await page.evaluate(() => ({ ...window.skiffWatch }));
@@ -585,7 +597,7 @@ async function runScenario(browser, scenario) {
 	}
 	// The first frame is timed from the page opening, with the broadcast already live.
 	await waitAnnounced(relay.relay, name);
-	const figures = await watch(browser, scenario, relay.page, relay.relay, name, wt);
+	const figures = await watch(browser, scenario, relay.page, relay.relay, name, wt ? "webtransport" : undefined);
 	if (publisher) {
 		figures.published = await publisher.evaluate(() => ({ ...window.skiffPublish }));
 		if (wt && figures.published.transport !== "webtransport") {
@@ -657,7 +669,14 @@ let skipped = 0;
 try {
 	if (opts.url) {
 		try {
-			const f = await watch(browser, opts.tag, opts.url, opts.url, opts.name);
+			const f = await watch(browser, opts.tag, opts.url, opts.url, opts.name, opts.transport);
+			if (opts.metrics) {
+				const m = await transportMetrics(opts.metrics);
+				f.transports = m;
+				if ((m.webtransport?.open ?? 0) < 1 || (m.ws?.open ?? 0) !== 0 || (m.ws?.received ?? 0) !== 0) {
+					throw new Error(`the relay's transport metrics do not show a WebTransport session and no WebSocket: ${JSON.stringify(m)}`);
+				}
+			}
 			console.log(`ok    ${opts.name} on ${opts.url}: ${describe(f)}`);
 			passed += 1;
 		} catch (err) {
