@@ -350,6 +350,20 @@ const CHROMIUM_ARGS = [
 function instrumentDecoder() {
 	const stats = { decoded: 0, firstAt: undefined, lastAt: undefined, size: undefined, configs: [], errors: [] };
 	window.skiffWatch = stats;
+	// When the first WebTransport session was dialed and when it was up, for the first frame's
+	// breakdown: page load and certificate fetch, then the handshake, then setup to picture.
+	const NativeWT = window.WebTransport;
+	if (NativeWT) {
+		window.WebTransport = class extends NativeWT {
+			constructor(...args) {
+				super(...args);
+				stats.dialedAt ??= performance.now();
+				this.ready.then(() => {
+					stats.readyAt ??= performance.now();
+				}, () => {});
+			}
+		};
+	}
 	const Native = window.VideoDecoder;
 	if (!Native) return;
 	window.VideoDecoder = class extends Native {
@@ -498,6 +512,8 @@ async function watch(browser, tag, pageUrl, relayUrl, name, transport = undefine
 		decodedIn10s: inWindow,
 		decodedTotal: after.decoded,
 		firstFrameMs: Math.round(first.firstAt),
+		dialedMs: after.dialedAt === undefined ? undefined : Math.round(after.dialedAt),
+		readyMs: after.readyAt === undefined ? undefined : Math.round(after.readyAt),
 		fps: inWindow / (WINDOW_MS / 1000),
 		codec: after.configs[0],
 		size: after.size,
@@ -623,7 +639,7 @@ function describe(f) {
 	return (
 		`${f.decodedIn10s} frames decoded in 10 s after the first (${f.fps.toFixed(1)} fps, ` +
 		`${((f.fps / PUBLISH_FPS) * 100).toFixed(1)} % of the source's ${PUBLISH_FPS}), ` +
-		`first frame ${f.firstFrameMs} ms after the page opened, ${f.codec} ${f.size}, ` +
+		`first frame ${f.firstFrameMs} ms after the page opened${f.readyMs === undefined ? "" : ` (WebTransport dialed at ${f.dialedMs} ms, up at ${f.readyMs} ms)`}, ${f.codec} ${f.size}, ` +
 		`${f.session ? `${f.session.version} over ${f.session.transport}` : "session unknown"}; ` +
 		(f.live ? `the page showed ${JSON.stringify(f.live)}; ` : "") +
 		(f.transports ? `relay transports ${JSON.stringify(f.transports)}; ` : "") +
