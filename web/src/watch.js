@@ -5,8 +5,9 @@
 //   transport=webtransport  never fall back to WebSocket (the players dial WebTransport only)
 //   transport=websocket     WebSocket only (WebTransport hidden from the players)
 // Each player's caption shows the transport its session runs over and live figures: frames
-// decoded per second and the video bitrate (the page's totals), the round-trip time (WebTransport only) and the
-// player's buffer; `window.skiffLive` holds the same figures by broadcast name.
+// decoded per second and the video bitrate (the page's totals), the round-trip time (when the
+// browser's WebTransport has getStats(); Chromium 156's has not) and the latency (the player's playout buffer plus half the RTT);
+// `window.skiffLive` holds the same figures by broadcast name.
 import "@moq/watch/element";
 
 const params = new URLSearchParams(location.search);

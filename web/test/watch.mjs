@@ -614,6 +614,7 @@ async function runScenario(browser, scenario) {
 	// The first frame is timed from the page opening, with the broadcast already live.
 	await waitAnnounced(relay.relay, name);
 	const figures = await watch(browser, scenario, relay.page, relay.relay, name, wt ? "webtransport" : undefined);
+	figures.sourceFps = PUBLISH_FPS;
 	if (publisher) {
 		figures.published = await publisher.evaluate(() => ({ ...window.skiffPublish }));
 		if (wt && figures.published.transport !== "webtransport") {
@@ -637,8 +638,8 @@ async function runScenario(browser, scenario) {
 function describe(f) {
 	const p = f.picture;
 	return (
-		`${f.decodedIn10s} frames decoded in 10 s after the first (${f.fps.toFixed(1)} fps, ` +
-		`${((f.fps / PUBLISH_FPS) * 100).toFixed(1)} % of the source's ${PUBLISH_FPS}), ` +
+		`${f.decodedIn10s} frames decoded in 10 s after the first (${f.fps.toFixed(1)} fps` +
+		(f.sourceFps ? `, ${((f.fps / f.sourceFps) * 100).toFixed(1)} % of the source's ${f.sourceFps}), ` : "), ") +
 		`first frame ${f.firstFrameMs} ms after the page opened${f.readyMs === undefined ? "" : ` (WebTransport dialed at ${f.dialedMs} ms, up at ${f.readyMs} ms)`}, ${f.codec} ${f.size}, ` +
 		`${f.session ? `${f.session.version} over ${f.session.transport}` : "session unknown"}; ` +
 		(f.live ? `the page showed ${JSON.stringify(f.live)}; ` : "") +
