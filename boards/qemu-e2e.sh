@@ -11,8 +11,10 @@
 #      E2E_FRAMES (default 100), E2E_TIMEOUT (viewer's seconds, default 90),
 #      CARGO_TARGET_DIR (honoured for the firmware and the host binaries),
 #      E2E_BROWSER=1: then also headless Chromium plays the board on skiff-relay's watch
-#      page (web/test/watch.mjs: frames counted, screenshot kept as
-#      $CARGO_TARGET_DIR/qemu-board.png); needs chromium, node and web/dist
+#      page over WebTransport (the page's WebSocket fallback off, the relay's metrics
+#      counting the session under webtransport), then over WebSocket (WebTransport hidden
+#      from the page; web/test/watch.mjs:
+#      frames counted, screenshots kept as $CARGO_TARGET_DIR/qemu-board{-wt,}.png); needs chromium, node and web/dist
 #      (npm --prefix web ci && npm --prefix web run build), which it does not install;
 #      E2E_FAULTS=1: then also, with the board streaming, the relay is killed and restarted
 #      on the same port and the board's link is cut for E2E_CUT_SECS (default 3) through
@@ -30,6 +32,7 @@ port="${E2E_PORT:-14443}"
 frames="${E2E_FRAMES:-100}"
 limit="${E2E_TIMEOUT:-90}"
 monitor_port="${E2E_MONITOR_PORT:-$((port + 1))}"
+metrics_port="${E2E_METRICS_PORT:-$((port + 2))}"
 cut="${E2E_CUT_SECS:-3}"
 
 work="$(mktemp -d)"
@@ -71,10 +74,12 @@ elf="${CARGO_TARGET_DIR:-$board/target}/thumbv7em-none-eabihf/release/qemu-mps2-
 target="${CARGO_TARGET_DIR:-$root/target}"
 bin="$target/release"
 
-# The relay on loopback only; one worker thread keeps it small. Started again on the same
-# port by the fault phase; its log grows across restarts.
+# The relay on loopback only; one worker thread keeps it small. Its generated certificate
+# gives the browser WebTransport on the same port over UDP (the firmware's TCP stays plain).
+# Started again on the same port by the fault phase; its log grows across restarts.
 start_relay() {
     "$bin/skiff-relay" serve --listen "127.0.0.1:$port" --threads 1 --cache-bytes 64MiB \
+        --tls-generate localhost,127.0.0.1 --metrics "127.0.0.1:$metrics_port" \
         >>"$work/relay.log" 2>&1 &
     relay_pid=$!
     local listening=0
@@ -191,16 +196,24 @@ fi
 
 if [[ "${E2E_BROWSER:-0}" == 1 ]]; then
     # The board is still streaming: the player watches it through the same relay, which
-    # serves the page and takes the browser's WebSocket on the same port. The player
-    # dials the relay's root, where the board's broadcast (published at /anon) is
-    # anon/mps2/cam.hang (docs/protocol.md §4.1).
-    echo "e2e: browser: headless Chromium plays anon/mps2/cam.hang on the watch page"
+    # serves the page and takes the browser's WebTransport (UDP) and WebSocket (TCP) on the
+    # same port. The player dials the relay's root, where the board's broadcast (published
+    # at /anon) is anon/mps2/cam.hang (docs/protocol.md §4.1). WebTransport first, so the
+    # relay's WebSocket counters are still zero when its run checks them.
+    echo "e2e: browser: headless Chromium plays anon/mps2/cam.hang over WebTransport"
     if ! timeout 300 node "$root/web/test/watch.mjs" --url "http://127.0.0.1:$port/" \
-        --name anon/mps2/cam.hang --out "$target" --tag qemu-board; then
+        --name anon/mps2/cam.hang --out "$target" --tag qemu-board-wt \
+        --transport webtransport --metrics "http://127.0.0.1:$metrics_port/metrics"; then
+        echo "e2e: FAIL (the browser did not play the board over WebTransport)" >&2
+        exit 1
+    fi
+    echo "e2e: browser: headless Chromium plays anon/mps2/cam.hang over WebSocket"
+    if ! timeout 300 node "$root/web/test/watch.mjs" --url "http://127.0.0.1:$port/" \
+        --name anon/mps2/cam.hang --out "$target" --tag qemu-board --transport websocket; then
         echo "e2e: FAIL (the browser did not play the board)" >&2
         exit 1
     fi
-    echo "e2e: browser screenshot: $target/qemu-board.png"
+    echo "e2e: browser screenshots: $target/qemu-board-wt.png, $target/qemu-board.png"
 fi
 
 if [[ "${E2E_FAULTS:-0}" == 1 ]]; then

@@ -8,6 +8,9 @@
 //   fps             frames per second (default: 30)
 //   gop             frames per group; each group starts at a keyframe (default: fps)
 //   bitrate         encoder target in bits/s (default: 1000000)
+//   transport=webtransport  never fall back to WebSocket
+// The page dials WebTransport first and WebSocket after a head start (@moq/net's race);
+// `window.skiffPublish.transport` and the status line say which one carries the session.
 import { Container, Net } from "@moq/hang";
 
 const params = new URLSearchParams(location.search);
@@ -32,6 +35,7 @@ const state = {
 	status: "starting",
 	connected: false,
 	version: undefined,
+	transport: undefined,
 	framesEncoded: 0,
 	framesDropped: 0,
 	keyframes: 0,
@@ -208,17 +212,22 @@ function describeError(err) {
 	return String(err?.message ?? err);
 }
 
+/** `transport=webtransport` turns the WebSocket fallback off. */
+const connectOptions = params.get("transport") === "webtransport" ? { websocket: { enabled: false } } : undefined;
+
 async function session() {
 	for (;;) {
 		try {
 			state.status = "connecting";
 			status.textContent = `connecting to ${relay.host}…`;
-			const connection = await Net.Connection.connect(relay);
+			const connection = await Net.Connection.connect(relay, connectOptions);
 			connection.publish(Net.Path.from(name), broadcast);
 			state.connected = true;
 			state.version = connection.version;
+			state.transport = String(connection.transport);
 			state.status = "publishing";
-			status.textContent = `publishing ${name} to ${relay.host} (${connection.version})`;
+			const over = state.transport === "webtransport" ? "WebTransport" : state.transport === "websocket" ? "WebSocket" : state.transport;
+			status.textContent = `publishing ${name} to ${relay.host} over ${over} (${connection.version})`;
 			await connection.closed;
 			status.textContent = `session to ${relay.host} ended; dialing again`;
 		} catch (err) {

@@ -5,8 +5,19 @@
 //   skiff-browser   publish.html in one page -> skiff-relay -> the player in another
 //   moq-camera      the H.264 camera -> moq-relay 0.17.10 -> the player
 //   moq-browser     publish.html -> moq-relay 0.17.10 -> the player
+// and the same four over WebTransport (HTTP/3 on the relay's UDP port, its self-signed
+// certificate pinned through `GET /certificate.sha256`, as @moq/watch does given http://):
+//   skiff-camera-wt, skiff-browser-wt, moq-camera-wt, moq-browser-wt
+// The -wt scenarios open the pages with transport=webtransport, which turns the players' and
+// the publisher's WebSocket fallback off, require every page to report a WebTransport session,
+// and for skiff-relay require its metrics to count the sessions under `webtransport` and none
+// under `ws`: a session that fell back to WebSocket fails the scenario.
 // or, with --url URL --name NAME, only the player against a relay that is already running
-// (its screenshot is --out/TAG.png, TAG from --tag, default "given").
+// (its screenshot is --out/TAG.png, TAG from --tag, default "given"); with --transport
+// webtransport the page's WebSocket fallback is off and its session must be WebTransport (and
+// with --metrics URL, skiff-relay's, the relay must count a WebTransport session and no
+// WebSocket one); with --transport websocket the page hides WebTransport from the player and
+// its session must be WebSocket.
 //
 // Each scenario requires at least MIN_FRAMES frames decoded by the page's WebCodecs
 // VideoDecoder within WINDOW_MS of the first one, records the time to the first decoded frame,
@@ -14,7 +25,8 @@
 // uniform, and that it changes (the source moves).
 //
 // Usage: node web/test/watch.mjs [--scenarios a,b,...] [--require a,b,...] [--skiff-relay BIN] [--moq-relay BIN]
-//        [--camera BIN] [--chromium BIN] [--out DIR] [--url URL --name NAME [--tag TAG]]
+//        [--camera BIN] [--chromium BIN] [--out DIR]
+//        [--url URL --name NAME [--tag TAG] [--transport webtransport|websocket] [--metrics URL]]
 // Binaries default to $SKIFF_RELAY, $MOQ_RELAY, $SKIFF_CAMERA, $CHROMIUM. A scenario whose
 // binary is not given is skipped with a line that says so, unless --require names it.
 // Prints one line per scenario and a closing "N passed, N failed" line; exits 1 on a failure.
@@ -40,10 +52,11 @@ const WINDOW_MS = 10_000;
 const FIRST_FRAME_MS = 30_000;
 /** Bound on a relay or a static server accepting connections. */
 const STARTUP_MS = 20_000;
-/** Frame rate the browser publisher is asked for. */
+/** Frame rate the browser publisher is asked for; the camera's default is the same. */
 const PUBLISH_FPS = 30;
 
-const SCENARIOS = ["skiff-camera", "skiff-browser", "moq-camera", "moq-browser"];
+const BASE_SCENARIOS = ["skiff-camera", "skiff-browser", "moq-camera", "moq-browser"];
+const SCENARIOS = [...BASE_SCENARIOS, ...BASE_SCENARIOS.map((s) => `${s}-wt`)];
 
 // ---------------------------------------------------------------------------
 // Command line
@@ -61,6 +74,8 @@ const { values: opts } = parseArgs({
 		url: { type: "string" },
 		name: { type: "string" },
 		tag: { type: "string", default: "given" },
+		transport: { type: "string" },
+		metrics: { type: "string" },
 		help: { type: "boolean", short: "h" },
 	},
 });
@@ -98,6 +113,11 @@ const chosen = listOption(opts.scenarios, SCENARIOS);
 const required = new Set(listOption(opts.require, []));
 const outDir = resolve(opts.out ?? join(process.env.CARGO_TARGET_DIR || join(repoDir, "target"), "browser"));
 if (opts.url && !opts.name) usage("--url needs --name (the broadcast to watch)");
+if (opts.transport !== undefined && opts.transport !== "webtransport" && opts.transport !== "websocket") {
+	usage(`--transport ${opts.transport}: webtransport or websocket`);
+}
+if (opts.metrics && opts.transport !== "webtransport") usage("--metrics goes with --transport webtransport");
+if ((opts.transport || opts.metrics) && !opts.url) usage("--transport and --metrics go with --url");
 for (const [flag, path] of [
 	["--skiff-relay", opts["skiff-relay"]],
 	["--moq-relay", opts["moq-relay"]],
@@ -241,36 +261,55 @@ async function startStaticServer() {
 // Relays and sources
 // ---------------------------------------------------------------------------
 
-/** skiff-relay on one port: QMux over TCP and over WebSocket, and the page from web/dist. */
-async function startSkiffRelay(tag) {
+/**
+ * skiff-relay on one port: QMux over TCP and over WebSocket, and the page from web/dist; with
+ * `wt`, also HTTP/3 with WebTransport on the same port over UDP with a generated certificate,
+ * and its metrics on a second port.
+ */
+async function startSkiffRelay(tag, wt) {
 	const port = await freePort();
-	const proc = startProcess("skiff-relay", opts["skiff-relay"], ["serve", "--listen", `127.0.0.1:${port}`], join(outDir, `${tag}-skiff-relay.log`));
+	const args = ["serve", "--listen", `127.0.0.1:${port}`];
+	let metrics;
+	if (wt) {
+		const metricsPort = await freePort();
+		args.push("--tls-generate", "localhost,127.0.0.1", "--metrics", `127.0.0.1:${metricsPort}`);
+		metrics = `http://127.0.0.1:${metricsPort}/metrics`;
+	}
+	const proc = startProcess("skiff-relay", opts["skiff-relay"], args, join(outDir, `${tag}-skiff-relay.log`));
 	await waitListening(port, proc);
 	const health = await fetchText(`http://127.0.0.1:${port}/health`);
 	if (health.status !== 200) throw new Error(`skiff-relay GET /health answered ${health.status}`);
 	const page = `http://127.0.0.1:${port}/`;
-	return { proc, tcp: `tcp://127.0.0.1:${port}/`, relay: page, page };
+	return { proc, tcp: `tcp://127.0.0.1:${port}/`, relay: page, page, metrics };
 }
 
-/** moq-relay 0.17.10: QMux over TCP on one port, WebSocket on another, anonymous access. */
-async function startMoqRelay(tag) {
+/** skiff-relay's per-transport series, `{ transport: { open, sent, received } }`. */
+async function transportMetrics(url) {
+	const { status, body } = await fetchText(url);
+	if (status !== 200) throw new Error(`GET ${url} answered ${status}`);
+	const out = {};
+	const names = { connections_open: "open", sent_bytes_total: "sent", received_bytes_total: "received" };
+	for (const line of body.split("\n")) {
+		const m = /^skiff_relay_transport_(\w+)\{transport="(\w+)"\} (\d+)/.exec(line);
+		if (!m || !names[m[1]]) continue;
+		out[m[2]] ??= { open: 0, sent: 0, received: 0 };
+		out[m[2]][names[m[1]]] = Number(m[3]);
+	}
+	return out;
+}
+
+/**
+ * moq-relay 0.17.10: QMux over TCP on one port, WebSocket on another, anonymous access; with
+ * `wt`, also QUIC and WebTransport on the WebSocket port's number over UDP with a generated
+ * certificate (the player given http://HOST:PORT/ fetches the hash there and dials
+ * https://HOST:PORT/).
+ */
+async function startMoqRelay(tag, wt) {
 	const tcpPort = await freePort();
 	const webPort = await freePort();
-	const proc = startProcess(
-		"moq-relay",
-		opts["moq-relay"],
-		[
-			"--listen-tcp-bind",
-			`127.0.0.1:${tcpPort}`,
-			"--web-http-listen",
-			`127.0.0.1:${webPort}`,
-			"--auth-public",
-			"**",
-			"--log-level",
-			"info",
-		],
-		join(outDir, `${tag}-moq-relay.log`),
-	);
+	const args = ["--listen-tcp-bind", `127.0.0.1:${tcpPort}`, "--web-http-listen", `127.0.0.1:${webPort}`, "--auth-public", "**", "--log-level", "info"];
+	if (wt) args.push("--listen", `127.0.0.1:${webPort}`, "--listen-tls-generate", "localhost");
+	const proc = startProcess("moq-relay", opts["moq-relay"], args, join(outDir, `${tag}-moq-relay.log`));
 	await waitListening(tcpPort, proc);
 	await waitListening(webPort, proc);
 	const page = await startStaticServer();
@@ -311,6 +350,20 @@ const CHROMIUM_ARGS = [
 function instrumentDecoder() {
 	const stats = { decoded: 0, firstAt: undefined, lastAt: undefined, size: undefined, configs: [], errors: [] };
 	window.skiffWatch = stats;
+	// When the first WebTransport session was dialed and when it was up, for the first frame's
+	// breakdown: page load and certificate fetch, then the handshake, then setup to picture.
+	const NativeWT = window.WebTransport;
+	if (NativeWT) {
+		window.WebTransport = class extends NativeWT {
+			constructor(...args) {
+				super(...args);
+				stats.dialedAt ??= performance.now();
+				this.ready.then(() => {
+					stats.readyAt ??= performance.now();
+				}, () => {});
+			}
+		};
+	}
 	const Native = window.VideoDecoder;
 	if (!Native) return;
 	window.VideoDecoder = class extends Native {
@@ -410,7 +463,7 @@ function recordConsole(page, label, sink) {
  * Opens the watch page for `name` on `relay` and measures it. Returns the figures; throws with
  * what the page said when a check fails.
  */
-async function watch(browser, tag, pageUrl, relayUrl, name) {
+async function watch(browser, tag, pageUrl, relayUrl, name, transport = undefined) {
 	const context = await browser.createBrowserContext();
 	cleanups.push(() => context.close());
 	const page = await context.newPage();
@@ -420,6 +473,7 @@ async function watch(browser, tag, pageUrl, relayUrl, name) {
 	await page.evaluateOnNewDocument(instrumentDecoder);
 	const url = new URL(pageUrl);
 	url.searchParams.set("name", name);
+	if (transport) url.searchParams.set("transport", transport);
 	if (new URL(relayUrl).origin !== url.origin) url.searchParams.set("relay", relayUrl);
 	const explain = (what) => `${what}\n  page ${url}\n  ${messages.slice(-15).join("\n  ") || "(no console output)"}`;
 
@@ -436,8 +490,13 @@ async function watch(browser, tag, pageUrl, relayUrl, name) {
 		const established = el?.connection?.established?.peek?.();
 		return established ? { version: established.version, transport: String(established.transport) } : undefined;
 	});
+	if (transport && session?.transport !== transport) {
+		throw new Error(explain(`the player's session runs over ${session?.transport ?? "nothing known"}, not ${transport}`));
+	}
 	await sleep(WINDOW_MS);
 	const after = await page.evaluate(() => ({ ...window.skiffWatch }));
+	// The page's own live figures (its caption), as a person sees them.
+	const live = await page.evaluate((n) => window.skiffLive?.[n], name);
 	const inWindow = after.decoded - first.decoded;
 
 	const canvas = await page.$("moq-watch canvas");
@@ -453,10 +512,13 @@ async function watch(browser, tag, pageUrl, relayUrl, name) {
 		decodedIn10s: inWindow,
 		decodedTotal: after.decoded,
 		firstFrameMs: Math.round(first.firstAt),
+		dialedMs: after.dialedAt === undefined ? undefined : Math.round(after.dialedAt),
+		readyMs: after.readyAt === undefined ? undefined : Math.round(after.readyAt),
 		fps: inWindow / (WINDOW_MS / 1000),
 		codec: after.configs[0],
 		size: after.size,
 		session,
+		live,
 		picture,
 		change,
 		screenshot: shotPath,
@@ -491,7 +553,7 @@ async function listing(browser, pageUrl, relayUrl, name) {
 }
 
 /** Opens publish.html publishing `name` to `relay`; resolves once it publishes. */
-async function publishFromBrowser(browser, pageUrl, relayUrl, name) {
+async function publishFromBrowser(browser, pageUrl, relayUrl, name, wt = false) {
 	const context = await browser.createBrowserContext();
 	cleanups.push(() => context.close());
 	const page = await context.newPage();
@@ -500,6 +562,7 @@ async function publishFromBrowser(browser, pageUrl, relayUrl, name) {
 	const url = new URL("publish.html", pageUrl);
 	url.searchParams.set("name", name);
 	url.searchParams.set("fps", String(PUBLISH_FPS));
+	if (wt) url.searchParams.set("transport", "webtransport");
 	if (new URL(relayUrl).origin !== url.origin) url.searchParams.set("relay", relayUrl);
 	await page.goto(url.href, { waitUntil: "load" });
 	await page
@@ -520,35 +583,67 @@ function missing(scenario) {
 	const needs = [];
 	if (scenario.startsWith("skiff-") && !opts["skiff-relay"]) needs.push("--skiff-relay / $SKIFF_RELAY");
 	if (scenario.startsWith("moq-") && !opts["moq-relay"]) needs.push("--moq-relay / $MOQ_RELAY");
-	if (scenario.endsWith("-camera") && !opts.camera) needs.push("--camera / $SKIFF_CAMERA");
+	if (scenario.includes("-camera") && !opts.camera) needs.push("--camera / $SKIFF_CAMERA");
 	return needs;
 }
 
+/** Waits until the relay's `GET /announced` lists `name` (a JSON array or one path a line). */
+async function waitAnnounced(relayUrl, name) {
+	const url = new URL("announced", relayUrl).href;
+	const deadline = Date.now() + STARTUP_MS;
+	for (;;) {
+		const { status, body } = await fetchText(url).catch(() => ({ status: 0, body: "" }));
+		if (status === 200 && (body.includes(`"${name}"`) || body.split("\n").some((l) => l.trim() === name))) return;
+		if (Date.now() > deadline) throw new Error(`${url} did not list ${name} within ${STARTUP_MS} ms (last answer ${status}: ${body.slice(0, 200)})`);
+		await sleep(100);
+	}
+}
+
 async function runScenario(browser, scenario) {
-	const relay = scenario.startsWith("skiff-") ? await startSkiffRelay(scenario) : await startMoqRelay(scenario);
+	const wt = scenario.endsWith("-wt");
+	const relay = scenario.startsWith("skiff-") ? await startSkiffRelay(scenario, wt) : await startMoqRelay(scenario, wt);
 	let name;
 	let publisher;
-	if (scenario.endsWith("-camera")) {
+	if (scenario.includes("-camera")) {
 		name = "cam.hang";
 		startCamera(scenario, relay, name);
 	} else {
 		name = "browser.hang";
-		publisher = await publishFromBrowser(browser, relay.page, relay.relay, name);
+		publisher = await publishFromBrowser(browser, relay.page, relay.relay, name, wt);
 	}
-	const figures = await watch(browser, scenario, relay.page, relay.relay, name);
-	figures.listed = await listing(browser, relay.page, relay.relay, name);
+	// The first frame is timed from the page opening, with the broadcast already live.
+	await waitAnnounced(relay.relay, name);
+	const figures = await watch(browser, scenario, relay.page, relay.relay, name, wt ? "webtransport" : undefined);
+	figures.sourceFps = PUBLISH_FPS;
 	if (publisher) {
 		figures.published = await publisher.evaluate(() => ({ ...window.skiffPublish }));
+		if (wt && figures.published.transport !== "webtransport") {
+			throw new Error(`publish.html's session runs over ${figures.published.transport}, not WebTransport`);
+		}
 	}
+	if (relay.metrics) {
+		// Every browser session so far (the player, and the publisher) is WebTransport: the
+		// relay counts them open under `webtransport` and never saw a WebSocket byte.
+		const m = await transportMetrics(relay.metrics);
+		figures.transports = m;
+		const sessions = publisher ? 2 : 1;
+		if ((m.webtransport?.open ?? 0) < sessions || (m.ws?.open ?? 0) !== 0 || (m.ws?.received ?? 0) !== 0) {
+			throw new Error(`skiff-relay's transport metrics do not show ${sessions} WebTransport session(s) and no WebSocket: ${JSON.stringify(m)}`);
+		}
+	}
+	figures.listed = await listing(browser, relay.page, relay.relay, name);
 	return figures;
 }
 
 function describe(f) {
 	const p = f.picture;
 	return (
-		`${f.decodedIn10s} frames decoded in 10 s after the first (${f.fps.toFixed(1)} fps), ` +
-		`first frame ${f.firstFrameMs} ms after the page opened, ${f.codec} ${f.size}, ` +
+		`${f.decodedIn10s} frames decoded in 10 s after the first (${f.fps.toFixed(1)} fps` +
+		(f.sourceFps ? `, ${((f.fps / f.sourceFps) * 100).toFixed(1)} % of the source's ${f.sourceFps}), ` : "), ") +
+		`first frame ${f.firstFrameMs} ms after the page opened${f.readyMs === undefined ? "" : ` (WebTransport dialed at ${f.dialedMs} ms, up at ${f.readyMs} ms)`}, ${f.codec} ${f.size}, ` +
 		`${f.session ? `${f.session.version} over ${f.session.transport}` : "session unknown"}; ` +
+		(f.live ? `the page showed ${JSON.stringify(f.live)}; ` : "") +
+		(f.transports ? `relay transports ${JSON.stringify(f.transports)}; ` : "") +
 		`picture ${p.width}x${p.height} luma ${p.mean.toFixed(0)}±${p.stddev.toFixed(0)}, ${p.colours} colours, ` +
 		`${(f.change * 100).toFixed(1)} % changed in 0.7 s; screenshot ${f.screenshot}`
 	);
@@ -591,7 +686,14 @@ let skipped = 0;
 try {
 	if (opts.url) {
 		try {
-			const f = await watch(browser, opts.tag, opts.url, opts.url, opts.name);
+			const f = await watch(browser, opts.tag, opts.url, opts.url, opts.name, opts.transport);
+			if (opts.metrics) {
+				const m = await transportMetrics(opts.metrics);
+				f.transports = m;
+				if ((m.webtransport?.open ?? 0) < 1 || (m.ws?.open ?? 0) !== 0 || (m.ws?.received ?? 0) !== 0) {
+					throw new Error(`the relay's transport metrics do not show a WebTransport session and no WebSocket: ${JSON.stringify(m)}`);
+				}
+			}
 			console.log(`ok    ${opts.name} on ${opts.url}: ${describe(f)}`);
 			passed += 1;
 		} catch (err) {

@@ -20,6 +20,13 @@
 //! card ([`TestCard`], I_PCM pictures with the frame number drawn in), which
 //! needs no encoder, so the relay builds without one. The demo prints the URL
 //! of the relay's watch page, where a browser plays it with moq-dev's player.
+//!
+//! The page is built from `web/` into the web directory (`web/dist`), which
+//! is not in the repository, nor is the player's third-party code. When the
+//! directory has no `index.html` and `web/package-lock.json` is beside it, the
+//! demo builds it first ([`build_page`]): `npm ci` (the packages the lock file
+//! pins, from the npm registry) and `npm run build`, their progress on the
+//! terminal; without `npm` it names what to install and runs without the page.
 
 use std::cell::{Cell, RefCell};
 use std::io::{IsTerminal, Write};
@@ -281,6 +288,81 @@ fn check(p: &[u8], group: u64, index: u64) -> Option<u64> {
     if ok { word(0) } else { None }
 }
 
+/// Whether the demo's watch page can be served, after [`build_page`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PageStatus {
+    /// `index.html` is in the web directory.
+    Ready,
+    /// It is not, and could not be built; the reason, for a person.
+    Missing(String),
+}
+
+/// Builds the watch page into `web_dir` when it has no `index.html` and is
+/// the build output of an npm project (`web_dir`'s parent holds
+/// `package.json` and `package-lock.json`, as the repository's `web/dist`
+/// does): `npm ci --no-audit --no-fund`, then `npm run build`, both in that
+/// project with their output on this process's terminal. Without `npm` on the
+/// `PATH`, or when a step fails, the page stays missing and the status says
+/// what to do.
+pub fn build_page(web_dir: &std::path::Path) -> PageStatus {
+    if web_dir.join("index.html").is_file() {
+        return PageStatus::Ready;
+    }
+    let Some(project) = web_dir
+        .parent()
+        .filter(|p| p.join("package.json").is_file() && p.join("package-lock.json").is_file())
+    else {
+        return PageStatus::Missing(format!(
+            "{} has no index.html and is not an npm project's output to build",
+            web_dir.display()
+        ));
+    };
+    let npm = |args: &[&str]| {
+        std::process::Command::new("npm")
+            .arg("--prefix")
+            .arg(project)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .status()
+    };
+    match npm(&["--version"]) {
+        Ok(s) if s.success() => {}
+        Ok(_) | Err(_) => {
+            return PageStatus::Missing(
+                "the watch page is built once with Node.js's npm, which is not installed: install the `npm` package (Debian and Ubuntu: `sudo apt-get install npm`; macOS: `brew install node`), then run the demo again".into(),
+            );
+        }
+    }
+    println!(
+        "demo: building the watch page once: npm ci (the player's packages from the npm registry, pinned by {}), then npm run build",
+        project.join("package-lock.json").display()
+    );
+    let _ = std::io::stdout().flush();
+    for step in [&["ci", "--no-audit", "--no-fund"][..], &["run", "build"]] {
+        match npm(step) {
+            Ok(s) if s.success() => {}
+            Ok(s) => {
+                return PageStatus::Missing(format!(
+                    "`npm --prefix {} {}` failed ({s})",
+                    project.display(),
+                    step.join(" ")
+                ));
+            }
+            Err(e) => {
+                return PageStatus::Missing(format!("cannot run npm: {e}"));
+            }
+        }
+    }
+    if web_dir.join("index.html").is_file() {
+        PageStatus::Ready
+    } else {
+        PageStatus::Missing(format!(
+            "npm run build left no index.html in {}",
+            web_dir.display()
+        ))
+    }
+}
+
 /// Runs the demo; see the module docs.
 ///
 /// # Errors
@@ -293,6 +375,7 @@ pub fn run(
     let kind = config.driver;
     let threads = config.threads.get();
     let transport = args.transport();
+    let page = build_page(&config.web_dir);
     // Over QUIC: the configuration's certificate, its fingerprint pinned by every client.
     let (tls, pin) = match transport {
         DemoTransport::Quic => {
@@ -322,10 +405,13 @@ pub fn run(
             .spawn(move || driver::block_on(kind, move |_| browser_camera(url, pin, fps, stop)))
             .map_err(RelayError::Spawn)?
     };
-    println!(
-        "demo: watch in a browser: {} (the page is built by `npm --prefix web ci && npm --prefix web run build`; --seconds N runs longer)",
-        watch_url(addr)
-    );
+    match &page {
+        PageStatus::Ready => println!(
+            "demo: watch in a browser: {} (--seconds N runs longer)",
+            watch_url(addr)
+        ),
+        PageStatus::Missing(why) => println!("demo: no watch page at {}: {why}", watch_url(addr)),
+    }
     let client = {
         let (stats, done, stop) = (stats.clone(), done.clone(), stop.clone());
         std::thread::Builder::new()
@@ -724,6 +810,40 @@ async fn view(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // ---- the watch page ----
+
+    /// A fresh directory under the system's temporary directory.
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("skiff-demo-page-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_built_page_is_served_without_npm() {
+        let dir = scratch("built");
+        std::fs::write(dir.join("index.html"), "<!doctype html>").unwrap();
+        assert_eq!(build_page(&dir), PageStatus::Ready);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_directory_outside_an_npm_project_is_not_built() {
+        let dir = scratch("plain");
+        let dist = dir.join("dist");
+        match build_page(&dist) {
+            PageStatus::Missing(why) => assert!(why.contains("not an npm project"), "{why}"),
+            PageStatus::Ready => panic!("no page to serve"),
+        }
+        // package.json without its lock file: still not built (`npm ci` needs the lock).
+        std::fs::write(dir.join("package.json"), "{}").unwrap();
+        assert!(matches!(build_page(&dist), PageStatus::Missing(_)));
+        assert!(!dist.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     // ---- latency histogram ----
 
