@@ -393,7 +393,7 @@ fn peers_breaking_http3_lose_their_connection_and_nothing_else() {
         }
         let mut group = track.create_group(0).unwrap();
         let mut closes = Vec::new();
-        let cases: [(&str, Act); 5] = [
+        let cases: [(&str, Act); 6] = [
             ("GOAWAY before SETTINGS", |c| {
                 uni(c, &[0x00, 0x07, 0x01, 0x00])
             }),
@@ -415,6 +415,20 @@ fn peers_breaking_http3_lose_their_connection_and_nothing_else() {
                 uni(c, &[0x01, 0x00]);
             }),
             ("no CONNECT", settings),
+            ("every stream the relay grants, before any CONNECT", |c| {
+                settings(c);
+                // WebTransport uni streams for session 0: as many as the
+                // relay's stream limit lets the library open, and more are
+                // tried; each is held (bounded) until the handshake timeout.
+                let mut header = [0u8; 16];
+                let n = skiff_quic::webtransport::stream_header(false, 0, &mut header);
+                for _ in 0..200 {
+                    let Some(id) = c.streams().open(Dir::Uni) else {
+                        break;
+                    };
+                    let _ = c.send_stream(id).write(&header[..n]);
+                }
+            }),
         ];
         let mut frame = 0;
         for (what, act) in cases {
@@ -460,6 +474,10 @@ fn peers_breaking_http3_lose_their_connection_and_nothing_else() {
                 Some(code::H3_STREAM_CREATION_ERROR)
             ),
             ("no CONNECT", Some(code::H3_REQUEST_INCOMPLETE)),
+            (
+                "every stream the relay grants, before any CONNECT",
+                Some(code::H3_REQUEST_INCOMPLETE)
+            ),
         ]
     );
     assert_eq!(seen, (0..GROUPS * PER_GROUP).collect::<Vec<_>>());
