@@ -16,6 +16,7 @@
 
 mod common;
 mod peers;
+mod sdk_stream;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -25,11 +26,10 @@ use std::time::Duration;
 
 use common::{http_get, sample};
 use peers::{RelayMetrics, RelayProcess, eventually_within, relay_binary};
-use skiff_core::model::track::Info;
+use sdk_stream::Stream;
+use skiff_monoio::Config;
 use skiff_monoio::driver::{self, DriverKind};
-use skiff_monoio::sdk::Request;
 use skiff_monoio::tls::Fingerprint;
-use skiff_monoio::{Config, connect};
 
 const WORKERS: usize = 4;
 /// Frames per group the publisher writes, one every [`FRAME_GAP`].
@@ -43,10 +43,18 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// The payload of frame `i`: its index, then a pattern.
 fn payload(i: u64) -> Vec<u8> {
-    let mut p: Vec<u8> = (0..1200u64).map(|k| (k * 7 + i) as u8).collect();
-    p[..8].copy_from_slice(&i.to_le_bytes());
-    p
+    sdk_stream::pattern(i, 7, 1200)
 }
+
+/// Frames with their timestamps checked, [`FRAME_GAP`] apart; a group
+/// starts once the viewer has the one before.
+const STREAM: Stream = Stream {
+    payload,
+    max_latency_secs: 20,
+    per_group: PER_GROUP,
+    frame_gap: FRAME_GAP,
+    ..sdk_stream::PACED
+};
 
 /// A UDP forwarder between one client and the relay that sends the
 /// client's datagrams from a new source port after every [`REBIND_EVERY`]
@@ -177,9 +185,11 @@ fn rebinding_clients_keep_their_worker_and_every_frame_arrives() {
         let (stop, seen) = (stop.clone(), seen.clone());
         let viewer_url = format!("moql://{}/", viewer_path.front);
         let publisher_url = format!("moql://{}/", publisher_path.front);
+        let mut config = Config::default();
+        config.tls_fingerprint = Some(fingerprint);
         std::thread::spawn(move || {
             driver::block_on(DriverKind::Legacy, move |_| {
-                stream(viewer_url, publisher_url, fingerprint, stop, seen)
+                STREAM.until_stopped(viewer_url, publisher_url, config, stop, seen, WAIT)
             })
             .expect("client runtime")
         })
@@ -218,76 +228,4 @@ fn rebinding_clients_keep_their_worker_and_every_frame_arrives() {
     assert_eq!(publisher_ports.len() as u64, REBINDS + 1);
     assert!(published >= 4 * PER_GROUP, "published {published}");
     assert_eq!(got, (0..published).collect::<Vec<_>>());
-}
-
-/// The viewer (through `viewer_url`) subscribes, the publisher (through
-/// `publisher_url`) writes groups until `stop`, then ends the track;
-/// returns how many frames were published and the indices the viewer got.
-async fn stream(
-    viewer_url: String,
-    publisher_url: String,
-    fingerprint: Fingerprint,
-    stop: Arc<AtomicBool>,
-    seen: Arc<AtomicU64>,
-) -> (u64, Vec<u64>) {
-    let mut config = Config::default();
-    config.tls_fingerprint = Some(fingerprint);
-    let (viewer, runner) = connect(&viewer_url, config.clone()).unwrap();
-    monoio::spawn(runner.run());
-    let watching = monoio::spawn({
-        let (viewer, seen) = (viewer.clone(), seen.clone());
-        async move {
-            let request = Request {
-                max_latency: skiff_core::time::Duration::from_secs(20),
-                ..Request::LIVE
-            };
-            let mut track = viewer.subscribe("camera", "video", request).await.unwrap();
-            let mut got = Vec::new();
-            while let Some(mut group) = track.next_group().await.unwrap() {
-                while let Some(frame) = group.read_frame().await.unwrap() {
-                    let bytes = frame.payload.to_vec();
-                    let i = u64::from_le_bytes(bytes[..8].try_into().unwrap());
-                    assert_eq!(bytes, payload(i), "frame {i} damaged");
-                    assert_eq!(frame.timestamp, i * 1000, "frame {i}'s timestamp");
-                    got.push(i);
-                    seen.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-            viewer.close().await;
-            got
-        }
-    });
-    let (publisher, runner) = connect(&publisher_url, config).unwrap();
-    monoio::spawn(runner.run());
-    let broadcast = publisher.publish("camera").unwrap();
-    let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
-    while track.subscribers() == 0 {
-        monoio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let mut i = 0u64;
-    for g in 0.. {
-        // A group starts once the viewer has the one before: the viewer
-        // follows the live edge, and a newer group arriving first (after a
-        // stall) would make it leave the older one.
-        while seen.load(Ordering::SeqCst) < i {
-            monoio::time::sleep(Duration::from_millis(2)).await;
-        }
-        let mut group = track.create_group(g).unwrap();
-        for _ in 0..PER_GROUP {
-            group.write_frame(i * 1000, &payload(i)).await.unwrap();
-            i += 1;
-            monoio::time::sleep(FRAME_GAP).await;
-        }
-        group.finish().unwrap();
-        if stop.load(Ordering::SeqCst) {
-            break;
-        }
-    }
-    track.finish();
-    publisher.flushed().await;
-    let got = monoio::time::timeout(WAIT, watching)
-        .await
-        .expect("the viewer saw the track end");
-    publisher.close().await;
-    (i, got)
 }

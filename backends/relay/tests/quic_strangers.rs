@@ -11,6 +11,7 @@
 
 mod common;
 mod peers;
+mod sdk_stream;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -19,11 +20,10 @@ use std::time::{Duration, Instant};
 
 use common::http_get;
 use peers::{RelayMetrics, RelayProcess, eventually_within, start_relay};
-use skiff_core::model::track::Info;
+use sdk_stream::Stream;
+use skiff_monoio::Config;
 use skiff_monoio::driver::{self, DriverKind};
-use skiff_monoio::sdk::Request;
 use skiff_monoio::tls::{Fingerprint, Trust};
-use skiff_monoio::{Config, connect};
 use skiff_quic::quinn_proto;
 
 /// `--handshake-timeout` of the relays under test.
@@ -60,10 +60,18 @@ fn relay_on(threads: usize, extra: &[&str]) -> (RelayProcess, Fingerprint) {
 
 /// The payload of frame `i`: its index, then a pattern.
 fn payload(i: u64) -> Vec<u8> {
-    let mut p: Vec<u8> = (0..1200u64).map(|k| (k * 13 + i) as u8).collect();
-    p[..8].copy_from_slice(&i.to_le_bytes());
-    p
+    sdk_stream::pattern(i, 13, 1200)
 }
+
+/// Frames with their timestamps checked, [`FRAME_GAP`] apart.
+const STREAM: Stream = Stream {
+    payload,
+    max_latency_secs: 20,
+    per_group: PER_GROUP,
+    frame_gap: FRAME_GAP,
+    paced: false,
+    ..sdk_stream::PACED
+};
 
 /// An SDK publisher and viewer over `moql://` on a thread of their own.
 struct Audience {
@@ -80,9 +88,11 @@ impl Audience {
         let url = format!("moql://{addr}/");
         let thread = {
             let (stop, seen) = (stop.clone(), seen.clone());
+            let mut config = Config::default();
+            config.tls_fingerprint = Some(fingerprint);
             std::thread::spawn(move || {
                 driver::block_on(DriverKind::Legacy, move |_| {
-                    stream(url, fingerprint, stop, seen)
+                    STREAM.until_stopped(url.clone(), url, config, stop, seen, WAIT)
                 })
                 .expect("client runtime")
             })
@@ -106,68 +116,6 @@ impl Audience {
         assert!(published >= 3 * PER_GROUP, "published {published}");
         assert_eq!(seen, (0..published).collect::<Vec<_>>());
     }
-}
-
-async fn stream(
-    url: String,
-    fingerprint: Fingerprint,
-    stop: Arc<AtomicBool>,
-    seen: Arc<AtomicU64>,
-) -> (u64, Vec<u64>) {
-    let mut config = Config::default();
-    config.tls_fingerprint = Some(fingerprint);
-    let (viewer, runner) = connect(&url, config.clone()).unwrap();
-    monoio::spawn(runner.run());
-    let watching = monoio::spawn({
-        let viewer = viewer.clone();
-        async move {
-            let request = Request {
-                max_latency: skiff_core::time::Duration::from_secs(20),
-                ..Request::LIVE
-            };
-            let mut track = viewer.subscribe("camera", "video", request).await.unwrap();
-            let mut got = Vec::new();
-            while let Some(mut group) = track.next_group().await.unwrap() {
-                while let Some(frame) = group.read_frame().await.unwrap() {
-                    let bytes = frame.payload.to_vec();
-                    let i = u64::from_le_bytes(bytes[..8].try_into().unwrap());
-                    assert_eq!(bytes, payload(i), "frame {i} damaged");
-                    assert_eq!(frame.timestamp, i * 1000, "frame {i}'s timestamp");
-                    got.push(i);
-                    seen.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-            viewer.close().await;
-            got
-        }
-    });
-    let (publisher, runner) = connect(&url, config).unwrap();
-    monoio::spawn(runner.run());
-    let broadcast = publisher.publish("camera").unwrap();
-    let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
-    while track.subscribers() == 0 {
-        monoio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let mut i = 0u64;
-    for g in 0.. {
-        let mut group = track.create_group(g).unwrap();
-        for _ in 0..PER_GROUP {
-            group.write_frame(i * 1000, &payload(i)).await.unwrap();
-            i += 1;
-            monoio::time::sleep(FRAME_GAP).await;
-        }
-        group.finish().unwrap();
-        if stop.load(Ordering::SeqCst) {
-            break;
-        }
-    }
-    track.finish();
-    publisher.flushed().await;
-    let got = monoio::time::timeout(WAIT, watching)
-        .await
-        .expect("the viewer saw the track end");
-    publisher.close().await;
-    (i, got)
 }
 
 /// A QUIC client configuration that trusts exactly the relay's certificate.

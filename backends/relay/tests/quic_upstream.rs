@@ -6,15 +6,16 @@
 //! on the leaf, every frame intact, in order, with its timestamp, one frame
 //! larger than a stream window.
 
+mod sdk_stream;
+
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use skiff_core::model::track::Info;
+use sdk_stream::Stream;
+use skiff_monoio::Config;
 use skiff_monoio::driver::{self, DriverKind};
-use skiff_monoio::sdk::Request;
 use skiff_monoio::tls::Fingerprint;
-use skiff_monoio::{Config, connect};
 use skiff_relay::config::RelayConfig;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
@@ -25,11 +26,17 @@ const PER_GROUP: u64 = 10;
 /// Frame `i`'s payload: its index, then a pattern; frame 13 is 300 KiB,
 /// more than one stream window.
 fn payload(i: u64) -> Vec<u8> {
-    let len = if i == 13 { 300 * 1024 } else { 1200 };
-    let mut p: Vec<u8> = (0..len).map(|k| (k as u64 * 29 + i) as u8).collect();
-    p[..8].copy_from_slice(&i.to_le_bytes());
-    p
+    sdk_stream::pattern(i, 29, if i == 13 { 300 * 1024 } else { 1200 })
 }
+
+/// Frames with their timestamps (`i * 10`) checked, written 5 ms apart.
+const STREAM: Stream = Stream {
+    payload,
+    tick: 10,
+    frame_gap: Duration::from_millis(5),
+    paced: false,
+    ..sdk_stream::PACED
+};
 
 fn relay_config(threads: usize, driver: DriverKind) -> RelayConfig {
     RelayConfig {
@@ -60,59 +67,13 @@ fn served_fingerprint(relay: &server::ServerHandle) -> Fingerprint {
 /// An SDK publisher on `up_url` and an SDK viewer on `leaf_url`: the frame
 /// indices the viewer read, each checked.
 fn publish_and_view(up_url: String, up_config: Config, leaf_url: String) -> Vec<u64> {
-    driver::block_on(DriverKind::Legacy, move |_| async move {
-        let (viewer, runner) = connect(&leaf_url, Config::default()).unwrap();
-        monoio::spawn(runner.run());
-        let watching = monoio::spawn({
-            let viewer = viewer.clone();
-            async move {
-                let request = Request {
-                    max_latency: skiff_core::time::Duration::from_secs(10),
-                    ..Request::LIVE
-                };
-                let mut track = viewer.subscribe("camera", "video", request).await.unwrap();
-                let mut seen = Vec::new();
-                while (seen.len() as u64) < GROUPS * PER_GROUP {
-                    let Some(mut group) = track.next_group().await.unwrap() else {
-                        break;
-                    };
-                    while let Ok(Some(frame)) = group.read_frame().await {
-                        let bytes = frame.payload.to_vec();
-                        let i = u64::from_le_bytes(bytes[..8].try_into().unwrap());
-                        assert_eq!(bytes, payload(i), "frame {i} damaged");
-                        assert_eq!(frame.timestamp, i * 10, "frame {i}'s timestamp");
-                        seen.push(i);
-                    }
-                }
-                seen
-            }
-        });
-        let (publisher, runner) = connect(&up_url, up_config).unwrap();
-        monoio::spawn(runner.run());
-        let broadcast = publisher.publish("camera").unwrap();
-        let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while track.subscribers() == 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no subscription through the leaf"
-            );
-            monoio::time::sleep(Duration::from_millis(5)).await;
-        }
-        for g in 0..GROUPS {
-            let mut group = track.create_group(g).unwrap();
-            for i in g * PER_GROUP..(g + 1) * PER_GROUP {
-                group.write_frame(i * 10, &payload(i)).await.unwrap();
-                monoio::time::sleep(Duration::from_millis(5)).await;
-            }
-            group.finish().unwrap();
-        }
-        let seen = monoio::time::timeout(Duration::from_secs(20), watching)
-            .await
-            .expect("the viewer got every frame in time");
-        publisher.close().await;
-        viewer.close().await;
-        seen
+    driver::block_on(DriverKind::Legacy, move |_| {
+        STREAM.view_groups(
+            (leaf_url, Config::default()),
+            (up_url, up_config),
+            GROUPS,
+            || {},
+        )
     })
     .expect("runtime")
 }

@@ -8,14 +8,16 @@
 //! for what they broke, while a viewer streams on beside them and loses
 //! nothing.
 
+mod sdk_stream;
+
 use std::cell::Cell;
 use std::num::NonZeroUsize;
-use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use skiff_core::model::track::Info;
+use sdk_stream::{Stream, Until};
 use skiff_monoio::driver::{self, DriverKind};
-use skiff_monoio::sdk::Request;
 use skiff_monoio::{Config, connect};
 use skiff_relay::config::{AuthConfig, RelayConfig};
 use skiff_relay::metrics::TransportLabel;
@@ -25,14 +27,12 @@ use skiff_relay::server;
 const GROUPS: u64 = 3;
 const PER_GROUP: u64 = 10;
 
-/// Frame `i`'s payload: its index, then a pattern; every seventh frame is
-/// 300 KiB, more than one stream window.
-fn payload(i: u64) -> Vec<u8> {
-    let len = if i % 7 == 3 { 300 * 1024 } else { 1200 };
-    let mut p: Vec<u8> = (0..len).map(|k| (k as u64 * 31 + i) as u8).collect();
-    p[..8].copy_from_slice(&i.to_le_bytes());
-    p
-}
+/// Frames checked with their timestamps, some larger than a stream window,
+/// [`PER_GROUP`] a group.
+const STREAM: Stream = Stream {
+    per_group: PER_GROUP,
+    ..sdk_stream::PACED
+};
 
 /// A relay on a free loopback port with a generated certificate, the
 /// access policy `auth`, and a client configuration pinning the
@@ -89,60 +89,20 @@ fn sdk_publisher_reaches_sdk_viewer_over_webtransport() {
     let url = format!("https://localhost:{}/room", relay.local_addr().port());
     let metrics = relay.metrics().clone();
     let (seen, open_during) = driver::block_on(DriverKind::Legacy, move |_| async move {
-        let (viewer, runner) = connect(&url, client_config.clone()).unwrap();
-        monoio::spawn(runner.run());
-        let read = Rc::new(Cell::new(0u64));
-        let watching = monoio::spawn({
-            let viewer = viewer.clone();
-            let read = read.clone();
-            async move {
-                let request = Request {
-                    max_latency: skiff_core::time::Duration::from_secs(10),
-                    ..Request::LIVE
-                };
-                let mut track = viewer.subscribe("camera", "video", request).await.unwrap();
-                let mut seen = Vec::new();
-                while (seen.len() as u64) < GROUPS * PER_GROUP {
-                    let Some(mut group) = track.next_group().await.unwrap() else {
-                        break;
-                    };
-                    while let Ok(Some(frame)) = group.read_frame().await {
-                        let bytes = frame.payload.to_vec();
-                        let i = u64::from_le_bytes(bytes[..8].try_into().unwrap());
-                        assert_eq!(bytes, payload(i), "frame {i} damaged");
-                        assert_eq!(frame.timestamp, i * 1000, "frame {i}'s timestamp");
-                        seen.push(i);
-                        read.set(read.get() + 1);
-                    }
-                }
-                seen
-            }
-        });
-        let (publisher, runner) = connect(&url, client_config).unwrap();
-        monoio::spawn(runner.run());
-        let broadcast = publisher.publish("camera").unwrap();
-        let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
-        while track.subscribers() == 0 {
-            monoio::time::sleep(Duration::from_millis(5)).await;
-        }
-        // Both clients are connected: two WebTransport connections.
-        let open_during = metrics.total().transports[TransportLabel::WebTransport as usize].open;
-        for g in 0..GROUPS {
-            while read.get() < g * PER_GROUP {
-                monoio::time::sleep(Duration::from_millis(2)).await;
-            }
-            let mut group = track.create_group(g).unwrap();
-            for i in g * PER_GROUP..(g + 1) * PER_GROUP {
-                group.write_frame(i * 1000, &payload(i)).await.unwrap();
-            }
-            group.finish().unwrap();
-        }
-        let seen = monoio::time::timeout(Duration::from_secs(20), watching)
-            .await
-            .expect("the viewer got every frame in time");
-        publisher.close().await;
-        viewer.close().await;
-        (seen, open_during)
+        let open_during = Cell::new(0);
+        let seen = STREAM
+            .view_groups(
+                (url.clone(), client_config.clone()),
+                (url, client_config),
+                GROUPS,
+                // Both clients are connected: two WebTransport connections.
+                || {
+                    open_during
+                        .set(metrics.total().transports[TransportLabel::WebTransport as usize].open)
+                },
+            )
+            .await;
+        (seen, open_during.get())
     })
     .expect("runtime");
     assert_eq!(seen, (0..GROUPS * PER_GROUP).collect::<Vec<_>>());
@@ -361,36 +321,19 @@ fn peers_breaking_http3_lose_their_connection_and_nothing_else() {
     let (closes, seen, written) = driver::block_on(DriverKind::Legacy, move |_| async move {
         let (viewer, runner) = connect(&url, client_config.clone()).unwrap();
         monoio::spawn(runner.run());
-        let watching = monoio::spawn({
-            let viewer = viewer.clone();
-            async move {
-                let request = Request {
-                    max_latency: skiff_core::time::Duration::from_secs(30),
-                    ..Request::LIVE
-                };
-                let mut track = viewer.subscribe("camera", "video", request).await.unwrap();
-                let mut seen = Vec::new();
-                while (seen.len() as u64) < GROUPS * PER_GROUP {
-                    let Some(mut group) = track.next_group().await.unwrap() else {
-                        break;
-                    };
-                    while let Ok(Some(frame)) = group.read_frame().await {
-                        let bytes = frame.payload.to_vec();
-                        let i = u64::from_le_bytes(bytes[..8].try_into().unwrap());
-                        assert_eq!(bytes, payload(i), "frame {i} damaged");
-                        seen.push(i);
-                    }
-                }
-                seen
-            }
-        });
+        let hostile_stream = Stream {
+            check_timestamps: false,
+            max_latency_secs: 30,
+            ..STREAM
+        };
+        let watching = monoio::spawn(hostile_stream.view(
+            viewer.clone(),
+            Until::Frames(GROUPS * PER_GROUP),
+            Arc::new(AtomicU64::new(0)),
+        ));
         let (publisher, runner) = connect(&url, client_config).unwrap();
         monoio::spawn(runner.run());
-        let broadcast = publisher.publish("camera").unwrap();
-        let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
-        while track.subscribers() == 0 {
-            monoio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let (_broadcast, mut track) = hostile_stream.publish(&publisher).await;
         let mut group = track.create_group(0).unwrap();
         let mut closes = Vec::new();
         let cases: [(&str, Act); 6] = [
@@ -436,18 +379,12 @@ fn peers_breaking_http3_lose_their_connection_and_nothing_else() {
             closes.push((what, code));
             // The viewer's frames go on between the attacks.
             for _ in 0..6 {
-                group
-                    .write_frame(frame * 1000, &payload(frame))
-                    .await
-                    .unwrap();
+                hostile_stream.write_frame(&mut group, frame).await;
                 frame += 1;
             }
         }
         while frame < GROUPS * PER_GROUP {
-            group
-                .write_frame(frame * 1000, &payload(frame))
-                .await
-                .unwrap();
+            hostile_stream.write_frame(&mut group, frame).await;
             frame += 1;
         }
         group.finish().unwrap();
