@@ -348,3 +348,114 @@ async fn read_track(
     }
     Ok(())
 }
+
+/// Subscribers [`moq_tokio_through_skiff_relay`] starts.
+pub const SUBSCRIBERS: usize = 3;
+/// Bound on [`moq_tokio_through_skiff_relay`]'s whole scenario.
+pub const SCENARIO: Duration = Duration::from_secs(50);
+
+/// A `skiff-relay` with `threads` workers and a `--tls-generate`
+/// certificate, and moq-tokio's client on both ends of it: one publisher
+/// and [`SUBSCRIBERS`] subscribers dial `scheme://` (`moql`, `https`, or
+/// `http`: moq-tokio then fetches the pin from the relay's
+/// `/certificate.sha256` on its TCP port) with the certificate pinned. Once
+/// the scenario is done, `before_shutdown` checks the relay; then each
+/// subscriber must have received every frame of every group, with its
+/// bytes, order and timestamp.
+pub fn moq_tokio_through_skiff_relay(
+    threads: usize,
+    scheme: &str,
+    before_shutdown: impl FnOnce(&skiff_relay::server::ServerHandle),
+) {
+    let config = skiff_relay::config::RelayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        threads: std::num::NonZeroUsize::new(threads).unwrap(),
+        driver: skiff_monoio::driver::DriverKind::Legacy,
+        drain_timeout: Duration::from_secs(2),
+        tls_generate: vec!["localhost".to_owned()],
+        ..skiff_relay::config::RelayConfig::default()
+    };
+    let relay = skiff_relay::server::start(
+        config,
+        skiff_relay::relay::RelayHandler::factory(threads).unwrap(),
+    )
+    .expect("start relay");
+    let addr = relay.local_addr();
+    let fingerprint = skiff_relay_fingerprint(addr);
+    let url = format!("{scheme}://{addr}{PATH}");
+    eprintln!("skiff-relay on {url}, certificate {fingerprint}");
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let _ = tx.send(rt.block_on(moq_tokio_scenario(url, fingerprint)));
+    });
+    let (published, received) = rx
+        .recv_timeout(SCENARIO)
+        .unwrap_or_else(|e| panic!("the scenario did not finish within {SCENARIO:?}: {e}"));
+    before_shutdown(&relay);
+    relay.shutdown().expect("relay stops");
+    assert_eq!(published, Ok(()), "publisher");
+    assert_eq!(received.len(), SUBSCRIBERS);
+    for (n, r) in received.into_iter().enumerate() {
+        let r = r.unwrap_or_else(|e| panic!("subscriber {n}: {e}"));
+        assert!(r.errors.is_empty(), "subscriber {n}: {:?}", r.errors);
+        assert_eq!(r.next, (GROUPS, 0), "subscriber {n} missed frames");
+        assert_eq!(
+            r.arrival,
+            (0..GROUPS).collect::<Vec<_>>(),
+            "subscriber {n}'s groups"
+        );
+        eprintln!("subscriber {n}: {} frames", GROUPS * FRAMES);
+    }
+}
+
+/// A moq-tokio publisher and [`SUBSCRIBERS`] moq-tokio subscribers at
+/// `url`, on one tokio runtime; the publisher writes once every subscriber
+/// holds its subscription.
+async fn moq_tokio_scenario(
+    url: String,
+    fingerprint: Fingerprint,
+) -> (Result<(), String>, Vec<Result<Received, String>>) {
+    let (ready_tx, ready) = tokio::sync::oneshot::channel();
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    let publisher = tokio::spawn(moq_publisher(
+        url.clone(),
+        fingerprint,
+        MOQ_LITE_05,
+        ready,
+        done,
+    ));
+    let (subscribed, mut subscriptions) = tokio::sync::mpsc::channel(SUBSCRIBERS);
+    let subscribers: Vec<_> = (0..SUBSCRIBERS)
+        .map(|_| {
+            tokio::spawn(moq_subscriber(
+                url.clone(),
+                fingerprint,
+                MOQ_LITE_05,
+                subscribed.clone(),
+            ))
+        })
+        .collect();
+    drop(subscribed);
+    let mut count = 0;
+    while count < SUBSCRIBERS {
+        match tokio::time::timeout(WAIT, subscriptions.recv()).await {
+            Ok(Some(())) => count += 1,
+            _ => break,
+        }
+    }
+    let _ = ready_tx.send(());
+    let mut received = Vec::new();
+    for s in subscribers {
+        received.push(s.await.unwrap_or_else(|e| Err(format!("task: {e}"))));
+    }
+    let _ = done_tx.send(());
+    let published = publisher
+        .await
+        .unwrap_or_else(|e| Err(format!("task: {e}")));
+    (published, received)
+}
