@@ -220,7 +220,7 @@ impl ConnectionHandler for RelayHandler {
                 tracing::debug!(conn = ?name, "QUIC handshake not completed");
                 return Ok(());
             }
-            if skiff_quic::transport::negotiated_alpn(&*conn).as_deref()
+            if skiff_quic::transport::negotiated_alpn(&conn).as_deref()
                 == Some(skiff_quic::webtransport::ALPN_H3.as_bytes())
             {
                 let served = self.serve_webtransport(
@@ -495,6 +495,7 @@ impl RelayHandler {
     /// timeout, its answer, and then the session over the WebTransport
     /// session's streams with the request's path and query as its path (as
     /// over WebSocket).
+    #[allow(clippy::too_many_arguments)]
     async fn serve_webtransport(
         self: Rc<Self>,
         name: &ConnName,
