@@ -377,7 +377,8 @@ impl Endpoint {
     /// the epoll driver's readiness), takes up to [`RECV_BATCH`] messages in
     /// one `recvmmsg` into pooled buffers, splits each GRO train by its
     /// segment size and hands every datagram to the library, letting the
-    /// task each datagram woke run before the next ([`Turn`]).
+    /// task each datagram woke run before the next (a true yield: monoio
+    /// runs a task that wakes itself again at once).
     /// A client endpoint ([`set_batch_receive`](Self::set_batch_receive)),
     /// or a kernel without `recvmmsg`: one io_uring receive per datagram,
     /// GRO off.
