@@ -63,9 +63,15 @@ fn payload(i: u64) -> Vec<u8> {
     sdk_stream::pattern(i, 13, 1200)
 }
 
-/// Frames with their timestamps checked, [`FRAME_GAP`] apart.
+/// Frames with their timestamps checked, [`FRAME_GAP`] apart and stamped
+/// so (10 ms in the track's millisecond timescale): the track keeps a group
+/// the newest one supersedes for the publisher's max age (5 s) of media
+/// time, so stamps running faster than the frames are written would expire
+/// a group still being read as soon as the next one's first frames arrive
+/// ahead of its tail, as QUIC's newest-first streams let them after a stall.
 const STREAM: Stream = Stream {
     payload,
+    tick: 10,
     max_latency_secs: 20,
     per_group: PER_GROUP,
     frame_gap: FRAME_GAP,
