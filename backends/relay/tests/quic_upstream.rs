@@ -29,10 +29,12 @@ fn payload(i: u64) -> Vec<u8> {
     sdk_stream::pattern(i, 29, if i == 13 { 300 * 1024 } else { 1200 })
 }
 
-/// Frames with their timestamps (`i * 10`) checked, written 5 ms apart.
+/// Frames with their timestamps (`i * 5`, milliseconds) checked, written
+/// 5 ms apart: stamped at the pace they are written, so a group still being
+/// read is not expired by the publisher's max age of media time.
 const STREAM: Stream = Stream {
     payload,
-    tick: 10,
+    tick: 5,
     frame_gap: Duration::from_millis(5),
     paced: false,
     ..sdk_stream::PACED
