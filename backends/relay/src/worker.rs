@@ -429,9 +429,9 @@ fn start_quic<H: ConnectionHandler>(
         // Over a limit: refused before the endpoint keeps any state or
         // starts a TLS handshake for the address.
         let shared = shared.clone();
-        endpoint.admit_with(move |peer| match quic_over(&shared, peer) {
+        endpoint.admit_with(move |peer| match over_limit(&shared, peer) {
             Some(quota) => {
-                refuse_quic(&shared, peer, quota);
+                refuse(&shared, peer, quota, "QUIC connection refused");
                 false
             }
             None => true,
@@ -485,12 +485,12 @@ fn admit_quic<H: ConnectionHandler>(
     handler: &Rc<H>,
 ) {
     let index = shared.index;
-    if let Some(quota) = quic_over(shared, peer) {
+    if let Some(quota) = over_limit(shared, peer) {
         // Several accepted at once from one address, past its quota: the
         // endpoint's check ([`start_quic`]) came before the first of them
         // counted. Dropping the connection and its link forgets it; the
         // client's handshake times out.
-        refuse_quic(shared, peer, quota);
+        refuse(shared, peer, quota, "QUIC connection refused");
         drop((conn, link));
         return;
     }
@@ -525,9 +525,9 @@ fn admit_quic<H: ConnectionHandler>(
     });
 }
 
-/// The limit or quota a new QUIC connection from `peer` would go past, if
-/// any (the TCP listener's, [`admit`]).
-fn quic_over(shared: &WorkerShared, peer: std::net::SocketAddr) -> Option<&'static str> {
+/// The limit or quota a new connection from `peer` (TCP or QUIC) would go
+/// past, if any.
+fn over_limit(shared: &WorkerShared, peer: std::net::SocketAddr) -> Option<&'static str> {
     let quotas = shared.config.quotas;
     let from_ip = shared.per_ip.borrow().get(&peer.ip()).copied().unwrap_or(0);
     if shared.shutdown.is_fired() || shared.open.get() >= shared.config.limits.max_connections {
@@ -541,13 +541,14 @@ fn quic_over(shared: &WorkerShared, peer: std::net::SocketAddr) -> Option<&'stat
     }
 }
 
-/// Counts and logs a QUIC connection refused for going past `quota`.
-fn refuse_quic(shared: &WorkerShared, peer: std::net::SocketAddr, quota: &'static str) {
+/// Counts and logs a connection refused for going past `quota` (a quota
+/// refusal unless it is the worker's connection limit).
+fn refuse(shared: &WorkerShared, peer: std::net::SocketAddr, quota: &'static str, what: &str) {
     shared.counters().connection_refused();
     if quota != "max-connections" {
         shared.counters().add_quota_refused();
     }
-    tracing::debug!(worker = shared.index, %peer, quota, "QUIC connection refused");
+    tracing::debug!(worker = shared.index, %peer, quota, "{what}");
 }
 
 /// Admits an accepted connection within the worker's limits and quotas (or
@@ -559,26 +560,9 @@ fn admit<H: ConnectionHandler>(
     handler: &Rc<H>,
 ) {
     let index = shared.index;
-    if shared.shutdown.is_fired() || shared.open.get() >= shared.config.limits.max_connections {
-        // Over the limit (or the accept raced the stop): close at once.
-        shared.counters().connection_refused();
-        tracing::debug!(worker = index, %peer, open = shared.open.get(), "connection refused");
-        drop(stream);
-        return;
-    }
-    let quotas = shared.config.quotas;
-    let from_ip = shared.per_ip.borrow().get(&peer.ip()).copied().unwrap_or(0);
-    let over = if from_ip >= quotas.connections_per_ip {
-        Some("max-connections-per-ip")
-    } else if shared.handshaking.get() >= quotas.handshakes {
-        Some("max-handshakes")
-    } else {
-        None
-    };
-    if let Some(quota) = over {
-        shared.counters().connection_refused();
-        shared.counters().add_quota_refused();
-        tracing::debug!(worker = index, %peer, quota, "over quota: connection refused");
+    if let Some(limit) = over_limit(shared, peer) {
+        // Over a limit (or the accept raced the stop): close at once.
+        refuse(shared, peer, limit, "connection refused");
         drop(stream);
         return;
     }
