@@ -196,8 +196,8 @@ impl ConnectionHandler for RelayHandler {
     ) -> impl Future<Output = io::Result<()>> + 'static {
         async move {
             let QuicConn {
-                conn,
-                link,
+                mut conn,
+                mut link,
                 name,
                 shutdown,
                 handshake,
@@ -214,7 +214,6 @@ impl ConnectionHandler for RelayHandler {
             // SETUP within the handshake timeout of the accept, or the
             // session closes with CONTROL_MESSAGE_TIMEOUT.
             let setup_by = self.clock.now() + skiff_monoio::clock::to_core(handshake_timeout);
-            let (mut conn, mut link) = (conn, link);
             let by = std::time::Instant::now() + handshake_timeout;
             if !quic_handshake(&mut conn, &mut link, by).await {
                 tracing::debug!(conn = ?name, "QUIC handshake not completed");
