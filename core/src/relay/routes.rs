@@ -126,6 +126,13 @@ pub struct Spare {
     seq: u64,
 }
 
+/// A free spare slot and the path a spare there will hold
+/// ([`Router::spare_place`]).
+type SparePlace<'r> = (
+    &'r RefCell<Option<Spare>>,
+    PathBuf<{ broadcast::MAX_PATH_LEN }>,
+);
+
 /// A relay track made for a client's request, until its source answers.
 #[derive(Clone, Copy)]
 pub struct Pending<'a, 'p> {
@@ -445,13 +452,30 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         owner: SourceId,
         local: bool,
     ) -> Result<Announced, AnnounceRefused> {
+        if let Some(place) = self.spare_place(path, owner)? {
+            self.put_spare(place, owner, local);
+        }
+        Ok(Announced::Spare)
+    }
+
+    /// Where `owner` would wait as a spare of `path`: a free slot and the
+    /// path held, or `None` if it is a spare of the path already.
+    ///
+    /// # Errors
+    /// [`AnnounceRefused::Full`] with no free slot, [`AnnounceRefused::Path`]
+    /// for a path too long to hold; nothing changed then.
+    fn spare_place(
+        &self,
+        path: Path<'_>,
+        owner: SourceId,
+    ) -> Result<Option<SparePlace<'r>>, AnnounceRefused> {
         let known = self.storage.spares.iter().any(|s| {
             s.borrow()
                 .as_ref()
                 .is_some_and(|s| s.owner == owner && s.path.as_path() == path)
         });
         if known {
-            return Ok(Announced::Spare);
+            return Ok(None);
         }
         let slot = self
             .storage
@@ -460,6 +484,11 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             .find(|s| s.borrow().is_none())
             .ok_or(AnnounceRefused::Full)?;
         let path = PathBuf::from_path(path).map_err(|_| AnnounceRefused::Path)?;
+        Ok(Some((slot, path)))
+    }
+
+    /// Makes `owner` the newest spare in `place` ([`Router::spare_place`]).
+    fn put_spare(&self, (slot, path): SparePlace<'r>, owner: SourceId, local: bool) {
         let seq = self.next_spare.get();
         self.next_spare.set(seq.wrapping_add(1));
         self.count(0, 1);
@@ -469,7 +498,6 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             local,
             seq,
         });
-        Ok(Announced::Spare)
     }
 
     /// Client source `owner` announced `path`, which another client source
@@ -493,37 +521,13 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         upstreams: &dyn Upstreams<'a, 'p>,
     ) -> Result<Announced, AnnounceRefused> {
         let old = route.owner;
-        let known = self.storage.spares.iter().any(|s| {
-            s.borrow()
-                .as_ref()
-                .is_some_and(|s| s.owner == old && s.path.as_path() == path)
-        });
-        let free = if known {
-            None
-        } else {
-            let slot = self
-                .storage
-                .spares
-                .iter()
-                .find(|s| s.borrow().is_none())
-                .ok_or(AnnounceRefused::Full)?;
-            let held = PathBuf::from_path(path).map_err(|_| AnnounceRefused::Path)?;
-            Some((slot, held))
-        };
+        let place = self.spare_place(path, old)?;
         for t in route.broadcast.tracks() {
             t.detach_producer(StreamCode::Cancel.to_code());
         }
         let tracks = self.adopt(route, owner, true, false, upstreams);
-        if let Some((slot, path)) = free {
-            let seq = self.next_spare.get();
-            self.next_spare.set(seq.wrapping_add(1));
-            self.count(0, 1);
-            *slot.borrow_mut() = Some(Spare {
-                path,
-                owner: old,
-                local: true,
-                seq,
-            });
+        if let Some(place) = place {
+            self.put_spare(place, old, true);
         }
         Ok(Announced::TookOver { from: old, tracks })
     }
