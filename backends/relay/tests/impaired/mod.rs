@@ -296,7 +296,7 @@ struct Viewer {
     resent: u64,
     /// Sessions the viewer set up (1 without reconnections).
     sessions: u64,
-    /// Why its last session ended, if one did.
+    /// Why its most recent session ended, if one did.
     last_error: Option<String>,
     /// Each group read: its sequence, the frames read, and how it ended
     /// (`None`: cleanly).
