@@ -415,15 +415,7 @@ impl QuicTransport {
                 quinn_proto::Event::HandshakeDataReady => {}
                 quinn_proto::Event::Connected if self.wt.is_some() => self.wt_connected(),
                 quinn_proto::Event::Connected => {
-                    let protocol = self
-                        .conn
-                        .crypto_session()
-                        .handshake_data()
-                        .and_then(|d| {
-                            d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
-                                .ok()
-                        })
-                        .and_then(|d| d.protocol)
+                    let protocol = negotiated_alpn(&self.conn)
                         .and_then(|p| ALPNS.iter().copied().find(|a| a.as_bytes() == p));
                     match protocol {
                         Some(p) => {
@@ -546,16 +538,7 @@ impl QuicTransport {
     /// HTTP/3; our control stream opens with SETTINGS, and a client sends
     /// its CONNECT.
     fn wt_connected(&mut self) {
-        let h3 = self
-            .conn
-            .crypto_session()
-            .handshake_data()
-            .and_then(|d| {
-                d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
-                    .ok()
-            })
-            .and_then(|d| d.protocol)
-            .is_some_and(|p| p == wt::ALPN_H3.as_bytes());
+        let h3 = negotiated_alpn(&self.conn).is_some_and(|p| p == wt::ALPN_H3.as_bytes());
         if !h3 {
             self.wt_fail(h3::H3_GENERAL_PROTOCOL_ERROR, "HTTP/3 not agreed");
             return;
