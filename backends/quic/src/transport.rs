@@ -21,7 +21,7 @@ use quinn_proto::{
     WriteError as QuicWriteError,
 };
 use skiff_core::session::Session;
-use skiff_core::time::Instant;
+use skiff_core::time::{Duration, Instant};
 use skiff_core::transport::{
     CloseCause, Closed, Event, OpenError, StreamError, Transport, WriteError, Written,
 };
@@ -156,7 +156,7 @@ pub enum WtStatus {
 
 /// How long a refused CONNECT's answer, or our session close capsule, may
 /// take to be acknowledged before the connection closes anyway.
-const LINGER: std::time::Duration = std::time::Duration::from_millis(300);
+const LINGER: Duration = Duration::from_millis(300);
 
 /// A WebTransport connection's HTTP/3 state.
 struct Wt {
@@ -334,9 +334,7 @@ impl QuicTransport {
             self.wt_write(id, bytes, true);
             if let Some(w) = self.wt.as_mut() {
                 w.status = WtStatus::Refused(status);
-                let at = now.saturating_add(skiff_core::time::Duration::from_micros(
-                    LINGER.as_micros() as u64,
-                ));
+                let at = now.saturating_add(LINGER);
                 w.linger = Some((at, h3::H3_REQUEST_REJECTED, Bytes::new()));
             }
         }
@@ -1443,11 +1441,7 @@ impl Transport for QuicTransport {
             // then the connection closes once it is acknowledged (or after
             // a short linger), with the code mapped.
             let code32 = u32::try_from(code).unwrap_or(0);
-            let at = self
-                .now
-                .saturating_add(skiff_core::time::Duration::from_micros(
-                    LINGER.as_micros() as u64
-                ));
+            let at = self.now.saturating_add(LINGER);
             let wire = code_to_wire(code32);
             w.linger = Some((at, wire, Bytes::copy_from_slice(reason.as_bytes())));
             w.reported = true;
