@@ -733,18 +733,19 @@ impl QuicTransport {
             self.wt_classify(id, bidi, &header);
             return;
         }
-        let w = self.wt.as_ref().map(|w| {
-            (
-                w.control_in.as_ref().is_some_and(|(c, _)| *c == id),
-                w.qpack.contains_key(&id),
-                w.session == Some(id),
-            )
+        let role = self.wt.as_ref().and_then(|w| {
+            if w.control_in.as_ref().is_some_and(|(c, _)| *c == id) {
+                Some(H3Stream::Control)
+            } else if w.qpack.contains_key(&id) {
+                Some(H3Stream::Qpack)
+            } else if w.session == Some(id) {
+                Some(H3Stream::Connect)
+            } else {
+                None
+            }
         });
-        match w {
-            Some((true, _, _)) => self.wt_read_control(id),
-            Some((_, true, _)) => self.wt_read_qpack(id),
-            Some((_, _, true)) => self.wt_read_connect(id),
-            _ => {}
+        if let Some(role) = role {
+            self.wt_read_h3(id, role);
         }
     }
 
@@ -771,7 +772,7 @@ impl QuicTransport {
                     return;
                 }
                 w.control_in = Some((id, ControlStream::default()));
-                self.wt_read_control(id);
+                self.wt_read_h3(id, H3Stream::Control);
             }
             (wt::Kind::Other(wt::STREAM_QPACK_ENCODER | wt::STREAM_QPACK_DECODER), false) => {
                 if w.qpack.len() >= 2 {
@@ -779,7 +780,7 @@ impl QuicTransport {
                     return;
                 }
                 w.qpack.insert(id, 0);
-                self.wt_read_qpack(id);
+                self.wt_read_h3(id, H3Stream::Qpack);
             }
             (wt::Kind::Other(wt::STREAM_PUSH), false) => {
                 self.wt_fail(h3::H3_STREAM_CREATION_ERROR, "push stream");
@@ -805,85 +806,94 @@ impl QuicTransport {
                     self.wt_fail(e.code, e.reason);
                     return;
                 }
-                self.wt_read_connect(id);
+                self.wt_read_h3(id, H3Stream::Connect);
             }
         }
     }
 
-    fn wt_read_control(&mut self, id: u64) {
+    /// Reads what HTTP/3's own stream `id` holds and hands each piece to
+    /// its `role`'s handling, until the stream is blocked, ends, or the
+    /// handling stops.
+    fn wt_read_h3(&mut self, id: u64, role: H3Stream) {
         loop {
-            match self.wt_read(id, 4096) {
-                WtRead::Data(b) => {
-                    let fed = match self.wt.as_mut().and_then(|w| w.control_in.as_mut()) {
-                        Some((_, c)) => c.feed(&b),
-                        None => return,
-                    };
-                    if let Err(e) = fed {
-                        self.wt_fail(e.code, e.reason);
-                        return;
-                    }
-                    let refused = self
-                        .wt
-                        .as_ref()
-                        .and_then(|w| w.control_in.as_ref())
-                        .and_then(|(_, c)| c.settings())
-                        == Some(false);
-                    if refused {
-                        self.wt_fail(h3::H3_GENERAL_PROTOCOL_ERROR, "WebTransport not enabled");
-                        return;
-                    }
-                }
+            let bytes = match self.wt_read(id, 4096) {
+                WtRead::Data(b) => b,
                 WtRead::Blocked => return,
                 WtRead::End => {
-                    self.wt_fail(h3::H3_CLOSED_CRITICAL_STREAM, "control stream closed");
+                    match role {
+                        H3Stream::Control => {
+                            self.wt_fail(h3::H3_CLOSED_CRITICAL_STREAM, "control stream closed")
+                        }
+                        H3Stream::Qpack => {
+                            self.wt_fail(h3::H3_CLOSED_CRITICAL_STREAM, "QPACK stream closed")
+                        }
+                        H3Stream::Connect => self.wt_connect_ended(),
+                    }
                     return;
                 }
+            };
+            let more = match role {
+                H3Stream::Control => self.wt_take_control(&bytes),
+                H3Stream::Qpack => self.wt_take_qpack(id, &bytes),
+                H3Stream::Connect => self.wt_take_connect(&bytes),
+            };
+            if !more {
+                return;
             }
         }
     }
 
-    fn wt_read_qpack(&mut self, id: u64) {
-        loop {
-            match self.wt_read(id, 4096) {
-                WtRead::Data(b) => {
-                    let Some(w) = self.wt.as_mut() else { return };
-                    let n = w.qpack.entry(id).or_default();
-                    *n = n.saturating_add(b.len() as u64);
-                    if *n > wt::QPACK_MAX {
-                        self.wt_fail(h3::H3_EXCESSIVE_LOAD, "QPACK stream too long");
-                        return;
-                    }
-                }
-                WtRead::Blocked => return,
-                WtRead::End => {
-                    self.wt_fail(h3::H3_CLOSED_CRITICAL_STREAM, "QPACK stream closed");
-                    return;
-                }
-            }
+    /// Feeds the peer's control stream; false once the connection failed.
+    fn wt_take_control(&mut self, bytes: &[u8]) -> bool {
+        let fed = match self.wt.as_mut().and_then(|w| w.control_in.as_mut()) {
+            Some((_, c)) => c.feed(bytes),
+            None => return false,
+        };
+        if let Err(e) = fed {
+            self.wt_fail(e.code, e.reason);
+            return false;
         }
+        let refused = self
+            .wt
+            .as_ref()
+            .and_then(|w| w.control_in.as_ref())
+            .and_then(|(_, c)| c.settings())
+            == Some(false);
+        if refused {
+            self.wt_fail(h3::H3_GENERAL_PROTOCOL_ERROR, "WebTransport not enabled");
+            return false;
+        }
+        true
     }
 
-    fn wt_read_connect(&mut self, id: u64) {
-        loop {
-            match self.wt_read(id, 4096) {
-                WtRead::Data(b) => {
-                    let fed = match self.wt.as_mut() {
-                        Some(w) => w.connect.feed(&b),
-                        None => return,
-                    };
-                    if let Err(e) = fed {
-                        self.wt_fail(e.code, e.reason);
-                        return;
-                    }
-                    self.wt_on_connect();
-                }
-                WtRead::Blocked => return,
-                WtRead::End => {
-                    self.wt_connect_ended();
-                    return;
-                }
-            }
+    /// Counts what a QPACK stream carried (its instructions are not
+    /// needed); false once it passed [`wt::QPACK_MAX`].
+    fn wt_take_qpack(&mut self, id: u64, bytes: &[u8]) -> bool {
+        let Some(w) = self.wt.as_mut() else {
+            return false;
+        };
+        let n = w.qpack.entry(id).or_default();
+        *n = n.saturating_add(bytes.len() as u64);
+        if *n > wt::QPACK_MAX {
+            self.wt_fail(h3::H3_EXCESSIVE_LOAD, "QPACK stream too long");
+            return false;
         }
+        true
+    }
+
+    /// Feeds the CONNECT stream and acts on what it said so far; false
+    /// once the connection failed.
+    fn wt_take_connect(&mut self, bytes: &[u8]) -> bool {
+        let fed = match self.wt.as_mut() {
+            Some(w) => w.connect.feed(bytes),
+            None => return false,
+        };
+        if let Err(e) = fed {
+            self.wt_fail(e.code, e.reason);
+            return false;
+        }
+        self.wt_on_connect();
+        true
     }
 
     /// What the CONNECT stream said so far: the request or response, or
@@ -1035,6 +1045,15 @@ impl QuicTransport {
             }
         }
     }
+}
+
+/// Which of HTTP/3's own peer streams [`QuicTransport::wt_read_h3`] reads.
+#[derive(Clone, Copy)]
+enum H3Stream {
+    Control,
+    Qpack,
+    /// The CONNECT stream.
+    Connect,
 }
 
 /// What [`QuicTransport::wt_read`] found on a stream HTTP/3 owns.
