@@ -97,16 +97,7 @@ pub mod code {
 /// Reads a QUIC varint from the front of `buf`: its value and length, or
 /// `None` when `buf` ends first.
 fn varint(buf: &[u8]) -> Option<(u64, usize)> {
-    let first = *buf.first()?;
-    let len = 1usize << (first >> 6);
-    if buf.len() < len {
-        return None;
-    }
-    let mut v = u64::from(first & 0x3f);
-    for b in &buf[1..len] {
-        v = (v << 8) | u64::from(*b);
-    }
-    Some((v, len))
+    skiff_core::wire::varint::decode(buf).ok()
 }
 
 /// Appends `v` as a QUIC varint (values past 2^62 are clamped).
