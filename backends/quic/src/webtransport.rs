@@ -499,18 +499,17 @@ pub fn close_capsule(code: u32, reason: &str) -> Vec<u8> {
 /// The WebTransport stream header we write on a stream we open: the uni
 /// type 0x54 or the bidi marker 0x41, then the session ID.
 pub fn stream_header(bidi: bool, session: u64, out: &mut [u8; 16]) -> usize {
-    let mut v = Vec::with_capacity(16);
-    put_varint(
-        &mut v,
-        if bidi {
-            BIDI_WEBTRANSPORT
-        } else {
-            STREAM_WEBTRANSPORT
-        },
-    );
-    put_varint(&mut v, session);
-    out[..v.len()].copy_from_slice(&v);
-    v.len()
+    use skiff_core::wire::varint;
+    let kind = if bidi {
+        BIDI_WEBTRANSPORT
+    } else {
+        STREAM_WEBTRANSPORT
+    };
+    // Two varints of at most 8 bytes each always fit the 16; a session ID
+    // past 2^62 is clamped, as put_varint does.
+    let a = varint::encode(kind, out).unwrap_or(0);
+    let b = varint::encode(session.min(varint::MAX), &mut out[a..]).unwrap_or(0);
+    a + b
 }
 
 #[cfg(test)]
