@@ -652,15 +652,15 @@ impl QuicTransport {
                 self.recv.entry(id).or_default();
                 self.list(id);
             } else {
-                self.wt_refuse_stream(id);
+                self.wt_refuse_stream(id, h3::WT_BUFFERED_STREAM_REJECTED);
             }
         }
     }
 
-    /// Stops (and for a bidi stream resets) a peer stream HTTP/3 does not
-    /// take.
-    fn wt_refuse_stream(&mut self, id: u64) {
-        let code = VarInt::from_u64(h3::WT_BUFFERED_STREAM_REJECTED).unwrap_or(VarInt::MAX);
+    /// Stops (and for a bidi stream resets) with `code` a peer stream
+    /// HTTP/3 does not take.
+    fn wt_refuse_stream(&mut self, id: u64, code: u64) {
+        let code = VarInt::from_u64(code).unwrap_or(VarInt::MAX);
         let qid = quic_id(StreamId(id));
         let _ = self.conn.recv_stream(qid).stop(code);
         if StreamId(id).dir() == Dir::Bidi {
@@ -764,7 +764,7 @@ impl QuicTransport {
                 WtStatus::Handshaking | WtStatus::Requested if w.early.len() < wt::EARLY_MAX => {
                     w.early.push((id, sid));
                 }
-                _ => self.wt_refuse_stream(id),
+                _ => self.wt_refuse_stream(id, h3::WT_BUFFERED_STREAM_REJECTED),
             },
             (wt::Kind::Other(wt::STREAM_CONTROL), false) => {
                 if w.control_in.is_some() {
@@ -786,19 +786,16 @@ impl QuicTransport {
                 self.wt_fail(h3::H3_STREAM_CREATION_ERROR, "push stream");
             }
             (wt::Kind::Other(_), false) => {
-                // Unknown and reserved stream types are not read.
-                let code = VarInt::from_u64(h3::H3_STREAM_CREATION_ERROR).unwrap_or(VarInt::MAX);
-                let _ = self.conn.recv_stream(quic_id(StreamId(id))).stop(code);
+                // Unknown and reserved stream types are not read (a uni
+                // stream is only stopped).
+                self.wt_refuse_stream(id, h3::H3_STREAM_CREATION_ERROR);
             }
             (wt::Kind::Other(_), true) => {
                 let first_request = w.server && w.session.is_none();
                 if !first_request {
                     // One session per connection; the server opens no
                     // request streams.
-                    let code = VarInt::from_u64(h3::H3_REQUEST_REJECTED).unwrap_or(VarInt::MAX);
-                    let qid = quic_id(StreamId(id));
-                    let _ = self.conn.recv_stream(qid).stop(code);
-                    let _ = self.conn.send_stream(qid).reset(code);
+                    self.wt_refuse_stream(id, h3::H3_REQUEST_REJECTED);
                     return;
                 }
                 w.session = Some(id);
