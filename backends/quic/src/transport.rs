@@ -104,8 +104,6 @@ pub struct QuicTransport {
     /// ([`set_send_budget`](Self::set_send_budget)); `None`: the window
     /// stays as configured.
     send_budget: Option<u64>,
-    /// The send window last given to the library.
-    send_window: u64,
 }
 
 thread_local! {
@@ -221,7 +219,6 @@ impl QuicTransport {
             wt: None,
             on_end: None,
             send_budget: None,
-            send_window: crate::config::SEND_WINDOW,
         }
     }
 
@@ -243,17 +240,15 @@ impl QuicTransport {
     /// Gives the library this connection's share of its budget, among the
     /// thread's connections that share one, as its send window (writes past
     /// it are refused until acknowledgements come); nothing without a
-    /// budget, or when the share did not change.
+    /// budget. The library only stores the window, so giving it the same
+    /// share again changes nothing.
     pub fn fit_send_window(&mut self) {
         let Some(budget) = self.send_budget else {
             return;
         };
         let connections = SHARING.with(Cell::get);
-        let window = crate::config::send_window_for(budget, connections);
-        if window != self.send_window {
-            self.send_window = window;
-            self.conn.set_send_window(window);
-        }
+        self.conn
+            .set_send_window(crate::config::send_window_for(budget, connections));
     }
 
     /// Calls `f` with the connection when the transport drops (to read its
