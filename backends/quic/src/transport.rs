@@ -368,11 +368,7 @@ impl QuicTransport {
     /// When the library's timers (or a WebTransport close's linger) are
     /// next due.
     pub fn quic_timeout(&mut self) -> Option<Instant> {
-        let linger = self
-            .wt
-            .as_ref()
-            .and_then(|w| w.linger.as_ref())
-            .map(|l| l.0);
+        let linger = self.wt_linger_until();
         let at = self.conn.poll_timeout().map(|at| self.core_at(at));
         match (at, linger) {
             (Some(a), Some(l)) => Some(a.min(l)),
@@ -383,12 +379,7 @@ impl QuicTransport {
     /// Runs the library's timers due at `now`.
     pub fn quic_handle_timeout(&mut self, now: Instant) {
         self.now = now;
-        if self
-            .wt
-            .as_ref()
-            .and_then(|w| w.linger.as_ref())
-            .is_some_and(|l| l.0 <= now)
-        {
+        if self.wt_linger_until().is_some_and(|at| at <= now) {
             self.wt_close_now();
         }
         let at = self.std_at(now);
@@ -513,6 +504,11 @@ impl QuicTransport {
                 self.events.push_back(Owned::Writable { id: u64::MAX });
             }
         }
+    }
+
+    /// When a lingering WebTransport connection closes at the latest.
+    fn wt_linger_until(&self) -> Option<Instant> {
+        self.wt.as_ref()?.linger.as_ref().map(|l| l.0)
     }
 
     /// True if HTTP/3 itself owns stream `id` (our control or CONNECT
