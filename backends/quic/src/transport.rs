@@ -606,13 +606,16 @@ impl QuicTransport {
             }
             w.linger = None;
         }
+        self.close_conn(code, Bytes::from_static(reason.as_bytes()));
+    }
+
+    /// Closes the connection with `code` (clamped to a varint) and
+    /// `reason`, unless it is closed already.
+    fn close_conn(&mut self, code: u64, reason: Bytes) {
         if !self.conn.is_closed() {
             let at = self.std_at(self.now);
-            self.conn.close(
-                at,
-                VarInt::from_u64(code).unwrap_or(VarInt::MAX),
-                Bytes::from_static(reason.as_bytes()),
-            );
+            self.conn
+                .close(at, VarInt::from_u64(code).unwrap_or(VarInt::MAX), reason);
         }
     }
 
@@ -621,11 +624,7 @@ impl QuicTransport {
         let Some((_, code, reason)) = self.wt.as_mut().and_then(|w| w.linger.take()) else {
             return;
         };
-        if !self.conn.is_closed() {
-            let at = self.std_at(self.now);
-            self.conn
-                .close(at, VarInt::from_u64(code).unwrap_or(VarInt::MAX), reason);
-        }
+        self.close_conn(code, reason);
     }
 
     /// The session is set up: moq-lite may run, and the peer's streams
@@ -940,11 +939,7 @@ impl QuicTransport {
             application: true,
             cause: CloseCause::Peer,
         }));
-        if !self.conn.is_closed() {
-            let at = self.std_at(self.now);
-            self.conn
-                .close(at, VarInt::from_u64(wire).unwrap_or(VarInt::MAX), bytes);
-        }
+        self.close_conn(wire, bytes);
     }
 
     /// Puts stream `id` on the list of streams to read.
