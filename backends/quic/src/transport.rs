@@ -566,7 +566,11 @@ impl QuicTransport {
 
     /// Hands the library what HTTP/3's own streams still have to send.
     fn wt_flush(&mut self) {
-        let Some(w) = self.wt.as_mut() else { return };
+        // Once the handshake's bytes are out there is nothing here: every
+        // poll of an open session returns at once.
+        let Some(w) = self.wt.as_mut().filter(|w| !w.out.is_empty()) else {
+            return;
+        };
         let mut out = std::mem::take(&mut w.out);
         out.retain_mut(|(id, bytes, fin)| {
             let mut stream = self.conn.send_stream(quic_id(StreamId(*id)));
