@@ -107,9 +107,17 @@ pub fn server_config(
     tls: Arc<rustls::ServerConfig>,
     streams: usize,
 ) -> Result<quinn_proto::ServerConfig, ConfigError> {
+    server_config_over(tls, transport_config(streams, false))
+}
+
+/// A server configuration over `tls` with `transport`.
+fn server_config_over(
+    tls: Arc<rustls::ServerConfig>,
+    transport: TransportConfig,
+) -> Result<quinn_proto::ServerConfig, ConfigError> {
     let crypto = QuicServerConfig::try_from(tls).map_err(|_| ConfigError::Tls)?;
     let mut config = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
-    config.transport_config(Arc::new(transport_config(streams, false)));
+    config.transport_config(Arc::new(transport));
     Ok(config)
 }
 
@@ -122,9 +130,17 @@ pub fn client_config(
     tls: Arc<rustls::ClientConfig>,
     streams: usize,
 ) -> Result<quinn_proto::ClientConfig, ConfigError> {
+    client_config_over(tls, transport_config(streams, true))
+}
+
+/// A client configuration over `tls` with `transport`.
+fn client_config_over(
+    tls: Arc<rustls::ClientConfig>,
+    transport: TransportConfig,
+) -> Result<quinn_proto::ClientConfig, ConfigError> {
     let crypto = QuicClientConfig::try_from(tls).map_err(|_| ConfigError::Tls)?;
     let mut config = quinn_proto::ClientConfig::new(Arc::new(crypto));
-    config.transport_config(Arc::new(transport_config(streams, true)));
+    config.transport_config(Arc::new(transport));
     Ok(config)
 }
 
@@ -157,12 +173,9 @@ pub fn server_config_webtransport(
     tls: Arc<rustls::ServerConfig>,
     streams: usize,
 ) -> Result<quinn_proto::ServerConfig, ConfigError> {
-    let crypto = QuicServerConfig::try_from(tls).map_err(|_| ConfigError::Tls)?;
-    let mut config = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
     let mut transport = transport_config(streams, false);
     transport.datagram_receive_buffer_size(Some(DATAGRAM_BUFFER));
-    config.transport_config(Arc::new(transport));
-    Ok(config)
+    server_config_over(tls, transport)
 }
 
 /// As [`client_config`], for a WebTransport client (`tls` offering
@@ -174,12 +187,9 @@ pub fn client_config_webtransport(
     tls: Arc<rustls::ClientConfig>,
     streams: usize,
 ) -> Result<quinn_proto::ClientConfig, ConfigError> {
-    let crypto = QuicClientConfig::try_from(tls).map_err(|_| ConfigError::Tls)?;
-    let mut config = quinn_proto::ClientConfig::new(Arc::new(crypto));
     let mut transport = transport_config(streams, true);
     transport.datagram_receive_buffer_size(Some(DATAGRAM_BUFFER));
-    config.transport_config(Arc::new(transport));
-    Ok(config)
+    client_config_over(tls, transport)
 }
 
 /// Why a QUIC configuration could not be made.

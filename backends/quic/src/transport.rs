@@ -21,7 +21,7 @@ use quinn_proto::{
     WriteError as QuicWriteError,
 };
 use skiff_core::session::Session;
-use skiff_core::time::Instant;
+use skiff_core::time::{Duration, Instant};
 use skiff_core::transport::{
     CloseCause, Closed, Event, OpenError, StreamError, Transport, WriteError, Written,
 };
@@ -104,8 +104,6 @@ pub struct QuicTransport {
     /// ([`set_send_budget`](Self::set_send_budget)); `None`: the window
     /// stays as configured.
     send_budget: Option<u64>,
-    /// The send window last given to the library.
-    send_window: u64,
 }
 
 thread_local! {
@@ -156,7 +154,7 @@ pub enum WtStatus {
 
 /// How long a refused CONNECT's answer, or our session close capsule, may
 /// take to be acknowledged before the connection closes anyway.
-const LINGER: std::time::Duration = std::time::Duration::from_millis(300);
+const LINGER: Duration = Duration::from_millis(300);
 
 /// A WebTransport connection's HTTP/3 state.
 struct Wt {
@@ -221,7 +219,6 @@ impl QuicTransport {
             wt: None,
             on_end: None,
             send_budget: None,
-            send_window: crate::config::SEND_WINDOW,
         }
     }
 
@@ -243,17 +240,15 @@ impl QuicTransport {
     /// Gives the library this connection's share of its budget, among the
     /// thread's connections that share one, as its send window (writes past
     /// it are refused until acknowledgements come); nothing without a
-    /// budget, or when the share did not change.
+    /// budget. The library only stores the window, so giving it the same
+    /// share again changes nothing.
     pub fn fit_send_window(&mut self) {
         let Some(budget) = self.send_budget else {
             return;
         };
         let connections = SHARING.with(Cell::get);
-        let window = crate::config::send_window_for(budget, connections);
-        if window != self.send_window {
-            self.send_window = window;
-            self.conn.set_send_window(window);
-        }
+        self.conn
+            .set_send_window(crate::config::send_window_for(budget, connections));
     }
 
     /// Calls `f` with the connection when the transport drops (to read its
@@ -334,9 +329,7 @@ impl QuicTransport {
             self.wt_write(id, bytes, true);
             if let Some(w) = self.wt.as_mut() {
                 w.status = WtStatus::Refused(status);
-                let at = now.saturating_add(skiff_core::time::Duration::from_micros(
-                    LINGER.as_micros() as u64,
-                ));
+                let at = now.saturating_add(LINGER);
                 w.linger = Some((at, h3::H3_REQUEST_REJECTED, Bytes::new()));
             }
         }
@@ -375,11 +368,7 @@ impl QuicTransport {
     /// When the library's timers (or a WebTransport close's linger) are
     /// next due.
     pub fn quic_timeout(&mut self) -> Option<Instant> {
-        let linger = self
-            .wt
-            .as_ref()
-            .and_then(|w| w.linger.as_ref())
-            .map(|l| l.0);
+        let linger = self.wt_linger_until();
         let at = self.conn.poll_timeout().map(|at| self.core_at(at));
         match (at, linger) {
             (Some(a), Some(l)) => Some(a.min(l)),
@@ -390,12 +379,7 @@ impl QuicTransport {
     /// Runs the library's timers due at `now`.
     pub fn quic_handle_timeout(&mut self, now: Instant) {
         self.now = now;
-        if self
-            .wt
-            .as_ref()
-            .and_then(|w| w.linger.as_ref())
-            .is_some_and(|l| l.0 <= now)
-        {
+        if self.wt_linger_until().is_some_and(|at| at <= now) {
             self.wt_close_now();
         }
         let at = self.std_at(now);
@@ -415,15 +399,7 @@ impl QuicTransport {
                 quinn_proto::Event::HandshakeDataReady => {}
                 quinn_proto::Event::Connected if self.wt.is_some() => self.wt_connected(),
                 quinn_proto::Event::Connected => {
-                    let protocol = self
-                        .conn
-                        .crypto_session()
-                        .handshake_data()
-                        .and_then(|d| {
-                            d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
-                                .ok()
-                        })
-                        .and_then(|d| d.protocol)
+                    let protocol = negotiated_alpn(&self.conn)
                         .and_then(|p| ALPNS.iter().copied().find(|a| a.as_bytes() == p));
                     match protocol {
                         Some(p) => {
@@ -530,6 +506,11 @@ impl QuicTransport {
         }
     }
 
+    /// When a lingering WebTransport connection closes at the latest.
+    fn wt_linger_until(&self) -> Option<Instant> {
+        self.wt.as_ref()?.linger.as_ref().map(|l| l.0)
+    }
+
     /// True if HTTP/3 itself owns stream `id` (our control or CONNECT
     /// stream, a peer stream whose header is not read yet, a QPACK stream).
     fn wt_owns(&self, id: u64) -> bool {
@@ -546,16 +527,7 @@ impl QuicTransport {
     /// HTTP/3; our control stream opens with SETTINGS, and a client sends
     /// its CONNECT.
     fn wt_connected(&mut self) {
-        let h3 = self
-            .conn
-            .crypto_session()
-            .handshake_data()
-            .and_then(|d| {
-                d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
-                    .ok()
-            })
-            .and_then(|d| d.protocol)
-            .is_some_and(|p| p == wt::ALPN_H3.as_bytes());
+        let h3 = negotiated_alpn(&self.conn).is_some_and(|p| p == wt::ALPN_H3.as_bytes());
         if !h3 {
             self.wt_fail(h3::H3_GENERAL_PROTOCOL_ERROR, "HTTP/3 not agreed");
             return;
@@ -594,7 +566,11 @@ impl QuicTransport {
 
     /// Hands the library what HTTP/3's own streams still have to send.
     fn wt_flush(&mut self) {
-        let Some(w) = self.wt.as_mut() else { return };
+        // Once the handshake's bytes are out there is nothing here: every
+        // poll of an open session returns at once.
+        let Some(w) = self.wt.as_mut().filter(|w| !w.out.is_empty()) else {
+            return;
+        };
         let mut out = std::mem::take(&mut w.out);
         out.retain_mut(|(id, bytes, fin)| {
             let mut stream = self.conn.send_stream(quic_id(StreamId(*id)));
@@ -634,13 +610,16 @@ impl QuicTransport {
             }
             w.linger = None;
         }
+        self.close_conn(code, Bytes::from_static(reason.as_bytes()));
+    }
+
+    /// Closes the connection with `code` (clamped to a varint) and
+    /// `reason`, unless it is closed already.
+    fn close_conn(&mut self, code: u64, reason: Bytes) {
         if !self.conn.is_closed() {
             let at = self.std_at(self.now);
-            self.conn.close(
-                at,
-                VarInt::from_u64(code).unwrap_or(VarInt::MAX),
-                Bytes::from_static(reason.as_bytes()),
-            );
+            self.conn
+                .close(at, VarInt::from_u64(code).unwrap_or(VarInt::MAX), reason);
         }
     }
 
@@ -649,11 +628,7 @@ impl QuicTransport {
         let Some((_, code, reason)) = self.wt.as_mut().and_then(|w| w.linger.take()) else {
             return;
         };
-        if !self.conn.is_closed() {
-            let at = self.std_at(self.now);
-            self.conn
-                .close(at, VarInt::from_u64(code).unwrap_or(VarInt::MAX), reason);
-        }
+        self.close_conn(code, reason);
     }
 
     /// The session is set up: moq-lite may run, and the peer's streams
@@ -671,15 +646,15 @@ impl QuicTransport {
                 self.recv.entry(id).or_default();
                 self.list(id);
             } else {
-                self.wt_refuse_stream(id);
+                self.wt_refuse_stream(id, h3::WT_BUFFERED_STREAM_REJECTED);
             }
         }
     }
 
-    /// Stops (and for a bidi stream resets) a peer stream HTTP/3 does not
-    /// take.
-    fn wt_refuse_stream(&mut self, id: u64) {
-        let code = VarInt::from_u64(h3::WT_BUFFERED_STREAM_REJECTED).unwrap_or(VarInt::MAX);
+    /// Stops (and for a bidi stream resets) with `code` a peer stream
+    /// HTTP/3 does not take.
+    fn wt_refuse_stream(&mut self, id: u64, code: u64) {
+        let code = VarInt::from_u64(code).unwrap_or(VarInt::MAX);
         let qid = quic_id(StreamId(id));
         let _ = self.conn.recv_stream(qid).stop(code);
         if StreamId(id).dir() == Dir::Bidi {
@@ -752,18 +727,19 @@ impl QuicTransport {
             self.wt_classify(id, bidi, &header);
             return;
         }
-        let w = self.wt.as_ref().map(|w| {
-            (
-                w.control_in.as_ref().is_some_and(|(c, _)| *c == id),
-                w.qpack.contains_key(&id),
-                w.session == Some(id),
-            )
+        let role = self.wt.as_ref().and_then(|w| {
+            if w.control_in.as_ref().is_some_and(|(c, _)| *c == id) {
+                Some(H3Stream::Control)
+            } else if w.qpack.contains_key(&id) {
+                Some(H3Stream::Qpack)
+            } else if w.session == Some(id) {
+                Some(H3Stream::Connect)
+            } else {
+                None
+            }
         });
-        match w {
-            Some((true, _, _)) => self.wt_read_control(id),
-            Some((_, true, _)) => self.wt_read_qpack(id),
-            Some((_, _, true)) => self.wt_read_connect(id),
-            _ => {}
+        if let Some(role) = role {
+            self.wt_read_h3(id, role);
         }
     }
 
@@ -782,7 +758,7 @@ impl QuicTransport {
                 WtStatus::Handshaking | WtStatus::Requested if w.early.len() < wt::EARLY_MAX => {
                     w.early.push((id, sid));
                 }
-                _ => self.wt_refuse_stream(id),
+                _ => self.wt_refuse_stream(id, h3::WT_BUFFERED_STREAM_REJECTED),
             },
             (wt::Kind::Other(wt::STREAM_CONTROL), false) => {
                 if w.control_in.is_some() {
@@ -790,7 +766,7 @@ impl QuicTransport {
                     return;
                 }
                 w.control_in = Some((id, ControlStream::default()));
-                self.wt_read_control(id);
+                self.wt_read_h3(id, H3Stream::Control);
             }
             (wt::Kind::Other(wt::STREAM_QPACK_ENCODER | wt::STREAM_QPACK_DECODER), false) => {
                 if w.qpack.len() >= 2 {
@@ -798,25 +774,22 @@ impl QuicTransport {
                     return;
                 }
                 w.qpack.insert(id, 0);
-                self.wt_read_qpack(id);
+                self.wt_read_h3(id, H3Stream::Qpack);
             }
             (wt::Kind::Other(wt::STREAM_PUSH), false) => {
                 self.wt_fail(h3::H3_STREAM_CREATION_ERROR, "push stream");
             }
             (wt::Kind::Other(_), false) => {
-                // Unknown and reserved stream types are not read.
-                let code = VarInt::from_u64(h3::H3_STREAM_CREATION_ERROR).unwrap_or(VarInt::MAX);
-                let _ = self.conn.recv_stream(quic_id(StreamId(id))).stop(code);
+                // Unknown and reserved stream types are not read (a uni
+                // stream is only stopped).
+                self.wt_refuse_stream(id, h3::H3_STREAM_CREATION_ERROR);
             }
             (wt::Kind::Other(_), true) => {
                 let first_request = w.server && w.session.is_none();
                 if !first_request {
                     // One session per connection; the server opens no
                     // request streams.
-                    let code = VarInt::from_u64(h3::H3_REQUEST_REJECTED).unwrap_or(VarInt::MAX);
-                    let qid = quic_id(StreamId(id));
-                    let _ = self.conn.recv_stream(qid).stop(code);
-                    let _ = self.conn.send_stream(qid).reset(code);
+                    self.wt_refuse_stream(id, h3::H3_REQUEST_REJECTED);
                     return;
                 }
                 w.session = Some(id);
@@ -824,85 +797,94 @@ impl QuicTransport {
                     self.wt_fail(e.code, e.reason);
                     return;
                 }
-                self.wt_read_connect(id);
+                self.wt_read_h3(id, H3Stream::Connect);
             }
         }
     }
 
-    fn wt_read_control(&mut self, id: u64) {
+    /// Reads what HTTP/3's own stream `id` holds and hands each piece to
+    /// its `role`'s handling, until the stream is blocked, ends, or the
+    /// handling stops.
+    fn wt_read_h3(&mut self, id: u64, role: H3Stream) {
         loop {
-            match self.wt_read(id, 4096) {
-                WtRead::Data(b) => {
-                    let fed = match self.wt.as_mut().and_then(|w| w.control_in.as_mut()) {
-                        Some((_, c)) => c.feed(&b),
-                        None => return,
-                    };
-                    if let Err(e) = fed {
-                        self.wt_fail(e.code, e.reason);
-                        return;
-                    }
-                    let refused = self
-                        .wt
-                        .as_ref()
-                        .and_then(|w| w.control_in.as_ref())
-                        .and_then(|(_, c)| c.settings())
-                        == Some(false);
-                    if refused {
-                        self.wt_fail(h3::H3_GENERAL_PROTOCOL_ERROR, "WebTransport not enabled");
-                        return;
-                    }
-                }
+            let bytes = match self.wt_read(id, 4096) {
+                WtRead::Data(b) => b,
                 WtRead::Blocked => return,
                 WtRead::End => {
-                    self.wt_fail(h3::H3_CLOSED_CRITICAL_STREAM, "control stream closed");
+                    match role {
+                        H3Stream::Control => {
+                            self.wt_fail(h3::H3_CLOSED_CRITICAL_STREAM, "control stream closed")
+                        }
+                        H3Stream::Qpack => {
+                            self.wt_fail(h3::H3_CLOSED_CRITICAL_STREAM, "QPACK stream closed")
+                        }
+                        H3Stream::Connect => self.wt_connect_ended(),
+                    }
                     return;
                 }
+            };
+            let more = match role {
+                H3Stream::Control => self.wt_take_control(&bytes),
+                H3Stream::Qpack => self.wt_take_qpack(id, &bytes),
+                H3Stream::Connect => self.wt_take_connect(&bytes),
+            };
+            if !more {
+                return;
             }
         }
     }
 
-    fn wt_read_qpack(&mut self, id: u64) {
-        loop {
-            match self.wt_read(id, 4096) {
-                WtRead::Data(b) => {
-                    let Some(w) = self.wt.as_mut() else { return };
-                    let n = w.qpack.entry(id).or_default();
-                    *n = n.saturating_add(b.len() as u64);
-                    if *n > wt::QPACK_MAX {
-                        self.wt_fail(h3::H3_EXCESSIVE_LOAD, "QPACK stream too long");
-                        return;
-                    }
-                }
-                WtRead::Blocked => return,
-                WtRead::End => {
-                    self.wt_fail(h3::H3_CLOSED_CRITICAL_STREAM, "QPACK stream closed");
-                    return;
-                }
-            }
+    /// Feeds the peer's control stream; false once the connection failed.
+    fn wt_take_control(&mut self, bytes: &[u8]) -> bool {
+        let fed = match self.wt.as_mut().and_then(|w| w.control_in.as_mut()) {
+            Some((_, c)) => c.feed(bytes),
+            None => return false,
+        };
+        if let Err(e) = fed {
+            self.wt_fail(e.code, e.reason);
+            return false;
         }
+        let refused = self
+            .wt
+            .as_ref()
+            .and_then(|w| w.control_in.as_ref())
+            .and_then(|(_, c)| c.settings())
+            == Some(false);
+        if refused {
+            self.wt_fail(h3::H3_GENERAL_PROTOCOL_ERROR, "WebTransport not enabled");
+            return false;
+        }
+        true
     }
 
-    fn wt_read_connect(&mut self, id: u64) {
-        loop {
-            match self.wt_read(id, 4096) {
-                WtRead::Data(b) => {
-                    let fed = match self.wt.as_mut() {
-                        Some(w) => w.connect.feed(&b),
-                        None => return,
-                    };
-                    if let Err(e) = fed {
-                        self.wt_fail(e.code, e.reason);
-                        return;
-                    }
-                    self.wt_on_connect();
-                }
-                WtRead::Blocked => return,
-                WtRead::End => {
-                    self.wt_connect_ended();
-                    return;
-                }
-            }
+    /// Counts what a QPACK stream carried (its instructions are not
+    /// needed); false once it passed [`wt::QPACK_MAX`].
+    fn wt_take_qpack(&mut self, id: u64, bytes: &[u8]) -> bool {
+        let Some(w) = self.wt.as_mut() else {
+            return false;
+        };
+        let n = w.qpack.entry(id).or_default();
+        *n = n.saturating_add(bytes.len() as u64);
+        if *n > wt::QPACK_MAX {
+            self.wt_fail(h3::H3_EXCESSIVE_LOAD, "QPACK stream too long");
+            return false;
         }
+        true
+    }
+
+    /// Feeds the CONNECT stream and acts on what it said so far; false
+    /// once the connection failed.
+    fn wt_take_connect(&mut self, bytes: &[u8]) -> bool {
+        let fed = match self.wt.as_mut() {
+            Some(w) => w.connect.feed(bytes),
+            None => return false,
+        };
+        if let Err(e) = fed {
+            self.wt_fail(e.code, e.reason);
+            return false;
+        }
+        self.wt_on_connect();
+        true
     }
 
     /// What the CONNECT stream said so far: the request or response, or
@@ -961,11 +943,7 @@ impl QuicTransport {
             application: true,
             cause: CloseCause::Peer,
         }));
-        if !self.conn.is_closed() {
-            let at = self.std_at(self.now);
-            self.conn
-                .close(at, VarInt::from_u64(wire).unwrap_or(VarInt::MAX), bytes);
-        }
+        self.close_conn(wire, bytes);
     }
 
     /// Puts stream `id` on the list of streams to read.
@@ -1054,6 +1032,15 @@ impl QuicTransport {
             }
         }
     }
+}
+
+/// Which of HTTP/3's own peer streams [`QuicTransport::wt_read_h3`] reads.
+#[derive(Clone, Copy)]
+enum H3Stream {
+    Control,
+    Qpack,
+    /// The CONNECT stream.
+    Connect,
 }
 
 /// What [`QuicTransport::wt_read`] found on a stream HTTP/3 owns.
@@ -1460,11 +1447,7 @@ impl Transport for QuicTransport {
             // then the connection closes once it is acknowledged (or after
             // a short linger), with the code mapped.
             let code32 = u32::try_from(code).unwrap_or(0);
-            let at = self
-                .now
-                .saturating_add(skiff_core::time::Duration::from_micros(
-                    LINGER.as_micros() as u64
-                ));
+            let at = self.now.saturating_add(LINGER);
             let wire = code_to_wire(code32);
             w.linger = Some((at, wire, Bytes::copy_from_slice(reason.as_bytes())));
             w.reported = true;

@@ -97,16 +97,7 @@ pub mod code {
 /// Reads a QUIC varint from the front of `buf`: its value and length, or
 /// `None` when `buf` ends first.
 fn varint(buf: &[u8]) -> Option<(u64, usize)> {
-    let first = *buf.first()?;
-    let len = 1usize << (first >> 6);
-    if buf.len() < len {
-        return None;
-    }
-    let mut v = u64::from(first & 0x3f);
-    for b in &buf[1..len] {
-        v = (v << 8) | u64::from(*b);
-    }
-    Some((v, len))
+    skiff_core::wire::varint::decode(buf).ok()
 }
 
 /// Appends `v` as a QUIC varint (values past 2^62 are clamped).
@@ -508,18 +499,17 @@ pub fn close_capsule(code: u32, reason: &str) -> Vec<u8> {
 /// The WebTransport stream header we write on a stream we open: the uni
 /// type 0x54 or the bidi marker 0x41, then the session ID.
 pub fn stream_header(bidi: bool, session: u64, out: &mut [u8; 16]) -> usize {
-    let mut v = Vec::with_capacity(16);
-    put_varint(
-        &mut v,
-        if bidi {
-            BIDI_WEBTRANSPORT
-        } else {
-            STREAM_WEBTRANSPORT
-        },
-    );
-    put_varint(&mut v, session);
-    out[..v.len()].copy_from_slice(&v);
-    v.len()
+    use skiff_core::wire::varint;
+    let kind = if bidi {
+        BIDI_WEBTRANSPORT
+    } else {
+        STREAM_WEBTRANSPORT
+    };
+    // Two varints of at most 8 bytes each always fit the 16; a session ID
+    // past 2^62 is clamped, as put_varint does.
+    let a = varint::encode(kind, out).unwrap_or(0);
+    let b = varint::encode(session.min(varint::MAX), &mut out[a..]).unwrap_or(0);
+    a + b
 }
 
 #[cfg(test)]
