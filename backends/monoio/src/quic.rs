@@ -199,7 +199,7 @@ impl Endpoint {
         // where the kernel accepts it (refused, it costs calls, not
         // correctness); a client reads one datagram per receive.
         let batch = server.is_some();
-        let gro = batch && set_gro(&socket, true);
+        let gro = batch && set_int(&socket, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
         let endpoint = quinn_proto::Endpoint::new(Arc::new(endpoint), server.clone(), true, None);
         Ok(Endpoint {
             shared: Rc::new(Shared {
@@ -291,7 +291,14 @@ impl Endpoint {
     /// client's default). Takes effect at [`run`](Self::run)'s start.
     pub fn set_batch_receive(&self, on: bool) {
         self.shared.batch.set(on);
-        let gro = set_gro(&self.shared.socket, on) && on;
+        let gro = set_int(
+            &self.shared.socket,
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            i32::from(on),
+        )
+        .is_ok()
+            && on;
         self.shared.gro.set(gro);
     }
 
@@ -888,22 +895,6 @@ impl RecvBatch {
     }
 }
 
-/// Turns UDP GRO on or off on `socket`; true if the kernel took it.
-fn set_gro(socket: &impl std::os::fd::AsRawFd, on: bool) -> bool {
-    let value = i32::from(on);
-    // SAFETY: setsockopt with a pointer to an int of the size given.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_GRO,
-            (&value as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    rc == 0
-}
-
 /// The segment size of a GRO train, from a received message's control
 /// messages (`UDP_GRO`); `None` for a single datagram.
 fn gro_segment(msg: &libc::msghdr) -> Option<usize> {
@@ -988,8 +979,13 @@ pub(crate) fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::U
     Ok(socket)
 }
 
-fn set_int(socket: &std::net::UdpSocket, level: i32, name: i32, value: i32) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
+/// Sets the int socket option `name` at `level` to `value`.
+fn set_int(
+    socket: &impl std::os::fd::AsRawFd,
+    level: i32,
+    name: i32,
+    value: i32,
+) -> io::Result<()> {
     // SAFETY: setsockopt with a pointer to an int of the size given.
     let rc = unsafe {
         libc::setsockopt(
