@@ -986,14 +986,25 @@ fn set_int(
     name: i32,
     value: i32,
 ) -> io::Result<()> {
-    // SAFETY: setsockopt with a pointer to an int of the size given.
+    set_opt(socket, level, name, &value)
+}
+
+/// Sets the socket option `name` at `level` to `value`, a plain value of
+/// the type the option takes (the kernel copies its bytes).
+pub(crate) fn set_opt<T>(
+    socket: &impl std::os::fd::AsRawFd,
+    level: i32,
+    name: i32,
+    value: &T,
+) -> io::Result<()> {
+    // SAFETY: setsockopt with a pointer to a live `T` of the size given.
     let rc = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
             level,
             name,
-            (&value as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
     if rc != 0 {
