@@ -518,9 +518,7 @@ impl Endpoint {
                 !shared.waiting.borrow().is_empty()
             }
             Some(DatagramEvent::Response(t)) => {
-                response.truncate(t.size);
-                let buf = std::mem::take(response);
-                *response = send(shared, buf, t.destination).await;
+                send(shared, response, t).await;
                 false
             }
             None => {
@@ -552,9 +550,7 @@ impl Endpoint {
                 .is_some_and(|f| !f(remote))
         {
             let t = shared.endpoint.borrow_mut().refuse(incoming, response);
-            response.truncate(t.size);
-            let buf = std::mem::take(response);
-            *response = send(shared, buf, t.destination).await;
+            send(shared, response, t).await;
             return;
         }
         let pressed =
@@ -572,9 +568,7 @@ impl Endpoint {
             match retried {
                 Ok(t) => {
                     shared.retries.set(shared.retries.get() + 1);
-                    response.truncate(t.size);
-                    let buf = std::mem::take(response);
-                    *response = send(shared, buf, t.destination).await;
+                    send(shared, response, t).await;
                     return;
                 }
                 Err(e) => e.into_incoming(),
@@ -596,9 +590,7 @@ impl Endpoint {
             }
             Err(e) => {
                 if let Some(t) = e.response {
-                    response.truncate(t.size);
-                    let buf = std::mem::take(response);
-                    *response = send(shared, buf, t.destination).await;
+                    send(shared, response, t).await;
                 }
             }
         }
@@ -671,9 +663,12 @@ impl Drop for Turn {
     }
 }
 
-/// Sends `buf` to `to` and returns it emptied.
-async fn send(shared: &Shared, buf: Vec<u8>, to: SocketAddr) -> Vec<u8> {
-    let (res, mut buf) = shared.socket.send_to(buf, to).await;
+/// Sends the endpoint's answer `t`, whose bytes the library wrote into
+/// `response`, and leaves `response` empty for the next one.
+async fn send(shared: &Shared, response: &mut Vec<u8>, t: quinn_proto::Transmit) {
+    response.truncate(t.size);
+    let buf = std::mem::take(response);
+    let (res, mut buf) = shared.socket.send_to(buf, t.destination).await;
     shared.count(|io| {
         io.send_calls += 1;
         io.sent_datagrams += u64::from(res.is_ok());
@@ -682,7 +677,7 @@ async fn send(shared: &Shared, buf: Vec<u8>, to: SocketAddr) -> Vec<u8> {
         tracing::debug!(error = %e, "udp send failed");
     }
     buf.clear();
-    buf
+    *response = buf;
 }
 
 /// One `sendmsg` of `data` to `to` on the non-blocking socket; with
