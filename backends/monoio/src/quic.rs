@@ -438,10 +438,11 @@ impl Endpoint {
                 self.set_batch_receive(false);
                 continue;
             }
-            let got = match batch.recv(&shared.socket) {
+            let received = batch.recv(&shared.socket);
+            shared.count(|io| io.recv_calls += 1);
+            let got = match received {
                 Ok(got) => got,
                 Err(e) => {
-                    shared.count(|io| io.recv_calls += 1);
                     match e.raw_os_error() {
                         Some(libc::EAGAIN | libc::EINTR) => {}
                         Some(libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP) => {
@@ -454,7 +455,6 @@ impl Endpoint {
                     continue;
                 }
             };
-            shared.count(|io| io.recv_calls += 1);
             for i in 0..got {
                 let Some(msg) = batch.take(i) else {
                     // Truncated (larger than any datagram the endpoint
