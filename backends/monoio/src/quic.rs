@@ -392,6 +392,8 @@ impl Endpoint {
     pub async fn run(self) {
         let shared = &self.shared;
         let mut batch = RecvBatch::new();
+        // The buffer of the one-datagram receive.
+        let mut single = BytesMut::new();
         let turn = Turn::start();
         let mut response = Vec::with_capacity(2048);
         let mut batched = shared.batch.get();
@@ -405,16 +407,17 @@ impl Endpoint {
                 Poll::Pending
             });
             if !batched {
-                let buf = batch.single();
+                reclaim(&mut single);
+                let buf = std::mem::take(&mut single);
                 let Ok((res, mut buf)) =
                     crate::cancel::race(shared.socket.recv_from(buf), stop).await
                 else {
                     return;
                 };
                 shared.count(|io| io.recv_calls += 1);
-                // The datagram; the buffer's rest goes back to the pool.
+                // The datagram; the buffer's rest serves the next receive.
                 let data = buf.split();
-                batch.put_single(buf);
+                single = buf;
                 match res {
                     Ok((_, from)) => {
                         shared
@@ -781,22 +784,12 @@ impl RecvBatch {
         }
     }
 
-    /// Makes slot `i` an empty buffer with room for [`RECV_BYTES`].
-    fn reclaim(&mut self, i: usize) {
-        if let Some(slot) = self.slots.get_mut(i) {
-            slot.clear();
-            if !slot.try_reclaim(RECV_BYTES) {
-                *slot = BytesMut::with_capacity(RECV_BYTES);
-            }
-        }
-    }
-
     /// One `recvmmsg` (non-blocking) of up to `want` messages; how many
     /// arrived, each then taken with [`take`](Self::take).
     fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
         use std::os::fd::AsRawFd;
-        for i in 0..self.used.max(self.want) {
-            self.reclaim(i);
+        for slot in self.slots.iter_mut().take(self.used.max(self.want)) {
+            reclaim(slot);
         }
         self.used = 0;
         let want = self.want.min(RECV_BATCH);
@@ -872,21 +865,14 @@ impl RecvBatch {
             segment: gro_segment(&hdr.msg_hdr),
         })
     }
+}
 
-    /// Slot 0, emptied, for a receive of one datagram.
-    fn single(&mut self) -> BytesMut {
-        self.reclaim(0);
-        self.slots
-            .get_mut(0)
-            .map(std::mem::take)
-            .unwrap_or_default()
-    }
-
-    /// Gives slot 0 back after [`single`](Self::single).
-    fn put_single(&mut self, buf: BytesMut) {
-        if let Some(slot) = self.slots.get_mut(0) {
-            *slot = buf;
-        }
+/// Makes `buf` an empty buffer with room for [`RECV_BYTES`]: its own
+/// memory once the library let go of what was split off it, or a fresh one.
+fn reclaim(buf: &mut BytesMut) {
+    buf.clear();
+    if !buf.try_reclaim(RECV_BYTES) {
+        *buf = BytesMut::with_capacity(RECV_BYTES);
     }
 }
 
