@@ -199,7 +199,7 @@ impl Endpoint {
         // where the kernel accepts it (refused, it costs calls, not
         // correctness); a client reads one datagram per receive.
         let batch = server.is_some();
-        let gro = batch && set_gro(&socket, true);
+        let gro = batch && set_int(&socket, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
         let endpoint = quinn_proto::Endpoint::new(Arc::new(endpoint), server.clone(), true, None);
         Ok(Endpoint {
             shared: Rc::new(Shared {
@@ -291,7 +291,14 @@ impl Endpoint {
     /// client's default). Takes effect at [`run`](Self::run)'s start.
     pub fn set_batch_receive(&self, on: bool) {
         self.shared.batch.set(on);
-        let gro = set_gro(&self.shared.socket, on) && on;
+        let gro = set_int(
+            &self.shared.socket,
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            i32::from(on),
+        )
+        .is_ok()
+            && on;
         self.shared.gro.set(gro);
     }
 
@@ -385,6 +392,8 @@ impl Endpoint {
     pub async fn run(self) {
         let shared = &self.shared;
         let mut batch = RecvBatch::new();
+        // The buffer of the one-datagram receive.
+        let mut single = BytesMut::new();
         let turn = Turn::start();
         let mut response = Vec::with_capacity(2048);
         let mut batched = shared.batch.get();
@@ -398,16 +407,17 @@ impl Endpoint {
                 Poll::Pending
             });
             if !batched {
-                let buf = batch.single();
+                reclaim(&mut single);
+                let buf = std::mem::take(&mut single);
                 let Ok((res, mut buf)) =
                     crate::cancel::race(shared.socket.recv_from(buf), stop).await
                 else {
                     return;
                 };
                 shared.count(|io| io.recv_calls += 1);
-                // The datagram; the buffer's rest goes back to the pool.
+                // The datagram; the buffer's rest serves the next receive.
                 let data = buf.split();
-                batch.put_single(buf);
+                single = buf;
                 match res {
                     Ok((_, from)) => {
                         shared
@@ -431,10 +441,11 @@ impl Endpoint {
                 self.set_batch_receive(false);
                 continue;
             }
-            let got = match batch.recv(&shared.socket) {
+            let received = batch.recv(&shared.socket);
+            shared.count(|io| io.recv_calls += 1);
+            let got = match received {
                 Ok(got) => got,
                 Err(e) => {
-                    shared.count(|io| io.recv_calls += 1);
                     match e.raw_os_error() {
                         Some(libc::EAGAIN | libc::EINTR) => {}
                         Some(libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP) => {
@@ -447,7 +458,6 @@ impl Endpoint {
                     continue;
                 }
             };
-            shared.count(|io| io.recv_calls += 1);
             for i in 0..got {
                 let Some(msg) = batch.take(i) else {
                     // Truncated (larger than any datagram the endpoint
@@ -511,9 +521,7 @@ impl Endpoint {
                 !shared.waiting.borrow().is_empty()
             }
             Some(DatagramEvent::Response(t)) => {
-                response.truncate(t.size);
-                let buf = std::mem::take(response);
-                *response = send(shared, buf, t.destination).await;
+                send(shared, response, t).await;
                 false
             }
             None => {
@@ -545,9 +553,7 @@ impl Endpoint {
                 .is_some_and(|f| !f(remote))
         {
             let t = shared.endpoint.borrow_mut().refuse(incoming, response);
-            response.truncate(t.size);
-            let buf = std::mem::take(response);
-            *response = send(shared, buf, t.destination).await;
+            send(shared, response, t).await;
             return;
         }
         let pressed =
@@ -565,9 +571,7 @@ impl Endpoint {
             match retried {
                 Ok(t) => {
                     shared.retries.set(shared.retries.get() + 1);
-                    response.truncate(t.size);
-                    let buf = std::mem::take(response);
-                    *response = send(shared, buf, t.destination).await;
+                    send(shared, response, t).await;
                     return;
                 }
                 Err(e) => e.into_incoming(),
@@ -589,9 +593,7 @@ impl Endpoint {
             }
             Err(e) => {
                 if let Some(t) = e.response {
-                    response.truncate(t.size);
-                    let buf = std::mem::take(response);
-                    *response = send(shared, buf, t.destination).await;
+                    send(shared, response, t).await;
                 }
             }
         }
@@ -664,9 +666,12 @@ impl Drop for Turn {
     }
 }
 
-/// Sends `buf` to `to` and returns it emptied.
-async fn send(shared: &Shared, buf: Vec<u8>, to: SocketAddr) -> Vec<u8> {
-    let (res, mut buf) = shared.socket.send_to(buf, to).await;
+/// Sends the endpoint's answer `t`, whose bytes the library wrote into
+/// `response`, and leaves `response` empty for the next one.
+async fn send(shared: &Shared, response: &mut Vec<u8>, t: quinn_proto::Transmit) {
+    response.truncate(t.size);
+    let buf = std::mem::take(response);
+    let (res, mut buf) = shared.socket.send_to(buf, t.destination).await;
     shared.count(|io| {
         io.send_calls += 1;
         io.sent_datagrams += u64::from(res.is_ok());
@@ -675,7 +680,7 @@ async fn send(shared: &Shared, buf: Vec<u8>, to: SocketAddr) -> Vec<u8> {
         tracing::debug!(error = %e, "udp send failed");
     }
     buf.clear();
-    buf
+    *response = buf;
 }
 
 /// One `sendmsg` of `data` to `to` on the non-blocking socket; with
@@ -779,22 +784,12 @@ impl RecvBatch {
         }
     }
 
-    /// Makes slot `i` an empty buffer with room for [`RECV_BYTES`].
-    fn reclaim(&mut self, i: usize) {
-        if let Some(slot) = self.slots.get_mut(i) {
-            slot.clear();
-            if !slot.try_reclaim(RECV_BYTES) {
-                *slot = BytesMut::with_capacity(RECV_BYTES);
-            }
-        }
-    }
-
     /// One `recvmmsg` (non-blocking) of up to `want` messages; how many
     /// arrived, each then taken with [`take`](Self::take).
     fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
         use std::os::fd::AsRawFd;
-        for i in 0..self.used.max(self.want) {
-            self.reclaim(i);
+        for slot in self.slots.iter_mut().take(self.used.max(self.want)) {
+            reclaim(slot);
         }
         self.used = 0;
         let want = self.want.min(RECV_BATCH);
@@ -870,38 +865,15 @@ impl RecvBatch {
             segment: gro_segment(&hdr.msg_hdr),
         })
     }
-
-    /// Slot 0, emptied, for a receive of one datagram.
-    fn single(&mut self) -> BytesMut {
-        self.reclaim(0);
-        self.slots
-            .get_mut(0)
-            .map(std::mem::take)
-            .unwrap_or_default()
-    }
-
-    /// Gives slot 0 back after [`single`](Self::single).
-    fn put_single(&mut self, buf: BytesMut) {
-        if let Some(slot) = self.slots.get_mut(0) {
-            *slot = buf;
-        }
-    }
 }
 
-/// Turns UDP GRO on or off on `socket`; true if the kernel took it.
-fn set_gro(socket: &impl std::os::fd::AsRawFd, on: bool) -> bool {
-    let value = i32::from(on);
-    // SAFETY: setsockopt with a pointer to an int of the size given.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_GRO,
-            (&value as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    rc == 0
+/// Makes `buf` an empty buffer with room for [`RECV_BYTES`]: its own
+/// memory once the library let go of what was split off it, or a fresh one.
+fn reclaim(buf: &mut BytesMut) {
+    buf.clear();
+    if !buf.try_reclaim(RECV_BYTES) {
+        *buf = BytesMut::with_capacity(RECV_BYTES);
+    }
 }
 
 /// The segment size of a GRO train, from a received message's control
@@ -988,16 +960,32 @@ pub(crate) fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::U
     Ok(socket)
 }
 
-fn set_int(socket: &std::net::UdpSocket, level: i32, name: i32, value: i32) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: setsockopt with a pointer to an int of the size given.
+/// Sets the int socket option `name` at `level` to `value`.
+fn set_int(
+    socket: &impl std::os::fd::AsRawFd,
+    level: i32,
+    name: i32,
+    value: i32,
+) -> io::Result<()> {
+    set_opt(socket, level, name, &value)
+}
+
+/// Sets the socket option `name` at `level` to `value`, a plain value of
+/// the type the option takes (the kernel copies its bytes).
+pub(crate) fn set_opt<T>(
+    socket: &impl std::os::fd::AsRawFd,
+    level: i32,
+    name: i32,
+    value: &T,
+) -> io::Result<()> {
+    // SAFETY: setsockopt with a pointer to a live `T` of the size given.
     let rc = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
             level,
             name,
-            (&value as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
     if rc != 0 {

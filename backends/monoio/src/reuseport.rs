@@ -14,7 +14,6 @@
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 
 /// Instructions in [`steering_program`].
 pub const PROGRAM_LEN: usize = 7;
@@ -93,21 +92,14 @@ pub fn steer_by_connection_id(socket: &UdpSocket, workers: usize) -> io::Result<
         len: PROGRAM_LEN as u16,
         filter: program.as_mut_ptr(),
     };
-    // SAFETY: `fprog` points at `program`, PROGRAM_LEN instructions alive
-    // for the call; the kernel copies them.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_REUSEPORT_CBPF,
-            (&fprog as *const libc::sock_fprog).cast(),
-            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    // `fprog` points at `program`, PROGRAM_LEN instructions alive for the
+    // call; the kernel copies them.
+    crate::quic::set_opt(
+        socket,
+        libc::SOL_SOCKET,
+        libc::SO_ATTACH_REUSEPORT_CBPF,
+        &fprog,
+    )
 }
 
 #[cfg(test)]
