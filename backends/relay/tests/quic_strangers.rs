@@ -351,15 +351,21 @@ fn client_that_missed_the_close(
     }
 }
 
+/// A client that missed the relay's close (speaking again from a new
+/// source port if `new_port`) is answered with a stateless reset, smaller
+/// than what provoked it.
+fn gets_a_stateless_reset(relay: &RelayProcess, fingerprint: Fingerprint, new_port: bool) {
+    let (reason, sent, answers) = client_that_missed_the_close(relay.addr, fingerprint, new_port);
+    eprintln!("{reason:?} after {sent} bytes, answers {answers:?}");
+    assert_eq!(reason, quinn_proto::ConnectionError::Reset);
+    assert!(answers.iter().all(|&n| n < sent), "{answers:?} for {sent}");
+}
+
 #[test]
 fn a_forgotten_connection_gets_a_stateless_reset() {
     let (relay, fingerprint) = relay(&[]);
     let audience = Audience::start(relay.addr, fingerprint);
-    let (reason, sent, answers) = client_that_missed_the_close(relay.addr, fingerprint, false);
-    eprintln!("{reason:?} after {sent} bytes, answers {answers:?}");
-    assert_eq!(reason, quinn_proto::ConnectionError::Reset);
-    // The reset is smaller than what provoked it.
-    assert!(answers.iter().all(|&n| n < sent), "{answers:?} for {sent}");
+    gets_a_stateless_reset(&relay, fingerprint, false);
     assert_eq!(relay.metric("skiff_relay_quic_connections"), 2);
     audience.finish();
 }
@@ -375,10 +381,7 @@ fn a_forgotten_connection_on_a_new_port_gets_the_reset_of_its_worker() {
     assert_eq!(relay.metric("skiff_relay_quic_steering"), 1);
     let audience = Audience::start(relay.addr, fingerprint);
     for _ in 0..3 {
-        let (reason, sent, answers) = client_that_missed_the_close(relay.addr, fingerprint, true);
-        eprintln!("{reason:?} after {sent} bytes, answers {answers:?}");
-        assert_eq!(reason, quinn_proto::ConnectionError::Reset);
-        assert!(answers.iter().all(|&n| n < sent), "{answers:?} for {sent}");
+        gets_a_stateless_reset(&relay, fingerprint, true);
     }
     assert_eq!(relay.metric("skiff_relay_quic_connections"), 2);
     audience.finish();
