@@ -301,9 +301,12 @@ pub enum PageStatus {
 /// the build output of an npm project (`web_dir`'s parent holds
 /// `package.json` and `package-lock.json`, as the repository's `web/dist`
 /// does): `npm ci --no-audit --no-fund`, then `npm run build`, both in that
-/// project with their output on this process's terminal. Without `npm` on the
-/// `PATH`, or when a step fails, the page stays missing and the status says
-/// what to do.
+/// project with their output on this process's standard error, so standard
+/// output keeps only the demo's own lines. Two demos starting at once build
+/// once: the build holds an exclusive lock on `.build-lock` in the project,
+/// and the second finds the page built when it gets the lock. Without `npm`
+/// on the `PATH`, or when a step fails, the page stays missing and the status
+/// says what to do.
 pub fn build_page(web_dir: &std::path::Path) -> PageStatus {
     if web_dir.join("index.html").is_file() {
         return PageStatus::Ready;
@@ -317,15 +320,17 @@ pub fn build_page(web_dir: &std::path::Path) -> PageStatus {
             web_dir.display()
         ));
     };
-    let npm = |args: &[&str]| {
-        std::process::Command::new("npm")
+    use std::process::{Command, Stdio};
+    let npm = |args: &[&str], out: Stdio| {
+        Command::new("npm")
             .arg("--prefix")
             .arg(project)
             .args(args)
-            .stdin(std::process::Stdio::null())
+            .stdin(Stdio::null())
+            .stdout(out)
             .status()
     };
-    match npm(&["--version"]) {
+    match npm(&["--version"], Stdio::null()) {
         Ok(s) if s.success() => {}
         Ok(_) | Err(_) => {
             return PageStatus::Missing(
@@ -333,13 +338,26 @@ pub fn build_page(web_dir: &std::path::Path) -> PageStatus {
             );
         }
     }
-    println!(
+    // Held until the build ends (the lock goes with the file).
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(project.join(".build-lock"))
+        .and_then(|f| f.lock().map(|()| f));
+    let _lock = match lock {
+        Ok(f) => f,
+        Err(e) => return PageStatus::Missing(format!("cannot lock {}: {e}", project.display())),
+    };
+    if web_dir.join("index.html").is_file() {
+        return PageStatus::Ready;
+    }
+    eprintln!(
         "demo: building the watch page once: npm ci (the player's packages from the npm registry, pinned by {}), then npm run build",
         project.join("package-lock.json").display()
     );
-    let _ = std::io::stdout().flush();
     for step in [&["ci", "--no-audit", "--no-fund"][..], &["run", "build"]] {
-        match npm(step) {
+        match npm(step, Stdio::from(std::io::stderr())) {
             Ok(s) if s.success() => {}
             Ok(s) => {
                 return PageStatus::Missing(format!(

@@ -143,10 +143,20 @@ fn serve_relays_and_exits_0_on_sigterm() {
     assert_eq!(code, 0);
 }
 
+/// A web directory that has no page and is no npm project's output, so the
+/// demo runs without building the watch page (`.ci/fresh-clone-demo` tests
+/// that build on a fresh clone).
+fn no_page_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("skiff-relay-test-{}-no-page", std::process::id()))
+}
+
 #[test]
 fn relay_demo_delivers_and_exits_0() {
     let out = run_bounded(
-        relay().args(["demo", "--seconds", "2", "--viewers", "3", "--log", "warn"]),
+        relay()
+            .args(["demo", "--seconds", "2", "--viewers", "3", "--log", "warn"])
+            .arg("--web-dir")
+            .arg(no_page_dir()),
         60,
     );
     let text = String::from_utf8_lossy(&out.stdout);
@@ -169,6 +179,8 @@ fn relay_demo_over_quic_delivers_with_tcp_kept_plain() {
             "3",
             "--log",
             "warn",
+            "--web-dir",
+            no_page_dir().to_str().unwrap(),
         ],
         None,
     );
