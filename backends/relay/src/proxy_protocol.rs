@@ -144,14 +144,12 @@ fn decode_v1(input: &[u8]) -> Result<Header, HeaderError> {
     }
     let h = ppp::v1::Header::try_from(input).map_err(|e| HeaderError::V1(e.to_string()))?;
     let client = match h.addresses {
-        ppp::v1::Addresses::Tcp4(a) => Some(SocketAddr::new(
-            IpAddr::V4(a.source_address),
-            a.source_port,
-        )),
-        ppp::v1::Addresses::Tcp6(a) => Some(SocketAddr::new(
-            IpAddr::V6(a.source_address),
-            a.source_port,
-        )),
+        ppp::v1::Addresses::Tcp4(a) => {
+            Some(SocketAddr::new(IpAddr::V4(a.source_address), a.source_port))
+        }
+        ppp::v1::Addresses::Tcp6(a) => {
+            Some(SocketAddr::new(IpAddr::V6(a.source_address), a.source_port))
+        }
         ppp::v1::Addresses::Unknown => None,
     };
     Ok(Header::Complete {
@@ -174,14 +172,12 @@ fn decode_v2(input: &[u8]) -> Result<Header, HeaderError> {
     let h = parsed.map_err(|e| HeaderError::V2(e.to_string()))?;
     let client = match (h.command, &h.addresses) {
         (ppp::v2::Command::Local, _) => None,
-        (ppp::v2::Command::Proxy, ppp::v2::Addresses::IPv4(a)) => Some(SocketAddr::new(
-            IpAddr::V4(a.source_address),
-            a.source_port,
-        )),
-        (ppp::v2::Command::Proxy, ppp::v2::Addresses::IPv6(a)) => Some(SocketAddr::new(
-            IpAddr::V6(a.source_address),
-            a.source_port,
-        )),
+        (ppp::v2::Command::Proxy, ppp::v2::Addresses::IPv4(a)) => {
+            Some(SocketAddr::new(IpAddr::V4(a.source_address), a.source_port))
+        }
+        (ppp::v2::Command::Proxy, ppp::v2::Addresses::IPv6(a)) => {
+            Some(SocketAddr::new(IpAddr::V6(a.source_address), a.source_port))
+        }
         (ppp::v2::Command::Proxy, _) => None,
     };
     Ok(Header::Complete {

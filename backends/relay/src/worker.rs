@@ -687,7 +687,8 @@ fn admit_proxied<H: ConnectionHandler>(
     let id = shared.next_id.get();
     shared.next_id.set(id.wrapping_add(1));
     // Named by the balancer's address until the header names the client.
-    let (mut guard, _) = OpenGuard::new(shared.clone(), ConnName::client(index, id, balancer), false);
+    let (mut guard, _) =
+        OpenGuard::new(shared.clone(), ConnName::client(index, id, balancer), false);
     let mut conn = Connection::new(stream, balancer, id, shared.clone());
     let (handler, shared) = (handler.clone(), shared.clone());
     let force = shared.force.clone();
