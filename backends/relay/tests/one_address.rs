@@ -4,8 +4,8 @@
 //! refused past `--max-handshakes-per-ip` while admitted viewers stream;
 //! and behind a load balancer of `--proxy-protocol-from`, the PROXY
 //! header's address (v1 and v2) is what the per-address limits count and
-//! the log lines name, while a PROXY header from anyone else, or a
-//! malformed one, closes that connection alone.
+//! the log lines name (before TLS too), while a PROXY header from anyone
+//! else, or a malformed one, closes that connection alone.
 
 mod common;
 mod peers;
@@ -473,5 +473,99 @@ fn proxy_headers_from_the_balancer_name_the_client() {
             relay.metric("skiff_relay_connections_open") == 2
         });
         let _again = proxied(addr, &v1("203.0.113.7:50314"));
+    });
+}
+
+/// A TLS client's verifier that takes any certificate: the test checks what
+/// the relay logs, not who it is.
+#[derive(Debug)]
+struct AnyCert(rustls::crypto::WebPkiSupportedAlgorithms);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_schemes()
+    }
+}
+
+/// `GET /health` over TLS on `s` (a PROXY header already sent): the answer.
+fn https_health(s: TcpStream) -> String {
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let verifier = Arc::new(AnyCert(provider.signature_verification_algorithms));
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, s);
+    // A refused handshake leaves nothing to read.
+    if tls
+        .write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .is_err()
+    {
+        return String::new();
+    }
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// On a TLS port, the PROXY header comes before the TLS handshake: the
+/// request over TLS is served and logged under the header's address, and
+/// the address's limit counts it.
+#[test]
+fn a_proxy_header_precedes_tls() {
+    within(60, || {
+        let dir = std::env::temp_dir().join(format!("skiff-proxy-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pki = skiff_testkit::pki::Pki::write(&dir, "proxy");
+        let relay = Logged::start(&[
+            "--tls-cert",
+            pki.cert.to_str().unwrap(),
+            "--tls-key",
+            pki.key.to_str().unwrap(),
+            "--proxy-protocol-from",
+            "127.0.0.0/8",
+        ]);
+        let header = v2(Some("203.0.113.50:7000".parse().unwrap()));
+        let answer = https_health(with_header(Ipv4Addr::LOCALHOST, relay.addr, &header));
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+        relay.logged(&["https 203.0.113.50:7000", "http request"]);
+        // Without its header, the balancer's TLS is a malformed header.
+        let answer = https_health(connect_from(Ipv4Addr::new(127, 0, 0, 5), relay.addr));
+        assert!(answer.is_empty(), "{answer:?}");
+        relay.logged(&["PROXY header refused", "127.0.0.5"]);
+        let _ = std::fs::remove_dir_all(&dir);
     });
 }
