@@ -107,6 +107,10 @@ pub(crate) struct WorkerShared {
     /// Open connections and handshakes by peer IP address (an address
     /// leaves when its last connection closes).
     pub(crate) per_ip: RefCell<HashMap<IpAddr, PerAddress>>,
+    /// The clients that PROXY headers named, by connection number, while
+    /// their connections are open (for the rare log line that asks the
+    /// socket for its peer: it would name the load balancer).
+    pub(crate) proxied: RefCell<HashMap<u64, SocketAddr>>,
     /// Connections that have not finished their handshake
     /// ([`HandshakeToken`]).
     pub(crate) handshaking: Rc<Cell<u32>>,
@@ -630,7 +634,8 @@ impl Writer {
             // asked of the socket on this rare path rather than kept: the
             // writer is moved through every future that serves the
             // connection, each of which would hold the copy.
-            let peer = self.half.peer_addr().unwrap_or(UNKNOWN_PEER);
+            let proxied = self.shared.proxied.borrow().get(&self.id).copied();
+            let peer = proxied.unwrap_or_else(|| self.half.peer_addr().unwrap_or(UNKNOWN_PEER));
             tracing::info!(
                 conn = ?ConnName::client(self.shared.index, self.id, peer),
                 "peer stopped reading: no byte accepted for {stall:?}; dropping the connection"

@@ -262,6 +262,7 @@ where
         closed: LocalEvent::new(),
         open: Cell::new(0),
         per_ip: RefCell::new(HashMap::new()),
+        proxied: RefCell::new(HashMap::new()),
         handshaking: Rc::new(Cell::new(0)),
         closes_since_trim: Cell::new(0),
         next_id: Cell::new(0),
@@ -716,6 +717,9 @@ fn admit_proxied<H: ConnectionHandler>(
             }
             let count = guard.count_by_address(ConnName::client(index, id, client));
             conn.count_handshake_in(count);
+            if client != balancer {
+                shared.proxied.borrow_mut().insert(id, client);
+            }
             tracing::debug!(conn = ?guard.name(), %balancer, "connection accepted through a PROXY header");
             handler.serve(conn).await
         };
@@ -728,5 +732,6 @@ fn admit_proxied<H: ConnectionHandler>(
                 tracing::debug!(conn = ?guard.name(), "connection closed by the drain timeout")
             }
         }
+        shared.proxied.borrow_mut().remove(&id);
     });
 }
