@@ -771,3 +771,33 @@ fn forward_changes<const N: usize, X: Transport>(
         notify.bump_consumed_tracks(consumed.into_iter().take(c));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handshake_token_counts_in_both_counts_until_done() {
+        let (all, addr, other) = (
+            Rc::new(Cell::new(0)),
+            Rc::new(Cell::new(0)),
+            Rc::new(Cell::new(0)),
+        );
+        let mut t = HandshakeToken::new(all.clone());
+        t.count_also(addr.clone());
+        assert_eq!((all.get(), addr.get()), (1, 1));
+        // A second count replaces the first.
+        t.count_also(other.clone());
+        assert_eq!((all.get(), addr.get(), other.get()), (1, 0, 1));
+        t.done();
+        assert_eq!((all.get(), other.get()), (0, 0));
+        // Done: neither a new count nor the drop counts again.
+        t.count_also(addr.clone());
+        drop(t);
+        assert_eq!((all.get(), addr.get(), other.get()), (0, 0, 0));
+        let mut dropped = HandshakeToken::new(all.clone());
+        dropped.count_also(addr.clone());
+        drop(dropped);
+        assert_eq!((all.get(), addr.get()), (0, 0));
+    }
+}
