@@ -31,9 +31,9 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(20);
 /// Time given to cancelled operations and closes to complete after a forced stop.
 const FORCED_CLOSE_GRACE: Duration = Duration::from_millis(20);
 
-/// Counts a connection open (in all and, once `by_address`, for its
-/// peer's address) for as long as its task lives, and names it for the
-/// worker's log lines.
+/// Counts a connection open (in all and, once
+/// [`OpenGuard::count_by_address`] named it, for its peer's address) for
+/// as long as its task lives, and names it for the worker's log lines.
 struct OpenGuard {
     shared: Rc<WorkerShared>,
     name: ConnName,
@@ -43,26 +43,16 @@ struct OpenGuard {
 }
 
 impl OpenGuard {
-    /// Counts a connection open, for the address of `name` too if
-    /// `by_address`; returns the guard and the address's handshake count.
-    fn new(
-        shared: Rc<WorkerShared>,
-        name: ConnName,
-        by_address: bool,
-    ) -> (Self, Option<Rc<Cell<u32>>>) {
+    /// Counts a connection open, not yet for its address
+    /// ([`OpenGuard::count_by_address`]).
+    fn new(shared: Rc<WorkerShared>, name: ConnName) -> Self {
         shared.open.set(shared.open.get().saturating_add(1));
         shared.counters().connection_opened();
-        let mut guard = OpenGuard {
+        OpenGuard {
             shared,
             name,
             by_address: false,
-        };
-        let handshakes = if by_address {
-            Some(guard.count_by_address(name))
-        } else {
-            None
-        };
-        (guard, handshakes)
+        }
     }
 
     /// Names the connection `name` and counts it for its address (once);
@@ -543,12 +533,10 @@ fn admit_quic<H: ConnectionHandler>(
     let id = shared.next_id.get();
     shared.next_id.set(id.wrapping_add(1));
     let name = ConnName::quic(index, id, peer);
-    let (guard, by_address) = OpenGuard::new(shared.clone(), name, true);
+    let mut guard = OpenGuard::new(shared.clone(), name);
     let quic_open = QuicOpen::new(shared.clone());
     let mut handshake = HandshakeToken::new(shared.handshaking.clone());
-    if let Some(count) = by_address {
-        handshake.count_also(count);
-    }
+    handshake.count_also(guard.count_by_address(name));
     let quic = crate::handler::QuicConn {
         conn: Box::new(conn),
         link,
@@ -643,11 +631,9 @@ fn admit<H: ConnectionHandler>(
     let id = shared.next_id.get();
     shared.next_id.set(id.wrapping_add(1));
     let name = ConnName::client(index, id, peer);
-    let (guard, by_address) = OpenGuard::new(shared.clone(), name, true);
+    let mut guard = OpenGuard::new(shared.clone(), name);
     let mut conn = Connection::new(stream, peer, id, shared.clone());
-    if let Some(count) = by_address {
-        conn.count_handshake_in(count);
-    }
+    conn.count_handshake_in(guard.count_by_address(name));
     let handler = handler.clone();
     let force = shared.force.clone();
     tracing::debug!(conn = ?name, "connection accepted");
@@ -688,8 +674,7 @@ fn admit_proxied<H: ConnectionHandler>(
     let id = shared.next_id.get();
     shared.next_id.set(id.wrapping_add(1));
     // Named by the balancer's address until the header names the client.
-    let (mut guard, _) =
-        OpenGuard::new(shared.clone(), ConnName::client(index, id, balancer), false);
+    let mut guard = OpenGuard::new(shared.clone(), ConnName::client(index, id, balancer));
     let mut conn = Connection::new(stream, balancer, id, shared.clone());
     let (handler, shared) = (handler.clone(), shared.clone());
     let force = shared.force.clone();
