@@ -386,7 +386,7 @@ fn refused(relay: SocketAddr, from: Ipv4Addr, header: &[u8]) -> bool {
 /// Behind a balancer at 127.0.0.1 with one connection per address: v1 and
 /// v2 clients are counted by the header's address (two addresses pass, a
 /// second connection from either is refused and logged under it), a LOCAL
-/// header counts as the balancer, HTTP works after a header; a PROXY header
+/// header counts as the balancer, HTTP and WebSocket work after a header; a PROXY header
 /// from another address and a malformed one close that connection alone.
 #[test]
 fn proxy_headers_from_the_balancer_name_the_client() {
@@ -427,6 +427,21 @@ fn proxy_headers_from_the_balancer_name_the_client() {
         let mut answer = String::new();
         http.read_to_string(&mut answer).expect("HTTP answer");
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+        // A WebSocket upgrade after a header: upgraded, named by the header.
+        {
+            let mut ws = with_header(Ipv4Addr::LOCALHOST, addr, &v1("192.0.2.201:1001"));
+            ws.write_all(
+                b"GET /anon HTTP/1.1\r\nHost: relay\r\nUpgrade: websocket\r\n\
+                  Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+                  Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: qmux-01.moq-lite-05\r\n\r\n",
+            )
+            .unwrap();
+            let mut head = [0u8; 12];
+            ws.read_exact(&mut head).expect("an answer to the upgrade");
+            assert_eq!(&head, b"HTTP/1.1 101");
+            relay.logged(&["ws 192.0.2.201:1001", "websocket: upgraded"]);
+        }
 
         // From an address that is no balancer, a PROXY header is not the
         // relay's protocol: v1 reads as HTTP and is refused, v2 as QMux.
