@@ -104,8 +104,13 @@ pub(crate) struct WorkerShared {
     /// Notified whenever a connection ends while draining.
     pub(crate) closed: LocalEvent,
     pub(crate) open: Cell<u32>,
-    /// Open connections by peer IP address (an address leaves at 0).
-    pub(crate) per_ip: RefCell<HashMap<IpAddr, u32>>,
+    /// Open connections and handshakes by peer IP address (an address
+    /// leaves when its last connection closes).
+    pub(crate) per_ip: RefCell<HashMap<IpAddr, PerAddress>>,
+    /// The clients that PROXY headers named, by connection number, while
+    /// their connections are open (for the rare log line that asks the
+    /// socket for its peer: it would name the load balancer).
+    pub(crate) proxied: RefCell<HashMap<u64, SocketAddr>>,
     /// Connections that have not finished their handshake
     /// ([`HandshakeToken`]).
     pub(crate) handshaking: Rc<Cell<u32>>,
@@ -119,6 +124,16 @@ impl WorkerShared {
     pub(crate) fn counters(&self) -> &ThreadCounters {
         self.metrics.thread(self.index)
     }
+}
+
+/// What a worker counts of one peer address.
+#[derive(Debug, Default)]
+pub(crate) struct PerAddress {
+    /// Its open connections.
+    pub(crate) open: u32,
+    /// Those of them that have not finished their handshake (each one's
+    /// [`HandshakeToken`] counts it here too).
+    pub(crate) handshakes: Rc<Cell<u32>>,
 }
 
 /// One accepted TCP connection, owned by the handler that serves it.
@@ -191,6 +206,55 @@ impl Connection {
         ConnName::client(self.reader.shared.index, self.id, self.peer)
     }
 
+    /// Counts the connection's handshake in `count` too (its peer
+    /// address's handshakes), if the handshake is not over.
+    pub(crate) fn count_handshake_in(&mut self, count: Rc<Cell<u32>>) {
+        if let Some(token) = self.reader.handshake.as_mut() {
+            token.count_also(count);
+        }
+    }
+
+    /// Reads the PROXY protocol header a load balancer starts the
+    /// connection with (at most [`proxy_protocol::MAX_HEADER_BYTES`],
+    /// within the handshake timeout of now), keeps the bytes after it for
+    /// the handler, and takes the client it names as the connection's peer
+    /// (the socket's for a LOCAL or UNKNOWN header). `Ok(None)`: the
+    /// balancer closed, the time ran out or the server started draining
+    /// before a complete header.
+    ///
+    /// # Errors
+    /// [`ProxyRead::Malformed`] for a header that does not parse;
+    /// [`ProxyRead::Io`] for what the socket reports.
+    pub(crate) async fn read_proxy_header(&mut self) -> Result<Option<SocketAddr>, ProxyRead> {
+        use crate::proxy_protocol::{Header, MAX_HEADER_BYTES, decode};
+        let limit = self.reader.handshake_timeout();
+        let by = std::time::Instant::now() + limit;
+        if !self.reader.wait_first().await.map_err(ProxyRead::Io)? {
+            return Ok(None);
+        }
+        loop {
+            match decode(self.reader.pending()).map_err(ProxyRead::Malformed)? {
+                Header::Complete { len, client } => {
+                    self.reader.skip_pending(len);
+                    if let Some(client) = client {
+                        self.peer = client;
+                    }
+                    return Ok(Some(self.peer));
+                }
+                Header::Incomplete => {
+                    let left = by.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return Ok(None);
+                    }
+                    let more = self.reader.read_more(MAX_HEADER_BYTES, left);
+                    if !more.await.map_err(ProxyRead::Io)? {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+
     /// The server's drain signal, as seen from this thread.
     pub fn shutdown(&self) -> Shutdown {
         Shutdown::new(self.reader.shared.shutdown.clone())
@@ -200,6 +264,15 @@ impl Connection {
     pub fn into_split(self) -> (Reader, Writer) {
         (self.reader, self.writer)
     }
+}
+
+/// Why [`Connection::read_proxy_header`] found no usable header.
+#[derive(Debug)]
+pub(crate) enum ProxyRead {
+    /// The bytes are not a valid PROXY header.
+    Malformed(crate::proxy_protocol::HeaderError),
+    /// The socket failed.
+    Io(io::Error),
 }
 
 // ---------------------------------------------------------------------------
@@ -276,6 +349,14 @@ impl Reader {
     /// that no read has returned yet.
     pub fn pending(&self) -> &[u8] {
         self.buf.get(..self.pending).unwrap_or(&[])
+    }
+
+    /// Drops the first `n` pending bytes (a PROXY header), keeping the rest
+    /// pending.
+    fn skip_pending(&mut self, n: usize) {
+        let n = n.min(self.pending);
+        self.buf.drain(..n);
+        self.pending -= n;
     }
 
     /// Takes the pending bytes after the first `skip` (which are dropped):
@@ -553,7 +634,8 @@ impl Writer {
             // asked of the socket on this rare path rather than kept: the
             // writer is moved through every future that serves the
             // connection, each of which would hold the copy.
-            let peer = self.half.peer_addr().unwrap_or(UNKNOWN_PEER);
+            let proxied = self.shared.proxied.borrow().get(&self.id).copied();
+            let peer = proxied.unwrap_or_else(|| self.half.peer_addr().unwrap_or(UNKNOWN_PEER));
             tracing::info!(
                 conn = ?ConnName::client(self.shared.index, self.id, peer),
                 "peer stopped reading: no byte accepted for {stall:?}; dropping the connection"

@@ -21,6 +21,8 @@
 //! - [`tls`]: the listen port's TLS, shared by the workers, its certificate
 //!   reloaded in place (docs/protocol.md §9.8);
 //! - [`metrics`]: per-thread atomic counters and the Prometheus endpoint;
+//! - [`proxy_protocol`]: PROXY protocol headers from the load balancers of
+//!   `--proxy-protocol-from`, naming the client a connection carries;
 //! - [`relay`]: the per-worker relay state (origin, cache pool, routes, the
 //!   on-demand track hook) and [`relay::RelayHandler`], which `serve` runs;
 //!   workers are linked pairwise by moq-lite sessions ([`relay::Mesh`]), and
@@ -46,6 +48,7 @@ pub mod error;
 pub mod handler;
 pub mod lend;
 pub mod metrics;
+pub mod proxy_protocol;
 pub mod relay;
 pub mod relay_demo;
 pub mod server;

@@ -5,7 +5,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, TcpListener as StdTcpListener};
+use std::net::{IpAddr, Ipv4Addr, TcpListener as StdTcpListener};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
@@ -21,7 +21,7 @@ use skiff_monoio::session_driver::HandshakeToken;
 use skiff_monoio::shutdown::{LocalEvent, Shutdown, StopReceiver};
 
 use crate::config::RelayConfig;
-use crate::conn::{BufPool, Connection, WorkerShared};
+use crate::conn::{BufPool, Connection, ProxyRead, WorkerShared};
 use crate::conn_name::ConnName;
 use crate::handler::{ConnectionHandler, WorkerInfo};
 use crate::metrics::{Metrics, TransportLabel};
@@ -31,22 +31,68 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(20);
 /// Time given to cancelled operations and closes to complete after a forced stop.
 const FORCED_CLOSE_GRACE: Duration = Duration::from_millis(20);
 
-/// Counts a connection open (in all and for its peer's address) for as long
-/// as its task lives, and names it for the worker's log lines.
-struct OpenGuard(Rc<WorkerShared>, ConnName);
+/// Counts a connection open (in all and, once
+/// [`OpenGuard::count_by_address`] named it, for its peer's address) for
+/// as long as its task lives, and names it for the worker's log lines.
+struct OpenGuard {
+    shared: Rc<WorkerShared>,
+    name: ConnName,
+    /// Whether the connection counts for the address of `name`: not while
+    /// a load balancer's connection waits for its PROXY header.
+    by_address: bool,
+}
 
 impl OpenGuard {
-    fn new(shared: Rc<WorkerShared>, name: ConnName, ip: IpAddr) -> Self {
+    /// Counts a connection open, not yet for its address
+    /// ([`OpenGuard::count_by_address`]).
+    fn new(shared: Rc<WorkerShared>, name: ConnName) -> Self {
         shared.open.set(shared.open.get().saturating_add(1));
-        *shared.per_ip.borrow_mut().entry(ip).or_insert(0) += 1;
         shared.counters().connection_opened();
-        OpenGuard(shared, name)
+        OpenGuard {
+            shared,
+            name,
+            by_address: false,
+        }
+    }
+
+    /// Names the connection `name` and counts it for its address (once);
+    /// returns the address's handshake count.
+    fn count_by_address(&mut self, name: ConnName) -> Rc<Cell<u32>> {
+        self.uncount_address();
+        self.name = name;
+        self.by_address = true;
+        let ip = address(name);
+        let mut per_ip = self.shared.per_ip.borrow_mut();
+        let entry = per_ip.entry(ip).or_default();
+        entry.open = entry.open.saturating_add(1);
+        entry.handshakes.clone()
+    }
+
+    /// Takes the connection out of its address's count, if it is in it.
+    fn uncount_address(&mut self) {
+        if !std::mem::take(&mut self.by_address) {
+            return;
+        }
+        let mut per_ip = self.shared.per_ip.borrow_mut();
+        let ip = address(self.name);
+        if let Some(a) = per_ip.get_mut(&ip) {
+            a.open = a.open.saturating_sub(1);
+            if a.open == 0 {
+                per_ip.remove(&ip);
+            }
+        }
     }
 
     /// What the worker's log lines call the connection.
     fn name(&self) -> &ConnName {
-        &self.1
+        &self.name
     }
+}
+
+/// The address a client connection is counted under.
+fn address(name: ConnName) -> IpAddr {
+    name.peer()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.ip())
 }
 
 /// Connections closed since the allocator was last asked to give memory
@@ -56,7 +102,8 @@ const CLOSES_PER_TRIM: u32 = 256;
 
 impl Drop for OpenGuard {
     fn drop(&mut self) {
-        let s = &self.0;
+        self.uncount_address();
+        let s = &self.shared;
         s.open.set(s.open.get().saturating_sub(1));
         let closes = s.closes_since_trim.get() + 1;
         if closes >= CLOSES_PER_TRIM && s.open.get() < closes {
@@ -65,18 +112,6 @@ impl Drop for OpenGuard {
             give_back_memory();
         } else {
             s.closes_since_trim.set(closes);
-        }
-        {
-            let mut per_ip = s.per_ip.borrow_mut();
-            let ip = self.1.peer().map(|p| p.ip());
-            if let Some(ip) = ip
-                && let Some(n) = per_ip.get_mut(&ip)
-            {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    per_ip.remove(&ip);
-                }
-            }
         }
         s.counters().connection_closed();
         if s.shutdown.is_fired() {
@@ -217,6 +252,7 @@ where
         closed: LocalEvent::new(),
         open: Cell::new(0),
         per_ip: RefCell::new(HashMap::new()),
+        proxied: RefCell::new(HashMap::new()),
         handshaking: Rc::new(Cell::new(0)),
         closes_since_trim: Cell::new(0),
         next_id: Cell::new(0),
@@ -497,15 +533,17 @@ fn admit_quic<H: ConnectionHandler>(
     let id = shared.next_id.get();
     shared.next_id.set(id.wrapping_add(1));
     let name = ConnName::quic(index, id, peer);
-    let guard = OpenGuard::new(shared.clone(), name, peer.ip());
+    let mut guard = OpenGuard::new(shared.clone(), name);
     let quic_open = QuicOpen::new(shared.clone());
+    let mut handshake = HandshakeToken::new(shared.handshaking.clone());
+    handshake.count_also(guard.count_by_address(name));
     let quic = crate::handler::QuicConn {
         conn: Box::new(conn),
         link,
         peer,
         name,
         shutdown: Shutdown::new(shared.shutdown.clone()),
-        handshake: HandshakeToken::new(shared.handshaking.clone()),
+        handshake,
         handshake_timeout: shared.config.timeouts.handshake,
         send_budget: shared.config.quic_send_budget,
     };
@@ -526,16 +564,36 @@ fn admit_quic<H: ConnectionHandler>(
 }
 
 /// The limit or quota a new connection from `peer` (TCP or QUIC) would go
-/// past, if any.
+/// past, if any: the worker's, then its address's.
 fn over_limit(shared: &WorkerShared, peer: std::net::SocketAddr) -> Option<&'static str> {
-    let quotas = shared.config.quotas;
-    let from_ip = shared.per_ip.borrow().get(&peer.ip()).copied().unwrap_or(0);
+    over_worker_limit(shared).or_else(|| over_address_limit(shared, peer.ip()))
+}
+
+/// The worker's limit a new connection would go past, if any, whatever
+/// its address.
+fn over_worker_limit(shared: &WorkerShared) -> Option<&'static str> {
     if shared.shutdown.is_fired() || shared.open.get() >= shared.config.limits.max_connections {
         Some("max-connections")
-    } else if from_ip >= quotas.connections_per_ip {
-        Some("max-connections-per-ip")
-    } else if shared.handshaking.get() >= quotas.handshakes {
+    } else if shared.handshaking.get() >= shared.config.quotas.handshakes {
         Some("max-handshakes")
+    } else {
+        None
+    }
+}
+
+/// The per-address quota a new connection from `ip` would go past, if any:
+/// its open connections (`--max-connections-per-ip`, off by default) or
+/// those still in their handshake (`--max-handshakes-per-ip`).
+fn over_address_limit(shared: &WorkerShared, ip: IpAddr) -> Option<&'static str> {
+    let quotas = shared.config.quotas;
+    let per_ip = shared.per_ip.borrow();
+    let (open, handshakes) = per_ip
+        .get(&ip)
+        .map_or((0, 0), |a| (a.open, a.handshakes.get()));
+    if quotas.connections_per_ip.is_some_and(|n| open >= n) {
+        Some("max-connections-per-ip")
+    } else if handshakes >= quotas.handshakes_per_ip {
+        Some("max-handshakes-per-ip")
     } else {
         None
     }
@@ -560,6 +618,10 @@ fn admit<H: ConnectionHandler>(
     handler: &Rc<H>,
 ) {
     let index = shared.index;
+    if shared.config.proxy_protocol_from.contains(peer.ip()) {
+        admit_proxied(stream, peer, shared, handler);
+        return;
+    }
     if let Some(limit) = over_limit(shared, peer) {
         // Over a limit (or the accept raced the stop): close at once.
         refuse(shared, peer, limit, "connection refused");
@@ -569,8 +631,9 @@ fn admit<H: ConnectionHandler>(
     let id = shared.next_id.get();
     shared.next_id.set(id.wrapping_add(1));
     let name = ConnName::client(index, id, peer);
-    let guard = OpenGuard::new(shared.clone(), name, peer.ip());
-    let conn = Connection::new(stream, peer, id, shared.clone());
+    let mut guard = OpenGuard::new(shared.clone(), name);
+    let mut conn = Connection::new(stream, peer, id, shared.clone());
+    conn.count_handshake_in(guard.count_by_address(name));
     let handler = handler.clone();
     let force = shared.force.clone();
     tracing::debug!(conn = ?name, "connection accepted");
@@ -587,5 +650,73 @@ fn admit<H: ConnectionHandler>(
             }
             Err(()) => tracing::debug!(conn = ?name, "connection closed by the drain timeout"),
         }
+    });
+}
+
+/// [`admit`] for a connection from a load balancer of
+/// `--proxy-protocol-from`: within the worker's limits it is accepted, its
+/// PROXY header read (within the handshake timeout), and only then counted
+/// and limited by the address the header names, under which it is logged
+/// and served. A header that does not parse closes the connection and
+/// counts as a refusal.
+fn admit_proxied<H: ConnectionHandler>(
+    stream: monoio::net::TcpStream,
+    balancer: std::net::SocketAddr,
+    shared: &Rc<WorkerShared>,
+    handler: &Rc<H>,
+) {
+    let index = shared.index;
+    if let Some(limit) = over_worker_limit(shared) {
+        refuse(shared, balancer, limit, "connection refused");
+        drop(stream);
+        return;
+    }
+    let id = shared.next_id.get();
+    shared.next_id.set(id.wrapping_add(1));
+    // Named by the balancer's address until the header names the client.
+    let mut guard = OpenGuard::new(shared.clone(), ConnName::client(index, id, balancer));
+    let mut conn = Connection::new(stream, balancer, id, shared.clone());
+    let (handler, shared) = (handler.clone(), shared.clone());
+    let force = shared.force.clone();
+    monoio::spawn(async move {
+        let serve = async {
+            let client = match conn.read_proxy_header().await {
+                Ok(Some(client)) => client,
+                Ok(None) => {
+                    tracing::debug!(conn = ?guard.name(), "no PROXY header in time; connection closed");
+                    return Ok(());
+                }
+                Err(ProxyRead::Malformed(e)) => {
+                    shared.counters().connection_refused();
+                    tracing::info!(conn = ?guard.name(), error = %e, "PROXY header refused; connection closed");
+                    return Ok(());
+                }
+                Err(ProxyRead::Io(e)) => {
+                    tracing::debug!(conn = ?guard.name(), error = %e, "PROXY header not read");
+                    return Ok(());
+                }
+            };
+            if let Some(quota) = over_address_limit(&shared, client.ip()) {
+                refuse(&shared, client, quota, "connection refused");
+                return Ok(());
+            }
+            let count = guard.count_by_address(ConnName::client(index, id, client));
+            conn.count_handshake_in(count);
+            if client != balancer {
+                shared.proxied.borrow_mut().insert(id, client);
+            }
+            tracing::debug!(conn = ?guard.name(), %balancer, "connection accepted through a PROXY header");
+            handler.serve(conn).await
+        };
+        match race(serve, force.wait()).await {
+            Ok(Ok(())) => tracing::debug!(conn = ?guard.name(), "connection finished"),
+            Ok(Err(e)) => {
+                tracing::debug!(conn = ?guard.name(), error = %e, "connection ended with an error")
+            }
+            Err(()) => {
+                tracing::debug!(conn = ?guard.name(), "connection closed by the drain timeout")
+            }
+        }
+        shared.proxied.borrow_mut().remove(&id);
     });
 }

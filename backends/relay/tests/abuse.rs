@@ -550,6 +550,8 @@ fn an_idle_connection_flood_holds_little_and_gives_it_back() {
             "5000",
             "--max-handshakes",
             "5000",
+            "--max-handshakes-per-ip",
+            "5000",
             "--handshake-timeout",
             "60s",
         ]);
@@ -623,7 +625,7 @@ fn connections_per_ip_over_the_quota_are_refused() {
 #[test]
 fn handshakes_over_the_quota_are_refused() {
     within(60, || {
-        let relay = start_relay(&["--max-handshakes", "2"]);
+        let relay = start_relay(&["--max-handshakes", "2", "--max-handshakes-per-ip", "2"]);
         let mut done = Raw::connect(relay.addr, Config::new(), None);
         done.handshake();
         let silent: Vec<TcpStream> = (0..2).map(|_| connect(relay.addr)).collect();

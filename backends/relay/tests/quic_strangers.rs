@@ -567,7 +567,26 @@ fn a_flood_of_initials_past_the_threshold_takes_retries_and_holds_no_state() {
 
 #[test]
 fn quic_handshakes_count_against_max_handshakes_until_setup() {
-    let (relay, fingerprint) = relay(&["--max-handshakes", "3", "--quic-retry-above", "100"]);
+    three_handshakes_until_setup(&[
+        "--max-handshakes",
+        "3",
+        "--max-handshakes-per-ip",
+        "3",
+        "--quic-retry-above",
+        "100",
+    ]);
+}
+
+#[test]
+fn quic_handshakes_count_against_max_handshakes_per_ip_until_setup() {
+    three_handshakes_until_setup(&["--max-handshakes-per-ip", "3", "--quic-retry-above", "100"]);
+}
+
+/// With `flags` allowing three handshakes (in all or from 127.0.0.1), five
+/// Initials from there: two are refused, the three hold their slots until
+/// the handshake deadline, and a new one is admitted after.
+fn three_handshakes_until_setup(flags: &[&str]) {
+    let (relay, fingerprint) = relay(flags);
     // The publisher and the viewer are set up: neither counts.
     let audience = Audience::start(relay.addr, fingerprint);
     let quota_before = relay.metric("skiff_relay_quota_refused_total");

@@ -165,6 +165,8 @@ pub struct Guard {
 /// its drop.
 pub struct HandshakeToken {
     count: Rc<Cell<u32>>,
+    /// A second count the connection is in ([`HandshakeToken::count_also`]).
+    also: Option<Rc<Cell<u32>>>,
     counted: bool,
 }
 
@@ -182,14 +184,32 @@ impl HandshakeToken {
         count.set(count.get().saturating_add(1));
         HandshakeToken {
             count,
+            also: None,
             counted: true,
         }
+    }
+
+    /// Counts the connection in `count` too (a server's count of one peer
+    /// address's handshakes, say) until the token is done; nothing if it is
+    /// done already. A later call replaces the second count.
+    pub fn count_also(&mut self, count: Rc<Cell<u32>>) {
+        if !self.counted {
+            return;
+        }
+        if let Some(old) = self.also.take() {
+            old.set(old.get().saturating_sub(1));
+        }
+        count.set(count.get().saturating_add(1));
+        self.also = Some(count);
     }
 
     /// The handshake is over: the connection no longer counts.
     pub fn done(&mut self) {
         if std::mem::take(&mut self.counted) {
             self.count.set(self.count.get().saturating_sub(1));
+            if let Some(also) = self.also.take() {
+                also.set(also.get().saturating_sub(1));
+            }
         }
     }
 }
@@ -749,5 +769,35 @@ fn forward_changes<const N: usize, X: Transport>(
     }
     if c > 0 {
         notify.bump_consumed_tracks(consumed.into_iter().take(c));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handshake_token_counts_in_both_counts_until_done() {
+        let (all, addr, other) = (
+            Rc::new(Cell::new(0)),
+            Rc::new(Cell::new(0)),
+            Rc::new(Cell::new(0)),
+        );
+        let mut t = HandshakeToken::new(all.clone());
+        t.count_also(addr.clone());
+        assert_eq!((all.get(), addr.get()), (1, 1));
+        // A second count replaces the first.
+        t.count_also(other.clone());
+        assert_eq!((all.get(), addr.get(), other.get()), (1, 0, 1));
+        t.done();
+        assert_eq!((all.get(), other.get()), (0, 0));
+        // Done: neither a new count nor the drop counts again.
+        t.count_also(addr.clone());
+        drop(t);
+        assert_eq!((all.get(), addr.get(), other.get()), (0, 0, 0));
+        let mut dropped = HandshakeToken::new(all.clone());
+        dropped.count_also(addr.clone());
+        drop(dropped);
+        assert_eq!((all.get(), addr.get()), (0, 0));
     }
 }

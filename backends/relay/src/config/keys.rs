@@ -330,15 +330,32 @@ settings! {
     #[arg(value_name = "DIR")]
     web_dir: PathBuf;
 
-    /// Open connections allowed from one IP address per worker thread; more
-    /// are closed at once.
+    /// Open connections allowed from one IP address per worker thread, in
+    /// their handshake or established; more are closed at once. Viewers
+    /// behind one NAT or load balancer share an address [default: no
+    /// limit].
     #[arg(value_name = "N")]
-    max_connections_per_ip: u32 = 256;
+    max_connections_per_ip: u32;
+
+    /// Connections from one IP address per worker thread that have not
+    /// finished their handshake (TLS, WebSocket upgrade, QMux or QUIC
+    /// handshake and SETUP, and its token check); more are closed at once
+    /// (QUIC: CONNECTION_REFUSED) [default: a quarter of --max-handshakes].
+    #[arg(value_name = "N")]
+    max_handshakes_per_ip: u32;
 
     /// Connections per worker thread that have not finished their QMux or
     /// QUIC handshake and SETUP; more are closed at once.
     #[arg(value_name = "N")]
     max_handshakes: u32 = 1024;
+
+    /// Load balancers (an IP address or a CIDR block; repeatable or
+    /// comma-separated) whose TCP connections must start with a PROXY
+    /// protocol header (v1 or v2) naming the client; per-address limits
+    /// and logs then see the client's address. Other addresses may not
+    /// send one [default: none].
+    #[arg(value_name = "CIDR", value_delimiter = ',')]
+    proxy_protocol_from: Vec<String>;
 
     /// Relay tracks per worker thread (the table is made at start, about
     /// 6 KiB each); a request for a new track past it is refused with

@@ -15,6 +15,7 @@ use std::time::Duration;
 use skiff_monoio::driver::DriverKind;
 use skiff_monoio::tls::{Fingerprint, PemError};
 
+use crate::proxy_protocol::ProxySources;
 use crate::tls::{TlsFiles, TlsSource};
 
 pub mod file;
@@ -172,6 +173,9 @@ pub struct RelayConfig {
     /// The SHA-256 of the one certificate a `tls://` or `moql://` upstream
     /// may present (docs/protocol.md §11.3), instead of a chain to CAs.
     pub upstream_fingerprint: Option<Fingerprint>,
+    /// The load balancers whose TCP connections start with a PROXY
+    /// protocol header (`--proxy-protocol-from`; empty: none).
+    pub proxy_protocol_from: ProxySources,
 }
 
 /// Where tokens are verified and what anonymous sessions may do; all empty:
@@ -212,8 +216,12 @@ pub fn default_web_dir() -> PathBuf {
 /// (`skiff_relay_quota_refused_total`) and logged at debug level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quotas {
-    /// Open connections from one IP address, per worker thread.
-    pub connections_per_ip: u32,
+    /// Open connections from one IP address, per worker thread (`None`:
+    /// no limit).
+    pub connections_per_ip: Option<u32>,
+    /// Connections from one IP address that have not finished their
+    /// handshake, per worker thread.
+    pub handshakes_per_ip: u32,
     /// Connections that have not finished their handshake, per worker thread.
     pub handshakes: u32,
     /// Relay tracks per worker thread (the size of its track table).
@@ -233,6 +241,9 @@ impl Quotas {
     pub fn of(v: &Values) -> Self {
         Quotas {
             connections_per_ip: v.max_connections_per_ip,
+            handshakes_per_ip: v
+                .max_handshakes_per_ip
+                .unwrap_or((v.max_handshakes / 4).max(1)),
             handshakes: v.max_handshakes,
             relay_tracks: v.max_relay_tracks,
             announces: v.max_announces,
@@ -527,6 +538,7 @@ impl RelayConfig {
             tls_generate,
             upstream_ca: v.upstream_ca,
             upstream_fingerprint: v.upstream_fingerprint,
+            proxy_protocol_from: ProxySources::default(),
         }
     }
 
@@ -568,7 +580,11 @@ impl RelayConfig {
         let auth = auth_config(&v)?;
         let tls_generate = tls_generate(&v)?;
         let tls = tls_files(&v)?;
-        let cfg = RelayConfig::of(v, auth, tls, tls_generate);
+        let proxy_protocol_from =
+            ProxySources::parse(v.proxy_protocol_from.as_deref().unwrap_or_default())
+                .map_err(|reason| invalid("proxy-protocol-from", reason))?;
+        let mut cfg = RelayConfig::of(v, auth, tls, tls_generate);
+        cfg.proxy_protocol_from = proxy_protocol_from;
         if cfg.upstream_ca.is_some() && cfg.upstream_fingerprint.is_some() {
             // A pin accepts one certificate whatever its issuer: CAs would go unused.
             return Err(invalid(
@@ -583,7 +599,8 @@ impl RelayConfig {
         }
         let q = cfg.quotas;
         for (key, v) in [
-            ("max-connections-per-ip", q.connections_per_ip),
+            ("max-connections-per-ip", q.connections_per_ip.unwrap_or(1)),
+            ("max-handshakes-per-ip", q.handshakes_per_ip),
             ("max-handshakes", q.handshakes),
             ("max-relay-tracks", q.relay_tracks),
             ("max-announces", q.announces),

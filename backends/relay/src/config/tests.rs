@@ -191,6 +191,56 @@ fn inconsistent_limits_are_rejected() {
 }
 
 #[test]
+fn per_address_limits_and_proxy_protocol_sources() {
+    // By default: no limit on an address's open connections, a quarter of
+    // --max-handshakes on its handshakes, no load balancer.
+    let d = RelayConfig::default();
+    assert_eq!(d.quotas.connections_per_ip, None);
+    assert_eq!(d.quotas.handshakes_per_ip, 256);
+    assert!(d.proxy_protocol_from.is_empty());
+    let cfg =
+        RelayConfig::merge(&Settings::default(), &flags(&["--max-handshakes", "40"])).unwrap();
+    assert_eq!(cfg.quotas.handshakes_per_ip, 10);
+    let cfg = RelayConfig::merge(&Settings::default(), &flags(&["--max-handshakes", "2"])).unwrap();
+    assert_eq!(cfg.quotas.handshakes_per_ip, 1);
+
+    let file = Settings::from_toml(
+        "max-connections-per-ip = 5
+max-handshakes-per-ip = 7
+         proxy-protocol-from = [\"10.0.0.0/8\", \"192.0.2.7\"]\n",
+        Path::new("t.toml"),
+    )
+    .unwrap();
+    let cfg = RelayConfig::merge(&file, &flags(&[])).unwrap();
+    assert_eq!(cfg.quotas.connections_per_ip, Some(5));
+    assert_eq!(cfg.quotas.handshakes_per_ip, 7);
+    let lb = |ip: &str| cfg.proxy_protocol_from.contains(ip.parse().unwrap());
+    assert!(lb("10.9.8.7") && lb("192.0.2.7") && !lb("192.0.2.8"));
+    // Flags replace the file's list; repeated or comma-separated.
+    let cfg = RelayConfig::merge(
+        &file,
+        &flags(&[
+            "--proxy-protocol-from",
+            "2001:db8::/32,198.51.100.1",
+            "--proxy-protocol-from",
+            "203.0.113.0/24",
+        ]),
+    )
+    .unwrap();
+    let lb = |ip: &str| cfg.proxy_protocol_from.contains(ip.parse().unwrap());
+    assert!(lb("2001:db8::5") && lb("198.51.100.1") && lb("203.0.113.9") && !lb("10.9.8.7"));
+    for args in [
+        &["--max-connections-per-ip", "0"][..],
+        &["--max-handshakes-per-ip", "0"],
+        &["--proxy-protocol-from", "lb.example"],
+        &["--proxy-protocol-from", "10.0.0.0/40"],
+    ] {
+        let err = RelayConfig::merge(&Settings::default(), &flags(args)).unwrap_err();
+        assert!(err.to_string().contains(&args[0][2..]), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn web_dir_from_default_file_and_flag() {
     let d = RelayConfig::default();
     assert!(d.web_dir.ends_with("web/dist"), "{}", d.web_dir.display());

@@ -98,6 +98,17 @@ impl Raw {
                 sock.into()
             }
         };
+        Raw::over(s, config, origin)
+    }
+
+    /// A raw peer on the connected stream `s` (bytes may already have been
+    /// written on it, a PROXY header say), publishing the broadcasts of
+    /// `origin`.
+    pub fn over(
+        s: TcpStream,
+        config: Config<'static>,
+        origin: Option<skiff_core::model::origin::Ref<'static, 'static>>,
+    ) -> Raw {
         s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
         s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
         let storage: &'static mut RawStorage = Box::leak(Box::new(RawStorage::new()));
