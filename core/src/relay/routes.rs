@@ -70,6 +70,7 @@ use core::fmt;
 
 use super::broadcasts::{BroadcastTable, ClaimError};
 use super::tracks::TrackTable;
+use crate::model::hops::HopList;
 use crate::model::path::{Path, PathBuf};
 use crate::model::{broadcast, origin, track};
 use crate::time::{Duration, Instant};
@@ -91,11 +92,35 @@ pub trait Upstreams<'a, 'p> {
     );
 }
 
-/// One route: a broadcast, who serves it, and where it is offered.
+/// The way an announcement came: its completed hop list (docs/protocol.md
+/// §4.3) and whether a cluster peer forwarded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Via {
+    /// The hops the broadcast crossed, origin first, the announcing one
+    /// last (what this node writes when it offers the route on).
+    pub hops: HopList,
+    /// Forwarded by a cluster peer: ranked with the shared tie-break
+    /// ([`HopList::rank`]).
+    pub peer: bool,
+}
+
+impl Via {
+    /// The ordering key of a route to `path` by this way (lower wins);
+    /// `local`: announced by a source of this worker. A client's route is
+    /// one published on this node, a peer's or a link's is forwarded.
+    fn rank(&self, path: &str, local: bool) -> (bool, bool, usize, u64) {
+        self.hops.rank(path, local && !self.peer, self.peer)
+    }
+}
+
+/// One route: a broadcast, who serves it, and where it is offered. Its hop
+/// list is the broadcast's ([`broadcast::Ref::hops`]).
 pub struct Route<'a, 'p> {
     broadcast: broadcast::Ref<'a, 'p>,
     producer: broadcast::Producer<'a, 'p>,
     owner: SourceId,
+    /// Forwarded by a cluster peer ([`Via::peer`]).
+    peer: bool,
     /// Announced by a source of this worker.
     local: bool,
     /// In the worker's origin; false for a standby.
@@ -122,6 +147,8 @@ pub struct Spare {
     path: PathBuf<{ broadcast::MAX_PATH_LEN }>,
     owner: SourceId,
     local: bool,
+    /// The way its announcement came.
+    via: Via,
     /// Order of arrival: the newest spare of a path takes over first.
     seq: u64,
 }
@@ -184,6 +211,11 @@ pub enum AnnounceRefused {
     Full,
     /// The path does not fit a broadcast.
     Path,
+    /// The route crosses this node already, or names the announcing peer
+    /// twice (a reflection): a loop (docs/protocol.md §4.3).
+    Loop,
+    /// The route crosses more hops than this node accepts.
+    Hops,
 }
 
 impl fmt::Display for AnnounceRefused {
@@ -192,6 +224,8 @@ impl fmt::Display for AnnounceRefused {
             AnnounceRefused::Quota => write!(f, "over quota: {}", Quota::Announces),
             AnnounceRefused::Full => f.write_str("route table full"),
             AnnounceRefused::Path => f.write_str("path too long"),
+            AnnounceRefused::Loop => f.write_str("route loops through this node"),
+            AnnounceRefused::Hops => f.write_str("route crosses too many hops"),
         }
     }
 }
@@ -221,6 +255,9 @@ pub enum Announced {
     },
     /// Kept as a spare (or was one already).
     Spare,
+    /// The source announced a path it serves again with another route (a
+    /// restart, docs/protocol.md §3.6): its hop list was replaced in place.
+    Updated,
 }
 
 /// Which of a [`Router`]'s per-peer quotas ([`RouterLimits`]) a request
@@ -368,6 +405,29 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         local: bool,
         upstreams: &dyn Upstreams<'a, 'p>,
     ) -> Result<Announced, AnnounceRefused> {
+        self.announce_via(path, owner, local, &Via::default(), upstreams)
+    }
+
+    /// [`Router::announce`] of a route that came `via` (its hop list, a
+    /// cluster peer's or not). Among this worker's own sources of one path
+    /// the best route by [`HopList::rank`] serves it (equals: the newest);
+    /// a source announcing a path it holds again replaces its hop list in
+    /// place (a restart), and the best spare takes the route over if it
+    /// ranks better now.
+    ///
+    /// # Errors
+    /// [`AnnounceRefused`]; nothing changed then.
+    pub fn announce_via(
+        &self,
+        path: Path<'_>,
+        owner: SourceId,
+        local: bool,
+        via: &Via,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> Result<Announced, AnnounceRefused> {
+        if let Some(done) = self.restart(path, owner, via, upstreams) {
+            return done;
+        }
         if local && self.held_by(owner) >= self.limits.announces {
             return Err(AnnounceRefused::Quota);
         }
@@ -381,15 +441,23 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
                 continue;
             };
             if route.orphan_until.is_some() {
-                let tracks = self.adopt(route, owner, local, true, upstreams);
+                let tracks = self.adopt(route, owner, local, via, true, upstreams);
                 return Ok(Announced::Adopted { tracks });
             }
-            if local && route.local && route.owner != owner {
-                return self.take_over(route, path, owner, upstreams);
-            }
-            if !local || route.local || self.local_origin.get(path).is_some() {
+            if local && route.local {
+                let held = Via {
+                    hops: route.broadcast.hops(),
+                    peer: route.peer,
+                };
+                if via.rank(path.as_str(), true) <= held.rank(path.as_str(), true) {
+                    return self.take_over(route, path, owner, via, upstreams);
+                }
                 drop(r);
-                return self.add_spare(path, owner, local);
+                return self.add_spare(path, owner, local, via);
+            }
+            if !local || self.local_origin.get(path).is_some() {
+                drop(r);
+                return self.add_spare(path, owner, local, via);
             }
             routed = false;
             break;
@@ -408,6 +476,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             self.broadcasts.retire(broadcast);
             return Err(AnnounceRefused::Full);
         };
+        producer.set_hops(&via.hops);
         if routed && self.origin.announce(broadcast).is_err() {
             drop(producer);
             self.broadcasts.retire(broadcast);
@@ -422,6 +491,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             broadcast,
             producer,
             owner,
+            peer: via.peer,
             local,
             routed,
             orphan_until: None,
@@ -446,14 +516,96 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         routes + spares
     }
 
+    /// Routes and spares `owner` holds now, for a relay's per-peer figures.
+    /// O(routes + spares).
+    pub fn routes_of(&self, owner: SourceId) -> usize {
+        self.held_by(owner)
+    }
+
+    /// A source announcing `path` again while it serves it or waits as its
+    /// spare: a restart (docs/protocol.md §3.6). Its hop list is replaced in
+    /// place; a routed broadcast is announced again with it (its
+    /// subscribers' relays see the new route), and the best spare of the
+    /// path takes the route over if it ranks better than the new one.
+    /// `None` if `owner` holds no route or spare of `path`.
+    fn restart(
+        &self,
+        path: Path<'_>,
+        owner: SourceId,
+        via: &Via,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> Option<Result<Announced, AnnounceRefused>> {
+        for s in self.storage.spares {
+            let mut spare = s.borrow_mut();
+            if let Some(spare) = spare
+                .as_mut()
+                .filter(|s| s.owner == owner && s.path.as_path() == path)
+            {
+                spare.via = *via;
+                return Some(Ok(Announced::Spare));
+            }
+        }
+        for slot in self.storage.routes {
+            let mut r = slot.borrow_mut();
+            let Some(route) = r.as_mut().filter(|r| {
+                r.owner == owner && r.orphan_until.is_none() && r.broadcast.has_path(path)
+            }) else {
+                continue;
+            };
+            route.peer = via.peer;
+            self.set_route(route, &via.hops);
+            if !route.routed || !route.local {
+                return Some(Ok(Announced::Updated));
+            }
+            let better = self.best_spare(route.broadcast).filter(|(_, spare)| {
+                spare.local && spare.via.rank(path.as_str(), true) < via.rank(path.as_str(), true)
+            });
+            if let Some((s, _)) = better
+                && let Some(spare) = self.clear_spare(s)
+                && let Ok(Announced::TookOver { tracks, .. }) =
+                    self.take_over(route, path, spare.owner, &spare.via, upstreams)
+            {
+                return Some(Ok(Announced::TookOver {
+                    from: owner,
+                    tracks,
+                }));
+            }
+            return Some(Ok(Announced::Updated));
+        }
+        None
+    }
+
+    /// Gives `route`'s broadcast the hop list `hops`, and announces it again
+    /// in the origins that offer it if the list changed.
+    fn set_route(&self, route: &Route<'a, 'p>, hops: &HopList) {
+        let b = route.broadcast;
+        if b.hops() == *hops {
+            return;
+        }
+        route.producer.set_hops(hops);
+        if route.orphan_until.is_some() {
+            return;
+        }
+        let held = b.path();
+        let path = held.as_path();
+        let mine = |o: origin::Ref<'a, 'p>| o.get(path).is_some_and(|x| x.same_broadcast(&b));
+        if mine(self.origin) {
+            self.origin.reannounce(path);
+        }
+        if mine(self.local_origin) {
+            self.local_origin.reannounce(path);
+        }
+    }
+
     fn add_spare(
         &self,
         path: Path<'_>,
         owner: SourceId,
         local: bool,
+        via: &Via,
     ) -> Result<Announced, AnnounceRefused> {
         if let Some(place) = self.spare_place(path, owner)? {
-            self.put_spare(place, owner, local);
+            self.put_spare(place, owner, local, via);
         }
         Ok(Announced::Spare)
     }
@@ -488,7 +640,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
     }
 
     /// Makes `owner` the newest spare in `place` ([`Router::spare_place`]).
-    fn put_spare(&self, (slot, path): SparePlace<'r>, owner: SourceId, local: bool) {
+    fn put_spare(&self, (slot, path): SparePlace<'r>, owner: SourceId, local: bool, via: &Via) {
         let seq = self.next_spare.get();
         self.next_spare.set(seq.wrapping_add(1));
         self.count(0, 1);
@@ -496,6 +648,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             path,
             owner,
             local,
+            via: *via,
             seq,
         });
     }
@@ -518,18 +671,38 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         route: &mut Route<'a, 'p>,
         path: Path<'_>,
         owner: SourceId,
+        via: &Via,
         upstreams: &dyn Upstreams<'a, 'p>,
     ) -> Result<Announced, AnnounceRefused> {
         let old = route.owner;
+        let was = Via {
+            hops: route.broadcast.hops(),
+            peer: route.peer,
+        };
         let place = self.spare_place(path, old)?;
+        let tracks = self.move_to(route, owner, true, via, upstreams);
+        if let Some(place) = place {
+            self.put_spare(place, old, true, &was);
+        }
+        Ok(Announced::TookOver { from: old, tracks })
+    }
+
+    /// Moves `route` to `owner` at once: each open track's producer is let
+    /// go (its open group aborted with CANCEL) and the track is asked for
+    /// from `owner`; its subscribers stay and go on at the new source's
+    /// latest group. Returns how many tracks were asked for.
+    fn move_to(
+        &self,
+        route: &mut Route<'a, 'p>,
+        owner: SourceId,
+        local: bool,
+        via: &Via,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> usize {
         for t in route.broadcast.tracks() {
             t.detach_producer(StreamCode::Cancel.to_code());
         }
-        let tracks = self.adopt(route, owner, true, false, upstreams);
-        if let Some(place) = place {
-            self.put_spare(place, old, true);
-        }
-        Ok(Announced::TookOver { from: old, tracks })
+        self.adopt(route, owner, local, via, false, upstreams)
     }
 
     /// The source serving broadcast `b` now (a routed broadcast's, or a
@@ -562,14 +735,17 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         route: &mut Route<'a, 'p>,
         owner: SourceId,
         local: bool,
+        via: &Via,
         settled: bool,
         upstreams: &dyn Upstreams<'a, 'p>,
     ) -> usize {
         let same = route.owner == owner;
         route.owner = owner;
+        route.peer = via.peer;
         if route.orphan_until.take().is_some() {
             self.orphans.set(self.orphans.get().saturating_sub(1));
         }
+        self.set_route(route, &via.hops);
         let b = route.broadcast;
         let held = b.path();
         let path = held.as_path();
@@ -732,12 +908,19 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         upstreams: &dyn Upstreams<'a, 'p>,
     ) -> bool {
         if let Some(spare) = self.take_spare(route.broadcast) {
-            self.adopt(route, spare.owner, spare.local, settled, upstreams);
+            self.adopt(
+                route,
+                spare.owner,
+                spare.local,
+                &spare.via,
+                settled,
+                upstreams,
+            );
             return false;
         }
-        if let Some(standby) = self.standby_of(route.broadcast, gone) {
+        if let Some((standby, via)) = self.standby_of(route.broadcast, gone) {
             // Not local: the standby stays what the links offer.
-            self.adopt(route, standby, false, settled, upstreams);
+            self.adopt(route, standby, false, &via, settled, upstreams);
             return false;
         }
         let held = route.broadcast.path();
@@ -752,32 +935,87 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
 
     /// The source of this worker's standby of `b`'s path, unless it is
     /// `except`. The route being changed is borrowed, so it is skipped.
-    fn standby_of(&self, b: broadcast::Ref<'_, '_>, except: SourceId) -> Option<SourceId> {
+    fn standby_of(&self, b: broadcast::Ref<'_, '_>, except: SourceId) -> Option<(SourceId, Via)> {
         let held = b.path();
         self.storage.routes.iter().find_map(|slot| {
             let r = slot.try_borrow().ok()?;
             let r = r.as_ref()?;
             (!r.routed && r.local && r.owner != except && r.broadcast.has_path(held.as_path()))
-                .then_some(r.owner)
+                .then(|| {
+                    let via = Via {
+                        hops: r.broadcast.hops(),
+                        peer: r.peer,
+                    };
+                    (r.owner, via)
+                })
         })
     }
 
-    /// The newest spare of `b`'s path (the last to arrive, or the source
-    /// most recently displaced by a newer one), taken off the spare list.
+    /// The best spare of `b`'s path, taken off the spare list: this
+    /// worker's own sources first, then by [`HopList::rank`], then the
+    /// newest (the last to arrive, or the source most recently displaced by
+    /// a newer one).
     fn take_spare(&self, b: broadcast::Ref<'_, '_>) -> Option<Spare> {
+        self.best_spare(b).and_then(|(s, _)| self.clear_spare(s))
+    }
+
+    /// The spare [`Router::take_spare`] would take, with its slot.
+    fn best_spare(&self, b: broadcast::Ref<'_, '_>) -> Option<(&'r RefCell<Option<Spare>>, Spare)> {
+        let held = b.path();
+        let path = held.as_str();
         self.storage
             .spares
             .iter()
             .filter_map(|s| {
-                let seq = s
+                let spare = s
                     .borrow()
                     .as_ref()
-                    .filter(|s| b.has_path(s.path.as_path()))
-                    .map(|s| s.seq)?;
-                Some((seq, s))
+                    .filter(|x| b.has_path(x.path.as_path()))
+                    .cloned()?;
+                Some((s, spare))
             })
-            .max_by_key(|(seq, _)| *seq)
-            .and_then(|(_, s)| self.clear_spare(s))
+            .min_by_key(|(_, x)| (x.via.rank(path, x.local), core::cmp::Reverse(x.seq)))
+    }
+
+    /// Source `owner` withdrew `path` (ANNOUNCE Ended). The best spare of a
+    /// route it served takes it over at once, as a better announcement
+    /// does (live tracks move to it, their subscribers go on at its latest
+    /// group); without one, a client's route is withdrawn
+    /// ([`Router::unannounce`]) and a cluster peer's (`keep`) waits for the
+    /// grace period as a lost source's does (the next route may be on its
+    /// way through another peer). True if a route of `owner` was there.
+    pub fn withdrawn(
+        &self,
+        path: Path<'_>,
+        owner: SourceId,
+        keep: bool,
+        now: Instant,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> bool {
+        for slot in self.storage.routes {
+            let mut r = slot.borrow_mut();
+            let Some(route) = r.as_mut().filter(|r| {
+                r.owner == owner
+                    && r.routed
+                    && r.orphan_until.is_none()
+                    && r.broadcast.has_path(path)
+            }) else {
+                continue;
+            };
+            if let Some(spare) = self.take_spare(route.broadcast) {
+                self.move_to(route, spare.owner, spare.local, &spare.via, upstreams);
+                drop(r);
+                // Its standby of the path, if any, goes too.
+                self.unannounce(path, owner);
+                return true;
+            }
+            if keep {
+                drop(r);
+                return self.source_left(path, owner, now, upstreams);
+            }
+            break;
+        }
+        self.unannounce(path, owner)
     }
 
     /// When [`Router::handle_timeout`] has something to do: the end of the
