@@ -286,6 +286,20 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
         (h & ((1 << 53) - 1)).max(1)
     }
 
+    /// Marks the peer as another relay of the cluster (a session accepted as
+    /// a client and admitted as a peer, docs/protocol.md §4.3): its routes
+    /// from now on rank as a peer's, and it is asked for announcements
+    /// whatever role its SETUP declared. Call before its announcements
+    /// arrive (on its SETUP).
+    pub fn set_cluster(&mut self) {
+        if self.kind == PeerKind::Client {
+            self.kind = PeerKind::Cluster { ask_first: false };
+            if self.announce.is_none() {
+                self.want_announce = true;
+            }
+        }
+    }
+
     /// The source id the router knows this session by.
     pub fn id(&self) -> SourceId {
         self.id

@@ -60,6 +60,13 @@
 //!   request the link refuses as unroutable meanwhile waits with its route
 //!   for the next source ([`Router::upstream_unroutable`]), within the
 //!   grace period, instead of being refused.
+//! * Routes carry the hop list they came by ([`Via`], docs/protocol.md
+//!   §4.3). Among this worker's own sources of a path (clients and cluster
+//!   peers) the best by [`HopList::rank`] serves it, the newest among
+//!   equals: a better announcement takes the route over as a reconnecting
+//!   client does, a restart replaces the list in place, and a withdrawal or
+//!   a lost source hands the route to the best spare at once
+//!   ([`Router::withdrawn`]), the live tracks moving with it.
 //! * A track request for a name the broadcast lacks makes a relay track
 //!   (from the [`TrackTable`]) and one upstream SUBSCRIBE from the route's
 //!   source; while the source has not answered, the request counts against
