@@ -1159,6 +1159,31 @@ mod tests {
             assert_eq!(net.router(2).poll_timeout(), None, "no grace ran");
         }
 
+        /// A triangle, then the link 0-2 is cut: node 2 takes the route by 1,
+        /// and node 1 forgets the route by 2 it held as a spare (node 2's
+        /// new route crosses 1, so it is withdrawn there rather than
+        /// restarted), so no two nodes route through each other.
+        #[test]
+        fn a_route_that_turns_into_a_loop_is_withdrawn_from_the_node_it_crosses() {
+            let mut net = Net::new(3);
+            let _t = publish(&mut net, PUB);
+            net.peer(0, 1);
+            net.peer(1, 2);
+            let l02 = net.peer(0, 2);
+            assert!(net.run(100_000, |net| net.route(2) == Some(std::vec![PUB, hop(0)])));
+            net.settle(Duration::from_secs(1));
+            assert_eq!(net.router(1).spares(), 1, "node 1 holds the route by 2");
+            net.cut(l02);
+            assert!(net.run(100_000, |net| net.route(2)
+                == Some(std::vec![PUB, hop(0), hop(1)])));
+            net.settle(Duration::from_secs(1));
+            assert_eq!(net.route(1), Some(std::vec![PUB, hop(0)]));
+            assert_eq!(net.router(1).spares(), 0, "the looping route was kept");
+            let settled = net.announcements();
+            net.settle(Duration::from_secs(30));
+            assert_eq!(net.announcements(), settled);
+        }
+
         /// A line 0-1-2, then a link 0-2: node 2's route by 1 is replaced by
         /// the shorter one, and its viewer goes on.
         #[test]

@@ -353,10 +353,19 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
                         refused: Some(AnnounceRefused::Path),
                     };
                 };
-                let routed = self
-                    .route(hops, publisher)
-                    .and_then(|via| router.announce_via(p, self.id, self.local(), &via, upstreams));
-                if let Err(e) = routed {
+                let via = match self.route(hops, publisher) {
+                    Ok(via) => via,
+                    Err(e) => {
+                        // A restart onto a route that loops or is too long
+                        // withdraws the route it replaces.
+                        debug!("relay: announcement of {} dropped: {}", path, e);
+                        return Effect {
+                            wake: self.withdraw(p, router, now, upstreams),
+                            refused: Some(e),
+                        };
+                    }
+                };
+                if let Err(e) = router.announce_via(p, self.id, self.local(), &via, upstreams) {
                     debug!("relay: announcement of {} ignored: {}", path, e);
                     return Effect {
                         wake: Wake::Nobody,
@@ -367,19 +376,8 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
                 Wake::All
             }
             Event::Unannounced { path, .. } => match Path::new(path) {
-                // A worker link's withdrawal may be a lost source, or
-                // overtake the next source's announcement: see
-                // `Router::source_left`.
-                Ok(p) if self.is_link() && router.source_left(p, self.id, now, upstreams) => {
-                    Wake::All
-                }
-                Ok(p)
-                    if !self.is_link()
-                        && router.withdrawn(p, self.id, self.is_cluster(), now, upstreams) =>
-                {
-                    Wake::All
-                }
-                _ => Wake::Nobody,
+                Ok(p) => self.withdraw(p, router, now, upstreams),
+                Err(_) => Wake::Nobody,
             },
             Event::AnnounceEnded { request, .. } if Some(request) == self.announce => {
                 self.announce = None;
@@ -428,6 +426,25 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
             _ => Wake::Nobody,
         };
         wake.into()
+    }
+
+    /// The peer withdrew `path` (or restarted it onto a route this node
+    /// does not take).
+    fn withdraw<const T: usize, const G: usize>(
+        &self,
+        path: Path<'_>,
+        router: &Router<'_, 'a, 'p, T, G>,
+        now: Instant,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> Wake {
+        let gone = if self.is_link() {
+            // A worker link's withdrawal may be a lost source, or overtake
+            // the next source's announcement: see `Router::source_left`.
+            router.source_left(path, self.id, now, upstreams)
+        } else {
+            router.withdrawn(path, self.id, self.is_cluster(), now, upstreams)
+        };
+        if gone { Wake::All } else { Wake::Nobody }
     }
 
     /// After a pass of the session: asks for announcements when due, makes
