@@ -1310,6 +1310,11 @@ mod tests {
             .with_hops(0xA0, 4);
             let same = link.route(Hops::new(&[5, 0xA0]), 0).unwrap();
             assert_eq!(same.hops.as_slice(), [5, 0xA0], "a link passes it on");
+            // A client's own broadcast is published here; one it passes on
+            // (a relay dialing as a client) is forwarded.
+            let client = Peer::<'static, 'static, Q>::new(3, PeerKind::Client).with_hops(0xA0, 32);
+            assert!(!client.route(Hops::EMPTY, 9).unwrap().peer);
+            assert!(client.route(Hops::new(&[5]), 9).unwrap().peer);
         }
     }
 }

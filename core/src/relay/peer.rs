@@ -237,12 +237,18 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
     /// as it is. From anyone else it is completed with `publisher`; a
     /// publisher that did not name itself gets this connection's stamp in
     /// front; and the route is refused as a loop if it names the publisher
-    /// twice or crosses this node, and as too long past the hop limit.
+    /// twice or crosses this node, and as too long past the hop limit. The
+    /// route counts as forwarded ([`Via::peer`]: ranked with the shared
+    /// tie-break, not as published here) if the peer is a cluster peer or
+    /// the list it sent is not empty (the announcing session is a relay
+    /// passing on another's broadcast, such as a moq-relay dialing this one
+    /// as a client).
     ///
     /// # Errors
     /// [`AnnounceRefused::Loop`], [`AnnounceRefused::Hops`].
     pub fn route(&self, hops: Hops<'_>, publisher: u64) -> Result<Via, AnnounceRefused> {
         let too_long = |_: HopError| AnnounceRefused::Hops;
+        let forwarded = !hops.is_empty();
         let mut list = HopList::from_hops(hops).map_err(too_long)?;
         if self.is_link() {
             return Ok(Via {
@@ -266,7 +272,7 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
         }
         Ok(Via {
             hops: list,
-            peer: matches!(self.kind, PeerKind::Cluster { .. }),
+            peer: forwarded || self.is_cluster(),
         })
     }
 

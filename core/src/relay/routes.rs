@@ -106,15 +106,17 @@ pub struct Via {
     /// The hops the broadcast crossed, origin first, the announcing one
     /// last (what this node writes when it offers the route on).
     pub hops: HopList,
-    /// Forwarded by a cluster peer: ranked with the shared tie-break
-    /// ([`HopList::rank`]).
+    /// Forwarded (by a cluster peer, or by a session passing on another's
+    /// broadcast): ranked with the shared tie-break, not as a broadcast
+    /// published on this node ([`HopList::rank`]).
     pub peer: bool,
 }
 
 impl Via {
     /// The ordering key of a route to `path` by this way (lower wins);
-    /// `local`: announced by a source of this worker. A client's route is
-    /// one published on this node, a peer's or a link's is forwarded.
+    /// `local`: announced by a source of this worker. A route a source of
+    /// this worker publishes itself is one published on this node; a
+    /// forwarded one or a link's is not.
     fn rank(&self, path: &str, local: bool) -> (bool, bool, usize, u64) {
         self.hops.rank(path, local && !self.peer, self.peer)
     }
@@ -126,7 +128,7 @@ pub struct Route<'a, 'p> {
     broadcast: broadcast::Ref<'a, 'p>,
     producer: broadcast::Producer<'a, 'p>,
     owner: SourceId,
-    /// Forwarded by a cluster peer ([`Via::peer`]).
+    /// Forwarded ([`Via::peer`]).
     peer: bool,
     /// Announced by a source of this worker.
     local: bool,
