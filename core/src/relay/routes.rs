@@ -532,11 +532,13 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
     }
 
     /// A source announcing `path` again while it serves it or waits as its
-    /// spare: a restart (docs/protocol.md §3.6). Its hop list is replaced in
-    /// place; a routed broadcast is announced again with it (its
-    /// subscribers' relays see the new route), and the best spare of the
-    /// path takes the route over if it ranks better than the new one.
-    /// `None` if `owner` holds no route or spare of `path`.
+    /// spare: a restart (docs/protocol.md §3.6). A serving source's hop list
+    /// is replaced in place; a routed broadcast is announced again with it
+    /// (its subscribers' relays see the new route), and the best spare of
+    /// the path takes the route over if it ranks better than the new one. A
+    /// spare is taken off the list, and `None` returned: its announcement is
+    /// then handled as a new one (it may take the route over). `None` too if
+    /// `owner` holds no route of `path`.
     fn restart(
         &self,
         path: Path<'_>,
@@ -545,13 +547,15 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         upstreams: &dyn Upstreams<'a, 'p>,
     ) -> Option<Result<Announced, AnnounceRefused>> {
         for s in self.storage.spares {
-            let mut spare = s.borrow_mut();
-            if let Some(spare) = spare
-                .as_mut()
-                .filter(|s| s.owner == owner && s.path.as_path() == path)
-            {
-                spare.via = *via;
-                return Some(Ok(Announced::Spare));
+            let mine = s
+                .borrow()
+                .as_ref()
+                .is_some_and(|s| s.owner == owner && s.path.as_path() == path);
+            if mine {
+                // A spare's new route is ranked afresh against the serving
+                // one, as a new announcement is.
+                self.clear_spare(s);
+                return None;
             }
         }
         for slot in self.storage.routes {
@@ -1726,6 +1730,62 @@ mod tests {
         p.finish();
         assert!(!r.upstream_closed(done, None));
         assert!(a.track("done").is_some(), "late subscribers still get it");
+        let _ = pool;
+    }
+
+    fn via(hops: &[u64]) -> Via {
+        Via {
+            hops: HopList::from_slice(hops).unwrap(),
+            peer: true,
+        }
+    }
+
+    /// Two peers' routes to "cam": the shorter serves; a restart that makes
+    /// it longer hands the route to the spare at once (its track asked for
+    /// there), a restart of the spare onto a shorter route takes it back,
+    /// and a restart that changes nothing announces nothing.
+    #[test]
+    fn restarts_rerank_the_routes_of_a_path() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        assert_eq!(
+            r.announce_via(path("cam"), 1, true, &via(&[9, 1]), &up),
+            Ok(Announced::Route { routed: true })
+        );
+        assert_eq!(
+            r.announce_via(path("cam"), 2, true, &via(&[9, 5, 2]), &up),
+            Ok(Announced::Spare)
+        );
+        let b = r.origin().get(path("cam")).unwrap();
+        r.resolve(None, b, "video", &up).unwrap();
+        assert_eq!(up.take(), [(1, "cam".into())]);
+        let v = r.origin().version();
+        assert_eq!(
+            r.announce_via(path("cam"), 1, true, &via(&[9, 1]), &up),
+            Ok(Announced::Updated)
+        );
+        assert_eq!(r.origin().version(), v, "nothing changed, nothing logged");
+        assert_eq!(
+            r.announce_via(path("cam"), 1, true, &via(&[9, 6, 7, 1]), &up),
+            Ok(Announced::TookOver { from: 1, tracks: 1 })
+        );
+        assert_eq!(up.take(), [(2, "cam".into())]);
+        assert_eq!(r.source_of(b), Some(2));
+        assert_eq!(b.hops().as_slice(), [9, 5, 2]);
+        assert_eq!(
+            r.announce_via(path("cam"), 1, true, &via(&[9, 1]), &up),
+            Ok(Announced::TookOver { from: 2, tracks: 1 })
+        );
+        assert_eq!(up.take(), [(1, "cam".into())]);
+        assert_eq!((r.routes(), r.spares()), (1, 1));
+        // The serving source withdraws: the spare serves at once.
+        assert!(r.withdrawn(path("cam"), 1, true, Instant::ZERO, &up));
+        assert_eq!(up.take(), [(2, "cam".into())]);
+        assert_eq!(r.source_of(b), Some(2));
+        assert_eq!(r.poll_timeout(), None);
+        // Then it withdraws too: a peer's route waits for the grace.
+        assert!(r.withdrawn(path("cam"), 2, true, Instant::ZERO, &up));
+        assert_eq!(r.poll_timeout(), Some(Instant::ZERO.saturating_add(GRACE)));
         let _ = pool;
     }
 
