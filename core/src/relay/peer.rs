@@ -12,7 +12,9 @@ use core::cell::RefCell;
 use core::fmt;
 
 use super::demand::{Follow, LINGER, Step, mirror_request, upstream_request};
-use super::routes::{AnnounceRefused, ResolveRefused, Router, SourceId, Upstreams, Via, end_track};
+use super::routes::{
+    AnnounceRefused, Announced, ResolveRefused, Router, SourceId, Upstreams, Via, end_track,
+};
 use crate::model::hops::{HopError, HopList};
 use crate::model::path::Path;
 use crate::model::{broadcast, track};
@@ -131,6 +133,9 @@ pub struct Effect {
     pub wake: Wake,
     /// An announcement of the peer's that was not taken (count it, log it).
     pub refused: Option<AnnounceRefused>,
+    /// What the router made of an announcement of the peer's that it took
+    /// (a new route, a spare, a route taken over: log route changes).
+    pub announced: Option<Announced>,
 }
 
 impl From<Wake> for Effect {
@@ -138,6 +143,7 @@ impl From<Wake> for Effect {
         Effect {
             wake,
             refused: None,
+            announced: None,
         }
     }
 }
@@ -355,8 +361,8 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
             } => {
                 let Ok(p) = Path::new(path) else {
                     return Effect {
-                        wake: Wake::Nobody,
                         refused: Some(AnnounceRefused::Path),
+                        ..Wake::Nobody.into()
                     };
                 };
                 let via = match self.route(hops, publisher) {
@@ -366,20 +372,27 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
                         // withdraws the route it replaces.
                         debug!("relay: announcement of {} dropped: {}", path, e);
                         return Effect {
-                            wake: self.withdraw(p, router, now, upstreams),
                             refused: Some(e),
+                            ..self.withdraw(p, router, now, upstreams).into()
                         };
                     }
                 };
-                if let Err(e) = router.announce_via(p, self.id, self.local(), &via, upstreams) {
-                    debug!("relay: announcement of {} ignored: {}", path, e);
-                    return Effect {
-                        wake: Wake::Nobody,
-                        refused: Some(e),
-                    };
+                match router.announce_via(p, self.id, self.local(), &via, upstreams) {
+                    Ok(announced) => {
+                        self.announced = true;
+                        return Effect {
+                            announced: Some(announced),
+                            ..Wake::All.into()
+                        };
+                    }
+                    Err(e) => {
+                        debug!("relay: announcement of {} ignored: {}", path, e);
+                        return Effect {
+                            refused: Some(e),
+                            ..Wake::Nobody.into()
+                        };
+                    }
                 }
-                self.announced = true;
-                Wake::All
             }
             Event::Unannounced { path, .. } => match Path::new(path) {
                 Ok(p) => self.withdraw(p, router, now, upstreams),
