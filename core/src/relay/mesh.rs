@@ -56,6 +56,13 @@ impl<'s, 'r, 'a, 'p, const T: usize, const G: usize> RelayEnd<'s, 'r, 'a, 'p, T,
         self
     }
 
+    /// The same, on a node whose Hop ID is `hop` (its loop check on receipt).
+    pub fn with_hops(mut self, hop: u64) -> Self {
+        let kind = PeerKind::Client;
+        self.peer = Peer::new(self.peer.id(), kind).with_hops(hop, crate::wire::lite::MAX_HOPS);
+        self
+    }
+
     /// The same, with a cluster peer on a node whose Hop ID is `hop`, which
     /// takes routes of at most `max_hops`.
     pub fn with_cluster(mut self, ask_first: bool, hop: u64, max_hops: usize) -> Self {
@@ -837,6 +844,11 @@ mod tests {
             0xA0 + n as u64
         }
 
+        /// Node `n`'s Hop ID in `net` (a second worker of a node shares it).
+        fn hop_of(net: &Net, n: usize) -> u64 {
+            net.hops[n]
+        }
+
         struct Net {
             now: Instant,
             nodes: Vec<(&'static R, &'static Queues<'static, 'static, 'static>)>,
@@ -846,6 +858,8 @@ mod tests {
             links: Vec<(usize, usize, Option<PeerLink>)>,
             clients: Vec<(usize, Option<ClientLink>)>,
             max_hops: Vec<usize>,
+            /// Each node's Hop ID (workers of one node share one).
+            hops: Vec<u64>,
         }
 
         impl Net {
@@ -857,7 +871,52 @@ mod tests {
                     links: Vec::new(),
                     clients: Vec::new(),
                     max_hops: std::vec![crate::wire::lite::MAX_HOPS; n],
+                    hops: (0..n).map(hop).collect(),
                 }
+            }
+
+            /// Adds a second worker to node `n` (same Hop ID); returns its
+            /// index among the nodes.
+            fn add_worker(&mut self, n: usize) -> usize {
+                self.nodes.push(worker());
+                self.next_id.push(0);
+                self.max_hops.push(self.max_hops[n]);
+                self.hops.push(self.hops[n]);
+                self.nodes.len() - 1
+            }
+
+            /// Links workers `a` (dialing) and `b` of one node as the relay
+            /// does: Hop ID 0, each offering its own sources (its local
+            /// origin), mirroring.
+            fn worker_link(&mut self, a: usize, b: usize) -> usize {
+                let mut ends = Vec::new();
+                for (n, side) in [(a, Side::Client), (b, Side::Server)] {
+                    let (router, queues) = self.nodes[n];
+                    let id = self.id(n);
+                    let st: &'static mut St = Box::leak(Box::new(St::new()));
+                    let mut session = Session::new(
+                        side,
+                        Config::new(),
+                        self.now,
+                        st,
+                        Some(router.local_origin()),
+                    )
+                    .unwrap();
+                    session.set_resolver(Some(leak(Resolver::new(router, None, queues))));
+                    let kind = PeerKind::Trunk {
+                        ask_first: side == Side::Client,
+                        mirror: true,
+                    };
+                    ends.push(RelayEnd::new(session, id, router, queues).with_kind(kind));
+                }
+                let eb = ends.pop().unwrap();
+                let ea = ends.pop().unwrap();
+                let mut pair = Pair::new(ea, eb);
+                pair.now = self.now;
+                pair.ab.latency = Duration::from_millis(1);
+                pair.ba.latency = Duration::from_millis(1);
+                self.links.push((a, b, Some(pair)));
+                self.links.len() - 1
             }
 
             fn router(&self, n: usize) -> &'static R {
@@ -876,7 +935,7 @@ mod tests {
                 let id = self.id(n);
                 let st: &'static mut St = Box::leak(Box::new(St::new()));
                 let config = Config {
-                    hop: hop(n),
+                    hop: hop_of(self, n),
                     ..Config::new()
                 };
                 let mut session =
@@ -884,7 +943,7 @@ mod tests {
                 session.set_resolver(Some(leak(Resolver::new(router, None, queues))));
                 let end = RelayEnd::new(session, id, router, queues).with_cluster(
                     side == Side::Client,
-                    hop(n),
+                    hop_of(self, n),
                     self.max_hops[n],
                 );
                 (end, id)
@@ -920,14 +979,14 @@ mod tests {
                 };
                 let client = Session::new(Side::Client, config, self.now, cst, origin).unwrap();
                 let rconfig = Config {
-                    hop: hop(n),
+                    hop: hop_of(self, n),
                     ..Config::new()
                 };
                 let mut relay =
                     Session::new(Side::Server, rconfig, self.now, rst, Some(router.origin()))
                         .unwrap();
                 relay.set_resolver(Some(leak(resolver(router, id, queues))));
-                let end = RelayEnd::new(relay, id, router, queues);
+                let end = RelayEnd::new(relay, id, router, queues).with_hops(hop_of(self, n));
                 let mut pair = Pair::new(Node::new(client), end);
                 pair.now = self.now;
                 pair.ab.latency = Duration::from_millis(5);
@@ -1179,6 +1238,36 @@ mod tests {
             net.settle(Duration::from_secs(1));
             assert_eq!(net.route(1), Some(std::vec![PUB, hop(0)]));
             assert_eq!(net.router(1).spares(), 0, "the looping route was kept");
+            let settled = net.announcements();
+            net.settle(Duration::from_secs(30));
+            assert_eq!(net.announcements(), settled);
+        }
+
+        /// Node 1 has two workers, linked as the relay links them; node 0
+        /// (the publisher's) peers with the first, node 2 with the second.
+        /// The route crosses the workers' link with its list unchanged (one
+        /// node: no Hop ID added, no loop check between them), node 2 sees
+        /// node 1 once in it, node 0 never takes its own route back, and a
+        /// viewer on node 2 gets the frames.
+        #[test]
+        fn workers_of_one_node_pass_routes_on_unchanged() {
+            let mut net = Net::new(3);
+            let w = net.add_worker(1);
+            let t = publish(&mut net, PUB);
+            net.peer(0, 1);
+            net.worker_link(1, w);
+            net.peer(w, 2);
+            assert!(net.run(100_000, |net| net.route(2).is_some()));
+            net.settle(Duration::from_secs(1));
+            assert_eq!(net.route(1), Some(std::vec![PUB, hop(0)]));
+            assert_eq!(net.route(w), Some(std::vec![PUB, hop(0)]));
+            assert_eq!(net.route(2), Some(std::vec![PUB, hop(0), hop(1)]));
+            assert_eq!(net.router(0).routes() + net.router(0).spares(), 1);
+            let v = net.client(2, 0, None);
+            let sub = local(pool(), "video");
+            watch(&mut net, v, sub);
+            group(&t, 0);
+            assert!(net.run(100_000, |_| frames(sub, 0) == 1));
             let settled = net.announcements();
             net.settle(Duration::from_secs(30));
             assert_eq!(net.announcements(), settled);
