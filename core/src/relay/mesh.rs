@@ -1273,6 +1273,55 @@ mod tests {
             assert_eq!(net.announcements(), settled);
         }
 
+        /// Node 1's two workers hold routes of different length: its first
+        /// worker has one by node 3 ([PUB, 0, 3]) which its second worker
+        /// takes over the link; then the second worker peers with node 0
+        /// itself. Its own shorter route serves there, and the first worker
+        /// moves to it over the link, its own source standing by: the whole
+        /// node ends on the shortest route, with one upstream subscription.
+        #[test]
+        fn the_workers_of_a_node_agree_on_the_shorter_route() {
+            let mut net = Net::new(4);
+            let w = net.add_worker(1);
+            let t = publish(&mut net, PUB);
+            net.peer(0, 3);
+            net.peer(3, 1);
+            net.worker_link(1, w);
+            assert!(net.run(100_000, |net| net.route(w).is_some()));
+            net.settle(Duration::from_secs(1));
+            assert_eq!(net.route(1), Some(std::vec![PUB, hop(0), hop(3)]));
+            assert_eq!(net.route(w), Some(std::vec![PUB, hop(0), hop(3)]));
+            let v = net.client(1, 0, None);
+            let sub = local(pool(), "video");
+            watch(&mut net, v, sub);
+            group(&t, 0);
+            assert!(net.run(100_000, |_| frames(sub, 0) == 1));
+            net.peer(0, w);
+            assert!(net.run(100_000, |net| net.route(1) == Some(std::vec![PUB, hop(0)])));
+            net.settle(Duration::from_secs(1));
+            assert_eq!(net.route(w), Some(std::vec![PUB, hop(0)]));
+            group(&t, 1);
+            assert!(net.run(100_000, |_| frames(sub, 1) == 1));
+            assert!(!cut_off(&mut net, v), "the viewer was cut off");
+            let settled = net.announcements();
+            net.settle(Duration::from_secs(30));
+            assert_eq!(net.announcements(), settled);
+            // Node 1 holds one upstream subscription, from its second worker
+            // to node 0; the one through node 3 lingered out (node 0 serves
+            // "video" to one subscription, node 3 serves none).
+            let served = |n: usize| {
+                let b = net.router(n).origin().get(cam()).unwrap();
+                b.track("video").map_or(0, |t| t.subscribers())
+            };
+            assert_eq!(served(0), 1, "node 0 serves one subscription");
+            assert_eq!(served(3), 0, "node 3 serves none");
+            assert_eq!(
+                served(w),
+                1,
+                "the second worker serves the link to the first"
+            );
+        }
+
         /// A line 0-1-2, then a link 0-2: node 2's route by 1 is replaced by
         /// the shorter one, and its viewer goes on.
         #[test]

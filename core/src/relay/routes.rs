@@ -37,9 +37,17 @@
 //!   standby (in the local origin only, so the worker serving the route can
 //!   fail over to it); any other source (a worker link, the upstream, a
 //!   second client while a standby stands) waits as a spare, next in line
-//!   when the current one goes away. A link's announcement never displaces
-//!   a client source.
-//! * Between workers the newest announcement does not win: a camera that
+//!   when the current one goes away. A link's announcement displaces a
+//!   source of this worker only with a shorter route (below).
+//! * Between the workers of one relay, hop lists decide only when one route
+//!   is shorter (or identified against anonymous, [`across`]): both workers
+//!   see the same lists, so they agree. A local source with a shorter route
+//!   than the link serving a path takes it over (the link waits as a
+//!   spare), and a link offering a shorter route than this worker's own
+//!   source takes the route over while the source stands by (a broadcast
+//!   of its own in the local origin, so the other worker keeps it as its
+//!   spare): the node ends on one route, with one upstream subscription.
+//! * Otherwise, between workers the newest announcement does not win: a camera that
 //!   reconnects to another worker than its old session's is a standby
 //!   there, and the viewers of every worker stay on the old session until
 //!   it ends (at most the transport's idle timeout); then the standby takes
@@ -464,7 +472,22 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
                 drop(r);
                 return self.add_spare(path, owner, local, via);
             }
-            if !local || self.local_origin.get(path).is_some() {
+            let held = route.broadcast.hops();
+            let shorter = across(&via.hops) < across(&held);
+            if !local && route.local && shorter {
+                // Another worker's source has a shorter route: the route
+                // moves to its link, this worker's source stands by.
+                if let Some((from, tracks)) = self.stand_by(route, path, owner, via, upstreams) {
+                    return Ok(Announced::TookOver { from, tracks });
+                }
+            }
+            let standby = self.local_origin.get(path).is_some();
+            if local && !route.local && !standby && shorter {
+                // Shorter than the other worker's: this source serves here,
+                // and is offered to that worker, which moves to it in turn.
+                return self.take_over(route, path, owner, via, upstreams);
+            }
+            if !local || standby {
                 drop(r);
                 return self.add_spare(path, owner, local, via);
             }
@@ -687,7 +710,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         via: &Via,
         upstreams: &dyn Upstreams<'a, 'p>,
     ) -> Result<Announced, AnnounceRefused> {
-        let old = route.owner;
+        let (old, was_local) = (route.owner, route.local);
         let was = Via {
             hops: route.broadcast.hops(),
             peer: route.peer,
@@ -695,9 +718,50 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         let place = self.spare_place(path, old)?;
         let tracks = self.move_to(route, owner, true, via, upstreams);
         if let Some(place) = place {
-            self.put_spare(place, old, true, &was);
+            self.put_spare(place, old, was_local, &was);
         }
         Ok(Announced::TookOver { from: old, tracks })
+    }
+
+    /// Moves routed `route`, served by a source of this worker, to the
+    /// worker link `owner` whose route `via` is shorter ([`across`]); the
+    /// source stands by (a broadcast of its own in the local origin, which
+    /// the other workers see). Returns the source and how many tracks were
+    /// asked for from the link, or `None` (nothing changed) without a free
+    /// route or broadcast place.
+    fn stand_by(
+        &self,
+        route: &mut Route<'a, 'p>,
+        path: Path<'_>,
+        owner: SourceId,
+        via: &Via,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> Option<(SourceId, usize)> {
+        let slot = self
+            .storage
+            .routes
+            .iter()
+            .find(|s| s.try_borrow().is_ok_and(|r| r.is_none()))?;
+        let broadcast = self.broadcasts.claim(path).ok()?;
+        let Ok(producer) = broadcast.producer() else {
+            self.broadcasts.retire(broadcast);
+            return None;
+        };
+        let (from, peer) = (route.owner, route.peer);
+        producer.set_hops(&route.broadcast.hops());
+        let tracks = self.move_to(route, owner, false, via, upstreams);
+        let _ = self.local_origin.announce(broadcast);
+        self.count(1, 0);
+        *slot.borrow_mut() = Some(Route {
+            broadcast,
+            producer,
+            owner: from,
+            peer,
+            local: true,
+            routed: false,
+            orphan_until: None,
+        });
+        Some((from, tracks))
     }
 
     /// Moves `route` to `owner` at once: each open track's producer is let
@@ -1296,6 +1360,14 @@ impl<const T: usize, const G: usize> fmt::Debug for Router<'_, '_, '_, T, G> {
             .field("tracks", &self.tracks.counts())
             .finish()
     }
+}
+
+/// How routes held by two workers of one relay compare (lower wins): a
+/// route that crossed an anonymous hop last, then the shorter list. Both
+/// workers see the same lists (a link passes them on unchanged), so they
+/// agree; a tie leaves the route where it is.
+fn across(hops: &HopList) -> (bool, usize) {
+    (hops.is_anonymous(), hops.len())
 }
 
 /// Ends relay track `t` with `code` unless it finished or has a source:
