@@ -66,10 +66,13 @@ impl<'n, const S: usize> RelayConn<'n, S> {
         let id = name.id();
         let queue = Rc::new(SubscribeQueue::new());
         relay.add_source(id, queue.clone());
+        // The relay's Hop ID and hop limit check what the peer announces
+        // (docs/protocol.md §4.3).
+        let peer = Peer::new(id, kind).with_hops(relay.hop, relay.max_hops);
         RelayConn {
             relay,
             name,
-            peer: Peer::new(id, kind),
+            peer,
             queue,
             armed: None,
             refused_tracks: 0,
@@ -379,8 +382,5 @@ fn relay_app<'n, const S: usize>(
         },
     };
     let gate = if peer == Remote::Client { gate } else { None };
-    let (hop, max_hops) = (relay.hop, relay.max_hops);
-    let mut conn = RelayConn::<S>::new(relay, name, kind, lender, gate);
-    conn.peer = Peer::new(conn.peer.id(), kind).with_hops(hop, max_hops);
-    conn
+    RelayConn::<S>::new(relay, name, kind, lender, gate)
 }
