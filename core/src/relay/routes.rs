@@ -481,6 +481,29 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
                     return Ok(Announced::TookOver { from, tracks });
                 }
             }
+            if !local && !route.local && shorter {
+                // Served by another worker, the upstream, or this worker's
+                // standby source: the shorter route takes over. The old
+                // source waits as a spare, unless it stands by already.
+                let old = route.owner;
+                let was = Via {
+                    hops: held,
+                    peer: route.peer,
+                };
+                let stands = self
+                    .standby_of(route.broadcast, owner)
+                    .is_some_and(|(s, _)| s == old);
+                let place = if stands {
+                    None
+                } else {
+                    self.spare_place(path, old)?
+                };
+                let tracks = self.move_to(route, owner, false, via, upstreams);
+                if let Some(place) = place {
+                    self.put_spare(place, old, false, &was);
+                }
+                return Ok(Announced::TookOver { from: old, tracks });
+            }
             let standby = self.local_origin.get(path).is_some();
             if local && !route.local && !standby && shorter {
                 // Shorter than the other worker's: this source serves here,
@@ -581,6 +604,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
                 return None;
             }
         }
+        let mut found = None;
         for slot in self.storage.routes {
             let mut r = slot.borrow_mut();
             let Some(route) = r.as_mut().filter(|r| {
@@ -590,23 +614,118 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             };
             route.peer = via.peer;
             self.set_route(route, &via.hops);
-            if !route.routed || !route.local {
-                return Some(Ok(Announced::Updated));
+            let mut outcome = Announced::Updated;
+            if !route.routed {
+                // A standby now shorter than the link serving the path takes
+                // the route over.
+                drop(r);
+                if let Some((from, tracks)) = self.standby_rises(path, owner, via, upstreams) {
+                    outcome = Announced::TookOver { from, tracks };
+                }
+            } else if !route.local {
+                // Served by another worker (or the upstream): this worker's
+                // standby takes over if it is now shorter.
+                let standby = self
+                    .standby_of(route.broadcast, owner)
+                    .filter(|(_, sv)| across(&sv.hops) < across(&via.hops));
+                if let Some((standby, sv)) = standby
+                    && let Ok(place) = self.spare_place(path, owner)
+                {
+                    let tracks = self.move_to(route, standby, false, &sv, upstreams);
+                    if let Some(place) = place {
+                        self.put_spare(place, owner, false, via);
+                    }
+                    outcome = Announced::TookOver {
+                        from: owner,
+                        tracks,
+                    };
+                }
+            } else if let Some((s, spare)) = self.best_spare(route.broadcast) {
+                // The best spare takes over if it ranks better now: a source
+                // of this worker by the full order, another worker's only
+                // with a shorter route (its own source standing by).
+                let better = if spare.local {
+                    spare.via.rank(path.as_str(), true) < via.rank(path.as_str(), true)
+                } else {
+                    across(&spare.via.hops) < across(&via.hops)
+                };
+                if better && let Some(spare) = self.clear_spare(s) {
+                    let took = if spare.local {
+                        self.take_over(route, path, spare.owner, &spare.via, upstreams)
+                            .ok()
+                            .map(|a| match a {
+                                Announced::TookOver { tracks, .. } => tracks,
+                                _ => 0,
+                            })
+                    } else {
+                        self.stand_by(route, path, spare.owner, &spare.via, upstreams)
+                            .map(|(_, tracks)| tracks)
+                    };
+                    match took {
+                        Some(tracks) => {
+                            outcome = Announced::TookOver {
+                                from: owner,
+                                tracks,
+                            }
+                        }
+                        // Nothing changed: the spare waits again.
+                        None => {
+                            if let Ok(Some(place)) = self.spare_place(path, spare.owner) {
+                                self.put_spare(place, spare.owner, spare.local, &spare.via);
+                            }
+                        }
+                    }
+                }
             }
-            let better = self.best_spare(route.broadcast).filter(|(_, spare)| {
-                spare.local && spare.via.rank(path.as_str(), true) < via.rank(path.as_str(), true)
-            });
-            if let Some((s, _)) = better
-                && let Some(spare) = self.clear_spare(s)
-                && let Ok(Announced::TookOver { tracks, .. }) =
-                    self.take_over(route, path, spare.owner, &spare.via, upstreams)
-            {
-                return Some(Ok(Announced::TookOver {
-                    from: owner,
-                    tracks,
-                }));
+            // A source may hold a standby and a route of one path: a take-over
+            // by either is what the restart did.
+            if found.is_none() || matches!(outcome, Announced::TookOver { .. }) {
+                found = Some(Ok(outcome));
             }
-            return Some(Ok(Announced::Updated));
+        }
+        found
+    }
+
+    /// The standby of `path` held by `owner` announced the route `via`: if
+    /// the route serving the path here is another worker's (or the
+    /// upstream's) and longer ([`across`]), `owner` takes it over (not
+    /// local: its standby stays what the links offer) and the old source
+    /// waits as a spare. Returns the old source and how many tracks were
+    /// asked for.
+    fn standby_rises(
+        &self,
+        path: Path<'_>,
+        owner: SourceId,
+        via: &Via,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> Option<(SourceId, usize)> {
+        for slot in self.storage.routes {
+            let Ok(mut r) = slot.try_borrow_mut() else {
+                continue;
+            };
+            let Some(route) = r.as_mut().filter(|r| {
+                r.routed
+                    && !r.local
+                    && r.owner != owner
+                    && r.orphan_until.is_none()
+                    && r.broadcast.has_path(path)
+            }) else {
+                continue;
+            };
+            let held = Via {
+                hops: route.broadcast.hops(),
+                peer: route.peer,
+            };
+            if across(&via.hops) >= across(&held.hops) {
+                return None;
+            }
+            let old = route.owner;
+            let place = self.spare_place(path, old).ok()?;
+            let tracks = self.move_to(route, owner, false, via, upstreams);
+            if let Some(place) = place {
+                self.put_spare(place, old, false, &held);
+            }
+            return Some((old, tracks));
         }
         None
     }
@@ -1858,6 +1977,97 @@ mod tests {
         // Then it withdraws too: a peer's route waits for the grace.
         assert!(r.withdrawn(path("cam"), 2, true, Instant::ZERO, &up));
         assert_eq!(r.poll_timeout(), Some(Instant::ZERO.saturating_add(GRACE)));
+        let _ = pool;
+    }
+
+    /// Between workers only a shorter route decides, on announcements and
+    /// on restarts alike; a tie leaves the route where it is.
+    #[test]
+    fn workers_move_to_the_shorter_route_on_announcements_and_restarts() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        // Another worker's route (link 100), then this worker's source 1
+        // with a route as long: a standby.
+        assert_eq!(
+            r.announce_via(path("cam"), 100, false, &via(&[9, 5, 2]), &up),
+            Ok(Announced::Route { routed: true })
+        );
+        assert_eq!(
+            r.announce_via(path("cam"), 1, true, &via(&[9, 6, 3]), &up),
+            Ok(Announced::Route { routed: false })
+        );
+        let b = r.origin().get(path("cam")).unwrap();
+        r.resolve(None, b, "video", &up).unwrap();
+        assert_eq!(up.take(), [(100, "cam".into())]);
+        // The link's route grows: the standby's source serves, the link
+        // waits as a spare.
+        assert_eq!(
+            r.announce_via(path("cam"), 100, false, &via(&[9, 5, 7, 2]), &up),
+            Ok(Announced::TookOver {
+                from: 100,
+                tracks: 1
+            })
+        );
+        assert_eq!(up.take(), [(1, "cam".into())]);
+        assert_eq!(r.source_of(b), Some(1));
+        assert!(r.local_origin().get(path("cam")).is_some(), "still offered");
+        // The link's route shrinks below it: the route goes back to the link.
+        assert_eq!(
+            r.announce_via(path("cam"), 100, false, &via(&[9, 2]), &up),
+            Ok(Announced::TookOver { from: 1, tracks: 1 })
+        );
+        assert_eq!(up.take(), [(100, "cam".into())]);
+        assert_eq!(r.source_of(b), Some(100));
+        // The standby's route shrinks further: it serves again.
+        assert_eq!(
+            r.announce_via(path("cam"), 1, true, &via(&[9]), &up),
+            Ok(Announced::TookOver {
+                from: 100,
+                tracks: 1
+            })
+        );
+        assert_eq!(up.take(), [(1, "cam".into())]);
+        // A tie changes nothing.
+        assert_eq!(
+            r.announce_via(path("cam"), 100, false, &via(&[2]), &up),
+            Ok(Announced::Spare)
+        );
+        assert_eq!(r.source_of(b), Some(1));
+        let _ = pool;
+    }
+
+    /// A worker's own source serves a path; another worker offers a shorter
+    /// route over their link: the route moves to the link and the source
+    /// stands by, offered to the other workers; if the source's route then
+    /// becomes the shorter, it serves again.
+    #[test]
+    fn a_shorter_route_over_a_link_makes_the_local_source_stand_by() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        r.announce_via(path("cam"), 1, true, &via(&[9, 6, 3]), &up)
+            .unwrap();
+        let b = r.origin().get(path("cam")).unwrap();
+        r.resolve(None, b, "video", &up).unwrap();
+        up.take();
+        assert_eq!(
+            r.announce_via(path("cam"), 100, false, &via(&[9, 2]), &up),
+            Ok(Announced::TookOver { from: 1, tracks: 1 })
+        );
+        assert_eq!(up.take(), [(100, "cam".into())]);
+        assert_eq!(r.source_of(b), Some(100));
+        let standby = r.local_origin().get(path("cam")).unwrap();
+        assert!(!standby.same_broadcast(&b), "a broadcast of its own");
+        assert_eq!(standby.hops().as_slice(), [9, 6, 3]);
+        assert_eq!(r.routes(), 2);
+        assert_eq!(
+            r.announce_via(path("cam"), 1, true, &via(&[9]), &up),
+            Ok(Announced::TookOver {
+                from: 100,
+                tracks: 1
+            })
+        );
+        assert_eq!(up.take(), [(1, "cam".into())]);
+        assert_eq!(r.source_of(b), Some(1));
         let _ = pool;
     }
 
