@@ -235,6 +235,8 @@ pub struct Relay {
     queues: Queues,
     pool: &'static Pool<'static>,
     hop: u64,
+    /// The longest route taken from a peer, in hops.
+    max_hops: usize,
     /// The configuration of every client session of this worker.
     session_config: Config<'static>,
     /// The configuration of its trunks (links, upstream).
@@ -301,6 +303,7 @@ impl Relay {
             },
             pool,
             hop,
+            max_hops: config.cluster_max_hops,
             session_config: config.session_config(hop),
             trunk_config: config.trunk_session_config(hop),
             notify,

@@ -30,6 +30,7 @@
 use core::cell::{Cell, RefCell};
 use core::fmt;
 
+use super::hops::HopList;
 use super::path::{Path, PathBuf, PathError};
 use super::track;
 
@@ -113,6 +114,9 @@ struct Core {
     version: Cell<u64>,
     /// Bumped by [`Ref::reopen`]; handles compare it to detect reuse.
     epoch: Cell<u64>,
+    /// The route the broadcast came by (docs/protocol.md §3.6): written in
+    /// every ANNOUNCE of it. Borrowed only inside this module's calls.
+    hops: RefCell<HopList>,
 }
 
 type Place<'a, 'p> = Cell<Option<track::Ref<'a, 'p>>>;
@@ -136,6 +140,7 @@ impl<'a, 'p, const T: usize> State<'a, 'p, T> {
                 has_producer: Cell::new(false),
                 version: Cell::new(0),
                 epoch: Cell::new(0),
+                hops: RefCell::new(HopList::EMPTY),
             },
             tracks: [const { Cell::new(None) }; T],
         })
@@ -190,6 +195,7 @@ fn reopen<'a, 'p>(
         place.set(None);
     }
     core.status.set(Status::Open);
+    *core.hops.borrow_mut() = HopList::EMPTY;
     core.epoch.set(core.epoch.get().wrapping_add(1));
     core.version.set(core.version.get().wrapping_add(1));
     Ok(())
@@ -293,6 +299,18 @@ impl<'a, 'p> Ref<'a, 'p> {
         })
     }
 
+    /// The route the broadcast came by, origin first (empty: published
+    /// here); written in its ANNOUNCEs (docs/protocol.md §3.6).
+    pub fn hops(&self) -> HopList {
+        *self.core.hops.borrow()
+    }
+
+    /// Whether the non-zero `id` is on the broadcast's route (Exclude Hop,
+    /// split horizon: docs/protocol.md §4.3).
+    pub fn hops_contain(&self, id: u64) -> bool {
+        self.core.hops.borrow().contains(id)
+    }
+
     /// Where the broadcast is in its life.
     pub fn status(&self) -> Status {
         self.core.status.get()
@@ -362,6 +380,12 @@ impl<'a, 'p> Producer<'a, 'p> {
     /// The broadcast this producer writes.
     pub fn broadcast(&self) -> Ref<'a, 'p> {
         self.broadcast
+    }
+
+    /// Sets the route the broadcast came by ([`Ref::hops`]); an origin that
+    /// offers it announces the change with [`super::origin::Ref::reannounce`].
+    pub fn set_hops(&self, hops: &HopList) {
+        *self.broadcast.core.hops.borrow_mut() = *hops;
     }
 
     /// Adds `track` under its own name ([`track::Ref::info`]).

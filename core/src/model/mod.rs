@@ -5,6 +5,7 @@
 pub mod broadcast;
 pub mod frame;
 pub mod group;
+pub mod hops;
 pub mod origin;
 pub mod path;
 pub mod track;

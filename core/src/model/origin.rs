@@ -245,6 +245,17 @@ impl<'a, 'p> Ref<'a, 'p> {
         Some(broadcast)
     }
 
+    /// Logs the broadcast announced at `path` as active again (its route
+    /// changed: a publisher sends a restart, docs/protocol.md §3.6); false
+    /// if none is announced there.
+    pub fn reannounce(&self, path: Path<'_>) -> bool {
+        let Some(broadcast) = self.get(path) else {
+            return false;
+        };
+        self.log(Change::new(broadcast, true));
+        true
+    }
+
     /// The broadcast announced at exactly `path`.
     pub fn get(&self, path: Path<'_>) -> Option<broadcast::Ref<'a, 'p>> {
         self.iter().find(|b| b.has_path(path))

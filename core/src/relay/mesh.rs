@@ -56,6 +56,21 @@ impl<'s, 'r, 'a, 'p, const T: usize, const G: usize> RelayEnd<'s, 'r, 'a, 'p, T,
         self
     }
 
+    /// The same, on a node whose Hop ID is `hop` (its loop check on receipt).
+    pub fn with_hops(mut self, hop: u64) -> Self {
+        let kind = PeerKind::Client;
+        self.peer = Peer::new(self.peer.id(), kind).with_hops(hop, crate::wire::lite::MAX_HOPS);
+        self
+    }
+
+    /// The same, with a cluster peer on a node whose Hop ID is `hop`, which
+    /// takes routes of at most `max_hops`.
+    pub fn with_cluster(mut self, ask_first: bool, hop: u64, max_hops: usize) -> Self {
+        self.peer =
+            Peer::new(self.peer.id(), PeerKind::Cluster { ask_first }).with_hops(hop, max_hops);
+        self
+    }
+
     /// What a relay driver does after every call into the session: the
     /// core's pass (due timers, events to the peer, its turn).
     fn pass(&mut self, now: Instant) {
@@ -811,5 +826,633 @@ mod tests {
                 .saw(|e| matches!(e, Ev::SubscriptionClosed { .. })),
             "the viewer's subscription ended"
         );
+    }
+
+    /// Relays of a cluster in simulated time: each node is a worker (its
+    /// router and queues) with a Hop ID; peer links are sessions whose two
+    /// ends are relay ends of two nodes, and clients are wired to one node.
+    mod cluster {
+        use super::*;
+        use crate::model::hops::HopList;
+
+        type End = RelayEnd<'static, 'static, 'static, 'static, T, G>;
+        type PeerLink = Pair<End, End>;
+        type ClientLink = Pair<Node<'static, 'static, 'static>, End>;
+
+        /// Hop ID of node `n`.
+        fn hop(n: usize) -> u64 {
+            0xA0 + n as u64
+        }
+
+        /// Node `n`'s Hop ID in `net` (a second worker of a node shares it).
+        fn hop_of(net: &Net, n: usize) -> u64 {
+            net.hops[n]
+        }
+
+        struct Net {
+            now: Instant,
+            nodes: Vec<(&'static R, &'static Queues<'static, 'static, 'static>)>,
+            /// Source ids given out per node (the queue index).
+            next_id: Vec<SourceId>,
+            /// Peer links, with the nodes at their ends.
+            links: Vec<(usize, usize, Option<PeerLink>)>,
+            clients: Vec<(usize, Option<ClientLink>)>,
+            max_hops: Vec<usize>,
+            /// Each node's Hop ID (workers of one node share one).
+            hops: Vec<u64>,
+        }
+
+        impl Net {
+            fn new(n: usize) -> Self {
+                Net {
+                    now: Instant::ZERO,
+                    nodes: (0..n).map(|_| worker()).collect(),
+                    next_id: std::vec![0; n],
+                    links: Vec::new(),
+                    clients: Vec::new(),
+                    max_hops: std::vec![crate::wire::lite::MAX_HOPS; n],
+                    hops: (0..n).map(hop).collect(),
+                }
+            }
+
+            /// Adds a second worker to node `n` (same Hop ID); returns its
+            /// index among the nodes.
+            fn add_worker(&mut self, n: usize) -> usize {
+                self.nodes.push(worker());
+                self.next_id.push(0);
+                self.max_hops.push(self.max_hops[n]);
+                self.hops.push(self.hops[n]);
+                self.nodes.len() - 1
+            }
+
+            /// Links workers `a` (dialing) and `b` of one node as the relay
+            /// does: Hop ID 0, each offering its own sources (its local
+            /// origin), mirroring.
+            fn worker_link(&mut self, a: usize, b: usize) -> usize {
+                let mut ends = Vec::new();
+                for (n, side) in [(a, Side::Client), (b, Side::Server)] {
+                    let (router, queues) = self.nodes[n];
+                    let id = self.id(n);
+                    let st: &'static mut St = Box::leak(Box::new(St::new()));
+                    let mut session = Session::new(
+                        side,
+                        Config::new(),
+                        self.now,
+                        st,
+                        Some(router.local_origin()),
+                    )
+                    .unwrap();
+                    session.set_resolver(Some(leak(Resolver::new(router, None, queues))));
+                    let kind = PeerKind::Trunk {
+                        ask_first: side == Side::Client,
+                        mirror: true,
+                    };
+                    ends.push(RelayEnd::new(session, id, router, queues).with_kind(kind));
+                }
+                let eb = ends.pop().unwrap();
+                let ea = ends.pop().unwrap();
+                let mut pair = Pair::new(ea, eb);
+                pair.now = self.now;
+                pair.ab.latency = Duration::from_millis(1);
+                pair.ba.latency = Duration::from_millis(1);
+                self.links.push((a, b, Some(pair)));
+                self.links.len() - 1
+            }
+
+            fn router(&self, n: usize) -> &'static R {
+                self.nodes[n].0
+            }
+
+            fn id(&mut self, n: usize) -> SourceId {
+                let id = self.next_id[n];
+                self.next_id[n] += 1;
+                id
+            }
+
+            /// The relay end of a session on node `n` (Hop ID set).
+            fn end(&mut self, n: usize, side: Side) -> (End, SourceId) {
+                let (router, queues) = self.nodes[n];
+                let id = self.id(n);
+                let st: &'static mut St = Box::leak(Box::new(St::new()));
+                let config = Config {
+                    hop: hop_of(self, n),
+                    ..Config::new()
+                };
+                let mut session =
+                    Session::new(side, config, self.now, st, Some(router.origin())).unwrap();
+                session.set_resolver(Some(leak(Resolver::new(router, None, queues))));
+                let end = RelayEnd::new(session, id, router, queues).with_cluster(
+                    side == Side::Client,
+                    hop_of(self, n),
+                    self.max_hops[n],
+                );
+                (end, id)
+            }
+
+            /// Node `a` dials node `b`; returns the link's index.
+            fn peer(&mut self, a: usize, b: usize) -> usize {
+                let (ea, _) = self.end(a, Side::Client);
+                let (eb, _) = self.end(b, Side::Server);
+                let mut pair = Pair::new(ea, eb);
+                pair.now = self.now;
+                pair.ab.latency = Duration::from_millis(5);
+                pair.ba.latency = Duration::from_millis(5);
+                self.links.push((a, b, Some(pair)));
+                self.links.len() - 1
+            }
+
+            /// A client of node `n` with Hop ID `client_hop`, publishing
+            /// `origin` if any; returns its index.
+            fn client(
+                &mut self,
+                n: usize,
+                client_hop: u64,
+                origin: Option<origin::Ref<'static, 'static>>,
+            ) -> usize {
+                let (router, queues) = self.nodes[n];
+                let id = self.id(n);
+                let cst: &'static mut St = Box::leak(Box::new(St::new()));
+                let rst: &'static mut St = Box::leak(Box::new(St::new()));
+                let config = Config {
+                    hop: client_hop,
+                    ..Config::new()
+                };
+                let client = Session::new(Side::Client, config, self.now, cst, origin).unwrap();
+                let rconfig = Config {
+                    hop: hop_of(self, n),
+                    ..Config::new()
+                };
+                let mut relay =
+                    Session::new(Side::Server, rconfig, self.now, rst, Some(router.origin()))
+                        .unwrap();
+                relay.set_resolver(Some(leak(resolver(router, id, queues))));
+                let end = RelayEnd::new(relay, id, router, queues).with_hops(hop_of(self, n));
+                let mut pair = Pair::new(Node::new(client), end);
+                pair.now = self.now;
+                pair.ab.latency = Duration::from_millis(5);
+                pair.ba.latency = Duration::from_millis(5);
+                self.clients.push((n, Some(pair)));
+                self.clients.len() - 1
+            }
+
+            /// Cuts peer link `i`: both nodes lose the other as a source.
+            fn cut(&mut self, i: usize) {
+                if let Some(mut p) = self.links[i].2.take() {
+                    p.a.close(self.now);
+                    p.b.close(self.now);
+                }
+            }
+
+            fn link(&mut self, i: usize) -> &mut PeerLink {
+                self.links[i].2.as_mut().expect("link cut")
+            }
+
+            fn viewer(&mut self, i: usize) -> &mut Node<'static, 'static, 'static> {
+                &mut self.clients[i].1.as_mut().expect("client gone").a
+            }
+
+            /// ANNOUNCEs (Active or Ended) every relay end has taken in.
+            fn announcements(&self) -> usize {
+                let count = |e: &End| {
+                    e.node
+                        .events
+                        .iter()
+                        .filter(|e| matches!(e, Ev::Announced { .. } | Ev::Unannounced { .. }))
+                        .count()
+                };
+                let links = self
+                    .links
+                    .iter()
+                    .filter_map(|l| l.2.as_ref())
+                    .map(|p| count(&p.a) + count(&p.b));
+                let clients = self
+                    .clients
+                    .iter()
+                    .filter_map(|c| c.1.as_ref())
+                    .map(|p| count(&p.b));
+                links.chain(clients).sum()
+            }
+
+            /// The hop list node `n` routes `cam` by, if it routes it.
+            fn route(&self, n: usize) -> Option<std::vec::Vec<u64>> {
+                let b = self.router(n).origin().get(cam())?;
+                Some(b.hops().as_slice().to_vec())
+            }
+
+            fn run(&mut self, max: usize, until: impl FnMut(&mut Self) -> bool) -> bool {
+                run_until(self, max, until)
+            }
+
+            /// Runs `d` of simulated time.
+            fn settle(&mut self, d: Duration) {
+                let end = self.now.saturating_add(d);
+                self.run(1_000_000, |net| net.now >= end);
+            }
+        }
+
+        impl Stepped for Net {
+            fn step(&mut self) -> bool {
+                let now = self.now;
+                let mut progress = false;
+                for p in self.links.iter_mut().filter_map(|l| l.2.as_mut()) {
+                    p.now = now;
+                    progress |= p.step();
+                }
+                for p in self.clients.iter_mut().filter_map(|c| c.1.as_mut()) {
+                    p.now = now;
+                    progress |= p.step();
+                }
+                for (r, _) in &self.nodes {
+                    if r.poll_timeout().is_some_and(|t| t <= now) {
+                        r.handle_timeout(now);
+                        progress = true;
+                    }
+                }
+                progress
+            }
+            fn next_time(&self) -> Option<Instant> {
+                let links = self.links.iter().filter_map(|l| l.2.as_ref());
+                let clients = self.clients.iter().filter_map(|c| c.1.as_ref());
+                links
+                    .filter_map(|p| p.next_time())
+                    .chain(clients.filter_map(|p| p.next_time()))
+                    .chain(self.nodes.iter().filter_map(|(r, _)| r.poll_timeout()))
+                    .min()
+            }
+            fn clock(&mut self) -> &mut Instant {
+                &mut self.now
+            }
+        }
+
+        const PUB: u64 = 0x77;
+
+        /// A publisher of "cam" (Hop ID `PUB`) on node 0 of `net`.
+        fn publish(net: &mut Net, p: u64) -> track::Producer<'static, 'static> {
+            let (o, t) = publication(pool(), "cam");
+            net.client(0, p, Some(o));
+            t
+        }
+
+        fn group(t: &track::Producer<'static, 'static>, seq: u64) {
+            let mut g = t.create_group(seq).unwrap();
+            g.write_frame(seq, b"frame").unwrap();
+            g.finish().unwrap();
+        }
+
+        /// Client `v` subscribes to "cam"'s video into `sub` once it is set up.
+        fn watch(net: &mut Net, v: usize, sub: track::Ref<'static, 'static>) {
+            assert!(net.run(100_000, |net| net.viewer(v).session.is_established()));
+            net.viewer(v).session.subscribe("cam", sub, live()).unwrap();
+        }
+
+        fn cut_off(net: &mut Net, v: usize) -> bool {
+            net.viewer(v)
+                .saw(|e| matches!(e, Ev::SubscriptionClosed { .. }))
+        }
+
+        /// A triangle and a ring of five: every node learns the shortest
+        /// route, announcements stop once settled (no loop goes round), and
+        /// the count stays flat however long the cluster runs.
+        #[test]
+        fn loops_in_a_triangle_and_a_ring_settle_and_stay_flat() {
+            for (n, edges) in [
+                (3, &[(0, 1), (1, 2), (2, 0)][..]),
+                (5, &[(0, 1), (1, 2), (2, 3), (3, 4), (4, 0)][..]),
+            ] {
+                let mut net = Net::new(n);
+                let _t = publish(&mut net, PUB);
+                for &(a, b) in edges {
+                    net.peer(a, b);
+                }
+                assert!(net.run(100_000, |net| (0..n).all(|i| net.route(i).is_some())));
+                net.settle(Duration::from_secs(1));
+                let settled = net.announcements();
+                net.settle(Duration::from_secs(60));
+                assert_eq!(net.announcements(), settled, "announcements went on");
+                // Each ANNOUNCE crossed each link a bounded number of times.
+                assert!(settled <= 4 * edges.len() + 2, "{settled} announcements");
+                // The node next to the publisher routes it directly; the
+                // others by a shortest path.
+                assert_eq!(net.route(0), Some(std::vec![PUB]));
+                for i in 1..n {
+                    let dist = i.min(n - i);
+                    let r = net.route(i).unwrap();
+                    assert_eq!(r.len(), dist + 1, "node {i}: {r:?}");
+                    assert!(!r.contains(&hop(i)), "node {i} routes through itself");
+                    assert_eq!(r[0], PUB);
+                }
+            }
+        }
+
+        /// A square 0-1-2-3: node 2 hears "cam" by 1 and by 3, two routes of
+        /// equal length; it takes the one with the lower tie-break key,
+        /// whichever arrives first.
+        #[test]
+        fn equal_routes_are_chosen_by_the_shared_hash_whatever_the_order() {
+            let via1 = HopList::from_slice(&[PUB, hop(0), hop(1)]).unwrap();
+            let via3 = HopList::from_slice(&[PUB, hop(0), hop(3)]).unwrap();
+            let want = if via1.tie_key("cam") < via3.tie_key("cam") {
+                via1
+            } else {
+                via3
+            };
+            for order in [
+                [(0, 1), (1, 2), (0, 3), (3, 2)],
+                [(0, 3), (3, 2), (0, 1), (1, 2)],
+            ] {
+                let mut net = Net::new(4);
+                let _t = publish(&mut net, PUB);
+                let first = order[..2].to_vec();
+                for (a, b) in first {
+                    net.peer(a, b);
+                }
+                assert!(net.run(100_000, |net| net.route(2).is_some()));
+                for &(a, b) in &order[2..] {
+                    net.peer(a, b);
+                }
+                net.settle(Duration::from_secs(2));
+                assert_eq!(net.route(2).as_deref(), Some(want.as_slice()));
+                assert_eq!(net.router(2).spares(), 1, "the other route waits");
+            }
+        }
+
+        /// A square 0-1-2-3 with a viewer on node 2. The first link of the
+        /// route node 2 took (0-1 or 0-3) is cut: the node in the middle
+        /// withdraws "cam", node 2 moves the live subscription to the
+        /// route by 3 at once, and the viewer goes on at the next group
+        /// without subscribing again.
+        #[test]
+        fn a_withdrawal_moves_a_live_subscription_to_the_next_route() {
+            let mut net = Net::new(4);
+            let t = publish(&mut net, PUB);
+            let l01 = net.peer(0, 1);
+            net.peer(1, 2);
+            assert!(net.run(100_000, |net| net.route(2).is_some()));
+            net.peer(0, 3);
+            net.peer(3, 2);
+            net.settle(Duration::from_secs(1));
+            let via1 = std::vec![PUB, hop(0), hop(1)];
+            assert!(net.route(2).is_some());
+            let v = net.client(2, 0, None);
+            let sub = local(pool(), "video");
+            watch(&mut net, v, sub);
+            group(&t, 0);
+            assert!(net.run(100_000, |_| frames(sub, 0) == 1));
+            let by1 = net.route(2) == Some(via1);
+            let cut = if by1 {
+                l01
+            } else {
+                // The route is by 3: cut 0-3 instead.
+                net.links.iter().position(|l| (l.0, l.1) == (0, 3)).unwrap()
+            };
+            let before = net.route(2).unwrap();
+            net.cut(cut);
+            assert!(net.run(100_000, |net| {
+                net.route(2).is_some_and(|r| r != before && r.len() == 3)
+            }));
+            let moved = net.now;
+            group(&t, 1);
+            assert!(net.run(100_000, |_| frames(sub, 1) == 1));
+            assert!(net.now < moved.saturating_add(Duration::from_secs(1)));
+            assert!(!cut_off(&mut net, v), "the viewer was cut off");
+            assert_eq!(net.router(2).poll_timeout(), None, "no grace ran");
+        }
+
+        /// A triangle, then the link 0-2 is cut: node 2 takes the route by 1,
+        /// and node 1 forgets the route by 2 it held as a spare (node 2's
+        /// new route crosses 1, so it is withdrawn there rather than
+        /// restarted), so no two nodes route through each other.
+        #[test]
+        fn a_route_that_turns_into_a_loop_is_withdrawn_from_the_node_it_crosses() {
+            let mut net = Net::new(3);
+            let _t = publish(&mut net, PUB);
+            net.peer(0, 1);
+            net.peer(1, 2);
+            let l02 = net.peer(0, 2);
+            assert!(net.run(100_000, |net| net.route(2) == Some(std::vec![PUB, hop(0)])));
+            net.settle(Duration::from_secs(1));
+            assert_eq!(net.router(1).spares(), 1, "node 1 holds the route by 2");
+            net.cut(l02);
+            assert!(net.run(100_000, |net| net.route(2)
+                == Some(std::vec![PUB, hop(0), hop(1)])));
+            net.settle(Duration::from_secs(1));
+            assert_eq!(net.route(1), Some(std::vec![PUB, hop(0)]));
+            assert_eq!(net.router(1).spares(), 0, "the looping route was kept");
+            let settled = net.announcements();
+            net.settle(Duration::from_secs(30));
+            assert_eq!(net.announcements(), settled);
+        }
+
+        /// Node 1 has two workers, linked as the relay links them; node 0
+        /// (the publisher's) peers with the first, node 2 with the second.
+        /// The route crosses the workers' link with its list unchanged (one
+        /// node: no Hop ID added, no loop check between them), node 2 sees
+        /// node 1 once in it, node 0 never takes its own route back, and a
+        /// viewer on node 2 gets the frames.
+        #[test]
+        fn workers_of_one_node_pass_routes_on_unchanged() {
+            let mut net = Net::new(3);
+            let w = net.add_worker(1);
+            let t = publish(&mut net, PUB);
+            net.peer(0, 1);
+            net.worker_link(1, w);
+            net.peer(w, 2);
+            assert!(net.run(100_000, |net| net.route(2).is_some()));
+            net.settle(Duration::from_secs(1));
+            assert_eq!(net.route(1), Some(std::vec![PUB, hop(0)]));
+            assert_eq!(net.route(w), Some(std::vec![PUB, hop(0)]));
+            assert_eq!(net.route(2), Some(std::vec![PUB, hop(0), hop(1)]));
+            assert_eq!(net.router(0).routes() + net.router(0).spares(), 1);
+            let v = net.client(2, 0, None);
+            let sub = local(pool(), "video");
+            watch(&mut net, v, sub);
+            group(&t, 0);
+            assert!(net.run(100_000, |_| frames(sub, 0) == 1));
+            let settled = net.announcements();
+            net.settle(Duration::from_secs(30));
+            assert_eq!(net.announcements(), settled);
+        }
+
+        /// Node 1's two workers hold routes of different length: its first
+        /// worker has one by node 3 ([PUB, 0, 3]) which its second worker
+        /// takes over the link; then the second worker peers with node 0
+        /// itself. Its own shorter route serves there, and the first worker
+        /// moves to it over the link, its own source standing by: the whole
+        /// node ends on the shortest route, with one upstream subscription.
+        #[test]
+        fn the_workers_of_a_node_agree_on_the_shorter_route() {
+            let mut net = Net::new(4);
+            let w = net.add_worker(1);
+            let t = publish(&mut net, PUB);
+            net.peer(0, 3);
+            net.peer(3, 1);
+            net.worker_link(1, w);
+            assert!(net.run(100_000, |net| net.route(w).is_some()));
+            net.settle(Duration::from_secs(1));
+            assert_eq!(net.route(1), Some(std::vec![PUB, hop(0), hop(3)]));
+            assert_eq!(net.route(w), Some(std::vec![PUB, hop(0), hop(3)]));
+            let v = net.client(1, 0, None);
+            let sub = local(pool(), "video");
+            watch(&mut net, v, sub);
+            group(&t, 0);
+            assert!(net.run(100_000, |_| frames(sub, 0) == 1));
+            net.peer(0, w);
+            assert!(net.run(100_000, |net| net.route(1) == Some(std::vec![PUB, hop(0)])));
+            net.settle(Duration::from_secs(1));
+            assert_eq!(net.route(w), Some(std::vec![PUB, hop(0)]));
+            group(&t, 1);
+            assert!(net.run(100_000, |_| frames(sub, 1) == 1));
+            assert!(!cut_off(&mut net, v), "the viewer was cut off");
+            let settled = net.announcements();
+            net.settle(Duration::from_secs(30));
+            assert_eq!(net.announcements(), settled);
+            // Node 1 holds one upstream subscription, from its second worker
+            // to node 0; the one through node 3 lingered out (node 0 serves
+            // "video" to one subscription, node 3 serves none).
+            let served = |n: usize| {
+                let b = net.router(n).origin().get(cam()).unwrap();
+                b.track("video").map_or(0, |t| t.subscribers())
+            };
+            assert_eq!(served(0), 1, "node 0 serves one subscription");
+            assert_eq!(served(3), 0, "node 3 serves none");
+            assert_eq!(
+                served(w),
+                1,
+                "the second worker serves the link to the first"
+            );
+        }
+
+        /// A line 0-1-2, then a link 0-2: node 2's route by 1 is replaced by
+        /// the shorter one, and its viewer goes on.
+        #[test]
+        fn a_shorter_route_appearing_replaces_the_route() {
+            let mut net = Net::new(3);
+            let t = publish(&mut net, PUB);
+            net.peer(0, 1);
+            net.peer(1, 2);
+            assert!(net.run(100_000, |net| net.route(2).is_some()));
+            assert_eq!(net.route(2), Some(std::vec![PUB, hop(0), hop(1)]));
+            let v = net.client(2, 0, None);
+            let sub = local(pool(), "video");
+            watch(&mut net, v, sub);
+            group(&t, 0);
+            assert!(net.run(100_000, |_| frames(sub, 0) == 1));
+            net.peer(2, 0);
+            assert!(net.run(100_000, |net| net.route(2) == Some(std::vec![PUB, hop(0)])));
+            net.settle(Duration::from_millis(100));
+            group(&t, 1);
+            assert!(net.run(100_000, |_| frames(sub, 1) == 1));
+            assert!(!cut_off(&mut net, v));
+            // One upstream subscription per track on node 2, on the new route.
+            assert_eq!(net.router(2).track_counts().claimed, 1);
+        }
+
+        /// A line 0-1-2-3 where node 3 takes routes of at most 3 hops: the
+        /// route [PUB, 0, 1, 2] is dropped there.
+        #[test]
+        fn a_route_past_the_hop_limit_is_dropped() {
+            let mut net = Net::new(4);
+            net.max_hops[3] = 3;
+            let _t = publish(&mut net, PUB);
+            net.peer(0, 1);
+            net.peer(1, 2);
+            net.peer(2, 3);
+            assert!(net.run(100_000, |net| net.route(2).is_some()));
+            net.settle(Duration::from_secs(1));
+            assert_eq!(net.route(3), None);
+            assert_eq!(net.router(3).routes() + net.router(3).spares(), 0);
+        }
+
+        /// A line 0-1-2: node 1 asking node 2 for "cam", whose route at 2
+        /// crosses 1, is refused UNROUTABLE (split horizon).
+        #[test]
+        fn a_peer_asking_for_a_route_through_itself_is_refused_unroutable() {
+            let mut net = Net::new(3);
+            let _t = publish(&mut net, PUB);
+            net.peer(0, 1);
+            let l12 = net.peer(1, 2);
+            assert!(net.run(100_000, |net| net.route(2).is_some()));
+            let sub = local(pool(), "video");
+            // Node 1's end of the link asks node 2 directly.
+            net.link(l12)
+                .a
+                .node
+                .session
+                .subscribe("cam", sub, live())
+                .unwrap();
+            assert!(
+                net.run(100_000, |net| net.link(l12).a.node.saw(|e| matches!(
+                    e,
+                    Ev::SubscriptionClosed { code: Some(c), .. }
+                        if *c == StreamCode::Unroutable.to_code()
+                )))
+            );
+        }
+
+        /// A publisher without a Hop ID: node 0 stamps it, the route is
+        /// anonymous on every node, and a viewer two hops away gets its
+        /// frames. A named publisher of the same path then wins.
+        #[test]
+        fn an_anonymous_publisher_is_stamped_and_served() {
+            let mut net = Net::new(3);
+            let t = publish(&mut net, 0);
+            net.peer(0, 1);
+            net.peer(1, 2);
+            assert!(net.run(100_000, |net| net.route(2).is_some()));
+            let r = net.route(2).unwrap();
+            assert_eq!(r.len(), 4, "{r:?}");
+            assert_eq!(r[1], 0, "the unknown publisher stays marked");
+            assert_ne!(r[0], 0, "stamped");
+            let v = net.client(2, 0, None);
+            let sub = local(pool(), "video");
+            watch(&mut net, v, sub);
+            group(&t, 0);
+            assert!(net.run(100_000, |_| frames(sub, 0) == 1));
+            // A named publisher of "cam" on node 2 itself ranks first there.
+            let (o, _named) = publication(pool(), "cam");
+            net.client(2, PUB, Some(o));
+            assert!(net.run(100_000, |net| net.route(2) == Some(std::vec![PUB])));
+        }
+
+        /// The receipt checks: a route naming this node, one naming its
+        /// publisher twice, and one past the limit are refused with their
+        /// reason; a worker link's list is taken as it is.
+        #[test]
+        fn receipt_refuses_own_id_reflection_and_long_routes() {
+            use crate::relay::routes::AnnounceRefused;
+            use crate::wire::lite::Hops;
+            let p = Peer::<'static, 'static, Q>::new(1, PeerKind::Cluster { ask_first: true })
+                .with_hops(0xA0, 4);
+            assert_eq!(
+                p.route(Hops::new(&[5, 0xA0]), 6).unwrap_err(),
+                AnnounceRefused::Loop
+            );
+            assert_eq!(
+                p.route(Hops::new(&[5, 6]), 6).unwrap_err(),
+                AnnounceRefused::Loop
+            );
+            assert_eq!(
+                p.route(Hops::new(&[5, 6, 7, 8]), 9).unwrap_err(),
+                AnnounceRefused::Hops
+            );
+            let ok = p.route(Hops::new(&[5, 6, 7]), 9).unwrap();
+            assert_eq!(ok.hops.as_slice(), [5, 6, 7, 9]);
+            assert!(ok.peer);
+            let link = Peer::<'static, 'static, Q>::new(
+                2,
+                PeerKind::Trunk {
+                    ask_first: false,
+                    mirror: true,
+                },
+            )
+            .with_hops(0xA0, 4);
+            let same = link.route(Hops::new(&[5, 0xA0]), 0).unwrap();
+            assert_eq!(same.hops.as_slice(), [5, 0xA0], "a link passes it on");
+            // A client's own broadcast is published here; one it passes on
+            // (a relay dialing as a client) is forwarded.
+            let client = Peer::<'static, 'static, Q>::new(3, PeerKind::Client).with_hops(0xA0, 32);
+            assert!(!client.route(Hops::EMPTY, 9).unwrap().peer);
+            assert!(client.route(Hops::new(&[5]), 9).unwrap().peer);
+        }
     }
 }

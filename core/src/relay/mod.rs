@@ -31,7 +31,7 @@ pub use demand::{Follow, LINGER, Step, UPSTREAM, mirror_request, upstream_reques
 pub use peer::{Effect, Peer, PeerKind, RefusedHook, Resolver, SubscribeQueue, Wake};
 pub use routes::{
     AnnounceRefused, Announced, Pending, Quota, ResolveRefused, Route, Router, RouterLimits,
-    RouterStorage, SourceId, Spare, Upstreams, end_track,
+    RouterStorage, SourceId, Spare, Upstreams, Via, end_track,
 };
 pub use table::Counts;
 pub use tracks::{TrackSlot, TrackTable, TracksFull};

@@ -12,13 +12,16 @@ use core::cell::RefCell;
 use core::fmt;
 
 use super::demand::{Follow, LINGER, Step, mirror_request, upstream_request};
-use super::routes::{AnnounceRefused, ResolveRefused, Router, SourceId, Upstreams, end_track};
+use super::routes::{
+    AnnounceRefused, Announced, ResolveRefused, Router, SourceId, Upstreams, Via, end_track,
+};
+use crate::model::hops::{HopError, HopList};
 use crate::model::path::Path;
 use crate::model::{broadcast, track};
 use crate::session::{AnnounceId, Error as SessionError, Event, Resolve, Session, SubscriptionId};
 use crate::time::Instant;
 use crate::transport::Transport;
-use crate::wire::lite::{Role, StreamCode};
+use crate::wire::lite::{Hops, MAX_HOPS, Role, StreamCode};
 
 /// Relay tracks waiting for this session to subscribe them upstream, oldest
 /// first, at most `Q`; one past that is ended with INTERNAL (its requests get
@@ -97,6 +100,17 @@ pub enum PeerKind {
         /// what one on the peer's worker could ([`mirror_request`]).
         mirror: bool,
     },
+    /// Another relay of the cluster (docs/protocol.md §4.3): dialed by this
+    /// one (`ask_first`) or admitted as a peer. Like a client, its
+    /// broadcasts are this worker's own (offered to the other workers) and
+    /// it is offered every route; unlike a client, its routes are ranked
+    /// with the cluster's shared tie-break, and its withdrawal of a route
+    /// with no spare leaves the route waiting for the grace period (the
+    /// next route may be on its way through another peer).
+    Cluster {
+        /// Ask for the peer's announcements without waiting for its SETUP.
+        ask_first: bool,
+    },
 }
 
 /// Whom a driver should wake after a call.
@@ -119,6 +133,9 @@ pub struct Effect {
     pub wake: Wake,
     /// An announcement of the peer's that was not taken (count it, log it).
     pub refused: Option<AnnounceRefused>,
+    /// What the router made of an announcement of the peer's that it took
+    /// (a new route, a spare, a route taken over: log route changes).
+    pub announced: Option<Announced>,
 }
 
 impl From<Wake> for Effect {
@@ -126,6 +143,7 @@ impl From<Wake> for Effect {
         Effect {
             wake,
             refused: None,
+            announced: None,
         }
     }
 }
@@ -173,6 +191,10 @@ pub struct Peer<'a, 'p, const S: usize> {
     /// Whether the router took an announcement of this peer's (else its end
     /// concerns no route and costs the router nothing).
     announced: bool,
+    /// This node's Hop ID (0: none), for the loop check on receipt.
+    hop: u64,
+    /// The longest route taken, in hops (1 to [`MAX_HOPS`]).
+    max_hops: usize,
 }
 
 impl<const S: usize> fmt::Debug for Peer<'_, '_, S> {
@@ -196,11 +218,97 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
                 PeerKind::Trunk {
                     ask_first: true,
                     ..
-                }
+                } | PeerKind::Cluster { ask_first: true }
             ),
             announce: None,
             subs: heapless::Vec::new(),
             announced: false,
+            hop: 0,
+            max_hops: MAX_HOPS,
+        }
+    }
+
+    /// The same with this node's Hop ID `hop` (0: none) and the longest
+    /// route it takes, `max_hops` (clamped to 1 to [`MAX_HOPS`]): see
+    /// [`Peer::route`].
+    pub fn with_hops(mut self, hop: u64, max_hops: usize) -> Self {
+        self.hop = hop;
+        self.max_hops = max_hops.clamp(1, MAX_HOPS);
+        self
+    }
+
+    /// The route of an announcement that came with `hops` from a publisher
+    /// whose ANNOUNCE_OK named it `publisher` (docs/protocol.md §3.6, §4.3).
+    /// From another worker of this relay (the same node) the list is taken
+    /// as it is. From anyone else it is completed with `publisher`; a
+    /// publisher that did not name itself gets this connection's stamp in
+    /// front; and the route is refused as a loop if it names the publisher
+    /// twice or crosses this node, and as too long past the hop limit. The
+    /// route counts as forwarded ([`Via::peer`]: ranked with the shared
+    /// tie-break, not as published here) if the peer is a cluster peer or
+    /// the list it sent is not empty (the announcing session is a relay
+    /// passing on another's broadcast, such as a moq-relay dialing this one
+    /// as a client).
+    ///
+    /// # Errors
+    /// [`AnnounceRefused::Loop`], [`AnnounceRefused::Hops`].
+    pub fn route(&self, hops: Hops<'_>, publisher: u64) -> Result<Via, AnnounceRefused> {
+        let too_long = |_: HopError| AnnounceRefused::Hops;
+        let forwarded = !hops.is_empty();
+        let mut list = HopList::from_hops(hops).map_err(too_long)?;
+        if self.is_link() {
+            return Ok(Via {
+                hops: list,
+                peer: false,
+            });
+        }
+        list.push(publisher).map_err(|e| match e {
+            HopError::Duplicate => AnnounceRefused::Loop,
+            HopError::Full => AnnounceRefused::Hops,
+        })?;
+        if list.contains(self.hop) {
+            return Err(AnnounceRefused::Loop);
+        }
+        list.stamp(self.stamp()).map_err(|e| match e {
+            HopError::Duplicate => AnnounceRefused::Loop,
+            HopError::Full => AnnounceRefused::Hops,
+        })?;
+        if list.len() > self.max_hops {
+            return Err(AnnounceRefused::Hops);
+        }
+        Ok(Via {
+            hops: list,
+            peer: forwarded || self.is_cluster(),
+        })
+    }
+
+    /// This connection's stand-in for a publisher without a Hop ID: an FNV
+    /// mix of this node's Hop ID and the connection's id, non-zero and
+    /// below 2^53 like a Hop ID.
+    fn stamp(&self) -> u64 {
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        let bytes = self
+            .hop
+            .to_le_bytes()
+            .into_iter()
+            .chain(self.id.to_le_bytes());
+        let h = bytes.fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(PRIME)
+        });
+        (h & ((1 << 53) - 1)).max(1)
+    }
+
+    /// Marks the peer as another relay of the cluster (a session accepted as
+    /// a client and admitted as a peer, docs/protocol.md §4.3): its routes
+    /// from now on rank as a peer's, and it is asked for announcements
+    /// whatever role its SETUP declared. Call before its announcements
+    /// arrive (on its SETUP).
+    pub fn set_cluster(&mut self) {
+        if self.kind == PeerKind::Client {
+            self.kind = PeerKind::Cluster { ask_first: false };
+            if self.announce.is_none() {
+                self.want_announce = true;
+            }
         }
     }
 
@@ -211,7 +319,12 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
 
     /// Whether the peer's broadcasts are this worker's own.
     fn local(&self) -> bool {
-        self.kind == PeerKind::Client
+        matches!(self.kind, PeerKind::Client | PeerKind::Cluster { .. })
+    }
+
+    /// Whether the peer is another relay of the cluster.
+    fn is_cluster(&self) -> bool {
+        matches!(self.kind, PeerKind::Cluster { .. })
     }
 
     /// Whether the peer is another worker of this relay (a mirroring trunk).
@@ -236,36 +349,54 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
         let wake = match *event {
             Event::Setup { role, .. } => {
                 // A client that only subscribes has nothing to announce.
-                self.want_announce =
-                    self.announce.is_none() && (!self.local() || role != Role::Subscriber);
+                self.want_announce = self.announce.is_none()
+                    && (self.kind != PeerKind::Client || role != Role::Subscriber);
                 Wake::Nobody
             }
-            Event::Announced { path, .. } => {
+            Event::Announced {
+                path,
+                hops,
+                publisher,
+                ..
+            } => {
                 let Ok(p) = Path::new(path) else {
                     return Effect {
-                        wake: Wake::Nobody,
                         refused: Some(AnnounceRefused::Path),
+                        ..Wake::Nobody.into()
                     };
                 };
-                if let Err(e) = router.announce(p, self.id, self.local(), upstreams) {
-                    debug!("relay: announcement of {} ignored: {}", path, e);
-                    return Effect {
-                        wake: Wake::Nobody,
-                        refused: Some(e),
-                    };
+                let via = match self.route(hops, publisher) {
+                    Ok(via) => via,
+                    Err(e) => {
+                        // A restart onto a route that loops or is too long
+                        // withdraws the route it replaces.
+                        debug!("relay: announcement of {} dropped: {}", path, e);
+                        return Effect {
+                            refused: Some(e),
+                            ..self.withdraw(p, router, now, upstreams).into()
+                        };
+                    }
+                };
+                match router.announce_via(p, self.id, self.local(), &via, upstreams) {
+                    Ok(announced) => {
+                        self.announced = true;
+                        return Effect {
+                            announced: Some(announced),
+                            ..Wake::All.into()
+                        };
+                    }
+                    Err(e) => {
+                        debug!("relay: announcement of {} ignored: {}", path, e);
+                        return Effect {
+                            refused: Some(e),
+                            ..Wake::Nobody.into()
+                        };
+                    }
                 }
-                self.announced = true;
-                Wake::All
             }
             Event::Unannounced { path, .. } => match Path::new(path) {
-                // A worker link's withdrawal may be a lost source, or
-                // overtake the next source's announcement: see
-                // `Router::source_left`.
-                Ok(p) if self.is_link() && router.source_left(p, self.id, now, upstreams) => {
-                    Wake::All
-                }
-                Ok(p) if !self.is_link() && router.unannounce(p, self.id) => Wake::All,
-                _ => Wake::Nobody,
+                Ok(p) => self.withdraw(p, router, now, upstreams),
+                Err(_) => Wake::Nobody,
             },
             Event::AnnounceEnded { request, .. } if Some(request) == self.announce => {
                 self.announce = None;
@@ -293,7 +424,7 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
                     return Wake::Nobody.into();
                 }
                 let code = code.map(StreamCode::from_code);
-                if self.is_link() && code == Some(StreamCode::Unroutable) {
+                if (self.is_link() || self.is_cluster()) && code == Some(StreamCode::Unroutable) {
                     // The other worker does not serve the path (any more):
                     // the requests wait for the next source within the
                     // grace period rather than be refused (see
@@ -314,6 +445,25 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
             _ => Wake::Nobody,
         };
         wake.into()
+    }
+
+    /// The peer withdrew `path` (or restarted it onto a route this node
+    /// does not take).
+    fn withdraw<const T: usize, const G: usize>(
+        &self,
+        path: Path<'_>,
+        router: &Router<'_, 'a, 'p, T, G>,
+        now: Instant,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> Wake {
+        let gone = if self.is_link() {
+            // A worker link's withdrawal may be a lost source, or overtake
+            // the next source's announcement: see `Router::source_left`.
+            router.source_left(path, self.id, now, upstreams)
+        } else {
+            router.withdrawn(path, self.id, self.is_cluster(), now, upstreams)
+        };
+        if gone { Wake::All } else { Wake::Nobody }
     }
 
     /// After a pass of the session: asks for announcements when due, makes

@@ -37,9 +37,17 @@
 //!   standby (in the local origin only, so the worker serving the route can
 //!   fail over to it); any other source (a worker link, the upstream, a
 //!   second client while a standby stands) waits as a spare, next in line
-//!   when the current one goes away. A link's announcement never displaces
-//!   a client source.
-//! * Between workers the newest announcement does not win: a camera that
+//!   when the current one goes away. A link's announcement displaces a
+//!   source of this worker only with a shorter route (below).
+//! * Between the workers of one relay, hop lists decide only when one route
+//!   is shorter (or identified against anonymous, [`across`]): both workers
+//!   see the same lists, so they agree. A local source with a shorter route
+//!   than the link serving a path takes it over (the link waits as a
+//!   spare), and a link offering a shorter route than this worker's own
+//!   source takes the route over while the source stands by (a broadcast
+//!   of its own in the local origin, so the other worker keeps it as its
+//!   spare): the node ends on one route, with one upstream subscription.
+//! * Otherwise, between workers the newest announcement does not win: a camera that
 //!   reconnects to another worker than its old session's is a standby
 //!   there, and the viewers of every worker stay on the old session until
 //!   it ends (at most the transport's idle timeout); then the standby takes
@@ -60,6 +68,13 @@
 //!   request the link refuses as unroutable meanwhile waits with its route
 //!   for the next source ([`Router::upstream_unroutable`]), within the
 //!   grace period, instead of being refused.
+//! * Routes carry the hop list they came by ([`Via`], docs/protocol.md
+//!   §4.3). Among this worker's own sources of a path (clients and cluster
+//!   peers) the best by [`HopList::rank`] serves it, the newest among
+//!   equals: a better announcement takes the route over as a reconnecting
+//!   client does, a restart replaces the list in place, and a withdrawal or
+//!   a lost source hands the route to the best spare at once
+//!   ([`Router::withdrawn`]), the live tracks moving with it.
 //! * A track request for a name the broadcast lacks makes a relay track
 //!   (from the [`TrackTable`]) and one upstream SUBSCRIBE from the route's
 //!   source; while the source has not answered, the request counts against
@@ -70,6 +85,7 @@ use core::fmt;
 
 use super::broadcasts::{BroadcastTable, ClaimError};
 use super::tracks::TrackTable;
+use crate::model::hops::HopList;
 use crate::model::path::{Path, PathBuf};
 use crate::model::{broadcast, origin, track};
 use crate::time::{Duration, Instant};
@@ -91,11 +107,37 @@ pub trait Upstreams<'a, 'p> {
     );
 }
 
-/// One route: a broadcast, who serves it, and where it is offered.
+/// The way an announcement came: its completed hop list (docs/protocol.md
+/// §4.3) and whether a cluster peer forwarded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Via {
+    /// The hops the broadcast crossed, origin first, the announcing one
+    /// last (what this node writes when it offers the route on).
+    pub hops: HopList,
+    /// Forwarded (by a cluster peer, or by a session passing on another's
+    /// broadcast): ranked with the shared tie-break, not as a broadcast
+    /// published on this node ([`HopList::rank`]).
+    pub peer: bool,
+}
+
+impl Via {
+    /// The ordering key of a route to `path` by this way (lower wins);
+    /// `local`: announced by a source of this worker. A route a source of
+    /// this worker publishes itself is one published on this node; a
+    /// forwarded one or a link's is not.
+    fn rank(&self, path: &str, local: bool) -> (bool, bool, usize, u64) {
+        self.hops.rank(path, local && !self.peer, self.peer)
+    }
+}
+
+/// One route: a broadcast, who serves it, and where it is offered. Its hop
+/// list is the broadcast's ([`broadcast::Ref::hops`]).
 pub struct Route<'a, 'p> {
     broadcast: broadcast::Ref<'a, 'p>,
     producer: broadcast::Producer<'a, 'p>,
     owner: SourceId,
+    /// Forwarded ([`Via::peer`]).
+    peer: bool,
     /// Announced by a source of this worker.
     local: bool,
     /// In the worker's origin; false for a standby.
@@ -122,6 +164,8 @@ pub struct Spare {
     path: PathBuf<{ broadcast::MAX_PATH_LEN }>,
     owner: SourceId,
     local: bool,
+    /// The way its announcement came.
+    via: Via,
     /// Order of arrival: the newest spare of a path takes over first.
     seq: u64,
 }
@@ -184,6 +228,11 @@ pub enum AnnounceRefused {
     Full,
     /// The path does not fit a broadcast.
     Path,
+    /// The route crosses this node already, or names the announcing peer
+    /// twice (a reflection): a loop (docs/protocol.md §4.3).
+    Loop,
+    /// The route crosses more hops than this node accepts.
+    Hops,
 }
 
 impl fmt::Display for AnnounceRefused {
@@ -192,6 +241,8 @@ impl fmt::Display for AnnounceRefused {
             AnnounceRefused::Quota => write!(f, "over quota: {}", Quota::Announces),
             AnnounceRefused::Full => f.write_str("route table full"),
             AnnounceRefused::Path => f.write_str("path too long"),
+            AnnounceRefused::Loop => f.write_str("route loops through this node"),
+            AnnounceRefused::Hops => f.write_str("route crosses too many hops"),
         }
     }
 }
@@ -221,6 +272,9 @@ pub enum Announced {
     },
     /// Kept as a spare (or was one already).
     Spare,
+    /// The source announced a path it serves again with another route (a
+    /// restart, docs/protocol.md §3.6): its hop list was replaced in place.
+    Updated,
 }
 
 /// Which of a [`Router`]'s per-peer quotas ([`RouterLimits`]) a request
@@ -368,6 +422,29 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         local: bool,
         upstreams: &dyn Upstreams<'a, 'p>,
     ) -> Result<Announced, AnnounceRefused> {
+        self.announce_via(path, owner, local, &Via::default(), upstreams)
+    }
+
+    /// [`Router::announce`] of a route that came `via` (its hop list, a
+    /// cluster peer's or not). Among this worker's own sources of one path
+    /// the best route by [`HopList::rank`] serves it (equals: the newest);
+    /// a source announcing a path it holds again replaces its hop list in
+    /// place (a restart), and the best spare takes the route over if it
+    /// ranks better now.
+    ///
+    /// # Errors
+    /// [`AnnounceRefused`]; nothing changed then.
+    pub fn announce_via(
+        &self,
+        path: Path<'_>,
+        owner: SourceId,
+        local: bool,
+        via: &Via,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> Result<Announced, AnnounceRefused> {
+        if let Some(done) = self.restart(path, owner, via, upstreams) {
+            return done;
+        }
         if local && self.held_by(owner) >= self.limits.announces {
             return Err(AnnounceRefused::Quota);
         }
@@ -381,15 +458,61 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
                 continue;
             };
             if route.orphan_until.is_some() {
-                let tracks = self.adopt(route, owner, local, true, upstreams);
+                let tracks = self.adopt(route, owner, local, via, true, upstreams);
                 return Ok(Announced::Adopted { tracks });
             }
-            if local && route.local && route.owner != owner {
-                return self.take_over(route, path, owner, upstreams);
-            }
-            if !local || route.local || self.local_origin.get(path).is_some() {
+            if local && route.local {
+                let held = Via {
+                    hops: route.broadcast.hops(),
+                    peer: route.peer,
+                };
+                if via.rank(path.as_str(), true) <= held.rank(path.as_str(), true) {
+                    return self.take_over(route, path, owner, via, upstreams);
+                }
                 drop(r);
-                return self.add_spare(path, owner, local);
+                return self.add_spare(path, owner, local, via);
+            }
+            let held = route.broadcast.hops();
+            let shorter = across(&via.hops) < across(&held);
+            if !local && route.local && shorter {
+                // Another worker's source has a shorter route: the route
+                // moves to its link, this worker's source stands by.
+                if let Some((from, tracks)) = self.stand_by(route, path, owner, via, upstreams) {
+                    return Ok(Announced::TookOver { from, tracks });
+                }
+            }
+            if !local && !route.local && shorter {
+                // Served by another worker, the upstream, or this worker's
+                // standby source: the shorter route takes over. The old
+                // source waits as a spare, unless it stands by already.
+                let old = route.owner;
+                let was = Via {
+                    hops: held,
+                    peer: route.peer,
+                };
+                let stands = self
+                    .standby_of(route.broadcast, owner)
+                    .is_some_and(|(s, _)| s == old);
+                let place = if stands {
+                    None
+                } else {
+                    self.spare_place(path, old)?
+                };
+                let tracks = self.move_to(route, owner, false, via, upstreams);
+                if let Some(place) = place {
+                    self.put_spare(place, old, false, &was);
+                }
+                return Ok(Announced::TookOver { from: old, tracks });
+            }
+            let standby = self.local_origin.get(path).is_some();
+            if local && !route.local && !standby && shorter {
+                // Shorter than the other worker's: this source serves here,
+                // and is offered to that worker, which moves to it in turn.
+                return self.take_over(route, path, owner, via, upstreams);
+            }
+            if !local || standby {
+                drop(r);
+                return self.add_spare(path, owner, local, via);
             }
             routed = false;
             break;
@@ -408,6 +531,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             self.broadcasts.retire(broadcast);
             return Err(AnnounceRefused::Full);
         };
+        producer.set_hops(&via.hops);
         if routed && self.origin.announce(broadcast).is_err() {
             drop(producer);
             self.broadcasts.retire(broadcast);
@@ -422,6 +546,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             broadcast,
             producer,
             owner,
+            peer: via.peer,
             local,
             routed,
             orphan_until: None,
@@ -446,14 +571,196 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         routes + spares
     }
 
+    /// Routes and spares `owner` holds now, for a relay's per-peer figures.
+    /// O(routes + spares).
+    pub fn routes_of(&self, owner: SourceId) -> usize {
+        self.held_by(owner)
+    }
+
+    /// A source announcing `path` again while it serves it or waits as its
+    /// spare: a restart (docs/protocol.md §3.6). A serving source's hop list
+    /// is replaced in place; a routed broadcast is announced again with it
+    /// (its subscribers' relays see the new route), and the best spare of
+    /// the path takes the route over if it ranks better than the new one. A
+    /// spare is taken off the list, and `None` returned: its announcement is
+    /// then handled as a new one (it may take the route over). `None` too if
+    /// `owner` holds no route of `path`.
+    fn restart(
+        &self,
+        path: Path<'_>,
+        owner: SourceId,
+        via: &Via,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> Option<Result<Announced, AnnounceRefused>> {
+        for s in self.storage.spares {
+            let mine = s
+                .borrow()
+                .as_ref()
+                .is_some_and(|s| s.owner == owner && s.path.as_path() == path);
+            if mine {
+                // A spare's new route is ranked afresh against the serving
+                // one, as a new announcement is.
+                self.clear_spare(s);
+                return None;
+            }
+        }
+        let mut found = None;
+        for slot in self.storage.routes {
+            let mut r = slot.borrow_mut();
+            let Some(route) = r.as_mut().filter(|r| {
+                r.owner == owner && r.orphan_until.is_none() && r.broadcast.has_path(path)
+            }) else {
+                continue;
+            };
+            route.peer = via.peer;
+            self.set_route(route, &via.hops);
+            let mut outcome = Announced::Updated;
+            if !route.routed {
+                // A standby now shorter than the link serving the path takes
+                // the route over.
+                drop(r);
+                if let Some((from, tracks)) = self.standby_rises(path, owner, via, upstreams) {
+                    outcome = Announced::TookOver { from, tracks };
+                }
+            } else if !route.local {
+                // Served by another worker (or the upstream): this worker's
+                // standby takes over if it is now shorter.
+                let standby = self
+                    .standby_of(route.broadcast, owner)
+                    .filter(|(_, sv)| across(&sv.hops) < across(&via.hops));
+                if let Some((standby, sv)) = standby
+                    && let Ok(place) = self.spare_place(path, owner)
+                {
+                    let tracks = self.move_to(route, standby, false, &sv, upstreams);
+                    if let Some(place) = place {
+                        self.put_spare(place, owner, false, via);
+                    }
+                    outcome = Announced::TookOver {
+                        from: owner,
+                        tracks,
+                    };
+                }
+            } else if let Some((s, spare)) = self.best_spare(route.broadcast) {
+                // The best spare takes over if it ranks better now: a source
+                // of this worker by the full order, another worker's only
+                // with a shorter route (its own source standing by).
+                let better = if spare.local {
+                    spare.via.rank(path.as_str(), true) < via.rank(path.as_str(), true)
+                } else {
+                    across(&spare.via.hops) < across(&via.hops)
+                };
+                if better && let Some(spare) = self.clear_spare(s) {
+                    let took = if spare.local {
+                        self.take_over(route, path, spare.owner, &spare.via, upstreams)
+                            .ok()
+                            .map(|a| match a {
+                                Announced::TookOver { tracks, .. } => tracks,
+                                _ => 0,
+                            })
+                    } else {
+                        self.stand_by(route, path, spare.owner, &spare.via, upstreams)
+                            .map(|(_, tracks)| tracks)
+                    };
+                    match took {
+                        Some(tracks) => {
+                            outcome = Announced::TookOver {
+                                from: owner,
+                                tracks,
+                            }
+                        }
+                        // Nothing changed: the spare waits again.
+                        None => {
+                            if let Ok(Some(place)) = self.spare_place(path, spare.owner) {
+                                self.put_spare(place, spare.owner, spare.local, &spare.via);
+                            }
+                        }
+                    }
+                }
+            }
+            // A source may hold a standby and a route of one path: a take-over
+            // by either is what the restart did.
+            if found.is_none() || matches!(outcome, Announced::TookOver { .. }) {
+                found = Some(Ok(outcome));
+            }
+        }
+        found
+    }
+
+    /// The standby of `path` held by `owner` announced the route `via`: if
+    /// the route serving the path here is another worker's (or the
+    /// upstream's) and longer ([`across`]), `owner` takes it over (not
+    /// local: its standby stays what the links offer) and the old source
+    /// waits as a spare. Returns the old source and how many tracks were
+    /// asked for.
+    fn standby_rises(
+        &self,
+        path: Path<'_>,
+        owner: SourceId,
+        via: &Via,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> Option<(SourceId, usize)> {
+        for slot in self.storage.routes {
+            let Ok(mut r) = slot.try_borrow_mut() else {
+                continue;
+            };
+            let Some(route) = r.as_mut().filter(|r| {
+                r.routed
+                    && !r.local
+                    && r.owner != owner
+                    && r.orphan_until.is_none()
+                    && r.broadcast.has_path(path)
+            }) else {
+                continue;
+            };
+            let held = Via {
+                hops: route.broadcast.hops(),
+                peer: route.peer,
+            };
+            if across(&via.hops) >= across(&held.hops) {
+                return None;
+            }
+            let old = route.owner;
+            let place = self.spare_place(path, old).ok()?;
+            let tracks = self.move_to(route, owner, false, via, upstreams);
+            if let Some(place) = place {
+                self.put_spare(place, old, false, &held);
+            }
+            return Some((old, tracks));
+        }
+        None
+    }
+
+    /// Gives `route`'s broadcast the hop list `hops`, and announces it again
+    /// in the origins that offer it if the list changed.
+    fn set_route(&self, route: &Route<'a, 'p>, hops: &HopList) {
+        let b = route.broadcast;
+        if b.hops() == *hops {
+            return;
+        }
+        route.producer.set_hops(hops);
+        if route.orphan_until.is_some() {
+            return;
+        }
+        let held = b.path();
+        let path = held.as_path();
+        let mine = |o: origin::Ref<'a, 'p>| o.get(path).is_some_and(|x| x.same_broadcast(&b));
+        if mine(self.origin) {
+            self.origin.reannounce(path);
+        }
+        if mine(self.local_origin) {
+            self.local_origin.reannounce(path);
+        }
+    }
+
     fn add_spare(
         &self,
         path: Path<'_>,
         owner: SourceId,
         local: bool,
+        via: &Via,
     ) -> Result<Announced, AnnounceRefused> {
         if let Some(place) = self.spare_place(path, owner)? {
-            self.put_spare(place, owner, local);
+            self.put_spare(place, owner, local, via);
         }
         Ok(Announced::Spare)
     }
@@ -488,7 +795,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
     }
 
     /// Makes `owner` the newest spare in `place` ([`Router::spare_place`]).
-    fn put_spare(&self, (slot, path): SparePlace<'r>, owner: SourceId, local: bool) {
+    fn put_spare(&self, (slot, path): SparePlace<'r>, owner: SourceId, local: bool, via: &Via) {
         let seq = self.next_spare.get();
         self.next_spare.set(seq.wrapping_add(1));
         self.count(0, 1);
@@ -496,6 +803,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             path,
             owner,
             local,
+            via: *via,
             seq,
         });
     }
@@ -518,18 +826,79 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         route: &mut Route<'a, 'p>,
         path: Path<'_>,
         owner: SourceId,
+        via: &Via,
         upstreams: &dyn Upstreams<'a, 'p>,
     ) -> Result<Announced, AnnounceRefused> {
-        let old = route.owner;
+        let (old, was_local) = (route.owner, route.local);
+        let was = Via {
+            hops: route.broadcast.hops(),
+            peer: route.peer,
+        };
         let place = self.spare_place(path, old)?;
+        let tracks = self.move_to(route, owner, true, via, upstreams);
+        if let Some(place) = place {
+            self.put_spare(place, old, was_local, &was);
+        }
+        Ok(Announced::TookOver { from: old, tracks })
+    }
+
+    /// Moves routed `route`, served by a source of this worker, to the
+    /// worker link `owner` whose route `via` is shorter ([`across`]); the
+    /// source stands by (a broadcast of its own in the local origin, which
+    /// the other workers see). Returns the source and how many tracks were
+    /// asked for from the link, or `None` (nothing changed) without a free
+    /// route or broadcast place.
+    fn stand_by(
+        &self,
+        route: &mut Route<'a, 'p>,
+        path: Path<'_>,
+        owner: SourceId,
+        via: &Via,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> Option<(SourceId, usize)> {
+        let slot = self
+            .storage
+            .routes
+            .iter()
+            .find(|s| s.try_borrow().is_ok_and(|r| r.is_none()))?;
+        let broadcast = self.broadcasts.claim(path).ok()?;
+        let Ok(producer) = broadcast.producer() else {
+            self.broadcasts.retire(broadcast);
+            return None;
+        };
+        let (from, peer) = (route.owner, route.peer);
+        producer.set_hops(&route.broadcast.hops());
+        let tracks = self.move_to(route, owner, false, via, upstreams);
+        let _ = self.local_origin.announce(broadcast);
+        self.count(1, 0);
+        *slot.borrow_mut() = Some(Route {
+            broadcast,
+            producer,
+            owner: from,
+            peer,
+            local: true,
+            routed: false,
+            orphan_until: None,
+        });
+        Some((from, tracks))
+    }
+
+    /// Moves `route` to `owner` at once: each open track's producer is let
+    /// go (its open group aborted with CANCEL) and the track is asked for
+    /// from `owner`; its subscribers stay and go on at the new source's
+    /// latest group. Returns how many tracks were asked for.
+    fn move_to(
+        &self,
+        route: &mut Route<'a, 'p>,
+        owner: SourceId,
+        local: bool,
+        via: &Via,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> usize {
         for t in route.broadcast.tracks() {
             t.detach_producer(StreamCode::Cancel.to_code());
         }
-        let tracks = self.adopt(route, owner, true, false, upstreams);
-        if let Some(place) = place {
-            self.put_spare(place, old, true);
-        }
-        Ok(Announced::TookOver { from: old, tracks })
+        self.adopt(route, owner, local, via, false, upstreams)
     }
 
     /// The source serving broadcast `b` now (a routed broadcast's, or a
@@ -562,14 +931,17 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         route: &mut Route<'a, 'p>,
         owner: SourceId,
         local: bool,
+        via: &Via,
         settled: bool,
         upstreams: &dyn Upstreams<'a, 'p>,
     ) -> usize {
         let same = route.owner == owner;
         route.owner = owner;
+        route.peer = via.peer;
         if route.orphan_until.take().is_some() {
             self.orphans.set(self.orphans.get().saturating_sub(1));
         }
+        self.set_route(route, &via.hops);
         let b = route.broadcast;
         let held = b.path();
         let path = held.as_path();
@@ -732,12 +1104,19 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         upstreams: &dyn Upstreams<'a, 'p>,
     ) -> bool {
         if let Some(spare) = self.take_spare(route.broadcast) {
-            self.adopt(route, spare.owner, spare.local, settled, upstreams);
+            self.adopt(
+                route,
+                spare.owner,
+                spare.local,
+                &spare.via,
+                settled,
+                upstreams,
+            );
             return false;
         }
-        if let Some(standby) = self.standby_of(route.broadcast, gone) {
+        if let Some((standby, via)) = self.standby_of(route.broadcast, gone) {
             // Not local: the standby stays what the links offer.
-            self.adopt(route, standby, false, settled, upstreams);
+            self.adopt(route, standby, false, &via, settled, upstreams);
             return false;
         }
         let held = route.broadcast.path();
@@ -752,32 +1131,87 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
 
     /// The source of this worker's standby of `b`'s path, unless it is
     /// `except`. The route being changed is borrowed, so it is skipped.
-    fn standby_of(&self, b: broadcast::Ref<'_, '_>, except: SourceId) -> Option<SourceId> {
+    fn standby_of(&self, b: broadcast::Ref<'_, '_>, except: SourceId) -> Option<(SourceId, Via)> {
         let held = b.path();
         self.storage.routes.iter().find_map(|slot| {
             let r = slot.try_borrow().ok()?;
             let r = r.as_ref()?;
             (!r.routed && r.local && r.owner != except && r.broadcast.has_path(held.as_path()))
-                .then_some(r.owner)
+                .then(|| {
+                    let via = Via {
+                        hops: r.broadcast.hops(),
+                        peer: r.peer,
+                    };
+                    (r.owner, via)
+                })
         })
     }
 
-    /// The newest spare of `b`'s path (the last to arrive, or the source
-    /// most recently displaced by a newer one), taken off the spare list.
+    /// The best spare of `b`'s path, taken off the spare list: this
+    /// worker's own sources first, then by [`HopList::rank`], then the
+    /// newest (the last to arrive, or the source most recently displaced by
+    /// a newer one).
     fn take_spare(&self, b: broadcast::Ref<'_, '_>) -> Option<Spare> {
+        self.best_spare(b).and_then(|(s, _)| self.clear_spare(s))
+    }
+
+    /// The spare [`Router::take_spare`] would take, with its slot.
+    fn best_spare(&self, b: broadcast::Ref<'_, '_>) -> Option<(&'r RefCell<Option<Spare>>, Spare)> {
+        let held = b.path();
+        let path = held.as_str();
         self.storage
             .spares
             .iter()
             .filter_map(|s| {
-                let seq = s
+                let spare = s
                     .borrow()
                     .as_ref()
-                    .filter(|s| b.has_path(s.path.as_path()))
-                    .map(|s| s.seq)?;
-                Some((seq, s))
+                    .filter(|x| b.has_path(x.path.as_path()))
+                    .cloned()?;
+                Some((s, spare))
             })
-            .max_by_key(|(seq, _)| *seq)
-            .and_then(|(_, s)| self.clear_spare(s))
+            .min_by_key(|(_, x)| (x.via.rank(path, x.local), core::cmp::Reverse(x.seq)))
+    }
+
+    /// Source `owner` withdrew `path` (ANNOUNCE Ended). The best spare of a
+    /// route it served takes it over at once, as a better announcement
+    /// does (live tracks move to it, their subscribers go on at its latest
+    /// group); without one, a client's route is withdrawn
+    /// ([`Router::unannounce`]) and a cluster peer's (`keep`) waits for the
+    /// grace period as a lost source's does (the next route may be on its
+    /// way through another peer). True if a route of `owner` was there.
+    pub fn withdrawn(
+        &self,
+        path: Path<'_>,
+        owner: SourceId,
+        keep: bool,
+        now: Instant,
+        upstreams: &dyn Upstreams<'a, 'p>,
+    ) -> bool {
+        for slot in self.storage.routes {
+            let mut r = slot.borrow_mut();
+            let Some(route) = r.as_mut().filter(|r| {
+                r.owner == owner
+                    && r.routed
+                    && r.orphan_until.is_none()
+                    && r.broadcast.has_path(path)
+            }) else {
+                continue;
+            };
+            if let Some(spare) = self.take_spare(route.broadcast) {
+                self.move_to(route, spare.owner, spare.local, &spare.via, upstreams);
+                drop(r);
+                // Its standby of the path, if any, goes too.
+                self.unannounce(path, owner);
+                return true;
+            }
+            if keep {
+                drop(r);
+                return self.source_left(path, owner, now, upstreams);
+            }
+            break;
+        }
+        self.unannounce(path, owner)
     }
 
     /// When [`Router::handle_timeout`] has something to do: the end of the
@@ -1045,6 +1479,14 @@ impl<const T: usize, const G: usize> fmt::Debug for Router<'_, '_, '_, T, G> {
             .field("tracks", &self.tracks.counts())
             .finish()
     }
+}
+
+/// How routes held by two workers of one relay compare (lower wins): a
+/// route that crossed an anonymous hop last, then the shorter list. Both
+/// workers see the same lists (a link passes them on unchanged), so they
+/// agree; a tie leaves the route where it is.
+fn across(hops: &HopList) -> (bool, usize) {
+    (hops.is_anonymous(), hops.len())
 }
 
 /// Ends relay track `t` with `code` unless it finished or has a source:
@@ -1479,6 +1921,153 @@ mod tests {
         p.finish();
         assert!(!r.upstream_closed(done, None));
         assert!(a.track("done").is_some(), "late subscribers still get it");
+        let _ = pool;
+    }
+
+    fn via(hops: &[u64]) -> Via {
+        Via {
+            hops: HopList::from_slice(hops).unwrap(),
+            peer: true,
+        }
+    }
+
+    /// Two peers' routes to "cam": the shorter serves; a restart that makes
+    /// it longer hands the route to the spare at once (its track asked for
+    /// there), a restart of the spare onto a shorter route takes it back,
+    /// and a restart that changes nothing announces nothing.
+    #[test]
+    fn restarts_rerank_the_routes_of_a_path() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        assert_eq!(
+            r.announce_via(path("cam"), 1, true, &via(&[9, 1]), &up),
+            Ok(Announced::Route { routed: true })
+        );
+        assert_eq!(
+            r.announce_via(path("cam"), 2, true, &via(&[9, 5, 2]), &up),
+            Ok(Announced::Spare)
+        );
+        let b = r.origin().get(path("cam")).unwrap();
+        r.resolve(None, b, "video", &up).unwrap();
+        assert_eq!(up.take(), [(1, "cam".into())]);
+        let v = r.origin().version();
+        assert_eq!(
+            r.announce_via(path("cam"), 1, true, &via(&[9, 1]), &up),
+            Ok(Announced::Updated)
+        );
+        assert_eq!(r.origin().version(), v, "nothing changed, nothing logged");
+        assert_eq!(
+            r.announce_via(path("cam"), 1, true, &via(&[9, 6, 7, 1]), &up),
+            Ok(Announced::TookOver { from: 1, tracks: 1 })
+        );
+        assert_eq!(up.take(), [(2, "cam".into())]);
+        assert_eq!(r.source_of(b), Some(2));
+        assert_eq!(b.hops().as_slice(), [9, 5, 2]);
+        assert_eq!(
+            r.announce_via(path("cam"), 1, true, &via(&[9, 1]), &up),
+            Ok(Announced::TookOver { from: 2, tracks: 1 })
+        );
+        assert_eq!(up.take(), [(1, "cam".into())]);
+        assert_eq!((r.routes(), r.spares()), (1, 1));
+        // The serving source withdraws: the spare serves at once.
+        assert!(r.withdrawn(path("cam"), 1, true, Instant::ZERO, &up));
+        assert_eq!(up.take(), [(2, "cam".into())]);
+        assert_eq!(r.source_of(b), Some(2));
+        assert_eq!(r.poll_timeout(), None);
+        // Then it withdraws too: a peer's route waits for the grace.
+        assert!(r.withdrawn(path("cam"), 2, true, Instant::ZERO, &up));
+        assert_eq!(r.poll_timeout(), Some(Instant::ZERO.saturating_add(GRACE)));
+        let _ = pool;
+    }
+
+    /// Between workers only a shorter route decides, on announcements and
+    /// on restarts alike; a tie leaves the route where it is.
+    #[test]
+    fn workers_move_to_the_shorter_route_on_announcements_and_restarts() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        // Another worker's route (link 100), then this worker's source 1
+        // with a route as long: a standby.
+        assert_eq!(
+            r.announce_via(path("cam"), 100, false, &via(&[9, 5, 2]), &up),
+            Ok(Announced::Route { routed: true })
+        );
+        assert_eq!(
+            r.announce_via(path("cam"), 1, true, &via(&[9, 6, 3]), &up),
+            Ok(Announced::Route { routed: false })
+        );
+        let b = r.origin().get(path("cam")).unwrap();
+        r.resolve(None, b, "video", &up).unwrap();
+        assert_eq!(up.take(), [(100, "cam".into())]);
+        // The link's route grows: the standby's source serves, the link
+        // waits as a spare.
+        assert_eq!(
+            r.announce_via(path("cam"), 100, false, &via(&[9, 5, 7, 2]), &up),
+            Ok(Announced::TookOver {
+                from: 100,
+                tracks: 1
+            })
+        );
+        assert_eq!(up.take(), [(1, "cam".into())]);
+        assert_eq!(r.source_of(b), Some(1));
+        assert!(r.local_origin().get(path("cam")).is_some(), "still offered");
+        // The link's route shrinks below it: the route goes back to the link.
+        assert_eq!(
+            r.announce_via(path("cam"), 100, false, &via(&[9, 2]), &up),
+            Ok(Announced::TookOver { from: 1, tracks: 1 })
+        );
+        assert_eq!(up.take(), [(100, "cam".into())]);
+        assert_eq!(r.source_of(b), Some(100));
+        // The standby's route shrinks further: it serves again.
+        assert_eq!(
+            r.announce_via(path("cam"), 1, true, &via(&[9]), &up),
+            Ok(Announced::TookOver {
+                from: 100,
+                tracks: 1
+            })
+        );
+        assert_eq!(up.take(), [(1, "cam".into())]);
+        // A tie changes nothing.
+        assert_eq!(
+            r.announce_via(path("cam"), 100, false, &via(&[2]), &up),
+            Ok(Announced::Spare)
+        );
+        assert_eq!(r.source_of(b), Some(1));
+        let _ = pool;
+    }
+
+    /// A worker's own source serves a path; another worker offers a shorter
+    /// route over their link: the route moves to the link and the source
+    /// stands by, offered to the other workers; if the source's route then
+    /// becomes the shorter, it serves again.
+    #[test]
+    fn a_shorter_route_over_a_link_makes_the_local_source_stand_by() {
+        router!(pool, r, limits());
+        let up = Asked::default();
+        r.announce_via(path("cam"), 1, true, &via(&[9, 6, 3]), &up)
+            .unwrap();
+        let b = r.origin().get(path("cam")).unwrap();
+        r.resolve(None, b, "video", &up).unwrap();
+        up.take();
+        assert_eq!(
+            r.announce_via(path("cam"), 100, false, &via(&[9, 2]), &up),
+            Ok(Announced::TookOver { from: 1, tracks: 1 })
+        );
+        assert_eq!(up.take(), [(100, "cam".into())]);
+        assert_eq!(r.source_of(b), Some(100));
+        let standby = r.local_origin().get(path("cam")).unwrap();
+        assert!(!standby.same_broadcast(&b), "a broadcast of its own");
+        assert_eq!(standby.hops().as_slice(), [9, 6, 3]);
+        assert_eq!(r.routes(), 2);
+        assert_eq!(
+            r.announce_via(path("cam"), 1, true, &via(&[9]), &up),
+            Ok(Announced::TookOver {
+                from: 100,
+                tracks: 1
+            })
+        );
+        assert_eq!(up.take(), [(1, "cam".into())]);
+        assert_eq!(r.source_of(b), Some(1));
         let _ = pool;
     }
 

@@ -71,7 +71,9 @@ pub enum Event<'a> {
         /// for the full route; docs/protocol.md §4.3).
         publisher: u64,
     },
-    /// A broadcast announced through one of our requests is gone.
+    /// A broadcast announced through one of our requests is gone; also
+    /// reported for an announcement whose route loops through us (docs/protocol.md
+    /// §4.3), which withdraws a route it would have replaced.
     Unannounced {
         /// The request it answers.
         request: AnnounceId,

@@ -26,6 +26,7 @@ use core::cmp::{Reverse, min};
 use super::control::{AnnounceState, Kind, Step, SubState, decode_within, join, rooted, rx_of};
 use super::{Gather, Session};
 use crate::model::group::{self, Next, ReadError};
+use crate::model::hops::HopList;
 use crate::model::path::{Path, PathBuf};
 use crate::model::{broadcast, origin, track};
 use crate::transport::Transport;
@@ -153,8 +154,8 @@ fn sift_down<T, K: Ord>(v: &mut [T], mut root: usize, end: usize, key: &mut impl
 }
 
 /// Whether an announcement may go to a peer (docs/protocol.md §3.6: no path with a
-/// segment starting with `.` below the prefix to lite-05 peers). Local
-/// broadcasts have no hops, so the Exclude Hop filter never applies.
+/// segment starting with `.` below the prefix to lite-05 peers). The Exclude
+/// Hop filter is applied beside it, on the broadcast's route.
 fn announceable(suffix: Path<'_>) -> bool {
     !suffix.segments().any(|s| s.starts_with('.'))
 }
@@ -382,6 +383,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                         .under(prefix)
                         .filter(|(suffix, b)| {
                             announceable(suffix.as_path())
+                                && !b.hops_contain(exclude)
                                 && Self::visible(scope, b.path().as_str())
                         })
                         .count() as u64;
@@ -436,12 +438,16 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                     let unsent = origin.iter().filter(|b| b.is_under(prefix)).skip(start);
                     let scope = self.scope;
                     for (suffix, b) in unsent.filter_map(|b| b.suffix(prefix).map(|s| (s, b))) {
-                        if announceable(suffix.as_path()) && Self::visible(scope, b.path().as_str())
+                        if announceable(suffix.as_path())
+                            && !b.hops_contain(exclude)
+                            && Self::visible(scope, b.path().as_str())
                         {
+                            // docs/protocol.md §3.6: the route it came by.
+                            let hops = b.hops();
                             let msg = Announce {
                                 status: AnnounceStatus::Active,
                                 suffix: suffix.as_str(),
-                                hops: Hops::EMPTY,
+                                hops: hops.as_hops(),
                             };
                             if self.tx_write(slot, |w| write_message(&msg, w)).is_err() {
                                 full = true;
@@ -507,15 +513,26 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                     if announceable(suffix.as_path())
                         && Self::visible(self.scope, change.path().as_str())
                     {
+                        // An Active names the route the broadcast came by (a
+                        // second one for the same path is a restart: its route
+                        // changed); one whose route crosses the peer's Exclude
+                        // Hop goes out as Ended (docs/protocol.md §3.6).
                         // moq-dev sends an empty hop list with Ended.
+                        let b = change.broadcast();
+                        let hops = if change.is_active() && b.is_current() {
+                            b.hops()
+                        } else {
+                            HopList::EMPTY
+                        };
+                        let active = change.is_active() && !hops.contains(exclude);
                         let msg = Announce {
-                            status: if change.is_active() {
+                            status: if active {
                                 AnnounceStatus::Active
                             } else {
                                 AnnounceStatus::Ended
                             },
                             suffix: suffix.as_str(),
-                            hops: Hops::EMPTY,
+                            hops: if active { hops.as_hops() } else { Hops::EMPTY },
                         };
                         if self.tx_write(slot, |w| write_message(&msg, w)).is_err() {
                             self.control[slot].kind = Kind::AnnounceIn { state };
@@ -551,6 +568,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             SubState::Waiting => {
                 let origin = self.origin;
                 let resolver = self.resolver;
+                let requester = self.peer_hop();
                 let parsed = match decode_within::<Subscribe<'_>>(
                     rx_of(self.chunks, &self.control[slot], self.buf),
                     limit,
@@ -561,9 +579,9 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                             Some(path) if !Self::visible(self.scope, path.as_str()) => {
                                 Err(StreamCode::Unroutable)
                             }
-                            Some(path) => {
-                                super::resolve::lookup_or_resolve(origin, resolver, path, s.track)
-                            }
+                            Some(path) => super::resolve::lookup_or_resolve(
+                                origin, resolver, path, s.track, requester,
+                            ),
                             None => Err(StreamCode::NotFound),
                         };
                         let request = Request {

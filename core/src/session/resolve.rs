@@ -56,15 +56,19 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     }
 }
 
-/// The local track `name` of broadcast `broadcast` (docs/protocol.md §4.4: an
-/// unknown broadcast is UNROUTABLE, an unknown track NOT_FOUND).
+/// The local track `name` of broadcast `broadcast` for a peer whose Hop ID
+/// is `requester` (docs/protocol.md §4.4: an unknown broadcast is
+/// UNROUTABLE, an unknown track NOT_FOUND; §4.3: so is a broadcast whose
+/// route crosses the requester, split horizon).
 pub(super) fn lookup<'a, 'p>(
     origin: Option<origin::Ref<'a, 'p>>,
     broadcast: Path<'_>,
     name: &str,
+    requester: u64,
 ) -> Result<track::Ref<'a, 'p>, StreamCode> {
     let b = origin
         .and_then(|o| o.get(broadcast))
+        .filter(|b| !b.hops_contain(requester))
         .ok_or(StreamCode::Unroutable)?;
     b.track(name).ok_or(StreamCode::NotFound)
 }
@@ -77,8 +81,9 @@ pub(super) fn lookup_or_resolve<'a, 'p>(
     resolver: Option<&dyn Resolve<'a, 'p>>,
     path: Path<'_>,
     name: &str,
+    requester: u64,
 ) -> Result<track::Ref<'a, 'p>, StreamCode> {
-    match lookup(origin, path, name) {
+    match lookup(origin, path, name, requester) {
         Err(StreamCode::NotFound) => match resolver.zip(origin.and_then(|o| o.get(path))) {
             Some((r, b)) => r.resolve(b, name),
             None => Err(StreamCode::NotFound),
@@ -225,7 +230,8 @@ mod tests {
                 Some(origin.handle()),
                 None,
                 Path::new("live").unwrap(),
-                "audio"
+                "audio",
+                0
             )
             .err(),
             Some(StreamCode::NotFound)
@@ -235,7 +241,8 @@ mod tests {
                 Some(origin.handle()),
                 None,
                 Path::new("dead").unwrap(),
-                "audio"
+                "audio",
+                0
             )
             .err(),
             Some(StreamCode::Unroutable)

@@ -176,6 +176,12 @@ pub struct RelayConfig {
     /// The load balancers whose TCP connections start with a PROXY
     /// protocol header (`--proxy-protocol-from`; empty: none).
     pub proxy_protocol_from: ProxySources,
+    /// This relay's Hop ID in a cluster (docs/protocol.md §4.3), shared by
+    /// all its workers: non-zero, below 2^62. `None`: [`crate::server::start`]
+    /// draws a random one below 2^53 for the process's run.
+    pub cluster_id: Option<u64>,
+    /// The longest route, in hops, taken from a peer (1 to 32).
+    pub cluster_max_hops: usize,
 }
 
 /// Where tokens are verified and what anonymous sessions may do; all empty:
@@ -356,6 +362,19 @@ fn tls_generate(v: &Values) -> Result<Vec<String>, ConfigError> {
     Ok(hosts)
 }
 
+/// A random Hop ID: non-zero, below 2^53 (docs/protocol.md §4.3).
+pub fn random_hop() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    (h.finish() & ((1 << 53) - 1)).max(1)
+}
+
 /// Most worker threads accepted (a sanity bound, far above any core count here).
 pub const MAX_THREADS: usize = 1024;
 
@@ -452,6 +471,14 @@ impl RelayConfig {
         config
     }
 
+    /// This relay's Hop ID: [`RelayConfig::cluster_id`] if set and valid,
+    /// else a random one (non-zero, below 2^53) drawn now.
+    pub fn hop_id(&self) -> u64 {
+        self.cluster_id
+            .filter(|&h| h != 0 && h < 1 << 62)
+            .unwrap_or_else(random_hop)
+    }
+
     /// Where the listen port's certificate comes from (`None`: plain TCP).
     pub fn tls_source(&self) -> Option<TlsSource> {
         match (&self.tls, self.tls_generate.is_empty()) {
@@ -539,6 +566,8 @@ impl RelayConfig {
             upstream_ca: v.upstream_ca,
             upstream_fingerprint: v.upstream_fingerprint,
             proxy_protocol_from: ProxySources::default(),
+            cluster_id: None,
+            cluster_max_hops: skiff_core::wire::lite::MAX_HOPS,
         }
     }
 

@@ -28,8 +28,8 @@ impl RelayHandler {
     /// without its upstream and in plain TCP (see [`RelayHandler::with_tls`]).
     pub fn with_auth(info: &WorkerInfo, auth: Arc<Auth>) -> Self {
         let notify = Notify::shared();
-        // A stable non-zero Hop ID per worker (docs/protocol.md §4.3).
-        let hop = 0x5c1f_0000_0000 | ((std::process::id() as u64) << 8) | (info.index as u64 + 1);
+        // One Hop ID for every worker of the relay (docs/protocol.md §4.3).
+        let hop = info.config.hop_id();
         let clock = Clock::new();
         let mut relay = Relay::new(hop, &info.config, notify, clock);
         relay.metrics = Some((info.metrics.clone(), info.index));

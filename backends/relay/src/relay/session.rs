@@ -66,10 +66,13 @@ impl<'n, const S: usize> RelayConn<'n, S> {
         let id = name.id();
         let queue = Rc::new(SubscribeQueue::new());
         relay.add_source(id, queue.clone());
+        // The relay's Hop ID and hop limit check what the peer announces
+        // (docs/protocol.md §4.3).
+        let peer = Peer::new(id, kind).with_hops(relay.hop, relay.max_hops);
         RelayConn {
             relay,
             name,
-            peer: Peer::new(id, kind),
+            peer,
             queue,
             armed: None,
             refused_tracks: 0,
@@ -150,10 +153,16 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
             .on_event(event, &relay.router, relay.clock.now(), &relay.queues);
         if let (Some(e), Event::Announced { path, .. }) = (effect.refused, event) {
             let quota = match e {
-                AnnounceRefused::Quota => quota_key(Quota::Announces),
-                _ => "broadcast table",
+                AnnounceRefused::Quota => Some(quota_key(Quota::Announces)),
+                // A route that loops or is too long is not a quota: it is
+                // dropped (docs/protocol.md §4.3).
+                AnnounceRefused::Loop | AnnounceRefused::Hops => None,
+                _ => Some("broadcast table"),
             };
-            relay.quota_refused(quota, Some(*self.name), path);
+            match quota {
+                Some(quota) => relay.quota_refused(quota, Some(*self.name), path),
+                None => tracing::debug!(conn = ?self.name, path, "announce dropped: {e}"),
+            }
         }
         self.wake(effect.wake);
     }
@@ -250,9 +259,10 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
 
 impl Relay {
     /// The configuration and the origin of a session with `peer`: a client's
-    /// or a trunk's configuration; links and the upstream are offered only
-    /// this worker's own clients' broadcasts (one hop between workers,
-    /// nothing loops back up).
+    /// or a trunk's configuration; clients and cluster peers are offered
+    /// every route of the worker, links and the upstream only this worker's
+    /// own sources' broadcasts (one hop between workers, nothing loops back
+    /// up).
     pub(super) fn session_setup(
         &self,
         peer: Remote,
@@ -262,12 +272,17 @@ impl Relay {
                 Remote::Upstream(path) => Some(path),
                 _ => None,
             },
-            ..if peer.is_local() {
+            ..if peer == Remote::Client {
                 self.session_config
             } else {
                 self.trunk_config
             }
         };
+        // Both ends of a link are one node: no Hop ID between them, so hop
+        // lists cross unchanged and no loop check applies (§4.3).
+        if peer == Remote::Link {
+            config.hop = 0;
+        }
         // Both ends of a link are this process: payload crosses by reference.
         config.conn.stream_refs = peer == Remote::Link;
         let origin = if peer.is_local() {
@@ -300,7 +315,7 @@ pub(super) async fn run_session<'s, R: ByteRead, W: ByteWrite, const N: usize, c
     ctx: &DriveCtx,
 ) -> io::Result<Ended> {
     let mut session = session.map_err(io::Error::other)?;
-    if peer.is_local() {
+    if peer == Remote::Client {
         session.set_resolver(resolver);
     } else {
         session.set_resolver(Some(&*relay));
@@ -329,7 +344,7 @@ pub(super) async fn run_quic_session<'s, const N: usize, const S: usize>(
     ctx: &DriveCtx,
 ) -> io::Result<Ended> {
     let mut session = session.map_err(io::Error::other)?;
-    if peer.is_local() {
+    if peer == Remote::Client {
         session.set_resolver(resolver);
     } else {
         session.set_resolver(Some(&*relay));
@@ -366,6 +381,6 @@ fn relay_app<'n, const S: usize>(
             mirror: false,
         },
     };
-    let gate = if peer.is_local() { gate } else { None };
+    let gate = if peer == Remote::Client { gate } else { None };
     RelayConn::<S>::new(relay, name, kind, lender, gate)
 }

@@ -1,5 +1,10 @@
 //! Our announce requests: the peer's ANNOUNCE_OK and ANNOUNCEs on them
 //! (held for [`Session::poll_event`] unless discarded), and their end.
+//!
+//! An Active whose route loops (docs/protocol.md §4.3) is reported as the
+//! path's withdrawal: if it restarts a path announced before on the request,
+//! the route it replaces is gone (as moq-net does), and otherwise the
+//! withdrawal names a path the application never saw, which changes nothing.
 
 use super::decode::decode_within;
 use super::paths::join;
@@ -38,31 +43,35 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                 Err(e) => self.on_decode_error(slot, e),
             };
         }
-        let (hop, via) = (self.hop, publisher.unwrap_or(0));
         let joined = match decode_within::<Announce<'_>>(self.rx_data(slot), limit) {
             Ok((a, n)) => {
                 let prefix = core::str::from_utf8(self.tx_kept(slot)).unwrap_or("");
-                // docs/protocol.md §4.3: the receiver discards an announcement whose route
-                // (hops + the publisher) contains us, already contains the publisher
-                // (a reflection), or would exceed 32 entries. Ended ones carry no hops.
-                let looped = (hop != 0 && a.hops.contains(hop))
-                    || (via != 0 && a.hops.contains(via))
-                    || a.hops.len() >= MAX_HOPS;
-                Ok((n, join(prefix, a.suffix).is_ok(), looped))
+                Ok((n, join(prefix, a.suffix).is_ok()))
             }
             Err(e) => Err(e),
         };
         match joined {
-            Ok((n, true, false)) => Step::Held(n),
-            Ok((n, false, _)) => {
+            Ok((n, true)) => Step::Held(n),
+            Ok((n, false)) => {
                 debug!("session: announced path too long, ignored");
-                Step::Consumed(n)
-            }
-            Ok((n, _, true)) => {
-                debug!("session: looping announcement discarded");
                 Step::Consumed(n)
             }
             Err(e) => self.on_decode_error(slot, e),
         }
+    }
+
+    /// Whether announcement `a` from the publisher named `publisher` loops
+    /// (docs/protocol.md §4.3): its route (hops + the publisher) contains us,
+    /// already contains the publisher (a reflection), or would exceed 32
+    /// entries. Ended ones carry no hops.
+    pub(in crate::session) fn loops(&self, a: &Announce<'_>, publisher: u64) -> bool {
+        let (hop, via) = (self.hop, publisher);
+        let looped = (hop != 0 && a.hops.contains(hop))
+            || (via != 0 && a.hops.contains(via))
+            || a.hops.len() >= MAX_HOPS;
+        if looped {
+            debug!("session: looping announcement, its path withdrawn");
+        }
+        looped
     }
 }

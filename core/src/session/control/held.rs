@@ -59,16 +59,18 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             }
             Kind::AnnounceOut { id, publisher } => {
                 let (a, _) = decode_message::<Announce<'_>>(msg).ok()?;
+                let publisher = publisher.unwrap_or(0);
+                let active = a.status.is_active() && !self.loops(&a, publisher);
                 let prefix = core::str::from_utf8(self.tx_kept(slot)).ok()?;
                 self.scratch = join(prefix, a.suffix).ok()?;
                 let path = self.scratch.as_str();
                 let request = AnnounceId(id);
-                Some(if a.status.is_active() {
+                Some(if active {
                     Event::Announced {
                         request,
                         path,
                         hops: a.hops,
-                        publisher: publisher.unwrap_or(0),
+                        publisher,
                     }
                 } else {
                     Event::Unannounced { request, path }

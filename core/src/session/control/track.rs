@@ -35,6 +35,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         }
         let origin = self.origin;
         let resolver = self.resolver;
+        let requester = self.peer_hop();
         // Over the limit of waiting requests, a new one is not resolved:
         // only a track whose values are known can answer it.
         let over = !deferred && self.waiting_tracks() >= self.max_waiting_tracks;
@@ -46,20 +47,20 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                     Some(path) if !Self::visible(self.scope, path.as_str()) => {
                         Err(StreamCode::Unroutable)
                     }
-                    Some(path) if over => match lookup(origin, path, t.track) {
+                    Some(path) if over => match lookup(origin, path, t.track, requester) {
                         Err(StreamCode::NotFound) => Err(StreamCode::Evicted),
                         found => found,
                     },
                     // Asked again while waiting for TRACK_INFO: only the
                     // track resolved then (or a newer one of its name), or,
                     // while its broadcast waits for a new source, that one.
-                    Some(path) if deferred => match lookup(origin, path, t.track) {
+                    Some(path) if deferred => match lookup(origin, path, t.track, requester) {
                         Err(StreamCode::Unroutable) => resolver
                             .and_then(|r| r.waiting(path, t.track))
                             .ok_or(StreamCode::Unroutable),
                         found => found,
                     },
-                    Some(path) => lookup_or_resolve(origin, resolver, path, t.track),
+                    Some(path) => lookup_or_resolve(origin, resolver, path, t.track, requester),
                     None => Err(StreamCode::NotFound),
                 };
                 Ok((n, found))
