@@ -151,6 +151,7 @@ use skiff_monoio::session_driver::{
     App, ByteRead, ByteWrite, DriveCtx, Ended, HandshakeToken, MoqSession, QuicSession,
     StoragePool, drive, drive_quic, drive_webtransport, split_halves,
 };
+use skiff_monoio::shutdown::{LocalEvent, Shutdown};
 use skiff_monoio::tables::Keep;
 use skiff_monoio::ws::{WsReader, WsWriter};
 use skiff_quic::{QuicTransport, WtStatus};
@@ -252,6 +253,9 @@ pub struct Relay {
     last_reclaim: Cell<StdInstant>,
     /// The grace deadline a timer is armed for, if any.
     timer: Cell<Option<Instant>>,
+    /// The counters of the cluster peer each dialed peer session (by id)
+    /// is with.
+    peer_stats: RefCell<HashMap<u64, Arc<crate::metrics::PeerCounters>>>,
     /// The storage of the origins, pool and tables above: the last field, so
     /// it is freed after everything that borrows it.
     keep: Keep,
@@ -310,6 +314,7 @@ impl Relay {
             borrowed: RefCell::new(Vec::new()),
             last_reclaim: Cell::new(StdInstant::now()),
             timer: Cell::new(None),
+            peer_stats: RefCell::new(HashMap::new()),
             keep,
         }
     }
@@ -373,6 +378,21 @@ impl Relay {
             .fold((0, 0), |(b, n), l| {
                 (b + l.lent_bytes(), n + l.outstanding())
             })
+    }
+
+    /// Files `stats` as the counters of the cluster peer session `id` is with.
+    fn add_peer_stats(&self, id: u64, stats: Arc<crate::metrics::PeerCounters>) {
+        self.peer_stats.borrow_mut().insert(id, stats);
+    }
+
+    /// Forgets the counters of session `id` (it ended).
+    fn remove_peer_stats(&self, id: u64) {
+        self.peer_stats.borrow_mut().remove(&id);
+    }
+
+    /// The counters of the cluster peer session `id` is with, if it is one.
+    fn peer_stats(&self, id: u64) -> Option<Arc<crate::metrics::PeerCounters>> {
+        self.peer_stats.borrow().get(&id).cloned()
     }
 
     /// Registers the two directions of the link to worker `peer`.
@@ -502,12 +522,14 @@ impl Resolve<'static, 'static> for Relay {
     }
 }
 
+mod cluster;
 mod handler;
 mod link;
 mod session;
 mod upstream;
 
+pub use cluster::{Cluster, PeerLink};
 pub use handler::RelayHandler;
 pub use link::{LinkEnd, Mesh};
 use session::{Remote, run_quic_session, run_session};
-use upstream::{dialed_upstream_url, upstream_tls};
+use upstream::{Dial, dialed_upstream_url, upstream_tls};

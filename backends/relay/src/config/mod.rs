@@ -17,10 +17,12 @@ use skiff_monoio::tls::{Fingerprint, PemError};
 
 use crate::tls::{TlsFiles, TlsSource};
 
+pub mod cluster;
 pub mod file;
 pub mod keys;
 pub mod values;
 
+pub use cluster::{ClusterPeer, PeerListError, PeerListSource};
 pub use keys::{
     Cli, Command, DEFAULT_LISTEN, DEFAULT_STREAM_CREDIT, DemoTransport, RelayDemoArgs, Settings,
     Values, quota_key,
@@ -172,6 +174,21 @@ pub struct RelayConfig {
     /// The SHA-256 of the one certificate a `tls://` or `moql://` upstream
     /// may present (docs/protocol.md §11.3), instead of a chain to CAs.
     pub upstream_fingerprint: Option<Fingerprint>,
+    /// Cluster peers to dial (`--cluster-connect`), one per identity, this
+    /// relay's own URL (`--cluster-node`) left out.
+    pub cluster_connect: Vec<ClusterPeer>,
+    /// Where the run-time peer list is read (`--cluster-connect-api`).
+    pub cluster_connect_api: Option<PeerListSource>,
+    /// This relay's hop id (`--cluster-id`: non-zero, below 2^62); `None`:
+    /// one drawn at random at start.
+    pub cluster_id: Option<u64>,
+    /// Longest hop list accepted or forwarded (`--cluster-max-hops`, 1..=32).
+    pub cluster_max_hops: usize,
+    /// The file holding the token presented to cluster peers
+    /// (`--cluster-token`; read and checked at start).
+    pub cluster_token: Option<PathBuf>,
+    /// This relay's own URL (`--cluster-node`).
+    pub cluster_node: Option<String>,
 }
 
 /// Where tokens are verified and what anonymous sessions may do; all empty:
@@ -343,6 +360,55 @@ fn tls_generate(v: &Values) -> Result<Vec<String>, ConfigError> {
         crate::cert::check_host(host).map_err(|e| invalid("tls-generate", e.to_string()))?;
     }
     Ok(hosts)
+}
+
+/// The cluster settings of `cfg` checked (docs/protocol.md §4.3): the hop
+/// id's range, the hop limit's, the token file readable and not empty, the
+/// peer list without conflicting repeats and without this relay's own URL.
+fn check_cluster(mut cfg: RelayConfig) -> Result<RelayConfig, ConfigError> {
+    match cfg.cluster_id {
+        Some(0) => return Err(invalid("cluster-id", "must be non-zero")),
+        Some(id) if id > cluster::MAX_CLUSTER_ID => {
+            return Err(invalid(
+                "cluster-id",
+                format!("{id} is not below 2^62 (the wire's varint limit)"),
+            ));
+        }
+        _ => {}
+    }
+    if !(1..=cluster::MAX_CLUSTER_HOPS).contains(&cfg.cluster_max_hops) {
+        return Err(invalid(
+            "cluster-max-hops",
+            format!("must be from 1 to {}", cluster::MAX_CLUSTER_HOPS),
+        ));
+    }
+    if let Some(file) = &cfg.cluster_token {
+        // The file's content is never part of a message.
+        match std::fs::read_to_string(file) {
+            Ok(t) if !t.trim().is_empty() => {}
+            Ok(_) => {
+                return Err(invalid(
+                    "cluster-token",
+                    format!("{} is empty", file.display()),
+                ));
+            }
+            Err(e) => {
+                return Err(invalid(
+                    "cluster-token",
+                    format!("cannot read {}: {e}", file.display()),
+                ));
+            }
+        }
+    }
+    if let Some(node) = &cfg.cluster_node
+        && let Err(e) = node.parse::<ClusterPeer>()
+    {
+        return Err(invalid("cluster-node", e.to_string()));
+    }
+    let peers = std::mem::take(&mut cfg.cluster_connect);
+    cfg.cluster_connect = cluster::parse_peer_list(peers, cfg.cluster_node.as_deref())
+        .map_err(|e| invalid("cluster-connect", e.to_string()))?;
+    Ok(cfg)
 }
 
 /// Most worker threads accepted (a sanity bound, far above any core count here).
@@ -527,6 +593,12 @@ impl RelayConfig {
             tls_generate,
             upstream_ca: v.upstream_ca,
             upstream_fingerprint: v.upstream_fingerprint,
+            cluster_connect: v.cluster_connect.unwrap_or_default(),
+            cluster_connect_api: v.cluster_connect_api,
+            cluster_id: v.cluster_id,
+            cluster_max_hops: v.cluster_max_hops,
+            cluster_token: v.cluster_token,
+            cluster_node: v.cluster_node,
         }
     }
 
@@ -631,6 +703,7 @@ impl RelayConfig {
         {
             return Err(invalid("send-buffer", "must be between 4KiB and 1GiB"));
         }
+        let cfg = check_cluster(cfg)?;
         if cfg.metrics.is_some() && cfg.metrics == Some(cfg.listen) && cfg.listen.port() != 0 {
             return Err(invalid("metrics", "must differ from the listen address"));
         }

@@ -52,6 +52,15 @@ pub(super) struct RelayConn<'n, const S: usize> {
     setup_by: Option<Instant>,
     /// Counts a QUIC client among the worker's handshakes until its SETUP.
     handshake: Option<HandshakeToken>,
+    /// Whether the session is an accepted client's.
+    client: bool,
+    /// Whether the session was accepted as a cluster peer
+    /// ([`RelayConn::is_cluster_peer`]).
+    cluster_peer: bool,
+    /// A session with a cluster peer this relay dials: the peer's counters,
+    /// the routes it learned over this session and the subscriptions it
+    /// serves there, as counted last.
+    peer_stats: Option<(Arc<crate::metrics::PeerCounters>, u64, u64)>,
 }
 
 impl<'n, const S: usize> RelayConn<'n, S> {
@@ -66,7 +75,14 @@ impl<'n, const S: usize> RelayConn<'n, S> {
         let id = name.id();
         let queue = Rc::new(SubscribeQueue::new());
         relay.add_source(id, queue.clone());
+        let peer_stats = relay.peer_stats(id).map(|s| {
+            s.session(true);
+            (s, 0, 0)
+        });
         RelayConn {
+            client: kind == PeerKind::Client,
+            cluster_peer: false,
+            peer_stats,
             relay,
             name,
             peer: Peer::new(id, kind),
@@ -88,6 +104,53 @@ impl<'n, const S: usize> RelayConn<'n, S> {
             .as_ref()
             .and_then(|g| g.deadline())
             .is_some_and(|at| self.relay.clock.now() >= at)
+    }
+
+    /// Whether the session was accepted as a cluster peer (docs/protocol.md
+    /// §4.10): an accepted client whose SETUP carries a hop id and no Role,
+    /// and whose token grants publish and subscribe over the whole tree (or
+    /// the relay is open). A viewer's or a publisher's token never makes
+    /// one, whatever its SETUP says.
+    pub(super) fn is_cluster_peer(&self) -> bool {
+        self.cluster_peer
+    }
+
+    /// Decides at SETUP whether the client is a cluster peer
+    /// ([`RelayConn::is_cluster_peer`]), and logs and counts it when its
+    /// SETUP asks for that role.
+    fn admit_peer(&mut self, hop: u64, role: skiff_core::wire::lite::Role) {
+        if !self.client || hop == 0 || role != skiff_core::wire::lite::Role::Both {
+            return;
+        }
+        let granted = match &self.gate {
+            None => true,
+            Some(g) => g.grants_everything(),
+        };
+        self.cluster_peer = granted;
+        if let Some((m, _)) = &self.relay.metrics {
+            m.inbound_peer(granted);
+        }
+        if granted {
+            tracing::info!(conn = ?self.name, hop, "cluster peer joined");
+        } else {
+            tracing::info!(
+                conn = ?self.name,
+                hop,
+                "not a cluster peer: the token does not grant publish and subscribe over the whole tree"
+            );
+        }
+    }
+
+    /// Counts an announcement from a cluster peer this relay dials.
+    fn count_announcement(&mut self, active: bool) {
+        if let Some((stats, routes, _)) = &mut self.peer_stats {
+            stats.announcement(active);
+            *routes = if active {
+                routes.saturating_add(1)
+            } else {
+                routes.saturating_sub(1)
+            };
+        }
     }
 
     /// Wakes whom a core call says to.
@@ -113,9 +176,10 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
 
     fn on_event(&mut self, event: &Event<'_>) {
         match *event {
-            Event::Setup { role, .. } => {
+            Event::Setup { role, hop, .. } => {
                 // The path is not logged: its query may hold a token.
-                tracing::debug!(conn = ?self.name, ?role, "client setup")
+                tracing::debug!(conn = ?self.name, ?role, "client setup");
+                self.admit_peer(hop, role);
             }
             Event::Announced { path, .. }
                 if self.gate.as_ref().is_some_and(|g| !g.may_publish(path)) =>
@@ -129,10 +193,12 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
                 return;
             }
             Event::Announced { path, .. } => {
-                tracing::info!(conn = ?self.name, path, "broadcast announced")
+                tracing::info!(conn = ?self.name, path, "broadcast announced");
+                self.count_announcement(true);
             }
             Event::Unannounced { path, .. } => {
-                tracing::info!(conn = ?self.name, path, "broadcast withdrawn")
+                tracing::info!(conn = ?self.name, path, "broadcast withdrawn");
+                self.count_announcement(false);
             }
             Event::Closed {
                 code,
@@ -217,6 +283,13 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
             relay.quota_refused("max-waiting-track-requests", Some(*self.name), "");
         }
         self.refused_tracks = refused;
+        if let Some((stats, _, served)) = &mut self.peer_stats {
+            let now = session.served_count() as u64;
+            if now != *served {
+                stats.served(*served, now);
+                *served = now;
+            }
+        }
         let clock = relay.clock;
         let next = self
             .peer
@@ -239,6 +312,14 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
     }
 
     fn on_close(&mut self) {
+        if self.is_cluster_peer() {
+            tracing::info!(conn = ?self.name, "cluster peer left");
+        }
+        if let Some((stats, routes, served)) = self.peer_stats.take() {
+            stats.forget_routes(routes);
+            stats.served(served, 0);
+            stats.session(false);
+        }
         let relay = self.relay.clone();
         relay.remove_source(self.name.id());
         self.peer
