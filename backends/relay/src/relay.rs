@@ -256,6 +256,8 @@ pub struct Relay {
     /// The counters of the cluster peer each dialed peer session (by id)
     /// is with.
     peer_stats: RefCell<HashMap<u64, Arc<crate::metrics::PeerCounters>>>,
+    /// The name of each session of this worker, by source id.
+    names: RefCell<HashMap<u64, ConnName>>,
     /// The storage of the origins, pool and tables above: the last field, so
     /// it is freed after everything that borrows it.
     keep: Keep,
@@ -315,6 +317,7 @@ impl Relay {
             last_reclaim: Cell::new(StdInstant::now()),
             timer: Cell::new(None),
             peer_stats: RefCell::new(HashMap::new()),
+            names: RefCell::new(HashMap::new()),
             keep,
         }
     }
@@ -378,6 +381,31 @@ impl Relay {
             .fold((0, 0), |(b, n), l| {
                 (b + l.lent_bytes(), n + l.outstanding())
             })
+    }
+
+    /// Names source `name`'s session for `GET /announced?peers`.
+    fn name_source(&self, name: ConnName) {
+        self.names.borrow_mut().insert(name.id(), name);
+    }
+
+    /// Where each broadcast of the thread's origin comes from: the session
+    /// serving it and, for a session with a cluster peer this relay dials,
+    /// the peer (`GET /announced?peers`; O(broadcasts x routes)).
+    pub fn announced_sources(&self) -> Vec<crate::web::AnnouncedSource> {
+        let names = self.names.borrow();
+        let stats = self.peer_stats.borrow();
+        self.router
+            .origin()
+            .iter()
+            .map(|b| {
+                let source = self.router.source_of(b);
+                crate::web::AnnouncedSource {
+                    path: b.path().as_str().to_owned(),
+                    peer: source.and_then(|id| stats.get(&id)).map(|s| s.label),
+                    via: source.and_then(|id| names.get(&id)).map(|n| n.to_string()),
+                }
+            })
+            .collect()
     }
 
     /// Files `stats` as the counters of the cluster peer session `id` is with.
@@ -453,6 +481,7 @@ impl Relay {
     /// Forgets the queue of source `owner` (its session is over).
     fn remove_source(&self, owner: SourceId) {
         self.queues.by_source.borrow_mut().remove(&owner);
+        self.names.borrow_mut().remove(&owner);
     }
 
     /// Makes sure a task wakes at the router's next deadline (the end of a

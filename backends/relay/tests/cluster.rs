@@ -20,18 +20,25 @@ use skiff_monoio::driver::{self, DriverKind};
 const GROUPS: u64 = 12;
 
 /// An SDK publisher on `publisher` and an SDK viewer on `viewer`: the frame
-/// indices the viewer read, each one's bytes and timestamp checked.
-fn stream_through(publisher: &Node, viewer: &Node) -> Vec<u64> {
+/// indices the viewer read, each one's bytes and timestamp checked, and
+/// what `viewer` answered at `GET /announced?peers` once the subscription
+/// reached the publisher.
+fn stream_through(publisher: &Node, viewer: &Node) -> (Vec<u64>, String) {
     let (p, v) = (publisher.url(), viewer.url());
-    driver::block_on(DriverKind::Legacy, move |_| {
+    let http = viewer.addr;
+    let sources = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let got = sources.clone();
+    let seen = driver::block_on(DriverKind::Legacy, move |_| {
         PACED.view_groups(
             (v, Config::default()),
             (p, Config::default()),
             GROUPS,
-            || {},
+            move || *got.lock().unwrap() = get(http, "/announced?peers").1,
         )
     })
-    .expect("runtime")
+    .expect("runtime");
+    let sources = sources.lock().unwrap().clone();
+    (seen, sources)
 }
 
 /// A line of three nodes, A ← B ← C (each dials the one before it, two
@@ -44,8 +51,16 @@ fn a_line_of_three_carries_every_frame() {
     let c = Node::start(2, &connect_to(&[&b]));
     wait_for("B's sessions with A", 20, || b.sessions_with(&a) == 2);
     wait_for("C's sessions with B", 20, || c.sessions_with(&b) == 2);
-    let seen = stream_through(&a, &c);
+    let (seen, sources) = stream_through(&a, &c);
     assert_eq!(seen, (0..GROUPS * 10).collect::<Vec<_>>());
+    // C says the broadcast comes from its peer B.
+    let sources: serde_json::Value = serde_json::from_str(&sources).unwrap();
+    assert_eq!(sources[0]["path"], "camera", "{sources}");
+    assert_eq!(sources[0]["peer"], b.url().as_str(), "{sources}");
+    assert!(
+        sources[0]["via"].as_str().unwrap().starts_with(&format!("peer {}", b.url())),
+        "{sources}"
+    );
     // C learned the broadcast from B (one route per worker session), and
     // B served C's subscription: counted per peer.
     assert!(

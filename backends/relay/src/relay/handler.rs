@@ -416,8 +416,11 @@ impl RelayHandler {
         limit: StdDuration,
         ctx: DriveCtx,
     ) -> io::Result<()> {
+        let relay = self.relay.clone();
+        let sources = move || relay.announced_sources();
         let routed = crate::web::serve_http(
             self.relay.origin(),
+            &sources,
             &self.web_dir,
             self.tls.as_ref().and_then(|t| t.cert().fingerprint()),
             &mut reader,

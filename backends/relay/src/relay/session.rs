@@ -75,6 +75,7 @@ impl<'n, const S: usize> RelayConn<'n, S> {
         let id = name.id();
         let queue = Rc::new(SubscribeQueue::new());
         relay.add_source(id, queue.clone());
+        relay.name_source(*name);
         let peer_stats = relay.peer_stats(id).map(|s| {
             s.session(true);
             (s, 0, 0)
