@@ -58,7 +58,10 @@ fn a_line_of_three_carries_every_frame() {
     assert_eq!(sources[0]["path"], "camera", "{sources}");
     assert_eq!(sources[0]["peer"], b.url().as_str(), "{sources}");
     assert!(
-        sources[0]["via"].as_str().unwrap().starts_with(&format!("peer {}", b.url())),
+        sources[0]["via"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("peer {}", b.url())),
         "{sources}"
     );
     // C learned the broadcast from B (one route per worker session), and
@@ -239,4 +242,92 @@ fn a_viewers_token_is_refused_as_a_peer_and_tokens_are_never_logged() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A peer list served over HTTP (`--cluster-connect-api http://…`): asked
+/// at start and every 10 s with `?node=` and the last answer's `ETag`; a
+/// 304 changes nothing, a 500 keeps the last good list, and a new list
+/// without A closes B's sessions with it.
+#[test]
+fn a_peer_list_url_is_polled_with_its_etag() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::{Arc, Mutex};
+    let a = Node::start(1, &[]);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let api = listener.local_addr().unwrap();
+    // What the server answers next: (status, etag, body); and the request
+    // heads it read.
+    let answer = Arc::new(Mutex::new((
+        200,
+        "\"v1\"".to_owned(),
+        format!("[\"{}\"]", a.url()),
+    )));
+    let heads = Arc::new(Mutex::new(Vec::<String>::new()));
+    {
+        let (answer, heads) = (answer.clone(), heads.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let mut head = String::new();
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    head.push_str(&line);
+                }
+                let (status, etag, body) = answer.lock().unwrap().clone();
+                let not_modified = head.contains(&format!("If-None-Match: {etag}"));
+                heads.lock().unwrap().push(head);
+                let reply = if status == 200 && not_modified {
+                    "HTTP/1.0 304 Not Modified\r\n\r\n".to_owned()
+                } else {
+                    format!(
+                        "HTTP/1.0 {status} X\r\nETag: {etag}\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    )
+                };
+                let _ = conn.write_all(reply.as_bytes());
+            }
+        });
+    }
+    let b = Node::start(
+        1,
+        &[
+            "--cluster-connect-api".to_owned(),
+            format!("http://{api}/peers"),
+            "--cluster-node".to_owned(),
+            "tcp://127.0.0.1:1/".to_owned(),
+        ],
+    );
+    wait_for("B dials A from the URL's list", 20, || {
+        b.sessions_with(&a) == 1
+    });
+    // The second ask carries the ETag and gets a 304: nothing changes.
+    wait_for("a second ask", 25, || heads.lock().unwrap().len() >= 2);
+    {
+        let heads = heads.lock().unwrap();
+        assert!(
+            heads[0].starts_with("GET /peers?node=tcp%3A%2F%2F127.0.0.1%3A1%2F HTTP/1.0"),
+            "{}",
+            heads[0]
+        );
+        assert!(heads[1].contains("If-None-Match: \"v1\""), "{}", heads[1]);
+    }
+    assert_eq!(b.sessions_with(&a), 1);
+    // A failing answer keeps the last good list.
+    *answer.lock().unwrap() = (500, "\"v2\"".to_owned(), "oops".to_owned());
+    wait_for("a third ask", 25, || heads.lock().unwrap().len() >= 3);
+    wait_for("the failure logged", 5, || {
+        b.log()
+            .contains("peer list not taken: keeping the last good one")
+    });
+    assert_eq!(b.sessions_with(&a), 1);
+    // A list without A closes the sessions with it.
+    *answer.lock().unwrap() = (200, "\"v3\"".to_owned(), "[]".to_owned());
+    wait_for("A's session closed", 25, || {
+        a.sample("skiff_relay_connections_open") == 0
+    });
+    assert!(!b.lists_peer(&a));
 }
