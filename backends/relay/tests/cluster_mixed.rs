@@ -40,7 +40,12 @@ impl MoqRelay {
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        Self::start_on(bin, SocketAddr::from(([127, 0, 0, 1], port)), peers)
+    }
+
+    /// As [`MoqRelay::start`], listening on `addr`.
+    fn start_on(bin: &Path, addr: SocketAddr, peers: &[String]) -> MoqRelay {
+        let port = addr.port();
         let log = std::env::temp_dir().join(format!(
             "skiff-cluster-moq-relay-{}-{port}.log",
             std::process::id()
@@ -164,4 +169,214 @@ fn moq_relay_skiff_moq_relay() {
         m1.log_text(),
         m2.log_text()
     );
+}
+
+/// What a viewer that lives through a node's restart saw.
+struct Watched {
+    /// Frame indices read, in order.
+    frames: Vec<u64>,
+    /// Subscriptions it made (1: it never had to subscribe again).
+    subscriptions: u32,
+}
+
+/// A publisher on `publisher` writing a group of ten frames every 100 ms
+/// and a viewer on `viewer`, until `stop` is set; `seen` counts the frames
+/// the viewer read. A group that breaks off (its source went away) is left
+/// for the next; a subscription that ends before `stop` is made again.
+/// Every frame read is checked.
+fn watch(
+    publisher: String,
+    viewer: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    seen: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> Watched {
+    use skiff_core::model::track::Info;
+    use skiff_monoio::connect;
+    use skiff_monoio::sdk::Request;
+    use std::sync::atomic::Ordering;
+    driver::block_on(DriverKind::Legacy, move |_| async move {
+        let (v, runner) = connect(&viewer, Config::default()).unwrap();
+        monoio::spawn(runner.run());
+        let (p, runner) = connect(&publisher, Config::default()).unwrap();
+        monoio::spawn(runner.run());
+        let broadcast = p.publish("camera").unwrap();
+        let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
+        let writing = {
+            let stop = stop.clone();
+            monoio::spawn(async move {
+                let mut i = 0u64;
+                let mut g = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    let mut group = track.create_group(g).unwrap();
+                    for _ in 0..10 {
+                        PACED.write_frame(&mut group, i).await;
+                        i += 1;
+                        monoio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    let _ = group.finish();
+                    g += 1;
+                }
+                track.finish();
+                i
+            })
+        };
+        let request = Request {
+            max_latency: skiff_core::time::Duration::from_secs(10),
+            ..Request::LIVE
+        };
+        let mut watched = Watched {
+            frames: Vec::new(),
+            subscriptions: 0,
+        };
+        'subscribe: while !stop.load(Ordering::SeqCst) {
+            let mut t = match v.subscribe("camera", "video", request).await {
+                Ok(t) => t,
+                Err(_) => {
+                    monoio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            watched.subscriptions += 1;
+            loop {
+                let mut group = match t.next_group().await {
+                    Ok(Some(g)) => g,
+                    _ => continue 'subscribe,
+                };
+                while let Ok(Some(frame)) = group.read_frame().await {
+                    let bytes = frame.payload.to_vec();
+                    let i = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+                    assert_eq!(bytes, (PACED.payload)(i), "frame {i} damaged");
+                    assert_eq!(frame.timestamp, i * PACED.tick, "frame {i}'s timestamp");
+                    watched.frames.push(i);
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+                if stop.load(Ordering::SeqCst) {
+                    break 'subscribe;
+                }
+            }
+        }
+        let _ = writing.await;
+        drop(broadcast);
+        p.close().await;
+        v.close().await;
+        watched
+    })
+    .expect("runtime")
+}
+
+/// Runs [`watch`] on a thread; kills the middle node with `kill` once the
+/// viewer has 50 frames, restarts it with `restart` and waits for 50 more:
+/// the frames the viewer read, after printing how long the gap was.
+fn through_a_restart(
+    publisher: String,
+    viewer: String,
+    kill: impl FnOnce(),
+    restart: impl FnOnce(),
+) -> Watched {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(AtomicU64::new(0));
+    let watching = {
+        let (stop, seen) = (stop.clone(), seen.clone());
+        std::thread::spawn(move || watch(publisher, viewer, stop, seen))
+    };
+    wait_for("50 frames before the kill", 30, || {
+        seen.load(Ordering::SeqCst) >= 50
+    });
+    let killed = Instant::now();
+    kill();
+    std::thread::sleep(Duration::from_millis(300));
+    restart();
+    let before = seen.load(Ordering::SeqCst);
+    wait_for("frames after the restart", 40, || {
+        seen.load(Ordering::SeqCst) > before
+    });
+    println!(
+        "the viewer read frames again {:?} after the kill",
+        killed.elapsed()
+    );
+    wait_for("50 frames after the restart", 30, || {
+        seen.load(Ordering::SeqCst) >= before + 50
+    });
+    stop.store(true, Ordering::SeqCst);
+    let watched = watching.join().unwrap();
+    assert!(
+        watched.frames.windows(2).all(|w| w[0] < w[1]),
+        "frames in order (gaps allowed)"
+    );
+    watched
+}
+
+/// skiff A ← moq-relay M ← skiff C with the viewer on C: M is killed with
+/// SIGKILL and started again on its port; C dials it again, learns A's
+/// broadcast again within its failover grace, and the viewer goes on
+/// without subscribing again.
+#[test]
+fn a_moq_relay_node_killed_and_restarted() {
+    let Some(bin) = moq_relay() else { return };
+    let a = Node::start(1, &[]);
+    let mut m = Some(MoqRelay::start(&bin, &[a.url()]));
+    let m_addr = m.as_ref().unwrap().addr;
+    let m_url = m.as_ref().unwrap().url();
+    let c = Node::start(
+        1,
+        &[
+            "--cluster-connect".to_owned(),
+            m_url.clone(),
+            "--failover-grace".to_owned(),
+            "20s".to_owned(),
+        ],
+    );
+    wait_for("C's session with M", 20, || {
+        c.sample(&format!(
+            "skiff_relay_peer_sessions_open{{peer=\"{m_url}\"}}"
+        )) == 1
+    });
+    let mut restarted = None;
+    let watched = through_a_restart(
+        a.url(),
+        c.url(),
+        || drop(m.take()),
+        || restarted = Some(MoqRelay::start_on(&bin, m_addr, &[a.url()])),
+    );
+    assert_eq!(
+        watched.subscriptions, 1,
+        "the viewer never subscribed again"
+    );
+}
+
+/// moq-relay M1 ← skiff S ← moq-relay M2 with the viewer on M2: S is
+/// killed with SIGKILL and started again on its port; it dials M1 again,
+/// M2 dials it again, and the viewer reads frames again (subscribing again
+/// if M2 ended its subscription: moq-relay closes a broadcast as soon as its
+/// last route is gone).
+#[test]
+fn a_skiff_node_killed_and_restarted() {
+    let Some(bin) = moq_relay() else { return };
+    let m1 = MoqRelay::start(&bin, &[]);
+    let args = vec!["--cluster-connect".to_owned(), m1.url()];
+    let mut s = Some(Node::start(1, &args));
+    let s_addr = s.as_ref().unwrap().addr;
+    let m2 = MoqRelay::start(&bin, &[s.as_ref().unwrap().url()]);
+    wait_for("M2's session with S", 20, || {
+        s.as_ref()
+            .unwrap()
+            .sample("skiff_relay_cluster_peers_accepted_total")
+            >= 1
+    });
+    let mut restarted = None;
+    let mut again = args.clone();
+    again.extend(["--listen".to_owned(), s_addr.to_string()]);
+    let watched = through_a_restart(
+        m1.url(),
+        m2.url(),
+        || {
+            if let Some(mut s) = s.take() {
+                s.kill9();
+            }
+        },
+        || restarted = Some(Node::start(1, &again)),
+    );
+    println!("subscriptions: {}", watched.subscriptions);
 }

@@ -20,31 +20,29 @@ pub struct Node {
 }
 
 impl Node {
-    /// Starts `skiff-relay serve` on free loopback ports with `threads`
-    /// workers, info logs, and `args` after them; fails the test if it does
+    /// Starts `skiff-relay serve` with `threads` workers and `args`; unless
+    /// `args` give them, on free loopback ports (listen and metrics), info
+    /// logs, a 1 s drain and a 3 s failover grace. Fails the test if it does
     /// not listen within 20 s.
     pub fn start(threads: usize, args: &[String]) -> Node {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff-relay"));
-        cmd.args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics",
-            "127.0.0.1:0",
-            "--drain-timeout",
-            "1s",
-            "--failover-grace",
-            "3s",
-            "--threads",
-            &threads.to_string(),
-        ])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        if !args.iter().any(|a| a == "--log") {
-            cmd.args(["--log", "info"]);
+        cmd.args(["serve", "--threads", &threads.to_string()]);
+        // Defaults each test may override by giving the flag itself.
+        for (flag, value) in [
+            ("--listen", "127.0.0.1:0"),
+            ("--metrics", "127.0.0.1:0"),
+            ("--drain-timeout", "1s"),
+            ("--failover-grace", "3s"),
+            ("--log", "info"),
+        ] {
+            if !args.iter().any(|a| a == flag) {
+                cmd.args([flag, value]);
+            }
         }
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn skiff-relay");
         let stdout = child.stdout.take().expect("stdout");
         let stderr = child.stderr.take().expect("stderr");
