@@ -501,6 +501,24 @@ impl PeerCounters {
     }
 }
 
+/// `text` as a Prometheus label value: backslash, double quote and newline
+/// escaped (a peer's URL comes from a peer list, which could hold them).
+fn label_value(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(['\\', '"', '\n']) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 4);
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Adds one to `c` (`up`) or takes one off, never below zero.
 fn step(c: &AtomicU64, up: bool) {
     if up {
@@ -855,7 +873,7 @@ impl Metrics {
                 let _ = writeln!(
                     out,
                     "skiff_relay_peer_{name}{{peer=\"{}\"}} {}",
-                    p.label,
+                    label_value(p.label),
                     get(p)
                 );
             }
@@ -1183,6 +1201,38 @@ fn write_by(s: &mut TcpStream, mut buf: &[u8], deadline: Instant) -> io::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peer_series_escape_their_labels() {
+        let m = Metrics::new(1);
+        let p = m.add_peer("tcp://a:1/x\"y");
+        p.session(true);
+        p.announcement(true);
+        p.announcement(true);
+        p.announcement(false);
+        p.served(0, 3);
+        p.served(3, 1);
+        let text = m.render();
+        assert!(
+            text.contains("skiff_relay_peer_sessions_open{peer=\"tcp://a:1/x\\\"y\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("skiff_relay_peer_routes{peer=\"tcp://a:1/x\\\"y\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("_announcements_received_total{peer=\"tcp://a:1/x\\\"y\"} 3"));
+        assert!(
+            text.contains("skiff_relay_peer_subscriptions_served{peer=\"tcp://a:1/x\\\"y\"} 1")
+        );
+        assert!(
+            text.contains(
+                "skiff_relay_peer_subscriptions_served_total{peer=\"tcp://a:1/x\\\"y\"} 3"
+            )
+        );
+        m.remove_peer(&p);
+        assert!(!m.render().contains("peer=\""));
+    }
 
     #[test]
     fn render_sums_threads_and_labels_each() {

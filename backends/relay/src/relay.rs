@@ -60,6 +60,17 @@
 //! broadcasts with one upstream subscription per track, and it announces
 //! its own clients' broadcasts, so the upstream's subscribers reach them.
 //!
+//! # Cluster peers (`--cluster-connect`, `--cluster-connect-api`)
+//!
+//! Each worker runs one dial loop per cluster peer ([`Cluster`]), as it does
+//! for the upstream: the session is a trunk that asks for the peer's
+//! announcements at once, the peer asks for this relay's, and the loop
+//! dials again with a jittered backoff whenever the session ends, until
+//! the peer leaves the peer list (its session is then closed, so its routes
+//! are withdrawn as for any session's end) or the worker drains. On the
+//! accepting side a session is a cluster peer only with a hop id, no Role
+//! and a grant of the whole tree both ways (docs/protocol.md §4.10).
+//!
 //! # Publisher failover (§4.4)
 //!
 //! When a publisher's session ends (or its announce stream does), its
