@@ -331,3 +331,30 @@ fn a_peer_list_url_is_polled_with_its_etag() {
     });
     assert!(!b.lists_peer(&a));
 }
+
+/// A peer dialed over QUIC (`moql://`), its generated certificate pinned
+/// with `--upstream-fingerprint`: a publisher on A reaches a viewer on B,
+/// every frame intact.
+#[test]
+fn a_peer_dialed_over_quic_with_its_certificate_pinned() {
+    let a = Node::start(1, &["--tls-generate".to_owned(), "localhost".to_owned()]);
+    let (status, pin) = get(a.addr, "/certificate.sha256");
+    assert!(status.contains("200"), "{status}");
+    let peer = format!("moql://localhost:{}/", a.addr.port());
+    let b = Node::start(
+        2,
+        &[
+            "--cluster-connect".to_owned(),
+            peer.clone(),
+            "--upstream-fingerprint".to_owned(),
+            pin.trim().to_owned(),
+        ],
+    );
+    wait_for("B's QUIC sessions with A", 20, || {
+        b.sample(&format!(
+            "skiff_relay_peer_sessions_open{{peer=\"{peer}\"}}"
+        )) == 2
+    });
+    let (seen, _) = stream_through(&a, &b);
+    assert_eq!(seen, (0..GROUPS * 10).collect::<Vec<_>>());
+}
