@@ -449,11 +449,14 @@ impl PeerCounters {
         step(&self.sessions, up);
     }
 
-    /// An announcement from the peer: a broadcast it routes (`active`) or
-    /// withdraws.
-    pub fn announcement(&self, active: bool) {
+    /// An announcement from the peer; `route`: it routes a broadcast it did
+    /// not (`Some(true)`), withdraws one it did (`Some(false)`), or changes
+    /// nothing about what it routes (`None`: a repeat, a route change).
+    pub fn announcement(&self, route: Option<bool>) {
         self.announcements_in.fetch_add(1, Ordering::Relaxed);
-        step(&self.routes, active);
+        if let Some(up) = route {
+            step(&self.routes, up);
+        }
     }
 
     /// Routes learned from a session of the peer that ended (`n` of them).
@@ -1207,9 +1210,10 @@ mod tests {
         let m = Metrics::new(1);
         let p = m.add_peer("tcp://a:1/x\"y");
         p.session(true);
-        p.announcement(true);
-        p.announcement(true);
-        p.announcement(false);
+        p.announcement(Some(true));
+        p.announcement(None);
+        p.announcement(Some(true));
+        p.announcement(Some(false));
         p.served(0, 3);
         p.served(3, 1);
         let text = m.render();
@@ -1221,7 +1225,7 @@ mod tests {
             text.contains("skiff_relay_peer_routes{peer=\"tcp://a:1/x\\\"y\"} 1"),
             "{text}"
         );
-        assert!(text.contains("_announcements_received_total{peer=\"tcp://a:1/x\\\"y\"} 3"));
+        assert!(text.contains("_announcements_received_total{peer=\"tcp://a:1/x\\\"y\"} 4"));
         assert!(
             text.contains("skiff_relay_peer_subscriptions_served{peer=\"tcp://a:1/x\\\"y\"} 1")
         );

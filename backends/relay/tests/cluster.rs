@@ -21,19 +21,19 @@ const GROUPS: u64 = 12;
 
 /// An SDK publisher on `publisher` and an SDK viewer on `viewer`: the frame
 /// indices the viewer read, each one's bytes and timestamp checked, and
-/// what `viewer` answered at `GET /announced?peers` once the subscription
-/// reached the publisher.
-fn stream_through(publisher: &Node, viewer: &Node) -> (Vec<u64>, String) {
+/// what `watched` answered at `GET /announced?peers` and at its metrics
+/// address once the subscription reached the publisher.
+fn stream_through(publisher: &Node, viewer: &Node, watched: &Node) -> (Vec<u64>, (String, String)) {
     let (p, v) = (publisher.url(), viewer.url());
-    let http = viewer.addr;
-    let sources = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let (http, metrics) = (watched.addr, watched.metrics);
+    let sources = std::sync::Arc::new(std::sync::Mutex::new((String::new(), String::new())));
     let got = sources.clone();
     let seen = driver::block_on(DriverKind::Legacy, move |_| {
         PACED.view_groups(
             (v, Config::default()),
             (p, Config::default()),
             GROUPS,
-            move || *got.lock().unwrap() = get(http, "/announced?peers").1,
+            move || *got.lock().unwrap() = (get(http, "/announced?peers").1, get(metrics, "/").1),
         )
     })
     .expect("runtime");
@@ -51,8 +51,11 @@ fn a_line_of_three_carries_every_frame() {
     let c = Node::start(2, &connect_to(&[&b]));
     wait_for("B's sessions with A", 20, || b.sessions_with(&a) == 2);
     wait_for("C's sessions with B", 20, || c.sessions_with(&b) == 2);
-    let (seen, sources) = stream_through(&a, &c);
+    let (seen, (sources, metrics)) = stream_through(&a, &c, &c);
     assert_eq!(seen, (0..GROUPS * 10).collect::<Vec<_>>());
+    // While it streamed, each of C's two sessions with B routed `camera`.
+    let routes = format!("skiff_relay_peer_routes{{peer=\"{}\"}} 2", b.url());
+    assert!(metrics.contains(&routes), "{metrics}");
     // C says the broadcast comes from its peer B.
     let sources: serde_json::Value = serde_json::from_str(&sources).unwrap();
     assert_eq!(sources[0]["path"], "camera", "{sources}");
@@ -76,6 +79,29 @@ fn a_line_of_three_carries_every_frame() {
         c.log().contains("cluster peer connected"),
         "C logs its peer sessions"
     );
+}
+
+/// The same line the other way: a publisher on C (the node that dials)
+/// reaches a viewer on A (the node dialed), so the announcement travels
+/// from each dialing node to the node it dialed, and the subscription back:
+/// C's session with B serves B's subscription, counted for peer B.
+#[test]
+fn a_line_of_three_carries_every_frame_towards_the_dialed_end() {
+    let a = Node::start(2, &[]);
+    let b = Node::start(2, &connect_to(&[&a]));
+    let c = Node::start(2, &connect_to(&[&b]));
+    wait_for("B's sessions with A", 20, || b.sessions_with(&a) == 2);
+    wait_for("C's sessions with B", 20, || c.sessions_with(&b) == 2);
+    let (seen, (sources, metrics)) = stream_through(&c, &a, &c);
+    assert_eq!(seen, (0..GROUPS * 10).collect::<Vec<_>>());
+    // On C the broadcast is its own client's.
+    let sources: serde_json::Value = serde_json::from_str(&sources).unwrap();
+    assert_eq!(sources[0]["peer"], serde_json::Value::Null, "{sources}");
+    let served = format!(
+        "skiff_relay_peer_subscriptions_served{{peer=\"{}\"}} 1",
+        b.url()
+    );
+    assert!(metrics.contains(&served), "{metrics}");
 }
 
 /// A peer list file edited at run time: an empty list dials nobody; a
@@ -355,6 +381,6 @@ fn a_peer_dialed_over_quic_with_its_certificate_pinned() {
             "skiff_relay_peer_sessions_open{{peer=\"{peer}\"}}"
         )) == 2
     });
-    let (seen, _) = stream_through(&a, &b);
+    let (seen, _) = stream_through(&a, &b, &b);
     assert_eq!(seen, (0..GROUPS * 10).collect::<Vec<_>>());
 }

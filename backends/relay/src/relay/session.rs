@@ -57,10 +57,20 @@ pub(super) struct RelayConn<'n, const S: usize> {
     /// Whether the session was accepted as a cluster peer
     /// ([`RelayConn::is_cluster_peer`]).
     cluster_peer: bool,
-    /// A session with a cluster peer this relay dials: the peer's counters,
-    /// the routes it learned over this session and the subscriptions it
-    /// serves there, as counted last.
-    peer_stats: Option<(Arc<crate::metrics::PeerCounters>, u64, u64)>,
+    /// A session with a cluster peer this relay dials: what it counts.
+    peer_stats: Option<PeerSession>,
+}
+
+/// What a session with a cluster peer this relay dials counts for the
+/// peer's metrics.
+struct PeerSession {
+    /// The peer's counters (shared by its sessions on every worker).
+    stats: Arc<crate::metrics::PeerCounters>,
+    /// The paths the peer routes over this session now (a repeated
+    /// announcement of one, a route change, counts once).
+    paths: std::collections::HashSet<Box<str>>,
+    /// The subscriptions the session serves the peer, as counted last.
+    served: u64,
 }
 
 impl<'n, const S: usize> RelayConn<'n, S> {
@@ -76,9 +86,13 @@ impl<'n, const S: usize> RelayConn<'n, S> {
         let queue = Rc::new(SubscribeQueue::new());
         relay.add_source(id, queue.clone());
         relay.name_source(*name);
-        let peer_stats = relay.peer_stats(id).map(|s| {
-            s.session(true);
-            (s, 0, 0)
+        let peer_stats = relay.peer_stats(id).map(|stats| {
+            stats.session(true);
+            PeerSession {
+                stats,
+                paths: std::collections::HashSet::new(),
+                served: 0,
+            }
         });
         RelayConn {
             client: kind == PeerKind::Client,
@@ -142,15 +156,16 @@ impl<'n, const S: usize> RelayConn<'n, S> {
         }
     }
 
-    /// Counts an announcement from a cluster peer this relay dials.
-    fn count_announcement(&mut self, active: bool) {
-        if let Some((stats, routes, _)) = &mut self.peer_stats {
-            stats.announcement(active);
-            *routes = if active {
-                routes.saturating_add(1)
+    /// Counts an announcement of `path` from a cluster peer this relay
+    /// dials: a route learned (`active`, once per path) or withdrawn.
+    fn count_announcement(&mut self, path: &str, active: bool) {
+        if let Some(p) = &mut self.peer_stats {
+            let changed = if active {
+                p.paths.insert(path.into())
             } else {
-                routes.saturating_sub(1)
+                p.paths.remove(path)
             };
+            p.stats.announcement(changed.then_some(active));
         }
     }
 
@@ -195,11 +210,11 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
             }
             Event::Announced { path, .. } => {
                 tracing::info!(conn = ?self.name, path, "broadcast announced");
-                self.count_announcement(true);
+                self.count_announcement(path, true);
             }
             Event::Unannounced { path, .. } => {
                 tracing::info!(conn = ?self.name, path, "broadcast withdrawn");
-                self.count_announcement(false);
+                self.count_announcement(path, false);
             }
             Event::Closed {
                 code,
@@ -284,11 +299,11 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
             relay.quota_refused("max-waiting-track-requests", Some(*self.name), "");
         }
         self.refused_tracks = refused;
-        if let Some((stats, _, served)) = &mut self.peer_stats {
+        if let Some(p) = &mut self.peer_stats {
             let now = session.served_count() as u64;
-            if now != *served {
-                stats.served(*served, now);
-                *served = now;
+            if now != p.served {
+                p.stats.served(p.served, now);
+                p.served = now;
             }
         }
         let clock = relay.clock;
@@ -316,10 +331,10 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
         if self.is_cluster_peer() {
             tracing::info!(conn = ?self.name, "cluster peer left");
         }
-        if let Some((stats, routes, served)) = self.peer_stats.take() {
-            stats.forget_routes(routes);
-            stats.served(served, 0);
-            stats.session(false);
+        if let Some(p) = self.peer_stats.take() {
+            p.stats.forget_routes(p.paths.len() as u64);
+            p.stats.served(p.served, 0);
+            p.stats.session(false);
         }
         let relay = self.relay.clone();
         relay.remove_source(self.name.id());
