@@ -389,8 +389,8 @@ mod tests {
             r#"["tcp://a:1/", "tcp://A:1/?jwt=X", "tcp://b:2/", "tcp://b:2"]"#,
             Some("tcp://a:1"),
         );
-        // `a` twice with different tokens is a conflict even though it is us:
-        // the own node is skipped before repeats are compared.
+        // `a` is listed twice with different tokens, which would conflict,
+        // but it is this node: it is skipped before repeats are compared.
         let keys: Vec<String> = list.unwrap().iter().map(ClusterPeer::key).collect();
         assert_eq!(keys, ["tcp://b:2/"]);
     }

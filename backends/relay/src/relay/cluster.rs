@@ -560,6 +560,59 @@ mod tests {
         assert!(seen.len() > 100, "spread over the range: {}", seen.len());
     }
 
+    /// A cluster of `connect` (fixed peers) with its metrics.
+    fn cluster(connect: &[&str]) -> (Arc<Cluster>, Arc<Metrics>) {
+        let config = RelayConfig {
+            cluster_connect: connect.iter().map(|u| u.parse().unwrap()).collect(),
+            cluster_node: Some("tcp://me:1/".to_owned()),
+            ..RelayConfig::default()
+        };
+        let metrics = Arc::new(Metrics::new(1));
+        let c = Cluster::start(&config, metrics.clone()).expect("peers configured");
+        (c, metrics)
+    }
+
+    #[test]
+    fn lists_add_change_and_remove_peers_around_the_fixed_ones() {
+        let (c, metrics) = cluster(&["tcp://a:1/"]);
+        let v0 = c.version.load(Ordering::Acquire);
+        c.apply_json(r#"["tcp://b:2/", "tcp://a:1/?jwt=X", "tcp://me:1/"]"#)
+            .unwrap();
+        assert_eq!(
+            c.peer_keys(),
+            ["tcp://a:1/", "tcp://b:2/"],
+            "own node skipped, fixed kept"
+        );
+        assert_eq!(metrics.peers().len(), 2);
+        let b = c.snapshot()[1].clone();
+        let v1 = c.version.load(Ordering::Acquire);
+        assert!(v1 > v0);
+        // The same list again changes nothing.
+        c.apply_json(r#"["tcp://b:2/", "tcp://a:1/?jwt=X"]"#)
+            .unwrap();
+        assert_eq!(c.version.load(Ordering::Acquire), v1);
+        // A list that does not parse changes nothing either.
+        assert!(c.apply_json("[oops").is_err());
+        assert!(c.apply_json(r#"["b:2"]"#).is_err());
+        assert_eq!(c.peer_keys().len(), 2);
+        assert!(!b.is_cancelled());
+        // A new token for b: the old link ends, a new one is dialed.
+        c.apply_json(r#"["tcp://b:2/?jwt=NEW"]"#).unwrap();
+        assert!(b.is_cancelled());
+        let b2 = c.snapshot()[1].clone();
+        assert_ne!(b2.slot, b.slot);
+        assert!(b2.path.ends_with("?jwt=NEW"), "the peer's own token");
+        assert!(
+            !format!("{b2:?} {c:?}").contains("NEW"),
+            "Debug hides tokens"
+        );
+        // An empty list leaves the fixed peer only.
+        c.apply_json("[]").unwrap();
+        assert!(b2.is_cancelled());
+        assert_eq!(c.peer_keys(), ["tcp://a:1/"]);
+        assert_eq!(metrics.peers().len(), 1);
+    }
+
     #[test]
     fn interned_strings_are_kept_once() {
         let a = intern("tcp://a:1/".to_owned());
