@@ -84,7 +84,14 @@ enum Kind {
     /// Worker `worker`'s session with the upstream relay dialed at `url`
     /// (the dial's number is the id's offset from [`UPSTREAM_ID_BASE`]).
     Upstream { url: &'static str, worker: u16 },
+    /// Worker `worker`'s session with the cluster peer dialed at `url`
+    /// (the dial's number is the low bits of the id's offset from
+    /// [`UPSTREAM_ID_BASE`], the peer's slot the bits above).
+    Peer { url: &'static str, worker: u16 },
 }
+
+/// Bits of a cluster peer session's id that count its dials.
+const PEER_DIAL_BITS: u32 = 40;
 
 impl ConnName {
     /// Client connection number `id` of worker `worker`, from `peer`, over
@@ -124,6 +131,22 @@ impl ConnName {
         ConnName {
             id: UPSTREAM_ID_BASE.wrapping_add(dial),
             kind: Kind::Upstream {
+                url,
+                worker: worker_index(worker),
+            },
+        }
+    }
+
+    /// Worker `worker`'s `dial`-th session (from 0) with cluster peer number
+    /// `slot` (a process-wide number, never reused), dialed at `url` (whose
+    /// query, if any, is never shown). Its id is apart from every other
+    /// peer's and the upstream's.
+    pub fn cluster_peer(worker: usize, slot: u32, dial: u64, url: &'static str) -> Self {
+        let offset =
+            ((u64::from(slot) + 1) << PEER_DIAL_BITS) | (dial & ((1 << PEER_DIAL_BITS) - 1));
+        ConnName {
+            id: UPSTREAM_ID_BASE.wrapping_add(offset),
+            kind: Kind::Peer {
                 url,
                 worker: worker_index(worker),
             },
@@ -211,6 +234,12 @@ impl fmt::Display for ConnName {
                 let hidden = if query.is_empty() { "" } else { "?…" };
                 let dial = self.id.wrapping_sub(UPSTREAM_ID_BASE);
                 write!(f, "upstream {shown}{hidden} w{worker} dial {dial}")
+            }
+            Kind::Peer { url, worker } => {
+                let (shown, query) = url.split_once('?').unwrap_or((url, ""));
+                let hidden = if query.is_empty() { "" } else { "?…" };
+                let dial = self.id.wrapping_sub(UPSTREAM_ID_BASE) & ((1 << PEER_DIAL_BITS) - 1);
+                write!(f, "peer {shown}{hidden} w{worker} dial {dial}")
             }
         }
     }

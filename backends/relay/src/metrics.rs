@@ -408,6 +408,129 @@ pub struct Metrics {
     threads: Box<[ThreadCounters]>,
     /// The workers' QUIC sockets steer datagrams by connection ID.
     quic_steering: AtomicBool,
+    /// The counters of each cluster peer this relay dials (one entry per
+    /// configured peer: the label's values come from the configuration,
+    /// not the network).
+    peers: std::sync::Mutex<Vec<Arc<PeerCounters>>>,
+    /// Sessions accepted as cluster peers (docs/protocol.md §4.10), and
+    /// those whose token refused them that role.
+    inbound_peers: AtomicU64,
+    refused_peers: AtomicU64,
+}
+
+/// One cluster peer's counters, summed over the workers' sessions with it:
+/// `skiff_relay_peer_*{peer="tcp://host:port/path"}`.
+#[derive(Debug)]
+pub struct PeerCounters {
+    /// The peer's identity (its URL without query).
+    pub label: &'static str,
+    sessions: AtomicU64,
+    routes: AtomicU64,
+    announcements_in: AtomicU64,
+    served: AtomicU64,
+    subscriptions: AtomicU64,
+}
+
+impl PeerCounters {
+    /// Counters of peer `label`, all zero.
+    pub fn new(label: &'static str) -> Self {
+        PeerCounters {
+            label,
+            sessions: AtomicU64::new(0),
+            routes: AtomicU64::new(0),
+            announcements_in: AtomicU64::new(0),
+            served: AtomicU64::new(0),
+            subscriptions: AtomicU64::new(0),
+        }
+    }
+
+    /// A session with the peer began (`up`) or ended.
+    pub fn session(&self, up: bool) {
+        step(&self.sessions, up);
+    }
+
+    /// An announcement from the peer; `route`: it routes a broadcast it did
+    /// not (`Some(true)`), withdraws one it did (`Some(false)`), or changes
+    /// nothing about what it routes (`None`: a repeat, a route change).
+    pub fn announcement(&self, route: Option<bool>) {
+        self.announcements_in.fetch_add(1, Ordering::Relaxed);
+        if let Some(up) = route {
+            step(&self.routes, up);
+        }
+    }
+
+    /// Routes learned from a session of the peer that ended (`n` of them).
+    pub fn forget_routes(&self, n: u64) {
+        let _ = self
+            .routes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
+                Some(r.saturating_sub(n))
+            });
+    }
+
+    /// The subscriptions a session serves the peer went from `from` to `to`;
+    /// a rise counts as new subscriptions too.
+    pub fn served(&self, from: u64, to: u64) {
+        if to > from {
+            self.served.fetch_add(to - from, Ordering::Relaxed);
+            self.subscriptions.fetch_add(to - from, Ordering::Relaxed);
+        } else {
+            let _ = self
+                .served
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+                    Some(s.saturating_sub(from - to))
+                });
+        }
+    }
+
+    /// Sessions open with the peer now.
+    pub fn sessions(&self) -> u64 {
+        self.sessions.load(Ordering::Relaxed)
+    }
+
+    /// Broadcasts the peer routes to this relay now.
+    pub fn routes(&self) -> u64 {
+        self.routes.load(Ordering::Relaxed)
+    }
+
+    /// Announcements (active and ended) received from the peer.
+    pub fn announcements_in(&self) -> u64 {
+        self.announcements_in.load(Ordering::Relaxed)
+    }
+
+    /// Subscriptions this relay serves the peer now.
+    pub fn served_now(&self) -> u64 {
+        self.served.load(Ordering::Relaxed)
+    }
+}
+
+/// `text` as a Prometheus label value: backslash, double quote and newline
+/// escaped (a peer's URL comes from a peer list, which could hold them).
+fn label_value(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(['\\', '"', '\n']) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 4);
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Adds one to `c` (`up`) or takes one off, never below zero.
+fn step(c: &AtomicU64, up: bool) {
+    if up {
+        c.fetch_add(1, Ordering::Relaxed);
+    } else {
+        let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            Some(v.saturating_sub(1))
+        });
+    }
 }
 
 struct Family {
@@ -558,7 +681,45 @@ impl Metrics {
         Metrics {
             threads: (0..threads).map(|_| ThreadCounters::default()).collect(),
             quic_steering: AtomicBool::new(false),
+            peers: std::sync::Mutex::new(Vec::new()),
+            inbound_peers: AtomicU64::new(0),
+            refused_peers: AtomicU64::new(0),
         }
+    }
+
+    /// Registers the counters of cluster peer `label` (listed from now on).
+    pub fn add_peer(&self, label: &'static str) -> Arc<PeerCounters> {
+        let c = Arc::new(PeerCounters::new(label));
+        self.peer_list().push(c.clone());
+        c
+    }
+
+    /// Stops listing the counters `c` (its peer left the peer list).
+    pub fn remove_peer(&self, c: &Arc<PeerCounters>) {
+        self.peer_list().retain(|p| !Arc::ptr_eq(p, c));
+    }
+
+    /// The counters of the cluster peers dialed now.
+    pub fn peers(&self) -> Vec<Arc<PeerCounters>> {
+        self.peer_list().clone()
+    }
+
+    fn peer_list(&self) -> std::sync::MutexGuard<'_, Vec<Arc<PeerCounters>>> {
+        match self.peers.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Counts a session accepted as a cluster peer (`true`) or one whose
+    /// token refused it that role.
+    pub fn inbound_peer(&self, admitted: bool) {
+        let c = if admitted {
+            &self.inbound_peers
+        } else {
+            &self.refused_peers
+        };
+        c.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records whether QUIC datagrams reach their worker by connection ID
@@ -628,6 +789,7 @@ impl Metrics {
             }
         }
         render_transports(&mut out, &total);
+        self.render_peers(&mut out);
         let _ = writeln!(
             out,
             "# HELP skiff_relay_quic_steering 1 if each QUIC datagram reaches the worker its connection ID names, 0 if the kernel picks by address (or no QUIC)."
@@ -665,6 +827,76 @@ impl Metrics {
             );
         }
         out
+    }
+}
+
+impl Metrics {
+    /// The cluster series: `skiff_relay_peer_*{peer="…"}` for each peer
+    /// dialed, and the sessions accepted or refused as peers.
+    fn render_peers(&self, out: &mut String) {
+        type Get = fn(&PeerCounters) -> u64;
+        let families: [(&str, &str, &str, Get); 5] = [
+            (
+                "sessions_open",
+                "gauge",
+                "Sessions open with the cluster peer (one per worker when connected).",
+                |p| p.sessions(),
+            ),
+            (
+                "routes",
+                "gauge",
+                "Broadcasts the cluster peer routes to this relay now (routes learned).",
+                |p| p.routes(),
+            ),
+            (
+                "announcements_received_total",
+                "counter",
+                "Announcements (active and ended) received from the cluster peer.",
+                |p| p.announcements_in(),
+            ),
+            (
+                "subscriptions_served",
+                "gauge",
+                "Subscriptions this relay serves the cluster peer now.",
+                |p| p.served_now(),
+            ),
+            (
+                "subscriptions_served_total",
+                "counter",
+                "Subscriptions this relay served the cluster peer.",
+                |p| p.subscriptions.load(Ordering::Relaxed),
+            ),
+        ];
+        let peers = self.peers();
+        // Writing to a String cannot fail.
+        for (name, kind, help, get) in families {
+            let _ = writeln!(out, "# HELP skiff_relay_peer_{name} {help}");
+            let _ = writeln!(out, "# TYPE skiff_relay_peer_{name} {kind}");
+            for p in &peers {
+                let _ = writeln!(
+                    out,
+                    "skiff_relay_peer_{name}{{peer=\"{}\"}} {}",
+                    label_value(p.label),
+                    get(p)
+                );
+            }
+        }
+        for (name, help, c) in [
+            (
+                "cluster_peers_accepted_total",
+                "Sessions accepted as cluster peers (a hop id in SETUP and a grant of the whole tree both ways, docs/protocol.md §4.10).",
+                &self.inbound_peers,
+            ),
+            (
+                "cluster_peers_refused_total",
+                "Sessions with a hop id whose token does not grant the whole tree both ways: served as clients, not as cluster peers.",
+                &self.refused_peers,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP skiff_relay_{name} {help}");
+            let _ = writeln!(out, "# TYPE skiff_relay_{name} counter");
+            let _ = writeln!(out, "skiff_relay_{name} {}", c.load(Ordering::Relaxed));
+        }
     }
 }
 
@@ -972,6 +1204,39 @@ fn write_by(s: &mut TcpStream, mut buf: &[u8], deadline: Instant) -> io::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peer_series_escape_their_labels() {
+        let m = Metrics::new(1);
+        let p = m.add_peer("tcp://a:1/x\"y");
+        p.session(true);
+        p.announcement(Some(true));
+        p.announcement(None);
+        p.announcement(Some(true));
+        p.announcement(Some(false));
+        p.served(0, 3);
+        p.served(3, 1);
+        let text = m.render();
+        assert!(
+            text.contains("skiff_relay_peer_sessions_open{peer=\"tcp://a:1/x\\\"y\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("skiff_relay_peer_routes{peer=\"tcp://a:1/x\\\"y\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("_announcements_received_total{peer=\"tcp://a:1/x\\\"y\"} 4"));
+        assert!(
+            text.contains("skiff_relay_peer_subscriptions_served{peer=\"tcp://a:1/x\\\"y\"} 1")
+        );
+        assert!(
+            text.contains(
+                "skiff_relay_peer_subscriptions_served_total{peer=\"tcp://a:1/x\\\"y\"} 3"
+            )
+        );
+        m.remove_peer(&p);
+        assert!(!m.render().contains("peer=\""));
+    }
 
     #[test]
     fn render_sums_threads_and_labels_each() {

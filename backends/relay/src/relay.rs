@@ -60,6 +60,17 @@
 //! broadcasts with one upstream subscription per track, and it announces
 //! its own clients' broadcasts, so the upstream's subscribers reach them.
 //!
+//! # Cluster peers (`--cluster-connect`, `--cluster-connect-api`)
+//!
+//! Each worker runs one dial loop per cluster peer ([`Cluster`]), as it does
+//! for the upstream: the session is a trunk that asks for the peer's
+//! announcements at once, the peer asks for this relay's, and the loop
+//! dials again with a jittered backoff whenever the session ends, until
+//! the peer leaves the peer list (its session is then closed, so its routes
+//! are withdrawn as for any session's end) or the worker drains. On the
+//! accepting side a session is a cluster peer only with a hop id, no Role
+//! and a grant of the whole tree both ways (docs/protocol.md §4.10).
+//!
 //! # Publisher failover (§4.4)
 //!
 //! When a publisher's session ends (or its announce stream does), its
@@ -151,6 +162,7 @@ use skiff_monoio::session_driver::{
     App, ByteRead, ByteWrite, DriveCtx, Ended, HandshakeToken, MoqSession, QuicSession,
     StoragePool, drive, drive_quic, drive_webtransport, split_halves,
 };
+use skiff_monoio::shutdown::{LocalEvent, Shutdown};
 use skiff_monoio::tables::Keep;
 use skiff_monoio::ws::{WsReader, WsWriter};
 use skiff_quic::{QuicTransport, WtStatus};
@@ -254,6 +266,11 @@ pub struct Relay {
     last_reclaim: Cell<StdInstant>,
     /// The grace deadline a timer is armed for, if any.
     timer: Cell<Option<Instant>>,
+    /// The counters of the cluster peer each dialed peer session (by id)
+    /// is with.
+    peer_stats: RefCell<HashMap<u64, Arc<crate::metrics::PeerCounters>>>,
+    /// The name of each session of this worker, by source id.
+    names: RefCell<HashMap<u64, ConnName>>,
     /// The storage of the origins, pool and tables above: the last field, so
     /// it is freed after everything that borrows it.
     keep: Keep,
@@ -313,6 +330,8 @@ impl Relay {
             borrowed: RefCell::new(Vec::new()),
             last_reclaim: Cell::new(StdInstant::now()),
             timer: Cell::new(None),
+            peer_stats: RefCell::new(HashMap::new()),
+            names: RefCell::new(HashMap::new()),
             keep,
         }
     }
@@ -378,6 +397,46 @@ impl Relay {
             })
     }
 
+    /// Names source `name`'s session for `GET /announced?peers`.
+    fn name_source(&self, name: ConnName) {
+        self.names.borrow_mut().insert(name.id(), name);
+    }
+
+    /// Where each broadcast of the thread's origin comes from: the session
+    /// serving it and, for a session with a cluster peer this relay dials,
+    /// the peer (`GET /announced?peers`; O(broadcasts x routes)).
+    pub fn announced_sources(&self) -> Vec<crate::web::AnnouncedSource> {
+        let names = self.names.borrow();
+        let stats = self.peer_stats.borrow();
+        self.router
+            .origin()
+            .iter()
+            .map(|b| {
+                let source = self.router.source_of(b);
+                crate::web::AnnouncedSource {
+                    path: b.path().as_str().to_owned(),
+                    peer: source.and_then(|id| stats.get(&id)).map(|s| s.label),
+                    via: source.and_then(|id| names.get(&id)).map(|n| n.to_string()),
+                }
+            })
+            .collect()
+    }
+
+    /// Files `stats` as the counters of the cluster peer session `id` is with.
+    fn add_peer_stats(&self, id: u64, stats: Arc<crate::metrics::PeerCounters>) {
+        self.peer_stats.borrow_mut().insert(id, stats);
+    }
+
+    /// Forgets the counters of session `id` (it ended).
+    fn remove_peer_stats(&self, id: u64) {
+        self.peer_stats.borrow_mut().remove(&id);
+    }
+
+    /// The counters of the cluster peer session `id` is with, if it is one.
+    fn peer_stats(&self, id: u64) -> Option<Arc<crate::metrics::PeerCounters>> {
+        self.peer_stats.borrow().get(&id).cloned()
+    }
+
     /// Registers the two directions of the link to worker `peer`.
     fn add_link(&self, peer: usize, lender: Rc<Lender>, borrowed: Arc<LinkShare>) {
         let mut lenders = self.lenders.borrow_mut();
@@ -436,6 +495,7 @@ impl Relay {
     /// Forgets the queue of source `owner` (its session is over).
     fn remove_source(&self, owner: SourceId) {
         self.queues.by_source.borrow_mut().remove(&owner);
+        self.names.borrow_mut().remove(&owner);
     }
 
     /// Makes sure a task wakes at the router's next deadline (the end of a
@@ -505,12 +565,14 @@ impl Resolve<'static, 'static> for Relay {
     }
 }
 
+mod cluster;
 mod handler;
 mod link;
 mod session;
 mod upstream;
 
+pub use cluster::{Cluster, PeerLink};
 pub use handler::RelayHandler;
 pub use link::{LinkEnd, Mesh};
 use session::{Remote, run_quic_session, run_session};
-use upstream::{dialed_upstream_url, upstream_tls};
+use upstream::{Dial, dialed_upstream_url, upstream_tls};

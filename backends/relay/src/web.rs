@@ -13,6 +13,8 @@
 //!   pin; the player asks first and then dials WebSocket);
 //! * `GET /health`: 200 `ok`;
 //! * `GET /announced[/PREFIX]`: a JSON array of the announced broadcast paths;
+//!   with `?peers`, an array of objects naming where each comes from
+//!   ([`AnnouncedSource`]: the cluster peer and the session serving it);
 //! * `GET /` and `GET /FILE`: the web directory's `index.html` and files
 //!   (read per request, at most [`MAX_FILE_BYTES`]; no path leaves the
 //!   directory); without `index.html`, `/` is a small page listing the
@@ -145,17 +147,36 @@ fn read_bounded(path: &Path) -> Option<Vec<u8>> {
     std::fs::read(path).ok()
 }
 
+/// Where one announced broadcast comes from (`GET /announced?peers`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AnnouncedSource {
+    /// The broadcast's path.
+    pub path: String,
+    /// The cluster peer whose session serves it (its URL without query);
+    /// `None`: a client, a worker link, or the upstream.
+    pub peer: Option<&'static str>,
+    /// The session serving it, as log lines name it (`tcp 192.0.2.7:50312
+    /// w0#7`, `link w0→w1`, `peer tcp://b:4443/ w0 dial 0`); `None` while
+    /// none does (a broadcast waiting out its failover grace).
+    pub via: Option<String>,
+}
+
+/// Whether `path` is `prefix` or below it (whole segments; `""`: all).
+fn under(path: &str, prefix: &str) -> bool {
+    prefix.is_empty()
+        || path == prefix
+        || path
+            .strip_prefix(prefix)
+            .is_some_and(|r| r.starts_with('/'))
+}
+
 /// The announced broadcast paths under `prefix` (whole segments; `""`: all).
 fn announced(origin: origin::Ref<'static, 'static>, prefix: &str) -> Vec<String> {
     let prefix = prefix.trim_matches('/');
     let mut paths: Vec<String> = origin
         .iter()
         .map(|b| b.path().as_str().to_owned())
-        .filter(|p| {
-            prefix.is_empty()
-                || p == prefix
-                || p.strip_prefix(prefix).is_some_and(|r| r.starts_with('/'))
-        })
+        .filter(|p| under(p, prefix))
         .collect();
     paths.sort();
     paths.dedup();
@@ -202,6 +223,7 @@ fn fallback_page(origin: origin::Ref<'static, 'static>) -> Vec<u8> {
 /// certificate's, if any.
 fn answer(
     origin: origin::Ref<'static, 'static>,
+    sources: &dyn Fn() -> Vec<AnnouncedSource>,
     web_dir: &Path,
     fingerprint: Option<Fingerprint>,
     req: &http::Request,
@@ -232,7 +254,21 @@ fn answer(
         "/health" => http::response(200, text, b"ok\n", head_only, &[]),
         _ if path == "/announced" || path.starts_with("/announced/") => {
             let prefix = path.strip_prefix("/announced").unwrap_or("");
-            let body = serde_json::to_vec(&announced(origin, prefix)).unwrap_or_default();
+            let peers = req.target.split_once('?').is_some_and(|(_, q)| {
+                q.split('&')
+                    .any(|p| p == "peers" || p.starts_with("peers="))
+            });
+            let body = if peers {
+                let prefix = prefix.trim_matches('/');
+                let mut list: Vec<AnnouncedSource> = sources()
+                    .into_iter()
+                    .filter(|s| under(&s.path, prefix))
+                    .collect();
+                list.sort_by(|a, b| a.path.cmp(&b.path));
+                serde_json::to_vec(&list).unwrap_or_default()
+            } else {
+                serde_json::to_vec(&announced(origin, prefix)).unwrap_or_default()
+            };
             http::response(200, "application/json", &body, head_only, &[])
         }
         _ => match file_under(web_dir, path).and_then(|f| Some((read_bounded(&f)?, f))) {
@@ -266,6 +302,7 @@ async fn reply<W: ByteWrite>(writer: &mut W, response: &[u8]) -> io::Result<Rout
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve_http<R: HeadRead, W: ByteWrite>(
     origin: origin::Ref<'static, 'static>,
+    sources: &dyn Fn() -> Vec<AnnouncedSource>,
     web_dir: &Path,
     fingerprint: Option<Fingerprint>,
     reader: &mut R,
@@ -306,7 +343,7 @@ pub(crate) async fn serve_http<R: HeadRead, W: ByteWrite>(
     };
     let Some(upgrade) = &req.upgrade else {
         tracing::debug!(conn = ?conn, method = req.method, path = req.path(), "http request");
-        let r = answer(origin, web_dir, fingerprint, &req);
+        let r = answer(origin, sources, web_dir, fingerprint, &req);
         return reply(writer, &r).await;
     };
     let (protocol, application) = match http::choose(&upgrade.protocols) {

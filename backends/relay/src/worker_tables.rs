@@ -91,6 +91,7 @@ impl WorkerTables {
         };
         let limits = RouterLimits {
             announces: quotas.announces as usize,
+            peer_announces: quotas.cluster_announces as usize,
             pending_per_conn: quotas.pending_tracks as usize,
             pending_per_broadcast: quotas.pending_tracks_per_broadcast as usize,
             grace: skiff_monoio::clock::to_core(config.failover_grace),

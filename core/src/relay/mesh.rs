@@ -340,6 +340,7 @@ mod tests {
             },
             RouterLimits {
                 announces: 4,
+                peer_announces: 4,
                 pending_per_conn: 4,
                 pending_per_broadcast: 4,
                 grace: GRACE,

@@ -260,6 +260,7 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
             return Ok(Via {
                 hops: list,
                 peer: false,
+                cluster: false,
             });
         }
         list.push(publisher).map_err(|e| match e {
@@ -279,6 +280,7 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
         Ok(Via {
             hops: list,
             peer: forwarded || self.is_cluster(),
+            cluster: self.is_cluster(),
         })
     }
 
@@ -322,8 +324,9 @@ impl<'a, 'p, const S: usize> Peer<'a, 'p, S> {
         matches!(self.kind, PeerKind::Client | PeerKind::Cluster { .. })
     }
 
-    /// Whether the peer is another relay of the cluster.
-    fn is_cluster(&self) -> bool {
+    /// Whether the peer is another relay of the cluster (dialed as one, or
+    /// accepted and marked by [`Peer::set_cluster`]).
+    pub fn is_cluster(&self) -> bool {
         matches!(self.kind, PeerKind::Cluster { .. })
     }
 

@@ -118,6 +118,10 @@ pub struct Via {
     /// broadcast): ranked with the shared tie-break, not as a broadcast
     /// published on this node ([`HopList::rank`]).
     pub peer: bool,
+    /// Announced by a session marked as a cluster peer: counted against
+    /// [`RouterLimits::peer_announces`], not [`RouterLimits::announces`]
+    /// (a client cannot earn the larger quota by sending a hop list).
+    pub cluster: bool,
 }
 
 impl Via {
@@ -210,6 +214,8 @@ pub struct RouterStorage<'r, 'a, 'p> {
 pub struct RouterLimits {
     /// Routes and spares one local source holds at once.
     pub announces: usize,
+    /// Routes and spares one cluster peer holds at once ([`Via::cluster`]).
+    pub peer_announces: usize,
     /// Track requests of one connection waiting for their source.
     pub pending_per_conn: usize,
     /// Track requests waiting for their source in one broadcast.
@@ -445,7 +451,12 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         if let Some(done) = self.restart(path, owner, via, upstreams) {
             return done;
         }
-        if local && self.held_by(owner) >= self.limits.announces {
+        let quota = if via.cluster {
+            self.limits.peer_announces
+        } else {
+            self.limits.announces
+        };
+        if local && self.held_by(owner) >= quota {
             return Err(AnnounceRefused::Quota);
         }
         let mut routed = true;
@@ -465,6 +476,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
                 let held = Via {
                     hops: route.broadcast.hops(),
                     peer: route.peer,
+                    ..Via::default()
                 };
                 if via.rank(path.as_str(), true) <= held.rank(path.as_str(), true) {
                     return self.take_over(route, path, owner, via, upstreams);
@@ -489,6 +501,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
                 let was = Via {
                     hops: held,
                     peer: route.peer,
+                    ..Via::default()
                 };
                 let stands = self
                     .standby_of(route.broadcast, owner)
@@ -715,6 +728,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
             let held = Via {
                 hops: route.broadcast.hops(),
                 peer: route.peer,
+                ..Via::default()
             };
             if across(&via.hops) >= across(&held.hops) {
                 return None;
@@ -833,6 +847,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
         let was = Via {
             hops: route.broadcast.hops(),
             peer: route.peer,
+            ..Via::default()
         };
         let place = self.spare_place(path, old)?;
         let tracks = self.move_to(route, owner, true, via, upstreams);
@@ -1141,6 +1156,7 @@ impl<'r, 'a, 'p, const T: usize, const G: usize> Router<'r, 'a, 'p, T, G> {
                     let via = Via {
                         hops: r.broadcast.hops(),
                         peer: r.peer,
+                        ..Via::default()
                     };
                     (r.owner, via)
                 })
@@ -1581,6 +1597,7 @@ mod tests {
     fn limits() -> RouterLimits {
         RouterLimits {
             announces: 8,
+            peer_announces: 8,
             pending_per_conn: 8,
             pending_per_broadcast: 8,
             grace: GRACE,
@@ -1818,6 +1835,7 @@ mod tests {
             r,
             RouterLimits {
                 announces: 1,
+                peer_announces: 1,
                 pending_per_conn: 1,
                 pending_per_broadcast: 2,
                 grace: GRACE,
@@ -1928,6 +1946,7 @@ mod tests {
         Via {
             hops: HopList::from_slice(hops).unwrap(),
             peer: true,
+            ..Via::default()
         }
     }
 

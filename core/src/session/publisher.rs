@@ -524,7 +524,10 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                         } else {
                             HopList::EMPTY
                         };
-                        let active = change.is_active() && !hops.contains(exclude);
+                        // A broadcast no longer current has no route to name:
+                        // it goes out as Ended, never as a route from here.
+                        let active =
+                            change.is_active() && b.is_current() && !hops.contains(exclude);
                         let msg = Announce {
                             status: if active {
                                 AnnounceStatus::Active

@@ -52,6 +52,17 @@ impl Gate {
             .is_some_and(|g| g.access.publish.matches(path))
     }
 
+    /// Whether the session was admitted with publish and subscribe over the
+    /// whole tree (`**` from the relay's root, both ways): what a cluster
+    /// peer's token must grant (docs/protocol.md §4.10).
+    pub fn grants_everything(&self) -> bool {
+        let everything = |p: &moq_pattern::Patterns| p.iter().any(|p| p.as_str() == "**");
+        self.grant
+            .borrow()
+            .as_ref()
+            .is_some_and(|g| everything(&g.access.publish) && everything(&g.access.subscribe))
+    }
+
     /// When the session's token expires, on the session's clock.
     pub fn deadline(&self) -> Option<Instant> {
         self.deadline.get()

@@ -12,6 +12,7 @@ use skiff_core::relay::Quota;
 use skiff_monoio::driver::DriverKind;
 use skiff_monoio::tls::Fingerprint;
 
+use super::cluster::{ClusterPeer, PeerListSource, one_or_many};
 use super::values::{ByteSize, DurationArg, LogLevel, Spelling, Upstream, from_text};
 
 /// Default listen address, as `--help` writes it.
@@ -284,6 +285,49 @@ settings! {
     #[arg(value_name = "HEX")]
     #[serde(default, deserialize_with = "from_text")]
     upstream_fingerprint: Fingerprint;
+
+    /// A cluster peer to dial and keep a session with, carrying
+    /// announcements and subscriptions both ways: `tcp://`, `tls://` or
+    /// `moql://HOST:PORT/PATH`, with `?jwt=TOKEN` for a token of its own
+    /// and `?cost=N` (kept, not sent: moq-lite-05 has no link cost);
+    /// repeatable or comma-separated. In TOML also an object `{url, cost,
+    /// egress, token}`.
+    #[arg(value_name = "URL", value_delimiter = ',')]
+    #[serde(default, deserialize_with = "one_or_many")]
+    cluster_connect: Vec<ClusterPeer>;
+
+    /// A peer list re-read at run time: a file (read again when it
+    /// changes) or an http(s):// URL (polled), holding a JSON array of
+    /// peers as `--cluster-connect` takes them; peers added are dialed,
+    /// peers removed closed, and a list that cannot be read or parsed
+    /// leaves the last good one in use.
+    #[arg(value_name = "FILE|URL")]
+    #[serde(default, deserialize_with = "from_text")]
+    cluster_connect_api: PeerListSource;
+
+    /// This relay's hop id in the cluster: non-zero, below 2^62 (below
+    /// 2^53 for older JavaScript clients) [default: random at each start].
+    #[arg(value_name = "N")]
+    cluster_id: u64;
+
+    /// Longest hop list accepted or forwarded, from 1 to 32.
+    #[arg(value_name = "N")]
+    cluster_max_hops: usize = 32;
+
+    /// Broadcasts one cluster peer may announce at once, per worker thread
+    /// (its routes and standbys); more are refused and counted, the peer's
+    /// other routes kept.
+    #[arg(value_name = "N")]
+    cluster_max_announces: u32 = 1024;
+
+    /// A file holding the token (JWT) presented to cluster peers as
+    /// `?jwt=`, unless a peer's URL or entry carries its own; never logged.
+    #[arg(value_name = "FILE")]
+    cluster_token: PathBuf;
+
+    /// This relay's own URL: a peer entry naming it is skipped.
+    #[arg(value_name = "URL")]
+    cluster_node: String;
 
     /// Time a new connection has to complete the QMux handshake and SETUP,
     /// and a started record or control message to complete, before it is

@@ -18,10 +18,12 @@ use skiff_monoio::tls::{Fingerprint, PemError};
 use crate::proxy_protocol::ProxySources;
 use crate::tls::{TlsFiles, TlsSource};
 
+pub mod cluster;
 pub mod file;
 pub mod keys;
 pub mod values;
 
+pub use cluster::{ClusterPeer, PeerListError, PeerListSource};
 pub use keys::{
     Cli, Command, DEFAULT_LISTEN, DEFAULT_STREAM_CREDIT, DemoTransport, RelayDemoArgs, Settings,
     Values, quota_key,
@@ -176,12 +178,22 @@ pub struct RelayConfig {
     /// The load balancers whose TCP connections start with a PROXY
     /// protocol header (`--proxy-protocol-from`; empty: none).
     pub proxy_protocol_from: ProxySources,
-    /// This relay's Hop ID in a cluster (docs/protocol.md §4.3), shared by
-    /// all its workers: non-zero, below 2^62. `None`: [`crate::server::start`]
-    /// draws a random one below 2^53 for the process's run.
+    /// Cluster peers to dial (`--cluster-connect`), one per identity, this
+    /// relay's own URL (`--cluster-node`) left out.
+    pub cluster_connect: Vec<ClusterPeer>,
+    /// Where the run-time peer list is read (`--cluster-connect-api`).
+    pub cluster_connect_api: Option<PeerListSource>,
+    /// This relay's Hop ID in a cluster (`--cluster-id`, docs/protocol.md
+    /// §4.3), shared by all its workers: non-zero, below 2^62. `None`:
+    /// [`crate::server::start`] draws a random one below 2^53 for the run.
     pub cluster_id: Option<u64>,
-    /// The longest route, in hops, taken from a peer (1 to 32).
+    /// Longest hop list accepted or forwarded (`--cluster-max-hops`, 1..=32).
     pub cluster_max_hops: usize,
+    /// The file holding the token presented to cluster peers
+    /// (`--cluster-token`; read and checked at start).
+    pub cluster_token: Option<PathBuf>,
+    /// This relay's own URL (`--cluster-node`).
+    pub cluster_node: Option<String>,
 }
 
 /// Where tokens are verified and what anonymous sessions may do; all empty:
@@ -234,6 +246,8 @@ pub struct Quotas {
     pub relay_tracks: u32,
     /// Broadcasts one connection announces at once.
     pub announces: u32,
+    /// Broadcasts one cluster peer announces at once.
+    pub cluster_announces: u32,
     /// Track requests of one connection waiting for their source's answer.
     pub pending_tracks: u32,
     /// Track requests waiting for their source's answer in one broadcast.
@@ -253,6 +267,7 @@ impl Quotas {
             handshakes: v.max_handshakes,
             relay_tracks: v.max_relay_tracks,
             announces: v.max_announces,
+            cluster_announces: v.cluster_max_announces,
             pending_tracks: v.max_pending_tracks,
             pending_tracks_per_broadcast: v.max_pending_tracks_per_broadcast,
             waiting_track_requests: v.max_waiting_track_requests,
@@ -373,6 +388,55 @@ pub fn random_hop() -> u64 {
     );
     h.write_u32(std::process::id());
     (h.finish() & ((1 << 53) - 1)).max(1)
+}
+
+/// The cluster settings of `cfg` checked (docs/protocol.md §4.3): the hop
+/// id's range, the hop limit's, the token file readable and not empty, the
+/// peer list without conflicting repeats and without this relay's own URL.
+fn check_cluster(mut cfg: RelayConfig) -> Result<RelayConfig, ConfigError> {
+    match cfg.cluster_id {
+        Some(0) => return Err(invalid("cluster-id", "must be non-zero")),
+        Some(id) if id > cluster::MAX_CLUSTER_ID => {
+            return Err(invalid(
+                "cluster-id",
+                format!("{id} is not below 2^62 (the wire's varint limit)"),
+            ));
+        }
+        _ => {}
+    }
+    if !(1..=cluster::MAX_CLUSTER_HOPS).contains(&cfg.cluster_max_hops) {
+        return Err(invalid(
+            "cluster-max-hops",
+            format!("must be from 1 to {}", cluster::MAX_CLUSTER_HOPS),
+        ));
+    }
+    if let Some(file) = &cfg.cluster_token {
+        // The file's content is never part of a message.
+        match std::fs::read_to_string(file) {
+            Ok(t) if !t.trim().is_empty() => {}
+            Ok(_) => {
+                return Err(invalid(
+                    "cluster-token",
+                    format!("{} is empty", file.display()),
+                ));
+            }
+            Err(e) => {
+                return Err(invalid(
+                    "cluster-token",
+                    format!("cannot read {}: {e}", file.display()),
+                ));
+            }
+        }
+    }
+    if let Some(node) = &cfg.cluster_node
+        && let Err(e) = node.parse::<ClusterPeer>()
+    {
+        return Err(invalid("cluster-node", e.to_string()));
+    }
+    let peers = std::mem::take(&mut cfg.cluster_connect);
+    cfg.cluster_connect = cluster::parse_peer_list(peers, cfg.cluster_node.as_deref())
+        .map_err(|e| invalid("cluster-connect", e.to_string()))?;
+    Ok(cfg)
 }
 
 /// Most worker threads accepted (a sanity bound, far above any core count here).
@@ -566,8 +630,12 @@ impl RelayConfig {
             upstream_ca: v.upstream_ca,
             upstream_fingerprint: v.upstream_fingerprint,
             proxy_protocol_from: ProxySources::default(),
-            cluster_id: None,
-            cluster_max_hops: skiff_core::wire::lite::MAX_HOPS,
+            cluster_connect: v.cluster_connect.unwrap_or_default(),
+            cluster_connect_api: v.cluster_connect_api,
+            cluster_id: v.cluster_id,
+            cluster_max_hops: v.cluster_max_hops,
+            cluster_token: v.cluster_token,
+            cluster_node: v.cluster_node,
         }
     }
 
@@ -633,6 +701,7 @@ impl RelayConfig {
             ("max-handshakes", q.handshakes),
             ("max-relay-tracks", q.relay_tracks),
             ("max-announces", q.announces),
+            ("cluster-max-announces", q.cluster_announces),
             ("max-pending-tracks", q.pending_tracks),
             (
                 "max-pending-tracks-per-broadcast",
@@ -677,6 +746,7 @@ impl RelayConfig {
         {
             return Err(invalid("send-buffer", "must be between 4KiB and 1GiB"));
         }
+        let cfg = check_cluster(cfg)?;
         if cfg.metrics.is_some() && cfg.metrics == Some(cfg.listen) && cfg.listen.port() != 0 {
             return Err(invalid("metrics", "must differ from the listen address"));
         }

@@ -711,3 +711,70 @@ fn file_keys_in_either_spelling_once() {
     let err = Settings::from_toml("max_streams = 5\nmax-streams = 6\n", p).unwrap_err();
     assert!(err.to_string().contains("max-streams"), "{err}");
 }
+
+#[test]
+fn cluster_settings_from_flags_and_file() {
+    let cfg = RelayConfig::merge(
+        &Settings::default(),
+        &flags(&[
+            "--cluster-connect",
+            "tcp://a:1/?jwt=T1,tcp://b:2/?cost=3",
+            "--cluster-connect",
+            "moql://c:3/live",
+            "--cluster-id",
+            "42",
+            "--cluster-max-hops",
+            "8",
+            "--cluster-node",
+            "tcp://b:2/",
+        ]),
+    )
+    .unwrap();
+    let keys: Vec<String> = cfg.cluster_connect.iter().map(|p| p.key()).collect();
+    assert_eq!(keys, ["tcp://a:1/", "moql://c:3/live"], "own node skipped");
+    assert_eq!(cfg.cluster_connect[0].token.as_deref(), Some("T1"));
+    assert_eq!((cfg.cluster_id, cfg.cluster_max_hops), (Some(42), 8));
+    assert!(!format!("{cfg:?}").contains("T1"), "Debug hides tokens");
+
+    let file = Settings::from_toml(
+        "cluster-connect = [\"tcp://a:1/\", { url = \"tcp://b:2/\", cost = 2, token = \"T2\" }]\ncluster_id = 7\ncluster-connect-api = \"peers.json\"\n",
+        Path::new("t.toml"),
+    )
+    .unwrap();
+    let cfg = RelayConfig::merge(&file, &Settings::default()).unwrap();
+    assert_eq!(cfg.cluster_connect.len(), 2);
+    assert_eq!(cfg.cluster_connect[1].cost, Some(2));
+    assert_eq!(cfg.cluster_id, Some(7));
+    assert_eq!(
+        cfg.cluster_connect_api,
+        Some(PeerListSource::File("peers.json".into()))
+    );
+    assert_eq!(RelayConfig::default().cluster_max_hops, 32);
+    assert_eq!(RelayConfig::default().cluster_id, None);
+
+    for (args, key) in [
+        (&["--cluster-id", "0"][..], "cluster-id"),
+        (&["--cluster-id", "4611686018427387904"], "cluster-id"),
+        (&["--cluster-max-hops", "0"], "cluster-max-hops"),
+        (&["--cluster-max-hops", "33"], "cluster-max-hops"),
+        (&["--cluster-token", "/nonexistent/t.jwt"], "cluster-token"),
+        (
+            &["--cluster-connect", "tcp://a:1/?jwt=A,tcp://a:1/?jwt=B"],
+            "cluster-connect",
+        ),
+    ] {
+        let e = RelayConfig::merge(&Settings::default(), &flags(args)).unwrap_err();
+        assert!(e.to_string().contains(key), "{args:?}: {e}");
+        assert!(!e.to_string().contains("jwt=A"), "{args:?}: {e}");
+    }
+    for bad in [
+        "cluster-connect = [{ url = \"tcp://b:2/\", colour = 1 }]",
+        "cluster-connect = [\"b:2\"]",
+        "cluster-max-hops = -1",
+    ] {
+        assert!(
+            Settings::from_toml(bad, Path::new("t.toml")).is_err(),
+            "{bad}"
+        );
+    }
+}

@@ -82,6 +82,7 @@ impl RelayHandler {
         let loaded = std::sync::OnceLock::new();
         let upstream_url = std::sync::OnceLock::new();
         let upstream_tls_config = std::sync::OnceLock::new();
+        let cluster = std::sync::OnceLock::new();
         Ok(move |info: &WorkerInfo| {
             let auth = auth.get_or_init(|| Arc::new(auth_policy(info))).clone();
             let tls = tls
@@ -99,6 +100,12 @@ impl RelayHandler {
                         .clone()
                 });
                 h.spawn_upstream(info, up.clone(), url, tls);
+            }
+            let cluster = cluster
+                .get_or_init(|| Cluster::start(&info.config, info.metrics.clone()))
+                .clone();
+            if let Some(cluster) = cluster {
+                h.spawn_cluster(info, cluster);
             }
             h
         })
@@ -409,8 +416,11 @@ impl RelayHandler {
         limit: StdDuration,
         ctx: DriveCtx,
     ) -> io::Result<()> {
+        let relay = self.relay.clone();
+        let sources = move || relay.announced_sources();
         let routed = crate::web::serve_http(
             self.relay.origin(),
+            &sources,
             &self.web_dir,
             self.tls.as_ref().and_then(|t| t.cert().fingerprint()),
             &mut reader,

@@ -14,13 +14,26 @@ pub(super) enum Remote {
     /// The upstream relay this one is a leaf of (`--upstream`), dialed with
     /// this SETUP path.
     Upstream(&'static str),
+    /// A cluster peer this relay dials (`--cluster-connect`), with this
+    /// SETUP path: announcements and subscriptions both ways, every route
+    /// offered with its hop list (docs/protocol.md §4.3).
+    Cluster(&'static str),
 }
 
 impl Remote {
-    /// Broadcasts learned from this peer belong to this worker's clients
-    /// (and so are offered to the other workers and to the upstream).
-    fn is_local(self) -> bool {
-        self == Remote::Client
+    /// The session is offered every route of the worker (a client's view,
+    /// or a cluster peer's, hop lists and split horizon keeping loops
+    /// out), not only this worker's own sources' broadcasts.
+    fn sees_all_routes(self) -> bool {
+        matches!(self, Remote::Client | Remote::Cluster(_))
+    }
+
+    /// The SETUP path this side sends (a dialed session's).
+    fn dialed_path(self) -> Option<&'static str> {
+        match self {
+            Remote::Upstream(path) | Remote::Cluster(path) => Some(path),
+            Remote::Client | Remote::Link => None,
+        }
     }
 }
 
@@ -52,6 +65,25 @@ pub(super) struct RelayConn<'n, const S: usize> {
     setup_by: Option<Instant>,
     /// Counts a QUIC client among the worker's handshakes until its SETUP.
     handshake: Option<HandshakeToken>,
+    /// Whether the session is an accepted client's.
+    client: bool,
+    /// Whether the session was accepted as a cluster peer
+    /// ([`RelayConn::is_cluster_peer`]).
+    cluster_peer: bool,
+    /// A session with a cluster peer this relay dials: what it counts.
+    peer_stats: Option<PeerSession>,
+}
+
+/// What a session with a cluster peer this relay dials counts for the
+/// peer's metrics.
+struct PeerSession {
+    /// The peer's counters (shared by its sessions on every worker).
+    stats: Arc<crate::metrics::PeerCounters>,
+    /// The paths the peer routes over this session now (a repeated
+    /// announcement of one, a route change, counts once).
+    paths: std::collections::HashSet<Box<str>>,
+    /// The subscriptions the session serves the peer, as counted last.
+    served: u64,
 }
 
 impl<'n, const S: usize> RelayConn<'n, S> {
@@ -69,7 +101,19 @@ impl<'n, const S: usize> RelayConn<'n, S> {
         // The relay's Hop ID and hop limit check what the peer announces
         // (docs/protocol.md §4.3).
         let peer = Peer::new(id, kind).with_hops(relay.hop, relay.max_hops);
+        relay.name_source(*name);
+        let peer_stats = relay.peer_stats(id).map(|stats| {
+            stats.session(true);
+            PeerSession {
+                stats,
+                paths: std::collections::HashSet::new(),
+                served: 0,
+            }
+        });
         RelayConn {
+            client: kind == PeerKind::Client,
+            cluster_peer: false,
+            peer_stats,
             relay,
             name,
             peer,
@@ -91,6 +135,57 @@ impl<'n, const S: usize> RelayConn<'n, S> {
             .as_ref()
             .and_then(|g| g.deadline())
             .is_some_and(|at| self.relay.clock.now() >= at)
+    }
+
+    /// Whether the session was accepted as a cluster peer (docs/protocol.md
+    /// §4.10): an accepted client whose SETUP carries a hop id and no Role,
+    /// and whose token grants publish and subscribe over the whole tree (or
+    /// the relay is open). A viewer's or a publisher's token never makes
+    /// one, whatever its SETUP says.
+    pub(super) fn is_cluster_peer(&self) -> bool {
+        self.cluster_peer
+    }
+
+    /// Decides at SETUP whether the client is a cluster peer
+    /// ([`RelayConn::is_cluster_peer`]), and logs and counts it when its
+    /// SETUP asks for that role.
+    fn admit_peer(&mut self, hop: u64, role: skiff_core::wire::lite::Role) {
+        if !self.client || hop == 0 || role != skiff_core::wire::lite::Role::Both {
+            return;
+        }
+        let granted = match &self.gate {
+            None => true,
+            Some(g) => g.grants_everything(),
+        };
+        self.cluster_peer = granted;
+        if granted {
+            self.peer.set_cluster();
+        }
+        if let Some((m, _)) = &self.relay.metrics {
+            m.inbound_peer(granted);
+        }
+        if granted {
+            tracing::info!(conn = ?self.name, hop, "cluster peer joined");
+        } else {
+            tracing::info!(
+                conn = ?self.name,
+                hop,
+                "not a cluster peer: the token does not grant publish and subscribe over the whole tree"
+            );
+        }
+    }
+
+    /// Counts an announcement of `path` from a cluster peer this relay
+    /// dials: a route learned (`active`, once per path) or withdrawn.
+    fn count_announcement(&mut self, path: &str, active: bool) {
+        if let Some(p) = &mut self.peer_stats {
+            let changed = if active {
+                p.paths.insert(path.into())
+            } else {
+                p.paths.remove(path)
+            };
+            p.stats.announcement(changed.then_some(active));
+        }
     }
 
     /// Wakes whom a core call says to.
@@ -116,9 +211,10 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
 
     fn on_event(&mut self, event: &Event<'_>) {
         match *event {
-            Event::Setup { role, .. } => {
+            Event::Setup { role, hop, .. } => {
                 // The path is not logged: its query may hold a token.
-                tracing::debug!(conn = ?self.name, ?role, "client setup")
+                tracing::debug!(conn = ?self.name, ?role, "client setup");
+                self.admit_peer(hop, role);
             }
             Event::Announced { path, .. }
                 if self.gate.as_ref().is_some_and(|g| !g.may_publish(path)) =>
@@ -131,11 +227,18 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
                 );
                 return;
             }
-            Event::Announced { path, .. } => {
-                tracing::info!(conn = ?self.name, path, "broadcast announced")
+            Event::Announced {
+                path,
+                hops,
+                publisher,
+                ..
+            } => {
+                tracing::info!(conn = ?self.name, path, ?hops, publisher, "broadcast announced");
+                self.count_announcement(path, true);
             }
             Event::Unannounced { path, .. } => {
-                tracing::info!(conn = ?self.name, path, "broadcast withdrawn")
+                tracing::info!(conn = ?self.name, path, "broadcast withdrawn");
+                self.count_announcement(path, false);
             }
             Event::Closed {
                 code,
@@ -153,6 +256,7 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
             .on_event(event, &relay.router, relay.clock.now(), &relay.queues);
         if let (Some(e), Event::Announced { path, .. }) = (effect.refused, event) {
             let quota = match e {
+                AnnounceRefused::Quota if self.peer.is_cluster() => Some("cluster-max-announces"),
                 AnnounceRefused::Quota => Some(quota_key(Quota::Announces)),
                 // A route that loops or is too long is not a quota: it is
                 // dropped (docs/protocol.md §4.3).
@@ -226,6 +330,13 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
             relay.quota_refused("max-waiting-track-requests", Some(*self.name), "");
         }
         self.refused_tracks = refused;
+        if let Some(p) = &mut self.peer_stats {
+            let now = session.served_count() as u64;
+            if now != p.served {
+                p.stats.served(p.served, now);
+                p.served = now;
+            }
+        }
         let clock = relay.clock;
         let next = self
             .peer
@@ -248,6 +359,14 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
     }
 
     fn on_close(&mut self) {
+        if self.is_cluster_peer() {
+            tracing::info!(conn = ?self.name, "cluster peer left");
+        }
+        if let Some(p) = self.peer_stats.take() {
+            p.stats.forget_routes(p.paths.len() as u64);
+            p.stats.served(p.served, 0);
+            p.stats.session(false);
+        }
         let relay = self.relay.clone();
         relay.remove_source(self.name.id());
         self.peer
@@ -268,10 +387,7 @@ impl Relay {
         peer: Remote,
     ) -> (Config<'static>, origin::Ref<'static, 'static>) {
         let mut config = Config {
-            path: match peer {
-                Remote::Upstream(path) => Some(path),
-                _ => None,
-            },
+            path: peer.dialed_path(),
             ..if peer == Remote::Client {
                 self.session_config
             } else {
@@ -285,7 +401,7 @@ impl Relay {
         }
         // Both ends of a link are this process: payload crosses by reference.
         config.conn.stream_refs = peer == Remote::Link;
-        let origin = if peer.is_local() {
+        let origin = if peer.sees_all_routes() {
             self.router.origin()
         } else {
             self.router.local_origin()
@@ -380,6 +496,7 @@ fn relay_app<'n, const S: usize>(
             ask_first: true,
             mirror: false,
         },
+        Remote::Cluster(_) => PeerKind::Cluster { ask_first: true },
     };
     let gate = if peer == Remote::Client { gate } else { None };
     RelayConn::<S>::new(relay, name, kind, lender, gate)

@@ -7,6 +7,22 @@ use super::*;
 const UPSTREAM_BACKOFF: (StdDuration, StdDuration) =
     (StdDuration::from_millis(100), StdDuration::from_secs(5));
 
+/// What a dial loop dials and how its sessions are named: the upstream
+/// (`--upstream`) or a cluster peer.
+pub(super) struct Dial {
+    /// Where it dials.
+    pub(super) up: UpstreamAddr,
+    /// What SETUP's Path carries (path and query, the token included).
+    pub(super) path: &'static str,
+    /// The URL log lines show (any query hidden by [`ConnName`]).
+    pub(super) shown: &'static str,
+    /// The TLS client configuration of a `tls://` or `moql://` URL.
+    pub(super) tls: Option<Result<Arc<rustls::ClientConfig>, String>>,
+    /// A cluster peer's link (`None`: the upstream): its slot names the
+    /// sessions, its cancellation ends the loop, its counters count them.
+    pub(super) peer: Option<Arc<PeerLink>>,
+}
+
 impl RelayHandler {
     /// Keeps a session to the upstream relay `up` (this worker becomes its
     /// leaf): dials it, runs the session, and dials again after a growing
@@ -27,33 +43,91 @@ impl RelayHandler {
         url: &'static str,
         tls: Option<Result<Arc<rustls::ClientConfig>, String>>,
     ) {
-        let ctx = self.drive_ctx(info);
+        let dial = Dial {
+            up,
+            path: setup_path(url),
+            shown: url,
+            tls,
+            peer: None,
+        };
+        self.spawn_dial(info, dial);
+    }
+
+    /// Runs a dial loop: dials `dial`, runs the session as a trunk (asking
+    /// for announcements at once), and dials again after a jittered pause
+    /// growing from 100 ms to 5 s (±25%) whenever it ends, until the worker
+    /// drains or, for a cluster peer, the peer is removed from the list
+    /// ([`PeerLink::cancel`]): then the session open is closed cleanly, so
+    /// its routes are withdrawn as for any session's end.
+    pub(super) fn spawn_dial(&self, info: &WorkerInfo, dial: Dial) {
         let relay = self.relay.clone();
-        let shutdown = info.shutdown.clone();
+        let worker_shutdown = info.shutdown.clone();
         let worker = info.index;
+        let Dial {
+            up,
+            path,
+            shown,
+            tls,
+            peer,
+        } = dial;
+        let what = if peer.is_some() {
+            "cluster peer"
+        } else {
+            "upstream"
+        };
         let tls = match tls {
             Some(Ok(config)) => Some(config),
             Some(Err(e)) => {
-                tracing::error!(worker, upstream = %up, error = %e, "no TLS configuration for the upstream");
+                tracing::error!(worker, url = %up, error = %e, "no TLS configuration for the {what}");
                 return;
             }
             None => None,
         };
+        // The loop's own stop signal: the worker's drain, or the peer's
+        // removal from the cluster (a client session closes when it fires).
+        let stop = LocalEvent::new();
+        let ctx = DriveCtx {
+            shutdown: Some(Shutdown::new(stop.clone())),
+            ..self.drive_ctx(info)
+        };
+        let cancelled = peer.clone();
+        let watch_stop = stop.clone();
+        monoio::spawn(async move {
+            loop {
+                if worker_shutdown.is_draining()
+                    || cancelled.as_ref().is_some_and(|p| p.is_cancelled())
+                {
+                    watch_stop.fire();
+                    return;
+                }
+                monoio::select! {
+                    _ = monoio::time::sleep(CANCEL_POLL) => {}
+                    _ = worker_shutdown.wait() => {}
+                }
+            }
+        });
         let handshake_limit = info.config.timeouts.handshake;
-        let path = setup_path(url);
+        let mut jitter = Jitter::new(worker as u64 ^ up.port as u64);
         monoio::spawn(async move {
             let mut backoff = UPSTREAM_BACKOFF.0;
             let mut dial = 0u64;
             // One trunk's tables for every dial (a session clears them).
             let mut storage = Box::new(UpstreamStorage::new());
-            while !shutdown.is_draining() {
+            while !stop.is_fired() {
                 let started = StdInstant::now();
-                let name = ConnName::upstream(worker, dial, url);
+                let name = match &peer {
+                    Some(p) => ConnName::cluster_peer(worker, p.slot, dial, shown),
+                    None => ConnName::upstream(worker, dial, shown),
+                };
+                if let Some(p) = &peer {
+                    relay.add_peer_stats(name.id(), p.stats.clone());
+                }
                 let session = UpstreamSession {
                     relay: &relay,
                     ctx: &ctx,
                     path,
                     name,
+                    cluster: peer.is_some(),
                 };
                 let ended = match (up.scheme, &tls) {
                     (UpstreamScheme::Quic, Some(config)) => {
@@ -64,7 +138,7 @@ impl RelayHandler {
                     (_, tls) => match (dial_upstream(&up).await, tls) {
                         (Err(e), _) => Err(e),
                         (Ok(stream), None) => {
-                            tracing::info!(conn = ?name, "upstream connected");
+                            tracing::info!(conn = ?name, "{what} connected");
                             let (reader, writer) = split_halves(stream, 64 * 1024);
                             session.run(&mut storage, reader, writer, None).await
                         }
@@ -74,7 +148,7 @@ impl RelayHandler {
                                 .await
                             {
                                 Ok((reader, writer)) => {
-                                    tracing::info!(conn = ?name, "upstream connected over TLS");
+                                    tracing::info!(conn = ?name, "{what} connected over TLS");
                                     // docs/protocol.md §9.8: qmux's ALPN name fixes the protocol.
                                     let fixed = (reader.alpn().as_deref()
                                         == Some(skiff_monoio::tls::ALPN_QMUX))
@@ -86,12 +160,13 @@ impl RelayHandler {
                         }
                     },
                 };
+                relay.remove_peer_stats(name.id());
                 match ended {
                     Ok(ended) => {
-                        tracing::info!(conn = ?name, ?ended, "upstream session ended")
+                        tracing::info!(conn = ?name, ?ended, "{what} session ended")
                     }
                     Err(e) => {
-                        tracing::warn!(conn = ?name, error = %e, "upstream session failed or unreachable")
+                        tracing::warn!(conn = ?name, error = %e, "{what} session failed or unreachable")
                     }
                 }
                 dial += 1;
@@ -99,12 +174,45 @@ impl RelayHandler {
                     backoff = UPSTREAM_BACKOFF.0;
                 }
                 monoio::select! {
-                    _ = monoio::time::sleep(backoff) => {}
-                    _ = shutdown.wait() => {}
+                    _ = monoio::time::sleep(jitter.spread(backoff)) => {}
+                    _ = stop.wait() => {}
                 }
                 backoff = (backoff * 2).min(UPSTREAM_BACKOFF.1);
             }
+            if let Some(p) = &peer {
+                tracing::info!(worker, peer = %p.shown(), "cluster peer removed: its dial loop ended");
+            }
         });
+    }
+}
+
+/// How often a dial loop looks whether its peer was removed.
+const CANCEL_POLL: StdDuration = StdDuration::from_millis(200);
+
+/// The spread of the pauses between dials: ±25% of each pause, so the
+/// workers and relays of a cluster that lost a node do not dial it again
+/// in step (a xorshift generator: no randomness source needed).
+pub(super) struct Jitter(u64);
+
+impl Jitter {
+    /// A generator seeded by `seed` and the time.
+    pub(super) fn new(seed: u64) -> Self {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Jitter((seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ t) | 1)
+    }
+
+    /// `pause` scaled by a factor drawn from 0.75 to 1.25.
+    pub(super) fn spread(&mut self, pause: StdDuration) -> StdDuration {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        // 0..=1000 thousandths of the half-width either way.
+        let per_mille = 750 + (x % 501);
+        pause * per_mille as u32 / 1000
     }
 }
 
@@ -116,6 +224,19 @@ struct UpstreamSession<'a> {
     path: &'static str,
     /// The session's id for the core, and its name for log lines.
     name: ConnName,
+    /// A cluster peer's link, not the upstream.
+    cluster: bool,
+}
+
+impl UpstreamSession<'_> {
+    /// What the session is to the relay: its upstream, or a cluster peer.
+    fn remote(&self) -> Remote {
+        if self.cluster {
+            Remote::Cluster(self.path)
+        } else {
+            Remote::Upstream(self.path)
+        }
+    }
 }
 
 impl UpstreamSession<'_> {
@@ -128,7 +249,7 @@ impl UpstreamSession<'_> {
         writer: W,
         fixed_protocol: Option<&'static str>,
     ) -> io::Result<Ended> {
-        let peer = Remote::Upstream(self.path);
+        let peer = self.remote();
         let (mut config, origin) = self.relay.session_setup(peer);
         if fixed_protocol.is_some() {
             config.conn.fixed_protocol = fixed_protocol;
@@ -181,7 +302,7 @@ impl UpstreamSession<'_> {
         let (conn, link) = endpoint.connect(config, addr, &up.host)?;
         tracing::info!(conn = ?self.name, "upstream dialed over QUIC");
         let receiving = monoio::spawn(endpoint.clone().run());
-        let peer = Remote::Upstream(self.path);
+        let peer = self.remote();
         let (config, origin) = self.relay.session_setup(peer);
         let transport = QuicTransport::new(conn, clock.epoch());
         let session: Result<Box<QuicSession<'_, TRUNK_STREAMS>>, _> = Session::with_transport(
@@ -245,7 +366,7 @@ pub(super) fn dialed_upstream_url(info: &WorkerInfo, up: &UpstreamAddr) -> &'sta
 
 /// The path and query of a URL made by [`dialed_upstream_url`], from the `/`
 /// after its authority (which holds none).
-fn setup_path(url: &str) -> &str {
+pub(super) fn setup_path(url: &str) -> &str {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     rest.find('/').map_or("/", |i| &rest[i..])
 }
@@ -302,7 +423,7 @@ async fn upstream_handshake<R: ByteRead, W: ByteWrite>(
 }
 
 /// The upstream's address (`host` resolved each time: it may move).
-fn upstream_addr(up: &UpstreamAddr) -> io::Result<std::net::SocketAddr> {
+pub(super) fn upstream_addr(up: &UpstreamAddr) -> io::Result<std::net::SocketAddr> {
     use std::net::ToSocketAddrs;
     (up.host.as_str(), up.port)
         .to_socket_addrs()?
