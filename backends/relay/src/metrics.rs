@@ -408,6 +408,8 @@ pub struct Metrics {
     threads: Box<[ThreadCounters]>,
     /// The workers' QUIC sockets steer datagrams by connection ID.
     quic_steering: AtomicBool,
+    /// The recorder's counters (`--record`).
+    pub record: std::sync::Arc<crate::record::RecordStats>,
 }
 
 struct Family {
@@ -558,6 +560,7 @@ impl Metrics {
         Metrics {
             threads: (0..threads).map(|_| ThreadCounters::default()).collect(),
             quic_steering: AtomicBool::new(false),
+            record: Default::default(),
         }
     }
 
@@ -664,6 +667,7 @@ impl Metrics {
                 u8::from(t.draining.load(Ordering::Relaxed))
             );
         }
+        self.record.render(&mut out);
         out
     }
 }

@@ -135,7 +135,11 @@ where
 
     let (trigger, receivers) = StopTrigger::new(threads).map_err(RelayError::Spawn)?;
     let trigger = Arc::new(trigger);
-    let config = Arc::new(config);
+    // The workers see the address bound (port 0 resolved): the recorder dials it.
+    let config = Arc::new(RelayConfig {
+        listen: local_addr,
+        ..config
+    });
     let make_handler = Arc::new(make_handler);
     let (ready_tx, ready_rx) = mpsc::channel();
     let mut workers = Vec::with_capacity(threads);

@@ -267,6 +267,7 @@ async fn reply<W: ByteWrite>(writer: &mut W, response: &[u8]) -> io::Result<Rout
 pub(crate) async fn serve_http<R: HeadRead, W: ByteWrite>(
     origin: origin::Ref<'static, 'static>,
     web_dir: &Path,
+    record_dir: Option<&Path>,
     fingerprint: Option<Fingerprint>,
     reader: &mut R,
     writer: &mut W,
@@ -306,7 +307,17 @@ pub(crate) async fn serve_http<R: HeadRead, W: ByteWrite>(
     };
     let Some(upgrade) = &req.upgrade else {
         tracing::debug!(conn = ?conn, method = req.method, path = req.path(), "http request");
-        let r = answer(origin, web_dir, fingerprint, &req);
+        let r = match record_dir.filter(|_| req.path() == "/recordings") {
+            // The stored recordings: a few small index files, read by this worker.
+            Some(dir) if req.method == "GET" || req.method == "HEAD" => http::response(
+                200,
+                "application/json",
+                &crate::record::store::recordings_json(dir),
+                req.method == "HEAD",
+                &[("Access-Control-Allow-Origin", "*")],
+            ),
+            _ => answer(origin, web_dir, fingerprint, &req),
+        };
         return reply(writer, &r).await;
     };
     let (protocol, application) = match http::choose(&upgrade.protocols) {

@@ -22,8 +22,8 @@ pub mod keys;
 pub mod values;
 
 pub use keys::{
-    Cli, Command, DEFAULT_LISTEN, DEFAULT_STREAM_CREDIT, DemoTransport, RelayDemoArgs, Settings,
-    Values, quota_key,
+    Cli, Command, DEFAULT_LISTEN, DEFAULT_STREAM_CREDIT, DemoTransport, ExportArgs, RelayDemoArgs,
+    Settings, Values, quota_key,
 };
 pub use values::{
     ByteSize, DurationArg, LogLevel, ParseValueError, Spelling, Upstream, UpstreamScheme,
@@ -172,6 +172,8 @@ pub struct RelayConfig {
     /// The SHA-256 of the one certificate a `tls://` or `moql://` upstream
     /// may present (docs/protocol.md §11.3), instead of a chain to CAs.
     pub upstream_fingerprint: Option<Fingerprint>,
+    /// Recording (`--record`, `--record-dir`, …): `None` without a directory.
+    pub record: Option<crate::record::RecordConfig>,
 }
 
 /// Where tokens are verified and what anonymous sessions may do; all empty:
@@ -527,6 +529,8 @@ impl RelayConfig {
             tls_generate,
             upstream_ca: v.upstream_ca,
             upstream_fingerprint: v.upstream_fingerprint,
+            // Checked by `merge` (`RecordConfig::of`), which sets it.
+            record: None,
         }
     }
 
@@ -568,7 +572,11 @@ impl RelayConfig {
         let auth = auth_config(&v)?;
         let tls_generate = tls_generate(&v)?;
         let tls = tls_files(&v)?;
-        let cfg = RelayConfig::of(v, auth, tls, tls_generate);
+        let record = crate::record::RecordConfig::of(&v)?;
+        let cfg = RelayConfig {
+            record,
+            ..RelayConfig::of(v, auth, tls, tls_generate)
+        };
         if cfg.upstream_ca.is_some() && cfg.upstream_fingerprint.is_some() {
             // A pin accepts one certificate whatever its issuer: CAs would go unused.
             return Err(invalid(

@@ -20,6 +20,8 @@ pub struct RelayHandler {
     pub(super) tls: Option<Arc<TlsServer>>,
     /// The directory the web player is served from.
     pub(super) web_dir: std::path::PathBuf,
+    /// The recording directory `GET /recordings` lists (`--record-dir`).
+    pub(super) record_dir: Option<std::path::PathBuf>,
 }
 
 impl RelayHandler {
@@ -41,6 +43,7 @@ impl RelayHandler {
             auth,
             tls: None,
             web_dir: info.config.web_dir.clone(),
+            record_dir: info.config.record.as_ref().map(|r| r.dir.clone()),
         }
     }
 
@@ -99,6 +102,9 @@ impl RelayHandler {
                         .clone()
                 });
                 h.spawn_upstream(info, up.clone(), url, tls);
+            }
+            if info.index == 0 {
+                crate::record::start(info, h.relay.origin(), h.tls.as_ref());
             }
             h
         })
@@ -412,6 +418,7 @@ impl RelayHandler {
         let routed = crate::web::serve_http(
             self.relay.origin(),
             &self.web_dir,
+            self.record_dir.as_deref(),
             self.tls.as_ref().and_then(|t| t.cert().fingerprint()),
             &mut reader,
             &mut writer,

@@ -1,0 +1,224 @@
+//! The recorder's subscriber: a skiff SDK client on worker 0's runtime that
+//! dials the relay's own listen port, watches the worker's origin for
+//! broadcasts matching `--record`, and for each reads the hang catalog and
+//! every H.264 video track group by group, handing each complete group to
+//! the writer's queue ([`super::writer::Queue`]).
+//!
+//! To the relay it is one more subscriber: the live fan-out is unchanged
+//! (its frames are served from the same cache blocks as every viewer's, and
+//! a recorder that falls behind is dropped behind like any slow viewer).
+//! Its own work (copying a frame out of the pool, collecting a group) runs
+//! on worker 0 between that worker's other tasks, and nothing it does waits
+//! for the disk: a full queue drops the group from the recording.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use moq_pattern::Patterns;
+use skiff_core::hang;
+use skiff_core::model::origin;
+use skiff_monoio::cancel::race;
+use skiff_monoio::sdk::{End, Request, Start};
+use skiff_monoio::shutdown::Shutdown;
+use skiff_monoio::{Client, Config};
+
+use super::fmp4::{self, Sample};
+use super::writer::{Job, Queue};
+
+/// How often the origin is looked at for broadcasts to start or stop recording.
+const SCAN_EVERY: Duration = Duration::from_millis(250);
+
+/// How long a frame lasts when its group has one frame and no earlier
+/// group told the frame rate: 1/30 s.
+const DEFAULT_FRAME_US: u32 = 33_333;
+
+/// What the recorder asks of every track: each group from the latest on,
+/// older ones kept wanted for 30 s (a recording wants every group, not
+/// only the live edge), at the lowest priority.
+fn request() -> Request {
+    Request {
+        start: Start::Latest,
+        end: End::Open,
+        ordered: true,
+        priority: 0,
+        max_latency: skiff_core::time::Duration::from_secs(30),
+    }
+}
+
+/// Resolves once `flag` is set (looked at every 100 ms).
+async fn stopped(flag: &Cell<bool>) {
+    while !flag.get() {
+        monoio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs the recorder until `shutdown`: `url` is the relay's own listen
+/// address as the SDK dials it, `config` the SDK's settings (TLS trust).
+pub async fn run(
+    origin: origin::Ref<'static, 'static>,
+    url: String,
+    config: Config,
+    patterns: Patterns,
+    queue: Queue,
+    shutdown: Shutdown,
+) {
+    let (client, runner) = match skiff_monoio::connect(&url, config) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(%url, error = %e, "recording: cannot make the recorder's client; recording is off");
+            return;
+        }
+    };
+    monoio::spawn(runner.run());
+    let active: Rc<RefCell<BTreeMap<String, Rc<Cell<bool>>>>> = Rc::default();
+    while !shutdown.is_draining() {
+        let present: Vec<String> = origin
+            .iter()
+            .map(|b| b.path().as_str().to_owned())
+            .filter(|p| !p.is_empty() && patterns.matches(p))
+            .collect();
+        {
+            let mut active = active.borrow_mut();
+            active.retain(|path, stop| {
+                let keep = present.contains(path);
+                if !keep {
+                    stop.set(true);
+                }
+                keep
+            });
+            for path in present {
+                if active.contains_key(&path) {
+                    continue;
+                }
+                let stop = Rc::new(Cell::new(false));
+                active.insert(path.clone(), stop.clone());
+                tracing::info!(broadcast = %path, "recording: started");
+                monoio::spawn(record_broadcast(client.clone(), path, queue.clone(), stop));
+            }
+        }
+        let _ = race(monoio::time::sleep(SCAN_EVERY), shutdown.wait()).await;
+    }
+    for stop in active.borrow().values() {
+        stop.set(true);
+    }
+    // The broadcasts' tasks see the flag within 100 ms and queue their end.
+    monoio::time::sleep(Duration::from_millis(200)).await;
+    client.close().await;
+}
+
+/// Records broadcast `path` until `stop`: its catalog's first version names
+/// the tracks; each H.264 rendition gets an init segment and a task.
+async fn record_broadcast(client: Client, path: String, queue: Queue, stop: Rc<Cell<bool>>) {
+    let Ok(Some(json)) = race(first_catalog(&client, &path), stopped(&stop)).await else {
+        tracing::warn!(broadcast = %path, "recording: no catalog; not recorded");
+        return;
+    };
+    let (videos, skipped) = match fmp4::catalog_video(&json) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(broadcast = %path, error = %e, "recording: bad catalog; not recorded");
+            return;
+        }
+    };
+    if !skipped.is_empty() {
+        tracing::info!(broadcast = %path, ?skipped, "recording: tracks not recorded (only H.264 with an avcC description is)");
+    }
+    for video in videos {
+        let track = video.name.clone();
+        let init = Job::Init {
+            broadcast: path.clone(),
+            video,
+        };
+        if queue.offer(init) {
+            monoio::spawn(record_track(
+                client.clone(),
+                path.clone(),
+                track,
+                queue.clone(),
+                stop.clone(),
+            ));
+        }
+    }
+    stopped(&stop).await;
+    tracing::info!(broadcast = %path, "recording: ended");
+    queue.offer(Job::End { broadcast: path });
+}
+
+/// The first frame of the first catalog group of broadcast `path`.
+async fn first_catalog(client: &Client, path: &str) -> Option<Vec<u8>> {
+    let mut catalog = client
+        .subscribe(path, hang::CATALOG_TRACK, request())
+        .await
+        .ok()?;
+    let mut group = catalog.next_group().await.ok()??;
+    let frame = group.read_frame().await.ok()??;
+    Some(frame.payload.to_vec())
+}
+
+/// Records `track` of broadcast `path` until `stop` or the track's end.
+async fn record_track(
+    client: Client,
+    path: String,
+    track: String,
+    queue: Queue,
+    stop: Rc<Cell<bool>>,
+) {
+    let Ok(Ok(mut consumer)) =
+        race(client.subscribe(&path, &track, request()), stopped(&stop)).await
+    else {
+        tracing::warn!(broadcast = %path, %track, "recording: cannot subscribe to the track");
+        return;
+    };
+    let mut frame_us = DEFAULT_FRAME_US;
+    loop {
+        let mut group = match race(consumer.next_group(), stopped(&stop)).await {
+            Ok(Ok(Some(g))) => g,
+            Ok(Ok(None)) | Err(()) => return,
+            Ok(Err(e)) => {
+                tracing::debug!(broadcast = %path, %track, error = %e, "recording: track ended");
+                return;
+            }
+        };
+        let sequence = group.sequence();
+        let mut samples: Vec<Sample> = Vec::new();
+        let complete = loop {
+            match race(group.read_frame(), stopped(&stop)).await {
+                Ok(Ok(Some(frame))) => {
+                    let mut data = frame.payload.to_vec();
+                    let Ok((pts_us, au_len)) =
+                        hang::frame::decode(&data).map(|(pts, au)| (pts, au.len()))
+                    else {
+                        break false;
+                    };
+                    data.drain(..data.len() - au_len);
+                    samples.push(Sample { pts_us, data });
+                }
+                Ok(Ok(None)) => break true,
+                // Aborted or evicted: the group is incomplete, not recorded.
+                Ok(Err(_)) => break false,
+                Err(()) => return,
+            }
+        };
+        if !complete || samples.is_empty() {
+            continue;
+        }
+        if let [.., a, b] = samples.as_slice()
+            && let Some(d) = b
+                .pts_us
+                .checked_sub(a.pts_us)
+                .and_then(|d| u32::try_from(d).ok())
+            && d > 0
+        {
+            frame_us = d;
+        }
+        queue.offer(Job::Group {
+            broadcast: path.clone(),
+            track: track.clone(),
+            group: sequence,
+            samples,
+            last_duration_us: frame_us,
+        });
+    }
+}

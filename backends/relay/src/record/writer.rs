@@ -1,0 +1,468 @@
+//! The recording writer: one dedicated thread per relay process that owns
+//! every file of `--record-dir`, fed through a bounded queue ([`Queue`]).
+//!
+//! Why a thread and not monoio's io_uring file I/O on a worker: the writes
+//! are few and large (one segment per group, about one a second per track),
+//! but each needs `fsync`, `rename`, `unlink` and directory scans, which
+//! monoio 0.2 does not submit to the ring (they would block the worker that
+//! runs them, and with it every connection of that worker). On its own
+//! thread a slow or full disk stalls only this thread: the queue in front of
+//! it fills and further groups are dropped from the recording (counted in
+//! [`RecordStats::groups_dropped`] and logged), never from live delivery.
+//!
+//! Crash safety: a segment is written to `.NAME.tmp`, synced, and renamed to
+//! NAME; only then is its record appended to the broadcast's index
+//! ([`super::index`]) and the index synced. At start the writer cuts each
+//! index back to its last good line, deletes temporary files and segment
+//! files the index does not name (a crash between rename and append), and
+//! marks every recording that was open as ended: a relay killed with SIGKILL
+//! serves after its restart every segment completed before the kill and
+//! none that was torn.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::fmp4::{self, Sample, VideoTrack};
+use super::index::{self, BroadcastIndex, Record, Segment};
+use super::{RecordConfig, RecordStats, names};
+
+/// Jobs the queue holds at most, whatever their size.
+const QUEUE_JOBS: usize = 4096;
+
+/// What the recorder asks the writer to do.
+#[derive(Debug)]
+pub enum Job {
+    /// A track of a broadcast starts (again): write its init segment.
+    Init {
+        /// The broadcast's full path.
+        broadcast: String,
+        /// The rendition to record.
+        video: VideoTrack,
+    },
+    /// One complete group of a track: write it as a media segment.
+    Group {
+        /// The broadcast's full path.
+        broadcast: String,
+        /// The track.
+        track: String,
+        /// The group's sequence number.
+        group: u64,
+        /// Its frames.
+        samples: Vec<Sample>,
+        /// How long its last frame lasts, µs.
+        last_duration_us: u32,
+    },
+    /// The broadcast ended (its publisher left or the relay stops).
+    End {
+        /// The broadcast's full path.
+        broadcast: String,
+    },
+}
+
+impl Job {
+    /// Bytes of media the job holds (what the queue's byte bound counts).
+    fn bytes(&self) -> u64 {
+        match self {
+            Job::Group { samples, .. } => samples.iter().map(|s| s.data.len() as u64).sum(),
+            Job::Init { video, .. } => video.avcc.len() as u64,
+            Job::End { .. } => 0,
+        }
+    }
+}
+
+/// The sending side of the writer's queue, bounded in bytes
+/// (`--record-queue-bytes`) and in jobs.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    tx: SyncSender<Job>,
+    stats: Arc<RecordStats>,
+    limit: u64,
+}
+
+impl Queue {
+    /// Hands `job` to the writer without waiting: false if the queue is
+    /// full (the job is dropped and counted) or the writer is gone.
+    pub fn offer(&self, job: Job) -> bool {
+        let bytes = job.bytes();
+        let queued = self.stats.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if queued + bytes > self.limit {
+            self.stats.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            self.dropped(&job);
+            return false;
+        }
+        match self.tx.try_send(job) {
+            Ok(()) => true,
+            Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => {
+                self.stats.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+                self.dropped(&job);
+                false
+            }
+        }
+    }
+
+    fn dropped(&self, job: &Job) {
+        let n = self.stats.groups_dropped.fetch_add(1, Ordering::Relaxed);
+        // The first drop and then one in a hundred: a full disk logs
+        // without flooding.
+        if n.is_multiple_of(100)
+            && let Job::Group {
+                broadcast,
+                track,
+                group,
+                ..
+            } = job
+        {
+            tracing::warn!(
+                %broadcast, %track, group, dropped = n + 1,
+                "recording: the write queue is full (--record-queue-bytes); group not recorded"
+            );
+        }
+    }
+}
+
+/// Starts the writer thread on `config`'s directory (recovering what a
+/// previous run left, see the module's text) and returns its queue.
+///
+/// # Errors
+/// If the directory cannot be made or the thread cannot start.
+pub fn start(config: &RecordConfig, stats: Arc<RecordStats>) -> io::Result<Queue> {
+    fs::create_dir_all(&config.dir)?;
+    let (tx, rx) = sync_channel(QUEUE_JOBS);
+    let mut writer = Writer::recover(config.clone(), stats.clone())?;
+    std::thread::Builder::new()
+        .name("skiff-record".into())
+        .spawn(move || writer.run(rx))?;
+    Ok(Queue {
+        tx,
+        stats,
+        limit: config.queue_bytes,
+    })
+}
+
+/// One stored segment in the retention order.
+#[derive(Debug, Clone)]
+struct Stored {
+    written_ms: u64,
+    broadcast: String,
+    track: String,
+    number: u64,
+    bytes: u64,
+}
+
+/// A broadcast's directory and index as the writer keeps them.
+#[derive(Debug)]
+struct Open {
+    dir: PathBuf,
+    index: BroadcastIndex,
+    /// The init each track's groups are written with in this run.
+    current_init: BTreeMap<String, (u32, u32)>,
+}
+
+struct Writer {
+    config: RecordConfig,
+    stats: Arc<RecordStats>,
+    broadcasts: BTreeMap<String, Open>,
+    /// Every stored segment, oldest written first.
+    retention: VecDeque<Stored>,
+    stored_bytes: u64,
+    errors: u64,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Reads `dir/index.log`, cutting a torn tail off the file.
+fn load_index(dir: &Path) -> io::Result<BroadcastIndex> {
+    let path = dir.join(index::INDEX_FILE);
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let parsed = index::parse(&bytes);
+    if parsed.valid_len < bytes.len() {
+        tracing::warn!(
+            index = %path.display(),
+            dropped = bytes.len() - parsed.valid_len,
+            "recording: cut the index's torn tail"
+        );
+        let f = OpenOptions::new().write(true).open(&path)?;
+        f.set_len(parsed.valid_len as u64)?;
+        f.sync_all()?;
+    }
+    Ok(BroadcastIndex::replay(&parsed.records))
+}
+
+/// Appends `record` to the index in `dir` and syncs it.
+fn append(dir: &Path, record: &Record) -> io::Result<()> {
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(index::INDEX_FILE))?;
+    f.write_all(record.line().as_bytes())?;
+    f.sync_data()
+}
+
+/// Writes `bytes` to `dir/name` through a temporary file, synced before the rename.
+fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let result = (|| {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_data()?;
+        fs::rename(&tmp, dir.join(name))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+impl Writer {
+    /// The writer of `config.dir` after recovery (see the module's text).
+    fn recover(config: RecordConfig, stats: Arc<RecordStats>) -> io::Result<Writer> {
+        let mut stored = Vec::new();
+        let now = now_ms();
+        for entry in fs::read_dir(&config.dir)? {
+            let entry = entry?;
+            let Some(broadcast) = entry.file_name().to_str().and_then(names::decode) else {
+                continue;
+            };
+            if !entry.file_type()?.is_dir() {
+                continue;
+            }
+            let dir = entry.path();
+            let mut index = load_index(&dir)?;
+            for file in fs::read_dir(&dir)? {
+                let file = file?;
+                let name = file.file_name();
+                let Some(name) = name.to_str() else { continue };
+                let named = index.tracks.iter().any(|(track, t)| {
+                    t.segments
+                        .keys()
+                        .any(|&n| index::segment_file(track, n) == name)
+                });
+                let stray = name.ends_with(".tmp") || (name.ends_with(".m4s") && !named);
+                if stray {
+                    tracing::info!(file = %file.path().display(), "recording: removed an incomplete file");
+                    fs::remove_file(file.path())?;
+                }
+            }
+            if !index.ended && index.last_number.is_some() {
+                let end = Record::End { written_ms: now };
+                append(&dir, &end)?;
+                index.apply(&end);
+            }
+            for s in index.segments() {
+                stored.push(Stored {
+                    written_ms: s.written_ms,
+                    broadcast: broadcast.clone(),
+                    track: s.track.clone(),
+                    number: s.number,
+                    bytes: s.bytes,
+                });
+            }
+        }
+        stored.sort_by_key(|s| (s.written_ms, s.number));
+        let stored_bytes = stored.iter().map(|s| s.bytes).sum();
+        stats.stored_bytes.store(stored_bytes, Ordering::Relaxed);
+        let mut w = Writer {
+            config,
+            stats,
+            broadcasts: BTreeMap::new(),
+            retention: stored.into(),
+            stored_bytes,
+            errors: 0,
+        };
+        w.retain();
+        Ok(w)
+    }
+
+    fn run(&mut self, rx: Receiver<Job>) {
+        loop {
+            let job = match rx.recv_timeout(Duration::from_secs(1)) {
+                Ok(job) => job,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    // Age-based retention runs even while nothing is recorded.
+                    self.retain();
+                    continue;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            };
+            let bytes = job.bytes();
+            let result = self.handle(job);
+            self.stats.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            if let Err(e) = result {
+                self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                if self.errors.is_multiple_of(100) {
+                    tracing::warn!(error = %e, errors = self.errors + 1, "recording: write failed; group not recorded");
+                }
+                self.errors += 1;
+            }
+        }
+    }
+
+    /// The open broadcast `path`, its directory made and index loaded.
+    fn open(&mut self, path: &str) -> io::Result<&mut Open> {
+        if !self.broadcasts.contains_key(path) {
+            let dir = self.config.dir.join(names::encode(path));
+            fs::create_dir_all(&dir)?;
+            let index = load_index(&dir)?;
+            self.broadcasts.insert(
+                path.to_owned(),
+                Open {
+                    dir,
+                    index,
+                    current_init: BTreeMap::new(),
+                },
+            );
+        }
+        self.broadcasts
+            .get_mut(path)
+            .ok_or_else(|| io::Error::other("broadcast not open"))
+    }
+
+    fn handle(&mut self, job: Job) -> io::Result<()> {
+        match job {
+            Job::Init { broadcast, video } => {
+                let open = self.open(&broadcast)?;
+                // A track keeps its MP4 track ID across inits; a new one takes the next.
+                let track_id = match open.index.tracks.get(&video.name) {
+                    Some(t) => t.inits.values().next().copied().unwrap_or(1),
+                    None => open.index.tracks.len() as u32 + 1,
+                };
+                let bytes = fmp4::init_segment(track_id, &video).map_err(io::Error::other)?;
+                let init = open.index.last_init.map_or(0, |i| i + 1);
+                write_atomic(&open.dir, &index::init_file(&video.name, init), &bytes)?;
+                let record = Record::Init {
+                    track: video.name.clone(),
+                    init,
+                    track_id,
+                };
+                append(&open.dir, &record)?;
+                open.index.apply(&record);
+                open.current_init.insert(video.name, (init, track_id));
+                Ok(())
+            }
+            Job::Group {
+                broadcast,
+                track,
+                group,
+                samples,
+                last_duration_us,
+            } => {
+                let open = self.open(&broadcast)?;
+                let Some(&(init, track_id)) = open.current_init.get(&track) else {
+                    return Err(io::Error::other(format!(
+                        "{broadcast} {track}: a group before its init segment"
+                    )));
+                };
+                let number = open.index.last_number.map_or(0, |n| n + 1);
+                let sequence = u32::try_from(number % (1 << 31)).unwrap_or(0) + 1;
+                let (bytes, duration_us) =
+                    fmp4::media_segment(sequence, track_id, &samples, last_duration_us)
+                        .map_err(io::Error::other)?;
+                write_atomic(&open.dir, &index::segment_file(&track, number), &bytes)?;
+                let segment = Segment {
+                    track: track.clone(),
+                    number,
+                    init,
+                    group,
+                    start_us: samples.first().map_or(0, |s| s.pts_us),
+                    duration_us,
+                    frames: u32::try_from(samples.len()).unwrap_or(u32::MAX),
+                    bytes: bytes.len() as u64,
+                    written_ms: now_ms(),
+                };
+                let record = Record::Segment(segment.clone());
+                append(&open.dir, &record)?;
+                open.index.apply(&record);
+                self.retention.push_back(Stored {
+                    written_ms: segment.written_ms,
+                    broadcast,
+                    track,
+                    number,
+                    bytes: segment.bytes,
+                });
+                self.stored_bytes += segment.bytes;
+                self.stats.groups_recorded.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .bytes_written
+                    .fetch_add(segment.bytes, Ordering::Relaxed);
+                self.retain();
+                Ok(())
+            }
+            Job::End { broadcast } => {
+                let open = self.open(&broadcast)?;
+                let record = Record::End {
+                    written_ms: now_ms(),
+                };
+                append(&open.dir, &record)?;
+                open.index.apply(&record);
+                open.current_init.clear();
+                self.broadcasts.remove(&broadcast);
+                Ok(())
+            }
+        }
+    }
+
+    /// Deletes the oldest segments while the recordings are over
+    /// `--record-max-bytes` or a segment is older than `--record-retain`.
+    fn retain(&mut self) {
+        let now = now_ms();
+        let max_age_ms = self
+            .config
+            .retain
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        while let Some(front) = self.retention.front() {
+            let over_size = self.config.max_bytes.is_some_and(|m| self.stored_bytes > m);
+            let too_old = max_age_ms.is_some_and(|age| now.saturating_sub(front.written_ms) > age);
+            if !over_size && !too_old {
+                break;
+            }
+            let Some(s) = self.retention.pop_front() else {
+                break;
+            };
+            self.stored_bytes = self.stored_bytes.saturating_sub(s.bytes);
+            if let Err(e) = self.delete(&s) {
+                tracing::warn!(broadcast = %s.broadcast, track = %s.track, number = s.number, error = %e, "recording: cannot delete a segment");
+            }
+            self.stats.segments_deleted.fetch_add(1, Ordering::Relaxed);
+        }
+        self.stats
+            .stored_bytes
+            .store(self.stored_bytes, Ordering::Relaxed);
+    }
+
+    /// Records the deletion of `s` in its index, then removes its file: a
+    /// crash in between leaves a file the index does not name, which the
+    /// next start removes.
+    fn delete(&mut self, s: &Stored) -> io::Result<()> {
+        let record = Record::Delete {
+            track: s.track.clone(),
+            number: s.number,
+        };
+        let dir = match self.broadcasts.get_mut(&s.broadcast) {
+            Some(open) => {
+                open.index.apply(&record);
+                open.dir.clone()
+            }
+            None => self.config.dir.join(names::encode(&s.broadcast)),
+        };
+        append(&dir, &record)?;
+        match fs::remove_file(dir.join(index::segment_file(&s.track, s.number))) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,496 @@
+//! Recording while relaying, against real `skiff-relay` processes: a hang
+//! test-card camera (I_PCM H.264, its frame number drawn in) published
+//! through a relay run with `--record`, then
+//!
+//! * the stored segments and the `export`ed MP4 read back: by `mp4-atom`
+//!   always, and by Debian's `ffprobe`/`ffmpeg` where installed (every
+//!   frame decoded, the drawn counter rising by one with no gap);
+//! * a relay killed with SIGKILL mid-recording, with a torn index line, a
+//!   temporary segment and an unindexed segment added to its directory,
+//!   restarted: `GET /recordings` and `export` serve every completed segment
+//!   and nothing torn;
+//! * `--record-max-bytes`: the oldest segments go first and the bound holds.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{http_get, sample};
+use skiff_core::hang::{self, testcard::TestCard};
+use skiff_monoio::driver::{self, DriverKind};
+use skiff_relay::record::{index, store};
+use skiff_testkit::relay_process::RelayProcess;
+
+/// The camera's picture size and rate.
+const WIDTH: usize = 160;
+const HEIGHT: usize = 96;
+const FPS: u32 = 30;
+
+fn binary() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_skiff-relay"))
+}
+
+/// A fresh empty directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("skiff-record-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Publishes the test card as hang broadcast `anon/NAME` through the relay
+/// at `addr`: `groups` groups of `per_group` frames at [`FPS`] (all if
+/// `groups` is `None`, until `stop`), starting once the video track has a
+/// subscriber (the recorder). Returns the frames published.
+fn camera(
+    addr: SocketAddr,
+    name: &'static str,
+    groups: Option<u32>,
+    per_group: u32,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u32> {
+    std::thread::spawn(move || {
+        driver::block_on(DriverKind::Legacy, move |_| async move {
+            let card = TestCard::new(WIDTH, HEIGHT, FPS).unwrap();
+            let mut config = skiff_monoio::Config::default();
+            config.pool_bytes = 32 << 20;
+            let (client, runner) =
+                skiff_monoio::connect(&format!("tcp://{addr}/anon"), config).unwrap();
+            monoio::spawn(runner.run());
+            let broadcast = client.publish(name).unwrap();
+            let mut catalog_track = broadcast.create_track(hang::catalog_info()).unwrap();
+            let mut video = broadcast
+                .create_track(hang::video_info("video").unwrap())
+                .unwrap();
+            let mut json = [0u8; hang::testcard::CATALOG_MAX_LEN];
+            let len = card.catalog("video", &mut json).unwrap();
+            let mut catalog = catalog_track.append_group().unwrap();
+            catalog.write_frame(0, &json[..len]).await.unwrap();
+            let waited = Instant::now();
+            while video.subscribers() == 0 {
+                assert!(
+                    waited.elapsed() < Duration::from_secs(20),
+                    "the recorder never subscribed to {name}"
+                );
+                monoio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let mut buf = vec![0u8; card.max_frame_len()];
+            let tick = Duration::from_micros(1_000_000 / u64::from(FPS));
+            let start = Instant::now();
+            let total = groups.map_or(u32::MAX, |g| g * per_group);
+            let mut n = 0u32;
+            let mut group = None;
+            while n < total && !stop.load(Ordering::Relaxed) {
+                if n.is_multiple_of(per_group) {
+                    if let Some(g) = group.take() {
+                        skiff_monoio::sdk::GroupProducer::finish(g).unwrap();
+                    }
+                    group = Some(video.append_group().unwrap());
+                }
+                let pts = card.pts_us(u64::from(n));
+                let frame = card.frame(n, pts, &mut buf).unwrap();
+                let Some(g) = group.as_mut() else { break };
+                if g.write_frame(pts, frame).await.is_err() {
+                    break;
+                }
+                n += 1;
+                monoio::time::sleep_until(monoio::time::Instant::from_std(start + tick * n)).await;
+            }
+            if let Some(g) = group.take() {
+                let _ = g.finish();
+            }
+            if groups.is_some() {
+                video.finish();
+                let _ = catalog.finish();
+                catalog_track.finish();
+                monoio::select! {
+                    () = client.flushed() => {}
+                    () = monoio::time::sleep(Duration::from_secs(5)) => {}
+                }
+                client.close().await;
+            }
+            n
+        })
+        .expect("camera runtime")
+    })
+}
+
+/// Polls `GET /recordings` until `done` holds for its JSON (within 30 s).
+fn wait_recordings(
+    addr: SocketAddr,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let (status, body) = http_get(addr, "/recordings");
+        assert!(status.contains("200"), "{status}");
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if done(&json) {
+            return json;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "recordings never got there: {json}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The `segments` count of `track` of `broadcast` in a `/recordings` answer.
+fn segments_of(json: &serde_json::Value, broadcast: &str, track: &str) -> u64 {
+    json.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b["broadcast"] == broadcast)
+        .flat_map(|b| b["tracks"].as_array().cloned().unwrap_or_default())
+        .filter(|t| t["track"] == track)
+        .map(|t| t["segments"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+fn ended(json: &serde_json::Value, broadcast: &str) -> bool {
+    json.as_array()
+        .into_iter()
+        .flatten()
+        .any(|b| b["broadcast"] == broadcast && b["ended"] == true)
+}
+
+/// Whether Debian's ffmpeg tools are installed.
+fn have_ffmpeg() -> bool {
+    let ok = |tool: &str| {
+        Command::new(tool)
+            .arg("-version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let found = ok("ffprobe") && ok("ffmpeg");
+    if !found {
+        eprintln!(
+            "ffprobe/ffmpeg not installed (apt-get install ffmpeg): their checks are skipped"
+        );
+    }
+    found
+}
+
+/// `ffprobe`'s count of the video frames of `file`; panics on any error it prints.
+fn ffprobe_frames(file: &Path) -> u64 {
+    let out = Command::new("ffprobe")
+        .args(["-v", "error", "-count_frames", "-select_streams", "v:0"])
+        .args([
+            "-show_entries",
+            "stream=nb_read_frames,codec_name,width,height",
+            "-of",
+            "csv=p=0",
+        ])
+        .arg(file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "ffprobe {}: {stderr}",
+        file.display()
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let fields: Vec<&str> = text.trim().split(',').collect();
+    assert_eq!(
+        fields[..3],
+        ["h264", &WIDTH.to_string(), &HEIGHT.to_string()],
+        "{text}"
+    );
+    fields[3]
+        .parse()
+        .unwrap_or_else(|_| panic!("ffprobe said {text}"))
+}
+
+/// Decodes every frame of `file` with ffmpeg (no error allowed) and reads
+/// the test card's counter off each picture.
+fn ffmpeg_counters(file: &Path) -> Vec<u32> {
+    let out = Command::new("ffmpeg")
+        .args(["-v", "error", "-i"])
+        .arg(file)
+        .args(["-f", "rawvideo", "-pix_fmt", "gray", "-"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "ffmpeg {}: {stderr}",
+        file.display()
+    );
+    let card = TestCard::new(WIDTH, HEIGHT, FPS).unwrap();
+    assert_eq!(out.stdout.len() % (WIDTH * HEIGHT), 0);
+    out.stdout
+        .chunks(WIDTH * HEIGHT)
+        .map(|luma| {
+            card.read_counter(luma, WIDTH)
+                .expect("the counter reads back")
+        })
+        .collect()
+}
+
+/// Checks every stored segment of `broadcast`'s video: its file decodes
+/// with `mp4-atom` (moof + mdat, as many samples as the index says) and,
+/// with ffmpeg, init + segment is a file ffprobe reads without error.
+/// Returns the frames the index lists.
+fn check_segments(dir: &Path, broadcast: &str, ffmpeg: bool) -> u64 {
+    use mp4_atom::{Decode, Mdat, Moof};
+    let stored = store::open(dir, broadcast)
+        .unwrap()
+        .expect("a stored broadcast");
+    let mut frames = 0;
+    for s in stored.segments("video") {
+        let bytes = std::fs::read(stored.segment_path(s)).unwrap();
+        assert_eq!(bytes.len() as u64, s.bytes);
+        let buf = &mut bytes.as_slice();
+        let moof = Moof::decode(buf).unwrap();
+        Mdat::decode(buf).unwrap();
+        assert!(buf.is_empty());
+        assert_eq!(
+            moof.traf[0].trun[0].samples.len() as u64,
+            u64::from(s.frames)
+        );
+        if ffmpeg {
+            let mut whole = std::fs::read(stored.init_path("video", s.init)).unwrap();
+            whole.extend_from_slice(&bytes);
+            let probe = dir.join("probe.mp4");
+            std::fs::write(&probe, whole).unwrap();
+            assert_eq!(
+                ffprobe_frames(&probe),
+                u64::from(s.frames),
+                "segment {}",
+                s.number
+            );
+            std::fs::remove_file(probe).unwrap();
+        }
+        frames += u64::from(s.frames);
+    }
+    frames
+}
+
+fn export(dir: &Path, broadcast: &str, out: &Path, range: &[&str]) -> String {
+    let o = Command::new(binary())
+        .args(["export", "--record-dir"])
+        .arg(dir)
+        .args(["--broadcast", broadcast])
+        .args(range)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "export: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn records_the_camera_exports_it_and_survives_sigkill() {
+    let dir = scratch("camera");
+    let ffmpeg = have_ffmpeg();
+    let d = dir.to_str().unwrap();
+    let relay = RelayProcess::start(binary(), &["--record", "anon/**", "--record-dir", d]);
+
+    // 1. Twelve one-second groups, recorded whole.
+    let (groups, per_group) = (12u32, FPS);
+    let cam = camera(
+        relay.addr,
+        "cam.hang",
+        Some(groups),
+        per_group,
+        Arc::default(),
+    );
+    assert_eq!(cam.join().unwrap(), groups * per_group);
+    let json = wait_recordings(relay.addr, |j| ended(j, "anon/cam.hang"));
+    assert_eq!(
+        segments_of(&json, "anon/cam.hang", "video"),
+        u64::from(groups),
+        "{json}"
+    );
+    assert_eq!(
+        check_segments(&dir, "anon/cam.hang", ffmpeg),
+        u64::from(groups * per_group)
+    );
+    let (_, metrics) = http_get(relay.metrics, "/metrics");
+    assert_eq!(
+        sample(&metrics, "skiff_relay_record_groups_recorded_total"),
+        Some(u64::from(groups))
+    );
+    assert_eq!(
+        sample(&metrics, "skiff_relay_record_groups_dropped_total"),
+        Some(0)
+    );
+
+    let mp4 = dir.join("cam.mp4");
+    let said = export(&dir, "anon/cam.hang", &mp4, &[]);
+    assert!(
+        said.contains(&format!(
+            "exported {groups} segments ({} frames",
+            groups * per_group
+        )),
+        "{said}"
+    );
+    // Content seconds 3 to 6: the groups starting at 3, 4 and 5 s.
+    let part = dir.join("part.mp4");
+    let said = export(
+        &dir,
+        "anon/cam.hang",
+        &part,
+        &["--from", "3s", "--to", "6s"],
+    );
+    assert!(
+        said.contains(&format!("exported 3 segments ({} frames", 3 * per_group)),
+        "{said}"
+    );
+    if ffmpeg {
+        assert_eq!(ffprobe_frames(&mp4), u64::from(groups * per_group));
+        let counters = ffmpeg_counters(&mp4);
+        assert_eq!(counters, (0..groups * per_group).collect::<Vec<_>>());
+        let counters = ffmpeg_counters(&part);
+        assert_eq!(counters, (3 * per_group..6 * per_group).collect::<Vec<_>>());
+    }
+
+    // 2. A camera that is still publishing when the relay is killed.
+    let stop = Arc::new(AtomicBool::new(false));
+    let _live = camera(relay.addr, "live.hang", None, 10, stop.clone());
+    wait_recordings(relay.addr, |j| {
+        segments_of(j, "anon/live.hang", "video") >= 4
+    });
+    let mut relay = relay;
+    relay.child.kill().unwrap(); // SIGKILL
+    relay.child.wait().unwrap();
+    stop.store(true, Ordering::Relaxed);
+
+    // What a crash can leave: a half-written segment, a segment renamed
+    // before its index line, and half an index line.
+    let live = store::open(&dir, "anon/live.hang").unwrap().unwrap();
+    let before: Vec<u64> = live.segments("video").map(|s| s.number).collect();
+    let next = live.index.last_number.unwrap() + 1;
+    let bdir = live.dir.clone();
+    std::fs::write(
+        bdir.join(format!(".{}.tmp", index::segment_file("video", next + 1))),
+        b"torn",
+    )
+    .unwrap();
+    std::fs::write(
+        bdir.join(index::segment_file("video", next)),
+        b"\0\0\0\x08moof",
+    )
+    .unwrap();
+    let line = index::Record::Delete {
+        track: "video".into(),
+        number: before[0],
+    }
+    .line();
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(bdir.join(index::INDEX_FILE))
+        .unwrap();
+    std::io::Write::write_all(&mut log, &line.as_bytes()[..line.len() / 2]).unwrap();
+    drop(log);
+
+    let relay = RelayProcess::start(binary(), &["--record", "anon/**", "--record-dir", d]);
+    let json = wait_recordings(relay.addr, |j| ended(j, "anon/live.hang"));
+    assert_eq!(
+        segments_of(&json, "anon/live.hang", "video"),
+        before.len() as u64,
+        "{json}"
+    );
+    let after = store::open(&dir, "anon/live.hang").unwrap().unwrap();
+    let kept: Vec<u64> = after.segments("video").map(|s| s.number).collect();
+    assert_eq!(kept, before, "every completed segment, nothing torn");
+    let mut files: Vec<String> = std::fs::read_dir(&bdir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.contains(".m4s"))
+        .collect();
+    files.sort();
+    let named: Vec<String> = before
+        .iter()
+        .map(|&n| index::segment_file("video", n))
+        .collect();
+    assert_eq!(files, named, "no temporary or unindexed segment is left");
+    let frames = check_segments(&dir, "anon/live.hang", ffmpeg);
+    assert_eq!(frames, 10 * before.len() as u64);
+    let live_mp4 = dir.join("live.mp4");
+    let said = export(&dir, "anon/live.hang", &live_mp4, &[]);
+    assert!(said.contains(&format!("({frames} frames")), "{said}");
+    if ffmpeg {
+        let counters = ffmpeg_counters(&live_mp4);
+        assert_eq!(counters.len() as u64, frames);
+        assert!(
+            counters.windows(2).all(|w| w[1] == w[0] + 1),
+            "{counters:?}"
+        );
+    }
+    // The first recording is still there, untouched.
+    assert_eq!(
+        segments_of(&json, "anon/cam.hang", "video"),
+        u64::from(groups)
+    );
+    drop(relay);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn retention_by_size_deletes_the_oldest_first() {
+    let dir = scratch("retain");
+    let d = dir.to_str().unwrap();
+    // A group of 10 pictures is about 230 KB: the bound holds four.
+    let bound: u64 = 1_000_000;
+    let relay = RelayProcess::start(
+        binary(),
+        &[
+            "--record",
+            "anon/**",
+            "--record-dir",
+            d,
+            "--record-max-bytes",
+            &bound.to_string(),
+        ],
+    );
+    let groups = 12u32;
+    let cam = camera(relay.addr, "cam.hang", Some(groups), 10, Arc::default());
+    assert_eq!(cam.join().unwrap(), groups * 10);
+    wait_recordings(relay.addr, |j| ended(j, "anon/cam.hang"));
+    let stored = store::open(&dir, "anon/cam.hang").unwrap().unwrap();
+    let kept: Vec<u64> = stored.segments("video").map(|s| s.number).collect();
+    let bytes: u64 = stored.segments("video").map(|s| s.bytes).sum();
+    assert!(bytes <= bound, "{bytes} stored");
+    assert!(kept.len() >= 3, "{kept:?}");
+    // Segment numbers are in recording order: the newest are the ones kept.
+    let last = stored.index.last_number.unwrap();
+    let expect: Vec<u64> = (last + 1 - kept.len() as u64..=last).collect();
+    assert_eq!(kept, expect);
+    let on_disk = std::fs::read_dir(&stored.dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".m4s")
+        })
+        .count();
+    assert_eq!(on_disk, kept.len());
+    let (_, metrics) = http_get(relay.metrics, "/metrics");
+    assert_eq!(
+        sample(&metrics, "skiff_relay_record_segments_deleted_total"),
+        Some(u64::from(groups) - kept.len() as u64)
+    );
+    assert_eq!(
+        sample(&metrics, "skiff_relay_record_stored_bytes"),
+        Some(bytes)
+    );
+    drop(relay);
+    let _ = std::fs::remove_dir_all(&dir);
+}
