@@ -199,7 +199,7 @@ fn ffprobe_frames(file: &Path) -> u64 {
         file.display()
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    let fields: Vec<&str> = text.trim().split(',').collect();
+    let fields: Vec<&str> = text.lines().next().unwrap_or("").split(',').collect();
     assert_eq!(
         fields[..3],
         ["h264", &WIDTH.to_string(), &HEIGHT.to_string()],
@@ -359,12 +359,60 @@ fn records_the_camera_exports_it_and_survives_sigkill() {
         assert_eq!(counters, (3 * per_group..6 * per_group).collect::<Vec<_>>());
     }
 
+    // The finished recording as HLS: every segment listed, then the end.
+    let (status, m3u8) = http_get(relay.addr, "/hls/anon/cam.hang/index.m3u8");
+    assert!(status.contains("200"), "{status}");
+    assert_eq!(m3u8.matches("#EXTINF:").count(), groups as usize, "{m3u8}");
+    assert!(
+        m3u8.contains("#EXT-X-MAP:URI=\"video.0.init.mp4\""),
+        "{m3u8}"
+    );
+    assert!(m3u8.trim_end().ends_with("#EXT-X-ENDLIST"), "{m3u8}");
+    let (status, _) = http_get(relay.addr, "/hls/anon/cam.hang/..%2F..%2Fetc%2Fpasswd");
+    assert!(status.contains("404"), "{status}");
+    let hls = format!("http://{}/hls/anon/cam.hang/index.m3u8", relay.addr);
+    if ffmpeg {
+        assert_eq!(
+            ffprobe_frames(Path::new(&hls)),
+            u64::from(groups * per_group)
+        );
+        let counters = ffmpeg_counters(Path::new(&hls));
+        assert_eq!(counters, (0..groups * per_group).collect::<Vec<_>>());
+    }
+
     // 2. A camera that is still publishing when the relay is killed.
     let stop = Arc::new(AtomicBool::new(false));
     let _live = camera(relay.addr, "live.hang", None, 10, stop.clone());
     wait_recordings(relay.addr, |j| {
         segments_of(j, "anon/live.hang", "video") >= 4
     });
+    // Live HLS: no end yet, and ffprobe reads its start.
+    let (_, m3u8) = http_get(relay.addr, "/hls/anon/live.hang/index.m3u8");
+    assert!(!m3u8.contains("#EXT-X-ENDLIST"), "{m3u8}");
+    if ffmpeg {
+        let live_url = format!("http://{}/hls/anon/live.hang/index.m3u8", relay.addr);
+        let out = Command::new("ffprobe")
+            .args([
+                "-v",
+                "error",
+                "-show_entries",
+                "stream=codec_name",
+                "-of",
+                "csv=p=0",
+            ])
+            .arg(&live_url)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stderr.trim().is_empty(),
+            "ffprobe {live_url}: {stderr}"
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).lines().next(),
+            Some("h264")
+        );
+    }
     let mut relay = relay;
     relay.child.kill().unwrap(); // SIGKILL
     relay.child.wait().unwrap();

@@ -1,7 +1,7 @@
 //! Recording while relaying (`--record PATTERN --record-dir DIR`): matching
 //! broadcasts are stored as they pass through, as fragmented MP4 (CMAF),
-//! served back as a listing (`GET /recordings`) and as MP4 files
-//! (`skiff-relay export`).
+//! served back as a listing (`GET /recordings`), as HLS
+//! (`GET /hls/PATH/index.m3u8`) and as MP4 files (`skiff-relay export`).
 //!
 //! * [`recorder`]: the internal subscriber on worker 0 (the hang catalog,
 //!   then every H.264 track group by group);
@@ -11,7 +11,7 @@
 //! * [`fmp4`]: init and media segments, made with the `mp4-atom` crate;
 //! * [`index`]: the per-broadcast index (content time → segment), an
 //!   append-only log of checksummed lines;
-//! * [`store`] and [`export`]: reading what is stored;
+//! * [`store`], [`export`] and [`hls`]: reading what is stored;
 //! * [`names`]: broadcast paths and track names as file names.
 //!
 //! On disk, per broadcast `DIR/<path, %-escaped>/`: `index.log`,
@@ -21,6 +21,7 @@
 
 pub mod export;
 pub mod fmp4;
+pub mod hls;
 pub mod index;
 pub mod names;
 pub mod recorder;
