@@ -542,3 +542,127 @@ fn retention_by_size_deletes_the_oldest_first() {
     drop(relay);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A small tmpfs mounted for one test, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (mount's spelling: `1536k`) at a fresh
+    /// directory; `None` where this process may not mount (not root).
+    fn mount(name: &str, size: &str) -> Option<Tmpfs> {
+        let dir = scratch(name);
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("cannot mount a tmpfs here (needs root): the full-disk test is skipped");
+            return None;
+        }
+        Some(Tmpfs(dir))
+    }
+
+    fn resize(&self, size: &str) {
+        let status = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.0)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A viewer of `anon/NAME`'s video through the relay at `addr`: the
+/// timestamps of every frame it reads until the track ends.
+fn viewer(addr: SocketAddr, name: &'static str) -> std::thread::JoinHandle<Vec<u64>> {
+    std::thread::spawn(move || {
+        driver::block_on(DriverKind::Legacy, move |_| async move {
+            let (client, runner) = skiff_monoio::connect(
+                &format!("tcp://{addr}/anon"),
+                skiff_monoio::Config::default(),
+            )
+            .unwrap();
+            monoio::spawn(runner.run());
+            let request = skiff_monoio::sdk::Request {
+                max_latency: skiff_core::time::Duration::from_secs(30),
+                ..skiff_monoio::sdk::Request::LIVE
+            };
+            let mut track = client.subscribe(name, "video", request).await.unwrap();
+            let mut seen = Vec::new();
+            while let Ok(Some(mut group)) = track.next_group().await {
+                while let Ok(Some(frame)) = group.read_frame().await {
+                    seen.push(frame.timestamp);
+                }
+            }
+            client.close().await;
+            seen
+        })
+        .expect("viewer runtime")
+    })
+}
+
+/// Polls the relay's metric `series` until `done` holds (within 20 s).
+fn wait_metric(relay: &RelayProcess, series: &str, done: impl Fn(u64) -> bool) -> u64 {
+    let start = Instant::now();
+    loop {
+        let (_, text) = http_get(relay.metrics, "/metrics");
+        let v = sample(&text, series).unwrap_or(0);
+        if done(v) {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{series} stays at {v}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_full_disk_stops_recording_not_delivery_and_recording_resumes() {
+    // About six segments of ten pictures fit.
+    let Some(disk) = Tmpfs::mount("full", "1536k") else {
+        return;
+    };
+    let d = disk.0.to_str().unwrap();
+    let relay = RelayProcess::start(binary(), &["--record", "anon/**", "--record-dir", d]);
+    let watching = viewer(relay.addr, "cam.hang");
+    let (groups, per_group) = (30u32, 10u32);
+    let cam = camera(
+        relay.addr,
+        "cam.hang",
+        Some(groups),
+        per_group,
+        Arc::default(),
+    );
+    let errors = "skiff_relay_record_write_errors_total";
+    let recorded = "skiff_relay_record_groups_recorded_total";
+    wait_metric(&relay, errors, |v| v >= 1);
+    let before = wait_metric(&relay, recorded, |_| true);
+    assert!(before < u64::from(groups), "the disk was never full");
+    // Space returns: the groups still to come are recorded again.
+    disk.resize("64m");
+    wait_metric(&relay, recorded, |v| v >= before + 2);
+    assert_eq!(cam.join().unwrap(), groups * per_group);
+    // The viewer lost nothing: every frame, in order.
+    let card = TestCard::new(WIDTH, HEIGHT, FPS).unwrap();
+    let expect: Vec<u64> = (0..u64::from(groups * per_group))
+        .map(|n| card.pts_us(n))
+        .collect();
+    assert_eq!(watching.join().unwrap(), expect);
+    // What is stored is whole: every indexed segment reads back.
+    let json = wait_recordings(relay.addr, |j| ended(j, "anon/cam.hang"));
+    let stored = segments_of(&json, "anon/cam.hang", "video");
+    assert!(stored > before && stored < u64::from(groups), "{json}");
+    check_segments(&disk.0, "anon/cam.hang", have_ffmpeg());
+    drop(relay);
+}

@@ -162,6 +162,9 @@ struct Open {
     index: BroadcastIndex,
     /// The init each track's groups are written with in this run.
     current_init: BTreeMap<String, (u32, u32)>,
+    /// The renditions whose init segment could not be written yet (a full
+    /// disk): written before their next group.
+    pending_init: BTreeMap<String, VideoTrack>,
 }
 
 struct Writer {
@@ -203,14 +206,22 @@ fn load_index(dir: &Path) -> io::Result<BroadcastIndex> {
     Ok(BroadcastIndex::replay(&parsed.records))
 }
 
-/// Appends `record` to the index in `dir` and syncs it.
+/// Appends `record` to the index in `dir` and syncs it. If that fails (a
+/// full disk), the file is cut back to its length before, so a partial
+/// line never sits in front of later records.
 fn append(dir: &Path, record: &Record) -> io::Result<()> {
     let mut f = OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join(index::INDEX_FILE))?;
-    f.write_all(record.line().as_bytes())?;
-    f.sync_data()
+    let before = f.metadata()?.len();
+    let result = f
+        .write_all(record.line().as_bytes())
+        .and_then(|()| f.sync_data());
+    if result.is_err() {
+        let _ = f.set_len(before);
+    }
+    result
 }
 
 /// Writes `bytes` to `dir/name` through a temporary file, synced before the rename.
@@ -226,6 +237,35 @@ fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+impl Open {
+    /// Writes the init segments still pending (see [`Open::pending_init`]).
+    fn write_pending_init(&mut self) -> io::Result<()> {
+        while let Some((name, video)) = self.pending_init.pop_first() {
+            // A track keeps its MP4 track ID across inits; a new one takes the next.
+            let track_id = match self.index.tracks.get(&name) {
+                Some(t) => t.inits.values().next().copied().unwrap_or(1),
+                None => u32::try_from(self.index.tracks.len()).unwrap_or(u32::MAX - 1) + 1,
+            };
+            let bytes = fmp4::init_segment(track_id, &video).map_err(io::Error::other)?;
+            let init = self.index.last_init.map_or(0, |i| i + 1);
+            let record = Record::Init {
+                track: name.clone(),
+                init,
+                track_id,
+            };
+            let written = write_atomic(&self.dir, &index::init_file(&name, init), &bytes)
+                .and_then(|()| append(&self.dir, &record));
+            if let Err(e) = written {
+                self.pending_init.insert(name, video);
+                return Err(e);
+            }
+            self.index.apply(&record);
+            self.current_init.insert(name, (init, track_id));
+        }
+        Ok(())
+    }
 }
 
 impl Writer {
@@ -324,6 +364,7 @@ impl Writer {
                     dir,
                     index,
                     current_init: BTreeMap::new(),
+                    pending_init: BTreeMap::new(),
                 },
             );
         }
@@ -336,23 +377,9 @@ impl Writer {
         match job {
             Job::Init { broadcast, video } => {
                 let open = self.open(&broadcast)?;
-                // A track keeps its MP4 track ID across inits; a new one takes the next.
-                let track_id = match open.index.tracks.get(&video.name) {
-                    Some(t) => t.inits.values().next().copied().unwrap_or(1),
-                    None => open.index.tracks.len() as u32 + 1,
-                };
-                let bytes = fmp4::init_segment(track_id, &video).map_err(io::Error::other)?;
-                let init = open.index.last_init.map_or(0, |i| i + 1);
-                write_atomic(&open.dir, &index::init_file(&video.name, init), &bytes)?;
-                let record = Record::Init {
-                    track: video.name.clone(),
-                    init,
-                    track_id,
-                };
-                append(&open.dir, &record)?;
-                open.index.apply(&record);
-                open.current_init.insert(video.name, (init, track_id));
-                Ok(())
+                open.current_init.remove(&video.name);
+                open.pending_init.insert(video.name.clone(), video);
+                open.write_pending_init()
             }
             Job::Group {
                 broadcast,
@@ -362,6 +389,9 @@ impl Writer {
                 last_duration_us,
             } => {
                 let open = self.open(&broadcast)?;
+                if open.pending_init.contains_key(&track) {
+                    open.write_pending_init()?;
+                }
                 let Some(&(init, track_id)) = open.current_init.get(&track) else {
                     return Err(io::Error::other(format!(
                         "{broadcast} {track}: a group before its init segment"
@@ -385,7 +415,11 @@ impl Writer {
                     written_ms: now_ms(),
                 };
                 let record = Record::Segment(segment.clone());
-                append(&open.dir, &record)?;
+                if let Err(e) = append(&open.dir, &record) {
+                    // Not indexed, so not kept: the file goes too.
+                    let _ = fs::remove_file(open.dir.join(index::segment_file(&track, number)));
+                    return Err(e);
+                }
                 open.index.apply(&record);
                 self.retention.push_back(Stored {
                     written_ms: segment.written_ms,
@@ -419,7 +453,11 @@ impl Writer {
     /// Deletes the oldest segments while the recordings are over
     /// `--record-max-bytes` or a segment is older than `--record-retain`.
     fn retain(&mut self) {
-        let now = now_ms();
+        self.retain_at(now_ms());
+    }
+
+    /// [`Writer::retain`] at `now` (Unix ms).
+    fn retain_at(&mut self, now: u64) {
         let max_age_ms = self
             .config
             .retain
@@ -464,5 +502,103 @@ impl Writer {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("skiff-writer-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn video() -> VideoTrack {
+        let card = skiff_core::hang::testcard::TestCard::new(160, 96, 30).unwrap();
+        let mut buf = [0u8; skiff_core::hang::testcard::CATALOG_MAX_LEN];
+        let n = card.catalog("video", &mut buf).unwrap();
+        let (mut tracks, _) = fmp4::catalog_video(&buf[..n]).unwrap();
+        tracks.remove(0)
+    }
+
+    fn group(n: u64) -> Job {
+        Job::Group {
+            broadcast: "anon/cam.hang".into(),
+            track: "video".into(),
+            group: n,
+            samples: vec![Sample {
+                pts_us: n * 1_000_000,
+                data: vec![0, 0, 0, 1, 0x65],
+            }],
+            last_duration_us: 1_000_000,
+        }
+    }
+
+    fn writer(dir: &Path, retain: Option<Duration>, max_bytes: Option<u64>) -> Writer {
+        fs::create_dir_all(dir).unwrap();
+        let config = RecordConfig {
+            patterns: moq_pattern::Patterns::new(),
+            dir: dir.to_owned(),
+            retain,
+            max_bytes,
+            queue_bytes: 1 << 20,
+        };
+        Writer::recover(config, Arc::default()).unwrap()
+    }
+
+    #[test]
+    fn age_retention_deletes_the_oldest_first_and_a_restart_keeps_the_rest() {
+        let dir = scratch("age");
+        let mut w = writer(&dir, Some(Duration::from_secs(10)), None);
+        w.handle(Job::Init {
+            broadcast: "anon/cam.hang".into(),
+            video: video(),
+        })
+        .unwrap();
+        for n in 0..3 {
+            w.handle(group(n)).unwrap();
+        }
+        // Simulated write times: 1 s, 2 s and 3 s after the epoch.
+        for (i, s) in w.retention.iter_mut().enumerate() {
+            s.written_ms = 1_000 * (i as u64 + 1);
+        }
+        // At 12.5 s the first two are older than 10 s.
+        w.retain_at(12_500);
+        assert_eq!(w.retention.len(), 1);
+        assert_eq!(w.stats.segments_deleted.load(Ordering::Relaxed), 2);
+        let stored = super::super::store::open(&dir, "anon/cam.hang")
+            .unwrap()
+            .unwrap();
+        let kept: Vec<u64> = stored.segments("video").map(|s| s.number).collect();
+        assert_eq!(kept, [2]);
+        drop(w);
+        // A restart reads the same: one segment, and the recording ended.
+        let w = writer(&dir, None, None);
+        assert_eq!(w.retention.len(), 1);
+        let stored = super::super::store::open(&dir, "anon/cam.hang")
+            .unwrap()
+            .unwrap();
+        assert!(stored.index.ended);
+        assert_eq!(stored.segments("video").count(), 1);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_group_before_its_init_is_refused_and_an_init_waits_for_the_disk() {
+        let dir = scratch("order");
+        let mut w = writer(&dir, None, None);
+        assert!(w.handle(group(0)).is_err());
+        // An init whose write failed is written before the next group.
+        let open = w.open("anon/cam.hang").unwrap();
+        open.pending_init.insert("video".into(), video());
+        w.handle(group(1)).unwrap();
+        let stored = super::super::store::open(&dir, "anon/cam.hang")
+            .unwrap()
+            .unwrap();
+        let kept: Vec<u64> = stored.segments("video").map(|s| s.group).collect();
+        assert_eq!(kept, [1]);
+        let _ = fs::remove_dir_all(&dir);
     }
 }
