@@ -353,6 +353,19 @@ fn records_the_camera_exports_it_and_survives_sigkill() {
     );
     if ffmpeg {
         assert_eq!(ffprobe_frames(&mp4), u64::from(groups * per_group));
+        // The part starts at the file's time 0 and lasts its three seconds.
+        let out = Command::new("ffprobe")
+            .args(["-v", "error", "-show_entries", "format=start_time,duration"])
+            .args(["-of", "csv=p=0"])
+            .arg(&part)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let times: Vec<f64> = text.trim().split(',').map(|t| t.parse().unwrap()).collect();
+        assert!(
+            times[0].abs() < 0.001 && (times[1] - 3.0).abs() < 0.001,
+            "{text}"
+        );
         let counters = ffmpeg_counters(&mp4);
         assert_eq!(counters, (0..groups * per_group).collect::<Vec<_>>());
         let counters = ffmpeg_counters(&part);

@@ -1,15 +1,16 @@
 //! `skiff-relay export`: one MP4 file from a broadcast's stored segments,
-//! without re-encoding. The file is fragmented MP4 as stored: the track's
-//! init segment (`ftyp` + `moov`), then the chosen `moof` + `mdat`
-//! segments in the order they were recorded, which ffmpeg and browsers
-//! play as they are.
+//! without re-encoding. The file is fragmented MP4: the track's init
+//! segment (`ftyp` + `moov`) with the file's duration
+//! ([`fmp4::export_init`]), then the chosen segments in the order they
+//! were recorded, their decode times moved so the file starts at time 0
+//! ([`fmp4::rebase_segment`]; the media data is copied as stored).
 
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::store;
+use super::{fmp4, store};
 
 /// What to export.
 #[derive(Debug, Clone)]
@@ -98,11 +99,18 @@ pub fn run(export: &Export) -> Result<Exported, ExportError> {
     let result = (|| -> io::Result<Exported> {
         let mut out = io::BufWriter::new(File::create(&tmp)?);
         let mut bytes = 0u64;
-        let head = fs::read(stored.init_path(&track, init))?;
+        let start = chosen.first().map_or(0, |s| s.start_us);
+        let end = chosen.last().map_or(0, |s| s.start_us + s.duration_us);
+        let head = fmp4::export_init(
+            &fs::read(stored.init_path(&track, init))?,
+            end.saturating_sub(start),
+        )
+        .map_err(io::Error::other)?;
         out.write_all(&head)?;
         bytes += head.len() as u64;
         for s in &chosen {
-            let body = fs::read(stored.segment_path(s))?;
+            let body = fmp4::rebase_segment(&fs::read(stored.segment_path(s))?, start)
+                .map_err(io::Error::other)?;
             out.write_all(&body)?;
             bytes += body.len() as u64;
         }

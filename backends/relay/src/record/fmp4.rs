@@ -14,9 +14,9 @@
 //! B-frames are reordered: hang's legacy container carries one timestamp).
 
 use mp4_atom::{
-    Atom, Avc1, Avcc, Codec, Dinf, Dref, Encode, Ftyp, Hdlr, Mdat, Mdhd, Mdia, Mfhd, Minf, Moof,
-    Moov, Mvex, Mvhd, Stbl, Stco, Stsc, Stsd, Stsz, Stts, Tfdt, Tfhd, Tkhd, Traf, Trak, Trex, Trun,
-    TrunEntry, Url, Visual, Vmhd,
+    Atom, Avc1, Avcc, Codec, Decode, Dinf, Dref, Encode, Ftyp, Hdlr, Mdat, Mdhd, Mdia, Mehd, Mfhd,
+    Minf, Moof, Moov, Mvex, Mvhd, Stbl, Stco, Stsc, Stsd, Stsz, Stts, Tfdt, Tfhd, Tkhd, Traf, Trak,
+    Trex, Trun, TrunEntry, Url, Visual, Vmhd,
 };
 
 /// MP4 timescale of recorded tracks: microseconds, as hang's timestamps.
@@ -215,6 +215,60 @@ pub fn init_segment(track_id: u32, video: &VideoTrack) -> Result<Vec<u8>, Mp4Err
     Ok(out)
 }
 
+/// The stored init segment `init` made the head of an exported file of
+/// `duration_us`: the movie and its track say how long they last (`mvhd`,
+/// `tkhd`, and `mehd` for the fragments).
+///
+/// # Errors
+/// [`Mp4Error::Encode`] if `init` is not an `ftyp` + `moov` this module wrote.
+pub fn export_init(init: &[u8], duration_us: u64) -> Result<Vec<u8>, Mp4Error> {
+    let buf = &mut &init[..];
+    let ftyp = Ftyp::decode(buf).map_err(Mp4Error::Encode)?;
+    let mut moov = Moov::decode(buf).map_err(Mp4Error::Encode)?;
+    moov.mvhd.duration = duration_us;
+    if let Some(mvex) = moov.mvex.as_mut() {
+        mvex.mehd = Some(Mehd {
+            fragment_duration: duration_us,
+        });
+    }
+    for trak in &mut moov.trak {
+        trak.tkhd.duration = duration_us;
+    }
+    let mut out = Vec::new();
+    ftyp.encode(&mut out).map_err(Mp4Error::Encode)?;
+    moov.encode(&mut out).map_err(Mp4Error::Encode)?;
+    Ok(out)
+}
+
+/// The stored media segment `segment` with its decode times moved
+/// `shift_us` earlier (an exported file starts at time 0): its `tfdt` is
+/// rewritten and the run's data offset follows the `moof`'s new size; the
+/// `mdat` is kept as it is.
+///
+/// # Errors
+/// [`Mp4Error::Encode`] if `segment` does not start with a `moof` this
+/// module wrote; [`Mp4Error::Segment`] if it has no `tfdt` or run.
+pub fn rebase_segment(segment: &[u8], shift_us: u64) -> Result<Vec<u8>, Mp4Error> {
+    let buf = &mut &segment[..];
+    let mut moof = Moof::decode(buf).map_err(Mp4Error::Encode)?;
+    let rest: &[u8] = buf;
+    let traf = moof.traf.first_mut().ok_or(Mp4Error::Segment("no traf"))?;
+    let tfdt = traf.tfdt.as_mut().ok_or(Mp4Error::Segment("no tfdt"))?;
+    tfdt.base_media_decode_time = tfdt.base_media_decode_time.saturating_sub(shift_us);
+    let trun = traf.trun.first_mut().ok_or(Mp4Error::Segment("no trun"))?;
+    trun.data_offset = Some(0);
+    let mut probe = Vec::new();
+    moof.encode(&mut probe).map_err(Mp4Error::Encode)?;
+    let offset = i32::try_from(probe.len() + 8).map_err(|_| Mp4Error::Segment("moof too large"))?;
+    if let Some(trun) = moof.traf.first_mut().and_then(|t| t.trun.first_mut()) {
+        trun.data_offset = Some(offset);
+    }
+    let mut out = Vec::with_capacity(segment.len());
+    moof.encode(&mut out).map_err(Mp4Error::Encode)?;
+    out.extend_from_slice(rest);
+    Ok(out)
+}
+
 /// One frame of a group: its presentation time (µs) and its H.264 access
 /// unit (length-prefixed NAL units, as hang's `avc1` frames carry it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -307,7 +361,6 @@ pub fn media_segment(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mp4_atom::Decode;
 
     /// The test card's catalog, as the core writes it.
     fn testcard_catalog() -> Vec<u8> {
@@ -356,6 +409,18 @@ mod tests {
             moof.traf[0].tfdt.as_ref().unwrap().base_media_decode_time,
             1_000
         );
+        // Moved to start at 0: same samples, the offset follows the new moof.
+        let moved = rebase_segment(&seg, 1_000).unwrap();
+        let buf = &mut moved.as_slice();
+        let moof = Moof::decode(buf).unwrap();
+        assert_eq!(Mdat::decode(buf).unwrap().data, mdat.data);
+        assert_eq!(
+            moof.traf[0].tfdt.as_ref().unwrap().base_media_decode_time,
+            0
+        );
+        let offset = moof.traf[0].trun[0].data_offset.unwrap() as usize;
+        assert_eq!(&moved[offset..offset + 5], &[0, 0, 0, 1, 0x65]);
+        assert!(rebase_segment(b"not a box", 0).is_err());
         assert!(media_segment(1, 1, &[], 1).is_err());
         let back = [samples[1].clone(), samples[0].clone()];
         assert!(media_segment(1, 1, &back, 1).is_err());
