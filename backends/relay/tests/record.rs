@@ -508,8 +508,10 @@ fn retention_by_size_deletes_the_oldest_first() {
     let d = dir.to_str().unwrap();
     // A group of 10 pictures is about 230 KB: the bound holds four.
     let bound: u64 = 1_000_000;
-    let relay = RelayProcess::start(
+    // Two workers: the camera and the recorder may land on either.
+    let relay = RelayProcess::start_threads(
         binary(),
+        2,
         &[
             "--record",
             "anon/**",

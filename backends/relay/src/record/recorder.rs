@@ -11,7 +11,7 @@
 //! on worker 0 between that worker's other tasks, and nothing it does waits
 //! for the disk: a full queue drops the group from the recording.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
@@ -72,35 +72,42 @@ pub async fn run(
         }
     };
     monoio::spawn(runner.run());
-    let active: Rc<RefCell<BTreeMap<String, Rc<Cell<bool>>>>> = Rc::default();
+    // Path → (its task's stop flag, the scan that last saw it).
+    let mut active: BTreeMap<String, (Rc<Cell<bool>>, u64)> = BTreeMap::new();
+    let mut scan = 0u64;
     while !shutdown.is_draining() {
-        let present: Vec<String> = origin
-            .iter()
-            .map(|b| b.path().as_str().to_owned())
-            .filter(|p| !p.is_empty() && patterns.matches(p))
-            .collect();
-        {
-            let mut active = active.borrow_mut();
-            active.retain(|path, stop| {
-                let keep = present.contains(path);
-                if !keep {
-                    stop.set(true);
-                }
-                keep
-            });
-            for path in present {
-                if active.contains_key(&path) {
-                    continue;
-                }
-                let stop = Rc::new(Cell::new(false));
-                active.insert(path.clone(), stop.clone());
-                tracing::info!(broadcast = %path, "recording: started");
-                monoio::spawn(record_broadcast(client.clone(), path, queue.clone(), stop));
+        scan += 1;
+        // Marks what is still announced; allocates only for a new broadcast.
+        for b in origin.iter() {
+            let path = b.path();
+            let path = path.as_str();
+            if path.is_empty() || !patterns.matches(path) {
+                continue;
             }
+            if let Some((_, seen)) = active.get_mut(path) {
+                *seen = scan;
+                continue;
+            }
+            let stop = Rc::new(Cell::new(false));
+            active.insert(path.to_owned(), (stop.clone(), scan));
+            tracing::info!(broadcast = %path, "recording: started");
+            monoio::spawn(record_broadcast(
+                client.clone(),
+                path.to_owned(),
+                queue.clone(),
+                stop,
+            ));
         }
+        active.retain(|_, (stop, seen)| {
+            let keep = *seen == scan;
+            if !keep {
+                stop.set(true);
+            }
+            keep
+        });
         let _ = race(monoio::time::sleep(SCAN_EVERY), shutdown.wait()).await;
     }
-    for stop in active.borrow().values() {
+    for (stop, _) in active.values() {
         stop.set(true);
     }
     // The broadcasts' tasks see the flag within 100 ms and queue their end.
