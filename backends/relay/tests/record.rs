@@ -31,6 +31,13 @@ const WIDTH: usize = 160;
 const HEIGHT: usize = 96;
 const FPS: u32 = 30;
 
+/// One Opus packet of 20 ms: a TOC byte alone (CELT fullband 20 ms,
+/// stereo, one frame of zero bytes: silence, RFC 6716 §3.2.1).
+const OPUS_SILENCE: u8 = (31 << 3) | (1 << 2);
+
+/// The audio frames' spacing, µs.
+const OPUS_FRAME_US: u64 = 20_000;
+
 fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_skiff-relay"))
 }
@@ -46,12 +53,15 @@ fn scratch(name: &str) -> PathBuf {
 /// Publishes the test card as hang broadcast `anon/NAME` through the relay
 /// at `addr`: `groups` groups of `per_group` frames at [`FPS`] (all if
 /// `groups` is `None`, until `stop`), starting once the video track has a
-/// subscriber (the recorder). Returns the frames published.
+/// subscriber (the recorder). With `audio`, the broadcast also has an Opus
+/// track `audio` ([`OPUS_SILENCE`] every 20 ms, a group per video group).
+/// Returns the video frames published.
 fn camera(
     addr: SocketAddr,
     name: &'static str,
     groups: Option<u32>,
     per_group: u32,
+    audio: bool,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<u32> {
     std::thread::spawn(move || {
@@ -67,12 +77,24 @@ fn camera(
             let mut video = broadcast
                 .create_track(hang::video_info("video").unwrap())
                 .unwrap();
+            let mut sound = audio.then(|| {
+                broadcast
+                    .create_track(hang::audio_info("audio").unwrap())
+                    .unwrap()
+            });
             let mut json = [0u8; hang::testcard::CATALOG_MAX_LEN];
             let len = card.catalog("video", &mut json).unwrap();
+            let mut json: serde_json::Value = serde_json::from_slice(&json[..len]).unwrap();
+            if audio {
+                json["audio"] = serde_json::json!({"renditions": {"audio": {
+                    "codec": "opus", "sampleRate": 48000, "numberOfChannels": 2,
+                    "container": {"kind": "legacy"}}}});
+            }
+            let json = serde_json::to_vec(&json).unwrap();
             let mut catalog = catalog_track.append_group().unwrap();
-            catalog.write_frame(0, &json[..len]).await.unwrap();
+            catalog.write_frame(0, &json).await.unwrap();
             let waited = Instant::now();
-            while video.subscribers() == 0 {
+            while video.subscribers() == 0 || sound.as_ref().is_some_and(|a| a.subscribers() == 0) {
                 assert!(
                     waited.elapsed() < Duration::from_secs(20),
                     "the recorder never subscribed to {name}"
@@ -84,13 +106,20 @@ fn camera(
             let start = Instant::now();
             let total = groups.map_or(u32::MAX, |g| g * per_group);
             let mut n = 0u32;
-            let mut group = None;
+            let (mut group, mut sound_group) = (None, None);
+            let mut k = 0u64;
             while n < total && !stop.load(Ordering::Relaxed) {
                 if n.is_multiple_of(per_group) {
                     if let Some(g) = group.take() {
                         skiff_monoio::sdk::GroupProducer::finish(g).unwrap();
                     }
                     group = Some(video.append_group().unwrap());
+                    if let Some(a) = sound.as_mut() {
+                        if let Some(g) = sound_group.take() {
+                            skiff_monoio::sdk::GroupProducer::finish(g).unwrap();
+                        }
+                        sound_group = Some(a.append_group().unwrap());
+                    }
                 }
                 let pts = card.pts_us(u64::from(n));
                 let frame = card.frame(n, pts, &mut buf).unwrap();
@@ -98,14 +127,33 @@ fn camera(
                 if g.write_frame(pts, frame).await.is_err() {
                     break;
                 }
+                // The audio frames that start before the next picture.
+                while let Some(g) = sound_group.as_mut()
+                    && k * OPUS_FRAME_US < card.pts_us(u64::from(n) + 1)
+                {
+                    let mut payload = [0u8; 9];
+                    let at = k * OPUS_FRAME_US;
+                    let len = hang::frame::encode_prefix(at, &mut payload).unwrap();
+                    payload[len] = OPUS_SILENCE;
+                    if g.write_frame(at, &payload[..=len]).await.is_err() {
+                        break;
+                    }
+                    k += 1;
+                }
                 n += 1;
                 monoio::time::sleep_until(monoio::time::Instant::from_std(start + tick * n)).await;
             }
             if let Some(g) = group.take() {
                 let _ = g.finish();
             }
+            if let Some(g) = sound_group.take() {
+                let _ = g.finish();
+            }
             if groups.is_some() {
                 video.finish();
+                if let Some(a) = sound {
+                    a.finish();
+                }
                 let _ = catalog.finish();
                 catalog_track.finish();
                 monoio::select! {
@@ -307,10 +355,63 @@ fn records_the_camera_exports_it_and_survives_sigkill() {
         "cam.hang",
         Some(groups),
         per_group,
+        true,
         Arc::default(),
     );
     assert_eq!(cam.join().unwrap(), groups * per_group);
     let json = wait_recordings(relay.addr, |j| ended(j, "anon/cam.hang"));
+    // Its Opus track too: a segment per group, 50 frames of 20 ms each.
+    assert_eq!(
+        segments_of(&json, "anon/cam.hang", "audio"),
+        u64::from(groups),
+        "{json}"
+    );
+    let audio_frames = u64::from(groups) * 50;
+    let stored = store::open(&dir, "anon/cam.hang").unwrap().unwrap();
+    assert_eq!(
+        stored
+            .segments("audio")
+            .map(|s| u64::from(s.frames))
+            .sum::<u64>(),
+        audio_frames
+    );
+    let sound = dir.join("sound.mp4");
+    let said = export(&dir, "anon/cam.hang", &sound, &["--track", "audio"]);
+    assert!(
+        said.contains(&format!("({audio_frames} frames, track audio")),
+        "{said}"
+    );
+    if ffmpeg {
+        let out = Command::new("ffprobe")
+            .args(["-v", "error", "-count_frames", "-select_streams", "a:0"])
+            .args([
+                "-show_entries",
+                "stream=codec_name,channels,nb_read_frames",
+                "-of",
+                "csv=p=0",
+            ])
+            .arg(&sound)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stderr.trim().is_empty(),
+            "ffprobe: {stderr}"
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.trim(), format!("opus,2,{audio_frames}"));
+        let out = Command::new("ffmpeg")
+            .args(["-v", "error", "-i"])
+            .arg(&sound)
+            .args(["-f", "null", "-"])
+            .output()
+            .unwrap();
+        assert!(
+            out.stderr.is_empty(),
+            "ffmpeg: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     assert_eq!(
         segments_of(&json, "anon/cam.hang", "video"),
         u64::from(groups),
@@ -323,7 +424,8 @@ fn records_the_camera_exports_it_and_survives_sigkill() {
     let (_, metrics) = http_get(relay.metrics, "/metrics");
     assert_eq!(
         sample(&metrics, "skiff_relay_record_groups_recorded_total"),
-        Some(u64::from(groups))
+        Some(2 * u64::from(groups)),
+        "video and audio"
     );
     assert_eq!(
         sample(&metrics, "skiff_relay_record_groups_dropped_total"),
@@ -395,7 +497,7 @@ fn records_the_camera_exports_it_and_survives_sigkill() {
 
     // 2. A camera that is still publishing when the relay is killed.
     let stop = Arc::new(AtomicBool::new(false));
-    let _live = camera(relay.addr, "live.hang", None, 10, stop.clone());
+    let _live = camera(relay.addr, "live.hang", None, 10, false, stop.clone());
     wait_recordings(relay.addr, |j| {
         segments_of(j, "anon/live.hang", "video") >= 4
     });
@@ -522,7 +624,14 @@ fn retention_by_size_deletes_the_oldest_first() {
         ],
     );
     let groups = 12u32;
-    let cam = camera(relay.addr, "cam.hang", Some(groups), 10, Arc::default());
+    let cam = camera(
+        relay.addr,
+        "cam.hang",
+        Some(groups),
+        10,
+        false,
+        Arc::default(),
+    );
     assert_eq!(cam.join().unwrap(), groups * 10);
     wait_recordings(relay.addr, |j| ended(j, "anon/cam.hang"));
     let stored = store::open(&dir, "anon/cam.hang").unwrap().unwrap();
@@ -657,6 +766,7 @@ fn a_full_disk_stops_recording_not_delivery_and_recording_resumes() {
         "cam.hang",
         Some(groups),
         per_group,
+        false,
         Arc::default(),
     );
     let errors = "skiff_relay_record_write_errors_total";

@@ -452,7 +452,7 @@ pub struct ExportArgs {
     /// The broadcast's full path, as `GET /recordings` lists it (`anon/cam.hang`).
     #[arg(long, value_name = "PATH")]
     pub broadcast: String,
-    /// The track to export [default: the broadcast's first recorded video track].
+    /// The track to export [default: the first recorded video track, else the first track].
     #[arg(long, value_name = "NAME")]
     pub track: Option<String>,
     /// First content time (the broadcast's timestamps) to include: the

@@ -72,10 +72,8 @@ pub fn run(export: &Export) -> Result<Exported, ExportError> {
         Some(t) => t.clone(),
         None => stored
             .index
-            .tracks
-            .iter()
-            .find(|(_, t)| !t.segments.is_empty())
-            .map(|(name, _)| name.clone())
+            .default_track()
+            .map(str::to_owned)
             .ok_or_else(|| {
                 ExportError::Nothing(format!("`{}` has no stored segment", export.broadcast))
             })?,

@@ -1,6 +1,6 @@
 //! HLS from the recordings (`GET /hls/PATH/index.m3u8`, PATH the
 //! broadcast's full path): a media playlist of the stored fMP4 segments of
-//! the broadcast's first recorded track, and the segments themselves, as
+//! the broadcast's first recorded video track (else its first track), and the segments themselves, as
 //! stored (no re-encoding). While the broadcast is recorded the playlist is
 //! live (the recording is its DVR window, as far back as retention keeps
 //! it); once it ended, the same URL answers the finished playlist with
@@ -50,13 +50,7 @@ pub fn answer(dir: &Path, rest: &str) -> Answer {
             return Answer::not_found("no such recording");
         }
     };
-    let Some(track) = stored
-        .index
-        .tracks
-        .iter()
-        .find(|(_, t)| !t.segments.is_empty())
-        .map(|(name, _)| name.clone())
-    else {
+    let Some(track) = stored.index.default_track().map(str::to_owned) else {
         return Answer::not_found("nothing stored yet");
     };
     if file == PLAYLIST {

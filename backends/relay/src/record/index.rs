@@ -11,7 +11,8 @@
 //! Records (fields separated by one space; names as [`super::names`] writes them):
 //!
 //! ```text
-//! I TRACK INIT TRACK_ID                     an init segment (TRACK.INIT.init.mp4)
+//! I TRACK INIT TRACK_ID KIND                an init segment (TRACK.INIT.init.mp4)
+//!                                           of a `video` or `audio` track
 //! S TRACK N INIT GROUP START DUR FRAMES BYTES WRITTEN
 //!                                           segment N of TRACK (TRACK.N.m4s): group
 //!                                           GROUP, content time START..START+DUR µs,
@@ -64,6 +65,8 @@ pub enum Record {
         init: u32,
         /// The MP4 track ID its boxes use.
         track_id: u32,
+        /// True for an audio track, false for video.
+        audio: bool,
     },
     /// A completed segment.
     Segment(Segment),
@@ -89,7 +92,12 @@ impl Record {
                 track,
                 init,
                 track_id,
-            } => format!("I {} {init} {track_id}", names::encode(track)),
+                audio,
+            } => format!(
+                "I {} {init} {track_id} {}",
+                names::encode(track),
+                if *audio { "audio" } else { "video" }
+            ),
             Record::Segment(s) => format!(
                 "S {} {} {} {} {} {} {} {} {}",
                 names::encode(&s.track),
@@ -149,10 +157,15 @@ fn parse_line(line: &[u8]) -> Option<Record> {
     let num32 = |i: usize| fields.get(i)?.parse::<u32>().ok();
     let track = || names::decode(fields.get(1)?).filter(|t| !t.is_empty());
     let record = match (fields.first().copied()?, fields.len()) {
-        ("I", 4) => Record::Init {
+        ("I", 5) => Record::Init {
             track: track()?,
             init: num32(2)?,
             track_id: num32(3)?,
+            audio: match fields.get(4).copied()? {
+                "audio" => true,
+                "video" => false,
+                _ => return None,
+            },
         },
         ("S", 10) => Record::Segment(Segment {
             track: track()?,
@@ -182,6 +195,8 @@ fn parse_line(line: &[u8]) -> Option<Record> {
 pub struct TrackIndex {
     /// Init segment number → MP4 track ID.
     pub inits: BTreeMap<u32, u32>,
+    /// True for an audio track (as its last init says).
+    pub audio: bool,
     /// Segment number → segment, deleted ones left out.
     pub segments: BTreeMap<u64, Segment>,
 }
@@ -217,9 +232,11 @@ impl BroadcastIndex {
                 track,
                 init,
                 track_id,
+                audio,
             } => {
                 let t = self.tracks.entry(track.clone()).or_default();
                 t.inits.insert(*init, *track_id);
+                t.audio = *audio;
                 self.last_init = self.last_init.max(Some(*init));
                 self.ended = false;
             }
@@ -241,9 +258,19 @@ impl BroadcastIndex {
         }
     }
 
-    /// Every stored segment of every track, oldest written first.
+    /// Every stored segment of every track, track by track.
     pub fn segments(&self) -> impl Iterator<Item = &Segment> {
         self.tracks.values().flat_map(|t| t.segments.values())
+    }
+
+    /// The track a player or an export takes by default: the first video
+    /// track with a stored segment, else the first track with one.
+    pub fn default_track(&self) -> Option<&str> {
+        let stored = || self.tracks.iter().filter(|(_, t)| !t.segments.is_empty());
+        stored()
+            .find(|(_, t)| !t.audio)
+            .or_else(|| stored().next())
+            .map(|(name, _)| name.as_str())
     }
 }
 
@@ -280,6 +307,7 @@ mod tests {
             track: "video".into(),
             init: 0,
             track_id: 1,
+            audio: false,
         }
     }
 
@@ -341,8 +369,10 @@ mod tests {
         for body in [
             "X 1",
             "E",
-            "I .. 0 1",
-            "I video 0 4294967296",
+            "I .. 0 1 video",
+            "I video 0 4294967296 video",
+            "I video 0 1 text",
+            "I video 0 1",
             "S video 1 2 3",
         ] {
             inputs.push(checked(body).into_bytes());

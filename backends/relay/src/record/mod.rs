@@ -4,7 +4,7 @@
 //! (`GET /hls/PATH/index.m3u8`) and as MP4 files (`skiff-relay export`).
 //!
 //! * [`recorder`]: the internal subscriber on worker 0 (the hang catalog,
-//!   then every H.264 track group by group);
+//!   then every H.264 video and Opus audio track, group by group);
 //! * [`writer`]: the thread that owns the directory, behind a bounded queue
 //!   (`--record-queue-bytes`), with retention (`--record-retain`,
 //!   `--record-max-bytes`, oldest first) and crash recovery;

@@ -1,8 +1,9 @@
 //! The recorder's subscriber: a skiff SDK client on worker 0's runtime that
 //! dials the relay's own listen port, watches the worker's origin for
 //! broadcasts matching `--record`, and for each reads the hang catalog and
-//! every H.264 video track group by group, handing each complete group to
-//! the writer's queue ([`super::writer::Queue`]).
+//! every track [`super::fmp4::catalog`] can store (H.264 video, Opus audio)
+//! group by group, handing each complete group to the writer's queue
+//! ([`super::writer::Queue`]).
 //!
 //! To the relay it is one more subscriber: the live fan-out is unchanged
 //! (its frames are served from the same cache blocks as every viewer's, and
@@ -116,13 +117,13 @@ pub async fn run(
 }
 
 /// Records broadcast `path` until `stop`: its catalog's first version names
-/// the tracks; each H.264 rendition gets an init segment and a task.
+/// the tracks; each rendition stored gets an init segment and a task.
 async fn record_broadcast(client: Client, path: String, queue: Queue, stop: Rc<Cell<bool>>) {
     let Ok(Some(json)) = race(first_catalog(&client, &path), stopped(&stop)).await else {
         tracing::warn!(broadcast = %path, "recording: no catalog; not recorded");
         return;
     };
-    let (videos, skipped) = match fmp4::catalog_video(&json) {
+    let (renditions, skipped) = match fmp4::catalog(&json) {
         Ok(v) => v,
         Err(e) => {
             tracing::warn!(broadcast = %path, error = %e, "recording: bad catalog; not recorded");
@@ -130,13 +131,13 @@ async fn record_broadcast(client: Client, path: String, queue: Queue, stop: Rc<C
         }
     };
     if !skipped.is_empty() {
-        tracing::info!(broadcast = %path, ?skipped, "recording: tracks not recorded (only H.264 with an avcC description is)");
+        tracing::info!(broadcast = %path, ?skipped, "recording: tracks not recorded (only H.264 with an avcC description and Opus are)");
     }
-    for video in videos {
-        let track = video.name.clone();
+    for rendition in renditions {
+        let track = rendition.name().to_owned();
         let init = Job::Init {
             broadcast: path.clone(),
-            video,
+            rendition,
         };
         if queue.offer(init) {
             monoio::spawn(record_track(

@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::fmp4::{self, Sample, VideoTrack};
+use super::fmp4::{self, Rendition, Sample};
 use super::index::{self, BroadcastIndex, Record, Segment};
 use super::{RecordConfig, RecordStats, names};
 
@@ -43,7 +43,7 @@ pub enum Job {
         /// The broadcast's full path.
         broadcast: String,
         /// The rendition to record.
-        video: VideoTrack,
+        rendition: Rendition,
     },
     /// One complete group of a track: write it as a media segment.
     Group {
@@ -70,7 +70,7 @@ impl Job {
     fn bytes(&self) -> u64 {
         match self {
             Job::Group { samples, .. } => samples.iter().map(|s| s.data.len() as u64).sum(),
-            Job::Init { video, .. } => video.avcc.len() as u64,
+            Job::Init { .. } => 0,
             Job::End { .. } => 0,
         }
     }
@@ -160,11 +160,12 @@ struct Stored {
 struct Open {
     dir: PathBuf,
     index: BroadcastIndex,
-    /// The init each track's groups are written with in this run.
-    current_init: BTreeMap<String, (u32, u32)>,
+    /// The init each track's groups are written with in this run, its MP4
+    /// track ID, and whether the track is audio.
+    current_init: BTreeMap<String, (u32, u32, bool)>,
     /// The renditions whose init segment could not be written yet (a full
     /// disk): written before their next group.
-    pending_init: BTreeMap<String, VideoTrack>,
+    pending_init: BTreeMap<String, Rendition>,
 }
 
 struct Writer {
@@ -242,27 +243,29 @@ fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
 impl Open {
     /// Writes the init segments still pending (see [`Open::pending_init`]).
     fn write_pending_init(&mut self) -> io::Result<()> {
-        while let Some((name, video)) = self.pending_init.pop_first() {
+        while let Some((name, rendition)) = self.pending_init.pop_first() {
             // A track keeps its MP4 track ID across inits; a new one takes the next.
             let track_id = match self.index.tracks.get(&name) {
                 Some(t) => t.inits.values().next().copied().unwrap_or(1),
                 None => u32::try_from(self.index.tracks.len()).unwrap_or(u32::MAX - 1) + 1,
             };
-            let bytes = fmp4::init_segment(track_id, &video).map_err(io::Error::other)?;
+            let bytes = fmp4::init_segment(track_id, &rendition).map_err(io::Error::other)?;
+            let audio = rendition.is_audio();
             let init = self.index.last_init.map_or(0, |i| i + 1);
             let record = Record::Init {
                 track: name.clone(),
                 init,
                 track_id,
+                audio,
             };
             let written = write_atomic(&self.dir, &index::init_file(&name, init), &bytes)
                 .and_then(|()| append(&self.dir, &record));
             if let Err(e) = written {
-                self.pending_init.insert(name, video);
+                self.pending_init.insert(name, rendition);
                 return Err(e);
             }
             self.index.apply(&record);
-            self.current_init.insert(name, (init, track_id));
+            self.current_init.insert(name, (init, track_id, audio));
         }
         Ok(())
     }
@@ -375,10 +378,14 @@ impl Writer {
 
     fn handle(&mut self, job: Job) -> io::Result<()> {
         match job {
-            Job::Init { broadcast, video } => {
+            Job::Init {
+                broadcast,
+                rendition,
+            } => {
                 let open = self.open(&broadcast)?;
-                open.current_init.remove(&video.name);
-                open.pending_init.insert(video.name.clone(), video);
+                open.current_init.remove(rendition.name());
+                open.pending_init
+                    .insert(rendition.name().to_owned(), rendition);
                 open.write_pending_init()
             }
             Job::Group {
@@ -392,7 +399,7 @@ impl Writer {
                 if open.pending_init.contains_key(&track) {
                     open.write_pending_init()?;
                 }
-                let Some(&(init, track_id)) = open.current_init.get(&track) else {
+                let Some(&(init, track_id, audio)) = open.current_init.get(&track) else {
                     return Err(io::Error::other(format!(
                         "{broadcast} {track}: a group before its init segment"
                     )));
@@ -400,7 +407,7 @@ impl Writer {
                 let number = open.index.last_number.map_or(0, |n| n + 1);
                 let sequence = u32::try_from(number % (1 << 31)).unwrap_or(0) + 1;
                 let (bytes, duration_us) =
-                    fmp4::media_segment(sequence, track_id, &samples, last_duration_us)
+                    fmp4::media_segment(sequence, track_id, &samples, last_duration_us, audio)
                         .map_err(io::Error::other)?;
                 write_atomic(&open.dir, &index::segment_file(&track, number), &bytes)?;
                 let segment = Segment {
@@ -515,11 +522,11 @@ mod tests {
         dir
     }
 
-    fn video() -> VideoTrack {
+    fn video() -> Rendition {
         let card = skiff_core::hang::testcard::TestCard::new(160, 96, 30).unwrap();
         let mut buf = [0u8; skiff_core::hang::testcard::CATALOG_MAX_LEN];
         let n = card.catalog("video", &mut buf).unwrap();
-        let (mut tracks, _) = fmp4::catalog_video(&buf[..n]).unwrap();
+        let (mut tracks, _) = fmp4::catalog(&buf[..n]).unwrap();
         tracks.remove(0)
     }
 
@@ -554,7 +561,7 @@ mod tests {
         let mut w = writer(&dir, Some(Duration::from_secs(10)), None);
         w.handle(Job::Init {
             broadcast: "anon/cam.hang".into(),
-            video: video(),
+            rendition: video(),
         })
         .unwrap();
         for n in 0..3 {
