@@ -64,13 +64,35 @@ fn camera(
     audio: bool,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<u32> {
+    camera_at(
+        format!("tcp://{addr}/anon"),
+        None,
+        name,
+        groups,
+        per_group,
+        audio,
+        stop,
+    )
+}
+
+/// [`camera`] dialing `url`, trusting the CA in `ca` for a `tls://` one.
+fn camera_at(
+    url: String,
+    ca: Option<PathBuf>,
+    name: &'static str,
+    groups: Option<u32>,
+    per_group: u32,
+    audio: bool,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u32> {
     std::thread::spawn(move || {
         driver::block_on(DriverKind::Legacy, move |_| async move {
             let card = TestCard::new(WIDTH, HEIGHT, FPS).unwrap();
             let mut config = skiff_monoio::Config::default();
             config.pool_bytes = 32 << 20;
-            let (client, runner) =
-                skiff_monoio::connect(&format!("tcp://{addr}/anon"), config).unwrap();
+            config.tls_roots =
+                ca.map(|ca| Arc::new(skiff_monoio::tls::roots_from_pem_file(&ca).unwrap()));
+            let (client, runner) = skiff_monoio::connect(&url, config).unwrap();
             monoio::spawn(runner.run());
             let broadcast = client.publish(name).unwrap();
             let mut catalog_track = broadcast.create_track(hang::catalog_info()).unwrap();
@@ -790,4 +812,54 @@ fn a_full_disk_stops_recording_not_delivery_and_recording_resumes() {
     assert!(stored > before && stored < u64::from(groups), "{json}");
     check_segments(&disk.0, "anon/cam.hang", have_ffmpeg());
     drop(relay);
+}
+
+#[test]
+fn records_on_a_relay_whose_listen_port_speaks_tls_only() {
+    let dir = scratch("tls");
+    let pki = skiff_testkit::pki::Pki::write(&dir, "record");
+    let store_dir = dir.join("rec");
+    let relay = RelayProcess::start(
+        binary(),
+        &[
+            "--tls-cert",
+            pki.cert.to_str().unwrap(),
+            "--tls-key",
+            pki.key.to_str().unwrap(),
+            "--record",
+            "anon/**",
+            "--record-dir",
+            store_dir.to_str().unwrap(),
+        ],
+    );
+    // The recorder dials tls:// with the relay's own certificate pinned.
+    let url = format!("tls://localhost:{}/anon", relay.addr.port());
+    let cam = camera_at(
+        url,
+        Some(pki.ca.clone()),
+        "cam.hang",
+        Some(3),
+        10,
+        false,
+        Arc::default(),
+    );
+    assert_eq!(cam.join().unwrap(), 30);
+    let start = Instant::now();
+    loop {
+        let stored = store::open(&store_dir, "anon/cam.hang").unwrap();
+        if stored.as_ref().is_some_and(|s| s.index.ended) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "not recorded: {stored:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        check_segments(&store_dir, "anon/cam.hang", have_ffmpeg()),
+        30
+    );
+    drop(relay);
+    let _ = std::fs::remove_dir_all(&dir);
 }
