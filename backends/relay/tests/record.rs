@@ -863,3 +863,105 @@ fn records_on_a_relay_whose_listen_port_speaks_tls_only() {
     drop(relay);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Publishes the test-card broadcasts `anon/many-I.hang` for I in `range`
+/// (at most four: what one client's origin holds) from one client, `groups` groups of `per_group` frames each, all in step, once
+/// every video track has a subscriber. Returns the frames published per broadcast.
+fn many_cameras(
+    addr: SocketAddr,
+    range: std::ops::Range<usize>,
+    groups: u32,
+    per_group: u32,
+) -> std::thread::JoinHandle<u32> {
+    std::thread::spawn(move || {
+        driver::block_on(DriverKind::Legacy, move |_| async move {
+            let card = TestCard::new(WIDTH, HEIGHT, FPS).unwrap();
+            let mut config = skiff_monoio::Config::default();
+            config.pool_bytes = 16 << 20;
+            let (client, runner) =
+                skiff_monoio::connect(&format!("tcp://{addr}/anon"), config).unwrap();
+            monoio::spawn(runner.run());
+            let mut json = [0u8; hang::testcard::CATALOG_MAX_LEN];
+            let len = card.catalog("video", &mut json).unwrap();
+            let mut casts = Vec::new();
+            for i in range {
+                let b = client.publish(&format!("many-{i}.hang")).unwrap();
+                let mut cat = b.create_track(hang::catalog_info()).unwrap();
+                let video = b.create_track(hang::video_info("video").unwrap()).unwrap();
+                let mut g = cat.append_group().unwrap();
+                g.write_frame(0, &json[..len]).await.unwrap();
+                casts.push((b, cat, g, video));
+            }
+            let waited = Instant::now();
+            while casts.iter().any(|c| c.3.subscribers() == 0) {
+                assert!(
+                    waited.elapsed() < Duration::from_secs(30),
+                    "the recorder never subscribed to every broadcast"
+                );
+                monoio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let mut buf = vec![0u8; card.max_frame_len()];
+            let tick = Duration::from_micros(1_000_000 / u64::from(FPS));
+            let start = Instant::now();
+            let mut n = 0u32;
+            for _ in 0..groups {
+                let mut open: Vec<_> = casts
+                    .iter_mut()
+                    .map(|c| c.3.append_group().unwrap())
+                    .collect();
+                for _ in 0..per_group {
+                    let pts = card.pts_us(u64::from(n));
+                    let frame = card.frame(n, pts, &mut buf).unwrap();
+                    for g in &mut open {
+                        g.write_frame(pts, frame).await.unwrap();
+                    }
+                    n += 1;
+                    monoio::time::sleep_until(monoio::time::Instant::from_std(start + tick * n))
+                        .await;
+                }
+                for g in open {
+                    g.finish().unwrap();
+                }
+            }
+            for (_, cat, g, video) in casts {
+                video.finish();
+                let _ = g.finish();
+                cat.finish();
+            }
+            monoio::select! {
+                () = client.flushed() => {}
+                () = monoio::time::sleep(Duration::from_secs(5)) => {}
+            }
+            client.close().await;
+            n
+        })
+        .expect("cameras runtime")
+    })
+}
+
+#[test]
+fn records_more_broadcasts_than_one_client_session_holds() {
+    let dir = scratch("many");
+    let d = dir.to_str().unwrap();
+    let relay = RelayProcess::start(binary(), &["--record", "anon/**", "--record-dir", d]);
+    // 20 broadcasts: more than one recorder client's session holds (its
+    // announce requests and subscriptions), so the recorder dials several.
+    let count = 20;
+    let cams: Vec<_> = (0..count)
+        .step_by(4)
+        .map(|i| many_cameras(relay.addr, i..i + 4, 3, 5))
+        .collect();
+    for cam in cams {
+        assert_eq!(cam.join().unwrap(), 15);
+    }
+    let json = wait_recordings(relay.addr, |j| {
+        (0..count).all(|i| ended(j, &format!("anon/many-{i}.hang")))
+    });
+    for i in 0..count {
+        let b = format!("anon/many-{i}.hang");
+        assert_eq!(segments_of(&json, &b, "video"), 3, "{b}: {json}");
+        assert_eq!(check_segments(&dir, &b, false), 15, "{b}");
+    }
+    drop(relay);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -215,8 +215,10 @@ pub fn start(
             "recording: the recorder subscribes without a token; only broadcasts --auth-public opens are recorded"
         );
     }
+    // Each recorder client's pool: a few seconds of groups of the
+    // broadcasts it records (`recorder::BROADCASTS_PER_CLIENT`).
     let mut sdk = skiff_monoio::Config::default();
-    sdk.pool_bytes = 32 << 20;
+    sdk.pool_bytes = 16 << 20;
     let addr = info.config.listen;
     let url = match tls.filter(|t| t.on_tcp()) {
         Some(t) => {

@@ -1,11 +1,12 @@
-//! The recorder's subscriber: a skiff SDK client on worker 0's runtime that
-//! dials the relay's own listen port, watches the worker's origin for
-//! broadcasts matching `--record`, and for each reads the hang catalog and
+//! The recorder's subscriber: skiff SDK clients on worker 0's runtime that
+//! dial the relay's own listen port (one per [`BROADCASTS_PER_CLIENT`]
+//! recorded broadcasts). It watches the worker's origin for broadcasts
+//! matching `--record`, and for each reads the hang catalog and
 //! every track [`super::fmp4::catalog`] can store (H.264 video, Opus audio)
 //! group by group, handing each complete group to the writer's queue
 //! ([`super::writer::Queue`]).
 //!
-//! To the relay it is one more subscriber: the live fan-out is unchanged
+//! To the relay it is more subscribers: the live fan-out is unchanged
 //! (its frames are served from the same cache blocks as every viewer's, and
 //! a recorder that falls behind is dropped behind like any slow viewer).
 //! Its own work (copying a frame out of the pool, collecting a group) runs
@@ -55,8 +56,63 @@ async fn stopped(flag: &Cell<bool>) {
     }
 }
 
+/// Broadcasts one recorder client records at once. The SDK asks one
+/// ANNOUNCE_REQUEST per broadcast it subscribes in, and each of those and
+/// each subscription (catalog, video, audio) holds a control stream of the
+/// client's session, whose tables are small: four video-only broadcasts per
+/// client are recorded (`tests/record.rs`, twenty at once), eight are not.
+/// Three leave room for an audio track each.
+pub const BROADCASTS_PER_CLIENT: usize = 3;
+
+/// The recorder's clients of the relay, each recording up to
+/// [`BROADCASTS_PER_CLIENT`] broadcasts; one more is dialed when all are full.
+struct Clients {
+    url: String,
+    config: Config,
+    /// Each client with the number of broadcasts it records.
+    list: Vec<(Client, Rc<Cell<usize>>)>,
+}
+
+/// One broadcast's share of a recorder client, given back when dropped.
+struct Lease(Rc<Cell<usize>>);
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.0.set(self.0.get().saturating_sub(1));
+    }
+}
+
+impl Clients {
+    /// A client with room for one more broadcast, dialing a new one if
+    /// every client is full; `None` (logged) if none can be made.
+    fn lease(&mut self) -> Option<(Client, Lease)> {
+        let slot = match self
+            .list
+            .iter()
+            .find(|(_, n)| n.get() < BROADCASTS_PER_CLIENT)
+        {
+            Some((client, n)) => (client.clone(), n.clone()),
+            None => match skiff_monoio::connect(&self.url, self.config.clone()) {
+                Ok((client, runner)) => {
+                    monoio::spawn(runner.run());
+                    let n = Rc::new(Cell::new(0));
+                    self.list.push((client.clone(), n.clone()));
+                    (client, n)
+                }
+                Err(e) => {
+                    tracing::error!(url = %self.url, error = %e, "recording: cannot make a recorder client");
+                    return None;
+                }
+            },
+        };
+        slot.1.set(slot.1.get() + 1);
+        Some((slot.0, Lease(slot.1)))
+    }
+}
+
 /// Runs the recorder until `shutdown`: `url` is the relay's own listen
-/// address as the SDK dials it, `config` the SDK's settings (TLS trust).
+/// address as the SDK dials it, `config` the SDK's settings of each of its
+/// clients (pool size, TLS trust).
 pub async fn run(
     origin: origin::Ref<'static, 'static>,
     url: String,
@@ -65,14 +121,11 @@ pub async fn run(
     queue: Queue,
     shutdown: Shutdown,
 ) {
-    let (client, runner) = match skiff_monoio::connect(&url, config) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(%url, error = %e, "recording: cannot make the recorder's client; recording is off");
-            return;
-        }
+    let mut clients = Clients {
+        url,
+        config,
+        list: Vec::new(),
     };
-    monoio::spawn(runner.run());
     // Path → (its task's stop flag, the scan that last saw it).
     let mut active: BTreeMap<String, (Rc<Cell<bool>>, u64)> = BTreeMap::new();
     let mut scan = 0u64;
@@ -91,9 +144,13 @@ pub async fn run(
             }
             let stop = Rc::new(Cell::new(false));
             active.insert(path.to_owned(), (stop.clone(), scan));
+            let Some((client, lease)) = clients.lease() else {
+                continue;
+            };
             tracing::info!(broadcast = %path, "recording: started");
             monoio::spawn(record_broadcast(
-                client.clone(),
+                client,
+                lease,
                 path.to_owned(),
                 queue.clone(),
                 stop,
@@ -113,12 +170,21 @@ pub async fn run(
     }
     // The broadcasts' tasks see the flag within 100 ms and queue their end.
     monoio::time::sleep(Duration::from_millis(200)).await;
-    client.close().await;
+    for (client, _) in &clients.list {
+        client.close().await;
+    }
 }
 
-/// Records broadcast `path` until `stop`: its catalog's first version names
-/// the tracks; each rendition stored gets an init segment and a task.
-async fn record_broadcast(client: Client, path: String, queue: Queue, stop: Rc<Cell<bool>>) {
+/// Records broadcast `path` with `client` until `stop` (holding its share
+/// of the client meanwhile): its catalog's first version names the tracks;
+/// each rendition stored gets an init segment and a task.
+async fn record_broadcast(
+    client: Client,
+    _lease: Lease,
+    path: String,
+    queue: Queue,
+    stop: Rc<Cell<bool>>,
+) {
     let Ok(Some(json)) = race(first_catalog(&client, &path), stopped(&stop)).await else {
         tracing::warn!(broadcast = %path, "recording: no catalog; not recorded");
         return;
