@@ -965,3 +965,39 @@ fn records_more_broadcasts_than_one_client_session_holds() {
     drop(relay);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn groups_larger_than_the_write_queue_are_dropped_from_the_recording_only() {
+    let dir = scratch("small-queue");
+    let d = dir.to_str().unwrap();
+    // A group of ten pictures is about 230 KB: none fits in 64 KiB.
+    let relay = RelayProcess::start(
+        binary(),
+        &[
+            "--record",
+            "anon/**",
+            "--record-dir",
+            d,
+            "--record-queue-bytes",
+            "64KiB",
+        ],
+    );
+    let watching = viewer(relay.addr, "cam.hang");
+    let cam = camera(relay.addr, "cam.hang", Some(3), 10, false, Arc::default());
+    assert_eq!(cam.join().unwrap(), 30);
+    let card = TestCard::new(WIDTH, HEIGHT, FPS).unwrap();
+    let expect: Vec<u64> = (0..30).map(|n| card.pts_us(n)).collect();
+    assert_eq!(watching.join().unwrap(), expect, "the viewer lost nothing");
+    wait_metric(&relay, "skiff_relay_record_groups_dropped_total", |v| {
+        v == 3
+    });
+    let json = wait_recordings(relay.addr, |j| ended(j, "anon/cam.hang"));
+    assert_eq!(segments_of(&json, "anon/cam.hang", "video"), 0, "{json}");
+    let (_, metrics) = http_get(relay.metrics, "/metrics");
+    assert_eq!(
+        sample(&metrics, "skiff_relay_record_groups_recorded_total"),
+        Some(0)
+    );
+    drop(relay);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -257,9 +257,17 @@ async fn record_track(
         };
         let sequence = group.sequence();
         let mut samples: Vec<Sample> = Vec::new();
+        let mut bytes = 0u64;
         let complete = loop {
             match race(group.read_frame(), stopped(&stop)).await {
                 Ok(Ok(Some(frame))) => {
+                    // A group the queue could never take is not collected:
+                    // worker 0's memory stays bounded by the queue's size.
+                    bytes += frame.payload.len() as u64;
+                    if bytes > queue.limit() {
+                        queue.dropped_group(&path, &track, sequence);
+                        break false;
+                    }
                     let mut data = frame.payload.to_vec();
                     let Ok((pts_us, au_len)) =
                         hang::frame::decode(&data).map(|(pts, au)| (pts, au.len()))

@@ -106,6 +106,23 @@ impl Queue {
         }
     }
 
+    /// The queue's bound in bytes: a group larger than this is never recorded.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Counts (and logs, as [`Queue::offer`] does) a group the recorder
+    /// gave up before offering it: `group` of `track` of `broadcast`.
+    pub fn dropped_group(&self, broadcast: &str, track: &str, group: u64) {
+        self.dropped(&Job::Group {
+            broadcast: broadcast.to_owned(),
+            track: track.to_owned(),
+            group,
+            samples: Vec::new(),
+            last_duration_us: 0,
+        });
+    }
+
     fn dropped(&self, job: &Job) {
         let n = self.stats.groups_dropped.fetch_add(1, Ordering::Relaxed);
         // The first drop and then one in a hundred: a full disk logs
@@ -120,7 +137,7 @@ impl Queue {
         {
             tracing::warn!(
                 %broadcast, %track, group, dropped = n + 1,
-                "recording: the write queue is full (--record-queue-bytes); group not recorded"
+                "recording: group not recorded: the write queue (--record-queue-bytes) is full or smaller than the group"
             );
         }
     }
@@ -207,6 +224,33 @@ fn load_index(dir: &Path) -> io::Result<BroadcastIndex> {
     Ok(BroadcastIndex::replay(&parsed.records))
 }
 
+/// Recovers the recording in `dir` after a stop or a crash: cuts its
+/// index's torn tail, removes temporary files and segments the index does
+/// not name, and ends the recording if it was open. Returns its index.
+fn recover_broadcast(dir: &Path, now: u64) -> io::Result<BroadcastIndex> {
+    let mut index = load_index(dir)?;
+    let named: std::collections::HashSet<String> = index
+        .segments()
+        .map(|s| index::segment_file(&s.track, s.number))
+        .collect();
+    for file in fs::read_dir(dir)? {
+        let file = file?;
+        let name = file.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let stray = name.ends_with(".tmp") || (name.ends_with(".m4s") && !named.contains(name));
+        if stray {
+            tracing::info!(file = %file.path().display(), "recording: removed an incomplete file");
+            fs::remove_file(file.path())?;
+        }
+    }
+    if !index.ended && index.last_number.is_some() {
+        let end = Record::End { written_ms: now };
+        append(dir, &end)?;
+        index.apply(&end);
+    }
+    Ok(index)
+}
+
 /// Appends `record` to the index in `dir` and syncs it. If that fails (a
 /// full disk), the file is cut back to its length before, so a partial
 /// line never sits in front of later records.
@@ -284,36 +328,19 @@ impl Writer {
             if !entry.file_type()?.is_dir() {
                 continue;
             }
-            let dir = entry.path();
-            let mut index = load_index(&dir)?;
-            for file in fs::read_dir(&dir)? {
-                let file = file?;
-                let name = file.file_name();
-                let Some(name) = name.to_str() else { continue };
-                let named = index.tracks.iter().any(|(track, t)| {
-                    t.segments
-                        .keys()
-                        .any(|&n| index::segment_file(track, n) == name)
-                });
-                let stray = name.ends_with(".tmp") || (name.ends_with(".m4s") && !named);
-                if stray {
-                    tracing::info!(file = %file.path().display(), "recording: removed an incomplete file");
-                    fs::remove_file(file.path())?;
-                }
-            }
-            if !index.ended && index.last_number.is_some() {
-                let end = Record::End { written_ms: now };
-                append(&dir, &end)?;
-                index.apply(&end);
-            }
-            for s in index.segments() {
-                stored.push(Stored {
+            // One broadcast's directory that cannot be read is logged and
+            // left as it is; the others are recovered and recording goes on.
+            match recover_broadcast(&entry.path(), now) {
+                Ok(index) => stored.extend(index.segments().map(|s| Stored {
                     written_ms: s.written_ms,
                     broadcast: broadcast.clone(),
                     track: s.track.clone(),
                     number: s.number,
                     bytes: s.bytes,
-                });
+                })),
+                Err(e) => {
+                    tracing::warn!(dir = %entry.path().display(), error = %e, "recording: cannot recover a recording; left as it is");
+                }
             }
         }
         stored.sort_by_key(|s| (s.written_ms, s.number));
