@@ -250,6 +250,9 @@ impl BroadcastIndex {
                 self.ended = false;
             }
             Record::Delete { track, number } => {
+                // Its number stays used (a compacted index may keep only
+                // the deletion of the highest one).
+                self.last_number = self.last_number.max(Some(*number));
                 if let Some(t) = self.tracks.get_mut(track) {
                     t.segments.remove(number);
                 }
@@ -272,6 +275,32 @@ impl BroadcastIndex {
             .or_else(|| stored().next())
             .map(|(name, _)| name.as_str())
     }
+}
+
+/// The records of `records` a compacted index keeps, in order: every init
+/// and end, the segments not deleted, and the deletion of the highest
+/// segment number if that one is gone (so numbers are not used twice).
+/// Replayed, they give the same [`BroadcastIndex`].
+pub fn compact(records: &[Record]) -> Vec<Record> {
+    let index = BroadcastIndex::replay(records);
+    let live = |track: &str, number: u64| {
+        index
+            .tracks
+            .get(track)
+            .is_some_and(|t| t.segments.contains_key(&number))
+    };
+    let highest_deleted = records.iter().rfind(
+        |r| matches!(r, Record::Delete { number, .. } if Some(*number) == index.last_number),
+    );
+    records
+        .iter()
+        .filter(|r| match r {
+            Record::Init { .. } | Record::End { .. } => true,
+            Record::Segment(s) => live(&s.track, s.number),
+            Record::Delete { .. } => highest_deleted.is_some_and(|d| std::ptr::eq(*r, d)),
+        })
+        .cloned()
+        .collect()
 }
 
 /// The file name of segment `number` of `track`.
@@ -332,6 +361,39 @@ mod tests {
         assert_eq!(index.last_number, Some(1));
         let kept: Vec<u64> = index.segments().map(|s| s.number).collect();
         assert_eq!(kept, [1]);
+    }
+
+    #[test]
+    fn a_compacted_index_replays_the_same() {
+        let mut records = vec![init()];
+        for n in 0..10 {
+            records.push(segment(n));
+        }
+        for n in 0..6 {
+            records.push(Record::Delete {
+                track: "video".into(),
+                number: n,
+            });
+        }
+        records.push(Record::End { written_ms: 9 });
+        let kept = compact(&records);
+        assert_eq!(kept.len(), 1 + 4 + 1);
+        assert_eq!(
+            BroadcastIndex::replay(&kept),
+            BroadcastIndex::replay(&records)
+        );
+        // Every segment deleted: the highest number's deletion is kept.
+        for n in 6..10 {
+            records.push(Record::Delete {
+                track: "video".into(),
+                number: n,
+            });
+        }
+        let kept = compact(&records);
+        let index = BroadcastIndex::replay(&kept);
+        assert_eq!(index, BroadcastIndex::replay(&records));
+        assert_eq!(index.last_number, Some(9));
+        assert_eq!(kept.len(), 1 + 1 + 1);
     }
 
     #[test]

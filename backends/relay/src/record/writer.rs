@@ -193,6 +193,30 @@ struct Writer {
     retention: VecDeque<Stored>,
     stored_bytes: u64,
     errors: u64,
+    /// Per broadcast: deletions appended to its index since it was
+    /// compacted, and how many compact it again (see [`COMPACT_AFTER`]).
+    dead: BTreeMap<String, (u64, u64)>,
+    /// [`COMPACT_AFTER`], smaller in tests.
+    compact_after: u64,
+}
+
+/// Deletions an index collects before it is compacted, at the least (else
+/// as many as it had live segments when last compacted): about 40 KB of
+/// dead lines.
+const COMPACT_AFTER: u64 = 1024;
+
+/// Rewrites the index in `dir` with [`index::compact`]'s records, through a
+/// temporary file renamed over it; returns the live segments it holds.
+fn compact_index(dir: &Path) -> io::Result<usize> {
+    let path = dir.join(index::INDEX_FILE);
+    let parsed = index::parse(&fs::read(&path)?);
+    let kept = index::compact(&parsed.records);
+    let text: String = kept.iter().map(Record::line).collect();
+    write_atomic(dir, index::INDEX_FILE, text.as_bytes())?;
+    Ok(kept
+        .iter()
+        .filter(|r| matches!(r, Record::Segment(_)))
+        .count())
 }
 
 /// Milliseconds since the Unix epoch.
@@ -353,6 +377,8 @@ impl Writer {
             retention: stored.into(),
             stored_bytes,
             errors: 0,
+            dead: BTreeMap::new(),
+            compact_after: COMPACT_AFTER,
         };
         w.retain();
         Ok(w)
@@ -533,9 +559,22 @@ impl Writer {
         };
         append(&dir, &record)?;
         match fs::remove_file(dir.join(index::segment_file(&s.track, s.number))) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
         }
+        // A long recording under retention appends a deletion per segment:
+        // the index is rewritten once the dead lines outnumber the live ones.
+        let (dead, threshold) = self
+            .dead
+            .entry(s.broadcast.clone())
+            .or_insert((0, self.compact_after));
+        *dead += 1;
+        if *dead >= *threshold {
+            let live = compact_index(&dir)? as u64;
+            *dead = 0;
+            *threshold = live.max(self.compact_after);
+        }
+        Ok(())
     }
 }
 
@@ -616,6 +655,48 @@ mod tests {
             .unwrap();
         assert!(stored.index.ended);
         assert_eq!(stored.segments("video").count(), 1);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn size_retention_compacts_the_index_and_keeps_its_numbers() {
+        let dir = scratch("compact");
+        // Each one-frame segment is about 120 bytes: the bound keeps two.
+        let mut w = writer(&dir, None, Some(250));
+        w.compact_after = 4;
+        w.handle(Job::Init {
+            broadcast: "anon/cam.hang".into(),
+            rendition: video(),
+        })
+        .unwrap();
+        for n in 0..12 {
+            w.handle(group(n)).unwrap();
+        }
+        let stored = super::super::store::open(&dir, "anon/cam.hang")
+            .unwrap()
+            .unwrap();
+        let kept: Vec<u64> = stored.segments("video").map(|s| s.number).collect();
+        assert_eq!(kept, [10, 11]);
+        // Ten deletions, compacted at the fourth and the eighth: the two
+        // after it are still there, with the lines of the segments they
+        // delete (8 and 9); the lines of the other eight are gone.
+        let text = fs::read_to_string(dir.join("anon%2Fcam.hang").join(index::INDEX_FILE)).unwrap();
+        let count = |kind: &str| text.lines().filter(|l| l.contains(kind)).count();
+        assert_eq!((count(" D "), count(" S ")), (2, 4), "{text}");
+        drop(w);
+        // A restart goes on with the next number.
+        let mut w = writer(&dir, None, Some(250));
+        w.handle(Job::Init {
+            broadcast: "anon/cam.hang".into(),
+            rendition: video(),
+        })
+        .unwrap();
+        w.handle(group(12)).unwrap();
+        let stored = super::super::store::open(&dir, "anon/cam.hang")
+            .unwrap()
+            .unwrap();
+        let kept: Vec<u64> = stored.segments("video").map(|s| s.number).collect();
+        assert_eq!(kept, [11, 12]);
         let _ = fs::remove_dir_all(&dir);
     }
 
