@@ -1,5 +1,6 @@
 //! The recording's stored files on untrusted bytes: a broadcast's index
-//! (`record::index::parse`, what a relay reads back after a crash), the
+//! (`record::index::parse`, what a relay reads back after a crash, and
+//! `record::index::compact`, which must replay to the same index), the
 //! file names it holds (`record::names::decode`) and a stored media
 //! segment's boxes as the export reads them (`mp4-atom`'s `moof`).
 #![no_main]
@@ -14,6 +15,11 @@ fuzz_target!(|data: &[u8]| {
     let again: String = parsed.records.iter().map(index::Record::line).collect();
     assert_eq!(index::parse(again.as_bytes()).records, parsed.records);
     let replayed = index::BroadcastIndex::replay(&parsed.records);
+    // Compaction keeps what the index says.
+    assert_eq!(
+        index::BroadcastIndex::replay(&index::compact(&parsed.records)),
+        replayed
+    );
     for s in replayed.segments() {
         assert!(replayed.last_number >= Some(s.number));
     }
