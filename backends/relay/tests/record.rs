@@ -711,12 +711,25 @@ impl Tmpfs {
     }
 
     fn resize(&self, size: &str) {
-        let status = Command::new("mount")
-            .args(["-o", &format!("remount,size={size}")])
-            .arg(&self.0)
-            .status()
-            .unwrap();
-        assert!(status.success());
+        self.remount(&format!("size={size}"));
+    }
+
+    /// Remounts with `options` (`ro`, `rw`, `size=…`); a remount read-only
+    /// while the writer has a file open is busy, so it is tried again.
+    fn remount(&self, options: &str) {
+        for _ in 0..100 {
+            let ok = Command::new("mount")
+                .args(["-o", &format!("remount,{options}")])
+                .arg(&self.0)
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("cannot remount {} with {options}", self.0.display());
     }
 }
 
@@ -807,6 +820,44 @@ fn a_full_disk_stops_recording_not_delivery_and_recording_resumes() {
         .collect();
     assert_eq!(watching.join().unwrap(), expect);
     // What is stored is whole: every indexed segment reads back.
+    let json = wait_recordings(relay.addr, |j| ended(j, "anon/cam.hang"));
+    let stored = segments_of(&json, "anon/cam.hang", "video");
+    assert!(stored > before && stored < u64::from(groups), "{json}");
+    check_segments(&disk.0, "anon/cam.hang", have_ffmpeg());
+    drop(relay);
+}
+
+#[test]
+fn a_read_only_directory_stops_recording_not_delivery_and_recording_resumes() {
+    let Some(disk) = Tmpfs::mount("ro", "64m") else {
+        return;
+    };
+    let d = disk.0.to_str().unwrap();
+    let relay = RelayProcess::start(binary(), &["--record", "anon/**", "--record-dir", d]);
+    let watching = viewer(relay.addr, "cam.hang");
+    let (groups, per_group) = (30u32, 10u32);
+    let cam = camera(
+        relay.addr,
+        "cam.hang",
+        Some(groups),
+        per_group,
+        false,
+        Arc::default(),
+    );
+    let errors = "skiff_relay_record_write_errors_total";
+    let recorded = "skiff_relay_record_groups_recorded_total";
+    wait_metric(&relay, recorded, |v| v >= 2);
+    disk.remount("ro");
+    wait_metric(&relay, errors, |v| v >= 2);
+    let before = wait_metric(&relay, recorded, |_| true);
+    disk.remount("rw");
+    wait_metric(&relay, recorded, |v| v >= before + 2);
+    assert_eq!(cam.join().unwrap(), groups * per_group);
+    let card = TestCard::new(WIDTH, HEIGHT, FPS).unwrap();
+    let expect: Vec<u64> = (0..u64::from(groups * per_group))
+        .map(|n| card.pts_us(n))
+        .collect();
+    assert_eq!(watching.join().unwrap(), expect, "the viewer lost nothing");
     let json = wait_recordings(relay.addr, |j| ended(j, "anon/cam.hang"));
     let stored = segments_of(&json, "anon/cam.hang", "video");
     assert!(stored > before && stored < u64::from(groups), "{json}");
