@@ -3,12 +3,17 @@
 //!
 //! Why a thread and not monoio's io_uring file I/O on a worker: the writes
 //! are few and large (one segment per group, about one a second per track),
-//! but each needs `fsync`, `rename`, `unlink` and directory scans, which
-//! monoio 0.2 does not submit to the ring (they would block the worker that
-//! runs them, and with it every connection of that worker). On its own
-//! thread a slow or full disk stalls only this thread: the queue in front of
-//! it fills and further groups are dropped from the recording (counted in
-//! [`RecordStats::groups_dropped`] and logged), never from live delivery.
+//! but each also needs `rename`, `unlink` and directory scans (recovery,
+//! retention). monoio 0.2.4 submits reads, writes and `fsync` to the ring,
+//! but `rename` and `unlink` only with features this crate does not build,
+//! has no directory listing, and on the epoll driver (`--driver legacy`,
+//! the fallback where io_uring is missing) its file operations block the
+//! thread that runs them, and with it every connection of that worker. On
+//! its own thread a slow or full disk stalls only this thread, whatever the
+//! driver: the queue in front of it fills and further groups are dropped
+//! from the recording (counted in [`RecordStats::groups_dropped`] and
+//! logged), never from live delivery. One thread for the process also keeps
+//! each broadcast's index appended in order by one writer.
 //!
 //! Crash safety: a segment is written to `.NAME.tmp`, synced, and renamed to
 //! NAME; only then is its record appended to the broadcast's index
