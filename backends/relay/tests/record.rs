@@ -505,6 +505,14 @@ fn records_the_camera_exports_it_and_survives_sigkill() {
         "{m3u8}"
     );
     assert!(m3u8.trim_end().ends_with("#EXT-X-ENDLIST"), "{m3u8}");
+    // Numbered per track (the audio's segments do not take video numbers):
+    // the media sequence runs 0..11 without a hole.
+    assert!(m3u8.contains("#EXT-X-MEDIA-SEQUENCE:0\n"), "{m3u8}");
+    let listed: Vec<&str> = m3u8.lines().filter(|l| l.ends_with(".m4s")).collect();
+    let numbered: Vec<String> = (0..u64::from(groups))
+        .map(|n| index::segment_file("video", n))
+        .collect();
+    assert_eq!(listed, numbered);
     let (status, _) = http_get(relay.addr, "/hls/anon/cam.hang/..%2F..%2Fetc%2Fpasswd");
     assert!(status.contains("404"), "{status}");
     let hls = format!("http://{}/hls/anon/cam.hang/index.m3u8", relay.addr);
@@ -559,7 +567,7 @@ fn records_the_camera_exports_it_and_survives_sigkill() {
     // before its index line, and half an index line.
     let live = store::open(&dir, "anon/live.hang").unwrap().unwrap();
     let before: Vec<u64> = live.segments("video").map(|s| s.number).collect();
-    let next = live.index.last_number.unwrap() + 1;
+    let next = live.index.tracks["video"].last_number.unwrap() + 1;
     let bdir = live.dir.clone();
     std::fs::write(
         bdir.join(format!(".{}.tmp", index::segment_file("video", next + 1))),
@@ -662,7 +670,7 @@ fn retention_by_size_deletes_the_oldest_first() {
     assert!(bytes <= bound, "{bytes} stored");
     assert!(kept.len() >= 3, "{kept:?}");
     // Segment numbers are in recording order: the newest are the ones kept.
-    let last = stored.index.last_number.unwrap();
+    let last = stored.index.tracks["video"].last_number.unwrap();
     let expect: Vec<u64> = (last + 1 - kept.len() as u64..=last).collect();
     assert_eq!(kept, expect);
     let on_disk = std::fs::read_dir(&stored.dir)

@@ -36,7 +36,8 @@ pub const MAX_LINE: usize = 1024;
 pub struct Segment {
     /// The track's name.
     pub track: String,
-    /// The segment's number, unique in the broadcast's directory.
+    /// The segment's number in its track: consecutive from 0 (the
+    /// track's HLS media sequence), never used twice.
     pub number: u64,
     /// The init segment it is decoded with.
     pub init: u32,
@@ -199,6 +200,8 @@ pub struct TrackIndex {
     pub audio: bool,
     /// Segment number → segment, deleted ones left out.
     pub segments: BTreeMap<u64, Segment>,
+    /// The highest segment number used (deleted ones included), if any.
+    pub last_number: Option<u64>,
 }
 
 /// A broadcast's index replayed: what is stored now.
@@ -209,8 +212,6 @@ pub struct BroadcastIndex {
     /// True if the last record ending or starting something is an end:
     /// the broadcast is not being recorded.
     pub ended: bool,
-    /// The highest segment number used (deleted ones included), if any.
-    pub last_number: Option<u64>,
     /// The highest init number used, if any.
     pub last_init: Option<u32>,
 }
@@ -241,8 +242,8 @@ impl BroadcastIndex {
                 self.ended = false;
             }
             Record::Segment(s) => {
-                self.last_number = self.last_number.max(Some(s.number));
                 let t = self.tracks.entry(s.track.clone()).or_default();
+                t.last_number = t.last_number.max(Some(s.number));
                 // A segment whose init is unknown cannot be decoded: not served.
                 if t.inits.contains_key(&s.init) {
                     t.segments.insert(s.number, s.clone());
@@ -252,10 +253,9 @@ impl BroadcastIndex {
             Record::Delete { track, number } => {
                 // Its number stays used (a compacted index may keep only
                 // the deletion of the highest one).
-                self.last_number = self.last_number.max(Some(*number));
-                if let Some(t) = self.tracks.get_mut(track) {
-                    t.segments.remove(number);
-                }
+                let t = self.tracks.entry(track.clone()).or_default();
+                t.last_number = t.last_number.max(Some(*number));
+                t.segments.remove(number);
             }
             Record::End { .. } => self.ended = true,
         }
@@ -278,29 +278,41 @@ impl BroadcastIndex {
 }
 
 /// The records of `records` a compacted index keeps, in order: every init
-/// and end, the segments not deleted, and the deletion of the highest
-/// segment number if that one is gone (so numbers are not used twice).
-/// Replayed, they give the same [`BroadcastIndex`].
+/// and end, the segments not deleted, and for each track the last deletion
+/// of its highest segment number if that one is gone (so numbers are not
+/// used twice). Replayed, they give the same [`BroadcastIndex`].
 pub fn compact(records: &[Record]) -> Vec<Record> {
     let index = BroadcastIndex::replay(records);
-    let live = |track: &str, number: u64| {
-        index
-            .tracks
-            .get(track)
-            .is_some_and(|t| t.segments.contains_key(&number))
+    let track = |name: &str| index.tracks.get(name);
+    let highest = |r: &Record| match r {
+        Record::Delete {
+            track: name,
+            number,
+        } => track(name).is_some_and(|t| t.last_number == Some(*number)),
+        _ => false,
     };
-    let highest_deleted = records.iter().rfind(
-        |r| matches!(r, Record::Delete { number, .. } if Some(*number) == index.last_number),
-    );
     records
         .iter()
-        .filter(|r| match r {
+        .enumerate()
+        .filter(|(i, r)| match r {
             Record::Init { .. } | Record::End { .. } => true,
-            Record::Segment(s) => live(&s.track, s.number),
-            Record::Delete { .. } => highest_deleted.is_some_and(|d| std::ptr::eq(*r, d)),
+            Record::Segment(s) => {
+                track(&s.track).is_some_and(|t| t.segments.contains_key(&s.number))
+            }
+            // The last of the deletions of a track's highest number.
+            Record::Delete { .. } => {
+                highest(r) && !records[i + 1..].iter().any(|later| later == *r)
+            }
         })
-        .cloned()
+        .map(|(_, r)| r.clone())
         .collect()
+}
+
+impl BroadcastIndex {
+    /// True if a segment was ever recorded (and maybe deleted since).
+    pub fn recorded(&self) -> bool {
+        self.tracks.values().any(|t| t.last_number.is_some())
+    }
 }
 
 /// The file name of segment `number` of `track`.
@@ -358,7 +370,7 @@ mod tests {
         assert_eq!(parsed.valid_len, text.len());
         let index = BroadcastIndex::replay(&parsed.records);
         assert!(index.ended);
-        assert_eq!(index.last_number, Some(1));
+        assert_eq!(index.tracks["video"].last_number, Some(1));
         let kept: Vec<u64> = index.segments().map(|s| s.number).collect();
         assert_eq!(kept, [1]);
     }
@@ -392,7 +404,7 @@ mod tests {
         let kept = compact(&records);
         let index = BroadcastIndex::replay(&kept);
         assert_eq!(index, BroadcastIndex::replay(&records));
-        assert_eq!(index.last_number, Some(9));
+        assert_eq!(index.tracks["video"].last_number, Some(9));
         assert_eq!(kept.len(), 1 + 1 + 1);
     }
 

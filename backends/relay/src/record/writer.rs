@@ -272,7 +272,7 @@ fn recover_broadcast(dir: &Path, now: u64) -> io::Result<BroadcastIndex> {
             fs::remove_file(file.path())?;
         }
     }
-    if !index.ended && index.last_number.is_some() {
+    if !index.ended && index.recorded() {
         let end = Record::End { written_ms: now };
         append(dir, &end)?;
         index.apply(&end);
@@ -462,7 +462,12 @@ impl Writer {
                         "{broadcast} {track}: a group before its init segment"
                     )));
                 };
-                let number = open.index.last_number.map_or(0, |n| n + 1);
+                let number = open
+                    .index
+                    .tracks
+                    .get(&track)
+                    .and_then(|t| t.last_number)
+                    .map_or(0, |n| n + 1);
                 let sequence = u32::try_from(number % (1 << 31)).unwrap_or(0) + 1;
                 let (bytes, duration_us) =
                     fmp4::media_segment(sequence, track_id, &samples, last_duration_us, audio)
