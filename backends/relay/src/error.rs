@@ -58,6 +58,9 @@ pub enum RelayError {
         /// Viewers that ran.
         viewers: usize,
     },
+    /// `export` found nothing to write, or could not read or write a file.
+    #[error("export: {0}")]
+    Export(crate::record::export::ExportError),
 }
 
 impl RelayError {

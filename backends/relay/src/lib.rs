@@ -33,6 +33,8 @@
 //!   trunk between workers, upstream);
 //! - [`web`]: HTTP on the listen port: QMux over WebSocket for browsers
 //!   and the player's endpoints (docs/protocol.md §9);
+//! - [`record`]: recording while relaying (`--record`), `GET /recordings`
+//!   and `skiff-relay export`;
 //! - [`relay_demo`]: `skiff-relay demo`, the relay plus a camera publisher
 //!   and viewers in one process.
 //!
@@ -49,6 +51,7 @@ pub mod handler;
 pub mod lend;
 pub mod metrics;
 pub mod proxy_protocol;
+pub mod record;
 pub mod relay;
 pub mod relay_demo;
 pub mod server;

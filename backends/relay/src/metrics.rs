@@ -416,6 +416,8 @@ pub struct Metrics {
     /// those whose token refused them that role.
     inbound_peers: AtomicU64,
     refused_peers: AtomicU64,
+    /// The recorder's counters (`--record`).
+    pub record: std::sync::Arc<crate::record::RecordStats>,
 }
 
 /// One cluster peer's counters, summed over the workers' sessions with it:
@@ -684,6 +686,7 @@ impl Metrics {
             peers: std::sync::Mutex::new(Vec::new()),
             inbound_peers: AtomicU64::new(0),
             refused_peers: AtomicU64::new(0),
+            record: Default::default(),
         }
     }
 
@@ -826,6 +829,7 @@ impl Metrics {
                 u8::from(t.draining.load(Ordering::Relaxed))
             );
         }
+        self.record.render(&mut out);
         out
     }
 }

@@ -136,9 +136,12 @@ where
     let (trigger, receivers) = StopTrigger::new(threads).map_err(RelayError::Spawn)?;
     let trigger = Arc::new(trigger);
     // One Hop ID for the whole relay: its workers are one node of a cluster.
-    let mut config = config;
-    config.cluster_id = Some(config.hop_id());
-    let config = Arc::new(config);
+    // The workers see the address bound (port 0 resolved): the recorder dials it.
+    let config = Arc::new(RelayConfig {
+        listen: local_addr,
+        cluster_id: Some(config.hop_id()),
+        ..config
+    });
     let make_handler = Arc::new(make_handler);
     let (ready_tx, ready_rx) = mpsc::channel();
     let mut workers = Vec::with_capacity(threads);

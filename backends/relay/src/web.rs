@@ -285,6 +285,34 @@ fn answer(
     }
 }
 
+/// Answers `GET /recordings` and `GET /hls/…` from the recordings in
+/// `dir` (read from disk by this worker: small index files, and segments
+/// just written, normally still in the page cache); `None` for any other path.
+fn recording(dir: &Path, req: &http::Request) -> Option<Vec<u8>> {
+    let head_only = req.method == "HEAD";
+    let cors = [("Access-Control-Allow-Origin", "*")];
+    let path = req.path();
+    if path == "/recordings" {
+        let body = crate::record::store::recordings_json(dir);
+        return Some(http::response(
+            200,
+            "application/json",
+            &body,
+            head_only,
+            &cors,
+        ));
+    }
+    let rest = path.strip_prefix("/hls/")?;
+    let a = crate::record::hls::answer(dir, rest);
+    Some(http::response(
+        a.status,
+        a.content_type,
+        &a.body,
+        head_only,
+        &cors,
+    ))
+}
+
 /// Sends `response` and closes the connection.
 async fn reply<W: ByteWrite>(writer: &mut W, response: &[u8]) -> io::Result<Routed> {
     writer.buffer().extend_from_slice(response);
@@ -304,6 +332,7 @@ pub(crate) async fn serve_http<R: HeadRead, W: ByteWrite>(
     origin: origin::Ref<'static, 'static>,
     sources: &dyn Fn() -> Vec<AnnouncedSource>,
     web_dir: &Path,
+    record_dir: Option<&Path>,
     fingerprint: Option<Fingerprint>,
     reader: &mut R,
     writer: &mut W,
@@ -343,7 +372,11 @@ pub(crate) async fn serve_http<R: HeadRead, W: ByteWrite>(
     };
     let Some(upgrade) = &req.upgrade else {
         tracing::debug!(conn = ?conn, method = req.method, path = req.path(), "http request");
-        let r = answer(origin, sources, web_dir, fingerprint, &req);
+        let r = match record_dir {
+            Some(dir) if req.method == "GET" || req.method == "HEAD" => recording(dir, &req)
+                .unwrap_or_else(|| answer(origin, sources, web_dir, fingerprint, &req)),
+            _ => answer(origin, sources, web_dir, fingerprint, &req),
+        };
         return reply(writer, &r).await;
     };
     let (protocol, application) = match http::choose(&upgrade.protocols) {

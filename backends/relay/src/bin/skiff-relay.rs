@@ -1,8 +1,9 @@
 //! `skiff-relay`: the thread-per-core io_uring relay of skiff.
 //!
 //! Subcommands: `serve` (default; the moq-lite relay, one worker per core
-//! linked pairwise) and `demo` (the relay with a camera publisher and
-//! viewers in one process). Run with `--help`.
+//! linked pairwise), `demo` (the relay with a camera publisher and
+//! viewers in one process) and `export` (an MP4 file from `--record-dir`).
+//! Run with `--help`.
 //!
 //! Exit status: 0 after a clean stop (SIGINT/SIGTERM and drain), 2 for bad
 //! flags or configuration, 1 for other failures, 130 when a second signal
@@ -14,12 +15,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
-use skiff_relay::config::{Cli, Command, ConfigError, DemoTransport, RelayConfig};
+use skiff_relay::config::{Cli, Command, ConfigError, DemoTransport, ExportArgs, RelayConfig};
 use skiff_relay::error::RelayError;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::signals::SignalWatcher;
 use skiff_relay::tls::{TlsServer, TlsSource};
-use skiff_relay::{relay_demo, server};
+use skiff_relay::{record, relay_demo, server};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -91,6 +92,7 @@ fn run(cli: Cli) -> Result<(), RelayError> {
             tracing::info!("stopped");
             Ok(())
         }
+        Command::Export(args) => export(&config, args),
         Command::Demo(args) => {
             if config.tls.is_some() {
                 // The TCP port stays plain for the demo's browser page and its
@@ -144,6 +146,36 @@ fn run(cli: Cli) -> Result<(), RelayError> {
             }
         }
     }
+}
+
+/// `skiff-relay export`: writes the MP4 and prints what it holds.
+fn export(config: &RelayConfig, args: ExportArgs) -> Result<(), RelayError> {
+    let Some(record) = &config.record else {
+        return Err(RelayError::Config(ConfigError::Invalid {
+            key: "record-dir",
+            reason: "export reads --record-dir: give it".into(),
+        }));
+    };
+    let job = record::export::Export {
+        dir: record.dir.clone(),
+        broadcast: args.broadcast,
+        track: args.track,
+        from: args.from.map(|d| d.0),
+        to: args.to.map(|d| d.0),
+        output: args.output,
+    };
+    let done = record::export::run(&job).map_err(RelayError::Export)?;
+    println!(
+        "exported {} segments ({} frames, track {}, content time {}..{} us, {} bytes) to {}",
+        done.segments,
+        done.frames,
+        done.track,
+        done.span_us.0,
+        done.span_us.1,
+        done.bytes,
+        job.output.display()
+    );
+    Ok(())
 }
 
 /// Prints the bound addresses on stdout (one line each) for scripts and tests.

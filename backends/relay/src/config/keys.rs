@@ -425,6 +425,35 @@ settings! {
     /// TRACK_INFO; more are refused with EVICTED (0x35).
     #[arg(value_name = "N")]
     max_waiting_track_requests: u32 = 16;
+
+    // --- Recording (`crate::record`) ---
+
+    /// Record the broadcasts whose path matches this pattern (moq-dev's
+    /// patterns, as `--auth-public`: `anon/**`, `cams/*.hang`) to
+    /// `--record-dir` while they are relayed; repeatable or comma-separated.
+    #[arg(value_name = "PATTERN", value_delimiter = ',')]
+    record: Vec<String>;
+
+    /// Directory the recordings are stored in (one directory per
+    /// broadcast); needed by `--record`.
+    #[arg(value_name = "DIR")]
+    record_dir: PathBuf;
+
+    /// Delete recorded segments older than this, oldest first
+    /// [default: keep them].
+    #[arg(value_name = "DURATION")]
+    record_retain: DurationArg;
+
+    /// Keep all recordings together below this many bytes, deleting the
+    /// oldest segments first [default: no bound].
+    #[arg(value_name = "BYTES")]
+    record_max_bytes: ByteSize;
+
+    /// Bytes of recorded groups waiting for the disk writer; a group that
+    /// does not fit is not recorded (counted and logged), live delivery is
+    /// untouched.
+    #[arg(value_name = "BYTES")]
+    record_queue_bytes: ByteSize = ByteSize::mib(64);
 }
 
 impl Settings {
@@ -473,6 +502,31 @@ pub enum Command {
     /// Run the relay with a synthetic camera publisher and viewers in this
     /// process, print live progress and a summary, exit after --seconds.
     Demo(RelayDemoArgs),
+    /// Write an MP4 file from a broadcast's recorded segments (no
+    /// re-encoding), from `--record-dir`.
+    Export(ExportArgs),
+}
+
+/// Settings of the `export` subcommand (the directory is `--record-dir`).
+#[derive(Debug, Clone, Args)]
+pub struct ExportArgs {
+    /// The broadcast's full path, as `GET /recordings` lists it (`anon/cam.hang`).
+    #[arg(long, value_name = "PATH")]
+    pub broadcast: String,
+    /// The track to export [default: the first recorded video track, else the first track].
+    #[arg(long, value_name = "NAME")]
+    pub track: Option<String>,
+    /// First content time (the broadcast's timestamps) to include: the
+    /// segment holding it is the first one written [default: the oldest stored].
+    #[arg(long, value_name = "DURATION")]
+    pub from: Option<DurationArg>,
+    /// Content time to stop at: segments starting at or after it are left out
+    /// [default: the newest stored].
+    #[arg(long, value_name = "DURATION")]
+    pub to: Option<DurationArg>,
+    /// The MP4 file to write.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
 }
 
 /// Settings of the `demo` subcommand (relay, publisher, viewers).

@@ -25,8 +25,8 @@ pub mod values;
 
 pub use cluster::{ClusterPeer, PeerListError, PeerListSource};
 pub use keys::{
-    Cli, Command, DEFAULT_LISTEN, DEFAULT_STREAM_CREDIT, DemoTransport, RelayDemoArgs, Settings,
-    Values, quota_key,
+    Cli, Command, DEFAULT_LISTEN, DEFAULT_STREAM_CREDIT, DemoTransport, ExportArgs, RelayDemoArgs,
+    Settings, Values, quota_key,
 };
 pub use values::{
     ByteSize, DurationArg, LogLevel, ParseValueError, Spelling, Upstream, UpstreamScheme,
@@ -194,6 +194,8 @@ pub struct RelayConfig {
     pub cluster_token: Option<PathBuf>,
     /// This relay's own URL (`--cluster-node`).
     pub cluster_node: Option<String>,
+    /// Recording (`--record`, `--record-dir`, …): `None` without a directory.
+    pub record: Option<crate::record::RecordConfig>,
 }
 
 /// Where tokens are verified and what anonymous sessions may do; all empty:
@@ -636,6 +638,8 @@ impl RelayConfig {
             cluster_max_hops: v.cluster_max_hops,
             cluster_token: v.cluster_token,
             cluster_node: v.cluster_node,
+            // Checked by `merge` (`RecordConfig::of`), which sets it.
+            record: None,
         }
     }
 
@@ -680,8 +684,10 @@ impl RelayConfig {
         let proxy_protocol_from =
             ProxySources::parse(v.proxy_protocol_from.as_deref().unwrap_or_default())
                 .map_err(|reason| invalid("proxy-protocol-from", reason))?;
+        let record = crate::record::RecordConfig::of(&v)?;
         let mut cfg = RelayConfig::of(v, auth, tls, tls_generate);
         cfg.proxy_protocol_from = proxy_protocol_from;
+        cfg.record = record;
         if cfg.upstream_ca.is_some() && cfg.upstream_fingerprint.is_some() {
             // A pin accepts one certificate whatever its issuer: CAs would go unused.
             return Err(invalid(

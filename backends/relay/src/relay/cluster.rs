@@ -271,6 +271,7 @@ impl RelayHandler {
             auth: self.auth.clone(),
             tls: self.tls.clone(),
             web_dir: self.web_dir.clone(),
+            record_dir: self.record_dir.clone(),
         };
         let info = info.clone();
         monoio::spawn(async move {

@@ -20,6 +20,8 @@ pub struct RelayHandler {
     pub(super) tls: Option<Arc<TlsServer>>,
     /// The directory the web player is served from.
     pub(super) web_dir: std::path::PathBuf,
+    /// The recording directory `GET /recordings` lists (`--record-dir`).
+    pub(super) record_dir: Option<std::path::PathBuf>,
 }
 
 impl RelayHandler {
@@ -41,6 +43,7 @@ impl RelayHandler {
             auth,
             tls: None,
             web_dir: info.config.web_dir.clone(),
+            record_dir: info.config.record.as_ref().map(|r| r.dir.clone()),
         }
     }
 
@@ -106,6 +109,9 @@ impl RelayHandler {
                 .clone();
             if let Some(cluster) = cluster {
                 h.spawn_cluster(info, cluster);
+            }
+            if info.index == 0 {
+                crate::record::start(info, h.relay.origin(), h.tls.as_ref());
             }
             h
         })
@@ -422,6 +428,7 @@ impl RelayHandler {
             self.relay.origin(),
             &sources,
             &self.web_dir,
+            self.record_dir.as_deref(),
             self.tls.as_ref().and_then(|t| t.cert().fingerprint()),
             &mut reader,
             &mut writer,
