@@ -258,3 +258,97 @@ fn sdk_clients_leave_a_draining_relay_at_its_goaway() {
         assert_eq!(report.forced(), 0, "clients stayed until the drain timeout");
     });
 }
+
+/// One viewer session subscribes to 12 broadcasts, each read: past a few it
+/// asks for every announcement at once instead of holding one announce
+/// request (and one of the session's few control-stream buffers) per
+/// broadcast, which stalled its fifth subscription.
+#[test]
+fn one_session_subscribes_to_many_broadcasts() {
+    use skiff_core::model::track::Info;
+    use skiff_monoio::sdk::Request;
+    const BROADCASTS: usize = 12;
+    let relay = start_relay(&[]);
+    let url = format!("tcp://{}/", relay.addr);
+    // Two publisher threads of six broadcasts each, until the viewer is done.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let publishers: Vec<_> = (0..2)
+        .map(|p| {
+            let (url, stop) = (url.clone(), stop.clone());
+            std::thread::spawn(move || {
+                driver::block_on(DriverKind::Legacy, move |_| async move {
+                    // A client publishes four broadcasts at most.
+                    let mut clients = Vec::new();
+                    let mut tracks = Vec::new();
+                    for b in (p * BROADCASTS / 2)..((p + 1) * BROADCASTS / 2) {
+                        if b % 4 == 0 || clients.is_empty() {
+                            let (client, runner) =
+                                skiff_monoio::connect(&url, skiff_monoio::Config::default())
+                                    .unwrap();
+                            monoio::spawn(runner.run());
+                            clients.push(client);
+                        }
+                        let client = clients.last().unwrap();
+                        let broadcast = client.publish(&format!("cam{b}")).unwrap();
+                        let track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
+                        tracks.push((b, broadcast, track, None));
+                    }
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        for (b, _, track, group) in &mut tracks {
+                            if group.is_none() && track.subscribers() > 0 {
+                                let mut g = track.create_group(0).unwrap();
+                                g.write_frame(0, format!("frame of cam{b}").as_bytes())
+                                    .await
+                                    .unwrap();
+                                *group = Some(g);
+                            }
+                        }
+                        monoio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    drop(tracks);
+                    for client in clients {
+                        client.close().await;
+                    }
+                })
+                .expect("runtime")
+            })
+        })
+        .collect();
+    let outcomes = driver::block_on(DriverKind::Legacy, move |_| async move {
+        let (viewer, runner) =
+            skiff_monoio::connect(&url, skiff_monoio::Config::default()).unwrap();
+        monoio::spawn(runner.run());
+        let mut outcomes = Vec::new();
+        let mut held = Vec::new();
+        for b in 0..BROADCASTS {
+            let subscribed = monoio::time::timeout(
+                Duration::from_secs(20),
+                viewer.subscribe(&format!("cam{b}"), "video", Request::LIVE),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("subscription {b} stalled"));
+            match subscribed {
+                Ok(mut track) => {
+                    let mut group = track.next_group().await.unwrap().expect("a group");
+                    let frame = group.read_frame().await.unwrap().expect("a frame");
+                    assert_eq!(
+                        frame.payload.to_vec(),
+                        format!("frame of cam{b}").into_bytes()
+                    );
+                    outcomes.push("read");
+                    held.push(track);
+                }
+                Err(e) => panic!("subscription {b}: {e}"),
+            }
+        }
+        drop(held);
+        viewer.close().await;
+        outcomes
+    })
+    .expect("runtime");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for p in publishers {
+        p.join().unwrap();
+    }
+    assert_eq!(outcomes, vec!["read"; BROADCASTS]);
+}

@@ -3,12 +3,12 @@
 use std::rc::Rc;
 
 use monoio::net::TcpStream;
-use skiff_core::session::{Config as SessionConfig, Event, Session};
+use skiff_core::session::{Config as SessionConfig, Error as SessionError, Event, Session};
 use skiff_core::transport::Transport;
 use skiff_core::wire::lite::{Role, SessionCode};
 use skiff_core::wire::qmux::Side;
 
-use super::subscribe::Phase;
+use super::subscribe::{Phase, Wanted};
 use super::{Error, Scheme, Shared};
 use crate::cancel::race;
 use crate::context::{TcpReader, TcpWriter};
@@ -395,11 +395,26 @@ impl Runner {
     }
 }
 
+/// Broadcasts whose announcements a session asks for by name before it asks
+/// for every announcement under its root instead.
+const NAMED_ANNOUNCE_REQUESTS: usize = 4;
+
+/// Whether a session call failed for want of room in its fixed tables.
+fn is_full(e: SessionError) -> bool {
+    matches!(
+        e,
+        SessionError::ControlFull | SessionError::SubscriptionsFull
+    )
+}
+
 /// The client's requests on one session: announcements asked for and seen.
 struct SessionApp<'c> {
     shared: &'c Shared,
     /// Broadcasts whose announcement this session asked for.
     asked: Vec<String>,
+    /// The session asked for every announcement under its root
+    /// ([`NAMED_ANNOUNCE_REQUESTS`]).
+    asked_all: bool,
     /// Broadcasts announced in this session.
     announced: Vec<String>,
     /// The relay sent GOAWAY: the session closes at the next turn and the
@@ -413,6 +428,7 @@ impl<'c> SessionApp<'c> {
         SessionApp {
             shared,
             asked: Vec::new(),
+            asked_all: false,
             announced: Vec::new(),
             going_away: false,
         }
@@ -518,18 +534,42 @@ impl App for SessionApp<'_> {
                 if w.phase.get() != Phase::Waiting {
                     continue;
                 }
-                if !self.asked.contains(&w.broadcast)
-                    && session.announce_request(&w.broadcast).is_ok()
-                {
-                    self.asked.push(w.broadcast.clone());
+                // A few broadcasts' announcements are asked for by name (the
+                // relay sends only theirs); past [`NAMED_ANNOUNCE_REQUESTS`]
+                // the session asks once for everything under its root, which
+                // answers for every broadcast: each request holds one of the
+                // session's few control-stream buffers for its life.
+                let mut no_room = false;
+                if !self.asked_all && !self.asked.contains(&w.broadcast) {
+                    let by_name = self.asked.len() < NAMED_ANNOUNCE_REQUESTS;
+                    let prefix = if by_name { w.broadcast.as_str() } else { "" };
+                    match session.announce_request(prefix) {
+                        Ok(_) if by_name => self.asked.push(w.broadcast.clone()),
+                        Ok(_) => self.asked_all = true,
+                        Err(e) => no_room = is_full(e),
+                    }
                 }
+                let full = |w: &Wanted| {
+                    // A first request finding the session's tables taken
+                    // fails, typed; one accepted before (asked again in a new
+                    // session) waits for room.
+                    if !w.accepted.get() {
+                        w.phase.set(Phase::Full);
+                        w.wake();
+                    }
+                };
                 if self.announced.contains(&w.broadcast) {
                     let local = w.fresh_local();
-                    if let Ok(id) = session.subscribe(&w.broadcast, local, w.request) {
-                        w.phase.set(Phase::Requested(id));
+                    match session.subscribe(&w.broadcast, local, w.request) {
+                        Ok(id) => w.phase.set(Phase::Requested(id)),
+                        Err(e) if is_full(e) => full(&w),
+                        Err(_) => {}
                     }
                     // The consumer follows the new local track.
                     w.wake();
+                } else if no_room {
+                    // No stream to ask for its announcement either.
+                    full(&w);
                 }
             }
         }

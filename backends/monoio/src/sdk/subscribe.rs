@@ -27,6 +27,10 @@ pub(super) enum Phase {
     Finished,
     /// The relay refused it before it was ever accepted: final.
     Refused(u64),
+    /// The session had no control stream for it before it was ever
+    /// accepted (every one holds a subscription or an announce request of
+    /// this client): final.
+    Full,
 }
 
 /// A subscription the application holds, as the runner sees it.
@@ -130,6 +134,9 @@ impl TrackConsumer {
             match wanted.phase.get() {
                 Phase::Active(_) | Phase::Finished => Poll::Ready(Ok(())),
                 Phase::Refused(code) => Poll::Ready(Err(Error::Refused(code))),
+                Phase::Full => Poll::Ready(Err(Error::Full(
+                    "control streams of the session (subscriptions and announce requests)",
+                ))),
                 Phase::Waiting | Phase::Requested(_) => {
                     wanted.register(cx.waker());
                     Poll::Pending

@@ -56,12 +56,10 @@ async fn stopped(flag: &Cell<bool>) {
     }
 }
 
-/// Broadcasts one recorder client records at once. The SDK asks one
-/// ANNOUNCE_REQUEST per broadcast it subscribes in, and each of those and
-/// each subscription (catalog, video, audio) holds a control stream of the
-/// client's session, whose tables are small: four video-only broadcasts per
-/// client are recorded (`tests/record.rs`, twenty at once), eight are not.
-/// Three leave room for an audio track each.
+/// Broadcasts one recorder client records at once. Each subscription
+/// (catalog, video, audio) holds one of the session's streams, and the
+/// relay gives a session a bounded number at once (`--max-streams`): three
+/// broadcasts of three tracks leave room for the announce requests.
 pub const BROADCASTS_PER_CLIENT: usize = 3;
 
 /// The recorder's clients of the relay, each recording up to
