@@ -8,7 +8,7 @@ use skiff_core::transport::Transport;
 use skiff_core::wire::lite::{Role, SessionCode};
 use skiff_core::wire::qmux::Side;
 
-use super::subscribe::{Phase, Wanted};
+use super::subscribe::Phase;
 use super::{Error, Scheme, Shared};
 use crate::cancel::race;
 use crate::context::{TcpReader, TcpWriter};
@@ -399,14 +399,6 @@ impl Runner {
 /// for every announcement under its root instead.
 const NAMED_ANNOUNCE_REQUESTS: usize = 4;
 
-/// Whether a session call failed for want of room in its fixed tables.
-fn is_full(e: SessionError) -> bool {
-    matches!(
-        e,
-        SessionError::ControlFull | SessionError::SubscriptionsFull
-    )
-}
-
 /// The client's requests on one session: announcements asked for and seen.
 struct SessionApp<'c> {
     shared: &'c Shared,
@@ -539,37 +531,33 @@ impl App for SessionApp<'_> {
                 // the session asks once for everything under its root, which
                 // answers for every broadcast: each request holds one of the
                 // session's few control-stream buffers for its life.
-                let mut no_room = false;
                 if !self.asked_all && !self.asked.contains(&w.broadcast) {
                     let by_name = self.asked.len() < NAMED_ANNOUNCE_REQUESTS;
                     let prefix = if by_name { w.broadcast.as_str() } else { "" };
                     match session.announce_request(prefix) {
                         Ok(_) if by_name => self.asked.push(w.broadcast.clone()),
                         Ok(_) => self.asked_all = true,
-                        Err(e) => no_room = is_full(e),
+                        // Control streams taken (their buffers may free as
+                        // messages go out): asked again at the next turn.
+                        Err(_) => {}
                     }
                 }
-                let full = |w: &Wanted| {
-                    // A first request finding the session's tables taken
-                    // fails, typed; one accepted before (asked again in a new
-                    // session) waits for room.
-                    if !w.accepted.get() {
-                        w.phase.set(Phase::Full);
-                        w.wake();
-                    }
-                };
                 if self.announced.contains(&w.broadcast) {
                     let local = w.fresh_local();
                     match session.subscribe(&w.broadcast, local, w.request) {
                         Ok(id) => w.phase.set(Phase::Requested(id)),
-                        Err(e) if is_full(e) => full(&w),
+                        // Every subscription slot holds a live subscription of
+                        // this client: a first request fails, typed; one
+                        // accepted before (asked again in a new session)
+                        // waits for a slot.
+                        Err(SessionError::SubscriptionsFull) if !w.accepted.get() => {
+                            w.phase.set(Phase::Full);
+                        }
+                        // Control streams taken (transient): the next turn.
                         Err(_) => {}
                     }
                     // The consumer follows the new local track.
                     w.wake();
-                } else if no_room {
-                    // No stream to ask for its announcement either.
-                    full(&w);
                 }
             }
         }

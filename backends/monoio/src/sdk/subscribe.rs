@@ -27,9 +27,8 @@ pub(super) enum Phase {
     Finished,
     /// The relay refused it before it was ever accepted: final.
     Refused(u64),
-    /// The session had no control stream for it before it was ever
-    /// accepted (every one holds a subscription or an announce request of
-    /// this client): final.
+    /// Every subscription slot of the session held another subscription
+    /// of this client when it was first asked for: final.
     Full,
 }
 
@@ -134,9 +133,7 @@ impl TrackConsumer {
             match wanted.phase.get() {
                 Phase::Active(_) | Phase::Finished => Poll::Ready(Ok(())),
                 Phase::Refused(code) => Poll::Ready(Err(Error::Refused(code))),
-                Phase::Full => Poll::Ready(Err(Error::Full(
-                    "control streams of the session (subscriptions and announce requests)",
-                ))),
+                Phase::Full => Poll::Ready(Err(Error::Full("subscriptions of the session"))),
                 Phase::Waiting | Phase::Requested(_) => {
                     wanted.register(cx.waker());
                     Poll::Pending
