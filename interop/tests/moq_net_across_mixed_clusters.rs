@@ -8,9 +8,10 @@
 //!   stream (`moq_net_live::frame`: a frame every 20 ms, five a group, one of
 //!   them over 20 KiB) until the test ends;
 //! - every node has moq-net viewers ([`reference::dial_subscriber`]) of
-//!   every other node's broadcasts, each reading [`GROUPS`] groups from the
-//!   live edge: they arrive one after another, every frame with its bytes,
-//!   order and timestamp.
+//!   every other node's broadcasts and skiff SDK viewers of every other
+//!   node's moq-net broadcast, each reading [`GROUPS`] groups from the live
+//!   edge: they arrive one after another, every frame with its bytes, order
+//!   and timestamp.
 //!
 //! The restart tests kill the middle node of each line with SIGKILL and start
 //! it again on its port, while a moq-net viewer at each end watches the
@@ -245,6 +246,85 @@ fn spawn_sdk_publisher(
     })
 }
 
+/// A skiff SDK client dialing `addr` and reading `broadcast` (the paced
+/// stream `seed`) from the live edge until it has [`GROUPS`] groups: the
+/// (group, frame index) of every frame read, in order, each checked as it
+/// came (bytes and timestamp), or what went wrong.
+fn spawn_sdk_viewer(
+    addr: SocketAddr,
+    broadcast: String,
+    seed: u64,
+) -> std::thread::JoinHandle<Result<Vec<(u64, u64)>, String>> {
+    use skiff_monoio::sdk::Request;
+    use skiff_monoio::{Config, connect};
+    std::thread::spawn(move || {
+        driver::block_on(DriverKind::Legacy, move |_| async move {
+            let url = format!("tcp://{addr}{PATH}");
+            let (client, runner) =
+                connect(&url, Config::default()).map_err(|e| format!("connect: {e:?}"))?;
+            monoio::spawn(runner.run());
+            let request = Request {
+                max_latency: skiff_core::time::Duration::from_secs(10),
+                ..Request::LIVE
+            };
+            let reading = async {
+                let mut track = client
+                    .subscribe(&broadcast, TRACK, request)
+                    .await
+                    .map_err(|e| format!("subscribe: {e:?}"))?;
+                let mut reads = Vec::new();
+                let mut groups = 0;
+                while groups < GROUPS {
+                    let mut group = match track.next_group().await {
+                        Ok(Some(group)) => group,
+                        Ok(None) => return Err(format!("track ended after {reads:?}")),
+                        Err(e) => return Err(format!("group: {e:?}")),
+                    };
+                    let g = group.sequence();
+                    loop {
+                        match group.read_frame().await {
+                            Ok(Some(frame)) => {
+                                let i = moq_net_live::check(
+                                    seed,
+                                    g,
+                                    frame.timestamp,
+                                    &frame.payload.to_vec(),
+                                )?;
+                                reads.push((g, i));
+                            }
+                            Ok(None) => break,
+                            Err(e) => return Err(format!("group {g}: {e:?} after {reads:?}")),
+                        }
+                    }
+                    groups += 1;
+                }
+                Ok(reads)
+            };
+            let result = monoio::select! {
+                r = reading => r,
+                () = monoio::time::sleep(VIEW) => Err("timed out".to_owned()),
+            };
+            client.close().await;
+            result
+        })
+        .map_err(|e| format!("runtime: {e}"))?
+    })
+}
+
+/// Checks what an SDK viewer read: [`GROUPS`] consecutive groups, each with
+/// every frame in order.
+fn check_sdk_reads(reads: &[(u64, u64)]) -> Result<(), String> {
+    let first = reads.first().map_or(0, |&(g, _)| g);
+    let want: Vec<(u64, u64)> = (first..first + GROUPS as u64)
+        .flat_map(|g| (0..FRAMES).map(move |i| (g, i)))
+        .collect();
+    if reads == want {
+        Ok(())
+    } else {
+        Err(format!("frames read {reads:?}"))
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Every node publishing, every node viewing
 // ---------------------------------------------------------------------------
@@ -302,7 +382,27 @@ fn every_node(kinds: [Kind; 3]) {
             }
         }
     }
+    // And on every node a skiff SDK viewer of each other node's moq-net broadcast.
+    let mut sdk_viewers = Vec::new();
+    for (v, node) in nodes.iter().enumerate() {
+        for m in (0..nodes.len()).filter(|&m| m != v) {
+            let [(broadcast, seed), _] = broadcasts(m);
+            let viewer = spawn_sdk_viewer(node.addr, broadcast.clone(), seed);
+            sdk_viewers.push((v, broadcast, viewer));
+        }
+    }
     let mut failures = Vec::new();
+    for (v, broadcast, viewer) in sdk_viewers {
+        let verdict = match viewer.join() {
+            Ok(Ok(reads)) => check_sdk_reads(&reads),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err("panicked".to_owned()),
+        };
+        match verdict {
+            Ok(()) => println!("node {v} viewed {broadcast} with the SDK: {GROUPS} groups intact"),
+            Err(e) => failures.push(format!("SDK viewer on node {v}, {broadcast}: {e}")),
+        }
+    }
     for (v, broadcast, seed, running) in viewers {
         let received: Result<Received, _> = running.join();
         let verdict = match received {
