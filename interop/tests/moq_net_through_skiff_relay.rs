@@ -8,12 +8,16 @@
 //! The relay subscribes upstream at the live edge (see the `relay` module docs of
 //! skiff-monoio), so the publisher here is live: it writes its groups only once the
 //! relay's upstream subscription reads its first group (`group::Producer::used`),
-//! not before announcing as [`reference::dial_publisher`] does.
+//! not before announcing as [`reference::dial_publisher`] does (the recipe is
+//! in the `moq_net_live` module, shared with the cluster tests).
+
+mod moq_net_live;
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
+use moq_net_live::Dial;
 use skiff_interop::ALPN_LITE_05;
 use skiff_interop::reference::{
     self, End, Frame, Group, Options, Received, SubscribeRequest, TrackInfo,
@@ -61,128 +65,8 @@ fn groups() -> Vec<Group> {
         .collect()
 }
 
-// ---------------------------------------------------------------------------
-// A live moq-net publisher (docs/protocol.md §7.2 recipe)
-// ---------------------------------------------------------------------------
-
-type Transport = moq_tokio::transport::Session<qmux::Session>;
-
-fn versions() -> moq_net::Versions {
-    let v = moq_net::Version::from_alpn(ALPN_LITE_05).expect("moq-lite-05 is known");
-    moq_net::Versions::from(vec![v])
-}
-
-/// Dials `addr`, announces the broadcast, waits for a subscriber, writes
-/// [`groups`] once the relay reads group 0, then stays connected until `done` fires.
-async fn live_publisher(
-    addr: SocketAddr,
-    websocket: bool,
-    done: tokio::sync::oneshot::Receiver<()>,
-) -> Result<(), String> {
-    let hop = moq_net::Hop::new(0x1111).map_err(|e| format!("hop: {e}"))?;
-    let origin = moq_tokio::origin::spawn_config(moq_net::origin::Config::new(hop));
-    let info = moq_net::track::Info::default();
-    let timescale = info.timescale;
-    let broadcast = origin
-        .create_broadcast(BROADCAST)
-        .map_err(|e| format!("broadcast: {e}"))?;
-    let track = broadcast
-        .create_track(TRACK, info)
-        .map_err(|e| format!("track: {e}"))?;
-    let write = |producer: &mut moq_net::group::Producer, frame: Frame| {
-        let ts = moq_net::Timestamp::new(frame.timestamp, timescale)
-            .map_err(|_| "timestamp overflow".to_owned())?;
-        producer
-            .write_frame(ts, frame.payload)
-            .map_err(|e| format!("frame: {e}"))
-    };
-    // Group 0 is open with its first frame before anyone subscribes: the only group,
-    // so the relay's live-edge subscription starts there, whenever it is positioned.
-    let mut groups = groups().into_iter();
-    let mut first = groups.next().ok_or("no groups")?;
-    let mut group0 = track
-        .create_group(moq_net::group::Info::from(first.sequence))
-        .map_err(|e| format!("group: {e}"))?;
-    let mut rest = first.frames.drain(..);
-    write(&mut group0, rest.next().ok_or("no frames")?)?;
-    let rest: Vec<Frame> = rest.collect();
-    broadcast
-        .announce(moq_net::origin::Route::default())
-        .map_err(|e| format!("announce: {e}"))?;
-
-    let connect = async {
-        if websocket {
-            let opts = Options::client().with_path(Some(PATH)).with_websocket();
-            reference::ws_connect(addr, &opts).await
-        } else {
-            reference::qmux_tcp([ALPN_LITE_05]).connect(addr).await
-        }
-    };
-    let qmux = tokio::time::timeout(WAIT, connect)
-        .await
-        .map_err(|_| "qmux connect timed out".to_owned())?
-        .map_err(|e| format!("qmux connect: {e}"))?;
-    let transport: Transport = moq_tokio::transport::Session::new(qmux);
-    let client = moq_net::Client::new()
-        .with_versions(versions())
-        .with_publisher(&origin);
-    // Over WebSocket the path is the request URI (docs/protocol.md §9.3).
-    let client = if websocket {
-        client
-    } else {
-        client.with_path(PATH.to_owned())
-    };
-    let (session, driver) =
-        tokio::time::timeout(WAIT, client.connect(std::time::Instant::now(), transport))
-            .await
-            .map_err(|_| "moq connect timed out".to_owned())?
-            .map_err(|e| format!("moq connect: {e}"))?;
-    tokio::spawn(moq_net::time::run(driver));
-
-    // Write the rest only once the relay's subscription is serving group 0: moq-net
-    // positions a live-edge subscription after it registers, so a group written in
-    // between would become the start (no timing involved: wait for the readers).
-    tokio::time::timeout(WAIT, track.used())
-        .await
-        .map_err(|_| "no subscription reached the publisher".to_owned())?
-        .map_err(|e| format!("used: {e}"))?;
-    tokio::time::timeout(WAIT, group0.used())
-        .await
-        .map_err(|_| "group 0 was never read".to_owned())?
-        .map_err(|e| format!("group 0 used: {e}"))?;
-    for frame in rest {
-        write(&mut group0, frame)?;
-    }
-    group0.finish().map_err(|e| format!("finish group: {e}"))?;
-    for group in groups {
-        let mut producer = track
-            .create_group(moq_net::group::Info::from(group.sequence))
-            .map_err(|e| format!("group: {e}"))?;
-        for frame in group.frames {
-            write(&mut producer, frame)?;
-        }
-        producer
-            .finish()
-            .map_err(|e| format!("finish group: {e}"))?;
-    }
-    // The track stays open until the subscriber has everything: skiff-relay forgets a
-    // relay track whose upstream subscription ended, so if the track finished before
-    // the subscriber's SUBSCRIBE reached the relay (moq-net sends TRACK first, and that
-    // alone creates the relay track), the relay would subscribe upstream again at the
-    // live edge and serve only the last group.
-
-    let result = tokio::select! {
-        _ = done => Ok(()),
-        err = session.closed() => Err(format!("relay closed the session: {err}")),
-        () = tokio::time::sleep(WAIT) => Err("publisher not released in time".to_owned()),
-    };
-    let _ = track.finish();
-    let _ = tokio::time::timeout(Duration::from_secs(2), session.close()).await;
-    drop((group0, track, broadcast));
-    result
-}
-
-/// Runs [`live_publisher`] on its own thread and current-thread runtime.
+/// Runs the live publisher of [`groups`] on its own thread; the sender
+/// releases it.
 fn spawn_publisher(
     addr: SocketAddr,
     websocket: bool,
@@ -190,15 +74,11 @@ fn spawn_publisher(
     tokio::sync::oneshot::Sender<()>,
     std::thread::JoinHandle<Result<(), String>>,
 ) {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("runtime: {e}"))?;
-        rt.block_on(live_publisher(addr, websocket, rx))
-    });
-    (tx, thread)
+    let dial = Dial {
+        websocket,
+        ..Dial::tcp(addr, PATH, 0x1111)
+    };
+    moq_net_live::spawn_live_publisher(dial, BROADCAST, TRACK, groups())
 }
 
 // ---------------------------------------------------------------------------

@@ -44,13 +44,22 @@ impl RelayProcess {
     /// # Panics
     /// As [`RelayProcess::start`].
     pub fn start_threads(binary: &Path, threads: usize, extra: &[&str]) -> RelayProcess {
+        RelayProcess::start_on(binary, "127.0.0.1:0", threads, extra)
+    }
+
+    /// [`RelayProcess::start_threads`] listening on `listen` (an address
+    /// such as `127.0.0.1:PORT`, where a killed relay's peers dial it again).
+    ///
+    /// # Panics
+    /// As [`RelayProcess::start`].
+    pub fn start_on(binary: &Path, listen: &str, threads: usize, extra: &[&str]) -> RelayProcess {
         let threads = threads.to_string();
         // Both ports are the relay's to pick (a port found free here could be
         // taken by another test's relay before this one binds it); it prints
         // each address it bound.
         let log = std::env::var("SKIFF_RELAY_LOG").ok();
         let mut child = Command::new(binary)
-            .args(["serve", "--listen", "127.0.0.1:0", "--threads", &threads])
+            .args(["serve", "--listen", listen, "--threads", &threads])
             .args(["--metrics", "127.0.0.1:0"])
             .args(["--log", log.as_deref().unwrap_or("info")])
             .args(extra)

@@ -44,19 +44,33 @@ impl MoqRelay {
     /// As [`MoqRelay::start`], anonymous access limited to the paths `public`
     /// matches (`--auth-public`, e.g. `anon/**`).
     pub fn start_public(bin: &Path, public: &str) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let log =
-            std::env::temp_dir().join(format!("skiff-moq-relay-{}-{port}.log", std::process::id()));
+        Self::start_with(bin, None, public, &[])
+    }
+
+    /// Starts `bin` with a plain-TCP listener on `addr` (a free loopback port
+    /// when `None`; a given one lets a killed relay start again where its
+    /// peers dial it), anonymous access to what `public` matches, and `extra`
+    /// flags after those (e.g. `--cluster-connect URL`, `--cluster-id N`).
+    pub fn start_with(bin: &Path, addr: Option<SocketAddr>, public: &str, extra: &[&str]) -> Self {
+        let addr = addr.unwrap_or_else(|| {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("free port")
+                .port();
+            SocketAddr::from(([127, 0, 0, 1], port))
+        });
+        let log = std::env::temp_dir().join(format!(
+            "skiff-moq-relay-{}-{}.log",
+            std::process::id(),
+            addr.port()
+        ));
         let out = File::create(&log).expect("relay log file");
         let err = out.try_clone().expect("relay log file");
         let child = Command::new(bin)
             .args(["--listen-tcp-bind", &addr.to_string()])
             .args(["--auth-public", public])
             .args(["--log-level", "info"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -70,6 +84,18 @@ impl MoqRelay {
         };
         relay.wait_listening();
         relay
+    }
+
+    /// The URL a peer or client dials for its root (`tcp://ADDR/`).
+    pub fn url(&self) -> String {
+        format!("tcp://{}/", self.addr)
+    }
+
+    /// Kills it at once (SIGKILL), as a crashed node. Drop it before starting
+    /// another relay on its port: the two share a log file, which a drop removes.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Starts `bin` serving moq-lite over QUIC only, on a free loopback UDP
@@ -161,7 +187,7 @@ impl MoqRelay {
     }
 
     /// The relay's output so far.
-    fn log_text(&self) -> String {
+    pub fn log_text(&self) -> String {
         let mut s = String::new();
         if let Ok(mut f) = File::open(&self.log) {
             let _ = f.read_to_string(&mut s);
