@@ -12,8 +12,10 @@ const UPSTREAM_BACKOFF: (StdDuration, StdDuration) =
 pub(super) struct Dial {
     /// Where it dials.
     pub(super) up: UpstreamAddr,
-    /// What SETUP's Path carries (path and query, the token included).
-    pub(super) path: &'static str,
+    /// What SETUP's Path carries (path and query, the token included): owned
+    /// by the loop (a cluster peer's is dropped with its link, so rotating
+    /// tokens do not pile up).
+    pub(super) path: Arc<str>,
     /// The URL log lines show (any query hidden by [`ConnName`]).
     pub(super) shown: &'static str,
     /// The TLS client configuration of a `tls://` or `moql://` URL.
@@ -45,7 +47,7 @@ impl RelayHandler {
     ) {
         let dial = Dial {
             up,
-            path: setup_path(url),
+            path: Arc::from(setup_path(url)),
             shown: url,
             tls,
             peer: None,
@@ -125,7 +127,7 @@ impl RelayHandler {
                 let session = UpstreamSession {
                     relay: &relay,
                     ctx: &ctx,
-                    path,
+                    path: &path,
                     name,
                     cluster: peer.is_some(),
                 };
@@ -221,7 +223,7 @@ struct UpstreamSession<'a> {
     relay: &'a Rc<Relay>,
     ctx: &'a DriveCtx,
     /// The SETUP path (with the token, if any).
-    path: &'static str,
+    path: &'a str,
     /// The session's id for the core, and its name for log lines.
     name: ConnName,
     /// A cluster peer's link, not the upstream.
@@ -232,9 +234,9 @@ impl UpstreamSession<'_> {
     /// What the session is to the relay: its upstream, or a cluster peer.
     fn remote(&self) -> Remote {
         if self.cluster {
-            Remote::Cluster(self.path)
+            Remote::Cluster
         } else {
-            Remote::Upstream(self.path)
+            Remote::Upstream
         }
     }
 }
@@ -250,7 +252,11 @@ impl UpstreamSession<'_> {
         fixed_protocol: Option<&'static str>,
     ) -> io::Result<Ended> {
         let peer = self.remote();
-        let (mut config, origin) = self.relay.session_setup(peer);
+        let (config, origin) = self.relay.session_setup(peer);
+        let mut config = Config {
+            path: Some(self.path),
+            ..config
+        };
         if fixed_protocol.is_some() {
             config.conn.fixed_protocol = fixed_protocol;
         }
@@ -304,6 +310,10 @@ impl UpstreamSession<'_> {
         let receiving = monoio::spawn(endpoint.clone().run());
         let peer = self.remote();
         let (config, origin) = self.relay.session_setup(peer);
+        let config = Config {
+            path: Some(self.path),
+            ..config
+        };
         let transport = QuicTransport::new(conn, clock.epoch());
         let session: Result<Box<QuicSession<'_, TRUNK_STREAMS>>, _> = Session::with_transport(
             Side::Client,
