@@ -75,6 +75,8 @@ struct PeerSession {
     paths: std::collections::HashSet<Box<str>>,
     /// The subscriptions the session serves the peer, as counted last.
     served: u64,
+    /// The announcements the session sent the peer, as counted last.
+    sent: u64,
 }
 
 impl<'n, const S: usize> RelayConn<'n, S> {
@@ -99,6 +101,7 @@ impl<'n, const S: usize> RelayConn<'n, S> {
                 stats,
                 paths: std::collections::HashSet::new(),
                 served: 0,
+                sent: 0,
             }
         });
         RelayConn {
@@ -326,6 +329,11 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
             if now != p.served {
                 p.stats.served(p.served, now);
                 p.served = now;
+            }
+            let sent = session.announcements_sent();
+            if sent != p.sent {
+                p.stats.announced(sent.saturating_sub(p.sent));
+                p.sent = sent;
             }
         }
         let clock = relay.clock;
