@@ -137,7 +137,7 @@ impl RelayHandler {
                             .run_quic(&mut storage, &up, config, handshake_limit)
                             .await
                     }
-                    (_, tls) => match (dial_upstream(&up).await, tls) {
+                    (_, tls) => match (dial_upstream(&up, handshake_limit).await, tls) {
                         (Err(e), _) => Err(e),
                         (Ok(stream), None) => {
                             tracing::info!(conn = ?name, "{what} connected");
@@ -441,9 +441,26 @@ pub(super) fn upstream_addr(up: &UpstreamAddr) -> io::Result<std::net::SocketAdd
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "upstream host has no address"))
 }
 
-/// Dials the upstream relay over TCP.
-async fn dial_upstream(up: &UpstreamAddr) -> io::Result<monoio::net::TcpStream> {
-    let stream = monoio::net::TcpStream::connect(upstream_addr(up)?).await?;
+/// Dials the upstream relay over TCP, giving up after `limit` (the
+/// handshake timeout): a peer whose packets are dropped is dialed again
+/// after the backoff, not after the kernel's SYN retries (about two
+/// minutes), so a link cut and restored comes back within seconds.
+async fn dial_upstream(up: &UpstreamAddr, limit: StdDuration) -> io::Result<monoio::net::TcpStream> {
+    let addr = upstream_addr(up)?;
+    let stream = match race(
+        monoio::net::TcpStream::connect(addr),
+        monoio::time::sleep(limit),
+    )
+    .await
+    {
+        Ok(res) => res?,
+        Err(()) => {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no TCP connection with the peer in time",
+            ));
+        }
+    };
     let _ = stream.set_nodelay(true);
     Ok(stream)
 }
