@@ -289,7 +289,9 @@ fn a_ring_heals_after_a_node_is_killed() {
         let (r0, s0) = before_restart.get(i).copied().unwrap_or((0, 0));
         deltas.push((r - r0, s - s0));
     }
-    println!("announcements (received, sent) per node in the 5 s after the links came back: {deltas:?}");
+    println!(
+        "announcements (received, sent) per node in the 5 s after the links came back: {deltas:?}"
+    );
     for (i, (r, s)) in deltas.iter().enumerate() {
         assert!(
             *r <= 2 * NODES as u64 && *s <= 2 * NODES as u64,

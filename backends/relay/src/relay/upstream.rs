@@ -445,7 +445,10 @@ pub(super) fn upstream_addr(up: &UpstreamAddr) -> io::Result<std::net::SocketAdd
 /// handshake timeout): a peer whose packets are dropped is dialed again
 /// after the backoff, not after the kernel's SYN retries (about two
 /// minutes), so a link cut and restored comes back within seconds.
-async fn dial_upstream(up: &UpstreamAddr, limit: StdDuration) -> io::Result<monoio::net::TcpStream> {
+async fn dial_upstream(
+    up: &UpstreamAddr,
+    limit: StdDuration,
+) -> io::Result<monoio::net::TcpStream> {
     let addr = upstream_addr(up)?;
     let stream = match race(
         monoio::net::TcpStream::connect(addr),
