@@ -429,6 +429,7 @@ pub struct PeerCounters {
     sessions: AtomicU64,
     routes: AtomicU64,
     announcements_in: AtomicU64,
+    announcements_out: AtomicU64,
     served: AtomicU64,
     subscriptions: AtomicU64,
 }
@@ -441,6 +442,7 @@ impl PeerCounters {
             sessions: AtomicU64::new(0),
             routes: AtomicU64::new(0),
             announcements_in: AtomicU64::new(0),
+            announcements_out: AtomicU64::new(0),
             served: AtomicU64::new(0),
             subscriptions: AtomicU64::new(0),
         }
@@ -459,6 +461,11 @@ impl PeerCounters {
         if let Some(up) = route {
             step(&self.routes, up);
         }
+    }
+
+    /// `n` more announcements (active and ended) sent to the peer.
+    pub fn announced(&self, n: u64) {
+        self.announcements_out.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Routes learned from a session of the peer that ended (`n` of them).
@@ -498,6 +505,11 @@ impl PeerCounters {
     /// Announcements (active and ended) received from the peer.
     pub fn announcements_in(&self) -> u64 {
         self.announcements_in.load(Ordering::Relaxed)
+    }
+
+    /// Announcements (active and ended) sent to the peer.
+    pub fn announcements_out(&self) -> u64 {
+        self.announcements_out.load(Ordering::Relaxed)
     }
 
     /// Subscriptions this relay serves the peer now.
@@ -839,7 +851,7 @@ impl Metrics {
     /// dialed, and the sessions accepted or refused as peers.
     fn render_peers(&self, out: &mut String) {
         type Get = fn(&PeerCounters) -> u64;
-        let families: [(&str, &str, &str, Get); 5] = [
+        let families: [(&str, &str, &str, Get); 6] = [
             (
                 "sessions_open",
                 "gauge",
@@ -857,6 +869,12 @@ impl Metrics {
                 "counter",
                 "Announcements (active and ended) received from the cluster peer.",
                 |p| p.announcements_in(),
+            ),
+            (
+                "announcements_sent_total",
+                "counter",
+                "Announcements (active and ended) sent to the cluster peer.",
+                |p| p.announcements_out(),
             ),
             (
                 "subscriptions_served",
@@ -1220,7 +1238,10 @@ mod tests {
         p.announcement(Some(false));
         p.served(0, 3);
         p.served(3, 1);
+        p.announced(2);
+        p.announced(5);
         let text = m.render();
+        assert!(text.contains("_announcements_sent_total{peer=\"tcp://a:1/x\\\"y\"} 7"));
         assert!(
             text.contains("skiff_relay_peer_sessions_open{peer=\"tcp://a:1/x\\\"y\"} 1"),
             "{text}"

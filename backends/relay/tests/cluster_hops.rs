@@ -25,43 +25,9 @@ const NODES: usize = 5;
 /// Groups the publisher writes (ten frames each).
 const GROUPS: u64 = 10;
 
-/// Five nodes, each with a peer list file, `--cluster-id` 1 to 5; the files
-/// are then written with `links` (node `i` dials node `j` for each
-/// `(i, j)`), and the test waits until every dial has its session.
+/// Five nodes linked by `links` ([`cluster_with`]).
 fn cluster(name: &str, links: &[(usize, usize)]) -> (Vec<Node>, std::path::PathBuf) {
-    let dir = scratch(name);
-    let nodes: Vec<Node> = (0..NODES)
-        .map(|i| {
-            let list = dir.join(format!("peers-{i}.json"));
-            write_atomically(&list, "[]");
-            Node::start(
-                1,
-                &[
-                    "--cluster-connect-api".to_owned(),
-                    list.display().to_string(),
-                    "--cluster-id".to_owned(),
-                    (i + 1).to_string(),
-                ],
-            )
-        })
-        .collect();
-    for i in 0..NODES {
-        let peers: Vec<String> = links
-            .iter()
-            .filter(|(from, _)| *from == i)
-            .map(|(_, to)| format!("\"{}\"", nodes[*to].url()))
-            .collect();
-        write_atomically(
-            &dir.join(format!("peers-{i}.json")),
-            &format!("[{}]", peers.join(",")),
-        );
-    }
-    for &(i, j) in links {
-        wait_for(&format!("node {i}'s session with node {j}"), 20, || {
-            nodes[i].sessions_with(&nodes[j]) == 1
-        });
-    }
-    (nodes, dir)
+    cluster_with(name, NODES, links, &[])
 }
 
 /// A publisher on node 0 and a viewer on every node: the frames each viewer
@@ -188,12 +154,58 @@ fn a_full_mesh_of_five() {
     shape("mesh5", &links);
 }
 
+/// Announcements (active and ended) `n` received from the peers it dials
+/// and sent to them, summed over its peers.
+fn announcement_counts(n: &Node) -> (u64, u64) {
+    let text = n.metrics_text();
+    let sum = |family: &str| {
+        text.lines()
+            .filter(|l| l.starts_with(family))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum::<u64>()
+    };
+    (
+        sum("skiff_relay_peer_announcements_received_total{"),
+        sum("skiff_relay_peer_announcements_sent_total{"),
+    )
+}
+
+/// A viewer of the test broadcast on `url` reading `frames` frames, each
+/// checked, on a thread of its own: the indices it read.
+fn late_viewer(url: String, frames: u64) -> std::thread::JoinHandle<Vec<u64>> {
+    std::thread::spawn(move || {
+        driver::block_on(DriverKind::Legacy, move |_| async move {
+            let (viewer, runner) = connect(&url, Config::default()).unwrap();
+            monoio::spawn(runner.run());
+            let read = Arc::new(AtomicU64::new(0));
+            let s = sdk_stream::Stream {
+                check_timestamps: true,
+                ..PACED
+            };
+            let got = monoio::time::timeout(
+                Duration::from_secs(30),
+                s.view(viewer.clone(), Until::Frames(frames), read),
+            )
+            .await
+            .expect("the late viewer read its frames in time");
+            viewer.close().await;
+            got
+        })
+        .expect("runtime")
+    })
+}
+
 /// A ring of five with the publisher on node 0 and a viewer on node 3: the
 /// shortest path is 0-4-3. Node 4 is killed with SIGKILL while the viewer
 /// watches: the viewer keeps receiving through 0-1-2-3, in order, without
 /// subscribing again (the group node 4 was sending may be reset, and the
 /// viewer goes on at the next), and the time until frames flow again is
-/// printed.
+/// printed. Node 4 is then started again (same port, same `--cluster-id`,
+/// same peer list): its links come back, node 3's viewer goes back to the
+/// shortest path (node 2 stops serving node 3 once the old route's linger
+/// ends), a viewer on node 4 gets frames, and the 5 s after the restart
+/// and the restart with the 5 s after its links are back carry a bounded
+/// number of announcements on every node (no storm).
 #[test]
 fn a_ring_heals_after_a_node_is_killed() {
     let (mut nodes, dir) = cluster("heal5", &[(0, 1), (1, 2), (2, 3), (3, 4), (4, 0)]);
@@ -233,6 +245,74 @@ fn a_ring_heals_after_a_node_is_killed() {
         "frames resumed {:?} after node 4 was killed",
         killed_at.elapsed()
     );
+    // The detour 3-2-1-0: node 2 serves node 3 (the session node 2 dials).
+    wait_for("node 2 serving node 3 on the detour", 10, || {
+        nodes[2].sample(&format!(
+            "skiff_relay_peer_subscriptions_served{{peer=\"{}\"}}",
+            nodes[3].url()
+        )) == 1
+    });
+
+    // Node 4 comes back: same address, id and peer list.
+    let before_restart: Vec<(u64, u64)> = nodes[..4].iter().map(announcement_counts).collect();
+    let restarted_at = Instant::now();
+    nodes[4] = Node::start(
+        1,
+        &[
+            "--listen".to_owned(),
+            nodes[4].addr.to_string(),
+            "--cluster-connect-api".to_owned(),
+            dir.join("peers-4.json").display().to_string(),
+            "--cluster-id".to_owned(),
+            "5".to_owned(),
+        ],
+    );
+    wait_for("node 4's session with node 0", 15, || {
+        nodes[4].sessions_with(&nodes[0]) == 1
+    });
+    wait_for("node 3's session with node 4 again", 15, || {
+        nodes[3].sessions_with(&nodes[4]) == 1
+    });
+    println!(
+        "node 4's links back {:?} after its restart",
+        restarted_at.elapsed()
+    );
+    // The restart and the 5 s after its links are back: what every node received from and sent to
+    // the peers it dials. One broadcast is in the cluster; a restart
+    // re-announces it over each link that came back, and each node whose
+    // best route changed tells its peers (a withdrawal and a new route at
+    // most per peer and per route length): a storm would be far beyond.
+    std::thread::sleep(Duration::from_secs(5));
+    let mut deltas = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let (r, s) = announcement_counts(n);
+        let (r0, s0) = before_restart.get(i).copied().unwrap_or((0, 0));
+        deltas.push((r - r0, s - s0));
+    }
+    println!(
+        "announcements (received, sent) per node in the 5 s after the links came back: {deltas:?}"
+    );
+    for (i, (r, s)) in deltas.iter().enumerate() {
+        assert!(
+            *r <= 2 * NODES as u64 && *s <= 2 * NODES as u64,
+            "node {i}: {r} received, {s} sent in the 5 s after the links came back"
+        );
+    }
+    // Node 3 learns the short route again and its viewer moves to it: the
+    // detour's subscription at node 2 ends after its linger.
+    wait_for("node 3's viewer back on the shortest path", 15, || {
+        nodes[2].sample(&format!(
+            "skiff_relay_peer_subscriptions_served{{peer=\"{}\"}}",
+            nodes[3].url()
+        )) == 0
+    });
+    let late = late_viewer(nodes[4].url(), 20).join().unwrap();
+    assert_eq!(late.len(), 20, "the viewer on the restarted node");
+    assert!(late.windows(2).all(|w| w[0] < w[1]), "in order");
+    let at = seen.load(Ordering::SeqCst);
+    wait_for("node 3's viewer still receiving", 10, || {
+        seen.load(Ordering::SeqCst) >= at + 20
+    });
     stop.store(true, Ordering::SeqCst);
     let (written, got) = stream.join().unwrap();
     assert!(

@@ -309,6 +309,8 @@ pub struct Session<'s, 'a, 'p, const N: usize, T: Transport = Connection<N>> {
     closed: bool,
     next_subscribe: u64,
     next_announce: u64,
+    /// ANNOUNCE messages written to the peer (active and ended).
+    announces_sent: u64,
     /// Work counters a test reads to bound a scan's cost.
     #[cfg(test)]
     visits: Visits,
@@ -444,6 +446,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             closed: false,
             next_subscribe: 0,
             next_announce: 0,
+            announces_sent: 0,
             #[cfg(test)]
             visits: Visits::default(),
         };
@@ -556,6 +559,12 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     /// come): a change of any local track may let the next call answer it.
     pub fn has_deferred_requests(&self) -> bool {
         self.deferred
+    }
+
+    /// ANNOUNCE messages (active and ended) written to the peer so far, on
+    /// every announce stream it opened.
+    pub fn announcements_sent(&self) -> u64 {
+        self.announces_sent
     }
 
     /// Subscriptions the peer holds on our tracks.

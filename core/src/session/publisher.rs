@@ -453,6 +453,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                                 full = true;
                                 break;
                             }
+                            self.announces_sent += 1;
                             sent = Some(b.path());
                         }
                         pos += 1;
@@ -541,6 +542,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                             self.control[slot].kind = Kind::AnnounceIn { state };
                             return;
                         }
+                        self.announces_sent += 1;
                     }
                     state = AnnounceState::Live {
                         prefix: plen,

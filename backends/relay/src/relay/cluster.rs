@@ -42,8 +42,10 @@ pub struct PeerLink {
     pub(super) peer: ClusterPeer,
     /// Its identity as log lines and metrics show it (no query).
     shown: &'static str,
-    /// What its SETUP's Path carries: path, query and token.
-    path: &'static str,
+    /// What its SETUP's Path carries: path, query and token (owned by the
+    /// link and its dial loops: a token rotated in the peer list leaves
+    /// nothing behind once the old link's sessions end).
+    path: Arc<str>,
     /// Whether it was removed from the peer list (its dial loops end).
     cancelled: AtomicBool,
     /// Whether it comes from `--cluster-connect` (never removed).
@@ -191,7 +193,7 @@ impl Cluster {
             slot: self.next_slot.fetch_add(1, Ordering::Relaxed),
             peer,
             shown,
-            path: intern(path),
+            path: Arc::from(path),
             cancelled: AtomicBool::new(false),
             fixed,
             stats: self.metrics.add_peer(shown),
@@ -240,12 +242,24 @@ impl Cluster {
     }
 }
 
-/// A string kept for the life of the process, once per distinct value (the
-/// names of sessions borrow it): peer identities and SETUP paths, a few per
-/// peer entry ever configured.
+/// The most peer identities kept for the life of the process ([`intern`]).
+const MAX_INTERNED: usize = 4096;
+
+/// The identity shown for peers past [`MAX_INTERNED`].
+const OVERFLOW_NAME: &str = "cluster-peer";
+
+/// The peer identities kept so far ([`intern`]).
+static INTERNED: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+
+/// A peer identity (a URL without its query, so never a token) kept for
+/// the life of the process, once per distinct value: the names of sessions
+/// and the metrics' labels borrow it. The table holds at most
+/// [`MAX_INTERNED`] identities; past that, peers are shown as
+/// [`OVERFLOW_NAME`] (a warning says so once), so a peer list that keeps
+/// naming new hosts cannot grow it forever. SETUP paths, which hold the
+/// tokens, are owned by their links instead.
 fn intern(s: String) -> &'static str {
-    static SEEN: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
-    let set = SEEN.get_or_init(|| Mutex::new(HashSet::new()));
+    let set = INTERNED.get_or_init(|| Mutex::new(HashSet::new()));
     let mut set = match set.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -253,9 +267,27 @@ fn intern(s: String) -> &'static str {
     if let Some(s) = set.get(s.as_str()) {
         return s;
     }
+    if set.len() >= MAX_INTERNED {
+        static WARNED: AtomicBool = AtomicBool::new(false);
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                max = MAX_INTERNED,
+                "more distinct cluster peers than names kept: further ones are shown as `{OVERFLOW_NAME}`"
+            );
+        }
+        return OVERFLOW_NAME;
+    }
     let leaked: &'static str = Box::leak(s.into_boxed_str());
     set.insert(leaked);
     leaked
+}
+
+/// How many peer identities [`intern`] keeps.
+#[cfg(test)]
+fn interned() -> usize {
+    INTERNED
+        .get()
+        .map_or(0, |s| s.lock().map_or(0, |g| g.len()))
 }
 
 impl RelayHandler {
@@ -298,7 +330,7 @@ impl RelayHandler {
                         });
                         let dial = Dial {
                             up: p.peer.addr.clone(),
-                            path: p.path,
+                            path: p.path.clone(),
                             shown: p.shown,
                             tls,
                             peer: Some(p),
@@ -612,6 +644,40 @@ mod tests {
         assert!(b2.is_cancelled());
         assert_eq!(c.peer_keys(), ["tcp://a:1/"]);
         assert_eq!(metrics.peers().len(), 1);
+    }
+
+    /// A peer whose token the list rotates 1,000 times: each rotation
+    /// dials a new link, and nothing of the old ones stays (their SETUP
+    /// paths are dropped with them, the identity is kept once).
+    #[test]
+    fn rotating_a_peers_token_keeps_nothing_behind() {
+        let (c, metrics) = cluster(&["tcp://fixed:9/"]);
+        c.apply_json(r#"["tcp://rotated:7/room?jwt=T0"]"#).unwrap();
+        let first = Arc::downgrade(&c.snapshot()[1]);
+        let kept = interned();
+        let mut old = Vec::new();
+        for i in 1..=1000 {
+            c.apply_json(&format!(r#"["tcp://rotated:7/room?jwt=T{i}"]"#))
+                .unwrap();
+            let links = c.snapshot();
+            assert_eq!(links.len(), 2);
+            assert!(links[1].path.ends_with(&format!("?jwt=T{i}")));
+            old.push(Arc::downgrade(&links[1]));
+        }
+        // Other tests of this process intern their own peers meanwhile, but
+        // never this one's rotations.
+        assert!(
+            interned() <= kept + 16,
+            "interned {} after 1,000 rotations (was {kept})",
+            interned()
+        );
+        old.pop();
+        assert!(first.upgrade().is_none(), "the first link is gone");
+        assert!(
+            old.iter().all(|w| w.upgrade().is_none()),
+            "every replaced link is gone, its token with it"
+        );
+        assert_eq!(metrics.peers().len(), 2, "two peers' counters listed");
     }
 
     #[test]

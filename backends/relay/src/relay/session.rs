@@ -11,13 +11,12 @@ pub(super) enum Remote {
     Client,
     /// Another worker of this relay, over a socket pair.
     Link,
-    /// The upstream relay this one is a leaf of (`--upstream`), dialed with
-    /// this SETUP path.
-    Upstream(&'static str),
-    /// A cluster peer this relay dials (`--cluster-connect`), with this
-    /// SETUP path: announcements and subscriptions both ways, every route
-    /// offered with its hop list (docs/protocol.md §4.3).
-    Cluster(&'static str),
+    /// The upstream relay this one is a leaf of (`--upstream`).
+    Upstream,
+    /// A cluster peer this relay dials (`--cluster-connect`): announcements
+    /// and subscriptions both ways, every route offered with its hop list
+    /// (docs/protocol.md §4.3).
+    Cluster,
 }
 
 impl Remote {
@@ -25,15 +24,7 @@ impl Remote {
     /// or a cluster peer's, hop lists and split horizon keeping loops
     /// out), not only this worker's own sources' broadcasts.
     fn sees_all_routes(self) -> bool {
-        matches!(self, Remote::Client | Remote::Cluster(_))
-    }
-
-    /// The SETUP path this side sends (a dialed session's).
-    fn dialed_path(self) -> Option<&'static str> {
-        match self {
-            Remote::Upstream(path) | Remote::Cluster(path) => Some(path),
-            Remote::Client | Remote::Link => None,
-        }
+        matches!(self, Remote::Client | Remote::Cluster)
     }
 }
 
@@ -84,6 +75,8 @@ struct PeerSession {
     paths: std::collections::HashSet<Box<str>>,
     /// The subscriptions the session serves the peer, as counted last.
     served: u64,
+    /// The announcements the session sent the peer, as counted last.
+    sent: u64,
 }
 
 impl<'n, const S: usize> RelayConn<'n, S> {
@@ -108,6 +101,7 @@ impl<'n, const S: usize> RelayConn<'n, S> {
                 stats,
                 paths: std::collections::HashSet::new(),
                 served: 0,
+                sent: 0,
             }
         });
         RelayConn {
@@ -336,6 +330,11 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
                 p.stats.served(p.served, now);
                 p.served = now;
             }
+            let sent = session.announcements_sent();
+            if sent != p.sent {
+                p.stats.announced(sent.saturating_sub(p.sent));
+                p.sent = sent;
+            }
         }
         let clock = relay.clock;
         let next = self
@@ -381,13 +380,14 @@ impl Relay {
     /// or a trunk's configuration; clients and cluster peers are offered
     /// every route of the worker, links and the upstream only this worker's
     /// own sources' broadcasts (one hop between workers, nothing loops back
-    /// up).
+    /// up). It carries no SETUP path: a dialed session sets its own, borrowed
+    /// from its dial loop for the session's life.
     pub(super) fn session_setup(
         &self,
         peer: Remote,
     ) -> (Config<'static>, origin::Ref<'static, 'static>) {
         let mut config = Config {
-            path: peer.dialed_path(),
+            path: None,
             ..if peer == Remote::Client {
                 self.session_config
             } else {
@@ -492,11 +492,11 @@ fn relay_app<'n, const S: usize>(
             ask_first: side == Side::Client,
             mirror: true,
         },
-        Remote::Upstream(_) => PeerKind::Trunk {
+        Remote::Upstream => PeerKind::Trunk {
             ask_first: true,
             mirror: false,
         },
-        Remote::Cluster(_) => PeerKind::Cluster { ask_first: true },
+        Remote::Cluster => PeerKind::Cluster { ask_first: true },
     };
     let gate = if peer == Remote::Client { gate } else { None };
     RelayConn::<S>::new(relay, name, kind, lender, gate)

@@ -12,8 +12,10 @@ const UPSTREAM_BACKOFF: (StdDuration, StdDuration) =
 pub(super) struct Dial {
     /// Where it dials.
     pub(super) up: UpstreamAddr,
-    /// What SETUP's Path carries (path and query, the token included).
-    pub(super) path: &'static str,
+    /// What SETUP's Path carries (path and query, the token included): owned
+    /// by the loop (a cluster peer's is dropped with its link, so rotating
+    /// tokens do not pile up).
+    pub(super) path: Arc<str>,
     /// The URL log lines show (any query hidden by [`ConnName`]).
     pub(super) shown: &'static str,
     /// The TLS client configuration of a `tls://` or `moql://` URL.
@@ -45,7 +47,7 @@ impl RelayHandler {
     ) {
         let dial = Dial {
             up,
-            path: setup_path(url),
+            path: Arc::from(setup_path(url)),
             shown: url,
             tls,
             peer: None,
@@ -125,7 +127,7 @@ impl RelayHandler {
                 let session = UpstreamSession {
                     relay: &relay,
                     ctx: &ctx,
-                    path,
+                    path: &path,
                     name,
                     cluster: peer.is_some(),
                 };
@@ -135,7 +137,7 @@ impl RelayHandler {
                             .run_quic(&mut storage, &up, config, handshake_limit)
                             .await
                     }
-                    (_, tls) => match (dial_upstream(&up).await, tls) {
+                    (_, tls) => match (dial_upstream(&up, handshake_limit).await, tls) {
                         (Err(e), _) => Err(e),
                         (Ok(stream), None) => {
                             tracing::info!(conn = ?name, "{what} connected");
@@ -221,7 +223,7 @@ struct UpstreamSession<'a> {
     relay: &'a Rc<Relay>,
     ctx: &'a DriveCtx,
     /// The SETUP path (with the token, if any).
-    path: &'static str,
+    path: &'a str,
     /// The session's id for the core, and its name for log lines.
     name: ConnName,
     /// A cluster peer's link, not the upstream.
@@ -232,9 +234,9 @@ impl UpstreamSession<'_> {
     /// What the session is to the relay: its upstream, or a cluster peer.
     fn remote(&self) -> Remote {
         if self.cluster {
-            Remote::Cluster(self.path)
+            Remote::Cluster
         } else {
-            Remote::Upstream(self.path)
+            Remote::Upstream
         }
     }
 }
@@ -250,7 +252,11 @@ impl UpstreamSession<'_> {
         fixed_protocol: Option<&'static str>,
     ) -> io::Result<Ended> {
         let peer = self.remote();
-        let (mut config, origin) = self.relay.session_setup(peer);
+        let (config, origin) = self.relay.session_setup(peer);
+        let mut config = Config {
+            path: Some(self.path),
+            ..config
+        };
         if fixed_protocol.is_some() {
             config.conn.fixed_protocol = fixed_protocol;
         }
@@ -304,6 +310,10 @@ impl UpstreamSession<'_> {
         let receiving = monoio::spawn(endpoint.clone().run());
         let peer = self.remote();
         let (config, origin) = self.relay.session_setup(peer);
+        let config = Config {
+            path: Some(self.path),
+            ..config
+        };
         let transport = QuicTransport::new(conn, clock.epoch());
         let session: Result<Box<QuicSession<'_, TRUNK_STREAMS>>, _> = Session::with_transport(
             Side::Client,
@@ -431,9 +441,29 @@ pub(super) fn upstream_addr(up: &UpstreamAddr) -> io::Result<std::net::SocketAdd
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "upstream host has no address"))
 }
 
-/// Dials the upstream relay over TCP.
-async fn dial_upstream(up: &UpstreamAddr) -> io::Result<monoio::net::TcpStream> {
-    let stream = monoio::net::TcpStream::connect(upstream_addr(up)?).await?;
+/// Dials the upstream relay over TCP, giving up after `limit` (the
+/// handshake timeout): a peer whose packets are dropped is dialed again
+/// after the backoff, not after the kernel's SYN retries (about two
+/// minutes), so a link cut and restored comes back within seconds.
+async fn dial_upstream(
+    up: &UpstreamAddr,
+    limit: StdDuration,
+) -> io::Result<monoio::net::TcpStream> {
+    let addr = upstream_addr(up)?;
+    let stream = match race(
+        monoio::net::TcpStream::connect(addr),
+        monoio::time::sleep(limit),
+    )
+    .await
+    {
+        Ok(res) => res?,
+        Err(()) => {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no TCP connection with the peer in time",
+            ));
+        }
+    };
     let _ = stream.set_nodelay(true);
     Ok(stream)
 }

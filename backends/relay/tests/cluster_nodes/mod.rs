@@ -137,6 +137,29 @@ impl Node {
         serde_json::from_str(&body).unwrap_or_default()
     }
 
+    /// Its resident memory, bytes (VmRSS).
+    pub fn rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .expect("the node's VmRSS")
+            * 1024
+    }
+
+    /// Its resident memory once its pools' trims (once a second) have run:
+    /// the least of three samples half a second apart.
+    pub fn settled_rss(&self) -> u64 {
+        let mut least = self.rss();
+        for _ in 0..2 {
+            std::thread::sleep(Duration::from_millis(500));
+            least = least.min(self.rss());
+        }
+        least
+    }
+
     /// Kills it at once (SIGKILL), as a crashed node.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
@@ -203,4 +226,49 @@ pub fn connect_to(peers: &[&Node]) -> Vec<String> {
         .iter()
         .flat_map(|p| ["--cluster-connect".to_owned(), p.url()])
         .collect()
+}
+
+/// `count` nodes, each with a peer list file, `--cluster-id` 1 to `count`
+/// and the flags `extra`; the files are then written with `links` (node
+/// `i` dials node `j` for each `(i, j)`), and the test waits until every
+/// dial has its session. Returns the nodes and the scratch directory that
+/// holds the files (`peers-I.json`).
+pub fn cluster_with(
+    name: &str,
+    count: usize,
+    links: &[(usize, usize)],
+    extra: &[&str],
+) -> (Vec<Node>, std::path::PathBuf) {
+    let dir = scratch(name);
+    let nodes: Vec<Node> = (0..count)
+        .map(|i| {
+            let list = dir.join(format!("peers-{i}.json"));
+            write_atomically(&list, "[]");
+            let mut args = vec![
+                "--cluster-connect-api".to_owned(),
+                list.display().to_string(),
+                "--cluster-id".to_owned(),
+                (i + 1).to_string(),
+            ];
+            args.extend(extra.iter().map(|a| a.to_string()));
+            Node::start(1, &args)
+        })
+        .collect();
+    for i in 0..count {
+        let peers: Vec<String> = links
+            .iter()
+            .filter(|(from, _)| *from == i)
+            .map(|(_, to)| format!("\"{}\"", nodes[*to].url()))
+            .collect();
+        write_atomically(
+            &dir.join(format!("peers-{i}.json")),
+            &format!("[{}]", peers.join(",")),
+        );
+    }
+    for &(i, j) in links {
+        wait_for(&format!("node {i}'s session with node {j}"), 20, || {
+            nodes[i].sessions_with(&nodes[j]) == 1
+        });
+    }
+    (nodes, dir)
 }
