@@ -32,6 +32,16 @@
 //! - this tool's own CPU share, so a reader sees how much of the machine the
 //!   clients took.
 //!
+//! With `--hops N` (over TCP) the relay is a chain of N relays of one kind,
+//! each dialing the one before with `--cluster-connect tcp://ADDR/` and its
+//! own `--cluster-id`: the publisher on the first, the subscribers on the last
+//! (`--spread`: spread over all), the relay columns summing every relay's CPU
+//! and RSS. `--kill` (over TCP) runs a ring of five relays of one kind, A-B-C
+//! the shortest path and A-D-E-C the other, the publisher on A and the
+//! subscribers on C, sends B SIGKILL a second into the measured window and
+//! prints each subscriber's time from the kill to its first frame after the
+//! gap (subscribers whose subscription ends subscribe again, and are counted).
+//!
 //! The clients run on one multi-threaded tokio runtime with `--client-threads`
 //! workers (default 2). Subscribers that fail to connect or subscribe are
 //! counted and printed; they never abort the run.
@@ -41,6 +51,8 @@
 //! cargo build --release -p skiff-interop --bin moq_load
 //! target/release/moq_load --relay both --subscribers 10 --frame-bytes 16384 --fps 60
 //! target/release/moq_load --relay moq-relay --transport quic --moq-relay-runtime io-uring
+//! target/release/moq_load --relay both --hops 3 --subscribers 10 --fps 60
+//! target/release/moq_load --relay both --kill --subscribers 10 --fps 60 --seconds 8
 //! ```
 //!
 //! Over QUIC, skiff-relay is started with `--skiff-quic-args` (default
@@ -2328,5 +2340,75 @@ mod tests {
         assert_eq!(fingerprint, sha256_hex(&der).unwrap());
         assert_eq!(fingerprint.len(), 64);
         assert!(moq_tokio::tls::parse_fingerprint(&fingerprint).is_ok());
+    }
+
+    fn shared_with_reads(reads: Vec<Vec<(u64, u64, u64)>>) -> Shared {
+        let subs = reads
+            .into_iter()
+            .map(|r| {
+                let s = SubStat::default();
+                *s.reads.lock().unwrap() = r;
+                s
+            })
+            .collect();
+        Shared {
+            epoch: Instant::now(),
+            epoch_monotonic_ns: 0,
+            marks: true,
+            resubscribe: true,
+            measuring: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            published: AtomicU64::new(0),
+            subs,
+            progress: tokio::sync::Notify::new(),
+            cache_kib: 0,
+        }
+    }
+
+    #[test]
+    fn recovery_is_the_longest_pause_ending_after_the_kill() {
+        const MS: u64 = 1_000_000;
+        // Frames every 10 ms until 100 ms, then from 300 ms with sequence
+        // numbers 5 on; a short pause at 320..340 ms does not count.
+        let cut = vec![
+            (0, 90 * MS, 9),
+            (0, 100 * MS, 10),
+            (0, 300 * MS, 15),
+            (0, 320 * MS, 16),
+            (0, 340 * MS, 17),
+        ];
+        // Frames every 10 ms across the kill: no gap.
+        let steady = (0..40).map(|i| (0, i * 10 * MS, i)).collect();
+        let silent = vec![(0, 50 * MS, 5)];
+        let shared = shared_with_reads(vec![cut, steady, silent]);
+        let r = recoveries(&shared, 110 * MS, Pace::Fps(100));
+        assert_eq!(r[0].ms, Some(190.0));
+        assert_eq!(r[0].gap_ms, 200.0);
+        assert_eq!(r[0].skipped, 4);
+        assert_eq!(r[1].ms, Some(0.0));
+        assert_eq!(r[1].skipped, 0);
+        assert_eq!(r[2].ms, None);
+    }
+
+    #[test]
+    fn layouts_chain_spread_and_ring() {
+        let cli = |args: &[&str]| {
+            Cli::parse_from(std::iter::once("moq_load").chain(args.iter().copied()))
+        };
+        let one = Layout::new(&cli(&[]));
+        assert!(!one.clustered());
+        assert_eq!(one.subscribers, vec![0]);
+        let chain = Layout::new(&cli(&["--hops", "3"]));
+        assert_eq!(chain.dials, vec![vec![], vec![0], vec![1]]);
+        assert_eq!((chain.publisher, chain.subscribers), (0, vec![2]));
+        let spread = Layout::new(&cli(&["--hops", "3", "--spread"]));
+        assert_eq!(spread.subscribers, vec![0, 1, 2]);
+        let ring = Layout::new(&cli(&["--kill"]));
+        assert_eq!(ring.dials.len(), 5);
+        assert_eq!(ring.kill, Some(1));
+        // Every relay dials only relays started before it.
+        for (k, d) in ring.dials.iter().enumerate() {
+            assert!(d.iter().all(|&p| p < k));
+        }
     }
 }
