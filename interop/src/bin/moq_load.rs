@@ -858,6 +858,12 @@ struct SubStat {
     reads: Mutex<Vec<(u64, u64, u64)>>,
     /// Subscriptions made again after one ended (`--kill`).
     resubscribed: AtomicU64,
+    /// How the first subscription made again had ended (`--kill`).
+    ended: Mutex<Option<String>>,
+    /// Groups whose read failed with an error other than Old (`--kill`).
+    group_errors: AtomicU64,
+    /// The first of those errors.
+    group_error: Mutex<Option<String>>,
     /// Why it failed, if it did.
     error: Mutex<Option<String>>,
 }
@@ -1267,7 +1273,14 @@ async fn subscribe_and_read(
         if !shared.resubscribe || shared.stop.load(Ordering::Relaxed) {
             break result;
         }
-        stat.resubscribed.fetch_add(1, Ordering::Relaxed);
+        if stat.resubscribed.fetch_add(1, Ordering::Relaxed) == 0
+            && let Ok(mut why) = stat.ended.lock()
+        {
+            *why = Some(match &result {
+                Ok(()) => "the subscription ended".to_owned(),
+                Err(e) => e.clone(),
+            });
+        }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     session.close().await;
@@ -1323,6 +1336,16 @@ async fn subscribe_once(
                 }
                 Err(e) => {
                     if shared.stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    // With `--kill`, a group cut by the dead node is given
+                    // up and the subscription goes on with the next group.
+                    if shared.resubscribe {
+                        if stat.group_errors.fetch_add(1, Ordering::Relaxed) == 0
+                            && let Ok(mut why) = stat.group_error.lock()
+                        {
+                            *why = Some(format!("{e} ({e:?})"));
+                        }
                         break;
                     }
                     return Err(format!("frame: {e} ({e:?})"));
@@ -1421,6 +1444,10 @@ struct Row {
     recovery: Option<Vec<Recovery>>,
     /// Subscriptions made again (`--kill`).
     resubscribed: u64,
+    /// How the first subscription made again had ended (`--kill`).
+    ended: Option<String>,
+    /// Groups given up on an error other than Old, and the first error (`--kill`).
+    group_errors: (u64, Option<String>),
 }
 
 /// When `--kill` ends its relay: a second into the measured window.
@@ -1856,6 +1883,21 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             },
             recovery,
             resubscribed,
+            group_errors: (
+                shared
+                    .subs
+                    .iter()
+                    .map(|s| s.group_errors.load(Ordering::Relaxed))
+                    .sum(),
+                shared
+                    .subs
+                    .iter()
+                    .find_map(|s| s.group_error.lock().ok().and_then(|e| e.clone())),
+            ),
+            ended: shared
+                .subs
+                .iter()
+                .find_map(|s| s.ended.lock().ok().and_then(|e| e.clone())),
             tool_cpu: t1.total() - t0.total(),
             rss_before,
             rss_after,
@@ -2118,6 +2160,12 @@ fn print_row(r: &mut Row) {
             pick(1.0),
             r.resubscribed
         );
+        if let (n, Some(why)) = &r.group_errors {
+            println!("            {n} groups cut by an error other than Old, the first: {why}");
+        }
+        if let Some(why) = &r.ended {
+            println!("            a subscription made again had ended with: {why}");
+        }
         println!(
             "            each (ms from kill to first frame after the gap / gap ms / frames skipped): {}",
             each.join(" ")
