@@ -32,6 +32,16 @@
 //! - this tool's own CPU share, so a reader sees how much of the machine the
 //!   clients took.
 //!
+//! With `--hops N` (over TCP) the relay is a chain of N relays of one kind,
+//! each dialing the one before with `--cluster-connect tcp://ADDR/` and its
+//! own `--cluster-id`: the publisher on the first, the subscribers on the last
+//! (`--spread`: spread over all), the relay columns summing every relay's CPU
+//! and RSS. `--kill` (over TCP) runs a ring of five relays of one kind, A-B-C
+//! the shortest path and A-D-E-C the other, the publisher on A and the
+//! subscribers on C, sends B SIGKILL a second into the measured window and
+//! prints each subscriber's time from the kill to its first frame after the
+//! gap (subscribers whose subscription ends subscribe again, and are counted).
+//!
 //! The clients run on one multi-threaded tokio runtime with `--client-threads`
 //! workers (default 2). Subscribers that fail to connect or subscribe are
 //! counted and printed; they never abort the run.
@@ -41,6 +51,8 @@
 //! cargo build --release -p skiff-interop --bin moq_load
 //! target/release/moq_load --relay both --subscribers 10 --frame-bytes 16384 --fps 60
 //! target/release/moq_load --relay moq-relay --transport quic --moq-relay-runtime io-uring
+//! target/release/moq_load --relay both --hops 3 --subscribers 10 --fps 60
+//! target/release/moq_load --relay both --kill --subscribers 10 --fps 60 --seconds 8
 //! ```
 //!
 //! Over QUIC, skiff-relay is started with `--skiff-quic-args` (default
@@ -253,6 +265,25 @@ struct Cli {
     /// over the measured window is printed per delivered GB and per call.
     #[arg(long)]
     relay_metrics: Option<SocketAddr>,
+    /// Relays in a chain (over TCP only): relay k dials relay k-1 with
+    /// `--cluster-connect tcp://ADDR/` and `--cluster-id k+1`; the publisher
+    /// is on the first, the subscribers on the last (or on all, `--spread`).
+    /// The relay columns sum every relay's CPU and RSS; a line after the row
+    /// gives each relay's share.
+    #[arg(long, default_value_t = 1)]
+    hops: usize,
+    /// With `--hops`: subscriber i on relay i mod hops instead of all on the
+    /// last.
+    #[arg(long)]
+    spread: bool,
+    /// Recovery after a node is killed (over TCP only): a ring of five
+    /// relays of one kind, A-B-C the shortest path and A-D-E-C the other; the
+    /// publisher on A, the subscribers on C. A second into the measured
+    /// window B gets SIGKILL; the row is followed by the time from the kill to
+    /// each subscriber's first frame after its gap. A subscriber whose
+    /// subscription ends subscribes again on the same session.
+    #[arg(long)]
+    kill: bool,
 }
 
 fn main() {
@@ -339,11 +370,12 @@ fn moq_relay_path(cli: &Cli) -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
-fn start_skiff(cli: &Cli, bin: &Path) -> Result<RelayChild, String> {
+fn start_skiff(cli: &Cli, bin: &Path, extra: &[String]) -> Result<RelayChild, String> {
     let mut cmd = Command::new(bin);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--log", "error"])
         .args(["--threads", &cli.skiff_threads.to_string()])
-        .args(cli.skiff_args.split_whitespace());
+        .args(cli.skiff_args.split_whitespace())
+        .args(extra);
     if cli.transport == Link::Quic {
         cmd.args(cli.skiff_quic_args.split_whitespace());
     }
@@ -398,7 +430,7 @@ fn free_port() -> Result<u16, String> {
     Err("no loopback port free on both TCP and UDP".into())
 }
 
-fn start_moq_relay(cli: &Cli, bin: &Path) -> Result<RelayChild, String> {
+fn start_moq_relay(cli: &Cli, bin: &Path, extra: &[String]) -> Result<RelayChild, String> {
     let port = free_port()?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let at = addr.to_string();
@@ -435,6 +467,7 @@ fn start_moq_relay(cli: &Cli, bin: &Path) -> Result<RelayChild, String> {
     }
     let spawned = cmd
         .args(["--auth-public", "**", "--log-level", "error"])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -820,9 +853,17 @@ struct SubStat {
     next: AtomicU64,
     /// Latencies (µs) of frames read while measuring.
     latencies: Mutex<Vec<u32>>,
-    /// Send and read times (ns since the epoch) of frames read while
-    /// measuring, kept only with `--marks`.
-    reads: Mutex<Vec<(u64, u64)>>,
+    /// Send and read times (ns since the epoch) and sequence numbers of
+    /// frames read while measuring, kept only with `--marks` and `--kill`.
+    reads: Mutex<Vec<(u64, u64, u64)>>,
+    /// Subscriptions made again after one ended (`--kill`).
+    resubscribed: AtomicU64,
+    /// How the first subscription made again had ended (`--kill`).
+    ended: Mutex<Option<String>>,
+    /// Groups whose read failed with an error other than Old (`--kill`).
+    group_errors: AtomicU64,
+    /// The first of those errors.
+    group_error: Mutex<Option<String>>,
     /// Why it failed, if it did.
     error: Mutex<Option<String>>,
 }
@@ -832,8 +873,10 @@ struct Shared {
     epoch: Instant,
     /// `CLOCK_MONOTONIC` at `epoch`, in nanoseconds.
     epoch_monotonic_ns: u64,
-    /// Whether subscribers keep `SubStat::reads` (`--marks`).
+    /// Whether subscribers keep `SubStat::reads` (`--marks`, `--kill`).
     marks: bool,
+    /// Whether a subscriber whose subscription ends subscribes again (`--kill`).
+    resubscribe: bool,
     measuring: AtomicBool,
     stop: AtomicBool,
     /// Frames published so far.
@@ -1223,6 +1266,36 @@ async fn subscribe_and_read(
     if !matches!(found, Ok(true)) {
         return Err("no announcement".into());
     }
+    let result = loop {
+        let result = subscribe_once(&consumer, shared, stat, frame_bytes, &mut permit).await;
+        // With `--kill`, a subscription cut by a dead node is made again on
+        // the same session, as a player would.
+        if !shared.resubscribe || shared.stop.load(Ordering::Relaxed) {
+            break result;
+        }
+        if stat.resubscribed.fetch_add(1, Ordering::Relaxed) == 0
+            && let Ok(mut why) = stat.ended.lock()
+        {
+            *why = Some(match &result {
+                Ok(()) => "the subscription ended".to_owned(),
+                Err(e) => e.clone(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    session.close().await;
+    result
+}
+
+/// Resolves the broadcast, subscribes to its track at the live edge and reads
+/// frames until `stop` or the subscription ends.
+async fn subscribe_once(
+    consumer: &moq_net::origin::Consumer,
+    shared: &Shared,
+    stat: &SubStat,
+    frame_bytes: usize,
+    permit: &mut Option<tokio::sync::OwnedSemaphorePermit>,
+) -> Result<(), String> {
     let broadcast = consumer
         .routed_broadcast(BROADCAST)
         .await
@@ -1265,6 +1338,16 @@ async fn subscribe_and_read(
                     if shared.stop.load(Ordering::Relaxed) {
                         break;
                     }
+                    // With `--kill`, a group cut by the dead node is given
+                    // up and the subscription goes on with the next group.
+                    if shared.resubscribe {
+                        if stat.group_errors.fetch_add(1, Ordering::Relaxed) == 0
+                            && let Ok(mut why) = stat.group_error.lock()
+                        {
+                            *why = Some(format!("{e} ({e:?})"));
+                        }
+                        break;
+                    }
                     return Err(format!("frame: {e} ({e:?})"));
                 }
             };
@@ -1297,14 +1380,13 @@ async fn subscribe_and_read(
                 if shared.marks
                     && let Ok(mut r) = stat.reads.lock()
                 {
-                    r.push((sent, now));
+                    r.push((sent, now, seq));
                 }
             }
             shared.progress.notify_one();
         }
     };
     drop(sub);
-    session.close().await;
     result
 }
 
@@ -1356,6 +1438,79 @@ struct Row {
     /// `--relay-metrics`: each `skiff_relay_quic_*` counter's change over
     /// the window.
     quic_io: Vec<(String, u64)>,
+    /// With more than one relay: each relay's CPU seconds over the window.
+    per_relay_cpu: Vec<f64>,
+    /// `--kill`: each subscriber's recovery.
+    recovery: Option<Vec<Recovery>>,
+    /// Subscriptions made again (`--kill`).
+    resubscribed: u64,
+    /// How the first subscription made again had ended (`--kill`).
+    ended: Option<String>,
+    /// Groups given up on an error other than Old, and the first error (`--kill`).
+    group_errors: (u64, Option<String>),
+}
+
+/// When `--kill` ends its relay: a second into the measured window.
+const KILL_AFTER: Duration = Duration::from_secs(1);
+
+/// One subscriber's gap around the kill.
+#[derive(Clone, Copy)]
+struct Recovery {
+    /// From the kill to the first frame read after the longest pause in
+    /// reading that ends after the kill (ms); `None` if it read nothing after
+    /// the kill.
+    ms: Option<f64>,
+    /// That pause (ms).
+    gap_ms: f64,
+    /// Frames never read across it (sequence numbers skipped).
+    skipped: u64,
+}
+
+/// Each subscriber's recovery after the kill at `killed_ns`: the longest
+/// pause between consecutive reads that ends after the kill. A pause shorter
+/// than three frame intervals counts as none (the subscriber's path did not
+/// cross the killed relay): recovery 0.
+fn recoveries(shared: &Shared, killed_ns: u64, pace: Pace) -> Vec<Recovery> {
+    let interval_ns = match pace {
+        Pace::Fps(f) => 1_000_000_000 / u64::from(f.max(1)),
+        Pace::Max { .. } => 1_000_000,
+    };
+    shared
+        .subs
+        .iter()
+        .map(|s| {
+            let mut reads = s.reads.lock().map(|r| r.clone()).unwrap_or_default();
+            reads.sort_unstable_by_key(|r| r.1);
+            let mut best: Option<(u64, u64, u64)> = None;
+            for w in reads.windows(2) {
+                let (a, b) = (w[0], w[1]);
+                if b.1 <= killed_ns {
+                    continue;
+                }
+                let gap = b.1 - a.1;
+                if best.is_none_or(|(g, _, _)| gap > g) {
+                    best = Some((gap, b.1, b.2.saturating_sub(a.2 + 1)));
+                }
+            }
+            match best {
+                Some((gap, _, _)) if gap < 3 * interval_ns => Recovery {
+                    ms: Some(0.0),
+                    gap_ms: gap as f64 / 1e6,
+                    skipped: 0,
+                },
+                Some((gap, at, skipped)) => Recovery {
+                    ms: Some(at.saturating_sub(killed_ns) as f64 / 1e6),
+                    gap_ms: gap as f64 / 1e6,
+                    skipped,
+                },
+                None => Recovery {
+                    ms: None,
+                    gap_ms: f64::NAN,
+                    skipped: 0,
+                },
+            }
+        })
+        .collect()
 }
 
 /// The relay's system calls counted by `perf stat` while it runs.
@@ -1427,22 +1582,105 @@ fn quic_counters(addr: SocketAddr) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// Where the relays of a row sit: which relays each one dials (always ones
+/// started before it), where the publisher and each subscriber connect, and
+/// which relay `--kill` ends.
+struct Layout {
+    dials: Vec<Vec<usize>>,
+    publisher: usize,
+    /// The relay of subscriber i is `subscribers[i % len]`.
+    subscribers: Vec<usize>,
+    kill: Option<usize>,
+}
+
+impl Layout {
+    fn new(cli: &Cli) -> Layout {
+        if cli.kill {
+            // A=0, B=1, D=2, E=3, C=4: C dials B and E, B and D dial A, E
+            // dials D. A-B-C is two links, A-D-E-C three.
+            return Layout {
+                dials: vec![vec![], vec![0], vec![0], vec![2], vec![1, 3]],
+                publisher: 0,
+                subscribers: vec![4],
+                kill: Some(1),
+            };
+        }
+        let hops = cli.hops.max(1);
+        Layout {
+            dials: (0..hops)
+                .map(|k| if k == 0 { vec![] } else { vec![k - 1] })
+                .collect(),
+            publisher: 0,
+            subscribers: if cli.spread {
+                (0..hops).collect()
+            } else {
+                vec![hops - 1]
+            },
+            kill: None,
+        }
+    }
+
+    /// Whether the row has more than the one relay of the plain rows.
+    fn clustered(&self) -> bool {
+        self.dials.len() > 1
+    }
+}
+
+/// Starts the relays of `layout`, each clustered node with its hop id and
+/// its `--cluster-connect` peers.
+fn start_relays(
+    cli: &Cli,
+    which: Which,
+    bin: &Path,
+    layout: &Layout,
+) -> Result<Vec<RelayChild>, String> {
+    let mut relays: Vec<RelayChild> = Vec::new();
+    for (k, dials) in layout.dials.iter().enumerate() {
+        let mut extra = Vec::new();
+        if layout.clustered() {
+            extra.extend(["--cluster-id".to_owned(), (k + 1).to_string()]);
+            for &d in dials {
+                let peer = relays
+                    .get(d)
+                    .ok_or_else(|| format!("relay {k} dials relay {d}, not started yet"))?;
+                extra.extend([
+                    "--cluster-connect".to_owned(),
+                    format!("tcp://{}/", peer.addr),
+                ]);
+            }
+        }
+        relays.push(match which {
+            Which::Skiff => start_skiff(cli, bin, &extra)?,
+            _ => start_moq_relay(cli, bin, &extra)?,
+        });
+    }
+    Ok(relays)
+}
+
 fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<Row, String> {
-    let relay = match which {
-        Which::Skiff => Some(start_skiff(cli, bin)?),
-        Which::Direct => None,
-        _ => Some(start_moq_relay(cli, bin)?),
+    let layout = Layout::new(cli);
+    let mut relays = match which {
+        Which::Direct => Vec::new(),
+        _ => start_relays(cli, which, bin, &layout)?,
     };
+    if layout.clustered() {
+        // The peers dial, announce and learn routes before the publisher comes.
+        std::thread::sleep(Duration::from_millis(1000));
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cli.client_threads.max(1))
         .enable_all()
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
     // The direct row has no relay process: its relay columns stay empty.
-    let (target, dial, pid) = match &relay {
+    let (target, dials) = match relays.get(layout.publisher) {
         Some(r) => {
-            let dial = r.dial(cli.transport)?;
-            (Target::Relay(dial.clone()), dial, Some(r.child.id()))
+            let dials = layout
+                .subscribers
+                .iter()
+                .map(|&k| relays.get(k).ok_or("no such relay")?.dial(cli.transport))
+                .collect::<Result<Vec<_>, String>>()?;
+            (Target::Relay(r.dial(cli.transport)?), dials)
         }
         None => {
             let listener = rt
@@ -1451,16 +1689,24 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             let addr = listener
                 .local_addr()
                 .map_err(|e| format!("direct listener: {e}"))?;
-            (Target::Serve(listener), Dial::Tcp(addr), None)
+            (Target::Serve(listener), vec![Dial::Tcp(addr)])
         }
     };
-    let relay_cpu = || pid.map_or(Cpu::default(), cpu_seconds);
-    let relay_rss = || pid.map_or(0, rss_kib);
+    let pids: Vec<u32> = relays.iter().map(|r| r.child.id()).collect();
+    let pid = pids.first().copied();
+    // Every relay's CPU summed, and each one's.
+    let relay_cpus = || pids.iter().map(|&p| cpu_seconds(p)).collect::<Vec<Cpu>>();
+    let sum = |v: &[Cpu]| Cpu {
+        user: v.iter().map(|c| c.user).sum(),
+        system: v.iter().map(|c| c.system).sum(),
+    };
+    let relay_rss = || pids.iter().map(|&p| rss_kib(p)).sum::<u64>();
     let epoch = Instant::now();
     let shared = Arc::new(Shared {
         epoch,
         epoch_monotonic_ns: monotonic_ns().saturating_sub(nanos(epoch.elapsed())),
-        marks: cli.marks.is_some(),
+        marks: cli.marks.is_some() || cli.kill,
+        resubscribe: cli.kill,
         measuring: AtomicBool::new(false),
         stop: AtomicBool::new(false),
         published: AtomicU64::new(0),
@@ -1492,6 +1738,7 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
                 .acquire_owned()
                 .await
                 .map_err(|_| "semaphore closed".to_owned())?;
+            let dial = dials.get(i % dials.len()).ok_or("no relay to dial")?;
             tokio::spawn(subscriber(
                 dial.clone(),
                 shared.clone(),
@@ -1542,14 +1789,26 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             (true, Some(pid)) => Some(SyscallCount::start(pid)?),
             _ => None,
         };
-        let (c0, t0) = (relay_cpu(), cpu_seconds(me));
+        let (c0, t0) = (relay_cpus(), cpu_seconds(me));
         let start = Instant::now();
         shared.measuring.store(true, Ordering::Relaxed);
-        tokio::time::sleep(Duration::from_secs_f64(cli.seconds)).await;
+        let mut killed_ns = None;
+        if let Some(k) = layout.kill {
+            tokio::time::sleep(KILL_AFTER).await;
+            if let Some(r) = relays.get_mut(k) {
+                // Child::kill sends SIGKILL.
+                r.child.kill().map_err(|e| format!("kill relay {k}: {e}"))?;
+                killed_ns = Some(shared.now_ns());
+            }
+            let rest = Duration::from_secs_f64(cli.seconds).saturating_sub(KILL_AFTER);
+            tokio::time::sleep(rest).await;
+        } else {
+            tokio::time::sleep(Duration::from_secs_f64(cli.seconds)).await;
+        }
         shared.measuring.store(false, Ordering::Relaxed);
         let secs = start.elapsed().as_secs_f64();
         let (f1, b1, bad1, old1, un1, p1) = snap(&shared);
-        let (c1, t1) = (relay_cpu(), cpu_seconds(me));
+        let (c1, t1) = (relay_cpus(), cpu_seconds(me));
         let syscalls = perf.map(SyscallCount::finish).unwrap_or_default();
         let io1 = cli.relay_metrics.map(quic_counters).unwrap_or_default();
         let quic_io = io1
@@ -1580,6 +1839,12 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
         if let Some(path) = &cli.marks {
             write_marks(path, &shared).map_err(|e| format!("{}: {e}", path.display()))?;
         }
+        let recovery = killed_ns.map(|k| recoveries(&shared, k, pace));
+        let resubscribed = shared
+            .subs
+            .iter()
+            .map(|s| s.resubscribed.load(Ordering::Relaxed))
+            .sum();
         let mut lat = Vec::new();
         let mut per_sub_p50 = Vec::new();
         for s in &shared.subs {
@@ -1606,8 +1871,33 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             published: p1 - p0,
             lat,
             per_sub_p50,
-            relay_cpu: c1.total() - c0.total(),
-            relay_sys: c1.system - c0.system,
+            relay_cpu: sum(&c1).total() - sum(&c0).total(),
+            relay_sys: sum(&c1).system - sum(&c0).system,
+            per_relay_cpu: if layout.clustered() {
+                c0.iter()
+                    .zip(&c1)
+                    .map(|(a, b)| b.total() - a.total())
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            recovery,
+            resubscribed,
+            group_errors: (
+                shared
+                    .subs
+                    .iter()
+                    .map(|s| s.group_errors.load(Ordering::Relaxed))
+                    .sum(),
+                shared
+                    .subs
+                    .iter()
+                    .find_map(|s| s.group_error.lock().ok().and_then(|e| e.clone())),
+            ),
+            ended: shared
+                .subs
+                .iter()
+                .find_map(|s| s.ended.lock().ok().and_then(|e| e.clone())),
             tool_cpu: t1.total() - t0.total(),
             rss_before,
             rss_after,
@@ -1616,7 +1906,7 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
         })
     });
     rt.shutdown_timeout(Duration::from_secs(2));
-    drop(relay);
+    drop(relays);
     result
 }
 
@@ -1705,7 +1995,7 @@ fn write_marks(path: &std::path::Path, shared: &Shared) -> std::io::Result<()> {
     let base = shared.epoch_monotonic_ns;
     for s in &shared.subs {
         if let Ok(reads) = s.reads.lock() {
-            for &(sent, read) in reads.iter() {
+            for &(sent, read, _) in reads.iter() {
                 writeln!(out, "{} {}", base + sent, base + read)?;
             }
         }
@@ -1829,6 +2119,58 @@ fn print_row(r: &mut Row) {
             sd / sc.max(1.0),
         );
     }
+    if !r.per_relay_cpu.is_empty() {
+        let each: Vec<String> = r
+            .per_relay_cpu
+            .iter()
+            .map(|c| {
+                format!(
+                    "{:.2} s ({:.3}/GB)",
+                    c.max(0.0),
+                    if gb > 0.0 { c.max(0.0) / gb } else { f64::NAN }
+                )
+            })
+            .collect();
+        println!(
+            "            {} relays, CPU each (first = publisher's): {}",
+            r.per_relay_cpu.len(),
+            each.join(", ")
+        );
+    }
+    if let Some(rec) = &r.recovery {
+        let mut ms: Vec<f64> = rec.iter().filter_map(|x| x.ms).collect();
+        ms.sort_unstable_by(f64::total_cmp);
+        let pick = |p: f64| {
+            ms.get(((ms.len().max(1) - 1) as f64 * p).round() as usize)
+                .map_or(f64::NAN, |v| *v)
+        };
+        let each: Vec<String> = rec
+            .iter()
+            .map(|x| match x.ms {
+                Some(ms) => format!("{ms:.0}/{:.0}/{}", x.gap_ms, x.skipped),
+                None => "none".to_owned(),
+            })
+            .collect();
+        println!(
+            "            recovery after the kill: {} of {} subscribers read again; min {:.0} ms, median {:.0} ms, max {:.0} ms; {} resubscribed",
+            ms.len(),
+            rec.len(),
+            pick(0.0),
+            pick(0.5),
+            pick(1.0),
+            r.resubscribed
+        );
+        if let (n, Some(why)) = &r.group_errors {
+            println!("            {n} groups cut by an error other than Old, the first: {why}");
+        }
+        if let Some(why) = &r.ended {
+            println!("            a subscription made again had ended with: {why}");
+        }
+        println!(
+            "            each (ms from kill to first frame after the gap / gap ms / frames skipped): {}",
+            each.join(" ")
+        );
+    }
     if r.unmapped_old > 0 {
         println!(
             "            note: {} of the {} old groups were reset with the Old code unmapped (read as \"invalid RESET_STREAM: 52\")",
@@ -1857,6 +2199,17 @@ fn run(cli: &Cli) -> Result<(), String> {
     }
     if cli.transport == Link::Quic && cli.relay.contains(&Which::Direct) {
         return Err("--relay direct serves over TCP only".into());
+    }
+    if (cli.hops > 1 || cli.kill) && cli.transport == Link::Quic {
+        return Err(
+            "--hops and --kill peer the relays over TCP: leave out --transport quic".into(),
+        );
+    }
+    if (cli.hops > 1 || cli.kill) && cli.relay.contains(&Which::Direct) {
+        return Err("--hops and --kill need relays, not --relay direct".into());
+    }
+    if cli.kill && cli.hops > 1 {
+        return Err("--kill has its own five-relay ring: leave out --hops".into());
     }
     let skiff = skiff_path(cli)?;
     let moq = moq_relay_path(cli);
@@ -1893,6 +2246,22 @@ fn run(cli: &Cli) -> Result<(), String> {
         }
     );
     println!("transport: {}", transport_line(cli));
+    if cli.kill {
+        println!(
+            "layout: ring of five relays (A-B-C and A-D-E-C, peered with --cluster-connect tcp://), publisher on A, subscribers on C, B killed (SIGKILL) {} s into the window; relay columns sum all five",
+            KILL_AFTER.as_secs()
+        );
+    } else if cli.hops > 1 {
+        println!(
+            "layout: chain of {} relays (each dials the one before with --cluster-connect tcp://), publisher on the first, subscribers on {}; relay columns sum all of them",
+            cli.hops,
+            if cli.spread {
+                "all of them, round robin"
+            } else {
+                "the last"
+            }
+        );
+    }
     println!("{}", machine_line());
     header();
     for round in 0..cli.rounds.max(1) {
@@ -2019,5 +2388,75 @@ mod tests {
         assert_eq!(fingerprint, sha256_hex(&der).unwrap());
         assert_eq!(fingerprint.len(), 64);
         assert!(moq_tokio::tls::parse_fingerprint(&fingerprint).is_ok());
+    }
+
+    fn shared_with_reads(reads: Vec<Vec<(u64, u64, u64)>>) -> Shared {
+        let subs = reads
+            .into_iter()
+            .map(|r| {
+                let s = SubStat::default();
+                *s.reads.lock().unwrap() = r;
+                s
+            })
+            .collect();
+        Shared {
+            epoch: Instant::now(),
+            epoch_monotonic_ns: 0,
+            marks: true,
+            resubscribe: true,
+            measuring: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            published: AtomicU64::new(0),
+            subs,
+            progress: tokio::sync::Notify::new(),
+            cache_kib: 0,
+        }
+    }
+
+    #[test]
+    fn recovery_is_the_longest_pause_ending_after_the_kill() {
+        const MS: u64 = 1_000_000;
+        // Frames every 10 ms until 100 ms, then from 300 ms with sequence
+        // numbers 5 on; a short pause at 320..340 ms does not count.
+        let cut = vec![
+            (0, 90 * MS, 9),
+            (0, 100 * MS, 10),
+            (0, 300 * MS, 15),
+            (0, 320 * MS, 16),
+            (0, 340 * MS, 17),
+        ];
+        // Frames every 10 ms across the kill: no gap.
+        let steady = (0..40).map(|i| (0, i * 10 * MS, i)).collect();
+        let silent = vec![(0, 50 * MS, 5)];
+        let shared = shared_with_reads(vec![cut, steady, silent]);
+        let r = recoveries(&shared, 110 * MS, Pace::Fps(100));
+        assert_eq!(r[0].ms, Some(190.0));
+        assert_eq!(r[0].gap_ms, 200.0);
+        assert_eq!(r[0].skipped, 4);
+        assert_eq!(r[1].ms, Some(0.0));
+        assert_eq!(r[1].skipped, 0);
+        assert_eq!(r[2].ms, None);
+    }
+
+    #[test]
+    fn layouts_chain_spread_and_ring() {
+        let cli = |args: &[&str]| {
+            Cli::parse_from(std::iter::once("moq_load").chain(args.iter().copied()))
+        };
+        let one = Layout::new(&cli(&[]));
+        assert!(!one.clustered());
+        assert_eq!(one.subscribers, vec![0]);
+        let chain = Layout::new(&cli(&["--hops", "3"]));
+        assert_eq!(chain.dials, vec![vec![], vec![0], vec![1]]);
+        assert_eq!((chain.publisher, chain.subscribers), (0, vec![2]));
+        let spread = Layout::new(&cli(&["--hops", "3", "--spread"]));
+        assert_eq!(spread.subscribers, vec![0, 1, 2]);
+        let ring = Layout::new(&cli(&["--kill"]));
+        assert_eq!(ring.dials.len(), 5);
+        assert_eq!(ring.kill, Some(1));
+        // Every relay dials only relays started before it.
+        for (k, d) in ring.dials.iter().enumerate() {
+            assert!(d.iter().all(|&p| p < k));
+        }
     }
 }
