@@ -204,6 +204,14 @@ async fn flush_and_close(client: &skiff_monoio::Client) {
     client.close().await;
 }
 
+/// A relay with `threads` workers recording every `anon/` broadcast into
+/// the directory `d`, with the `extra` flags.
+fn recording_relay(d: &str, threads: usize, extra: &[&str]) -> RelayProcess {
+    let mut args = vec!["--record", "anon/**", "--record-dir", d];
+    args.extend_from_slice(extra);
+    RelayProcess::start_threads(binary(), threads, &args)
+}
+
 /// Polls `GET /recordings` until `done` holds for its JSON (within 30 s).
 fn wait_recordings(
     addr: SocketAddr,
@@ -383,7 +391,7 @@ fn records_the_camera_exports_it_and_survives_sigkill() {
     let dir = scratch("camera");
     let ffmpeg = have_ffmpeg();
     let d = dir.to_str().unwrap();
-    let relay = RelayProcess::start(binary(), &["--record", "anon/**", "--record-dir", d]);
+    let relay = recording_relay(d, 1, &[]);
 
     // 1. Twelve one-second groups, recorded whole.
     let (groups, per_group) = (12u32, FPS);
@@ -595,7 +603,7 @@ fn records_the_camera_exports_it_and_survives_sigkill() {
     std::io::Write::write_all(&mut log, &line.as_bytes()[..line.len() / 2]).unwrap();
     drop(log);
 
-    let relay = RelayProcess::start(binary(), &["--record", "anon/**", "--record-dir", d]);
+    let relay = recording_relay(d, 1, &[]);
     let json = wait_recordings(relay.addr, |j| ended(j, "anon/live.hang"));
     assert_eq!(
         segments_of(&json, "anon/live.hang", "video"),
@@ -645,18 +653,7 @@ fn retention_by_size_deletes_the_oldest_first() {
     // A group of 10 pictures is about 230 KB: the bound holds four.
     let bound: u64 = 1_000_000;
     // Two workers: the camera and the recorder may land on either.
-    let relay = RelayProcess::start_threads(
-        binary(),
-        2,
-        &[
-            "--record",
-            "anon/**",
-            "--record-dir",
-            d,
-            "--record-max-bytes",
-            &bound.to_string(),
-        ],
-    );
+    let relay = recording_relay(d, 2, &["--record-max-bytes", &bound.to_string()]);
     let groups = 12u32;
     let cam = camera(
         relay.addr,
@@ -808,7 +805,7 @@ const FAULT_PER_GROUP: u32 = 10;
 /// that the viewer lost no frame, and that every stored segment reads back.
 fn record_through_disk_fault(disk: &Tmpfs, fault: impl FnOnce(&RelayProcess) -> u64) {
     let d = disk.0.to_str().unwrap();
-    let relay = RelayProcess::start(binary(), &["--record", "anon/**", "--record-dir", d]);
+    let relay = recording_relay(d, 1, &[]);
     let watching = viewer(relay.addr, "cam.hang");
     let (groups, per_group) = (FAULT_GROUPS, FAULT_PER_GROUP);
     let cam = camera(
@@ -876,17 +873,14 @@ fn records_on_a_relay_whose_listen_port_speaks_tls_only() {
     let dir = scratch("tls");
     let pki = skiff_testkit::pki::Pki::write(&dir, "record");
     let store_dir = dir.join("rec");
-    let relay = RelayProcess::start(
-        binary(),
+    let relay = recording_relay(
+        store_dir.to_str().unwrap(),
+        1,
         &[
             "--tls-cert",
             pki.cert.to_str().unwrap(),
             "--tls-key",
             pki.key.to_str().unwrap(),
-            "--record",
-            "anon/**",
-            "--record-dir",
-            store_dir.to_str().unwrap(),
         ],
     );
     // The recorder dials tls:// with the relay's own certificate pinned.
@@ -992,7 +986,7 @@ fn many_cameras(
 fn records_more_broadcasts_than_one_client_session_holds() {
     let dir = scratch("many");
     let d = dir.to_str().unwrap();
-    let relay = RelayProcess::start(binary(), &["--record", "anon/**", "--record-dir", d]);
+    let relay = recording_relay(d, 1, &[]);
     // 20 broadcasts: more than one recorder client's session holds (its
     // announce requests and subscriptions), so the recorder dials several.
     let count = 20;
@@ -1020,17 +1014,7 @@ fn groups_larger_than_the_write_queue_are_dropped_from_the_recording_only() {
     let dir = scratch("small-queue");
     let d = dir.to_str().unwrap();
     // A group of ten pictures is about 230 KB: none fits in 64 KiB.
-    let relay = RelayProcess::start(
-        binary(),
-        &[
-            "--record",
-            "anon/**",
-            "--record-dir",
-            d,
-            "--record-queue-bytes",
-            "64KiB",
-        ],
-    );
+    let relay = recording_relay(d, 1, &["--record-queue-bytes", "64KiB"]);
     let watching = viewer(relay.addr, "cam.hang");
     let cam = camera(relay.addr, "cam.hang", Some(3), 10, false, Arc::default());
     assert_eq!(cam.join().unwrap(), 30);
