@@ -9,6 +9,7 @@
 
 mod common;
 mod peers;
+mod trust_any;
 
 use std::cell::{Cell, RefCell};
 use std::io::{BufRead, Read, Write};
@@ -494,7 +495,7 @@ fn proxy_headers_from_the_balancer_name_the_client() {
 /// `GET /health` over TLS on `s` (a PROXY header already sent): the answer.
 fn https_health(s: TcpStream) -> String {
     let provider = rustls::crypto::aws_lc_rs::default_provider();
-    let verifier = Arc::new(common::TrustAny::new(
+    let verifier = Arc::new(trust_any::TrustAny::new(
         provider.signature_verification_algorithms,
     ));
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))

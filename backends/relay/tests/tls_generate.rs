@@ -9,6 +9,7 @@
 
 mod common;
 mod peers;
+mod trust_any;
 
 use std::cell::{Cell, RefCell};
 use std::io::{BufRead, Read, Write};
@@ -105,7 +106,7 @@ fn http_get(addr: SocketAddr, path: &str) -> String {
 /// port, learned by a client that trusts anything and keeps what it saw.
 fn quic_leaf(addr: SocketAddr) -> Vec<u8> {
     let provider = rustls::crypto::aws_lc_rs::default_provider();
-    let recording = Arc::new(common::TrustAny::new(
+    let recording = Arc::new(trust_any::TrustAny::new(
         provider.signature_verification_algorithms,
     ));
     let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
