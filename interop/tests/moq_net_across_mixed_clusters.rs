@@ -415,13 +415,28 @@ fn every_node(kinds: [Kind; 3]) {
         }
     }
     stop.store(true, Ordering::SeqCst);
-    for (broadcast, p) in publishers.into_iter().chain(sdk_publishers) {
+    join_publishers(publishers.into_iter().chain(sdk_publishers), &mut failures);
+    assert_no_failures(kinds, &failures, &nodes);
+}
+
+/// Joins the publisher threads (each with its broadcast's name), adding a
+/// line to `failures` for each that failed or panicked.
+fn join_publishers(
+    publishers: impl IntoIterator<Item = (String, std::thread::JoinHandle<Result<u64, String>>)>,
+    failures: &mut Vec<String>,
+) {
+    for (broadcast, p) in publishers {
         match p.join() {
             Ok(Ok(groups)) => println!("{broadcast}: {groups} groups written"),
             Ok(Err(e)) => failures.push(format!("publisher {broadcast}: {e}")),
             Err(_) => failures.push(format!("publisher {broadcast} panicked")),
         }
     }
+}
+
+/// Fails the test with `failures` and every node's log unless `failures`
+/// is empty.
+fn assert_no_failures(kinds: [Kind; 3], failures: &[String], nodes: &[Node]) {
     let logs: Vec<String> = nodes.iter().map(Node::log).collect();
     assert!(
         failures.is_empty(),
@@ -497,12 +512,9 @@ fn middle_restarted(kinds: [Kind; 3]) {
     for (k, &(p, v)) in ends.iter().enumerate() {
         let (broadcast, seed) = (format!("pub-{p}"), p as u64);
         let dial = Dial::tcp(nodes[p].addr, PATH, 0x100 + p as u64);
-        publishers.push(moq_net_live::spawn_paced_publisher(
-            dial,
-            &broadcast,
-            TRACK,
-            seed,
-            stop.clone(),
+        publishers.push((
+            broadcast.clone(),
+            moq_net_live::spawn_paced_publisher(dial, &broadcast, TRACK, seed, stop.clone()),
         ));
         let seen = Arc::new(AtomicU64::new(0));
         let dial = Dial::tcp(nodes[v].addr, PATH, 0x1000 + k as u64);
@@ -560,20 +572,8 @@ fn middle_restarted(kinds: [Kind; 3]) {
             Err(_) => failures.push(format!("viewer of {broadcast} panicked")),
         }
     }
-    for p in publishers {
-        match p.join() {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => failures.push(format!("publisher: {e}")),
-            Err(_) => failures.push("publisher panicked".to_owned()),
-        }
-    }
-    let logs: Vec<String> = nodes.iter().map(Node::log).collect();
-    assert!(
-        failures.is_empty(),
-        "{kinds:?}:\n{}\n{}",
-        failures.join("\n"),
-        logs.join("\n")
-    );
+    join_publishers(publishers, &mut failures);
+    assert_no_failures(kinds, &failures, &nodes);
 }
 
 /// skiff — moq-relay — skiff, moq-relay killed and restarted.

@@ -4,6 +4,8 @@
 //! `application_protocols`, SETUP carries the path, and skiff's SDK
 //! subscriber (`tls://`) receives every frame intact.
 
+mod moq_net_live;
+
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,14 +60,7 @@ async fn publish_over_qmux_tls(
 ) -> Result<Option<String>, String> {
     let hop = moq_net::Hop::new(0x3333).map_err(|e| format!("hop: {e}"))?;
     let origin = moq_tokio::origin::spawn_config(moq_net::origin::Config::new(hop));
-    let info = moq_net::track::Info::default();
-    let timescale = info.timescale;
-    let broadcast = origin
-        .create_broadcast(BROADCAST)
-        .map_err(|e| format!("broadcast: {e}"))?;
-    let track = broadcast
-        .create_track(TRACK, info)
-        .map_err(|e| format!("track: {e}"))?;
+    let (broadcast, track, timescale) = moq_net_live::one_track(&origin, BROADCAST, TRACK)?;
     broadcast
         .announce(moq_net::origin::Route::default())
         .map_err(|e| format!("announce: {e}"))?;
@@ -84,12 +79,7 @@ async fn publish_over_qmux_tls(
         .with_versions(moq_net::Versions::from(vec![v]))
         .with_publisher(&origin)
         .with_path("/anon".to_owned());
-    let (session, driver) =
-        tokio::time::timeout(WAIT, client.connect(std::time::Instant::now(), transport))
-            .await
-            .map_err(|_| "moq connect timed out".to_owned())?
-            .map_err(|e| format!("moq connect: {e}"))?;
-    tokio::spawn(moq_net::time::run(driver));
+    let session = moq_net_live::moq_session(client, transport).await?;
     tokio::time::timeout(WAIT, track.used())
         .await
         .map_err(|_| "no subscription reached the publisher".to_owned())?

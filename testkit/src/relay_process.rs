@@ -58,7 +58,7 @@ impl RelayProcess {
         // taken by another test's relay before this one binds it); it prints
         // each address it bound.
         let log = std::env::var("SKIFF_RELAY_LOG").ok();
-        let mut child = Command::new(binary)
+        let child = Command::new(binary)
             .args(["serve", "--listen", listen, "--threads", &threads])
             .args(["--metrics", "127.0.0.1:0"])
             .args(["--log", log.as_deref().unwrap_or("info")])
@@ -72,9 +72,20 @@ impl RelayProcess {
             })
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", binary.display()));
+        RelayProcess::from_child(child, log.is_some())
+    }
+
+    /// Waits for the addresses `child` (a `skiff-relay serve` with its
+    /// stdout piped and metrics on) prints, then keeps draining its stdout;
+    /// `echo` copies each stdout line to the test's stderr.
+    ///
+    /// # Panics
+    /// If its stdout is not piped, or it does not print both addresses
+    /// within 20 s (it is killed first: the process must not outlive the
+    /// test).
+    pub fn from_child(mut child: Child, echo: bool) -> RelayProcess {
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = std::sync::mpsc::channel();
-        let echo = log.is_some();
         std::thread::spawn(move || {
             // The binary prints "listening on ADDR", then "metrics on ADDR".
             let (mut listen, mut metrics) = (None, None);

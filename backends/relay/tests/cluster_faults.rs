@@ -11,13 +11,11 @@ mod common;
 mod peers;
 mod sdk_stream;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cluster_nodes::{Node, cluster_with, connect_to, wait_for};
 use peers::Raw;
-use sdk_stream::PACED;
+use sdk_stream::{PACED, Running};
 use skiff_core::model::path::Path;
 use skiff_core::model::{broadcast, origin};
 use skiff_monoio::Config;
@@ -94,32 +92,8 @@ fn a_cut_link_heals_through_the_other_path_and_comes_back() {
         &[(0, 1), (1, 2), (2, 3), (3, 4), (4, 0)],
         &["--idle-timeout", "2s", "--handshake-timeout", "2s"],
     );
-    let stop = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(AtomicU64::new(0));
-    let (p, v) = (nodes[0].url(), nodes[3].url());
-    let (stop2, seen2) = (stop.clone(), seen.clone());
-    let stream = std::thread::spawn(move || {
-        driver::block_on(DriverKind::Legacy, move |_| {
-            let s = sdk_stream::Stream {
-                paced: false,
-                frame_gap: Duration::from_millis(10),
-                failover_resets: true,
-                ..PACED
-            };
-            s.until_stopped(
-                v,
-                p,
-                Config::default(),
-                stop2,
-                seen2,
-                Duration::from_secs(30),
-            )
-        })
-        .expect("runtime")
-    });
-    wait_for("frames before the cut", 30, || {
-        seen.load(Ordering::SeqCst) >= 50
-    });
+    let stream = Running::start(nodes[3].url(), nodes[0].url());
+    wait_for("frames before the cut", 30, || stream.seen() >= 50);
     let served_to_3 = |n: &Node| {
         n.sample(&format!(
             "skiff_relay_peer_subscriptions_served{{peer=\"{}\"}}",
@@ -131,12 +105,10 @@ fn a_cut_link_heals_through_the_other_path_and_comes_back() {
     let routes_from_4 = format!("skiff_relay_peer_routes{{peer=\"{}\"}}", nodes[4].url());
     assert_eq!(nodes[3].sample(&routes_from_4), 1);
 
-    let before = seen.load(Ordering::SeqCst);
+    let before = stream.seen();
     let cut_at = Instant::now();
     let cut = Cut::port(nodes[4].addr.port()).expect("nft is installed");
-    wait_for("frames after the cut", 30, || {
-        seen.load(Ordering::SeqCst) >= before + 50
-    });
+    wait_for("frames after the cut", 30, || stream.seen() >= before + 50);
     println!(
         "frames resumed {:?} after the link 3-4 was cut",
         cut_at.elapsed()
@@ -161,12 +133,11 @@ fn a_cut_link_heals_through_the_other_path_and_comes_back() {
         "the link 3-4 was back {:?} after the rule was removed",
         restored_at.elapsed()
     );
-    let at = seen.load(Ordering::SeqCst);
+    let at = stream.seen();
     wait_for("frames after the link came back", 20, || {
-        seen.load(Ordering::SeqCst) >= at + 50
+        stream.seen() >= at + 50
     });
-    stop.store(true, Ordering::SeqCst);
-    let (written, got) = stream.join().unwrap();
+    let (written, got) = stream.stop();
     assert!(got.len() as u64 >= at + 50, "{} of {written}", got.len());
     assert!(got.windows(2).all(|w| w[0] < w[1]), "in order");
     let _ = std::fs::remove_dir_all(&dir);

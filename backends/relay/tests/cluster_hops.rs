@@ -12,11 +12,11 @@ mod cluster_nodes;
 mod sdk_stream;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cluster_nodes::*;
-use sdk_stream::{PACED, Until};
+use sdk_stream::{PACED, Running, Until};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_monoio::{Config, connect};
 
@@ -209,38 +209,12 @@ fn late_viewer(url: String, frames: u64) -> std::thread::JoinHandle<Vec<u64>> {
 #[test]
 fn a_ring_heals_after_a_node_is_killed() {
     let (mut nodes, dir) = cluster("heal5", &[(0, 1), (1, 2), (2, 3), (3, 4), (4, 0)]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(AtomicU64::new(0));
-    let (p, v) = (nodes[0].url(), nodes[3].url());
-    let (stop2, seen2) = (stop.clone(), seen.clone());
-    let stream = std::thread::spawn(move || {
-        driver::block_on(DriverKind::Legacy, move |_| {
-            let s = sdk_stream::Stream {
-                paced: false,
-                frame_gap: Duration::from_millis(10),
-                failover_resets: true,
-                ..PACED
-            };
-            s.until_stopped(
-                v,
-                p,
-                Config::default(),
-                stop2,
-                seen2,
-                Duration::from_secs(30),
-            )
-        })
-        .expect("runtime")
-    });
-    wait_for("frames before the kill", 30, || {
-        seen.load(Ordering::SeqCst) >= 50
-    });
-    let before = seen.load(Ordering::SeqCst);
+    let stream = Running::start(nodes[3].url(), nodes[0].url());
+    wait_for("frames before the kill", 30, || stream.seen() >= 50);
+    let before = stream.seen();
     let killed_at = Instant::now();
     nodes[4].kill9();
-    wait_for("frames after the kill", 30, || {
-        seen.load(Ordering::SeqCst) >= before + 50
-    });
+    wait_for("frames after the kill", 30, || stream.seen() >= before + 50);
     println!(
         "frames resumed {:?} after node 4 was killed",
         killed_at.elapsed()
@@ -309,12 +283,11 @@ fn a_ring_heals_after_a_node_is_killed() {
     let late = late_viewer(nodes[4].url(), 20).join().unwrap();
     assert_eq!(late.len(), 20, "the viewer on the restarted node");
     assert!(late.windows(2).all(|w| w[0] < w[1]), "in order");
-    let at = seen.load(Ordering::SeqCst);
+    let at = stream.seen();
     wait_for("node 3's viewer still receiving", 10, || {
-        seen.load(Ordering::SeqCst) >= at + 20
+        stream.seen() >= at + 20
     });
-    stop.store(true, Ordering::SeqCst);
-    let (written, got) = stream.join().unwrap();
+    let (written, got) = stream.stop();
     assert!(
         got.len() as u64 >= before + 50,
         "{} of {written}",

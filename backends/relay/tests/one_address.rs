@@ -9,6 +9,7 @@
 
 mod common;
 mod peers;
+mod trust_any;
 
 use std::cell::{Cell, RefCell};
 use std::io::{BufRead, Read, Write};
@@ -491,50 +492,12 @@ fn proxy_headers_from_the_balancer_name_the_client() {
     });
 }
 
-/// A TLS client's verifier that takes any certificate: the test checks what
-/// the relay logs, not who it is.
-#[derive(Debug)]
-struct AnyCert(rustls::crypto::WebPkiSupportedAlgorithms);
-
-impl rustls::client::danger::ServerCertVerifier for AnyCert {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &rustls::pki_types::CertificateDer<'_>,
-        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.supported_schemes()
-    }
-}
-
 /// `GET /health` over TLS on `s` (a PROXY header already sent): the answer.
 fn https_health(s: TcpStream) -> String {
     let provider = rustls::crypto::aws_lc_rs::default_provider();
-    let verifier = Arc::new(AnyCert(provider.signature_verification_algorithms));
+    let verifier = Arc::new(trust_any::TrustAny::new(
+        provider.signature_verification_algorithms,
+    ));
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
         .with_safe_default_protocol_versions()
         .unwrap()

@@ -115,14 +115,10 @@ fn camera_at(
             let json = serde_json::to_vec(&json).unwrap();
             let mut catalog = catalog_track.append_group().unwrap();
             catalog.write_frame(0, &json).await.unwrap();
-            let waited = Instant::now();
-            while video.subscribers() == 0 || sound.as_ref().is_some_and(|a| a.subscribers() == 0) {
-                assert!(
-                    waited.elapsed() < Duration::from_secs(20),
-                    "the recorder never subscribed to {name}"
-                );
-                monoio::time::sleep(Duration::from_millis(20)).await;
-            }
+            wait_subscribed(20, name, || {
+                video.subscribers() > 0 && sound.as_ref().is_none_or(|a| a.subscribers() > 0)
+            })
+            .await;
             let mut buf = vec![0u8; card.max_frame_len()];
             let tick = Duration::from_micros(1_000_000 / u64::from(FPS));
             let start = Instant::now();
@@ -178,16 +174,42 @@ fn camera_at(
                 }
                 let _ = catalog.finish();
                 catalog_track.finish();
-                monoio::select! {
-                    () = client.flushed() => {}
-                    () = monoio::time::sleep(Duration::from_secs(5)) => {}
-                }
-                client.close().await;
+                flush_and_close(&client).await;
             }
             n
         })
         .expect("camera runtime")
     })
+}
+
+/// Waits (within `secs` seconds) until `subscribed` holds: the recorder
+/// subscribed to `what`.
+async fn wait_subscribed(secs: u64, what: &str, subscribed: impl Fn() -> bool) {
+    let waited = Instant::now();
+    while !subscribed() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(secs),
+            "the recorder never subscribed to {what}"
+        );
+        monoio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Closes `client` once what it sent is flushed, or after 5 s.
+async fn flush_and_close(client: &skiff_monoio::Client) {
+    monoio::select! {
+        () = client.flushed() => {}
+        () = monoio::time::sleep(Duration::from_secs(5)) => {}
+    }
+    client.close().await;
+}
+
+/// A relay with `threads` workers recording every `anon/` broadcast into
+/// the directory `d`, with the `extra` flags.
+fn recording_relay(d: &str, threads: usize, extra: &[&str]) -> RelayProcess {
+    let mut args = vec!["--record", "anon/**", "--record-dir", d];
+    args.extend_from_slice(extra);
+    RelayProcess::start_threads(binary(), threads, &args)
 }
 
 /// Polls `GET /recordings` until `done` holds for its JSON (within 30 s).
@@ -249,26 +271,33 @@ fn have_ffmpeg() -> bool {
     found
 }
 
-/// `ffprobe`'s count of the video frames of `file`; panics on any error it prints.
-fn ffprobe_frames(file: &Path) -> u64 {
-    let out = Command::new("ffprobe")
-        .args(["-v", "error", "-count_frames", "-select_streams", "v:0"])
-        .args([
-            "-show_entries",
-            "stream=nb_read_frames,codec_name,width,height",
-            "-of",
-            "csv=p=0",
-        ])
-        .arg(file)
-        .output()
-        .unwrap();
+/// Runs `command` (`what` names it in a failure) and returns what it wrote
+/// to stdout; panics unless it succeeds without printing to stderr.
+fn run_clean(command: &mut Command, what: &str) -> Vec<u8> {
+    let out = command.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success() && stderr.trim().is_empty(),
-        "ffprobe {}: {stderr}",
-        file.display()
+        "{what}: {stderr}"
     );
-    let text = String::from_utf8_lossy(&out.stdout);
+    out.stdout
+}
+
+/// `ffprobe`'s count of the video frames of `file`; panics on any error it prints.
+fn ffprobe_frames(file: &Path) -> u64 {
+    let out = run_clean(
+        Command::new("ffprobe")
+            .args(["-v", "error", "-count_frames", "-select_streams", "v:0"])
+            .args([
+                "-show_entries",
+                "stream=nb_read_frames,codec_name,width,height",
+                "-of",
+                "csv=p=0",
+            ])
+            .arg(file),
+        &format!("ffprobe {}", file.display()),
+    );
+    let text = String::from_utf8_lossy(&out);
     let fields: Vec<&str> = text.lines().next().unwrap_or("").split(',').collect();
     assert_eq!(
         fields[..3],
@@ -283,22 +312,16 @@ fn ffprobe_frames(file: &Path) -> u64 {
 /// Decodes every frame of `file` with ffmpeg (no error allowed) and reads
 /// the test card's counter off each picture.
 fn ffmpeg_counters(file: &Path) -> Vec<u32> {
-    let out = Command::new("ffmpeg")
-        .args(["-v", "error", "-i"])
-        .arg(file)
-        .args(["-f", "rawvideo", "-pix_fmt", "gray", "-"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stderr.trim().is_empty(),
-        "ffmpeg {}: {stderr}",
-        file.display()
+    let out = run_clean(
+        Command::new("ffmpeg")
+            .args(["-v", "error", "-i"])
+            .arg(file)
+            .args(["-f", "rawvideo", "-pix_fmt", "gray", "-"]),
+        &format!("ffmpeg {}", file.display()),
     );
     let card = TestCard::new(WIDTH, HEIGHT, FPS).unwrap();
-    assert_eq!(out.stdout.len() % (WIDTH * HEIGHT), 0);
-    out.stdout
-        .chunks(WIDTH * HEIGHT)
+    assert_eq!(out.len() % (WIDTH * HEIGHT), 0);
+    out.chunks(WIDTH * HEIGHT)
         .map(|luma| {
             card.read_counter(luma, WIDTH)
                 .expect("the counter reads back")
@@ -368,7 +391,7 @@ fn records_the_camera_exports_it_and_survives_sigkill() {
     let dir = scratch("camera");
     let ffmpeg = have_ffmpeg();
     let d = dir.to_str().unwrap();
-    let relay = RelayProcess::start(binary(), &["--record", "anon/**", "--record-dir", d]);
+    let relay = recording_relay(d, 1, &[]);
 
     // 1. Twelve one-second groups, recorded whole.
     let (groups, per_group) = (12u32, FPS);
@@ -404,23 +427,19 @@ fn records_the_camera_exports_it_and_survives_sigkill() {
         "{said}"
     );
     if ffmpeg {
-        let out = Command::new("ffprobe")
-            .args(["-v", "error", "-count_frames", "-select_streams", "a:0"])
-            .args([
-                "-show_entries",
-                "stream=codec_name,channels,nb_read_frames",
-                "-of",
-                "csv=p=0",
-            ])
-            .arg(&sound)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success() && stderr.trim().is_empty(),
-            "ffprobe: {stderr}"
+        let out = run_clean(
+            Command::new("ffprobe")
+                .args(["-v", "error", "-count_frames", "-select_streams", "a:0"])
+                .args([
+                    "-show_entries",
+                    "stream=codec_name,channels,nb_read_frames",
+                    "-of",
+                    "csv=p=0",
+                ])
+                .arg(&sound),
+            "ffprobe",
         );
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = String::from_utf8_lossy(&out);
         assert_eq!(text.trim(), format!("opus,2,{audio_frames}"));
         let out = Command::new("ffmpeg")
             .args(["-v", "error", "-i"])
@@ -536,27 +555,20 @@ fn records_the_camera_exports_it_and_survives_sigkill() {
     assert!(!m3u8.contains("#EXT-X-ENDLIST"), "{m3u8}");
     if ffmpeg {
         let live_url = format!("http://{}/hls/anon/live.hang/index.m3u8", relay.addr);
-        let out = Command::new("ffprobe")
-            .args([
-                "-v",
-                "error",
-                "-show_entries",
-                "stream=codec_name",
-                "-of",
-                "csv=p=0",
-            ])
-            .arg(&live_url)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success() && stderr.trim().is_empty(),
-            "ffprobe {live_url}: {stderr}"
+        let out = run_clean(
+            Command::new("ffprobe")
+                .args([
+                    "-v",
+                    "error",
+                    "-show_entries",
+                    "stream=codec_name",
+                    "-of",
+                    "csv=p=0",
+                ])
+                .arg(&live_url),
+            &format!("ffprobe {live_url}"),
         );
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout).lines().next(),
-            Some("h264")
-        );
+        assert_eq!(String::from_utf8_lossy(&out).lines().next(), Some("h264"));
     }
     let mut relay = relay;
     relay.child.kill().unwrap(); // SIGKILL
@@ -591,7 +603,7 @@ fn records_the_camera_exports_it_and_survives_sigkill() {
     std::io::Write::write_all(&mut log, &line.as_bytes()[..line.len() / 2]).unwrap();
     drop(log);
 
-    let relay = RelayProcess::start(binary(), &["--record", "anon/**", "--record-dir", d]);
+    let relay = recording_relay(d, 1, &[]);
     let json = wait_recordings(relay.addr, |j| ended(j, "anon/live.hang"));
     assert_eq!(
         segments_of(&json, "anon/live.hang", "video"),
@@ -641,18 +653,7 @@ fn retention_by_size_deletes_the_oldest_first() {
     // A group of 10 pictures is about 230 KB: the bound holds four.
     let bound: u64 = 1_000_000;
     // Two workers: the camera and the recorder may land on either.
-    let relay = RelayProcess::start_threads(
-        binary(),
-        2,
-        &[
-            "--record",
-            "anon/**",
-            "--record-dir",
-            d,
-            "--record-max-bytes",
-            &bound.to_string(),
-        ],
-    );
+    let relay = recording_relay(d, 2, &["--record-max-bytes", &bound.to_string()]);
     let groups = 12u32;
     let cam = camera(
         relay.addr,
@@ -794,16 +795,19 @@ fn wait_metric(relay: &RelayProcess, series: &str, done: impl Fn(u64) -> bool) -
     }
 }
 
-#[test]
-fn a_full_disk_stops_recording_not_delivery_and_recording_resumes() {
-    // About six segments of ten pictures fit.
-    let Some(disk) = Tmpfs::mount("full", "1536k") else {
-        return;
-    };
+/// Groups the camera of [`record_through_disk_fault`] publishes, and frames per group.
+const FAULT_GROUPS: u32 = 30;
+const FAULT_PER_GROUP: u32 = 10;
+
+/// Records a camera of [`FAULT_GROUPS`] groups into `disk` while `fault`
+/// breaks the disk and mends it again, returning the groups recorded before
+/// it was mended. Then checks that the groups after it are recorded again,
+/// that the viewer lost no frame, and that every stored segment reads back.
+fn record_through_disk_fault(disk: &Tmpfs, fault: impl FnOnce(&RelayProcess) -> u64) {
     let d = disk.0.to_str().unwrap();
-    let relay = RelayProcess::start(binary(), &["--record", "anon/**", "--record-dir", d]);
+    let relay = recording_relay(d, 1, &[]);
     let watching = viewer(relay.addr, "cam.hang");
-    let (groups, per_group) = (30u32, 10u32);
+    let (groups, per_group) = (FAULT_GROUPS, FAULT_PER_GROUP);
     let cam = camera(
         relay.addr,
         "cam.hang",
@@ -812,21 +816,16 @@ fn a_full_disk_stops_recording_not_delivery_and_recording_resumes() {
         false,
         Arc::default(),
     );
-    let errors = "skiff_relay_record_write_errors_total";
-    let recorded = "skiff_relay_record_groups_recorded_total";
-    wait_metric(&relay, errors, |v| v >= 1);
-    let before = wait_metric(&relay, recorded, |_| true);
-    assert!(before < u64::from(groups), "the disk was never full");
+    let before = fault(&relay);
     // Space returns: the groups still to come are recorded again.
-    disk.resize("64m");
-    wait_metric(&relay, recorded, |v| v >= before + 2);
+    wait_metric(&relay, RECORDED, |v| v >= before + 2);
     assert_eq!(cam.join().unwrap(), groups * per_group);
     // The viewer lost nothing: every frame, in order.
     let card = TestCard::new(WIDTH, HEIGHT, FPS).unwrap();
     let expect: Vec<u64> = (0..u64::from(groups * per_group))
         .map(|n| card.pts_us(n))
         .collect();
-    assert_eq!(watching.join().unwrap(), expect);
+    assert_eq!(watching.join().unwrap(), expect, "the viewer lost nothing");
     // What is stored is whole: every indexed segment reads back.
     let json = wait_recordings(relay.addr, |j| ended(j, "anon/cam.hang"));
     let stored = segments_of(&json, "anon/cam.hang", "video");
@@ -835,42 +834,38 @@ fn a_full_disk_stops_recording_not_delivery_and_recording_resumes() {
     drop(relay);
 }
 
+/// The recorder's write errors and recorded groups (metric series).
+const WRITE_ERRORS: &str = "skiff_relay_record_write_errors_total";
+const RECORDED: &str = "skiff_relay_record_groups_recorded_total";
+
+#[test]
+fn a_full_disk_stops_recording_not_delivery_and_recording_resumes() {
+    // About six segments of ten pictures fit.
+    let Some(disk) = Tmpfs::mount("full", "1536k") else {
+        return;
+    };
+    record_through_disk_fault(&disk, |relay| {
+        wait_metric(relay, WRITE_ERRORS, |v| v >= 1);
+        let before = wait_metric(relay, RECORDED, |_| true);
+        assert!(before < u64::from(FAULT_GROUPS), "the disk was never full");
+        disk.resize("64m");
+        before
+    });
+}
+
 #[test]
 fn a_read_only_directory_stops_recording_not_delivery_and_recording_resumes() {
     let Some(disk) = Tmpfs::mount("ro", "64m") else {
         return;
     };
-    let d = disk.0.to_str().unwrap();
-    let relay = RelayProcess::start(binary(), &["--record", "anon/**", "--record-dir", d]);
-    let watching = viewer(relay.addr, "cam.hang");
-    let (groups, per_group) = (30u32, 10u32);
-    let cam = camera(
-        relay.addr,
-        "cam.hang",
-        Some(groups),
-        per_group,
-        false,
-        Arc::default(),
-    );
-    let errors = "skiff_relay_record_write_errors_total";
-    let recorded = "skiff_relay_record_groups_recorded_total";
-    wait_metric(&relay, recorded, |v| v >= 2);
-    disk.remount("ro");
-    wait_metric(&relay, errors, |v| v >= 2);
-    let before = wait_metric(&relay, recorded, |_| true);
-    disk.remount("rw");
-    wait_metric(&relay, recorded, |v| v >= before + 2);
-    assert_eq!(cam.join().unwrap(), groups * per_group);
-    let card = TestCard::new(WIDTH, HEIGHT, FPS).unwrap();
-    let expect: Vec<u64> = (0..u64::from(groups * per_group))
-        .map(|n| card.pts_us(n))
-        .collect();
-    assert_eq!(watching.join().unwrap(), expect, "the viewer lost nothing");
-    let json = wait_recordings(relay.addr, |j| ended(j, "anon/cam.hang"));
-    let stored = segments_of(&json, "anon/cam.hang", "video");
-    assert!(stored > before && stored < u64::from(groups), "{json}");
-    check_segments(&disk.0, "anon/cam.hang", have_ffmpeg());
-    drop(relay);
+    record_through_disk_fault(&disk, |relay| {
+        wait_metric(relay, RECORDED, |v| v >= 2);
+        disk.remount("ro");
+        wait_metric(relay, WRITE_ERRORS, |v| v >= 2);
+        let before = wait_metric(relay, RECORDED, |_| true);
+        disk.remount("rw");
+        before
+    });
 }
 
 #[test]
@@ -878,17 +873,14 @@ fn records_on_a_relay_whose_listen_port_speaks_tls_only() {
     let dir = scratch("tls");
     let pki = skiff_testkit::pki::Pki::write(&dir, "record");
     let store_dir = dir.join("rec");
-    let relay = RelayProcess::start(
-        binary(),
+    let relay = recording_relay(
+        store_dir.to_str().unwrap(),
+        1,
         &[
             "--tls-cert",
             pki.cert.to_str().unwrap(),
             "--tls-key",
             pki.key.to_str().unwrap(),
-            "--record",
-            "anon/**",
-            "--record-dir",
-            store_dir.to_str().unwrap(),
         ],
     );
     // The recorder dials tls:// with the relay's own certificate pinned.
@@ -951,14 +943,10 @@ fn many_cameras(
                 g.write_frame(0, &json[..len]).await.unwrap();
                 casts.push((b, cat, g, video));
             }
-            let waited = Instant::now();
-            while casts.iter().any(|c| c.3.subscribers() == 0) {
-                assert!(
-                    waited.elapsed() < Duration::from_secs(30),
-                    "the recorder never subscribed to every broadcast"
-                );
-                monoio::time::sleep(Duration::from_millis(20)).await;
-            }
+            wait_subscribed(30, "every broadcast", || {
+                casts.iter().all(|c| c.3.subscribers() > 0)
+            })
+            .await;
             let mut buf = vec![0u8; card.max_frame_len()];
             let tick = Duration::from_micros(1_000_000 / u64::from(FPS));
             let start = Instant::now();
@@ -987,11 +975,7 @@ fn many_cameras(
                 let _ = g.finish();
                 cat.finish();
             }
-            monoio::select! {
-                () = client.flushed() => {}
-                () = monoio::time::sleep(Duration::from_secs(5)) => {}
-            }
-            client.close().await;
+            flush_and_close(&client).await;
             n
         })
         .expect("cameras runtime")
@@ -1002,7 +986,7 @@ fn many_cameras(
 fn records_more_broadcasts_than_one_client_session_holds() {
     let dir = scratch("many");
     let d = dir.to_str().unwrap();
-    let relay = RelayProcess::start(binary(), &["--record", "anon/**", "--record-dir", d]);
+    let relay = recording_relay(d, 1, &[]);
     // 20 broadcasts: more than one recorder client's session holds (its
     // announce requests and subscriptions), so the recorder dials several.
     let count = 20;
@@ -1030,17 +1014,7 @@ fn groups_larger_than_the_write_queue_are_dropped_from_the_recording_only() {
     let dir = scratch("small-queue");
     let d = dir.to_str().unwrap();
     // A group of ten pictures is about 230 KB: none fits in 64 KiB.
-    let relay = RelayProcess::start(
-        binary(),
-        &[
-            "--record",
-            "anon/**",
-            "--record-dir",
-            d,
-            "--record-queue-bytes",
-            "64KiB",
-        ],
-    );
+    let relay = recording_relay(d, 1, &["--record-queue-bytes", "64KiB"]);
     let watching = viewer(relay.addr, "cam.hang");
     let cam = camera(relay.addr, "cam.hang", Some(3), 10, false, Arc::default());
     assert_eq!(cam.join().unwrap(), 30);

@@ -9,12 +9,13 @@
 
 mod common;
 mod peers;
+mod trust_any;
 
 use std::cell::{Cell, RefCell};
 use std::io::{BufRead, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use skiff_core::model::track::Info;
@@ -91,50 +92,6 @@ impl Drop for Generated {
     }
 }
 
-/// A verifier that accepts any certificate and keeps the leaf it was shown
-/// (so the test learns what the relay serves without trusting it first).
-#[derive(Debug)]
-struct Recording {
-    leaf: Mutex<Option<Vec<u8>>>,
-    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
-}
-
-impl rustls::client::danger::ServerCertVerifier for Recording {
-    fn verify_server_cert(
-        &self,
-        end_entity: &rustls::pki_types::CertificateDer<'_>,
-        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        *self.leaf.lock().unwrap() = Some(end_entity.to_vec());
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
-}
-
 /// `GET path` over the plain TCP port (blocking): the whole answer.
 fn http_get(addr: SocketAddr, path: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -149,10 +106,9 @@ fn http_get(addr: SocketAddr, path: &str) -> String {
 /// port, learned by a client that trusts anything and keeps what it saw.
 fn quic_leaf(addr: SocketAddr) -> Vec<u8> {
     let provider = rustls::crypto::aws_lc_rs::default_provider();
-    let recording = Arc::new(Recording {
-        leaf: Mutex::new(None),
-        algorithms: provider.signature_verification_algorithms,
-    });
+    let recording = Arc::new(trust_any::TrustAny::new(
+        provider.signature_verification_algorithms,
+    ));
     let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()

@@ -1594,6 +1594,17 @@ mod tests {
         };
     }
 
+    /// Announces "cam" from `src` (`local`: a source of this worker) and
+    /// resolves its "video" for `sub`: the broadcast and the track.
+    macro_rules! cam_video {
+        ($r:ident, $src:expr, $local:expr, $sub:expr, $up:expr) => {{
+            $r.announce(path("cam"), $src, $local, $up).unwrap();
+            let b = $r.origin().get(path("cam")).unwrap();
+            let t = $r.resolve($sub, b, "video", $up).unwrap();
+            (b, t)
+        }};
+    }
+
     fn limits() -> RouterLimits {
         RouterLimits {
             announces: 8,
@@ -1676,9 +1687,7 @@ mod tests {
         router!(pool, r, limits());
         let up = Asked::default();
         let t0 = Instant::ZERO;
-        r.announce(path("cam"), 1, true, &up).unwrap();
-        let b = r.origin().get(path("cam")).unwrap();
-        let t = r.resolve(None, b, "video", &up).unwrap();
+        let (b, t) = cam_video!(r, 1, true, None, &up);
         assert_eq!(r.source_gone(1, t0, &up), 1);
         let due = r.poll_timeout().unwrap();
         assert_eq!(r.handle_timeout(due.saturating_add(Duration::ZERO)), 1);
@@ -1707,9 +1716,7 @@ mod tests {
         router!(pool, r, limits());
         let up = Asked::default();
         let t0 = Instant::ZERO;
-        r.announce(path("cam"), 1, true, &up).unwrap();
-        let b = r.origin().get(path("cam")).unwrap();
-        let t = r.resolve(None, b, "video", &up).unwrap();
+        let (b, t) = cam_video!(r, 1, true, None, &up);
         assert_eq!(up.take(), [(1, "cam".into())]);
         // Source 1's session fills the track and is in the middle of group 1.
         let old = t.producer().unwrap();
@@ -1887,9 +1894,7 @@ mod tests {
         router!(pool, r, limits());
         let up = Asked::default();
         let t0 = Instant::ZERO;
-        r.announce(path("cam"), 1, true, &up).unwrap();
-        let b = r.origin().get(path("cam")).unwrap();
-        let done = r.resolve(Some(7), b, "video", &up).unwrap();
+        let (b, done) = cam_video!(r, 1, true, Some(7), &up);
         let open = r.resolve(Some(7), b, "audio", &up).unwrap();
         up.take();
         // Source 1 finishes "video" (it stays cached), then its connection goes.
@@ -2111,9 +2116,7 @@ mod tests {
         router!(pool, r, limits());
         let up = Asked::default();
         let t0 = Instant::ZERO;
-        r.announce(path("cam"), 100, false, &up).unwrap();
-        let b = r.origin().get(path("cam")).unwrap();
-        let t = r.resolve(Some(7), b, "video", &up).unwrap();
+        let (b, t) = cam_video!(r, 100, false, Some(7), &up);
         assert_eq!(up.take(), [(100, "cam".into())]);
         // The refusal overtakes the withdrawal: the route waits from now.
         assert!(!r.upstream_unroutable(t, 100, t0, &up));
@@ -2147,9 +2150,7 @@ mod tests {
         router!(pool, r, limits());
         let up = Asked::default();
         let t0 = Instant::ZERO;
-        r.announce(path("cam"), 100, false, &up).unwrap();
-        let b = r.origin().get(path("cam")).unwrap();
-        let t = r.resolve(Some(7), b, "video", &up).unwrap();
+        let (_, t) = cam_video!(r, 100, false, Some(7), &up);
         up.take();
         assert!(r.source_left(path("cam"), 100, t0, &up));
         assert!(r.origin().get(path("cam")).is_none(), "unannounced at once");
@@ -2174,9 +2175,7 @@ mod tests {
         assert!(r.waiting(path("cam"), "video").is_none(), "refused now");
         assert!(r.reclaim() >= 1);
         // A refusal for a track in no route ends it with UNROUTABLE.
-        r.announce(path("cam"), 100, false, &up).unwrap();
-        let b = r.origin().get(path("cam")).unwrap();
-        let u = r.resolve(Some(7), b, "video", &up).unwrap();
+        let (_, u) = cam_video!(r, 100, false, Some(7), &up);
         r.drop_track(u);
         assert!(r.upstream_unroutable(u, 100, due, &up));
         assert_eq!(
@@ -2238,9 +2237,7 @@ mod tests {
         router!(pool, r, limits());
         let up = Asked::default();
         let t0 = Instant::ZERO;
-        r.announce(path("cam"), 100, false, &up).unwrap();
-        let b = r.origin().get(path("cam")).unwrap();
-        let t = r.resolve(Some(7), b, "video", &up).unwrap();
+        let (b, t) = cam_video!(r, 100, false, Some(7), &up);
         up.take();
         // The link's subscription holds the producer, unanswered.
         let asked = t.producer().unwrap();

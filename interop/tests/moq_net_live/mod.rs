@@ -33,7 +33,7 @@ pub const GROUP_GAP: Duration = Duration::from_millis(100);
 pub const BIG_FRAME: u64 = 2;
 
 /// The poll-interface transport moq-net runs on.
-type Transport = moq_tokio::transport::Session<qmux::Session>;
+pub type Transport = moq_tokio::transport::Session<qmux::Session>;
 
 /// Where a moq-net client dials and who it is.
 #[derive(Clone, Debug)]
@@ -103,7 +103,15 @@ async fn connect(
     } else {
         client.with_path(dial.path.clone())
     };
-    let client = attach(client);
+    moq_session(attach(client), transport).await
+}
+
+/// Sets up `client`'s moq-net session over `transport` (within [`WAIT`])
+/// and runs its driver on the current runtime.
+pub async fn moq_session(
+    client: moq_net::Client,
+    transport: Transport,
+) -> Result<moq_net::Session, String> {
     let (session, driver) =
         tokio::time::timeout(WAIT, client.connect(std::time::Instant::now(), transport))
             .await
@@ -111,6 +119,31 @@ async fn connect(
             .map_err(|e| format!("moq connect: {e}"))?;
     tokio::spawn(moq_net::time::run(driver));
     Ok(session)
+}
+
+/// Creates `broadcast` in `origin` with the one track `track` (default
+/// info), unannounced: the broadcast, the track and the track's timescale.
+pub fn one_track(
+    origin: &moq_net::origin::Producer,
+    broadcast: &str,
+    track: &str,
+) -> Result<
+    (
+        moq_net::broadcast::Producer,
+        moq_net::track::Producer,
+        moq_net::Timescale,
+    ),
+    String,
+> {
+    let info = moq_net::track::Info::default();
+    let timescale = info.timescale;
+    let broadcast = origin
+        .create_broadcast(broadcast)
+        .map_err(|e| format!("broadcast: {e}"))?;
+    let track = broadcast
+        .create_track(track, info)
+        .map_err(|e| format!("track: {e}"))?;
+    Ok((broadcast, track, timescale))
 }
 
 /// Runs `body` on its own thread and current-thread runtime.
@@ -162,14 +195,7 @@ async fn live_publisher(
     done: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<(), String> {
     let origin = origin(dial.hop)?;
-    let info = moq_net::track::Info::default();
-    let timescale = info.timescale;
-    let broadcast = origin
-        .create_broadcast(broadcast.as_str())
-        .map_err(|e| format!("broadcast: {e}"))?;
-    let track = broadcast
-        .create_track(track.as_str(), info)
-        .map_err(|e| format!("track: {e}"))?;
+    let (broadcast, track, timescale) = one_track(&origin, &broadcast, &track)?;
     let mut groups = groups.into_iter();
     let mut first = groups.next().ok_or("no groups")?;
     let mut group0 = track
@@ -346,14 +372,7 @@ async fn paced_publisher(
     stop: Arc<AtomicBool>,
 ) -> Result<u64, String> {
     let origin = origin(dial.hop)?;
-    let info = moq_net::track::Info::default();
-    let timescale = info.timescale;
-    let broadcast = origin
-        .create_broadcast(broadcast.as_str())
-        .map_err(|e| format!("broadcast: {e}"))?;
-    let track = broadcast
-        .create_track(track.as_str(), info)
-        .map_err(|e| format!("track: {e}"))?;
+    let (broadcast, track, timescale) = one_track(&origin, &broadcast, &track)?;
     broadcast
         .announce(moq_net::origin::Route::default())
         .map_err(|e| format!("announce: {e}"))?;

@@ -5,13 +5,15 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use skiff_testkit::relay_process::RelayProcess;
 
 /// One relay process of a test cluster.
 pub struct Node {
-    child: Child,
+    process: RelayProcess,
     /// Its listen address (QMux over TCP, HTTP).
     pub addr: SocketAddr,
     /// Its metrics address.
@@ -44,7 +46,6 @@ impl Node {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn skiff-relay");
-        let stdout = child.stdout.take().expect("stdout");
         let stderr = child.stderr.take().expect("stderr");
         let log = Arc::new(Mutex::new(String::new()));
         {
@@ -60,29 +61,11 @@ impl Node {
                 }
             });
         }
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let line = |prefix: &str| -> SocketAddr {
-            let l = rx
-                .recv_timeout(Duration::from_secs(20))
-                .expect("a startup line");
-            l.strip_prefix(prefix)
-                .unwrap_or_else(|| panic!("expected `{prefix}…`, got `{l}`"))
-                .parse()
-                .unwrap()
-        };
-        let addr = line("listening on ");
-        let metrics = line("metrics on ");
+        let process = RelayProcess::from_child(child, false);
         Node {
-            child,
-            addr,
-            metrics,
+            addr: process.addr,
+            metrics: process.metrics,
+            process,
             log,
         }
     }
@@ -139,37 +122,18 @@ impl Node {
 
     /// Its resident memory, bytes (VmRSS).
     pub fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .expect("the node's VmRSS")
-            * 1024
+        self.process.rss()
     }
 
-    /// Its resident memory once its pools' trims (once a second) have run:
-    /// the least of three samples half a second apart.
+    /// Its resident memory once its pools' trims (once a second) have run.
     pub fn settled_rss(&self) -> u64 {
-        let mut least = self.rss();
-        for _ in 0..2 {
-            std::thread::sleep(Duration::from_millis(500));
-            least = least.min(self.rss());
-        }
-        least
+        self.process.settled_rss()
     }
 
     /// Kills it at once (SIGKILL), as a crashed node.
     pub fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill9();
+        let _ = self.process.child.kill();
+        let _ = self.process.child.wait();
     }
 }
 

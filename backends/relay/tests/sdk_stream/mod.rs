@@ -265,3 +265,57 @@ impl Stream {
         (i, got)
     }
 }
+
+/// [`PACED`] written without pacing, a frame every 10 ms, a reset group
+/// skipped: a viewer that keeps watching while the cluster moves its track
+/// to another route.
+pub const FAILOVER: Stream = Stream {
+    paced: false,
+    frame_gap: Duration::from_millis(10),
+    failover_resets: true,
+    ..PACED
+};
+
+/// [`FAILOVER`] streaming on its own thread from `publisher_url` to
+/// `viewer_url` (each with the default [`Config`]) until [`Self::stop`].
+pub struct Running {
+    stop: Arc<AtomicBool>,
+    seen: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<(u64, Vec<u64>)>,
+}
+
+impl Running {
+    /// Starts the stream; the viewer must see the track end within 30 s of
+    /// the stop.
+    pub fn start(viewer_url: String, publisher_url: String) -> Running {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(AtomicU64::new(0));
+        let (stop2, seen2) = (stop.clone(), seen.clone());
+        let thread = std::thread::spawn(move || {
+            skiff_monoio::driver::block_on(skiff_monoio::driver::DriverKind::Legacy, move |_| {
+                FAILOVER.until_stopped(
+                    viewer_url,
+                    publisher_url,
+                    Config::default(),
+                    stop2,
+                    seen2,
+                    Duration::from_secs(30),
+                )
+            })
+            .expect("runtime")
+        });
+        Running { stop, seen, thread }
+    }
+
+    /// The frames the viewer has read so far.
+    pub fn seen(&self) -> u64 {
+        self.seen.load(Ordering::SeqCst)
+    }
+
+    /// Stops the publisher and returns how many frames it wrote and the
+    /// indices the viewer read.
+    pub fn stop(self) -> (u64, Vec<u64>) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().unwrap()
+    }
+}
