@@ -40,7 +40,7 @@
 //!   when the current one goes away. A link's announcement displaces a
 //!   source of this worker only with a shorter route (below).
 //! * Between the workers of one relay, hop lists decide only when one route
-//!   is shorter (or identified against anonymous, [`across`]): both workers
+//!   is shorter (or identified against anonymous, see `across`): both workers
 //!   see the same lists, so they agree. A local source with a shorter route
 //!   than the link serving a path takes it over (the link waits as a
 //!   spare), and a link offering a shorter route than this worker's own
