@@ -126,10 +126,22 @@ struct Readings {
     after: i64,
 }
 
-/// Lets the worker settle, then reads its heap.
+/// Lets the worker settle for 300 ms, then reads its heap once it holds
+/// still: two readings 100 ms apart that agree (at most 5 s more). On a busy
+/// host the worker may still be taking queued datagrams, whose receive
+/// buffers count, when the pause ends.
 async fn settled(live: &AtomicI64) -> i64 {
     monoio::time::sleep(Duration::from_millis(300)).await;
-    live.load(Ordering::Relaxed)
+    let mut last = live.load(Ordering::Relaxed);
+    for _ in 0..50 {
+        monoio::time::sleep(Duration::from_millis(100)).await;
+        let now = live.load(Ordering::Relaxed);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    last
 }
 
 /// A client connection [`handshaken`] made: its endpoint, and the flags
