@@ -22,6 +22,19 @@ pub const JS_SAFE_CLUSTER_ID: u64 = 1 << 53;
 /// Longest hop list accepted or forwarded (`--cluster-max-hops` at most).
 pub const MAX_CLUSTER_HOPS: usize = 32;
 
+/// The token a `--cluster-token` file holds: its text trimmed, not empty.
+///
+/// # Errors
+/// The file cannot be read or holds only whitespace; the message names the
+/// file, never its content.
+pub fn read_token(file: &std::path::Path) -> Result<String, String> {
+    match std::fs::read_to_string(file) {
+        Ok(t) if !t.trim().is_empty() => Ok(t.trim().to_owned()),
+        Ok(_) => Err(format!("{} is empty", file.display())),
+        Err(e) => Err(format!("cannot read {}: {e}", file.display())),
+    }
+}
+
 /// One cluster peer to dial: where (a URL `--upstream` accepts, without the
 /// `cost` and `jwt` query parameters), the link's cost and its own token.
 ///

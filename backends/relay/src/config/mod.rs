@@ -413,22 +413,7 @@ fn check_cluster(mut cfg: RelayConfig) -> Result<RelayConfig, ConfigError> {
         ));
     }
     if let Some(file) = &cfg.cluster_token {
-        // The file's content is never part of a message.
-        match std::fs::read_to_string(file) {
-            Ok(t) if !t.trim().is_empty() => {}
-            Ok(_) => {
-                return Err(invalid(
-                    "cluster-token",
-                    format!("{} is empty", file.display()),
-                ));
-            }
-            Err(e) => {
-                return Err(invalid(
-                    "cluster-token",
-                    format!("cannot read {}: {e}", file.display()),
-                ));
-            }
-        }
+        cluster::read_token(file).map_err(|e| invalid("cluster-token", e))?;
     }
     if let Some(node) = &cfg.cluster_node
         && let Err(e) = node.parse::<ClusterPeer>()

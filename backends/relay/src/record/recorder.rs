@@ -127,40 +127,46 @@ pub async fn run(
     // Path → (its task's stop flag, the scan that last saw it).
     let mut active: BTreeMap<String, (Rc<Cell<bool>>, u64)> = BTreeMap::new();
     let mut scan = 0u64;
+    // The origin's version at the last walk: an unchanged origin is not walked.
+    let mut walked = None;
     while !shutdown.is_draining() {
-        scan += 1;
-        // Marks what is still announced; allocates only for a new broadcast.
-        for b in origin.iter() {
-            let path = b.path();
-            let path = path.as_str();
-            if path.is_empty() || !patterns.matches(path) {
-                continue;
+        let version = origin.version();
+        if walked != Some(version) {
+            walked = Some(version);
+            scan += 1;
+            // Marks what is still announced; allocates only for a new broadcast.
+            for b in origin.iter() {
+                let path = b.path();
+                let path = path.as_str();
+                if path.is_empty() || !patterns.matches(path) {
+                    continue;
+                }
+                if let Some((_, seen)) = active.get_mut(path) {
+                    *seen = scan;
+                    continue;
+                }
+                let stop = Rc::new(Cell::new(false));
+                active.insert(path.to_owned(), (stop.clone(), scan));
+                let Some((client, lease)) = clients.lease() else {
+                    continue;
+                };
+                tracing::info!(broadcast = %path, "recording: started");
+                monoio::spawn(record_broadcast(
+                    client,
+                    lease,
+                    path.to_owned(),
+                    queue.clone(),
+                    stop,
+                ));
             }
-            if let Some((_, seen)) = active.get_mut(path) {
-                *seen = scan;
-                continue;
-            }
-            let stop = Rc::new(Cell::new(false));
-            active.insert(path.to_owned(), (stop.clone(), scan));
-            let Some((client, lease)) = clients.lease() else {
-                continue;
-            };
-            tracing::info!(broadcast = %path, "recording: started");
-            monoio::spawn(record_broadcast(
-                client,
-                lease,
-                path.to_owned(),
-                queue.clone(),
-                stop,
-            ));
+            active.retain(|_, (stop, seen)| {
+                let keep = *seen == scan;
+                if !keep {
+                    stop.set(true);
+                }
+                keep
+            });
         }
-        active.retain(|_, (stop, seen)| {
-            let keep = *seen == scan;
-            if !keep {
-                stop.set(true);
-            }
-            keep
-        });
         let _ = race(monoio::time::sleep(SCAN_EVERY), shutdown.wait()).await;
     }
     for (stop, _) in active.values() {

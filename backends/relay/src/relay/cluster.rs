@@ -116,17 +116,9 @@ impl Cluster {
             return None;
         }
         let token = config.cluster_token.as_ref().and_then(|file| {
-            match std::fs::read_to_string(file) {
-                Ok(t) if !t.trim().is_empty() => Some(t.trim().to_owned()),
-                Ok(_) => {
-                    tracing::warn!(file = %file.display(), "cluster token file is empty");
-                    None
-                }
-                Err(e) => {
-                    tracing::warn!(file = %file.display(), error = %e, "cannot read the cluster token file");
-                    None
-                }
-            }
+            crate::config::cluster::read_token(file)
+                .map_err(|e| tracing::warn!(error = %e, "no --cluster-token for the peers"))
+                .ok()
         });
         let cluster = Arc::new(Cluster {
             peers: Mutex::new(Vec::new()),
@@ -295,16 +287,7 @@ impl RelayHandler {
     /// `cluster` (started as peers join), each ending once its peer is
     /// removed or the worker drains.
     pub(super) fn spawn_cluster(&self, info: &WorkerInfo, cluster: Arc<Cluster>) {
-        let handler = RelayHandler {
-            relay: self.relay.clone(),
-            storage: self.storage.clone(),
-            sides: self.sides.clone(),
-            clock: self.clock,
-            auth: self.auth.clone(),
-            tls: self.tls.clone(),
-            web_dir: self.web_dir.clone(),
-            record_dir: self.record_dir.clone(),
-        };
+        let handler = self.clone();
         let info = info.clone();
         monoio::spawn(async move {
             let mut seen = u64::MAX;

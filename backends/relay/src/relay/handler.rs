@@ -5,7 +5,8 @@
 use super::*;
 
 /// Serves moq-lite sessions on one worker thread with a per-thread [`Relay`].
-#[derive(Debug)]
+/// A clone shares the worker's state (a task of the worker holds one).
+#[derive(Debug, Clone)]
 pub struct RelayHandler {
     pub(super) relay: Rc<Relay>,
     /// A client session's control tables, taken at accept.

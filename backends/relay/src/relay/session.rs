@@ -174,7 +174,8 @@ impl<'n, const S: usize> RelayConn<'n, S> {
     fn count_announcement(&mut self, path: &str, active: bool) {
         if let Some(p) = &mut self.peer_stats {
             let changed = if active {
-                p.paths.insert(path.into())
+                // A restart of a path held already allocates nothing.
+                !p.paths.contains(path) && p.paths.insert(path.into())
             } else {
                 p.paths.remove(path)
             };
