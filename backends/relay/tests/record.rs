@@ -915,6 +915,48 @@ fn records_on_a_relay_whose_listen_port_speaks_tls_only() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn records_on_a_relay_that_verifies_tokens() {
+    use moq_auth::{Algorithm, Claims, Key, KeyId, Pattern};
+    let dir = scratch("auth");
+    let key = Key::generate(Algorithm::ES256, Some(KeyId::decode("rec").unwrap())).unwrap();
+    key.to_file(&dir.join("key.jwk")).unwrap();
+    let store_dir = dir.join("rec");
+    // No --auth-public: every session needs a token, the recorder's included.
+    let relay = recording_relay(
+        store_dir.to_str().unwrap(),
+        1,
+        &["--auth-key", dir.join("key.jwk").to_str().unwrap()],
+    );
+    let publish: Pattern = "**".parse().unwrap();
+    let token = key
+        .sign(
+            &Claims::default()
+                .with_root("anon")
+                .with_publish(vec![publish])
+                .with_expires(std::time::SystemTime::now() + Duration::from_secs(600)),
+        )
+        .unwrap();
+    let url = format!("tcp://{}/anon?jwt={token}", relay.addr);
+    let cam = camera_at(url, None, "cam.hang", Some(3), 10, false, Arc::default());
+    assert_eq!(cam.join().unwrap(), 30);
+    let start = Instant::now();
+    loop {
+        let stored = store::open(&store_dir, "anon/cam.hang").unwrap();
+        if stored.as_ref().is_some_and(|s| s.index.ended) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "not recorded: {stored:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(check_segments(&store_dir, "anon/cam.hang", false), 30);
+    drop(relay);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Publishes the test-card broadcasts `anon/many-I.hang` for I in `range`
 /// (at most four: what one client's origin holds) from one client, `groups` groups of `per_group` frames each, all in step, once
 /// every video track has a subscriber. Returns the frames published per broadcast.

@@ -149,6 +149,8 @@ impl Scheme {
 /// Where the client dials: the socket address, the transport and the path.
 #[derive(Debug, Clone)]
 struct Target {
+    /// The URL without its query, for logs and errors: a `jwt` token in
+    /// the query stays out of both.
     url: String,
     scheme: Scheme,
     host: String,
@@ -197,7 +199,7 @@ impl Target {
             return Err(bad("the path has spaces or control characters"));
         }
         Ok(Target {
-            url: url.to_owned(),
+            url: url.split('?').next().unwrap_or_default().to_owned(),
             scheme,
             host: host.to_owned(),
             path: path.to_owned(),

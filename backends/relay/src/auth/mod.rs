@@ -16,6 +16,8 @@ pub mod gate;
 pub mod keys;
 pub mod path;
 
+use std::fmt::Write as _;
+use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use moq_pattern::Patterns;
@@ -95,6 +97,43 @@ impl Refusal {
     }
 }
 
+/// The relay's credential for the sessions it opens to its own listen port
+/// (the recorder's subscribers, the replay publisher): a random token made
+/// once per process, presented as `?jwt=` on the dialed root path, granting
+/// publish and subscribe over the whole tree. It is never written to a log
+/// or a file, so only this process knows it; it is not a JWT, so no key
+/// verifies it.
+pub fn internal_token() -> &'static str {
+    static TOKEN: OnceLock<String> = OnceLock::new();
+    TOKEN.get_or_init(|| {
+        let mut bytes = [0u8; 32];
+        rustls::crypto::aws_lc_rs::default_provider()
+            .secure_random
+            .fill(&mut bytes)
+            .expect("the system's random source is unavailable");
+        let mut token = String::from("skiff-internal.");
+        for b in bytes {
+            let _ = write!(token, "{b:02x}");
+        }
+        token
+    })
+}
+
+/// Whether `presented` is [`internal_token`], compared in constant time.
+fn is_internal(presented: &str) -> bool {
+    let want = internal_token().as_bytes();
+    let got = presented.as_bytes();
+    got.len() == want.len() && got.iter().zip(want).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+}
+
+/// Publish and subscribe over the whole tree.
+fn everything() -> Access {
+    Access {
+        publish: Patterns::from(moq_pattern::Pattern::all()),
+        subscribe: Patterns::from(moq_pattern::Pattern::all()),
+    }
+}
+
 /// What an admitted session may do, and until when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
@@ -158,10 +197,7 @@ impl Auth {
     ) -> Result<Grant, Refusal> {
         if self.is_open() {
             return Ok(Grant {
-                access: Access {
-                    publish: Patterns::from(moq_pattern::Pattern::all()),
-                    subscribe: Patterns::from(moq_pattern::Pattern::all()),
-                },
+                access: everything(),
                 expires: None,
             });
         }
@@ -176,6 +212,12 @@ impl Auth {
             (Some(_), None) => return Err(Refusal::UnsupportedToken),
             (None, q) => q,
         };
+        if path.trim_matches('/').is_empty() && jwt.is_some_and(is_internal) {
+            return Ok(Grant {
+                access: everything(),
+                expires: None,
+            });
+        }
         let (claims, anonymous) = match jwt {
             Some(jwt) => {
                 let keys = self.keys.as_ref().ok_or(Refusal::NoKeys)?;
@@ -257,6 +299,30 @@ mod tests {
         assert!(a.is_open());
         let g = a.admit(None, None, Role::Both, now()).unwrap();
         assert!(g.access.publish.matches("any/thing"));
+    }
+
+    #[test]
+    fn the_relays_own_token_opens_the_whole_tree_at_the_root_only() {
+        let a = with_keys("internal", &[]);
+        let own = format!("/?jwt={}", internal_token());
+        let g = a.admit(Some(&own), None, Role::Both, now()).unwrap();
+        assert!(g.access.publish.matches("any/thing/replay"));
+        assert!(g.access.subscribe.matches("any/thing"));
+        assert_eq!(g.expires, None);
+        // One character off, or under a path, it is just an invalid token.
+        let mut wrong = internal_token().to_string();
+        let last = if wrong.ends_with('0') { "1" } else { "0" };
+        wrong.replace_range(wrong.len() - 1.., last);
+        assert!(matches!(
+            a.admit(Some(&format!("/?jwt={wrong}")), None, Role::Both, now()),
+            Err(Refusal::Invalid(_))
+        ));
+        let under = format!("/room?jwt={}", internal_token());
+        assert!(matches!(
+            a.admit(Some(&under), None, Role::Both, now()),
+            Err(Refusal::Invalid(_))
+        ));
+        assert_eq!(internal_token(), internal_token());
     }
 
     #[test]

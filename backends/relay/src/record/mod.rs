@@ -210,11 +210,6 @@ pub fn start(
             return;
         }
     };
-    if info.config.auth.key.is_some() || info.config.auth.key_dir.is_some() {
-        tracing::warn!(
-            "recording: the recorder subscribes without a token; only broadcasts --auth-public opens are recorded"
-        );
-    }
     // Each recorder client's pool: a few seconds of groups of the
     // broadcasts it records (`recorder::BROADCASTS_PER_CLIENT`).
     let mut sdk = skiff_monoio::Config::default();
@@ -223,9 +218,9 @@ pub fn start(
     let url = match tls.filter(|t| t.on_tcp()) {
         Some(t) => {
             sdk.tls_fingerprint = t.cert().fingerprint();
-            format!("tls://{addr}/")
+            format!("tls://{addr}/?jwt={}", crate::auth::internal_token())
         }
-        None => format!("tcp://{addr}/"),
+        None => format!("tcp://{addr}/?jwt={}", crate::auth::internal_token()),
     };
     tracing::info!(dir = %config.dir.display(), patterns = config.patterns.len(), "recording");
     monoio::spawn(recorder::run(

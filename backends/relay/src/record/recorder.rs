@@ -98,7 +98,9 @@ impl Clients {
                     (client, n)
                 }
                 Err(e) => {
-                    tracing::error!(url = %self.url, error = %e, "recording: cannot make a recorder client");
+                    // The URL's query holds the relay's own token: never logged.
+                    let url = self.url.split('?').next().unwrap_or_default();
+                    tracing::error!(url, error = %e, "recording: cannot make a recorder client");
                     return None;
                 }
             },
