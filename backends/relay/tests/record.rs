@@ -1191,7 +1191,7 @@ fn check_timeline(dir: &Path, broadcast: &str, records: &[&Record]) {
             .flat_map(|g| g.start..=g.end)
             .collect();
         assert_eq!(named, groups, "segment {}", r.segment);
-        assert!(!named.is_empty());
+        assert_eq!(named.is_empty(), audio.is_empty());
     }
 }
 
@@ -1259,6 +1259,38 @@ fn serves_each_recording_back_as_a_replay_with_its_timeline() {
         .filter_map(|b| b["broadcast"].as_str())
         .collect();
     assert_eq!(listed, ["anon/cam.hang"]);
+    drop(relay);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_restarted_relay_replays_the_newest_ended_recordings_up_to_its_limit() {
+    let dir = scratch("replay-restart");
+    let d = dir.to_str().unwrap();
+    let relay = recording_relay(d, 1, &[]);
+    for name in ["old.hang", "new.hang"] {
+        let cam = camera(relay.addr, name, Some(3), FPS, false, Arc::default());
+        assert_eq!(cam.join().unwrap(), 3 * FPS);
+        wait_recordings(relay.addr, |j| ended(j, &format!("anon/{name}")));
+    }
+    wait_metric(&relay, "skiff_relay_record_replays", |v| v == 2);
+    drop(relay);
+    // The same directory, nothing recorded any more, one replay at most:
+    // the newest recording is served, the other is over the limit.
+    let relay =
+        RelayProcess::start_threads(binary(), 1, &["--record-dir", d, "--record-replays", "1"]);
+    wait_metric(&relay, "skiff_relay_record_replays", |v| v == 1);
+    wait_metric(&relay, "skiff_relay_record_replays_over_limit", |v| v == 1);
+    let read = read_replay(relay.addr, "anon/new.hang", 20, |e| pushed(e).len() == 3)
+        .join()
+        .unwrap();
+    let records = pushed(&read.events);
+    assert_eq!(
+        records.iter().map(|r| r.segment).collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    check_timeline(&dir, "anon/new.hang", &records);
+    assert_eq!(read.catalog["archive"]["replay"], "./replay");
     drop(relay);
     let _ = std::fs::remove_dir_all(&dir);
 }
