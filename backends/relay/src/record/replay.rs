@@ -289,30 +289,53 @@ impl Tail {
     }
 }
 
-/// The timeline record of video segment `s` of `index`: its video group
-/// and the groups of every audio track that start in its span.
-pub fn timeline_record(index: &BroadcastIndex, s: &Segment) -> Record {
+/// The groups of each audio track of an index by start time: (content
+/// time µs, group), sorted.
+pub type AudioGroups = BTreeMap<String, Vec<(u64, u64)>>;
+
+/// The audio groups of `index` that start at `from_us` or later (and
+/// those a little earlier: segments are numbered in the order their groups
+/// completed, so the scan from the newest stops 10 s before `from_us`).
+pub fn audio_groups(index: &BroadcastIndex, from_us: u64) -> AudioGroups {
+    index
+        .tracks
+        .iter()
+        .filter(|(_, t)| t.audio)
+        .map(|(name, t)| {
+            let mut groups: Vec<(u64, u64)> = t
+                .segments
+                .values()
+                .rev()
+                .take_while(|a| a.start_us.saturating_add(10_000_000) >= from_us)
+                .map(|a| (a.start_us, a.group))
+                .collect();
+            groups.sort_unstable();
+            (name.clone(), groups)
+        })
+        .collect()
+}
+
+/// The timeline record of video segment `s`: its video group and the
+/// groups of every audio track in `audio` that start in its span.
+pub fn timeline_record(s: &Segment, audio: &AudioGroups) -> Record {
     let pts = s.start_us / 1000;
     let end_us = s.start_us.saturating_add(s.duration_us);
     let mut r = Record::new(s.number, pts, (end_us / 1000).saturating_sub(pts));
     r.tracks
         .insert(s.track.clone(), vec![Range::new(s.group, s.group)]);
-    for (name, t) in index.tracks.iter().filter(|(_, t)| t.audio) {
-        // Newest first, stopping well before the span: segments are numbered
-        // in the order their groups completed.
-        let mut groups: Vec<u64> = t
-            .segments
-            .values()
-            .rev()
-            .take_while(|a| a.start_us.saturating_add(10_000_000) >= s.start_us)
-            .filter(|a| a.start_us >= s.start_us && a.start_us < end_us)
-            .map(|a| a.group)
+    for (name, groups) in audio {
+        let first = groups.partition_point(|&(start, _)| start < s.start_us);
+        let last = groups.partition_point(|&(start, _)| start < end_us);
+        let mut in_span: Vec<u64> = groups[first..last.max(first)]
+            .iter()
+            .map(|&(_, g)| g)
             .collect();
-        groups.sort_unstable();
+        in_span.sort_unstable();
         let mut ranges: Vec<Range> = Vec::new();
-        for g in groups {
+        for g in in_span {
             match ranges.last_mut() {
                 Some(last) if last.end + 1 == g => last.end = g,
+                Some(last) if last.end == g => {}
                 _ => ranges.push(Range::new(g, g)),
             }
         }
@@ -496,8 +519,12 @@ impl Published {
             .map(|(_, s)| s)
             .take_while(|s| complete(index, video, s))
             .collect();
+        let audio = fresh
+            .first()
+            .map(|s| audio_groups(index, s.start_us))
+            .unwrap_or_default();
         for s in fresh {
-            let record = timeline_record(index, s);
+            let record = timeline_record(s, &audio);
             if record.duration > self.duration_max || self.duration_max == 0 {
                 self.publish_catalog(recorded, record.duration.max(1)).await;
             }
@@ -622,11 +649,12 @@ mod tests {
         }
         let index = BroadcastIndex::replay(&lines);
         let s0 = &index.tracks["video"].segments[&0];
-        let r = timeline_record(&index, s0);
+        let audio = audio_groups(&index, 0);
+        let r = timeline_record(s0, &audio);
         assert_eq!((r.segment, r.pts, r.duration), (0, 0, 1000));
         assert_eq!(r.tracks["video"], [Range::new(7, 7)]);
         assert_eq!(r.tracks["audio"], [Range::new(20, 24)]);
-        let r = timeline_record(&index, &index.tracks["video"].segments[&1]);
+        let r = timeline_record(&index.tracks["video"].segments[&1], &audio);
         assert_eq!(r.tracks["audio"], [Range::new(25, 28), Range::new(31, 31)]);
         assert!(complete(&index, "video", s0));
         // Segment 1 is the last; audio reached its end (2000 ms).
