@@ -54,9 +54,6 @@ pub const CATALOG_FILE: &str = "catalog.json";
 /// The last path component of a replay broadcast (`P/replay`).
 pub const REPLAY_NAME: &str = "replay";
 
-/// `--record-replays`' default: the newest 64 recordings have a replay.
-pub const DEFAULT_REPLAYS: u32 = 64;
-
 /// How often the directory and the indexes are looked at.
 pub const TICK: Duration = Duration::from_millis(500);
 
@@ -70,6 +67,9 @@ const REPLAYS_PER_CLIENT: usize = 8;
 /// How long a timeline frame may wait for its readers before the group is
 /// given up (the next frame restates the window in a new group).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A flag one task sets and another reads.
+type Flag = Rc<Cell<bool>>;
 
 /// The replay broadcasts this relay publishes, by path: the recorder does
 /// not record them.
@@ -194,8 +194,10 @@ pub async fn run(
         config: client_config(config),
         list: Vec::new(),
     };
-    // Recording path → its task's stop flag.
-    let mut active: BTreeMap<String, Rc<Cell<bool>>> = BTreeMap::new();
+    // Recording path → its task's stop flag and whether it has ended. A
+    // stopped task stays listed until it ended, so a path chosen again
+    // meanwhile does not get a second task publishing the same broadcast.
+    let mut active: BTreeMap<String, (Flag, Flag)> = BTreeMap::new();
     while !shutdown.is_draining() {
         let outcomes = select(&candidates(&dir), limit);
         let over = outcomes
@@ -210,12 +212,11 @@ pub async fn run(
             .filter(|(_, o)| *o == ReplayOutcome::Replayed)
             .map(|(p, _)| p.as_str())
             .collect();
-        active.retain(|path, stop| {
-            let keep = wanted.contains(path.as_str());
-            if !keep {
+        active.retain(|path, (stop, ended)| {
+            if !wanted.contains(path.as_str()) {
                 stop.set(true);
             }
-            keep
+            !ended.get()
         });
         for path in wanted {
             if active.contains_key(path) {
@@ -224,21 +225,25 @@ pub async fn run(
             let Some((client, lease)) = clients.lease() else {
                 break;
             };
-            let stop = Rc::new(Cell::new(false));
-            active.insert(path.to_owned(), stop.clone());
-            monoio::spawn(replay(
+            let (stop, ended) = (Rc::new(Cell::new(false)), Rc::new(Cell::new(false)));
+            active.insert(path.to_owned(), (stop.clone(), ended.clone()));
+            let task = replay(
                 client,
-                lease,
                 path.to_owned(),
                 dir.join(names::encode(path)),
                 stats.clone(),
                 paths.clone(),
                 stop,
-            ));
+            );
+            monoio::spawn(async move {
+                task.await;
+                drop(lease);
+                ended.set(true);
+            });
         }
         let _ = race(monoio::time::sleep(TICK), shutdown.wait()).await;
     }
-    for stop in active.values() {
+    for (stop, _) in active.values() {
         stop.set(true);
     }
     monoio::time::sleep(TICK + Duration::from_millis(100)).await;
@@ -546,7 +551,6 @@ impl Published {
 /// Publishes the replay of recording `path` (stored in `dir`) until `stop`.
 async fn replay(
     client: Client,
-    _lease: Lease,
     path: String,
     dir: PathBuf,
     stats: Arc<RecordStats>,
@@ -557,6 +561,7 @@ async fn replay(
     let mut tail = Tail::default();
     let mut published: Option<Published> = None;
     let mut recorded: Option<Vec<u8>> = None;
+    let mut refused = false;
     while !stop.get() {
         match tail.refresh(&dir) {
             Ok(_) => {}
@@ -593,7 +598,11 @@ async fn replay(
                         }
                         Err(e) => {
                             paths.borrow_mut().remove(&replay);
-                            tracing::warn!(broadcast = %replay, error = %e, "replay: not published");
+                            // Tried again every tick; logged once.
+                            if !refused {
+                                tracing::warn!(broadcast = %replay, error = %e, "replay: not published");
+                            }
+                            refused = true;
                         }
                     }
                 }
