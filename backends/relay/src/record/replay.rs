@@ -14,7 +14,9 @@
 //!   retention deletes the segment.
 //!
 //! The publisher is an SDK client on worker 0 dialing the relay's own
-//! port, as the recorder's are. It follows each index as it grows: every
+//! port, as the recorder's are; its file reads (the directory, the indexes,
+//! the stored catalogs) run on a thread of their own ([`Files`]), so a slow
+//! disk never stalls the worker. It follows each index as it grows: every
 //! [`TICK`] it reads what was appended since the last look (a torn last
 //! line is read again on the next), and the whole file again when the
 //! writer rewrote it (compaction). The newest `--record-replays` recordings
@@ -32,8 +34,8 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use skiff_archive::window::{Encoder, EncoderConfig, Frame};
@@ -67,6 +69,58 @@ const REPLAYS_PER_CLIENT: usize = 8;
 /// How long a timeline frame may wait for its readers before the group is
 /// given up (the next frame restates the window in a new group).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The thread the replays' file reads run on: jobs in, results handed
+/// back through a slot worker 0 looks at until it is filled.
+#[derive(Clone)]
+pub struct Files {
+    jobs: mpsc::Sender<Box<dyn FnOnce() + Send>>,
+}
+
+impl Files {
+    /// Starts the thread; it ends once every handle is dropped.
+    ///
+    /// # Errors
+    /// If the thread cannot start.
+    pub fn start() -> io::Result<Files> {
+        let (jobs, rx) = mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        std::thread::Builder::new()
+            .name("skiff-replay-io".into())
+            .spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    job();
+                }
+            })?;
+        Ok(Files { jobs })
+    }
+
+    /// Runs `read` on the thread and waits for its result; `None` if the
+    /// thread is gone.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        read: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let slot = Arc::new(Mutex::new(None));
+        let filled = slot.clone();
+        let job = Box::new(move || {
+            let value = read();
+            if let Ok(mut s) = filled.lock() {
+                *s = Some(value);
+            }
+        });
+        self.jobs.send(job).ok()?;
+        loop {
+            if let Some(value) = slot.lock().ok()?.take() {
+                return Some(value);
+            }
+            // The job was dropped unrun: nothing will fill the slot.
+            if Arc::strong_count(&slot) == 1 {
+                return None;
+            }
+            monoio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
 
 /// A flag one task sets and another reads.
 type Flag = Rc<Cell<bool>>;
@@ -189,6 +243,13 @@ pub async fn run(
     paths: ReplayPaths,
     shutdown: Shutdown,
 ) {
+    let files = match Files::start() {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::error!(error = %e, "replay: cannot start its reading thread; no replays");
+            return;
+        }
+    };
     let mut clients = Clients {
         url,
         config: client_config(config),
@@ -199,7 +260,12 @@ pub async fn run(
     // meanwhile does not get a second task publishing the same broadcast.
     let mut active: BTreeMap<String, (Flag, Flag)> = BTreeMap::new();
     while !shutdown.is_draining() {
-        let outcomes = select(&candidates(&dir), limit);
+        let scan = dir.clone();
+        let found = files
+            .run(move || candidates(&scan))
+            .await
+            .unwrap_or_default();
+        let outcomes = select(&found, limit);
         let over = outcomes
             .iter()
             .filter(|(_, o)| *o == ReplayOutcome::OverLimit)
@@ -229,6 +295,7 @@ pub async fn run(
             active.insert(path.to_owned(), (stop.clone(), ended.clone()));
             let task = replay(
                 client,
+                files.clone(),
                 path.to_owned(),
                 dir.join(names::encode(path)),
                 stats.clone(),
@@ -551,6 +618,7 @@ impl Published {
 /// Publishes the replay of recording `path` (stored in `dir`) until `stop`.
 async fn replay(
     client: Client,
+    files: Files,
     path: String,
     dir: PathBuf,
     stats: Arc<RecordStats>,
@@ -558,18 +626,31 @@ async fn replay(
     stop: Rc<Cell<bool>>,
 ) {
     let replay = replay_path(&path);
-    let mut tail = Tail::default();
+    let mut tail = Some(Tail::default());
     let mut published: Option<Published> = None;
     let mut recorded: Option<Vec<u8>> = None;
     let mut refused = false;
     while !stop.get() {
-        match tail.refresh(&dir) {
+        // The tail goes to the reading thread and comes back refreshed.
+        let mut t = tail.take().unwrap_or_default();
+        let d = dir.clone();
+        let Some((mut t, read)) = files
+            .run(move || {
+                let read = t.refresh(&d);
+                (t, read)
+            })
+            .await
+        else {
+            break;
+        };
+        match read {
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => tail = Tail::default(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => t = Tail::default(),
             Err(e) => {
                 tracing::debug!(broadcast = %path, error = %e, "replay: index not read");
             }
         }
+        let tail = tail.insert(t);
         match video_track(&tail.index) {
             // Nothing left to replay: the broadcast goes away.
             None => {
@@ -582,7 +663,8 @@ async fn replay(
             }
             Some(video) => {
                 if recorded.is_none() {
-                    recorded = fs::read(dir.join(CATALOG_FILE)).ok();
+                    let file = dir.join(CATALOG_FILE);
+                    recorded = files.run(move || fs::read(file).ok()).await.flatten();
                 }
                 if published.is_none()
                     && let Some(json) = &recorded
@@ -715,6 +797,26 @@ mod tests {
         );
         assert!(replay_catalog(b"[1]", 1).is_none());
         assert!(replay_catalog(b"not json", 1).is_none());
+    }
+
+    #[test]
+    fn file_reads_run_on_their_thread_and_a_lost_job_is_none() {
+        use skiff_monoio::driver::{self, DriverKind};
+        let worker = std::thread::current().id();
+        let (elsewhere, lost) = driver::block_on(DriverKind::Legacy, move |_| async move {
+            let files = Files::start().unwrap();
+            let elsewhere = files
+                .run(move || std::thread::current().id() != worker)
+                .await;
+            // A read that fails its thread: its result never comes.
+            let lost = files
+                .run(|| -> u8 { std::panic::resume_unwind(Box::new("read failed")) })
+                .await;
+            (elsewhere, lost)
+        })
+        .unwrap();
+        assert_eq!(elsewhere, Some(true));
+        assert_eq!(lost, None);
     }
 
     #[test]
