@@ -11,9 +11,11 @@
 //! because this reader joined late). A publisher writes one with a
 //! [`window::Encoder`]: each [`window::Encoder::push`] or
 //! [`window::Encoder::pop`] gives a frame payload and whether it opens a new
-//! group.
+//! group. [`timeline::Timeline`] keeps the records a reader has, and finds
+//! the one holding a content time.
 
 pub mod flate;
+pub mod timeline;
 pub mod window;
 
 use std::collections::BTreeMap;
