@@ -460,6 +460,9 @@ fn replay_catalog(recorded: &[u8], duration_max: u64) -> Option<Vec<u8>> {
 struct Published {
     broadcast: BroadcastProducer,
     catalog: TrackProducer,
+    /// The newest catalog group, left open while the replay lasts (hang's
+    /// browser client forgets a closed group after 5 s, docs/protocol.md §10.2).
+    catalog_group: Option<GroupProducer>,
     timeline: TrackProducer,
     /// The open timeline group.
     group: Option<GroupProducer>,
@@ -483,6 +486,7 @@ impl Published {
         Ok(Published {
             broadcast,
             catalog,
+            catalog_group: None,
             timeline,
             group: None,
             encoder: Encoder::new(EncoderConfig {
@@ -539,7 +543,9 @@ impl Published {
             race(g.write_frame(ms, &json), monoio::time::sleep(WRITE_TIMEOUT)).await,
             Ok(Ok(()))
         ) {
-            let _ = g.finish();
+            if let Some(old) = self.catalog_group.replace(g) {
+                let _ = old.finish();
+            }
             self.duration_max = duration_max;
         }
     }
@@ -555,11 +561,12 @@ impl Published {
         let Published {
             broadcast,
             catalog,
+            catalog_group,
             timeline,
             group,
             ..
         } = self;
-        if let Some(g) = group {
+        for g in [group, catalog_group].into_iter().flatten() {
             let _ = g.finish();
         }
         timeline.finish();
