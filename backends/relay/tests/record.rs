@@ -1242,6 +1242,12 @@ fn serves_each_recording_back_as_a_replay_with_its_timeline() {
     assert!(late.catalog["video"]["renditions"]["video"].is_object());
 
     let follow = follower.join().unwrap();
+    // A record's window index is its segment number.
+    for e in &follow.events {
+        if let Event::Push { index, value } = e {
+            assert_eq!(*index, value.segment);
+        }
+    }
     let records = pushed(&follow.events);
     let numbers: Vec<u64> = records.iter().map(|r| r.segment).collect();
     assert_eq!(numbers, (0..u64::from(groups)).collect::<Vec<_>>());
@@ -1275,20 +1281,42 @@ fn a_restarted_relay_replays_the_newest_ended_recordings_up_to_its_limit() {
     }
     wait_metric(&relay, "skiff_relay_record_replays", |v| v == 2);
     drop(relay);
+    // Retention's deletion of new.hang's first segment, as the writer
+    // records it: its index line, then the file gone.
+    let stored = store::open(&dir, "anon/new.hang").unwrap().unwrap();
+    let gone = stored.segments("video").next().unwrap().clone();
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(stored.dir.join(index::INDEX_FILE))
+        .unwrap();
+    let delete = index::Record::Delete {
+        track: "video".into(),
+        number: gone.number,
+    };
+    std::io::Write::write_all(&mut log, delete.line().as_bytes()).unwrap();
+    std::fs::remove_file(stored.segment_path(&gone)).unwrap();
     // The same directory, nothing recorded any more, one replay at most:
-    // the newest recording is served, the other is over the limit.
+    // the newest recording is served (what is left of it), the other is
+    // over the limit.
     let relay =
         RelayProcess::start_threads(binary(), 1, &["--record-dir", d, "--record-replays", "1"]);
     wait_metric(&relay, "skiff_relay_record_replays", |v| v == 1);
     wait_metric(&relay, "skiff_relay_record_replays_over_limit", |v| v == 1);
-    let read = read_replay(relay.addr, "anon/new.hang", 20, |e| pushed(e).len() == 3)
+    let read = read_replay(relay.addr, "anon/new.hang", 20, |e| pushed(e).len() == 2)
         .join()
         .unwrap();
+    // Segments 1 and 2, at window indices 1 and 2: a record's index is its
+    // segment number, whatever the relay's restarts.
+    let indexed: Vec<(u64, u64)> = read
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Push { index, value } => Some((*index, value.segment)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(indexed, [(1, 1), (2, 2)]);
     let records = pushed(&read.events);
-    assert_eq!(
-        records.iter().map(|r| r.segment).collect::<Vec<_>>(),
-        [0, 1, 2]
-    );
     check_timeline(&dir, "anon/new.hang", &records);
     assert_eq!(read.catalog["archive"]["replay"], "./replay");
     drop(relay);

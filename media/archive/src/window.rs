@@ -140,6 +140,20 @@ impl<T: Serialize> Encoder<T> {
         self.offset..self.start + self.window.len() as u64
     }
 
+    /// Moves an empty window forward to start at `index` (its next record
+    /// gets that index), so a publisher can number records after something
+    /// of its own, such as segment numbers; the next frame is a header.
+    /// Does nothing to a window holding records, or to move it backwards.
+    pub fn skip_to(&mut self, index: u64) {
+        let end = self.range().end;
+        if self.offset == end && index > end && index < MAX_INDEX {
+            self.offset = index;
+            self.start = index;
+            self.window.clear();
+            self.resync();
+        }
+    }
+
     /// Makes the next frame a header opening a new group.
     pub fn resync(&mut self) {
         self.resync = true;
@@ -580,6 +594,33 @@ mod tests {
         c.pop(1).unwrap();
         let f = c.push(&4).unwrap();
         assert_eq!(f.payload, b"{\"offset\":1,\"start\":3,\"records\":[3,4]}");
+    }
+
+    #[test]
+    fn an_empty_window_moves_forward_to_a_chosen_index() {
+        let mut e = Encoder::<u64>::new(EncoderConfig::default());
+        e.skip_to(40);
+        let f = e.push(&1).unwrap();
+        assert_eq!(f.payload, b"{\"offset\":40,\"records\":[1]}");
+        // A window with records, or a move backwards, stays as it is.
+        e.skip_to(50);
+        e.skip_to(3);
+        assert_eq!(e.range(), 40..41);
+        e.pop(1).unwrap();
+        e.skip_to(45);
+        let f = e.push(&2).unwrap();
+        assert_eq!(
+            (f.payload.as_slice(), f.new_group),
+            (&b"{\"offset\":45,\"records\":[2]}"[..], true)
+        );
+        let events = read(DecoderConfig::default(), &[vec![f.payload]]);
+        assert_eq!(
+            events,
+            vec![Event::Push {
+                index: 45,
+                value: 2
+            }]
+        );
     }
 
     #[test]

@@ -602,6 +602,13 @@ impl Published {
             .first()
             .map(|s| audio_groups(index, s.start_us))
             .unwrap_or_default();
+        // The window's indices are the segment numbers: a replay started
+        // again (a restart) numbers its records as before.
+        if let Some(first) = fresh.first()
+            && self.pushed.is_empty()
+        {
+            self.encoder.skip_to(first.number);
+        }
         for s in fresh {
             let record = timeline_record(s, &audio);
             if record.duration > self.duration_max || self.duration_max == 0 {
