@@ -9,7 +9,10 @@
 //!   temporary segment and an unindexed segment added to its directory,
 //!   restarted: `GET /recordings` and `export` serve every completed segment
 //!   and nothing torn;
-//! * `--record-max-bytes`: the oldest segments go first and the bound holds.
+//! * `--record-max-bytes`: the oldest segments go first and the bound holds;
+//! * the replay broadcast `PATH/replay`: its catalog's `archive` entry and
+//!   its `timeline.z` track, decoded, against the index, pushed while
+//!   recording, served after the camera stopped, popped by retention.
 
 mod common;
 
@@ -21,6 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{http_get, sample};
+use skiff_archive::Record;
+use skiff_archive::window::{Decoder, DecoderConfig, Event};
 use skiff_core::hang::{self, testcard::TestCard};
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::record::{index, store};
@@ -1073,6 +1078,289 @@ fn groups_larger_than_the_write_queue_are_dropped_from_the_recording_only() {
         sample(&metrics, "skiff_relay_record_groups_recorded_total"),
         Some(0)
     );
+    drop(relay);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What a reader of a replay broadcast saw: the catalog's first frame and
+/// the timeline's events, decoded with `skiff_archive`.
+struct ReplayRead {
+    catalog: serde_json::Value,
+    events: Vec<Event<Record>>,
+}
+
+/// Reads `PATH/replay` through the relay at `addr` with the skiff SDK: the
+/// catalog, then the timeline (from its latest group on) until `done`
+/// holds for the events so far, within `secs` seconds.
+fn read_replay(
+    addr: SocketAddr,
+    path: &'static str,
+    secs: u64,
+    done: impl Fn(&[Event<Record>]) -> bool + Send + 'static,
+) -> std::thread::JoinHandle<ReplayRead> {
+    std::thread::spawn(move || {
+        driver::block_on(DriverKind::Legacy, move |_| async move {
+            let (client, runner) =
+                skiff_monoio::connect(&format!("tcp://{addr}/"), skiff_monoio::Config::default())
+                    .unwrap();
+            monoio::spawn(runner.run());
+            let request = skiff_monoio::sdk::Request {
+                start: skiff_monoio::sdk::Start::Latest,
+                max_latency: skiff_core::time::Duration::from_secs(30),
+                ..skiff_monoio::sdk::Request::LIVE
+            };
+            let replay = format!("{path}/replay");
+            let deadline = Instant::now() + Duration::from_secs(secs);
+            let within = |what: &'static str| async move {
+                monoio::time::sleep_until(monoio::time::Instant::from_std(deadline)).await;
+                what
+            };
+            let catalog = monoio::select! {
+                c = async {
+                    let mut t = client.subscribe(&replay, hang::CATALOG_TRACK, request).await.unwrap();
+                    let mut g = t.next_group().await.unwrap().unwrap();
+                    g.read_frame().await.unwrap().unwrap().payload.to_vec()
+                } => c,
+                what = within("the catalog") => panic!("{what} never came"),
+            };
+            let mut timeline = client
+                .subscribe(&replay, skiff_archive::TIMELINE_TRACK, request)
+                .await
+                .unwrap();
+            let mut decoder = Decoder::<Record>::new(DecoderConfig {
+                compression: true,
+                ..DecoderConfig::default()
+            });
+            let mut events = Vec::new();
+            'read: while !done(&events) {
+                let next = monoio::select! {
+                    g = timeline.next_group() => g,
+                    what = within("the timeline") => panic!("{what} stopped short: {events:?}"),
+                };
+                let Ok(Some(mut group)) = next else { break };
+                decoder.start_group();
+                loop {
+                    let frame = monoio::select! {
+                        f = group.read_frame() => f,
+                        what = within("the timeline") => panic!("{what} stopped short: {events:?}"),
+                    };
+                    let Ok(Some(frame)) = frame else { break };
+                    events.extend(decoder.decode(&frame.payload.to_vec()).unwrap());
+                    if done(&events) {
+                        break 'read;
+                    }
+                }
+            }
+            client.close().await;
+            ReplayRead {
+                catalog: serde_json::from_slice(&catalog).unwrap(),
+                events,
+            }
+        })
+        .expect("replay reader runtime")
+    })
+}
+
+fn pushed(events: &[Event<Record>]) -> Vec<&Record> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Push { value, .. } => Some(value),
+            _ => None,
+        })
+        .collect()
+}
+
+fn popped(events: &[Event<Record>]) -> u64 {
+    events
+        .iter()
+        .map(|e| match e {
+            Event::Pop(r) => r.end - r.start,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Checks `records` against every segment line the index of `broadcast`
+/// ever held: consecutive segments, rising content time, the video group
+/// stored for each and the audio groups that start in its span.
+fn check_timeline(dir: &Path, broadcast: &str, records: &[&Record]) {
+    let text = std::fs::read(
+        store::open(dir, broadcast)
+            .unwrap()
+            .unwrap()
+            .dir
+            .join(index::INDEX_FILE),
+    )
+    .unwrap();
+    let lines = index::parse(&text).records;
+    let segments = |track: &str| -> Vec<index::Segment> {
+        lines
+            .iter()
+            .filter_map(|r| match r {
+                index::Record::Segment(s) if s.track == track => Some(s.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let (video, audio) = (segments("video"), segments("audio"));
+    for (i, r) in records.iter().enumerate() {
+        if i > 0 {
+            assert_eq!(r.segment, records[i - 1].segment + 1, "consecutive");
+            assert!(r.pts > records[i - 1].pts, "rising");
+        }
+        let s = video
+            .iter()
+            .find(|s| s.number == r.segment)
+            .expect("an indexed segment");
+        assert_eq!(r.pts, s.start_us / 1000);
+        assert_eq!(r.pts + r.duration, (s.start_us + s.duration_us) / 1000);
+        assert_eq!(
+            r.tracks["video"],
+            [skiff_archive::Range::new(s.group, s.group)]
+        );
+        let end = s.start_us + s.duration_us;
+        let groups: Vec<u64> = audio
+            .iter()
+            .filter(|a| a.start_us >= s.start_us && a.start_us < end)
+            .map(|a| a.group)
+            .collect();
+        let named: Vec<u64> = r
+            .tracks
+            .get("audio")
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g.start..=g.end)
+            .collect();
+        assert_eq!(named, groups, "segment {}", r.segment);
+        assert_eq!(named.is_empty(), audio.is_empty());
+    }
+}
+
+#[test]
+fn serves_each_recording_back_as_a_replay_with_its_timeline() {
+    let dir = scratch("replay");
+    let d = dir.to_str().unwrap();
+    // Segments older than 8 s are deleted: the timeline pops them.
+    let relay = recording_relay(d, 1, &["--record-retain", "8s"]);
+    let groups = 10u32;
+    // A reader following the replay from its start sees every segment
+    // pushed, then every one popped once retention deleted it.
+    let follower = read_replay(relay.addr, "anon/cam.hang", 60, move |e| {
+        popped(e) >= u64::from(groups)
+    });
+    let cam = camera(
+        relay.addr,
+        "cam.hang",
+        Some(groups),
+        FPS,
+        true,
+        Arc::default(),
+    );
+    assert_eq!(cam.join().unwrap(), groups * FPS);
+    wait_recordings(relay.addr, |j| ended(j, "anon/cam.hang"));
+    // After the camera stopped, a new reader gets the window from the
+    // latest group's header: the newest segment and those before it that
+    // retention still keeps.
+    let late = read_replay(relay.addr, "anon/cam.hang", 20, |e| {
+        pushed(e).last().is_some_and(|r| r.segment == 9)
+    })
+    .join()
+    .unwrap();
+    let records = pushed(&late.events);
+    assert!(!records.is_empty());
+    check_timeline(&dir, "anon/cam.hang", &records);
+    assert_eq!(
+        late.catalog["archive"],
+        serde_json::json!({
+            "track": "timeline.z",
+            "timescale": 1000,
+            "durationMax": late.catalog["archive"]["durationMax"],
+            "replay": "./replay",
+        })
+    );
+    // One-second groups, in whole ms rounded down at both ends.
+    assert!(late.catalog["archive"]["durationMax"].as_u64().unwrap() >= 999);
+    assert!(late.catalog["video"]["renditions"]["video"].is_object());
+
+    let follow = follower.join().unwrap();
+    // A record's window index is its segment number.
+    for e in &follow.events {
+        if let Event::Push { index, value } = e {
+            assert_eq!(*index, value.segment);
+        }
+    }
+    let records = pushed(&follow.events);
+    let numbers: Vec<u64> = records.iter().map(|r| r.segment).collect();
+    assert_eq!(numbers, (0..u64::from(groups)).collect::<Vec<_>>());
+    check_timeline(&dir, "anon/cam.hang", &records);
+    assert_eq!(popped(&follow.events), u64::from(groups));
+    assert!(!follow.events.iter().any(|e| matches!(e, Event::Skip(_))));
+    // Nothing stored any more: the replay is unannounced.
+    wait_metric(&relay, "skiff_relay_record_replays", |v| v == 0);
+    // The replay broadcast was never recorded itself.
+    let json = wait_recordings(relay.addr, |_| true);
+    let listed: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["broadcast"].as_str())
+        .collect();
+    assert_eq!(listed, ["anon/cam.hang"]);
+    drop(relay);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_restarted_relay_replays_the_newest_ended_recordings_up_to_its_limit() {
+    let dir = scratch("replay-restart");
+    let d = dir.to_str().unwrap();
+    let relay = recording_relay(d, 1, &[]);
+    for name in ["old.hang", "new.hang"] {
+        let cam = camera(relay.addr, name, Some(3), FPS, false, Arc::default());
+        assert_eq!(cam.join().unwrap(), 3 * FPS);
+        wait_recordings(relay.addr, |j| ended(j, &format!("anon/{name}")));
+    }
+    wait_metric(&relay, "skiff_relay_record_replays", |v| v == 2);
+    drop(relay);
+    // Retention's deletion of new.hang's first segment, as the writer
+    // records it: its index line, then the file gone.
+    let stored = store::open(&dir, "anon/new.hang").unwrap().unwrap();
+    let gone = stored.segments("video").next().unwrap().clone();
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(stored.dir.join(index::INDEX_FILE))
+        .unwrap();
+    let delete = index::Record::Delete {
+        track: "video".into(),
+        number: gone.number,
+    };
+    std::io::Write::write_all(&mut log, delete.line().as_bytes()).unwrap();
+    std::fs::remove_file(stored.segment_path(&gone)).unwrap();
+    // The same directory, nothing recorded any more, one replay at most:
+    // the newest recording is served (what is left of it), the other is
+    // over the limit.
+    let relay =
+        RelayProcess::start_threads(binary(), 1, &["--record-dir", d, "--record-replays", "1"]);
+    wait_metric(&relay, "skiff_relay_record_replays", |v| v == 1);
+    wait_metric(&relay, "skiff_relay_record_replays_over_limit", |v| v == 1);
+    let read = read_replay(relay.addr, "anon/new.hang", 20, |e| pushed(e).len() == 2)
+        .join()
+        .unwrap();
+    // Segments 1 and 2, at window indices 1 and 2: a record's index is its
+    // segment number, whatever the relay's restarts.
+    let indexed: Vec<(u64, u64)> = read
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Push { index, value } => Some((*index, value.segment)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(indexed, [(1, 1), (2, 2)]);
+    let records = pushed(&read.events);
+    check_timeline(&dir, "anon/new.hang", &records);
+    assert_eq!(read.catalog["archive"]["replay"], "./replay");
     drop(relay);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -454,6 +454,13 @@ settings! {
     /// untouched.
     #[arg(value_name = "BYTES")]
     record_queue_bytes: ByteSize = ByteSize::mib(64);
+
+    /// Recordings served back as replay broadcasts (`PATH/replay`: the
+    /// catalog with its `archive` entry and the `timeline.z` track), the
+    /// newest first; older ones are counted in
+    /// `skiff_relay_record_replays_over_limit`. 0: none.
+    #[arg(value_name = "N")]
+    record_replays: u32 = 64;
 }
 
 impl Settings {

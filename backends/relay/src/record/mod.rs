@@ -12,9 +12,12 @@
 //! * [`index`]: the per-broadcast index (content time → segment), an
 //!   append-only log of checksummed lines;
 //! * [`store`], [`export`] and [`hls`]: reading what is stored;
+//! * [`replay`]: each stored recording served back as broadcast
+//!   `PATH/replay`, with hang's `archive` catalog entry and timeline track;
 //! * [`names`]: broadcast paths and track names as file names.
 //!
 //! On disk, per broadcast `DIR/<path, %-escaped>/`: `index.log`,
+//! `catalog.json` (the broadcast's hang catalog),
 //! `<track>.<n>.init.mp4` (`ftyp` + `moov`) and `<track>.<n>.m4s` (one
 //! `moof` + `mdat` per moq-lite group, so each segment starts on a
 //! keyframe). `cat <track>.<init>.init.mp4 <track>.<n>.m4s` is a playable file.
@@ -25,6 +28,7 @@ pub mod hls;
 pub mod index;
 pub mod names;
 pub mod recorder;
+pub mod replay;
 pub mod store;
 pub mod writer;
 
@@ -53,6 +57,8 @@ pub struct RecordConfig {
     pub max_bytes: Option<u64>,
     /// Bytes of groups waiting for the writer (`--record-queue-bytes`).
     pub queue_bytes: u64,
+    /// Recordings served back as replay broadcasts at once (`--record-replays`).
+    pub replays: usize,
 }
 
 /// Smallest `--record-queue-bytes`: room for a few groups.
@@ -104,6 +110,7 @@ impl RecordConfig {
             retain: v.record_retain.map(|d| d.0),
             max_bytes: v.record_max_bytes.map(|b| b.0),
             queue_bytes: v.record_queue_bytes.0,
+            replays: usize::try_from(v.record_replays).unwrap_or(usize::MAX),
         }))
     }
 }
@@ -125,12 +132,16 @@ pub struct RecordStats {
     pub queued_bytes: AtomicU64,
     /// Bytes of segments stored.
     pub stored_bytes: AtomicU64,
+    /// Replay broadcasts published.
+    pub replays: AtomicU64,
+    /// Stored recordings without a replay: past `--record-replays`.
+    pub replays_over_limit: AtomicU64,
 }
 
 impl RecordStats {
     /// Appends the counters in Prometheus text format to `out`.
     pub fn render(&self, out: &mut String) {
-        let rows: [(&str, &str, &str, &AtomicU64); 7] = [
+        let rows: [(&str, &str, &str, &AtomicU64); 9] = [
             (
                 "groups_recorded_total",
                 "counter",
@@ -173,6 +184,18 @@ impl RecordStats {
                 "Bytes of segments stored in --record-dir.",
                 &self.stored_bytes,
             ),
+            (
+                "replays",
+                "gauge",
+                "Recordings served back as replay broadcasts (PATH/replay).",
+                &self.replays,
+            ),
+            (
+                "replays_over_limit",
+                "gauge",
+                "Stored recordings not served back: past --record-replays, the newest first.",
+                &self.replays_over_limit,
+            ),
         ];
         for (name, kind, help, value) in rows {
             let _ = writeln!(out, "# HELP skiff_relay_record_{name} {help}");
@@ -187,9 +210,10 @@ impl RecordStats {
 }
 
 /// Starts recording on worker 0 of a relay whose configuration has
-/// `--record-dir`: the writer thread, then the recorder task, which dials
-/// the relay at `info.config.listen` (TLS pinned to the relay's own
-/// certificate when the listen port speaks TLS).
+/// `--record-dir`: the replay publisher ([`replay`]), the writer thread,
+/// then the recorder task; both tasks dial the relay at
+/// `info.config.listen` (TLS pinned to the relay's own certificate when the
+/// listen port speaks TLS).
 ///
 /// A recorder that cannot start is logged and the relay runs without it.
 pub fn start(
@@ -200,18 +224,8 @@ pub fn start(
     let Some(config) = &info.config.record else {
         return;
     };
-    if config.patterns.is_empty() {
-        return;
-    }
-    let queue = match writer::start(config, info.metrics.record.clone()) {
-        Ok(q) => q,
-        Err(e) => {
-            tracing::error!(dir = %config.dir.display(), error = %e, "recording: cannot open --record-dir; recording is off");
-            return;
-        }
-    };
-    // Each recorder client's pool: a few seconds of groups of the
-    // broadcasts it records (`recorder::BROADCASTS_PER_CLIENT`).
+    // Each client's pool: a few seconds of groups of the broadcasts it
+    // records (`recorder::BROADCASTS_PER_CLIENT`).
     let mut sdk = skiff_monoio::Config::default();
     sdk.pool_bytes = 16 << 20;
     let addr = info.config.listen;
@@ -222,12 +236,35 @@ pub fn start(
         }
         None => format!("tcp://{addr}/?jwt={}", crate::auth::internal_token()),
     };
+    let replays = replay::ReplayPaths::default();
+    if config.replays > 0 {
+        monoio::spawn(replay::run(
+            config.dir.clone(),
+            url.clone(),
+            sdk.clone(),
+            config.replays,
+            info.metrics.record.clone(),
+            replays.clone(),
+            info.shutdown.clone(),
+        ));
+    }
+    if config.patterns.is_empty() {
+        return;
+    }
+    let queue = match writer::start(config, info.metrics.record.clone()) {
+        Ok(q) => q,
+        Err(e) => {
+            tracing::error!(dir = %config.dir.display(), error = %e, "recording: cannot open --record-dir; recording is off");
+            return;
+        }
+    };
     tracing::info!(dir = %config.dir.display(), patterns = config.patterns.len(), "recording");
     monoio::spawn(recorder::run(
         origin,
         url,
         sdk,
         config.patterns.clone(),
+        replays,
         queue,
         info.shutdown.clone(),
     ));

@@ -27,6 +27,7 @@ use skiff_monoio::shutdown::Shutdown;
 use skiff_monoio::{Client, Config};
 
 use super::fmp4::{self, Sample};
+use super::replay::ReplayPaths;
 use super::writer::{Job, Queue};
 
 /// How often the origin is looked at for broadcasts to start or stop recording.
@@ -112,12 +113,14 @@ impl Clients {
 
 /// Runs the recorder until `shutdown`: `url` is the relay's own listen
 /// address as the SDK dials it, `config` the SDK's settings of each of its
-/// clients (pool size, TLS trust).
+/// clients (pool size, TLS trust); the broadcasts in `replays` (this
+/// relay's own replay broadcasts) are never recorded.
 pub async fn run(
     origin: origin::Ref<'static, 'static>,
     url: String,
     config: Config,
     patterns: Patterns,
+    replays: ReplayPaths,
     queue: Queue,
     shutdown: Shutdown,
 ) {
@@ -140,7 +143,7 @@ pub async fn run(
             for b in origin.iter() {
                 let path = b.path();
                 let path = path.as_str();
-                if path.is_empty() || !patterns.matches(path) {
+                if path.is_empty() || !patterns.matches(path) || replays.borrow().contains(path) {
                     continue;
                 }
                 if let Some((_, seen)) = active.get_mut(path) {
@@ -202,6 +205,11 @@ async fn record_broadcast(
             return;
         }
     };
+    // Stored for the replay broadcast's catalog (`super::replay`).
+    queue.offer(Job::Catalog {
+        broadcast: path.clone(),
+        json,
+    });
     if !skipped.is_empty() {
         tracing::info!(broadcast = %path, ?skipped, "recording: tracks not recorded (only H.264 with an avcC description and Opus are)");
     }

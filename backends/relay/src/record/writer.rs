@@ -63,6 +63,14 @@ pub enum Job {
         /// How long its last frame lasts, µs.
         last_duration_us: u32,
     },
+    /// The broadcast's hang catalog: stored beside its index
+    /// ([`super::replay::CATALOG_FILE`]) for its replay broadcast.
+    Catalog {
+        /// The broadcast's full path.
+        broadcast: String,
+        /// The catalog's JSON.
+        json: Vec<u8>,
+    },
     /// The broadcast ended (its publisher left or the relay stops).
     End {
         /// The broadcast's full path.
@@ -75,8 +83,7 @@ impl Job {
     fn bytes(&self) -> u64 {
         match self {
             Job::Group { samples, .. } => samples.iter().map(|s| s.data.len() as u64).sum(),
-            Job::Init { .. } => 0,
-            Job::End { .. } => 0,
+            Job::Init { .. } | Job::Catalog { .. } | Job::End { .. } => 0,
         }
     }
 }
@@ -506,6 +513,10 @@ impl Writer {
                 self.retain();
                 Ok(())
             }
+            Job::Catalog { broadcast, json } => {
+                let open = self.open(&broadcast)?;
+                write_atomic(&open.dir, super::replay::CATALOG_FILE, &json)
+            }
             Job::End { broadcast } => {
                 let open = self.open(&broadcast)?;
                 let record = Record::End {
@@ -627,6 +638,7 @@ mod tests {
             retain,
             max_bytes,
             queue_bytes: 1 << 20,
+            replays: 0,
         };
         Writer::recover(config, Arc::default()).unwrap()
     }
