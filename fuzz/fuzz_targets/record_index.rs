@@ -2,11 +2,13 @@
 //! (`record::index::parse`, what a relay reads back after a crash, and
 //! `record::index::compact`, which must replay to the same index), the
 //! file names it holds (`record::names::decode`) and a stored media
-//! segment's boxes as the export reads them (`mp4-atom`'s `moof`).
+//! segment's boxes as the export reads them (`mp4-atom`'s `moof`) and as a
+//! FETCH answered from the recording reads its samples
+//! (`record::fmp4::segment_samples`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use skiff_relay::record::{index, names};
+use skiff_relay::record::{fmp4, index, names};
 
 fuzz_target!(|data: &[u8]| {
     let parsed = index::parse(data);
@@ -30,4 +32,9 @@ fuzz_target!(|data: &[u8]| {
         assert!(!text.contains('/') && !text.starts_with('.'));
     }
     let _ = <mp4_atom::Moof as mp4_atom::Decode>::decode(&mut &data[..]);
+    if let Ok(samples) = fmp4::segment_samples(data) {
+        // Every sample is bytes of the segment, and there are not too many.
+        assert!(samples.len() <= fmp4::MAX_SEGMENT_SAMPLES);
+        assert!(samples.iter().all(|s| s.data.len() <= data.len()));
+    }
 });

@@ -246,6 +246,71 @@ impl App for Subscriber {
     }
 }
 
+/// What a [`Fetcher`] did so far.
+#[derive(Debug, Default)]
+pub struct FetchState {
+    /// Fetches that brought their whole group.
+    pub done: Cell<u64>,
+    /// Fetches refused or cut short.
+    pub failed: Cell<u64>,
+}
+
+/// Fetches groups of one track, one at a time (docs/protocol.md §3.10):
+/// each queued `(group, local track)` is fetched into its local track.
+pub struct Fetcher {
+    broadcast: String,
+    /// Fetches still to make, oldest first.
+    pub queue:
+        Rc<std::cell::RefCell<std::collections::VecDeque<(u64, track::Ref<'static, 'static>)>>>,
+    current: Option<SubscriptionId>,
+    /// Progress, shared with the test.
+    pub state: Rc<FetchState>,
+}
+
+impl Fetcher {
+    /// A fetcher of groups of `broadcast`.
+    pub fn new(broadcast: &str) -> Self {
+        Fetcher {
+            broadcast: broadcast.to_owned(),
+            queue: Rc::default(),
+            current: None,
+            state: Rc::default(),
+        }
+    }
+}
+
+impl App for Fetcher {
+    fn on_event(&mut self, event: &Event<'_>) {
+        if let Event::SubscriptionClosed { subscription, code } = *event
+            && Some(subscription) == self.current
+        {
+            self.current = None;
+            let n = if code.is_none() {
+                &self.state.done
+            } else {
+                &self.state.failed
+            };
+            n.set(n.get() + 1);
+        }
+    }
+
+    fn act<X: Transport>(
+        &mut self,
+        session: &mut Session<'_, 'static, 'static, { skiff_monoio::session_driver::STREAMS }, X>,
+    ) {
+        if !session.is_established() || !session.is_setup() || self.current.is_some() {
+            return;
+        }
+        let Some((group, local)) = self.queue.borrow_mut().pop_front() else {
+            return;
+        };
+        match session.fetch(&self.broadcast, local, group, 0) {
+            Ok(id) => self.current = Some(id),
+            Err(_) => self.state.failed.set(self.state.failed.get() + 1),
+        }
+    }
+}
+
 /// One frame as a [`FrameReader`] hands it out.
 #[derive(Debug, Clone, Copy)]
 pub struct Frame<'b> {

@@ -1,7 +1,9 @@
 //! After warm-up, relaying (publisher session in, subscriber sessions out,
 //! the thread's notify, timers, reader tasks) does not allocate per frame on
 //! the relay worker thread: group bytes live in the block pool, buffers are
-//! sized for their bounds once per connection and reused.
+//! sized for their bounds once per connection and reused. Fetches of past
+//! groups answered from the relay's cache (docs/protocol.md §3.10) do not
+//! allocate there either.
 
 mod common;
 mod counting;
@@ -18,7 +20,9 @@ use skiff_monoio::driver;
 use skiff_relay::handler::WorkerInfo;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
-use skiff_testkit::client::{self, ClientCtx, FrameReader, Publisher, ReadState, Subscriber};
+use skiff_testkit::client::{
+    self, ClientCtx, Fetcher, FrameReader, Publisher, ReadState, Subscriber,
+};
 use skiff_testkit::wait::Changes;
 
 #[global_allocator]
@@ -29,7 +33,7 @@ const WARM_GROUPS: u64 = 4;
 const GROUPS: u64 = 12;
 const FRAMES: u64 = 10;
 
-async fn load(url: String, count: Arc<AtomicU64>) -> (u64, u64, u64) {
+async fn load(url: String, count: Arc<AtomicU64>) -> (u64, u64, u64, u64) {
     let ctx = Rc::new(ClientCtx::new(64 << 20));
     let notify = ctx.notify().clone();
     let (origin, producer) = ctx.publication("cam", "video");
@@ -75,6 +79,16 @@ async fn load(url: String, count: Arc<AtomicU64>) -> (u64, u64, u64) {
             }
         });
     }
+    // A client that fetches each finished group again, from the relay's cache.
+    let fetcher = Fetcher::new("cam");
+    let (fetches, fetched) = (fetcher.queue.clone(), fetcher.state.clone());
+    {
+        let (ctx, url) = (ctx.clone(), url.clone());
+        monoio::spawn(async move {
+            let mut app = fetcher;
+            let _ = client::run(&url, None, &mut app, &ctx).await;
+        });
+    }
     while !states.iter().all(|s| s.started.get().is_some()) {
         monoio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -92,13 +106,17 @@ async fn load(url: String, count: Arc<AtomicU64>) -> (u64, u64, u64) {
             monoio::time::sleep(Duration::from_millis(2)).await;
         }
         w.finish().unwrap();
+        if g >= WARM_GROUPS {
+            fetches.borrow_mut().push_back((g, ctx.track("video")));
+        }
         notify.bump();
     }
     monoio::time::sleep(Duration::from_millis(100)).await;
     let end = count.load(Ordering::Relaxed);
     ctx.close_all();
     monoio::time::sleep(Duration::from_millis(50)).await;
-    (start, end, frames.get())
+    assert_eq!(fetched.failed.get(), 0, "a fetch failed");
+    (start, end, frames.get(), fetched.done.get())
 }
 
 #[test]
@@ -116,7 +134,9 @@ fn steady_state_relaying_allocates_nothing_on_the_worker() {
             .unwrap();
             let url = format!("tcp://{}/", handle.local_addr());
             let c3 = count.clone();
-            let (start, end, frames) = driver::block_on(kind, move |_| load(url, c3)).unwrap();
+            let (start, end, frames, fetched) =
+                driver::block_on(kind, move |_| load(url, c3)).unwrap();
+            assert_eq!(fetched, GROUPS - WARM_GROUPS + 1, "groups fetched");
             assert!(
                 frames >= VIEWERS as u64 * (GROUPS - WARM_GROUPS) * FRAMES,
                 "{frames} frames"

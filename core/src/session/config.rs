@@ -60,6 +60,15 @@ pub struct Config<'c> {
     /// (0x35) and counted ([`super::Session::refused_track_requests`]).
     /// Default: no limit but the control streams.
     pub max_waiting_tracks: usize,
+    /// The peer's FETCHes (docs/protocol.md §3.10) answered or waiting for an
+    /// answer at once; one more is refused with EVICTED (0x35). Default 4.
+    pub max_fetches: usize,
+    /// A FETCH for a group the session does not hold goes to the application
+    /// as [`Event::Fetch`](super::Event::Fetch) (which answers it from
+    /// storage of its own, or refuses it). Off (default): it is refused at
+    /// once with NOT_FOUND (0x33), or UNROUTABLE (0x36) for a broadcast not
+    /// in the origin.
+    pub fetch_misses: bool,
 }
 
 impl Config<'static> {
@@ -76,6 +85,8 @@ impl Config<'static> {
             control_timeout: Duration::ZERO,
             announce_step: 64 * 1024,
             max_waiting_tracks: usize::MAX,
+            max_fetches: 4,
+            fetch_misses: false,
         }
     }
 }

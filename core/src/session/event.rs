@@ -27,6 +27,21 @@ impl SubscriptionId {
     }
 }
 
+/// A FETCH of the peer's that the session could not answer from local media
+/// ([`Event::Fetch`]): the application answers it with
+/// [`Session::answer_fetch`](super::Session::answer_fetch) or refuses it with
+/// [`Session::refuse_fetch`](super::Session::refuse_fetch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct FetchId(pub(crate) u64);
+
+impl FetchId {
+    /// The request's number within its session (0, 1, 2, ...).
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
 /// Something the application must learn about, from [`Session::poll_event`](super::Session::poll_event).
 ///
 /// Events with borrowed text borrow the session until the next call on it.
@@ -136,6 +151,27 @@ pub enum Event<'a> {
         /// NOT_FOUND 0x33, UNROUTABLE 0x36).
         code: Option<u64>,
     },
+    /// The peer fetched a group the session does not hold (docs/protocol.md
+    /// §3.10), with [`Config::fetch_misses`](super::Config::fetch_misses) on:
+    /// answer it with [`Session::answer_fetch`](super::Session::answer_fetch)
+    /// or refuse it with [`Session::refuse_fetch`](super::Session::refuse_fetch)
+    /// (the peer waits until one of them, or until it cancels).
+    Fetch {
+        /// The request, for the answer.
+        fetch: FetchId,
+        /// The full broadcast path (rooted at the path the peer dialed).
+        broadcast: &'a str,
+        /// The track name.
+        track: &'a str,
+        /// The group's absolute sequence.
+        group: u64,
+        /// The peer's priority for it.
+        priority: u8,
+        /// The stream code the session refuses it with when nothing else
+        /// answers: UNROUTABLE (0x36) for a broadcast not in the origin,
+        /// NOT_FOUND (0x33) for a track or group not held.
+        code: u64,
+    },
     /// The peer sent GOAWAY (docs/protocol.md §3.12): make no new requests and close when done.
     Goaway {
         /// Where to reconnect ("" = the same place).
@@ -190,7 +226,7 @@ mod owned {
     use alloc::string::String;
     use alloc::vec::Vec;
 
-    use super::{AnnounceId, Event, SubscriptionId};
+    use super::{AnnounceId, Event, FetchId, SubscriptionId};
     use crate::wire::lite::{Role, TrackInfo};
 
     /// An [`Event`] with its borrowed text copied out, for applications and tests
@@ -251,6 +287,15 @@ mod owned {
         SubscriptionClosed {
             subscription: SubscriptionId,
             code: Option<u64>,
+        },
+        /// [`Event::Fetch`].
+        Fetch {
+            fetch: FetchId,
+            broadcast: String,
+            track: String,
+            group: u64,
+            priority: u8,
+            code: u64,
         },
         /// [`Event::Goaway`].
         Goaway { uri: String },
@@ -324,6 +369,21 @@ mod owned {
                 Event::SubscriptionClosed { subscription, code } => {
                     OwnedEvent::SubscriptionClosed { subscription, code }
                 }
+                Event::Fetch {
+                    fetch,
+                    broadcast,
+                    track,
+                    group,
+                    priority,
+                    code,
+                } => OwnedEvent::Fetch {
+                    fetch,
+                    broadcast: broadcast.to_owned(),
+                    track: track.to_owned(),
+                    group,
+                    priority,
+                    code,
+                },
                 Event::Goaway { uri } => OwnedEvent::Goaway {
                     uri: uri.to_owned(),
                 },

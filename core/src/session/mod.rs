@@ -87,7 +87,7 @@ pub use config::{Config, DefaultStorage, MIN_BUF, PublisherTables, Storage, Subs
 pub use error::{ConfigError, Error};
 #[cfg(any(test, feature = "alloc"))]
 pub use event::OwnedEvent;
-pub use event::{AnnounceId, Event, SubscriptionId};
+pub use event::{AnnounceId, Event, FetchId, SubscriptionId};
 pub use inbox::{Fed, Inbox};
 pub use pass::{Handler, Once, Out, Passed, Transmitted};
 pub use resolve::Resolve;
@@ -279,6 +279,14 @@ pub struct Session<'s, 'a, 'p, const N: usize, T: Transport = Connection<N>> {
     max_waiting_tracks: usize,
     /// See [`Config::max_served`] (applied to attached tables too).
     max_served: usize,
+    /// See [`Config::max_fetches`].
+    max_fetches: usize,
+    /// See [`Config::fetch_misses`].
+    fetch_misses: bool,
+    /// The number of the next [`Event::Fetch`].
+    next_fetch: u64,
+    /// The number of our next fetch ([`Session::fetch`]).
+    next_fetch_out: u64,
     /// The peer's SETUP was read by a session with no table for either
     /// direction: input waits until the application has seen
     /// [`Event::Setup`] or attached tables.
@@ -403,6 +411,10 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             control_timeout: config.control_timeout,
             max_waiting_tracks: config.max_waiting_tracks,
             max_served: config.max_served,
+            max_fetches: config.max_fetches,
+            fetch_misses: config.fetch_misses,
+            next_fetch: 0,
+            next_fetch_out: 0,
             awaiting_tables: false,
             refused_tracks: 0,
             now,

@@ -66,11 +66,26 @@ pub(crate) struct Served<'a, 'p> {
     pub(super) latest_pending: bool,
 }
 
+/// The `served` index of a group stream that answers a FETCH: no subscription.
+const NOT_SERVED: usize = usize::MAX;
+
+/// A group stream that answers a FETCH (docs/protocol.md §3.10) on the peer's
+/// Fetch stream rather than a subscription on a stream of ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Fetched {
+    /// The control slot of the Fetch stream.
+    pub(super) slot: usize,
+    /// The peer's priority.
+    pub(super) priority: u8,
+}
+
 /// One group stream we send.
 pub(crate) struct GroupOut<'a, 'p> {
     pub(super) id: StreamId,
-    /// Index of the served subscription.
+    /// Index of the served subscription ([`NOT_SERVED`] for a fetch).
     pub(super) served: usize,
+    /// The FETCH it answers, if it answers one.
+    pub(super) fetch: Option<Fetched>,
     pub(super) seq: u64,
     consumer: group::Consumer<'a, 'p>,
     header: [u8; GROUP_HEADER],
@@ -929,6 +944,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         self.out[free] = Some(GroupOut {
             id,
             served: i,
+            fetch: None,
             seq,
             consumer,
             header,
@@ -954,6 +970,10 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         sort_by_key(self.out.as_mut_slice(), |o| {
             ranked += 1;
             let rank = o.as_ref().and_then(|o| {
+                if let Some(f) = o.fetch {
+                    // A fetch ranks after the subscriptions of its priority.
+                    return Some((Reverse(f.priority), u64::MAX, Reverse(o.seq), o.id.value()));
+                }
                 let s = served.get(o.served)?.as_ref()?;
                 Some((
                     Reverse(s.window.request().priority),
@@ -970,10 +990,9 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
 
     /// Whether group stream `idx` belongs to a served subscription (only those are sent).
     fn is_ranked(&self, idx: usize) -> bool {
-        self.out
-            .get(idx)
-            .and_then(Option::as_ref)
-            .is_some_and(|o| self.served.get(o.served).is_some_and(Option::is_some))
+        self.out.get(idx).and_then(Option::as_ref).is_some_and(|o| {
+            o.fetch.is_some() || self.served.get(o.served).is_some_and(Option::is_some)
+        })
     }
 
     /// Writes group data into `out` in priority order; returns the bytes
@@ -1080,7 +1099,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                 Err(crate::conn::WriteError::Blocked) => Wrote::Idle,
                 Err(crate::conn::WriteError::BufferTooSmall) => Wrote::Full,
                 Err(_) => {
-                    self.out[idx] = None;
+                    self.end_out(idx);
                     Wrote::Idle
                 }
             };
@@ -1107,7 +1126,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                 Err(crate::conn::WriteError::Blocked) => return Wrote::Idle,
                 Err(crate::conn::WriteError::BufferTooSmall) => return Wrote::Full,
                 Err(_) => {
-                    self.out[idx] = None;
+                    self.end_out(idx);
                     return Wrote::Idle;
                 }
             }
@@ -1155,7 +1174,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                     Err(crate::conn::WriteError::Blocked) => Wrote::Idle,
                     Err(crate::conn::WriteError::BufferTooSmall) => Wrote::Full,
                     Err(_) => {
-                        self.out[idx] = None;
+                        self.end_out(idx);
                         Wrote::Idle
                     }
                 }
@@ -1163,12 +1182,12 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             Ok(Next::Pending) => Wrote::Idle,
             Ok(Next::Finished) => match self.conn.write_stream(now, id, &[], true, out) {
                 Ok(w) => {
-                    self.out[idx] = None;
+                    self.end_out(idx);
                     Wrote::Bytes(w.out)
                 }
                 Err(crate::conn::WriteError::BufferTooSmall) => Wrote::Full,
                 Err(_) => {
-                    self.out[idx] = None;
+                    self.end_out(idx);
                     Wrote::Idle
                 }
             },
@@ -1181,7 +1200,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                     ReadError::Misaligned => StreamCode::Internal.to_code(),
                 };
                 let _ = self.conn.reset_stream(id, code);
-                self.out[idx] = None;
+                self.end_out(idx);
                 Wrote::Idle
             }
         }
@@ -1189,12 +1208,65 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
 
     /// The peer stopped one of our group streams: reset it with the same code.
     pub(super) fn group_stopped(&mut self, id: StreamId, code: u64) {
-        for o in self.out.iter_mut() {
-            if o.as_ref().is_some_and(|g| g.id == id) {
+        for idx in 0..self.out.span() {
+            if self.out[idx].as_ref().is_some_and(|g| g.id == id) {
                 let _ = self.conn.reset_stream(id, code);
-                *o = None;
+                self.end_out(idx);
             }
         }
+    }
+
+    /// Frees group-stream entry `idx`; a fetch it answered is over.
+    pub(super) fn end_out(&mut self, idx: usize) {
+        let Some(o) = self.out.get_mut(idx).and_then(Option::take) else {
+            return;
+        };
+        if let Some(f) = o.fetch {
+            self.fetch_over(f.slot, o.id);
+        }
+    }
+
+    /// Answers the FETCH on control slot `slot` (stream `id`) with
+    /// `consumer`'s group: a group-stream entry sends its stored bytes on
+    /// the Fetch stream, with no header (docs/protocol.md §3.10); false if
+    /// no entry is free.
+    pub(super) fn serve_fetch(
+        &mut self,
+        slot: usize,
+        id: StreamId,
+        priority: u8,
+        consumer: group::Consumer<'a, 'p>,
+    ) -> bool {
+        let Some(free) = self.out.first_free() else {
+            return false;
+        };
+        let seq = consumer.sequence();
+        self.conn.set_priority(id, group_priority(priority, seq));
+        trace!("session: fetch of group {} on stream {}", seq, id.value());
+        self.out[free] = Some(GroupOut {
+            id,
+            served: NOT_SERVED,
+            fetch: Some(Fetched { slot, priority }),
+            seq,
+            consumer,
+            header: [0; GROUP_HEADER],
+            header_len: 0,
+            header_sent: 0,
+        });
+        true
+    }
+
+    /// Drops the group-stream entry answering the fetch on stream `id`, if
+    /// any, resetting the stream with `code`; true if there was one.
+    pub(super) fn drop_fetch_out(&mut self, id: StreamId, code: StreamCode) -> bool {
+        for o in self.out.iter_mut() {
+            if o.as_ref().is_some_and(|g| g.id == id && g.fetch.is_some()) {
+                let _ = self.conn.reset_stream(id, code.to_code());
+                *o = None;
+                return true;
+            }
+        }
+        false
     }
 }
 

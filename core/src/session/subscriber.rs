@@ -30,8 +30,9 @@ use crate::time::{Duration, Instant};
 use crate::transport::Transport;
 use crate::window::Request;
 use crate::wire::lite::{
-    AnnounceRequest, BidiStreamType, Group, SessionCode, StreamCode, Subscribe, SubscribeResponse,
-    SubscribeUpdate, Track, TrackInfo, UniStreamType, read_message, write_message,
+    AnnounceRequest, BidiStreamType, Fetch, Group, SessionCode, StreamCode, Subscribe,
+    SubscribeResponse, SubscribeUpdate, Track, TrackInfo, UniStreamType, read_message,
+    write_message,
 };
 use crate::wire::qmux::{Dir, StreamId};
 use crate::wire::{DecodeError, Reader};
@@ -61,7 +62,14 @@ pub(crate) struct Subscription<'a, 'p> {
     pub(super) end: Option<u64>,
     /// The first group the publisher said it sends (its START).
     pub(super) start: Option<u64>,
+    /// A fetch of this group rather than a subscription.
+    pub(super) fetch: Option<u64>,
 }
+
+/// The first id of our fetches ([`super::Session::fetch`]), above every
+/// Subscribe ID a session uses: they share the subscription table but no
+/// GROUP header names them.
+pub(super) const FETCH_IDS: u64 = 1 << 62;
 
 /// How many groups before a subscription's END must each have come for it
 /// to close before its grace runs out.
@@ -301,6 +309,77 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         track: track::Ref<'a, 'p>,
         request: Request,
     ) -> Result<SubscriptionId, Error> {
+        let id = self.next_subscribe;
+        let name = track.info().name;
+        let sub = self.request_track(broadcast, track, id, None, |path, w| {
+            let msg = Subscribe {
+                id,
+                broadcast: path,
+                track: name.as_str(),
+                priority: request.priority,
+                max_age: request.max_latency,
+                start_group: request.start.into(),
+                end_group: request.end.into(),
+            };
+            BidiStreamType::Subscribe.write(w)?;
+            write_message(&msg, w)
+        })?;
+        self.next_subscribe += 1;
+        Ok(sub)
+    }
+
+    /// Fetches group `group` of the peer's track of `track`'s name in
+    /// `broadcast` into the local `track` (docs/protocol.md §3.10), with
+    /// `priority`: a TRACK request first, for the track's TRACK_INFO (the
+    /// timescale of its timestamps, reported as
+    /// [`Event::TrackInfo`](super::Event::TrackInfo)), then FETCH on a
+    /// stream of its own. The group is created in `track` when its first
+    /// bytes arrive ([`Event::Group`](super::Event::Group)) and fills in as
+    /// the rest does. The fetch ends with
+    /// [`Event::SubscriptionClosed`](super::Event::SubscriptionClosed):
+    /// `code: None` once the whole group came (the track is then finished),
+    /// else the publisher's refusal (NOT_FOUND 0x33 for a group it does not
+    /// have, ...; the track is aborted with it).
+    /// [`unsubscribe`](Self::unsubscribe) cancels it.
+    ///
+    /// The returned id shares the space of subscriptions but never appears
+    /// on the wire (FETCH names no ID).
+    ///
+    /// # Errors
+    /// As [`subscribe`](Self::subscribe).
+    pub fn fetch(
+        &mut self,
+        broadcast: &str,
+        track: track::Ref<'a, 'p>,
+        group: u64,
+        priority: u8,
+    ) -> Result<SubscriptionId, Error> {
+        let id = FETCH_IDS + self.next_fetch_out;
+        let name = track.info().name;
+        let sub = self.request_track(broadcast, track, id, Some(group), |path, w| {
+            let msg = Fetch {
+                broadcast: path,
+                track: name.as_str(),
+                priority,
+                group,
+            };
+            BidiStreamType::Fetch.write(w)?;
+            write_message(&msg, w)
+        })?;
+        self.next_fetch_out += 1;
+        Ok(sub)
+    }
+
+    /// TRACK for `track`, then the request `second` writes (held until
+    /// TRACK_INFO), as subscription `id`; `fetch` names the group of a fetch.
+    fn request_track(
+        &mut self,
+        broadcast: &str,
+        track: track::Ref<'a, 'p>,
+        id: u64,
+        fetch: Option<u64>,
+        second: impl FnOnce(&str, &mut crate::wire::Writer<'_>) -> Result<(), crate::wire::EncodeError>,
+    ) -> Result<SubscriptionId, Error> {
         self.release_surfaced();
         self.dirty = true;
         self.check_ready()?;
@@ -315,25 +394,15 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             return Err(Error::ControlFull);
         }
         let entry = self.subs.first_free().ok_or(Error::SubscriptionsFull)?;
-        let id = self.next_subscribe;
         let info = track.info();
         let name = info.name.as_str();
         let track_msg = Track {
             broadcast: path.as_str(),
             track: name,
         };
-        let sub_msg = Subscribe {
-            id,
-            broadcast: path.as_str(),
-            track: name,
-            priority: request.priority,
-            max_age: request.max_latency,
-            start_group: request.start.into(),
-            end_group: request.end.into(),
-        };
-        // Both requests take a control buffer, and the SUBSCRIBE keeps its
+        // Both requests take a control buffer, and the second keeps its
         // own until TRACK_INFO arrives, which needs one more to be read in:
-        // taken only while two stay free after them, or held SUBSCRIBEs
+        // taken only while two stay free after them, or held requests
         // could keep every buffer from the answers they wait for.
         if self.free_chunks() < 4 {
             return Err(Error::ControlFull);
@@ -348,7 +417,11 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                 None,
             )
             .ok_or(Error::ControlFull)?;
-        let s = match self.alloc_control(Kind::SubscribeOut { sub: id }, Dir::Bidi, None) {
+        let kind = match fetch {
+            Some(_) => Kind::FetchOut { sub: id },
+            None => Kind::SubscribeOut { sub: id },
+        };
+        let s = match self.alloc_control(kind, Dir::Bidi, None) {
             Some(s) => s,
             None => {
                 self.free_slot(t);
@@ -362,12 +435,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                 write_message(&track_msg, w)
             })
             .is_ok()
-            && self
-                .tx_write(s, |w| {
-                    BidiStreamType::Subscribe.write(w)?;
-                    write_message(&sub_msg, w)
-                })
-                .is_ok();
+            && self.tx_write(s, |w| second(path.as_str(), w)).is_ok();
         if !ok {
             self.free_slot(t);
             self.free_slot(s);
@@ -389,8 +457,8 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             ending: None,
             end: None,
             start: None,
+            fetch,
         }));
-        self.next_subscribe += 1;
         self.open_pending();
         Ok(SubscriptionId(id))
     }
@@ -698,7 +766,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                         g.preamble = g.received;
                         g.stage = Stage::Frames;
                         used += n;
-                        if !self.start_group(i, header) {
+                        if !self.start_group(i, header, false) {
                             return data.len();
                         }
                     }
@@ -784,7 +852,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
 
     /// The GROUP header of incoming stream `i` arrived: find the subscription and
     /// create the group in its track. False if the stream was refused.
-    fn start_group(&mut self, i: usize, header: Group) -> bool {
+    fn start_group(&mut self, i: usize, header: Group, fetch: bool) -> bool {
         let Some(Some(g)) = self.inc.get(i) else {
             return false;
         };
@@ -795,7 +863,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             .iter()
             .flatten()
             .filter_map(SubEntry::open)
-            .find(|s| s.id == header.subscribe)
+            .find(|s| s.id == header.subscribe && s.fetch.is_some() == fetch)
         else {
             debug!(
                 "session: group for unknown subscription {}",
@@ -913,6 +981,86 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             Err(DecodeError::TooLarge) => Err(StreamCode::GroupTooLarge),
             Err(_) => Err(StreamCode::MalformedTrack),
         }
+    }
+
+    /// Bytes of the answer to our fetch `sub` on control slot `slot`: the
+    /// group's FRAMEs with no header (docs/protocol.md §3.10), stored in the
+    /// fetch's track like a group stream's, credit released as readers
+    /// advance. Returns how many were taken (fewer: backpressure).
+    pub(super) fn fetch_answer_data(
+        &mut self,
+        now: Instant,
+        slot: usize,
+        sub: u64,
+        data: &[u8],
+        fin: bool,
+    ) -> usize {
+        let Some(id) = self.control[slot].stream else {
+            return data.len();
+        };
+        if self.control[slot].rx_done {
+            self.conn.release(id, data.len() as u64);
+            return data.len();
+        }
+        let i = match self.group_in(id) {
+            Some(i) => i,
+            None => {
+                let seq = self
+                    .subs
+                    .iter()
+                    .flatten()
+                    .filter_map(SubEntry::open)
+                    .find(|s| s.id == sub)
+                    .and_then(|s| s.fetch);
+                let (Some(seq), Some(i)) = (seq, self.inc.first_free()) else {
+                    debug!("session: no group-stream entry for a fetch answer");
+                    self.conn.release(id, data.len() as u64);
+                    self.fetch_failed(slot, sub, StreamCode::Evicted);
+                    return data.len();
+                };
+                let mut g = GroupIn::new(id);
+                g.stage = Stage::Frames;
+                self.inc[i] = Some(g);
+                let header = Group {
+                    subscribe: sub,
+                    sequence: seq,
+                };
+                if !self.start_group(i, header, true) {
+                    self.conn.release(id, data.len() as u64);
+                    self.fetch_failed(slot, sub, StreamCode::Cancel);
+                    return data.len();
+                }
+                i
+            }
+        };
+        let used = self.group_data(now, i, data, None, false);
+        if self.group_in(id) != Some(i) {
+            // Dropped: a frame the track could not take (the stream is stopped).
+            self.fetch_failed(slot, sub, StreamCode::Cancel);
+            return data.len();
+        }
+        if used == data.len() && fin {
+            let clean =
+                self.inc.get(i).and_then(Option::as_ref).is_some_and(|g| {
+                    g.stage == Stage::Frames && g.frame_left == 0 && g.hdr_len == 0
+                });
+            self.group_fin(i);
+            let c = &mut self.control[slot];
+            c.rx_done = true;
+            // Our half ends too: the fetch is over.
+            c.fin = true;
+            let code = (!clean).then_some(StreamCode::WrongSize.to_code());
+            self.subscription_closed(sub, code);
+        }
+        used
+    }
+
+    /// Our fetch `sub` on `slot` failed locally: stop and reset its stream
+    /// with `code` and close it.
+    fn fetch_failed(&mut self, slot: usize, sub: u64, code: StreamCode) {
+        self.stop_rx(slot, code);
+        self.reset_tx(slot, code);
+        self.subscription_closed(sub, Some(code.to_code()));
     }
 
     /// The group stream's FIN arrived after all its bytes were stored.

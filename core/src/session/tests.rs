@@ -1185,6 +1185,7 @@ macro_rules! live_room {
     };
 }
 
+mod fetch;
 mod idle;
 mod inbox;
 

@@ -77,7 +77,7 @@ fn origin(hop: u64) -> Result<moq_net::origin::Producer, String> {
 
 /// Dials `dial` and sets up a moq-net session; `attach` gives the client
 /// its origin (publisher or subscriber).
-async fn connect(
+pub async fn connect(
     dial: &Dial,
     attach: impl FnOnce(moq_net::Client) -> moq_net::Client,
 ) -> Result<moq_net::Session, String> {

@@ -32,6 +32,10 @@ pub enum Error {
     /// stream error code (e.g. NOT_FOUND 0x33).
     #[error("the relay refused the subscription (code {0:#x})")]
     Refused(u64),
+    /// The relay has no such broadcast, track or group to fetch (it
+    /// refused with NOT_FOUND 0x33 or UNROUTABLE 0x36).
+    #[error("not found")]
+    NotFound,
     /// The publisher aborted the track with this code.
     #[error("the track was aborted (code {0:#x})")]
     Aborted(u64),

@@ -35,6 +35,7 @@
 //! ([`Payload`]), with no copy.
 
 mod error;
+mod fetch;
 mod publish;
 mod runner;
 mod subscribe;
@@ -243,6 +244,8 @@ pub(crate) struct Shared {
     published: RefCell<Vec<Rc<Published>>>,
     /// Subscriptions the application holds.
     wanted: RefCell<Vec<Rc<Wanted>>>,
+    /// Fetches under way or read.
+    fetches: RefCell<Vec<Rc<fetch::Fetched>>>,
     /// Sessions that reached SETUP.
     sessions: Cell<u64>,
     /// A session is set up now.
@@ -277,6 +280,9 @@ impl Shared {
         }
         for w in self.wanted.borrow().iter() {
             w.wake();
+        }
+        for f in self.fetches.borrow().iter() {
+            f.wake();
         }
         for p in self.published.borrow().iter() {
             p.wake();
@@ -331,6 +337,9 @@ impl Drop for Shared {
     fn drop(&mut self) {
         for w in self.wanted.get_mut().drain(..) {
             self.ctx.release(w.local());
+        }
+        for f in self.fetches.get_mut().drain(..) {
+            self.ctx.release(f.local());
         }
         self.ctx.release_origin(self.origin_slot);
     }
@@ -400,6 +409,7 @@ pub fn connect(url: &str, config: Config) -> Result<(Client, Runner), Error> {
         origin_slot,
         published: RefCell::new(Vec::new()),
         wanted: RefCell::new(Vec::new()),
+        fetches: RefCell::new(Vec::new()),
         sessions: Cell::new(0),
         connected: Cell::new(false),
         passes: Cell::new(0),
@@ -443,6 +453,23 @@ impl Client {
         request: Request,
     ) -> Result<TrackConsumer, Error> {
         TrackConsumer::subscribe(self.shared.clone(), path, track, request).await
+    }
+
+    /// Fetches group `group` of `track` of broadcast `path` from the relay
+    /// (docs/protocol.md §3.10): from its cache, or, when it records the
+    /// broadcast, from the recording. Asks for the track's TRACK_INFO first,
+    /// so the group's [`GroupConsumer::info`] has the publisher's timescale;
+    /// returns once the group's first bytes (or its end) came, and the
+    /// consumer reads the rest as it arrives. Dropping the consumer cancels
+    /// what is left of the fetch.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`], [`Error::Full`] past the track limit,
+    /// [`Error::NotFound`] if the relay has no such broadcast, track or
+    /// group, [`Error::Refused`] for another refusal (EVICTED 0x35: too many
+    /// fetches at once), [`Error::Closed`] if the client closed meanwhile.
+    pub async fn fetch(&self, path: &str, track: &str, group: u64) -> Result<GroupConsumer, Error> {
+        fetch::fetch(self.shared.clone(), path, track, group).await
     }
 
     /// True while a session with the relay is set up.

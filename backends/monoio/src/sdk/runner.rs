@@ -5,9 +5,10 @@ use std::rc::Rc;
 use monoio::net::TcpStream;
 use skiff_core::session::{Config as SessionConfig, Error as SessionError, Event, Session};
 use skiff_core::transport::Transport;
-use skiff_core::wire::lite::{Role, SessionCode};
+use skiff_core::wire::lite::{Role, SessionCode, StreamCode};
 use skiff_core::wire::qmux::Side;
 
+use super::fetch::FetchPhase;
 use super::subscribe::Phase;
 use super::{Error, Scheme, Shared};
 use crate::cancel::race;
@@ -426,6 +427,19 @@ impl<'c> SessionApp<'c> {
         }
     }
 
+    /// The fetch `id` of this session belongs to.
+    fn find_fetch(
+        &self,
+        id: skiff_core::session::SubscriptionId,
+    ) -> Option<Rc<super::fetch::Fetched>> {
+        self.shared
+            .fetches
+            .borrow()
+            .iter()
+            .find(|f| f.id() == Some(id))
+            .cloned()
+    }
+
     /// The subscription `id` of this session belongs to, and its phase.
     fn find(
         &self,
@@ -437,6 +451,48 @@ impl<'c> SessionApp<'c> {
             .iter()
             .find(|w| matches!(w.phase.get(), Phase::Requested(x) | Phase::Active(x) if x == id))
             .cloned()
+    }
+}
+
+impl SessionApp<'_> {
+    /// Sends the fetches waiting for a session, and cancels and lets go of
+    /// the ones whose reader is gone.
+    fn act_fetches<X: Transport>(
+        &mut self,
+        session: &mut Session<'_, 'static, 'static, STREAMS, X>,
+    ) {
+        let shared = self.shared;
+        if shared.fetches.borrow().iter().any(|f| f.dropped.get()) {
+            let gone: Vec<_> = {
+                let mut fetches = shared.fetches.borrow_mut();
+                let (gone, kept) = fetches.drain(..).partition(|f| f.dropped.get());
+                *fetches = kept;
+                gone
+            };
+            for f in gone {
+                if let Some(id) = f.id() {
+                    let _ = session.unsubscribe(id);
+                }
+                shared.ctx.release(f.local());
+            }
+        }
+        let mut i = 0;
+        while let Some(f) = shared.fetches.borrow().get(i).cloned() {
+            i += 1;
+            if f.phase.get() != FetchPhase::Waiting {
+                continue;
+            }
+            match session.fetch(&f.broadcast, f.local(), f.group, f.priority) {
+                Ok(id) => f.phase.set(FetchPhase::Requested(id)),
+                // Control streams or subscription slots taken: the next turn.
+                Err(SessionError::ControlFull | SessionError::SubscriptionsFull) => {}
+                Err(_) => {
+                    f.phase
+                        .set(FetchPhase::Refused(StreamCode::Internal.to_code()));
+                    f.wake();
+                }
+            }
+        }
     }
 }
 
@@ -458,6 +514,31 @@ impl App for SessionApp<'_> {
             }
             Event::Unannounced { path, .. } => self.announced.retain(|p| p != path),
             Event::Goaway { .. } => self.going_away = true,
+            Event::TrackInfo { subscription, info } if self.find_fetch(subscription).is_some() => {
+                // The fetched group's timestamps are in the publisher's timescale.
+                if let Some(f) = self.find_fetch(subscription) {
+                    f.local().set_info(info);
+                }
+            }
+            Event::Group { subscription, .. } => {
+                if let Some(f) = self.find_fetch(subscription) {
+                    f.phase.set(FetchPhase::Arrived(subscription));
+                    f.wake();
+                }
+            }
+            Event::SubscriptionClosed { subscription, code }
+                if self.find_fetch(subscription).is_some() =>
+            {
+                if let Some(f) = self.find_fetch(subscription) {
+                    let next = match (f.phase.get(), code) {
+                        (FetchPhase::Requested(_), Some(c)) => FetchPhase::Refused(c),
+                        // The group's end (or its abort) is in the local track.
+                        _ => FetchPhase::Done,
+                    };
+                    f.phase.set(next);
+                    f.wake();
+                }
+            }
             Event::TrackInfo { subscription, .. } | Event::Started { subscription, .. } => {
                 if let Some(w) = self.find(subscription) {
                     // The local track takes the publisher's timescale and max
@@ -519,6 +600,7 @@ impl App for SessionApp<'_> {
                     shared.ctx.release(w.local());
                 }
             }
+            self.act_fetches(session);
             // By index: a request may not hold the list borrowed.
             let mut i = 0;
             while let Some(w) = shared.wanted.borrow().get(i).cloned() {
@@ -567,6 +649,17 @@ impl App for SessionApp<'_> {
     fn on_close(&mut self) {
         let shared = self.shared;
         shared.connected.set(false);
+        // A fetch under way ends with its session: its track was aborted.
+        for f in shared.fetches.borrow().iter() {
+            match f.phase.get() {
+                FetchPhase::Requested(_) => {
+                    f.phase
+                        .set(FetchPhase::Refused(StreamCode::SessionClosed.to_code()));
+                }
+                FetchPhase::Arrived(_) => f.phase.set(FetchPhase::Done),
+                _ => {}
+            }
+        }
         for w in shared.wanted.borrow().iter() {
             if let Phase::Requested(_) | Phase::Active(_) = w.phase.get() {
                 w.phase.set(Phase::Waiting);

@@ -12,6 +12,7 @@ use skiff_core::session::SubscriptionId;
 use skiff_core::window::Request;
 use smallvec::SmallVec;
 
+use super::fetch::Fetched;
 use super::{Error, Shared, check_path, track_info};
 
 /// Where a subscription stands with the current session.
@@ -189,6 +190,7 @@ impl TrackConsumer {
                         header: None,
                         parts: SmallVec::new(),
                         have: 0,
+                        fetched: None,
                     }));
                 }
                 Ok(track::Next::Lagged(n)) => {
@@ -224,7 +226,8 @@ impl Drop for TrackConsumer {
     }
 }
 
-/// One group of a subscribed track: its frames in order.
+/// One group of a subscribed track, or a fetched group
+/// ([`super::Client::fetch`]): its frames in order.
 #[derive(Debug)]
 pub struct GroupConsumer {
     track: track::Ref<'static, 'static>,
@@ -234,6 +237,8 @@ pub struct GroupConsumer {
     header: Option<(u64, usize)>,
     parts: SmallVec<[Slice<'static>; 2]>,
     have: usize,
+    /// The fetch that fills the group's track, which ends with this reader.
+    fetched: Option<Rc<Fetched>>,
     /// What the handle borrows from (the client's tables and pool): the
     /// last field, so it drops after the core handles above.
     shared: Rc<Shared>,
@@ -328,6 +333,31 @@ enum Step {
 }
 
 impl GroupConsumer {
+    /// The reader of a fetched group, which ends the fetch when dropped.
+    pub(super) fn fetched(
+        shared: Rc<Shared>,
+        track: track::Ref<'static, 'static>,
+        group: group::Consumer<'static, 'static>,
+        fetched: Rc<Fetched>,
+    ) -> Self {
+        GroupConsumer {
+            track,
+            group,
+            skipped: 0,
+            header: None,
+            parts: SmallVec::new(),
+            have: 0,
+            fetched: Some(fetched),
+            shared,
+        }
+    }
+
+    /// The track's name and properties: for a fetched group, the
+    /// publisher's TRACK_INFO (the timescale of [`Frame::timestamp`]).
+    pub fn info(&self) -> track::Info {
+        self.track.info()
+    }
+
     /// The group's sequence number.
     pub fn sequence(&self) -> u64 {
         self.group.sequence()
@@ -421,6 +451,15 @@ impl GroupConsumer {
         };
         self.have = 0;
         Ok(Step::Frame(Frame { timestamp, payload }))
+    }
+}
+
+impl Drop for GroupConsumer {
+    fn drop(&mut self) {
+        if let Some(f) = &self.fetched {
+            f.dropped.set(true);
+            self.shared.kick();
+        }
     }
 }
 

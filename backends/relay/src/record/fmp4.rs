@@ -483,6 +483,80 @@ pub fn media_segment(
     Ok((out, duration))
 }
 
+/// Most samples [`segment_samples`] reads from one segment: a run may claim
+/// up to 2^32 samples of size 0 in a few bytes.
+pub const MAX_SEGMENT_SAMPLES: usize = 1 << 16;
+
+/// The samples of the media segment `segment` (one `moof` with one track
+/// fragment, then the data its runs address, as [`media_segment`] writes
+/// it): each one's presentation time in the track's timescale (µs here) and
+/// its bytes. A sample's decode time is the `tfdt` time plus the durations
+/// of the samples before it; its presentation time adds its composition
+/// offset. Offsets count from the segment's first byte (the `moof`'s).
+///
+/// # Errors
+/// [`Mp4Error::Encode`] if the `moof` does not decode; [`Mp4Error::Segment`]
+/// for no or several track fragments, no `tfdt`, a sample without a size,
+/// a sample outside the segment, a time out of range, or more than
+/// [`MAX_SEGMENT_SAMPLES`] samples.
+pub fn segment_samples(segment: &[u8]) -> Result<Vec<Sample>, Mp4Error> {
+    let moof = Moof::decode(&mut &segment[..]).map_err(Mp4Error::Encode)?;
+    let [traf] = moof.traf.as_slice() else {
+        return Err(Mp4Error::Segment("not one track fragment"));
+    };
+    let mut dts = traf
+        .tfdt
+        .as_ref()
+        .ok_or(Mp4Error::Segment("no tfdt"))?
+        .base_media_decode_time;
+    let base = traf.tfhd.base_data_offset.unwrap_or(0);
+    let mut out = Vec::new();
+    // Where the previous run's data ended: a run without an offset follows it.
+    let mut next = base;
+    for trun in &traf.trun {
+        let mut at = match trun.data_offset {
+            Some(offset) => base
+                .checked_add_signed(i64::from(offset))
+                .ok_or(Mp4Error::Segment("a run starts before the segment"))?,
+            None => next,
+        };
+        if trun.samples.len() > MAX_SEGMENT_SAMPLES.saturating_sub(out.len()) {
+            return Err(Mp4Error::Segment("too many samples"));
+        }
+        for e in trun.samples.iter() {
+            let size = e
+                .size
+                .or(traf.tfhd.default_sample_size)
+                .ok_or(Mp4Error::Segment("a sample without a size"))?;
+            let duration = e
+                .duration
+                .or(traf.tfhd.default_sample_duration)
+                .unwrap_or(0);
+            let pts = dts
+                .checked_add_signed(e.cts.unwrap_or(0))
+                .ok_or(Mp4Error::Segment("a time out of range"))?;
+            let end = at
+                .checked_add(u64::from(size))
+                .ok_or(Mp4Error::Segment("a sample lies outside the segment"))?;
+            let data = usize::try_from(at)
+                .ok()
+                .zip(usize::try_from(end).ok())
+                .and_then(|(a, b)| segment.get(a..b))
+                .ok_or(Mp4Error::Segment("a sample lies outside the segment"))?;
+            out.push(Sample {
+                pts_us: pts,
+                data: data.to_vec(),
+            });
+            at = end;
+            dts = dts
+                .checked_add(u64::from(duration))
+                .ok_or(Mp4Error::Segment("a time out of range"))?;
+        }
+        next = at;
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -493,6 +567,82 @@ mod tests {
         let mut buf = [0u8; skiff_core::hang::testcard::CATALOG_MAX_LEN];
         let n = card.catalog("video", &mut buf).unwrap();
         buf[..n].to_vec()
+    }
+
+    #[test]
+    fn a_media_segment_reads_back_as_its_samples() {
+        let samples: Vec<Sample> = (0..5u64)
+            .map(|i| Sample {
+                pts_us: 1_000_000 + i * 33_333,
+                data: vec![i as u8; 10 + i as usize * 7],
+            })
+            .collect();
+        let (seg, _) = media_segment(3, 1, &samples, 33_333, false).unwrap();
+        assert_eq!(segment_samples(&seg).unwrap(), samples);
+        // Cut anywhere inside, it is refused, never read past its end.
+        for n in 0..seg.len() {
+            assert!(segment_samples(&seg[..n]).is_err(), "cut at {n}");
+        }
+    }
+
+    #[test]
+    fn composition_offsets_and_defaults_give_presentation_times() {
+        let moof = Moof {
+            mfhd: Mfhd { sequence_number: 1 },
+            traf: vec![Traf {
+                tfhd: Tfhd {
+                    track_id: 1,
+                    default_sample_duration: Some(40),
+                    default_base_is_moof: true,
+                    ..Default::default()
+                },
+                tfdt: Some(Tfdt {
+                    base_media_decode_time: 1000,
+                }),
+                trun: vec![Trun {
+                    data_offset: Some(0),
+                    samples: vec![
+                        TrunEntry {
+                            cts: Some(80),
+                            size: Some(2),
+                            ..Default::default()
+                        },
+                        TrunEntry {
+                            cts: Some(0),
+                            size: Some(3),
+                            ..Default::default()
+                        },
+                    ]
+                    .into(),
+                }],
+                ..Default::default()
+            }],
+        };
+        let mut probe = Vec::new();
+        moof.encode(&mut probe).unwrap();
+        let mut moof = moof;
+        moof.traf[0].trun[0].data_offset = Some(i32::try_from(probe.len() + 8).unwrap());
+        let mut seg = Vec::new();
+        moof.encode(&mut seg).unwrap();
+        Mdat {
+            data: b"abcde".to_vec(),
+        }
+        .encode(&mut seg)
+        .unwrap();
+        let got = segment_samples(&seg).unwrap();
+        assert_eq!(
+            got,
+            [
+                Sample {
+                    pts_us: 1080,
+                    data: b"ab".to_vec()
+                },
+                Sample {
+                    pts_us: 1040,
+                    data: b"cde".to_vec()
+                }
+            ]
+        );
     }
 
     #[test]

@@ -86,6 +86,13 @@ impl<'a, 'p> Consumer<'a, 'p> {
         self.frame_end.saturating_sub(self.pos)
     }
 
+    /// True if the group is whole: its producer finished it and the slot
+    /// still holds it (every byte is there to read, and its end is known).
+    pub fn is_finished(&self) -> bool {
+        self.state.generation.get() == self.generation
+            && self.state.status.get() == Status::Finished
+    }
+
     /// True if this consumer was created after its group was trimmed: it
     /// cannot read from byte 0 and its reads return [`ReadError::Trimmed`].
     pub fn is_trimmed(&self) -> bool {

@@ -5,9 +5,9 @@
 use super::Kind;
 use super::paths::join;
 use crate::session::Session;
-use crate::session::event::{AnnounceId, Event, Queued};
+use crate::session::event::{AnnounceId, Event, FetchId, Queued};
 use crate::transport::Transport;
-use crate::wire::lite::{Announce, Goaway, Setup, decode_message};
+use crate::wire::lite::{Announce, Fetch, Goaway, Setup, decode_message};
 use crate::wire::qmux::Side;
 
 impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
@@ -74,6 +74,20 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                     }
                 } else {
                     Event::Unannounced { request, path }
+                })
+            }
+            Kind::FetchIn {
+                state: super::FetchState::Missed { id, code, .. },
+            } => {
+                let (f, _) = decode_message::<Fetch<'_>>(msg).ok()?;
+                let path = super::rooted(&self.root, f.broadcast, &mut self.scratch)?;
+                Some(Event::Fetch {
+                    fetch: FetchId(id),
+                    broadcast: path.as_str(),
+                    track: f.track,
+                    group: f.group,
+                    priority: f.priority,
+                    code: code.to_code(),
                 })
             }
             _ => None,

@@ -34,6 +34,7 @@
 
 mod announce;
 mod decode;
+mod fetch;
 mod fifo;
 mod goaway;
 mod held;
@@ -51,6 +52,7 @@ pub(super) use paths::{join, rooted, unrooted};
 use super::event::Waiting;
 use crate::model::origin;
 use crate::time::Instant;
+use crate::wire::lite::StreamCode;
 use crate::wire::qmux::{Dir, StreamId};
 
 /// Where an incoming announce stream we serve stands (publisher side).
@@ -94,6 +96,35 @@ pub(super) enum SubState {
     Done,
 }
 
+/// Where a Fetch stream the peer opened stands (publisher side, docs/protocol.md §3.10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FetchState {
+    /// Waiting for FETCH.
+    Waiting,
+    /// Answered from a local group by a group-stream entry (which ends it).
+    Serving,
+    /// Not held locally: handed to the application as [`Event::Fetch`]
+    /// (`id`), waiting for its answer or refusal.
+    ///
+    /// [`Event::Fetch`]: crate::session::Event::Fetch
+    Missed {
+        id: u64,
+        /// The code it is refused with if nothing answers it.
+        code: StreamCode,
+        /// The peer's priority for it.
+        priority: u8,
+    },
+    /// Over (answered, refused or cancelled); the slot waits for the peer's end.
+    Done,
+}
+
+impl FetchState {
+    /// True while the fetch holds a place under `Config::max_fetches`.
+    pub(super) fn is_active(self) -> bool {
+        matches!(self, FetchState::Serving | FetchState::Missed { .. })
+    }
+}
+
 /// What a control slot carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
@@ -120,6 +151,11 @@ pub(super) enum Kind {
     SubscribeOut { sub: u64 },
     /// The peer's SUBSCRIBE and its serving state.
     SubscribeIn { served: SubState },
+    /// Our FETCH for fetch `sub` (held until TRACK_INFO); the answer's
+    /// bytes go to an incoming group-stream entry, not to the FIFO.
+    FetchOut { sub: u64 },
+    /// The peer's FETCH and how it is answered.
+    FetchIn { state: FetchState },
     /// Our GOAWAY.
     GoawayOut,
     /// The peer's GOAWAY; `done` once read.

@@ -5,7 +5,7 @@
 use core::cmp::min;
 
 use super::decode::Too;
-use super::{AnnounceState, Kind, Step, SubState};
+use super::{AnnounceState, FetchState, Kind, Step, SubState};
 use crate::session::Session;
 use crate::time::Instant;
 use crate::transport::Transport;
@@ -55,6 +55,9 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         let Some(id) = self.control[slot].stream else {
             return data.len();
         };
+        if let Kind::FetchOut { sub } = self.control[slot].kind {
+            return self.fetch_answer_data(_now, slot, sub, data, fin);
+        }
         let mut used = 0;
         loop {
             if self.is_closed() || self.control[slot].stream != Some(id) {
@@ -169,6 +172,9 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                 Kind::TrackIn { done, deferred } => self.parse_track(slot, done, deferred, limit),
                 Kind::SubscribeIn { served } => self.parse_subscribe(slot, served, limit),
                 Kind::GoawayIn { done } => self.parse_goaway(slot, done, limit),
+                Kind::FetchIn { state } => self.parse_fetch(slot, state, limit),
+                // Its bytes never reach the FIFO (see `fetch_answer_data`).
+                Kind::FetchOut { .. } => Step::Consumed(c.rx_len),
                 Kind::AnnounceOut { id, publisher } => {
                     self.parse_announce(slot, id, publisher, limit)
                 }
@@ -254,9 +260,12 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                 self.goaway_received = true;
                 Kind::GoawayIn { done: false }
             }
-            // §3.11: we advertise no Probe level and do not implement probing;
-            // FETCH (§3.10) is not served. Unknown types (§3.3): refuse the stream only.
-            Some(BidiStreamType::Probe) | Some(BidiStreamType::Fetch) | None => {
+            Some(BidiStreamType::Fetch) => Kind::FetchIn {
+                state: FetchState::Waiting,
+            },
+            // §3.11: we advertise no Probe level and do not implement probing.
+            // Unknown types (§3.3): refuse the stream only.
+            Some(BidiStreamType::Probe) | None => {
                 debug!("session: refusing bidi stream type {}", code);
                 self.refuse(slot, StreamCode::Internal);
                 return Step::Stop;
@@ -300,10 +309,21 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                 };
                 self.control[slot].fin = true;
             }
+            Kind::FetchIn { state } => match state {
+                // Ended before its FETCH.
+                FetchState::Waiting => self.refuse(slot, StreamCode::Internal),
+                // The requester's FIN cancels (§3.10): an answer cut short is
+                // reset, never finished.
+                FetchState::Serving | FetchState::Missed { .. } => {
+                    self.cancel_fetch(slot, StreamCode::Cancel);
+                    self.reset_tx(slot, StreamCode::Cancel);
+                }
+                FetchState::Done => {}
+            },
             Kind::AnnounceIn { .. } | Kind::Peer | Kind::GoawayIn { .. } => {
                 self.control[slot].fin = true;
             }
-            Kind::TrackIn { .. } | Kind::SetupOut | Kind::GoawayOut => {}
+            Kind::TrackIn { .. } | Kind::SetupOut | Kind::GoawayOut | Kind::FetchOut { .. } => {}
         }
     }
 }

@@ -97,6 +97,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                 served: SubState::Serving(i),
             } => self.end_served(i, code),
             Kind::TrackOut { sub, done: false } => self.track_failed(sub, code.to_code()),
+            Kind::FetchIn { .. } => self.cancel_fetch(slot, code),
             _ => {}
         }
     }
@@ -203,6 +204,16 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                     };
                     self.reset_tx(slot, StreamCode::Cancel);
                 }
+                Kind::FetchIn { .. } => {
+                    self.cancel_fetch(slot, StreamCode::Cancel);
+                    self.reset_tx(slot, StreamCode::Cancel);
+                }
+                Kind::FetchOut { sub } => {
+                    // The publisher refused (or cut short) the fetch.
+                    self.group_reset(id, code);
+                    self.reset_tx(slot, StreamCode::Cancel);
+                    self.subscription_closed(sub, Some(code));
+                }
                 Kind::AnnounceIn { .. } | Kind::Peer => self.reset_tx(slot, StreamCode::Cancel),
                 _ => {}
             }
@@ -215,6 +226,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
     pub(in crate::session) fn on_stop_sending(&mut self, id: StreamId, code: u64) {
         if let Some(slot) = self.control_slot(id) {
             let code = StreamCode::from_code(code);
+            self.cancel_fetch(slot, code);
             if let Kind::SubscribeIn { served } = self.control[slot].kind {
                 if let SubState::Serving(i) = served {
                     self.end_served(i, StreamCode::Cancel);
