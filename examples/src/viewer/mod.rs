@@ -21,7 +21,9 @@
 //! the drawn counter rising, the frame's time `counter / fps`. With
 //! `--recoveries N` it also waits for N gaps of over a second (the relay
 //! restarted, a link went down) after which frames flow again, and prints
-//! each gap's length.
+//! each gap's length. With `--from -30s` it starts 30 s before the live edge,
+//! from the relay's recording (see [`rewind`]), and plays on to live with the
+//! camera's stamps rising by exactly one.
 //! Prints fps, Mbit/s and latency; `--out DIR` writes each good frame as
 //! `DIR/frame-NNNNNN.png`.
 //!
@@ -88,6 +90,30 @@ pub struct Args {
     /// frames; each gap is printed.
     #[arg(long, default_value_t = 0)]
     pub recoveries: u64,
+    /// hang: start this far before the live edge (`-30s`, `-2m`, `-1500ms`) and play on to
+    /// it without a gap: the past groups come from the relay's recording (its replay
+    /// broadcast's timeline, then FETCH), the rest from a live subscription; the camera's
+    /// stamps must rise by exactly one across the whole run.
+    #[arg(long, value_name = "AGO", allow_hyphen_values = true, value_parser = parse_ago)]
+    pub from: Option<std::time::Duration>,
+}
+
+/// Parses `--from`: a negative duration (`-30s`, `-2m`, `-1500ms`), how far back.
+fn parse_ago(text: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("{text:?} is not a time before now such as -30s, -2m or -1500ms");
+    let rest = text.strip_prefix('-').ok_or_else(bad)?;
+    let (digits, unit) = rest.split_at(rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?);
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let ms = match unit {
+        "ms" => n,
+        "s" => n.checked_mul(1000).ok_or_else(bad)?,
+        "m" => n.checked_mul(60_000).ok_or_else(bad)?,
+        _ => return Err(bad()),
+    };
+    if ms == 0 {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_millis(ms))
 }
 
 /// Where a checked frame belongs, whichever camera made it.
@@ -274,3 +300,4 @@ async fn read(
 }
 
 mod hang;
+mod rewind;
