@@ -12,6 +12,7 @@
 //! * [`index`]: the per-broadcast index (content time → segment), an
 //!   append-only log of checksummed lines;
 //! * [`store`], [`export`] and [`hls`]: reading what is stored;
+//! * [`fetch`]: FETCH of a past group answered from the stored segment;
 //! * [`names`]: broadcast paths and track names as file names.
 //!
 //! On disk, per broadcast `DIR/<path, %-escaped>/`: `index.log`,
@@ -20,6 +21,7 @@
 //! keyframe). `cat <track>.<init>.init.mp4 <track>.<n>.m4s` is a playable file.
 
 pub mod export;
+pub mod fetch;
 pub mod fmp4;
 pub mod hls;
 pub mod index;
