@@ -271,6 +271,8 @@ pub struct Relay {
     peer_stats: RefCell<HashMap<u64, Arc<crate::metrics::PeerCounters>>>,
     /// The name of each session of this worker, by source id.
     names: RefCell<HashMap<u64, ConnName>>,
+    /// Fetches answered from the recording (`--record-dir`).
+    fetch_store: Option<crate::record::fetch::FetchStore>,
     /// The storage of the origins, pool and tables above: the last field, so
     /// it is freed after everything that borrows it.
     keep: Keep,
@@ -312,6 +314,10 @@ impl Relay {
         // `Rc<Relay>` (every session and task of the worker holds one);
         // blocks lent to another worker keep it too (`Relay::drop`).
         let WorkerTables { pool, router } = unsafe { WorkerTables::new(config, &mut keep) };
+        // SAFETY: as above, the keep outlives the store (both the relay's).
+        let fetch_store = config.record.as_ref().and_then(|r| unsafe {
+            crate::record::fetch::FetchStore::new(r.dir.clone(), pool, &mut keep, notify.clone())
+        });
         Relay {
             router,
             queues: Queues {
@@ -332,6 +338,7 @@ impl Relay {
             timer: Cell::new(None),
             peer_stats: RefCell::new(HashMap::new()),
             names: RefCell::new(HashMap::new()),
+            fetch_store,
             keep,
         }
     }

@@ -1363,4 +1363,66 @@ fn a_restarted_relay_replays_the_newest_ended_recordings_up_to_its_limit() {
     assert_eq!(read.catalog["archive"]["replay"], "./replay");
     drop(relay);
     let _ = std::fs::remove_dir_all(&dir);
+
+/// A FETCH (docs/protocol.md §3.10) for a group the relay's cache let go
+/// long ago is answered from the recording: the SDK reads the stored
+/// segment's frames back as the hang frames the camera published (its
+/// presentation time as a varint, then the access unit), with the
+/// presentation times as timestamps; a group never recorded is not found.
+#[test]
+fn a_group_gone_from_the_cache_is_fetched_from_the_recording() {
+    let dir = scratch("fetch");
+    let relay = recording_relay(dir.to_str().unwrap(), 1, &[]);
+    let addr = relay.addr;
+    let stop = Arc::new(AtomicBool::new(false));
+    // Groups of 3 frames, ten a second: a relay track holds 32 groups
+    // (`skiff_monoio::tables::GROUPS`), so group 1 left the cache once 45
+    // are recorded.
+    let cam = camera(addr, "cam.hang", None, 3, false, stop.clone());
+    wait_recordings(addr, |j| segments_of(j, "anon/cam.hang", "video") >= 45);
+    let stored = store::open(&dir, "anon/cam.hang")
+        .unwrap()
+        .expect("recorded");
+    let segment = stored
+        .segments("video")
+        .find(|s| s.group == 1)
+        .expect("group 1 recorded")
+        .clone();
+    let bytes = std::fs::read(stored.segment_path(&segment)).unwrap();
+    let want: Vec<(u64, Vec<u8>)> = skiff_relay::record::fmp4::segment_samples(&bytes)
+        .unwrap()
+        .into_iter()
+        .map(|s| {
+            let mut p = [0u8; 10];
+            let n = hang::frame::encode_prefix(s.pts_us, &mut p).unwrap();
+            let mut payload = p[..n].to_vec();
+            payload.extend_from_slice(&s.data);
+            (s.pts_us, payload)
+        })
+        .collect();
+    assert_eq!(want.len(), 3);
+
+    let url = format!("tcp://{addr}/anon");
+    let (fetched, missing) = driver::block_on(DriverKind::Legacy, move |_| async move {
+        let (client, runner) =
+            skiff_monoio::connect(&url, skiff_monoio::Config::default()).unwrap();
+        monoio::spawn(runner.run());
+        let mut frames = Vec::new();
+        let mut group = client.fetch("cam.hang", "video", 1).await.expect("fetch");
+        while let Some(f) = group.read_frame().await.expect("read") {
+            frames.push((f.timestamp, f.payload.to_vec()));
+        }
+        drop(group);
+        let missing = client.fetch("cam.hang", "video", 1_000_000).await.err();
+        client.close().await;
+        (frames, missing)
+    })
+    .expect("runtime");
+    stop.store(true, Ordering::SeqCst);
+    cam.join().unwrap();
+    assert_eq!(fetched, want);
+    assert!(
+        matches!(missing, Some(skiff_monoio::Error::NotFound)),
+        "{missing:?}"
+    );
 }

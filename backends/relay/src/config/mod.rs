@@ -501,6 +501,8 @@ impl RelayConfig {
             max_served: usize::try_from(self.limits.max_subscriptions).unwrap_or(usize::MAX),
             max_frame_bytes: self.limits.max_frame_bytes,
             max_waiting_tracks: self.quotas.waiting_track_requests as usize,
+            // A recording relay answers from the recording what its cache lacks.
+            fetch_misses: self.record.is_some(),
             ..skiff_core::session::Config::new()
         }
     }

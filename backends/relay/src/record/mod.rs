@@ -14,6 +14,7 @@
 //! * [`store`], [`export`] and [`hls`]: reading what is stored;
 //! * [`replay`]: each stored recording served back as broadcast
 //!   `PATH/replay`, with hang's `archive` catalog entry and timeline track;
+//! * [`fetch`]: FETCH of a past group answered from the stored segment;
 //! * [`names`]: broadcast paths and track names as file names.
 //!
 //! On disk, per broadcast `DIR/<path, %-escaped>/`: `index.log`,
@@ -23,6 +24,7 @@
 //! keyframe). `cat <track>.<init>.init.mp4 <track>.<n>.m4s` is a playable file.
 
 pub mod export;
+pub mod fetch;
 pub mod fmp4;
 pub mod hls;
 pub mod index;

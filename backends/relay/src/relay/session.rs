@@ -3,6 +3,8 @@
 //! core's relay policy and wakes whom they concern.
 
 use super::*;
+use crate::record::fetch::Outcome;
+use skiff_core::session::FetchId;
 
 /// What is at the other end of a relay session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +65,13 @@ pub(super) struct RelayConn<'n, const S: usize> {
     cluster_peer: bool,
     /// A session with a cluster peer this relay dials: what it counts.
     peer_stats: Option<PeerSession>,
+    /// Fetches the session's cache could not answer, with their outcome
+    /// (read from the recording, or the code to refuse them with).
+    fetched: Rc<RefCell<Vec<(Missed, Outcome)>>>,
 }
+
+/// A fetch handed to the relay ([`Event::Fetch`]): its id, track and group.
+type Missed = (FetchId, String, u64);
 
 /// What a session with a cluster peer this relay dials counts for the
 /// peer's metrics.
@@ -120,6 +128,7 @@ impl<'n, const S: usize> RelayConn<'n, S> {
             expiry_armed: false,
             setup_by: None,
             handshake: None,
+            fetched: Rc::default(),
         }
     }
 
@@ -183,6 +192,28 @@ impl<'n, const S: usize> RelayConn<'n, S> {
         }
     }
 
+    /// Answers or refuses the fetches whose outcome came.
+    fn answer_fetches<X: Transport, const N: usize>(
+        &mut self,
+        session: &mut Session<'_, 'static, 'static, N, X>,
+    ) {
+        let done: Vec<_> = self.fetched.borrow_mut().drain(..).collect();
+        for ((fetch, track, group), outcome) in done {
+            let answer = outcome.and_then(|frames| match &self.relay.fetch_store {
+                Some(store) => store.answer(&track, group, &frames),
+                None => Err(StreamCode::NotFound),
+            });
+            // A fetch the requester cancelled meanwhile is unknown: nothing to do.
+            let _ = match answer {
+                Ok(consumer) => session.answer_fetch(fetch, consumer),
+                Err(code) => {
+                    tracing::debug!(conn = ?self.name, track, group, code = code.to_code(), "fetch refused");
+                    session.refuse_fetch(fetch, code)
+                }
+            };
+        }
+    }
+
     /// Wakes whom a core call says to.
     fn wake(&self, wake: Wake) {
         match wake {
@@ -242,6 +273,29 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
                 ..
             } => {
                 tracing::debug!(conn = ?self.name, code, reason, local, "session closed");
+            }
+            Event::Fetch {
+                fetch,
+                broadcast,
+                track,
+                group,
+                code,
+                ..
+            } => {
+                let missed = (fetch, track.to_owned(), group);
+                match &self.relay.fetch_store {
+                    // Only a client's fetch reads the recording (a link or a
+                    // peer relay asks its own).
+                    Some(store) if self.client => {
+                        tracing::debug!(conn = ?self.name, broadcast, track, group, "fetch from the recording");
+                        store.start_read(broadcast, track, group, missed, self.fetched.clone());
+                    }
+                    _ => self
+                        .fetched
+                        .borrow_mut()
+                        .push((missed, Err(StreamCode::from_code(code)))),
+                }
+                return;
             }
             _ => {}
         }
@@ -316,6 +370,9 @@ impl<const S: usize, const N: usize> App<N> for RelayConn<'_, S> {
                     notify.bump();
                 });
             }
+        }
+        if !self.fetched.borrow().is_empty() {
+            self.answer_fetches(session);
         }
         relay.publish_gauges();
         relay.return_lent();

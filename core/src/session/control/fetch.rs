@@ -54,19 +54,19 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             limit,
         ) {
             Ok((f, n)) => {
-                let found = match rooted(&self.root, f.broadcast, &mut self.scratch) {
+                let (found, visible) = match rooted(&self.root, f.broadcast, &mut self.scratch) {
                     // docs/protocol.md §4.10: outside the peer's scope.
                     Some(path) if !Self::visible(self.scope, path.as_str()) => {
-                        Err(StreamCode::Unroutable)
+                        (Err(StreamCode::Unroutable), false)
                     }
-                    Some(path) => lookup(origin, path, f.track, requester),
-                    None => Err(StreamCode::NotFound),
+                    Some(path) => (lookup(origin, path, f.track, requester), true),
+                    None => (Err(StreamCode::NotFound), false),
                 };
-                Ok((n, f.group, f.priority, found))
+                Ok((n, f.group, f.priority, found, visible))
             }
             Err(e) => Err(e),
         };
-        let (n, seq, priority, found) = match decoded {
+        let (n, seq, priority, found, visible) = match decoded {
             Ok(v) => v,
             Err(Too::Incomplete) if !self.control[slot].rx_fin => return Step::Wait,
             Err(Too::Large) => return self.on_decode_error(slot, Too::Large),
@@ -107,7 +107,8 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                 c.tx_done = true;
                 Step::Consumed(n)
             }
-            Err(code) if self.fetch_misses => {
+            // Only a path the peer may see goes to the application.
+            Err(code) if self.fetch_misses && visible => {
                 let fetch = self.next_fetch;
                 self.next_fetch += 1;
                 self.control[slot].kind = Kind::FetchIn {

@@ -491,3 +491,46 @@ fn a_refused_fetch_aborts_the_local_track_with_the_code() {
     assert_eq!(local.handle().status(), track::Status::Aborted(0x33));
     assert_eq!(pair.b.closed(), None);
 }
+
+/// Lets the peer see broadcast `b` only.
+struct OnlyB;
+
+impl crate::session::Scope for OnlyB {
+    fn admit(&self, _: Option<&str>, _: Role) -> Result<(), &'static str> {
+        Ok(())
+    }
+
+    fn may_subscribe(&self, path: &str) -> bool {
+        path == "b"
+    }
+}
+
+#[test]
+fn a_path_outside_the_scope_is_refused_never_handed_over() {
+    let mut ps = PoolStorage::<16, 64>::new();
+    let pool = Pool::new(&mut ps);
+    published!(pool, o, "b", "t", _t, _tp);
+    let config = Config {
+        fetch_misses: true,
+        ..Config::new()
+    };
+    let scope = OnlyB;
+    raw_pair!(Side::Server, config, Some(o.handle()), st, pair);
+    pair.a.session.set_scope(Some(&scope));
+    pair.b.open(Dir::Uni, &hex("01 01 00"), true);
+    let hidden = pair.b.open(Dir::Bidi, &fetch_bytes("c", "t", 0, 1), false);
+    let missed = pair.b.open(Dir::Bidi, &fetch_bytes("b", "t", 0, 1), false);
+    pair.settle(Duration::from_millis(50));
+    assert!(pair.b.resets.contains(&(hidden.value(), 0x36)));
+    let misses: Vec<_> = pair
+        .a
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Ev::Fetch { broadcast, .. } => Some(broadcast.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(misses, ["b"]);
+    assert!(pair.b.received(missed.value()).is_empty());
+}

@@ -1469,3 +1469,40 @@ fn unsubscribe_cancels_and_the_publisher_finishes() {
     assert_eq!(local.handle().status(), track::Status::Finished);
     drop(open);
 }
+
+#[test]
+fn a_fetch_brings_a_held_group_and_a_missing_one_is_refused() {
+    // docs/protocol.md §3.10: TRACK, then FETCH on a bidi stream; the answer
+    // is the group's FRAMEs on that stream, or a reset with the code.
+    let mut ps = PoolStorage::<64, 128>::new();
+    let pool = Pool::new(&mut ps);
+    let mut pc = PoolStorage::<64, 128>::new();
+    let cpool = Pool::new(&mut pc);
+    published!(pool, o, "live", "video", video, tp);
+    let big = [9u8; 1500];
+    for seq in 0..3 {
+        write_group(&tp, seq, &[(seq * 100, b"key"), (seq * 100 + 10, &big)]);
+    }
+    let local = track::State::<2>::new(&cpool, track::Info::new("video").unwrap());
+    let gone = track::State::<2>::new(&cpool, track::Info::new("video").unwrap());
+    session_pair!(o.handle(), pair);
+    let f = pair.a.session.fetch("live", local.handle(), 1, 0).unwrap();
+    let g = pair.a.session.fetch("live", gone.handle(), 7, 0).unwrap();
+    assert!(pair.run(5000, |p| {
+        p.a.events
+            .iter()
+            .filter(|e| matches!(e, Ev::SubscriptionClosed { .. }))
+            .count()
+            == 2
+    }));
+    assert!(pair.a.events.contains(&Ev::SubscriptionClosed {
+        subscription: f,
+        code: None
+    }));
+    assert!(pair.a.events.contains(&Ev::SubscriptionClosed {
+        subscription: g,
+        code: Some(StreamCode::NotFound.to_code())
+    }));
+    assert_eq!(read_group(local.handle(), 1), read_group(video.handle(), 1));
+    assert_eq!(pair.b.session.sending_groups(), 0);
+}
