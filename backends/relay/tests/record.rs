@@ -1363,6 +1363,7 @@ fn a_restarted_relay_replays_the_newest_ended_recordings_up_to_its_limit() {
     assert_eq!(read.catalog["archive"]["replay"], "./replay");
     drop(relay);
     let _ = std::fs::remove_dir_all(&dir);
+}
 
 /// A FETCH (docs/protocol.md §3.10) for a group the relay's cache let go
 /// long ago is answered from the recording: the SDK reads the stored
