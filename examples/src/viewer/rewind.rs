@@ -32,8 +32,9 @@ use super::hang::{Checker, rendition};
 /// The replay broadcast's name under the recorded broadcast's path.
 const REPLAY: &str = "replay";
 
-/// The timeline is taken as read once no frame came for this long.
-const CAUGHT_UP: Duration = Duration::from_millis(300);
+/// The timeline is taken as read once no frame came for this long: the
+/// frames a group already holds come back to back on its stream.
+const CAUGHT_UP: Duration = Duration::from_millis(50);
 
 /// How long a group the recording has not stored yet is asked for again.
 const FETCH_PATIENCE: Duration = Duration::from_secs(3);
