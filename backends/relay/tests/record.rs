@@ -1402,6 +1402,12 @@ fn a_group_gone_from_the_cache_is_fetched_from_the_recording() {
         })
         .collect();
     assert_eq!(want.len(), 3);
+    // `X/replay` names the recording of `X` (its publisher, which the SDK's
+    // TRACK request needs, is not part of this test: read it directly).
+    assert_eq!(
+        skiff_relay::record::fetch::read_group(&dir, "anon/cam.hang/replay", "video", 1),
+        Ok(want.clone())
+    );
 
     let url = format!("tcp://{addr}/anon");
     let (fetched, missing) = driver::block_on(DriverKind::Legacy, move |_| async move {
