@@ -925,7 +925,7 @@ fn records_on_a_relay_that_verifies_tokens() {
     use moq_auth::{Algorithm, Claims, Key, KeyId, Pattern};
     let dir = scratch("auth");
     let key = Key::generate(Algorithm::ES256, Some(KeyId::decode("rec").unwrap())).unwrap();
-    key.to_file(&dir.join("key.jwk")).unwrap();
+    key.to_file(dir.join("key.jwk")).unwrap();
     let store_dir = dir.join("rec");
     // No --auth-public: every session needs a token, the recorder's included.
     let relay = recording_relay(

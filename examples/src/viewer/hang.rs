@@ -355,13 +355,13 @@ impl<'a> Checker<'a> {
         let stamped = *self.stamps.get_or_insert(stamp.is_some());
         if stamped {
             let s = stamp.ok_or_else(|| format!("corrupt frame: {at}: stamp unreadable"))?;
-            if let Some(l) = self.last_stamp {
-                if s.frame <= l || (self.consecutive && s.frame != l + 1) {
-                    return Err(format!(
-                        "corrupt frame: {at}: stamp frame {} after {l}",
-                        s.frame
-                    ));
-                }
+            if let Some(l) = self.last_stamp
+                && (s.frame <= l || (self.consecutive && s.frame != l + 1))
+            {
+                return Err(format!(
+                    "corrupt frame: {at}: stamp frame {} after {l}",
+                    s.frame
+                ));
             }
             self.last_stamp = Some(s.frame);
             self.first_stamp.get_or_insert(s);

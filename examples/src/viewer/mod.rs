@@ -301,3 +301,28 @@ async fn read(
 
 mod hang;
 mod rewind;
+
+#[cfg(test)]
+mod tests {
+    use super::parse_ago;
+    use std::time::Duration;
+
+    #[test]
+    fn from_takes_a_time_before_now() {
+        assert_eq!(parse_ago("-30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_ago("-2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_ago("-1500ms"), Ok(Duration::from_millis(1500)));
+        for bad in [
+            "30s",
+            "-30",
+            "-s",
+            "-0s",
+            "-3h",
+            "-99999999999999999999s",
+            "",
+            "-1.5s",
+        ] {
+            assert!(parse_ago(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -15,6 +15,7 @@
 //! * [`replay`]: each stored recording served back as broadcast
 //!   `PATH/replay`, with hang's `archive` catalog entry and timeline track;
 //! * [`fetch`]: FETCH of a past group answered from the stored segment;
+//! * [`clients`]: the SDK clients dialing the relay's own port;
 //! * [`names`]: broadcast paths and track names as file names.
 //!
 //! On disk, per broadcast `DIR/<path, %-escaped>/`: `index.log`,
@@ -23,6 +24,7 @@
 //! `moof` + `mdat` per moq-lite group, so each segment starts on a
 //! keyframe). `cat <track>.<init>.init.mp4 <track>.<n>.m4s` is a playable file.
 
+pub mod clients;
 pub mod export;
 pub mod fetch;
 pub mod fmp4;

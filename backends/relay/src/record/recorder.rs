@@ -26,6 +26,7 @@ use skiff_monoio::sdk::{End, Request, Start};
 use skiff_monoio::shutdown::Shutdown;
 use skiff_monoio::{Client, Config};
 
+use super::clients::{Clients, Lease};
 use super::fmp4::{self, Sample};
 use super::replay::ReplayPaths;
 use super::writer::{Job, Queue};
@@ -63,54 +64,6 @@ async fn stopped(flag: &Cell<bool>) {
 /// broadcasts of three tracks leave room for the announce requests.
 pub const BROADCASTS_PER_CLIENT: usize = 3;
 
-/// The recorder's clients of the relay, each recording up to
-/// [`BROADCASTS_PER_CLIENT`] broadcasts; one more is dialed when all are full.
-struct Clients {
-    url: String,
-    config: Config,
-    /// Each client with the number of broadcasts it records.
-    list: Vec<(Client, Rc<Cell<usize>>)>,
-}
-
-/// One broadcast's share of a recorder client, given back when dropped.
-struct Lease(Rc<Cell<usize>>);
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.0.set(self.0.get().saturating_sub(1));
-    }
-}
-
-impl Clients {
-    /// A client with room for one more broadcast, dialing a new one if
-    /// every client is full; `None` (logged) if none can be made.
-    fn lease(&mut self) -> Option<(Client, Lease)> {
-        let slot = match self
-            .list
-            .iter()
-            .find(|(_, n)| n.get() < BROADCASTS_PER_CLIENT)
-        {
-            Some((client, n)) => (client.clone(), n.clone()),
-            None => match skiff_monoio::connect(&self.url, self.config.clone()) {
-                Ok((client, runner)) => {
-                    monoio::spawn(runner.run());
-                    let n = Rc::new(Cell::new(0));
-                    self.list.push((client.clone(), n.clone()));
-                    (client, n)
-                }
-                Err(e) => {
-                    // The URL's query holds the relay's own token: never logged.
-                    let url = self.url.split('?').next().unwrap_or_default();
-                    tracing::error!(url, error = %e, "recording: cannot make a recorder client");
-                    return None;
-                }
-            },
-        };
-        slot.1.set(slot.1.get() + 1);
-        Some((slot.0, Lease(slot.1)))
-    }
-}
-
 /// Runs the recorder until `shutdown`: `url` is the relay's own listen
 /// address as the SDK dials it, `config` the SDK's settings of each of its
 /// clients (pool size, TLS trust); the broadcasts in `replays` (this
@@ -124,11 +77,7 @@ pub async fn run(
     queue: Queue,
     shutdown: Shutdown,
 ) {
-    let mut clients = Clients {
-        url,
-        config,
-        list: Vec::new(),
-    };
+    let mut clients = Clients::new("recording", url, config, BROADCASTS_PER_CLIENT);
     // Path → (its task's stop flag, the scan that last saw it).
     let mut active: BTreeMap<String, (Rc<Cell<bool>>, u64)> = BTreeMap::new();
     let mut scan = 0u64;
@@ -179,9 +128,7 @@ pub async fn run(
     }
     // The broadcasts' tasks see the flag within 100 ms and queue their end.
     monoio::time::sleep(Duration::from_millis(200)).await;
-    for (client, _) in &clients.list {
-        client.close().await;
-    }
+    clients.close().await;
 }
 
 /// Records broadcast `path` with `client` until `stop` (holding its share

@@ -47,6 +47,7 @@ use skiff_monoio::sdk::{BroadcastProducer, GroupProducer, TrackProducer};
 use skiff_monoio::shutdown::Shutdown;
 use skiff_monoio::{Client, Config};
 
+use super::clients::Clients;
 use super::index::{self, BroadcastIndex, Segment};
 use super::{RecordStats, names};
 
@@ -183,46 +184,6 @@ fn candidates(dir: &Path) -> Vec<(String, SystemTime)> {
         .collect()
 }
 
-/// The clients replays are published with, [`REPLAYS_PER_CLIENT`] each.
-struct Clients {
-    url: String,
-    config: Config,
-    list: Vec<(Client, Rc<Cell<usize>>)>,
-}
-
-/// One replay's share of a client, given back when dropped.
-struct Lease(Rc<Cell<usize>>);
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.0.set(self.0.get().saturating_sub(1));
-    }
-}
-
-impl Clients {
-    fn lease(&mut self) -> Option<(Client, Lease)> {
-        let slot = match self.list.iter().find(|(_, n)| n.get() < REPLAYS_PER_CLIENT) {
-            Some((c, n)) => (c.clone(), n.clone()),
-            None => match skiff_monoio::connect(&self.url, self.config.clone()) {
-                Ok((client, runner)) => {
-                    monoio::spawn(runner.run());
-                    let n = Rc::new(Cell::new(0));
-                    self.list.push((client.clone(), n.clone()));
-                    (client, n)
-                }
-                Err(e) => {
-                    // The URL's query holds the relay's own token: never logged.
-                    let url = self.url.split('?').next().unwrap_or_default();
-                    tracing::error!(url, error = %e, "replay: cannot make a client");
-                    return None;
-                }
-            },
-        };
-        slot.1.set(slot.1.get() + 1);
-        Some((slot.0, Lease(slot.1)))
-    }
-}
-
 /// The SDK settings of a replay client: room for its replays' catalogs
 /// and timeline groups.
 pub fn client_config(mut config: Config) -> Config {
@@ -252,11 +213,7 @@ pub async fn run(
             return;
         }
     };
-    let mut clients = Clients {
-        url,
-        config: client_config(config),
-        list: Vec::new(),
-    };
+    let mut clients = Clients::new("replay", url, client_config(config), REPLAYS_PER_CLIENT);
     // Recording path → its task's stop flag and whether it has ended. A
     // stopped task stays listed until it ended, so a path chosen again
     // meanwhile does not get a second task publishing the same broadcast.
@@ -316,9 +273,7 @@ pub async fn run(
         stop.set(true);
     }
     monoio::time::sleep(TICK + Duration::from_millis(100)).await;
-    for (client, _) in &clients.list {
-        client.close().await;
-    }
+    clients.close().await;
 }
 
 /// Where a replay is in reading its recording's index.
