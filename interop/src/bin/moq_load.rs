@@ -43,8 +43,9 @@
 //! gap (subscribers whose subscription ends subscribe again, and are counted).
 //!
 //! With `--broadcasts N` the publisher announces N broadcasts (`load/0` to
-//! `load/N-1`), each one track paced at `--fps` on its own tick (the ticks
-//! spread over the frame interval), and subscriber i reads broadcast i mod N.
+//! `load/N-1`), each on a session of its own (as N cameras would) with one
+//! track paced at `--fps` on its own tick (the ticks spread over the frame
+//! interval), and subscriber i reads broadcast i mod N.
 //! `--hang` makes them hang broadcasts a recording relay stores (`skiff-relay
 //! --record`): each gets a `catalog.json` track naming one H.264 rendition
 //! (1280x720, with the avcC record of skiff's test card) and its frames become
@@ -311,8 +312,8 @@ struct Cli {
     kill: bool,
     /// Broadcasts the publisher announces: `load` alone, or `load/0` to
     /// `load/N-1`, each one track at `--fps` (ticks spread over the frame
-    /// interval); subscriber i reads broadcast i mod N. Above one, `--fps`
-    /// must be a number.
+    /// interval) on a session of its own; subscriber i reads broadcast i mod
+    /// N. Above one, `--fps` must be a number.
     #[arg(long, default_value_t = 1)]
     broadcasts: usize,
     /// Publish hang broadcasts, which `skiff-relay --record` stores: a
@@ -1181,74 +1182,79 @@ type Published = (
     Option<moq_net::track::Producer>,
 );
 
+/// Makes broadcast `i` of `n` in `origin` (its track, and with `--hang` its
+/// catalog track) and announces it.
+fn make_broadcast(
+    origin: &moq_net::origin::Producer,
+    i: usize,
+    n: usize,
+    hang: bool,
+) -> Result<Published, String> {
+    let broadcast = origin
+        .create_broadcast(broadcast_name(i, n))
+        .map_err(|e| format!("broadcast: {e}"))?;
+    let track = broadcast
+        .create_track(TRACK, moq_net::track::Info::default())
+        .map_err(|e| format!("track: {e}"))?;
+    let catalog = if hang {
+        Some(
+            broadcast
+                .create_track(
+                    skiff_core::hang::CATALOG_TRACK,
+                    moq_net::track::Info::default(),
+                )
+                .map_err(|e| format!("catalog track: {e}"))?,
+        )
+    } else {
+        None
+    };
+    broadcast
+        .announce(moq_net::origin::Route::default())
+        .map_err(|e| format!("announce: {e}"))?;
+    Ok((broadcast, track, catalog))
+}
+
 /// Connects, announces the broadcasts and publishes frames until `stop`.
+/// Through a relay each broadcast has a session of its own, as separate
+/// cameras would (and a relay's tables for one session's subscriptions stay
+/// out of the measure); `--relay direct` serves them all from one origin.
 async fn publisher(
     target: Target,
     shared: Arc<Shared>,
     publish: Publish,
     ready: tokio::sync::oneshot::Sender<Result<(), String>>,
 ) {
-    let origin = match origin(0x5151, shared.cache_kib) {
-        Ok(o) => o,
-        Err(e) => {
-            let _ = ready.send(Err(e));
-            return;
-        }
-    };
     let n = shared.broadcasts.max(1);
-    let setup = || -> Result<Vec<Published>, String> {
-        let mut out = Vec::with_capacity(n);
-        for i in 0..n {
-            let broadcast = origin
-                .create_broadcast(broadcast_name(i, n))
-                .map_err(|e| format!("broadcast: {e}"))?;
-            let track = broadcast
-                .create_track(TRACK, moq_net::track::Info::default())
-                .map_err(|e| format!("track: {e}"))?;
-            let catalog = match publish.hang {
-                Some(_) => Some(
-                    broadcast
-                        .create_track(
-                            skiff_core::hang::CATALOG_TRACK,
-                            moq_net::track::Info::default(),
-                        )
-                        .map_err(|e| format!("catalog track: {e}"))?,
-                ),
-                None => None,
-            };
-            broadcast
-                .announce(moq_net::origin::Route::default())
-                .map_err(|e| format!("announce: {e}"))?;
-            out.push((broadcast, track, catalog));
+    let hang = publish.hang.is_some();
+    let setup = async {
+        let mut tracks = Vec::with_capacity(n);
+        let mut sessions = Vec::new();
+        match target {
+            Target::Relay(dial) => {
+                for i in 0..n {
+                    let origin = origin(0x5151, shared.cache_kib)?;
+                    tracks.push(make_broadcast(&origin, i, n, hang)?);
+                    let session = connect(&dial, &origin, true)
+                        .await
+                        .map_err(|e| format!("publisher: {e}"))?;
+                    sessions.push(session);
+                }
+            }
+            Target::Serve(listener) => {
+                let origin = origin(0x5151, shared.cache_kib)?;
+                for i in 0..n {
+                    tracks.push(make_broadcast(&origin, i, n, hang)?);
+                }
+                tokio::spawn(serve(listener, origin.consume(), versions()?));
+            }
         }
-        Ok(out)
+        Ok::<_, String>((tracks, sessions))
     };
-    let tracks = match setup() {
+    let (tracks, sessions) = match setup.await {
         Ok(v) => v,
         Err(e) => {
             let _ = ready.send(Err(e));
             return;
-        }
-    };
-    let session = match target {
-        Target::Relay(dial) => match connect(&dial, &origin, true).await {
-            Ok(s) => Some(s),
-            Err(e) => {
-                let _ = ready.send(Err(format!("publisher: {e}")));
-                return;
-            }
-        },
-        Target::Serve(listener) => {
-            match versions() {
-                Ok(v) => {
-                    tokio::spawn(serve(listener, origin.consume(), v));
-                }
-                Err(e) => {
-                    let _ = ready.send(Err(e));
-                    return;
-                }
-            }
-            None
         }
     };
     let _ = ready.send(Ok(()));
@@ -1268,7 +1274,7 @@ async fn publisher(
         ));
     }
     while tasks.join_next().await.is_some() {}
-    if let Some(session) = session {
+    for session in sessions {
         session.close().await;
     }
 }
