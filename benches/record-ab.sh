@@ -14,7 +14,8 @@
 #   benches/record-ab.sh ROUNDS [WORKDIR]
 #
 # Env: BROADCASTS (100), SUBS (BROADCASTS), FRAME (8333), FPS (30),
-# GROUP (60), SECS (20), WARMUP (4), KEEP (keep the directories).
+# GROUP (60), SECS (20), WARMUP (4), ALIGNED (every broadcast's groups end
+# together: moq_load --aligned-groups), KEEP (keep the directories).
 # Needs release builds of skiff-relay and moq_load in $CARGO_TARGET_DIR
 # (default target).
 set -euo pipefail
@@ -61,7 +62,7 @@ row() {
   echo "## recording: $record (round $round) $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
   "$bin/moq_load" --relay skiff --broadcasts "$broadcasts" --hang --subscribers "$subs" \
     --frame-bytes "$frame" --fps "${FPS:-30}" --group-frames "${GROUP:-60}" \
-    --seconds "${SECS:-20}" --warmup "${WARMUP:-4}" --relay-metrics "$metrics" \
+    --seconds "${SECS:-20}" --warmup "${WARMUP:-4}" --relay-metrics "$metrics" ${ALIGNED:+--aligned-groups} \
     --skiff-args="$extra" | grep -v '^transport:'
   if [ "$record" = yes ]; then
     readback "$dir"

@@ -45,7 +45,8 @@
 //! With `--broadcasts N` the publisher announces N broadcasts (`load/0` to
 //! `load/N-1`), each on a session of its own (as N cameras would) with one
 //! track paced at `--fps` on its own tick (the ticks spread over the frame
-//! interval), and subscriber i reads broadcast i mod N.
+//! interval) and its group boundaries spread over a group's frames (unless
+//! `--aligned-groups`), and subscriber i reads broadcast i mod N.
 //! `--hang` makes them hang broadcasts a recording relay stores (`skiff-relay
 //! --record`): each gets a `catalog.json` track naming one H.264 rendition
 //! (1280x720, with the avcC record of skiff's test card) and its frames become
@@ -331,6 +332,12 @@ struct Cli {
     /// hour of 30 fps video in two minutes.
     #[arg(long)]
     content_fps: Option<u32>,
+    /// With `--broadcasts`: every broadcast's groups start on the same frame
+    /// number. Without it broadcast i's first group is i/N of a group
+    /// shorter, so group ends (and a recorder's segment writes) spread over
+    /// the group's duration as independent cameras' would.
+    #[arg(long)]
+    aligned_groups: bool,
 }
 
 fn main() {
@@ -1173,6 +1180,8 @@ struct Publish {
     /// With `--hang`: the catalog, and the microseconds between
     /// presentation times.
     hang: Option<(Arc<[u8]>, f64)>,
+    /// Every broadcast's groups start together (`--aligned-groups`).
+    aligned: bool,
 }
 
 /// One broadcast's producers, kept alive while it publishes.
@@ -1266,11 +1275,20 @@ async fn publisher(
             Pace::Fps(fps) => Duration::from_secs_f64(i as f64 / n as f64 / f64::from(fps)),
             Pace::Max { .. } => Duration::ZERO,
         };
+        // Broadcast i's first group is i/n of a group shorter, so the
+        // groups of all of them do not end together (`--aligned-groups`:
+        // they do).
+        let phase = if publish.aligned {
+            0
+        } else {
+            (i as u64 * publish.group_frames) / n as u64
+        };
         tasks.spawn(publish_track(
             shared.clone(),
             publish.clone(),
             published,
             offset,
+            phase,
         ));
     }
     while tasks.join_next().await.is_some() {}
@@ -1280,19 +1298,23 @@ async fn publisher(
 }
 
 /// Publishes one broadcast's frames until `stop`, its first tick `offset`
-/// after now; with `--hang`, the catalog again at the head of every group
-/// (so a subscriber arriving late finds one in any cache).
+/// after now, frame `seq` starting a group when `seq + phase` is a multiple
+/// of the group's frames (and the first); with `--hang`, the catalog again
+/// at the head of every group (so a subscriber arriving late finds one in
+/// any cache).
 async fn publish_track(
     shared: Arc<Shared>,
     publish: Publish,
     (broadcast, track, catalog): Published,
     offset: Duration,
+    phase: u64,
 ) {
     let Publish {
         frame_bytes,
         group_frames,
         pace,
         ref hang,
+        ..
     } = publish;
     let scale = moq_net::Timescale::MICRO;
     let mut template = vec![0u8; frame_bytes];
@@ -1340,12 +1362,13 @@ async fn publish_track(
             break;
         }
         let sent = shared.now_ns();
-        let key = seq.is_multiple_of(group_frames);
+        let place = seq + phase;
+        let key = seq == 0 || place.is_multiple_of(group_frames);
         if key {
             if let Some(g) = group.take() {
                 let _ = g.finish();
             }
-            match track.create_group(moq_net::group::Info::from(seq / group_frames)) {
+            match track.create_group(moq_net::group::Info::from(place / group_frames)) {
                 Ok(g) => group = Some(g),
                 Err(e) => {
                     eprintln!("moq_load: publisher group: {e}");
@@ -1970,6 +1993,7 @@ fn run_row(
         frame_bytes: cli.frame_bytes,
         group_frames: cli.group_frames.max(1),
         pace,
+        aligned: cli.aligned_groups,
         hang: catalog.map(|c| (c.clone(), 1e6 / f64::from(content_fps.unwrap_or(30).max(1)))),
     };
     let relay_io = || {
