@@ -55,7 +55,7 @@
 //! the timing header and filler, not a decodable picture; every frame keeps
 //! `--frame-bytes`. The presentation times advance at `--content-fps`
 //! (default `--fps`): `--fps 1800 --content-fps 30` stores an hour of 30 fps
-//! video in two minutes. After such a row the tool prints what the relay
+//! video in a minute. After such a row the tool prints what the relay
 //! wrote to disk over the window (`/proc/PID/io` `write_bytes` and `wchar`)
 //! against the media published, and, with `--relay-metrics`, what its
 //! recorder counted (`skiff_relay_record_*`).
@@ -329,7 +329,7 @@ struct Cli {
     /// With `--hang`: the frame rate the presentation times advance at
     /// (frame n at n / RATE s) [default: `--fps`]. Above `--fps` the content
     /// runs faster than wall time: `--fps 1800 --content-fps 30` stores an
-    /// hour of 30 fps video in two minutes.
+    /// hour of 30 fps video in a minute.
     #[arg(long)]
     content_fps: Option<u32>,
     /// With `--broadcasts`: every broadcast's groups start on the same frame
