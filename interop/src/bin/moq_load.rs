@@ -42,6 +42,24 @@
 //! prints each subscriber's time from the kill to its first frame after the
 //! gap (subscribers whose subscription ends subscribe again, and are counted).
 //!
+//! With `--broadcasts N` the publisher announces N broadcasts (`load/0` to
+//! `load/N-1`), each on a session of its own (as N cameras would) with one
+//! track paced at `--fps` on its own tick (the ticks spread over the frame
+//! interval) and its group boundaries spread over a group's frames (unless
+//! `--aligned-groups`), and subscriber i reads broadcast i mod N.
+//! `--hang` makes them hang broadcasts a recording relay stores (`skiff-relay
+//! --record`): each gets a `catalog.json` track naming one H.264 rendition
+//! (1280x720, with the avcC record of skiff's test card) and its frames become
+//! hang legacy frames, a presentation time then one length-prefixed NAL unit
+//! (an IDR slice heading each group, non-IDR slices after it) whose body is
+//! the timing header and filler, not a decodable picture; every frame keeps
+//! `--frame-bytes`. The presentation times advance at `--content-fps`
+//! (default `--fps`): `--fps 1800 --content-fps 30` stores an hour of 30 fps
+//! video in a minute. After such a row the tool prints what the relay
+//! wrote to disk over the window (`/proc/PID/io` `write_bytes` and `wchar`)
+//! against the media published, and, with `--relay-metrics`, what its
+//! recorder counted (`skiff_relay_record_*`).
+//!
 //! The clients run on one multi-threaded tokio runtime with `--client-threads`
 //! workers (default 2). Subscribers that fail to connect or subscribe are
 //! counted and printed; they never abort the run.
@@ -53,6 +71,9 @@
 //! target/release/moq_load --relay moq-relay --transport quic --moq-relay-runtime io-uring
 //! target/release/moq_load --relay both --hops 3 --subscribers 10 --fps 60
 //! target/release/moq_load --relay both --kill --subscribers 10 --fps 60 --seconds 8
+//! target/release/moq_load --relay skiff --broadcasts 100 --hang --subscribers 100 \
+//!     --frame-bytes 8333 --fps 30 --group-frames 60 \
+//!     --skiff-args="--max-connections-per-ip 100000 --record anon/load/** --record-dir /tmp/rec"
 //! ```
 //!
 //! Over QUIC, skiff-relay is started with `--skiff-quic-args` (default
@@ -83,6 +104,12 @@ const TRACK: &str = "video";
 const PATH: &str = "/anon";
 /// Payload header: send time (ns since the epoch), then the frame's sequence number.
 const HEADER: usize = 16;
+/// With `--hang`, the bytes before the header in a frame's access unit: the
+/// NAL unit's 4-byte length and its 1-byte NAL header.
+const NAL_HEAD: usize = 5;
+/// With `--hang`, the picture size the catalog names.
+const HANG_WIDTH: usize = 1280;
+const HANG_HEIGHT: usize = 720;
 /// Bound on one client's connect and handshake.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a client keeps a group nobody reads when its cache is bounded
@@ -284,6 +311,33 @@ struct Cli {
     /// subscription ends subscribes again on the same session.
     #[arg(long)]
     kill: bool,
+    /// Broadcasts the publisher announces: `load` alone, or `load/0` to
+    /// `load/N-1`, each one track at `--fps` (ticks spread over the frame
+    /// interval) on a session of its own; subscriber i reads broadcast i mod
+    /// N. Above one, `--fps` must be a number.
+    #[arg(long, default_value_t = 1)]
+    broadcasts: usize,
+    /// Publish hang broadcasts, which `skiff-relay --record` stores: a
+    /// `catalog.json` track naming one H.264 rendition (1280x720, an avcC
+    /// record) and video frames in hang's legacy container (a presentation
+    /// time, then one length-prefixed NAL unit: an IDR slice first in each
+    /// group, non-IDR slices after; a filler body, not a decodable picture),
+    /// each `--frame-bytes` long. Prints the relay's disk writes per byte of
+    /// media published.
+    #[arg(long)]
+    hang: bool,
+    /// With `--hang`: the frame rate the presentation times advance at
+    /// (frame n at n / RATE s) [default: `--fps`]. Above `--fps` the content
+    /// runs faster than wall time: `--fps 1800 --content-fps 30` stores an
+    /// hour of 30 fps video in a minute.
+    #[arg(long)]
+    content_fps: Option<u32>,
+    /// With `--broadcasts`: every broadcast's groups start on the same frame
+    /// number. Without it broadcast i's first group is i/N of a group
+    /// shorter, so group ends (and a recorder's segment writes) spread over
+    /// the group's duration as independent cameras' would.
+    #[arg(long)]
+    aligned_groups: bool,
 }
 
 fn main() {
@@ -826,6 +880,22 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Bytes `pid` had the storage layer write (`write_bytes` of
+/// `/proc/PID/io`, counted when pages are dirtied) and bytes it passed to
+/// write calls (`wchar`), or zeros if unreadable.
+fn io_written(pid: u32) -> (u64, u64) {
+    let Ok(io) = std::fs::read_to_string(format!("/proc/{pid}/io")) else {
+        return (0, 0);
+    };
+    let field = |key: &str| {
+        io.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (field("write_bytes:"), field("wchar:"))
+}
+
 // ---------------------------------------------------------------------------
 // Shared counters
 // ---------------------------------------------------------------------------
@@ -886,6 +956,10 @@ struct Shared {
     progress: tokio::sync::Notify,
     /// Each client's cache capacity in KiB, 0 for moq-net's default pool.
     cache_kib: u64,
+    /// Broadcasts published (`--broadcasts`).
+    broadcasts: usize,
+    /// Frames are hang legacy frames (`--hang`).
+    hang: bool,
 }
 
 impl Shared {
@@ -925,6 +999,62 @@ fn origin(hop: u64, cache_kib: u64) -> Result<moq_net::origin::Producer, String>
         );
     }
     Ok(moq_tokio::origin::spawn_config(config))
+}
+
+/// The name of broadcast `i` of `n`: [`BROADCAST`] alone, else `load/i`.
+fn broadcast_name(i: usize, n: usize) -> String {
+    if n <= 1 {
+        BROADCAST.to_owned()
+    } else {
+        format!("{BROADCAST}/{i}")
+    }
+}
+
+/// The hang catalog of every `--hang` broadcast: one H.264 rendition,
+/// track [`TRACK`], with the avcC record of skiff's test card at
+/// [`HANG_WIDTH`]x[`HANG_HEIGHT`] and `fps`.
+fn hang_catalog(fps: u32) -> Result<Vec<u8>, String> {
+    use skiff_core::hang::testcard::{CATALOG_MAX_LEN, TestCard};
+    let card =
+        TestCard::new(HANG_WIDTH, HANG_HEIGHT, fps).map_err(|e| format!("catalog: {e:?}"))?;
+    let mut json = [0u8; CATALOG_MAX_LEN];
+    let len = card
+        .catalog(TRACK, &mut json)
+        .map_err(|e| format!("catalog: {e:?}"))?;
+    Ok(json[..len].to_vec())
+}
+
+/// Writes frame `seq` of a `--hang` track into `payload` (`frame_bytes`
+/// long): the legacy prefix for `pts_us`, then one NAL unit filling the rest
+/// (IDR when `key`); returns where the timing header goes, or `None` if the
+/// frame is too short for it.
+fn hang_frame(payload: &mut [u8], pts_us: u64, key: bool) -> Option<usize> {
+    use skiff_core::hang::{avc, frame};
+    let prefix = frame::encode_prefix(pts_us, payload).ok()?;
+    let nal_len = payload.len().checked_sub(prefix + 4)?;
+    if nal_len < 1 + HEADER + 1 {
+        return None;
+    }
+    payload
+        .get_mut(prefix..prefix + 4)?
+        .copy_from_slice(&u32::try_from(nal_len).ok()?.to_be_bytes());
+    // nal_ref_idc 3 for the IDR slice, 2 for the others.
+    *payload.get_mut(prefix + 4)? = if key {
+        (3 << 5) | avc::NAL_IDR
+    } else {
+        (2 << 5) | avc::NAL_SLICE
+    };
+    Some(prefix + NAL_HEAD)
+}
+
+/// Where the timing header of a received frame starts: 0, or with `--hang`
+/// after the legacy prefix and the NAL unit's length and header.
+fn header_offset(payload: &[u8], hang: bool) -> Option<usize> {
+    if !hang {
+        return Some(0);
+    }
+    let (_, au) = skiff_core::hang::frame::decode(payload).ok()?;
+    Some(payload.len() - au.len() + NAL_HEAD)
 }
 
 /// A client's session, closed when its task ends.
@@ -1041,64 +1171,151 @@ enum Pace {
     Max { window: u64 },
 }
 
-/// Connects, announces the broadcast and publishes frames until `stop`.
-async fn publisher(
-    target: Target,
-    shared: Arc<Shared>,
+/// What each track of the publisher sends.
+#[derive(Clone)]
+struct Publish {
     frame_bytes: usize,
     group_frames: u64,
     pace: Pace,
+    /// With `--hang`: the catalog, and the microseconds between
+    /// presentation times.
+    hang: Option<(Arc<[u8]>, f64)>,
+    /// Every broadcast's groups start together (`--aligned-groups`).
+    aligned: bool,
+}
+
+/// One broadcast's producers, kept alive while it publishes.
+type Published = (
+    moq_net::broadcast::Producer,
+    moq_net::track::Producer,
+    Option<moq_net::track::Producer>,
+);
+
+/// Makes broadcast `i` of `n` in `origin` (its track, and with `--hang` its
+/// catalog track) and announces it.
+fn make_broadcast(
+    origin: &moq_net::origin::Producer,
+    i: usize,
+    n: usize,
+    hang: bool,
+) -> Result<Published, String> {
+    let broadcast = origin
+        .create_broadcast(broadcast_name(i, n))
+        .map_err(|e| format!("broadcast: {e}"))?;
+    let track = broadcast
+        .create_track(TRACK, moq_net::track::Info::default())
+        .map_err(|e| format!("track: {e}"))?;
+    let catalog = if hang {
+        Some(
+            broadcast
+                .create_track(
+                    skiff_core::hang::CATALOG_TRACK,
+                    moq_net::track::Info::default(),
+                )
+                .map_err(|e| format!("catalog track: {e}"))?,
+        )
+    } else {
+        None
+    };
+    broadcast
+        .announce(moq_net::origin::Route::default())
+        .map_err(|e| format!("announce: {e}"))?;
+    Ok((broadcast, track, catalog))
+}
+
+/// Connects, announces the broadcasts and publishes frames until `stop`.
+/// Through a relay each broadcast has a session of its own, as separate
+/// cameras would (and a relay's tables for one session's subscriptions stay
+/// out of the measure); `--relay direct` serves them all from one origin.
+async fn publisher(
+    target: Target,
+    shared: Arc<Shared>,
+    publish: Publish,
     ready: tokio::sync::oneshot::Sender<Result<(), String>>,
 ) {
-    let origin = match origin(0x5151, shared.cache_kib) {
-        Ok(o) => o,
-        Err(e) => {
-            let _ = ready.send(Err(e));
-            return;
+    let n = shared.broadcasts.max(1);
+    let hang = publish.hang.is_some();
+    let setup = async {
+        let mut tracks = Vec::with_capacity(n);
+        let mut sessions = Vec::new();
+        match target {
+            Target::Relay(dial) => {
+                for i in 0..n {
+                    let origin = origin(0x5151, shared.cache_kib)?;
+                    tracks.push(make_broadcast(&origin, i, n, hang)?);
+                    let session = connect(&dial, &origin, true)
+                        .await
+                        .map_err(|e| format!("publisher: {e}"))?;
+                    sessions.push(session);
+                }
+            }
+            Target::Serve(listener) => {
+                let origin = origin(0x5151, shared.cache_kib)?;
+                for i in 0..n {
+                    tracks.push(make_broadcast(&origin, i, n, hang)?);
+                }
+                tokio::spawn(serve(listener, origin.consume(), versions()?));
+            }
         }
+        Ok::<_, String>((tracks, sessions))
     };
-    let setup = || -> Result<_, String> {
-        let broadcast = origin
-            .create_broadcast(BROADCAST)
-            .map_err(|e| format!("broadcast: {e}"))?;
-        let track = broadcast
-            .create_track(TRACK, moq_net::track::Info::default())
-            .map_err(|e| format!("track: {e}"))?;
-        broadcast
-            .announce(moq_net::origin::Route::default())
-            .map_err(|e| format!("announce: {e}"))?;
-        Ok((broadcast, track))
-    };
-    let (broadcast, track) = match setup() {
+    let (tracks, sessions) = match setup.await {
         Ok(v) => v,
         Err(e) => {
             let _ = ready.send(Err(e));
             return;
         }
     };
-    let session = match target {
-        Target::Relay(dial) => match connect(&dial, &origin, true).await {
-            Ok(s) => Some(s),
-            Err(e) => {
-                let _ = ready.send(Err(format!("publisher: {e}")));
-                return;
-            }
-        },
-        Target::Serve(listener) => {
-            match versions() {
-                Ok(v) => {
-                    tokio::spawn(serve(listener, origin.consume(), v));
-                }
-                Err(e) => {
-                    let _ = ready.send(Err(e));
-                    return;
-                }
-            }
-            None
-        }
-    };
     let _ = ready.send(Ok(()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, published) in tracks.into_iter().enumerate() {
+        // Broadcast i ticks i/n of a frame interval after the first, as
+        // independent cameras would, rather than all at once.
+        let offset = match publish.pace {
+            Pace::Fps(fps) => Duration::from_secs_f64(i as f64 / n as f64 / f64::from(fps)),
+            Pace::Max { .. } => Duration::ZERO,
+        };
+        // Broadcast i's first group is i/n of a group shorter, so the
+        // groups of all of them do not end together (`--aligned-groups`:
+        // they do).
+        let phase = if publish.aligned {
+            0
+        } else {
+            (i as u64 * publish.group_frames) / n as u64
+        };
+        tasks.spawn(publish_track(
+            shared.clone(),
+            publish.clone(),
+            published,
+            offset,
+            phase,
+        ));
+    }
+    while tasks.join_next().await.is_some() {}
+    for session in sessions {
+        session.close().await;
+    }
+}
 
+/// Publishes one broadcast's frames until `stop`, its first tick `offset`
+/// after now, frame `seq` starting a group when `seq + phase` is a multiple
+/// of the group's frames (and the first); with `--hang`, the catalog again
+/// at the head of every group (so a subscriber arriving late finds one in
+/// any cache).
+async fn publish_track(
+    shared: Arc<Shared>,
+    publish: Publish,
+    (broadcast, track, catalog): Published,
+    offset: Duration,
+    phase: u64,
+) {
+    let Publish {
+        frame_bytes,
+        group_frames,
+        pace,
+        ref hang,
+        ..
+    } = publish;
     let scale = moq_net::Timescale::MICRO;
     let mut template = vec![0u8; frame_bytes];
     for (i, b) in template.iter_mut().enumerate().skip(HEADER) {
@@ -1106,7 +1323,8 @@ async fn publisher(
     }
     let mut interval = match pace {
         Pace::Fps(fps) => {
-            let mut i = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(fps)));
+            let period = Duration::from_secs_f64(1.0 / f64::from(fps));
+            let mut i = tokio::time::interval_at(tokio::time::Instant::now() + offset, period);
             i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
             Some(i)
         }
@@ -1143,26 +1361,56 @@ async fn publisher(
         if shared.stop.load(Ordering::Relaxed) {
             break;
         }
-        if seq.is_multiple_of(group_frames) {
+        let sent = shared.now_ns();
+        let place = seq + phase;
+        let key = seq == 0 || place.is_multiple_of(group_frames);
+        if key {
             if let Some(g) = group.take() {
                 let _ = g.finish();
             }
-            match track.create_group(moq_net::group::Info::from(seq / group_frames)) {
+            match track.create_group(moq_net::group::Info::from(place / group_frames)) {
                 Ok(g) => group = Some(g),
                 Err(e) => {
                     eprintln!("moq_load: publisher group: {e}");
                     break;
                 }
             }
+            if let (Some(catalog), Some((json, _))) = (&catalog, hang) {
+                let written = catalog.append_group().and_then(|mut g| {
+                    g.write_frame(
+                        moq_net::Timestamp::ZERO,
+                        bytes::Bytes::copy_from_slice(json),
+                    )?;
+                    g.finish()
+                });
+                if let Err(e) = written {
+                    eprintln!("moq_load: publisher catalog: {e}");
+                    break;
+                }
+            }
         }
         let mut payload = bytes::BytesMut::from(&template[..]);
-        let sent = shared.now_ns();
-        payload[..8].copy_from_slice(&sent.to_le_bytes());
-        payload[8..16].copy_from_slice(&seq.to_le_bytes());
+        // The presentation time: the send time, or with `--hang` the
+        // frame's place in the content (`--content-fps`).
+        let (pts_us, at) = match hang {
+            Some((_, frame_us)) => {
+                let pts = (seq as f64 * frame_us) as u64;
+                match hang_frame(&mut payload, pts, key) {
+                    Some(at) => (pts, at),
+                    None => {
+                        eprintln!("moq_load: --frame-bytes too small for a hang frame");
+                        break;
+                    }
+                }
+            }
+            None => (sent / 1000, 0),
+        };
+        payload[at..at + 8].copy_from_slice(&sent.to_le_bytes());
+        payload[at + 8..at + HEADER].copy_from_slice(&seq.to_le_bytes());
         if let Some(last) = payload.last_mut() {
             *last = seq as u8;
         }
-        let ts = moq_net::Timestamp::new(sent / 1000, scale).unwrap_or(moq_net::Timestamp::ZERO);
+        let ts = moq_net::Timestamp::new(pts_us, scale).unwrap_or(moq_net::Timestamp::ZERO);
         if let Some(g) = group.as_mut()
             && let Err(e) = g.write_frame(ts, payload.freeze())
         {
@@ -1170,16 +1418,16 @@ async fn publisher(
             break;
         }
         seq += 1;
-        shared.published.store(seq, Ordering::Relaxed);
+        shared.published.fetch_add(1, Ordering::Relaxed);
     }
     if let Some(g) = group.take() {
         let _ = g.finish();
     }
     let _ = track.finish();
-    if let Some(session) = session {
-        session.close().await;
+    if let Some(c) = &catalog {
+        let _ = c.finish();
     }
-    drop((track, broadcast));
+    drop((track, catalog, broadcast));
 }
 
 /// Accepts subscribers on `listener` with qmux's TCP server and moq-net's
@@ -1233,7 +1481,8 @@ async fn subscriber(
     let Some(stat) = shared.subs.get(index) else {
         return;
     };
-    let result = subscribe_and_read(&dial, &shared, stat, frame_bytes, Some(permit)).await;
+    let name = broadcast_name(index % shared.broadcasts.max(1), shared.broadcasts);
+    let result = subscribe_and_read(&dial, &shared, stat, &name, frame_bytes, Some(permit)).await;
     if let Err(e) = result {
         stat.failed.store(true, Ordering::Relaxed);
         if let Ok(mut slot) = stat.error.lock() {
@@ -1247,6 +1496,7 @@ async fn subscribe_and_read(
     dial: &Dial,
     shared: &Shared,
     stat: &SubStat,
+    name: &str,
     frame_bytes: usize,
     mut permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<(), String> {
@@ -1256,7 +1506,7 @@ async fn subscribe_and_read(
     let mut announced = consumer.announced();
     let found = tokio::time::timeout(CONNECT_TIMEOUT, async {
         while let Some(update) = announced.next().await {
-            if update.kind.is_active() && update.prefix.as_str() == BROADCAST {
+            if update.kind.is_active() && update.prefix.as_str() == name {
                 return true;
             }
         }
@@ -1267,7 +1517,7 @@ async fn subscribe_and_read(
         return Err("no announcement".into());
     }
     let result = loop {
-        let result = subscribe_once(&consumer, shared, stat, frame_bytes, &mut permit).await;
+        let result = subscribe_once(&consumer, shared, stat, name, frame_bytes, &mut permit).await;
         // With `--kill`, a subscription cut by a dead node is made again on
         // the same session, as a player would.
         if !shared.resubscribe || shared.stop.load(Ordering::Relaxed) {
@@ -1293,11 +1543,12 @@ async fn subscribe_once(
     consumer: &moq_net::origin::Consumer,
     shared: &Shared,
     stat: &SubStat,
+    name: &str,
     frame_bytes: usize,
     permit: &mut Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<(), String> {
     let broadcast = consumer
-        .routed_broadcast(BROADCAST)
+        .routed_broadcast(name)
         .await
         .map_err(|e| format!("broadcast: {e}"))?;
     let track = broadcast.track(TRACK).map_err(|e| format!("track: {e}"))?;
@@ -1353,8 +1604,8 @@ async fn subscribe_once(
             };
             let now = shared.now_ns();
             let p = &frame.payload[..];
-            let header = p
-                .get(..HEADER)
+            let header = header_offset(p, shared.hang)
+                .and_then(|at| p.get(at..at + HEADER))
                 .map(|h| {
                     let (a, b) = h.split_at(8);
                     (
@@ -1448,6 +1699,14 @@ struct Row {
     ended: Option<String>,
     /// Groups given up on an error other than Old, and the first error (`--kill`).
     group_errors: (u64, Option<String>),
+    /// Broadcasts published, each read by subscribers `i mod broadcasts`.
+    broadcasts: usize,
+    /// Bytes of every frame published.
+    frame_bytes: usize,
+    /// The frames were hang frames (`--hang`).
+    hang: bool,
+    /// Every relay's `write_bytes` and `wchar` growth over the window.
+    disk: (u64, u64),
 }
 
 /// When `--kill` ends its relay: a second into the measured window.
@@ -1563,9 +1822,9 @@ impl SyscallCount {
     }
 }
 
-/// skiff-relay's `skiff_relay_quic_*` counters (totals, no labels) from its
-/// metrics at `addr`; empty if it does not answer.
-fn quic_counters(addr: SocketAddr) -> Vec<(String, u64)> {
+/// skiff-relay's `skiff_relay_quic_*` and `skiff_relay_record_*` counters
+/// (totals, no labels) from its metrics at `addr`; empty if it does not answer.
+fn relay_counters(addr: SocketAddr) -> Vec<(String, u64)> {
     let Ok(mut tcp) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
         return Vec::new();
     };
@@ -1574,7 +1833,10 @@ fn quic_counters(addr: SocketAddr) -> Vec<(String, u64)> {
         return Vec::new();
     };
     body.lines()
-        .filter(|l| l.starts_with("skiff_relay_quic_") && l.contains("_total "))
+        .filter(|l| {
+            (l.starts_with("skiff_relay_quic_") || l.starts_with("skiff_relay_record_"))
+                && l.contains("_total ")
+        })
         .filter_map(|l| {
             let (name, value) = l.split_once(' ')?;
             Some((name.to_owned(), value.trim().parse().ok()?))
@@ -1657,7 +1919,14 @@ fn start_relays(
     Ok(relays)
 }
 
-fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<Row, String> {
+fn run_row(
+    cli: &Cli,
+    which: Which,
+    bin: &Path,
+    n: usize,
+    pace: Pace,
+    catalog: Option<&Arc<[u8]>>,
+) -> Result<Row, String> {
     let layout = Layout::new(cli);
     let mut relays = match which {
         Which::Direct => Vec::new(),
@@ -1713,18 +1982,29 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
         subs: (0..n).map(|_| SubStat::default()).collect(),
         progress: tokio::sync::Notify::new(),
         cache_kib: cli.client_cache_kib,
+        broadcasts: cli.broadcasts.max(1),
+        hang: catalog.is_some(),
     });
+    let content_fps = cli.content_fps.or(match pace {
+        Pace::Fps(f) => Some(f),
+        Pace::Max { .. } => None,
+    });
+    let publish = Publish {
+        frame_bytes: cli.frame_bytes,
+        group_frames: cli.group_frames.max(1),
+        pace,
+        aligned: cli.aligned_groups,
+        hang: catalog.map(|c| (c.clone(), 1e6 / f64::from(content_fps.unwrap_or(30).max(1)))),
+    };
+    let relay_io = || {
+        pids.iter()
+            .map(|&p| io_written(p))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    };
     let me = std::process::id();
     let result = rt.block_on(async {
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(publisher(
-            target,
-            shared.clone(),
-            cli.frame_bytes,
-            cli.group_frames.max(1),
-            pace,
-            ready_tx,
-        ));
+        tokio::spawn(publisher(target, shared.clone(), publish, ready_tx));
         ready_rx
             .await
             .map_err(|_| "publisher task ended".to_owned())??;
@@ -1784,7 +2064,8 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
             )
         };
         let (f0, b0, bad0, old0, un0, p0) = snap(&shared);
-        let io0 = cli.relay_metrics.map(quic_counters).unwrap_or_default();
+        let io0 = cli.relay_metrics.map(relay_counters).unwrap_or_default();
+        let disk0 = relay_io();
         let perf = match (cli.relay_syscalls, pid) {
             (true, Some(pid)) => Some(SyscallCount::start(pid)?),
             _ => None,
@@ -1810,7 +2091,8 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
         let (f1, b1, bad1, old1, un1, p1) = snap(&shared);
         let (c1, t1) = (relay_cpus(), cpu_seconds(me));
         let syscalls = perf.map(SyscallCount::finish).unwrap_or_default();
-        let io1 = cli.relay_metrics.map(quic_counters).unwrap_or_default();
+        let io1 = cli.relay_metrics.map(relay_counters).unwrap_or_default();
+        let disk1 = relay_io();
         let quic_io = io1
             .into_iter()
             .map(|(name, v1)| {
@@ -1899,6 +2181,13 @@ fn run_row(cli: &Cli, which: Which, bin: &Path, n: usize, pace: Pace) -> Result<
                 .iter()
                 .find_map(|s| s.ended.lock().ok().and_then(|e| e.clone())),
             tool_cpu: t1.total() - t0.total(),
+            broadcasts: shared.broadcasts,
+            frame_bytes: cli.frame_bytes,
+            hang: shared.hang,
+            disk: (
+                disk1.0.saturating_sub(disk0.0),
+                disk1.1.saturating_sub(disk0.1),
+            ),
             rss_before,
             rss_after,
             syscalls,
@@ -2036,7 +2325,8 @@ fn header() {
 fn print_row(r: &mut Row) {
     r.lat.sort_unstable();
     let gb = r.bytes as f64 / 1e9;
-    let expected = r.published as f64 * r.live as f64;
+    // Each subscriber reads one broadcast's share of the frames published.
+    let expected = r.published as f64 / r.broadcasts.max(1) as f64 * r.live as f64;
     let rss_per = (r.rss_after as f64 - r.rss_before as f64) / r.live.max(1) as f64;
     // The direct row has no relay process to measure.
     let col = |v: f64, prec: usize| {
@@ -2094,7 +2384,43 @@ fn print_row(r: &mut Row) {
             .collect();
         println!("            syscalls per GB: {}", per_gb.join(", "));
     }
-    if !r.quic_io.is_empty() && gb > 0.0 {
+    let media = r.published as f64 * r.frame_bytes as f64;
+    let record = |name: &str| {
+        r.quic_io
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|p| p.1 as f64)
+    };
+    if r.hang && r.which != Which::Direct && media > 0.0 {
+        println!(
+            "            media published {:.2} MB/s ({} broadcasts); relay disk writes over the window: write_bytes {:.1} MB ({:.3} × media), wchar {:.1} MB ({:.3} ×)",
+            media / 1e6 / r.secs,
+            r.broadcasts,
+            r.disk.0 as f64 / 1e6,
+            r.disk.0 as f64 / media,
+            r.disk.1 as f64 / 1e6,
+            r.disk.1 as f64 / media,
+        );
+    }
+    if let Some(recorded) = record("skiff_relay_record_groups_recorded_total") {
+        let written = record("skiff_relay_record_bytes_written_total").unwrap_or(0.0);
+        println!(
+            "            recorder over the window: {recorded:.0} groups recorded, {:.0} dropped, {:.0} write errors, {:.1} MB of segments ({:.3} × media)",
+            record("skiff_relay_record_groups_dropped_total").unwrap_or(0.0),
+            record("skiff_relay_record_write_errors_total").unwrap_or(0.0),
+            written / 1e6,
+            if media > 0.0 {
+                written / media
+            } else {
+                f64::NAN
+            },
+        );
+    }
+    if r.quic_io
+        .iter()
+        .any(|(n, _)| n.starts_with("skiff_relay_quic_"))
+        && gb > 0.0
+    {
         let get = |name: &str| {
             r.quic_io
                 .iter()
@@ -2183,6 +2509,18 @@ fn run(cli: &Cli) -> Result<(), String> {
     if cli.frame_bytes <= HEADER {
         return Err(format!("--frame-bytes must be more than {HEADER}"));
     }
+    // The longest legacy prefix, the NAL unit's length and header, the
+    // timing header and the check byte.
+    let hang_min = skiff_core::hang::frame::MAX_PREFIX_LEN + NAL_HEAD + HEADER + 1;
+    if cli.hang && cli.frame_bytes < hang_min {
+        return Err(format!("--hang needs --frame-bytes of at least {hang_min}"));
+    }
+    if cli.broadcasts == 0 {
+        return Err("--broadcasts must be at least 1".into());
+    }
+    if cli.content_fps.is_some() && !cli.hang {
+        return Err("--content-fps sets hang presentation times: add --hang".into());
+    }
     let pace = match cli.fps.as_str() {
         "max" => Pace::Max {
             window: cli.window.max(1),
@@ -2211,6 +2549,18 @@ fn run(cli: &Cli) -> Result<(), String> {
     if cli.kill && cli.hops > 1 {
         return Err("--kill has its own five-relay ring: leave out --hops".into());
     }
+    if cli.broadcasts > 1 && matches!(pace, Pace::Max { .. }) {
+        return Err("--fps max paces one broadcast: give --broadcasts 1 or a number of fps".into());
+    }
+    let catalog: Option<Arc<[u8]>> = if cli.hang {
+        let fps = cli.content_fps.or(match pace {
+            Pace::Fps(f) => Some(f),
+            Pace::Max { .. } => None,
+        });
+        Some(hang_catalog(fps.unwrap_or(30))?.into())
+    } else {
+        None
+    };
     let skiff = skiff_path(cli)?;
     let moq = moq_relay_path(cli);
     let mut relays: Vec<(Which, PathBuf)> = Vec::new();
@@ -2246,6 +2596,21 @@ fn run(cli: &Cli) -> Result<(), String> {
         }
     );
     println!("transport: {}", transport_line(cli));
+    if cli.broadcasts > 1 || cli.hang {
+        println!(
+            "broadcasts: {}{}",
+            cli.broadcasts,
+            if cli.hang {
+                format!(
+                    ", hang (catalog.json + H.264 track {TRACK}, {HANG_WIDTH}x{HANG_HEIGHT}), content at {} fps",
+                    cli.content_fps
+                        .map_or_else(|| cli.fps.clone(), |f| f.to_string())
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
     if cli.kill {
         println!(
             "layout: ring of five relays (A-B-C and A-D-E-C, peered with --cluster-connect tcp://), publisher on A, subscribers on C, B killed (SIGKILL) {} s into the window; relay columns sum all five",
@@ -2273,7 +2638,7 @@ fn run(cli: &Cli) -> Result<(), String> {
                 relays.iter().rev().collect()
             };
             for (which, bin) in order {
-                match run_row(cli, *which, bin, n, pace) {
+                match run_row(cli, *which, bin, n, pace, catalog.as_ref()) {
                     Ok(mut row) => {
                         print_row(&mut row);
                         if cli.per_subscriber {
@@ -2410,6 +2775,8 @@ mod tests {
             subs,
             progress: tokio::sync::Notify::new(),
             cache_kib: 0,
+            broadcasts: 1,
+            hang: false,
         }
     }
 
@@ -2436,6 +2803,46 @@ mod tests {
         assert_eq!(r[1].ms, Some(0.0));
         assert_eq!(r[1].skipped, 0);
         assert_eq!(r[2].ms, None);
+    }
+
+    #[test]
+    fn hang_frames_keep_their_size_and_carry_the_header_after_the_nal_head() {
+        for (pts, key) in [(0u64, true), (33_333, false), (3_600_000_000, false)] {
+            let mut payload = vec![0u8; 8333];
+            let at = hang_frame(&mut payload, pts, key).unwrap();
+            let (decoded, au) = skiff_core::hang::frame::decode(&payload).unwrap();
+            assert_eq!(decoded, pts);
+            assert_eq!(at, payload.len() - au.len() + NAL_HEAD);
+            assert_eq!(header_offset(&payload, true), Some(at));
+            let nal_len = u32::from_be_bytes(au[..4].try_into().unwrap()) as usize;
+            assert_eq!(nal_len, au.len() - 4);
+            let nal_type = skiff_core::hang::avc::nal_type(au[4]);
+            assert_eq!(nal_type, if key { 5 } else { 1 });
+        }
+        assert_eq!(header_offset(&[1, 2, 3], false), Some(0));
+        // Too short for the NAL head, the header and the check byte.
+        assert_eq!(hang_frame(&mut [0u8; 20], 0, true), None);
+    }
+
+    #[test]
+    fn the_hang_catalog_is_one_h264_rendition_the_recorder_stores() {
+        let json = hang_catalog(30).unwrap();
+        let (renditions, skipped) = skiff_relay::record::fmp4::catalog(&json).unwrap();
+        assert!(skipped.is_empty());
+        assert_eq!(renditions.len(), 1);
+        match &renditions[0] {
+            skiff_relay::record::fmp4::Rendition::Video(v) => {
+                assert_eq!(v.name, TRACK);
+                assert_eq!((v.width, v.height), (1280, 720));
+            }
+            other => panic!("not video: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn broadcasts_are_named_load_or_load_slash_i() {
+        assert_eq!(broadcast_name(0, 1), "load");
+        assert_eq!(broadcast_name(7, 100), "load/7");
     }
 
     #[test]
