@@ -24,6 +24,8 @@
 
 use std::io;
 use std::path::{Component, Path};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use skiff_ws::http::{self, Choice, MAX_HEAD_BYTES, RequestError};
@@ -285,32 +287,74 @@ fn answer(
     }
 }
 
+/// Recording reads (`GET /recordings`, `GET /hls/…`) under way in this
+/// process, each on a thread of its own.
+static RECORDING_READS: AtomicUsize = AtomicUsize::new(0);
+
+/// Recording reads at once; past it a request is answered 503 at once.
+const MAX_RECORDING_READS: usize = 8;
+
+/// How often a worker looks whether its recording read is done.
+const RECORDING_POLL: Duration = Duration::from_millis(1);
+
 /// Answers `GET /recordings` and `GET /hls/…` from the recordings in
-/// `dir` (read from disk by this worker: small index files, and segments
-/// just written, normally still in the page cache); `None` for any other path.
-fn recording(dir: &Path, req: &http::Request) -> Option<Vec<u8>> {
+/// `dir`; `None` for any other path. The index of an hour of recording is
+/// thousands of lines and its segment files are checked one by one, so the
+/// read runs on a thread of its own while this worker serves its other
+/// connections.
+async fn recording(dir: &Path, req: &http::Request) -> Option<Vec<u8>> {
+    let path = req.path();
+    if path != "/recordings" && !path.starts_with("/hls/") {
+        return None;
+    }
     let head_only = req.method == "HEAD";
     let cors = [("Access-Control-Allow-Origin", "*")];
-    let path = req.path();
-    if path == "/recordings" {
-        let body = crate::record::store::recordings_json(dir);
-        return Some(http::response(
-            200,
-            "application/json",
-            &body,
+    let busy = || {
+        http::response(
+            503,
+            "text/plain; charset=utf-8",
+            b"busy reading recordings, try again\n",
             head_only,
-            &cors,
-        ));
+            &[("Retry-After", "1"), cors[0]],
+        )
+    };
+    if RECORDING_READS.fetch_add(1, Ordering::AcqRel) >= MAX_RECORDING_READS {
+        RECORDING_READS.fetch_sub(1, Ordering::AcqRel);
+        return Some(busy());
     }
-    let rest = path.strip_prefix("/hls/")?;
-    let a = crate::record::hls::answer(dir, rest);
-    Some(http::response(
-        a.status,
-        a.content_type,
-        &a.body,
-        head_only,
-        &cors,
-    ))
+    let done: Arc<Mutex<Option<Vec<u8>>>> = Arc::default();
+    let (out, dir, path) = (done.clone(), dir.to_path_buf(), path.to_owned());
+    let spawned = std::thread::Builder::new()
+        .name("skiff-http-rec".into())
+        .spawn(move || {
+            let response = match path.strip_prefix("/hls/") {
+                None => http::response(
+                    200,
+                    "application/json",
+                    &crate::record::store::recordings_json(&dir),
+                    head_only,
+                    &cors,
+                ),
+                Some(rest) => {
+                    let a = crate::record::hls::answer(&dir, rest);
+                    http::response(a.status, a.content_type, &a.body, head_only, &cors)
+                }
+            };
+            if let Ok(mut slot) = out.lock() {
+                *slot = Some(response);
+            }
+            RECORDING_READS.fetch_sub(1, Ordering::AcqRel);
+        });
+    if spawned.is_err() {
+        RECORDING_READS.fetch_sub(1, Ordering::AcqRel);
+        return Some(busy());
+    }
+    loop {
+        if let Some(r) = done.lock().ok().and_then(|mut d| d.take()) {
+            return Some(r);
+        }
+        monoio::time::sleep(RECORDING_POLL).await;
+    }
 }
 
 /// Sends `response` and closes the connection.
@@ -372,11 +416,11 @@ pub(crate) async fn serve_http<R: HeadRead, W: ByteWrite>(
     };
     let Some(upgrade) = &req.upgrade else {
         tracing::debug!(conn = ?conn, method = req.method, path = req.path(), "http request");
-        let r = match record_dir {
-            Some(dir) if req.method == "GET" || req.method == "HEAD" => recording(dir, &req)
-                .unwrap_or_else(|| answer(origin, sources, web_dir, fingerprint, &req)),
-            _ => answer(origin, sources, web_dir, fingerprint, &req),
+        let recorded = match record_dir {
+            Some(dir) if req.method == "GET" || req.method == "HEAD" => recording(dir, &req).await,
+            _ => None,
         };
+        let r = recorded.unwrap_or_else(|| answer(origin, sources, web_dir, fingerprint, &req));
         return reply(writer, &r).await;
     };
     let (protocol, application) = match http::choose(&upgrade.protocols) {

@@ -608,6 +608,14 @@ fn records_the_camera_exports_it_and_survives_sigkill() {
     std::io::Write::write_all(&mut log, &line.as_bytes()[..line.len() / 2]).unwrap();
     drop(log);
 
+    // A relay that only serves the directory (no --record, so no writer to
+    // recover it) answers the killed recording as ended, not as live.
+    let reader = RelayProcess::start_threads(binary(), 1, &["--record-dir", d]);
+    wait_recordings(reader.addr, |j| ended(j, "anon/live.hang"));
+    let (_, m3u8) = http_get(reader.addr, "/hls/anon/live.hang/index.m3u8");
+    assert!(m3u8.contains("#EXT-X-ENDLIST"), "{m3u8}");
+    drop(reader);
+
     let relay = recording_relay(d, 1, &[]);
     let json = wait_recordings(relay.addr, |j| ended(j, "anon/live.hang"));
     assert_eq!(

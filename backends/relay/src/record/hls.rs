@@ -117,7 +117,8 @@ pub fn playlist(stored: &Stored, track: &str) -> String {
         let _ = writeln!(out, "#EXTINF:{:.6},", s.duration_us as f64 / 1e6);
         let _ = writeln!(out, "{}", index::segment_file(track, s.number));
     }
-    if stored.index.ended {
+    // With no writer in this process nothing is still being recorded.
+    if stored.index.ended || !super::writer::running() {
         let _ = writeln!(out, "#EXT-X-ENDLIST");
     }
     out

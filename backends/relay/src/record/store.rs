@@ -129,7 +129,7 @@ impl Stored {
             .collect();
         Summary {
             broadcast: self.path.clone(),
-            ended: self.index.ended,
+            ended: self.index.ended || !super::writer::running(),
             tracks,
         }
     }

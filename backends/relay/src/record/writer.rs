@@ -29,7 +29,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -155,6 +155,17 @@ impl Queue {
     }
 }
 
+/// Whether a writer runs in this process: without one no recording can
+/// still be growing, whatever its index says (a relay killed mid-recording
+/// and restarted with `--record-dir` alone never runs the recovery that
+/// marks its recordings ended).
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process runs a writer (see [`start`]).
+pub fn running() -> bool {
+    RUNNING.load(Ordering::Acquire)
+}
+
 /// Starts the writer thread on `config`'s directory (recovering what a
 /// previous run left, see the module's text) and returns its queue.
 ///
@@ -167,6 +178,7 @@ pub fn start(config: &RecordConfig, stats: Arc<RecordStats>) -> io::Result<Queue
     std::thread::Builder::new()
         .name("skiff-record".into())
         .spawn(move || writer.run(rx))?;
+    RUNNING.store(true, Ordering::Release);
     Ok(Queue {
         tx,
         stats,
