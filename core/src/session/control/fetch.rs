@@ -9,7 +9,7 @@
 //! written is not held whole, nor is one older than the track keeps.
 //! Anything else is refused with a stream code, or, with
 //! [`Config::fetch_misses`](crate::session::Config::fetch_misses), handed to
-//! the application as [`Event::Fetch`](crate::session::Event::Fetch), which
+//! the application as [`Event::Fetch`](crate::session::Event::Fetch)(crate::session::Event::Fetch), which
 //! answers it later with a group of its own ([`Session::answer_fetch`]) or
 //! refuses it ([`Session::refuse_fetch`]).
 //!
@@ -144,7 +144,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         })
     }
 
-    /// Answers the fetch [`Event::Fetch`] reported as `fetch` with the whole
+    /// Answers the fetch [`Event::Fetch`](crate::session::Event::Fetch) reported as `fetch` with the whole
     /// group `group` reads from its start (a finished group of a local track
     /// the application filled): its stored bytes go out on the Fetch stream
     /// as they would from a held group. With no group-stream entry free, the
@@ -193,7 +193,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         Ok(())
     }
 
-    /// Refuses the fetch [`Event::Fetch`] reported as `fetch` with `code`
+    /// Refuses the fetch [`Event::Fetch`](crate::session::Event::Fetch) reported as `fetch` with `code`
     /// (NOT_FOUND 0x33 for a group nobody has).
     ///
     /// # Errors
