@@ -881,6 +881,22 @@ fn a_read_only_directory_stops_recording_not_delivery_and_recording_resumes() {
     });
 }
 
+/// Waits (at most 20 s) until the index of `broadcast` under `dir` says it ended.
+fn wait_stored_end(dir: &Path, broadcast: &str) {
+    let start = Instant::now();
+    loop {
+        let stored = store::open(dir, broadcast).unwrap();
+        if stored.as_ref().is_some_and(|s| s.index.ended) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "not recorded: {stored:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn records_on_a_relay_whose_listen_port_speaks_tls_only() {
     let dir = scratch("tls");
@@ -908,18 +924,7 @@ fn records_on_a_relay_whose_listen_port_speaks_tls_only() {
         Arc::default(),
     );
     assert_eq!(cam.join().unwrap(), 30);
-    let start = Instant::now();
-    loop {
-        let stored = store::open(&store_dir, "anon/cam.hang").unwrap();
-        if stored.as_ref().is_some_and(|s| s.index.ended) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "not recorded: {stored:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_stored_end(&store_dir, "anon/cam.hang");
     assert_eq!(
         check_segments(&store_dir, "anon/cam.hang", have_ffmpeg()),
         30
@@ -953,18 +958,7 @@ fn records_on_a_relay_that_verifies_tokens() {
     let url = format!("tcp://{}/anon?jwt={token}", relay.addr);
     let cam = camera_at(url, None, "cam.hang", Some(3), 10, false, Arc::default());
     assert_eq!(cam.join().unwrap(), 30);
-    let start = Instant::now();
-    loop {
-        let stored = store::open(&store_dir, "anon/cam.hang").unwrap();
-        if stored.as_ref().is_some_and(|s| s.index.ended) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "not recorded: {stored:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_stored_end(&store_dir, "anon/cam.hang");
     assert_eq!(check_segments(&store_dir, "anon/cam.hang", false), 30);
     drop(relay);
     let _ = std::fs::remove_dir_all(&dir);
