@@ -426,6 +426,11 @@ settings! {
     #[arg(value_name = "N")]
     max_waiting_track_requests: u32 = 16;
 
+    /// FETCHes of one connection answered or waiting for an answer at once
+    /// (docs/protocol.md §3.10); more are refused with EVICTED (0x35).
+    #[arg(value_name = "N")]
+    max_fetches: u32 = 4;
+
     // --- Recording (`crate::record`) ---
 
     /// Record the broadcasts whose path matches this pattern (moq-dev's

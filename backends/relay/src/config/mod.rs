@@ -256,6 +256,8 @@ pub struct Quotas {
     pub pending_tracks_per_broadcast: u32,
     /// TRACK requests of one connection waiting for TRACK_INFO at once.
     pub waiting_track_requests: u32,
+    /// FETCHes of one connection under way at once.
+    pub fetches: u32,
 }
 
 impl Quotas {
@@ -273,6 +275,7 @@ impl Quotas {
             pending_tracks: v.max_pending_tracks,
             pending_tracks_per_broadcast: v.max_pending_tracks_per_broadcast,
             waiting_track_requests: v.max_waiting_track_requests,
+            fetches: v.max_fetches,
         }
     }
 }
@@ -501,6 +504,7 @@ impl RelayConfig {
             max_served: usize::try_from(self.limits.max_subscriptions).unwrap_or(usize::MAX),
             max_frame_bytes: self.limits.max_frame_bytes,
             max_waiting_tracks: self.quotas.waiting_track_requests as usize,
+            max_fetches: self.quotas.fetches as usize,
             // A recording relay answers from the recording what its cache lacks.
             fetch_misses: self.record.is_some(),
             ..skiff_core::session::Config::new()

@@ -354,6 +354,9 @@ fn session_config_applies_the_limits() {
     assert_eq!(trunk.conn.max_streams_uni, Some(quarter));
     assert_eq!(trunk.max_served, usize::MAX);
     assert_eq!(s.max_waiting_tracks, 16);
+    assert_eq!(s.max_fetches, 4);
+    cfg.quotas.fetches = 2;
+    assert_eq!(cfg.session_config(1).max_fetches, 2);
     assert_eq!(trunk.max_waiting_tracks, usize::MAX);
     assert_eq!(trunk.conn.max_stream_data_uni, s.conn.max_stream_data_uni);
     let t = cfg.track_limits(5 << 20);
