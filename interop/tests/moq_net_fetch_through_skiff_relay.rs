@@ -16,6 +16,7 @@ use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::config::RelayConfig;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
+use skiff_testkit::watched::Watched;
 
 const BROADCAST: &str = "camera";
 const TRACK: &str = "video";
@@ -45,48 +46,16 @@ fn spawn_skiff_side(
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         driver::block_on(DriverKind::Legacy, move |_| async move {
-            let config = skiff_monoio::Config::default;
-            let (publisher, runner) = skiff_monoio::connect(&url, config()).unwrap();
-            monoio::spawn(runner.run());
-            let broadcast = publisher.publish(BROADCAST).unwrap();
-            let video = skiff_core::hang::video_info(TRACK).unwrap();
-            let mut track = broadcast.create_track(video).unwrap();
-            let (viewer, runner) = skiff_monoio::connect(&url, config()).unwrap();
-            monoio::spawn(runner.run());
-            let request = skiff_monoio::sdk::Request {
-                max_latency: skiff_core::hang::MAX_AGE,
-                ..skiff_monoio::sdk::Request::LIVE
-            };
-            let mut sub = viewer.subscribe(BROADCAST, TRACK, request).await.unwrap();
-            while track.subscribers() == 0 {
-                monoio::time::sleep(Duration::from_millis(5)).await;
-            }
+            let mut watched = Watched::video(&url, BROADCAST, TRACK).await;
             for g in 0..3u64 {
-                let mut group = track.create_group(g).unwrap();
-                for i in 0..10u64 {
-                    group
-                        .write_frame(timestamp(g, i), &payload(g, i))
-                        .await
-                        .unwrap();
-                }
-                group.finish().unwrap();
-                loop {
-                    let mut read = sub.next_group().await.unwrap().expect("a group");
-                    while read.read_frame().await.unwrap().is_some() {}
-                    if read.sequence() >= g {
-                        break;
-                    }
-                }
+                let frames = (0..10u64).map(|i| (timestamp(g, i), payload(g, i)));
+                watched.write_read(g, frames).await;
             }
             ready.send(()).unwrap();
             while done.try_recv().is_err() {
                 monoio::time::sleep(Duration::from_millis(10)).await;
             }
-            drop(sub);
-            viewer.close().await;
-            drop(track);
-            drop(broadcast);
-            publisher.close().await;
+            watched.close().await;
         })
         .expect("runtime");
     })

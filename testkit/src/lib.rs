@@ -11,6 +11,8 @@
 //! - `client` (feature `client`): sessions driven by hand with ready-made
 //!   apps on skiff-monoio's session driver, for tests that count or order
 //!   what the SDK hides;
+//! - `watched` (feature `client`): a hang video track published through a
+//!   relay with a live viewer kept on it, both SDK clients;
 //! - `wait` (feature `client`): waiting for a change on a thread's
 //!   `Notify` from a test task, with the session driver's API.
 
@@ -22,3 +24,5 @@ pub mod pki;
 pub mod relay_process;
 #[cfg(feature = "client")]
 pub mod wait;
+#[cfg(feature = "client")]
+pub mod watched;

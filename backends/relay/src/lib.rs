@@ -50,6 +50,7 @@ pub mod error;
 pub mod handler;
 pub mod lend;
 pub mod metrics;
+pub mod offload;
 pub mod proxy_protocol;
 pub mod record;
 pub mod relay;

@@ -25,7 +25,6 @@
 use std::io;
 use std::path::{Component, Path};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use skiff_ws::http::{self, Choice, MAX_HEAD_BYTES, RequestError};
@@ -294,9 +293,6 @@ static RECORDING_READS: AtomicUsize = AtomicUsize::new(0);
 /// Recording reads at once; past it a request is answered 503 at once.
 const MAX_RECORDING_READS: usize = 8;
 
-/// How often a worker looks whether its recording read is done.
-const RECORDING_POLL: Duration = Duration::from_millis(1);
-
 /// Answers `GET /recordings` and `GET /hls/…` from the recordings in
 /// `dir`; `None` for any other path. The index of an hour of recording is
 /// thousands of lines and its segment files are checked one by one, so the
@@ -318,43 +314,34 @@ async fn recording(dir: &Path, req: &http::Request) -> Option<Vec<u8>> {
             &[("Retry-After", "1"), cors[0]],
         )
     };
-    if RECORDING_READS.fetch_add(1, Ordering::AcqRel) >= MAX_RECORDING_READS {
-        RECORDING_READS.fetch_sub(1, Ordering::AcqRel);
-        return Some(busy());
-    }
-    let done: Arc<Mutex<Option<Vec<u8>>>> = Arc::default();
-    let (out, dir, path) = (done.clone(), dir.to_path_buf(), path.to_owned());
-    let spawned = std::thread::Builder::new()
-        .name("skiff-http-rec".into())
-        .spawn(move || {
-            let response = match path.strip_prefix("/hls/") {
-                None => http::response(
-                    200,
-                    "application/json",
-                    &crate::record::store::recordings_json(&dir),
-                    head_only,
-                    &cors,
-                ),
-                Some(rest) => {
-                    let a = crate::record::hls::answer(&dir, rest);
-                    http::response(a.status, a.content_type, &a.body, head_only, &cors)
-                }
-            };
-            if let Ok(mut slot) = out.lock() {
-                *slot = Some(response);
-            }
+    // Taken back when this request is done, or dropped with its connection.
+    struct Slot;
+    impl Drop for Slot {
+        fn drop(&mut self) {
             RECORDING_READS.fetch_sub(1, Ordering::AcqRel);
-        });
-    if spawned.is_err() {
-        RECORDING_READS.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    let _slot = Slot;
+    if RECORDING_READS.fetch_add(1, Ordering::AcqRel) >= MAX_RECORDING_READS {
         return Some(busy());
     }
-    loop {
-        if let Some(r) = done.lock().ok().and_then(|mut d| d.take()) {
-            return Some(r);
-        }
-        monoio::time::sleep(RECORDING_POLL).await;
-    }
+    let (dir, path) = (dir.to_path_buf(), path.to_owned());
+    let response =
+        crate::offload::on_thread("skiff-http-rec", move || match path.strip_prefix("/hls/") {
+            None => http::response(
+                200,
+                "application/json",
+                &crate::record::store::recordings_json(&dir),
+                head_only,
+                &cors,
+            ),
+            Some(rest) => {
+                let a = crate::record::hls::answer(&dir, rest);
+                http::response(a.status, a.content_type, &a.body, head_only, &cors)
+            }
+        })
+        .await;
+    Some(response.unwrap_or_else(busy))
 }
 
 /// Sends `response` and closes the connection.

@@ -6,10 +6,9 @@
 mod common;
 mod peers;
 
-use std::time::Duration;
-
 use peers::start_relay;
 use skiff_monoio::driver::{self, DriverKind};
+use skiff_testkit::watched::Watched;
 
 /// The payload of frame `i` of group `g`.
 fn payload(g: u64, i: u64) -> Vec<u8> {
@@ -31,42 +30,16 @@ fn a_cached_group_is_fetched_through_the_relay() {
     let url = format!("tcp://{}/", relay.addr);
     let (timescale, frames, misses): Seen =
         driver::block_on(DriverKind::Legacy, move |_| async move {
-            let config = skiff_monoio::Config::default;
-            let (publisher, runner) = skiff_monoio::connect(&url, config()).unwrap();
-            monoio::spawn(runner.run());
-            let broadcast = publisher.publish("camera").unwrap();
-            let video = skiff_core::hang::video_info("video").unwrap();
-            let mut track = broadcast.create_track(video).unwrap();
-
-            // A live viewer keeps the track at the relay, which caches its groups.
-            let (viewer, runner) = skiff_monoio::connect(&url, config()).unwrap();
-            monoio::spawn(runner.run());
-            let request = skiff_monoio::sdk::Request {
-                max_latency: skiff_core::hang::MAX_AGE,
-                ..skiff_monoio::sdk::Request::LIVE
-            };
-            let mut sub = viewer.subscribe("camera", "video", request).await.unwrap();
-            while track.subscribers() == 0 {
-                monoio::time::sleep(Duration::from_millis(5)).await;
-            }
-            // The viewer reads each group as it is written: the relay then
-            // holds all three whole.
+            // A live viewer keeps the track at the relay, which caches its
+            // groups; it reads each as it is written, so the relay holds all
+            // three whole.
+            let mut watched = Watched::video(&url, "camera", "video").await;
             for g in 0..3u64 {
-                let mut group = track.create_group(g).unwrap();
-                for i in 0..10u64 {
-                    let ts = (g * 10 + i) * 33_333;
-                    group.write_frame(ts, &payload(g, i)).await.unwrap();
-                }
-                group.finish().unwrap();
-                loop {
-                    let mut read = sub.next_group().await.unwrap().expect("a group");
-                    while read.read_frame().await.unwrap().is_some() {}
-                    if read.sequence() >= g {
-                        break;
-                    }
-                }
+                let frames = (0..10u64).map(|i| ((g * 10 + i) * 33_333, payload(g, i)));
+                watched.write_read(g, frames).await;
             }
-            let (fetcher, runner) = skiff_monoio::connect(&url, config()).unwrap();
+            let (fetcher, runner) =
+                skiff_monoio::connect(&url, skiff_monoio::Config::default()).unwrap();
             monoio::spawn(runner.run());
             let mut group = fetcher.fetch("camera", "video", 1).await.expect("fetch");
             assert_eq!(group.sequence(), 1);
@@ -90,11 +63,7 @@ fn a_cached_group_is_fetched_through_the_relay() {
                 misses.push(outcome);
             }
             fetcher.close().await;
-            drop(sub);
-            viewer.close().await;
-            drop(track);
-            drop(broadcast);
-            publisher.close().await;
+            watched.close().await;
             (timescale, frames, misses)
         })
         .expect("runtime");

@@ -21,6 +21,7 @@ use peers::start_relay;
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
+use skiff_testkit::watched::Watched;
 
 /// The README shows exactly these two files.
 #[test]
@@ -144,25 +145,15 @@ fn a_subscribed_group_is_kept_by_the_publishers_timescale() {
     let relay = start_relay(&[]);
     let url = format!("tcp://{}/", relay.addr);
     let (info, first, rest, next) = driver::block_on(DriverKind::Legacy, move |_| async move {
-        let config = skiff_monoio::Config::default;
-        let (publisher, runner) = skiff_monoio::connect(&url, config()).unwrap();
-        monoio::spawn(runner.run());
-        let broadcast = publisher.publish("camera").unwrap();
-        let video = skiff_core::hang::video_info("video").unwrap();
-        let mut track = broadcast.create_track(video).unwrap();
-
-        let (viewer, runner) = skiff_monoio::connect(&url, config()).unwrap();
-        monoio::spawn(runner.run());
         // Older groups are wanted for the max age: what is under test is the
         // subscriber's own cache, not a live-edge request's OLD resets (§4.7).
-        let request = skiff_monoio::sdk::Request {
-            max_latency: skiff_core::hang::MAX_AGE,
-            ..skiff_monoio::sdk::Request::LIVE
-        };
-        let mut sub = viewer.subscribe("camera", "video", request).await.unwrap();
-        while track.subscribers() == 0 {
-            monoio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let Watched {
+            publisher,
+            broadcast,
+            mut track,
+            viewer,
+            mut sub,
+        } = Watched::video(&url, "camera", "video").await;
         let mut g0 = track.create_group(0).unwrap();
         g0.write_frame(0, b"g0f0").await.unwrap();
         let mut r0 = sub.next_group().await.unwrap().expect("group 0");

@@ -16,11 +16,11 @@
 //! Every frame goes through the same checks as in live viewing, and the
 //! camera's stamps must rise by exactly one across the whole run.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-use skiff_archive::window::{Decoder, DecoderConfig, Event};
+use skiff_archive::timeline::Timeline;
+use skiff_archive::window::DecoderConfig;
 use skiff_archive::{Archive, Record};
 use skiff_media::node::wall_clock_us;
 use skiff_monoio::sdk::{End, Request, Start};
@@ -59,13 +59,11 @@ pub(super) async fn read(
         .map_err(|e| format!("corrupt replay catalog: {e}"))?
         .archive
         .ok_or_else(|| format!("{replay}: the catalog has no archive entry"))?;
-    let records = timeline(client, &replay, &archive).await?;
-    let (first, record) = start_group(&records, &rendition.name, back, archive.timescale)?;
+    let timeline = timeline(client, &replay, &archive).await?;
+    let (first, record) =
+        start_group(timeline.records(), &rendition.name, back, archive.timescale)?;
     let scale = f64::from(archive.timescale);
-    let last = records
-        .values()
-        .next_back()
-        .map_or(0, |r| r.pts + r.duration);
+    let last = edge(timeline.records());
     println!(
         "viewer: rewind: segment {} at {:.1} s, {:.1} s before the live edge, starts at group {first} ({:.1} s)",
         record.segment,
@@ -156,13 +154,9 @@ fn every_group() -> Request {
     }
 }
 
-/// The records of the timeline's newest group, by index: its header (the
-/// retained window) and the pushes and pops after it.
-async fn timeline(
-    client: &Client,
-    replay: &str,
-    archive: &Archive,
-) -> Result<BTreeMap<u64, Record>, String> {
+/// The records of the timeline's newest group: its header (the retained
+/// window) and the pushes and pops after it.
+async fn timeline(client: &Client, replay: &str, archive: &Archive) -> Result<Timeline, String> {
     let mut track = client
         .subscribe(replay, &archive.track, Request::LIVE)
         .await
@@ -172,17 +166,16 @@ async fn timeline(
         Ok(None) => return Err("the timeline track finished empty".into()),
         Err(e) => return Err(format!("timeline: {e}")),
     };
-    let mut decoder = Decoder::<Record>::new(DecoderConfig {
+    let mut timeline = Timeline::new(DecoderConfig {
         compression: archive.track.ends_with(".z"),
         ..DecoderConfig::default()
     });
-    decoder.start_group();
+    timeline.start_group();
     // The header restates the window; the pushes after it in the same group
     // bring it up to date. A group stays open for more pushes, so reading
     // stops once none came for a while.
-    let mut records = BTreeMap::new();
     loop {
-        let wait = if records.is_empty() {
+        let wait = if timeline.records().next().is_none() {
             Duration::from_secs(10)
         } else {
             CAUGHT_UP
@@ -192,43 +185,37 @@ async fn timeline(
             Ok(Ok(None)) | Err(_) => break,
             Ok(Err(e)) => return Err(format!("timeline: {e}")),
         };
-        for event in decoder
+        timeline
             .decode(&payload)
-            .map_err(|e| format!("corrupt timeline: {e}"))?
-        {
-            match event {
-                Event::Push { index, value } => {
-                    records.insert(index, value);
-                }
-                Event::Pop(gone) | Event::Skip(gone) => {
-                    records.retain(|i, _| !gone.contains(i));
-                }
-            }
-        }
+            .map_err(|e| format!("corrupt timeline: {e}"))?;
     }
-    if records.is_empty() {
+    if timeline.records().next().is_none() {
         return Err("the recording has no complete segment yet".into());
     }
-    Ok(records)
+    Ok(timeline)
+}
+
+/// The end of the newest of `records` (oldest first): the live edge.
+fn edge<'r>(mut records: impl DoubleEndedIterator<Item = &'r Record>) -> u64 {
+    records.next_back().map_or(0, |r| r.pts + r.duration)
 }
 
 /// The first group of `track` to play for a start `back` before the live
-/// edge (the end of the newest record), and the record it opens. A
-/// recording shorter than `back` starts at its oldest segment.
-fn start_group<'r>(
-    records: &'r BTreeMap<u64, Record>,
+/// edge (the end of the newest of `records`, oldest first), and the record
+/// it opens. A recording shorter than `back` starts at its oldest segment.
+fn start_group<'r, I>(
+    records: I,
     track: &str,
     back: Duration,
     timescale: u32,
-) -> Result<(u64, &'r Record), String> {
-    let edge = records
-        .values()
-        .next_back()
-        .map_or(0, |r| r.pts + r.duration);
+) -> Result<(u64, &'r Record), String>
+where
+    I: DoubleEndedIterator<Item = &'r Record> + Clone,
+{
     let back = u64::try_from(back.as_millis() * u128::from(timescale) / 1000).unwrap_or(u64::MAX);
-    let at = edge.saturating_sub(back);
+    let at = edge(records.clone()).saturating_sub(back);
     let record = records
-        .values()
+        .into_iter()
         .find(|r| r.pts + r.duration > at && r.tracks.contains_key(track))
         .ok_or_else(|| format!("the timeline names no group of {track}"))?;
     let range = record.tracks[track]
@@ -262,6 +249,7 @@ async fn fetch(
 mod tests {
     use super::*;
     use skiff_archive::Range;
+    use std::collections::BTreeMap;
 
     fn record(segment: u64, pts: u64, group: u64) -> Record {
         let mut r = Record::new(segment, pts, 2000);
@@ -275,13 +263,20 @@ mod tests {
         let records: BTreeMap<u64, Record> =
             (0..30).map(|i| (i, record(i, i * 2000, 100 + i))).collect();
         // Live edge 60 s; 30 s back is 30 s, inside segment 15.
-        let (g, r) = start_group(&records, "video", Duration::from_secs(30), 1000).unwrap();
+        let (g, r) = start_group(records.values(), "video", Duration::from_secs(30), 1000).unwrap();
         assert_eq!((g, r.segment), (115, 15));
-        let (g, _) = start_group(&records, "video", Duration::from_millis(29_999), 1000).unwrap();
+        let (g, _) = start_group(
+            records.values(),
+            "video",
+            Duration::from_millis(29_999),
+            1000,
+        )
+        .unwrap();
         assert_eq!(g, 115);
         // Further back than the recording: its oldest segment.
-        let (g, _) = start_group(&records, "video", Duration::from_secs(600), 1000).unwrap();
+        let (g, _) =
+            start_group(records.values(), "video", Duration::from_secs(600), 1000).unwrap();
         assert_eq!(g, 100);
-        assert!(start_group(&records, "audio", Duration::from_secs(1), 1000).is_err());
+        assert!(start_group(records.values(), "audio", Duration::from_secs(1), 1000).is_err());
     }
 }

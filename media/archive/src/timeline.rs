@@ -61,7 +61,7 @@ impl Timeline {
     }
 
     /// The records in the window, oldest first.
-    pub fn records(&self) -> impl Iterator<Item = &Record> {
+    pub fn records(&self) -> impl DoubleEndedIterator<Item = &Record> + Clone {
         self.records.iter().map(|(_, r)| r)
     }
 

@@ -427,6 +427,38 @@ impl<'c> SessionApp<'c> {
         }
     }
 
+    /// The subscription a fetch can be told about by `event`, if any.
+    fn subscription_of(event: &Event<'_>) -> Option<skiff_core::session::SubscriptionId> {
+        match *event {
+            Event::TrackInfo { subscription, .. }
+            | Event::Group { subscription, .. }
+            | Event::SubscriptionClosed { subscription, .. } => Some(subscription),
+            _ => None,
+        }
+    }
+
+    /// What `event` about fetch `f`'s subscription does to it.
+    fn on_fetch_event(f: &super::fetch::Fetched, event: &Event<'_>) {
+        match *event {
+            // The fetched group's timestamps are in the publisher's timescale.
+            Event::TrackInfo { info, .. } => f.local().set_info(info),
+            Event::Group { subscription, .. } => {
+                f.phase.set(FetchPhase::Arrived(subscription));
+                f.wake();
+            }
+            Event::SubscriptionClosed { code, .. } => {
+                let next = match (f.phase.get(), code) {
+                    (FetchPhase::Requested(_), Some(c)) => FetchPhase::Refused(c),
+                    // The group's end (or its abort) is in the local track.
+                    _ => FetchPhase::Done,
+                };
+                f.phase.set(next);
+                f.wake();
+            }
+            _ => {}
+        }
+    }
+
     /// The fetch `id` of this session belongs to.
     fn find_fetch(
         &self,
@@ -498,6 +530,10 @@ impl SessionApp<'_> {
 
 impl App for SessionApp<'_> {
     fn on_event(&mut self, event: &Event<'_>) {
+        if let Some(f) = Self::subscription_of(event).and_then(|id| self.find_fetch(id)) {
+            Self::on_fetch_event(&f, event);
+            return;
+        }
         match *event {
             Event::Closed { reason, .. } if !reason.is_empty() => {
                 let mut kept = self.shared.close_reason.borrow_mut();
@@ -514,31 +550,6 @@ impl App for SessionApp<'_> {
             }
             Event::Unannounced { path, .. } => self.announced.retain(|p| p != path),
             Event::Goaway { .. } => self.going_away = true,
-            Event::TrackInfo { subscription, info } if self.find_fetch(subscription).is_some() => {
-                // The fetched group's timestamps are in the publisher's timescale.
-                if let Some(f) = self.find_fetch(subscription) {
-                    f.local().set_info(info);
-                }
-            }
-            Event::Group { subscription, .. } => {
-                if let Some(f) = self.find_fetch(subscription) {
-                    f.phase.set(FetchPhase::Arrived(subscription));
-                    f.wake();
-                }
-            }
-            Event::SubscriptionClosed { subscription, code }
-                if self.find_fetch(subscription).is_some() =>
-            {
-                if let Some(f) = self.find_fetch(subscription) {
-                    let next = match (f.phase.get(), code) {
-                        (FetchPhase::Requested(_), Some(c)) => FetchPhase::Refused(c),
-                        // The group's end (or its abort) is in the local track.
-                        _ => FetchPhase::Done,
-                    };
-                    f.phase.set(next);
-                    f.wake();
-                }
-            }
             Event::TrackInfo { subscription, .. } | Event::Started { subscription, .. } => {
                 if let Some(w) = self.find(subscription) {
                     // The local track takes the publisher's timescale and max

@@ -525,6 +525,9 @@ impl RelayConfig {
         config.max_served = usize::MAX;
         // A trunk asks for every track that crosses it: no per-peer quota.
         config.max_waiting_tracks = usize::MAX;
+        // Only a client's FETCH is read from the recording: a trunk's miss
+        // is refused by the core at once.
+        config.fetch_misses = false;
         config
     }
 

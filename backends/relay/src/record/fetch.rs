@@ -22,7 +22,6 @@
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use skiff_core::hang;
@@ -47,16 +46,16 @@ pub const ANSWER_TRACKS: usize = 8;
 /// not read to its end (a requester that stopped reading).
 const ANSWER_HOLD: Duration = Duration::from_secs(30);
 
-/// How often a worker looks whether a read finished.
-const READ_POLL: Duration = Duration::from_millis(2);
-
 /// A group read back from the recording: `(timestamp µs, hang frame)`s.
 pub type Frames = Vec<(u64, Vec<u8>)>;
 
 /// The recorded broadcast a FETCH for `broadcast` names: itself, or `X` for
 /// `X/replay`.
 pub fn recorded_path(broadcast: &str) -> &str {
-    match broadcast.strip_suffix("/replay") {
+    match broadcast
+        .strip_suffix(super::replay::REPLAY_NAME)
+        .and_then(|x| x.strip_suffix('/'))
+    {
         Some(x) if !x.is_empty() => x,
         _ => broadcast,
     }
@@ -75,7 +74,7 @@ pub fn read_group(
     track: &str,
     group: u64,
 ) -> Result<Frames, StreamCode> {
-    let stored = match store::open(dir, recorded_path(broadcast)) {
+    let stored = match store::open_index(dir, recorded_path(broadcast)) {
         Ok(Some(s)) => s,
         Ok(None) | Err(_) => return Err(StreamCode::NotFound),
     };
@@ -93,7 +92,7 @@ pub fn read_group(
         StreamCode::Internal
     })?;
     let mut frames = Vec::with_capacity(samples.len());
-    let mut prefix = [0u8; 10];
+    let mut prefix = [0u8; hang::frame::MAX_PREFIX_LEN];
     for s in samples {
         let n =
             hang::frame::encode_prefix(s.pts_us, &mut prefix).map_err(|_| StreamCode::Internal)?;
@@ -176,32 +175,15 @@ impl FetchStore {
             self.notify.bump();
             return;
         }
-        let done: Arc<Mutex<Option<Outcome>>> = Arc::default();
         let (dir, broadcast, name) = (self.dir.clone(), broadcast.to_owned(), name.to_owned());
-        let out = done.clone();
-        let spawned = std::thread::Builder::new()
-            .name("skiff-fetch-read".into())
-            .spawn(move || {
-                let outcome = read_group(&dir, &broadcast, &name, group);
-                if let Ok(mut slot) = out.lock() {
-                    *slot = Some(outcome);
-                }
-            });
-        if spawned.is_err() {
-            into.borrow_mut().push((tag, Err(StreamCode::Evicted)));
-            self.notify.bump();
-            return;
-        }
         self.reads.set(self.reads.get() + 1);
         let notify = self.notify.clone();
         let reads = self.reads.clone();
         monoio::spawn(async move {
-            let outcome = loop {
-                if let Some(o) = done.lock().ok().and_then(|mut d| d.take()) {
-                    break o;
-                }
-                monoio::time::sleep(READ_POLL).await;
-            };
+            let read = move || read_group(&dir, &broadcast, &name, group);
+            let outcome = crate::offload::on_thread("skiff-fetch-read", read)
+                .await
+                .unwrap_or(Err(StreamCode::Evicted));
             reads.set(reads.get().saturating_sub(1));
             into.borrow_mut().push((tag, outcome));
             notify.bump();

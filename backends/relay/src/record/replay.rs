@@ -378,10 +378,9 @@ pub fn timeline_record(s: &Segment, audio: &AudioGroups) -> Record {
 /// The video track a replay's timeline follows: the first with a stored segment.
 fn video_track(index: &BroadcastIndex) -> Option<String> {
     index
-        .tracks
-        .iter()
-        .find(|(_, t)| !t.audio && !t.segments.is_empty())
-        .map(|(name, _)| name.clone())
+        .default_track()
+        .filter(|t| index.tracks.get(*t).is_some_and(|t| !t.audio))
+        .map(str::to_owned)
 }
 
 /// Whether video segment `s` is complete for the timeline: the recording

@@ -49,11 +49,29 @@ pub fn list(dir: &Path) -> io::Result<Vec<Stored>> {
     Ok(out)
 }
 
-/// Reads the index of broadcast `path` under `dir`, `None` if there is none.
+/// Reads the index of broadcast `path` under `dir`, `None` if there is none;
+/// only segments whose file is there are kept.
 ///
 /// # Errors
 /// If the index exists but cannot be read.
 pub fn open(dir: &Path, path: &str) -> io::Result<Option<Stored>> {
+    let Some(mut stored) = open_index(dir, path)? else {
+        return Ok(None);
+    };
+    let bdir = &stored.dir;
+    for (track, t) in &mut stored.index.tracks {
+        t.segments
+            .retain(|&n, _| bdir.join(index::segment_file(track, n)).is_file());
+    }
+    Ok(Some(stored))
+}
+
+/// [`open`] without looking for each segment's file: for a reader of one
+/// segment, whose own read finds a file gone.
+///
+/// # Errors
+/// If the index exists but cannot be read.
+pub fn open_index(dir: &Path, path: &str) -> io::Result<Option<Stored>> {
     let bdir = dir.join(names::encode(path));
     let bytes = match fs::read(bdir.join(index::INDEX_FILE)) {
         Ok(b) => b,
@@ -67,15 +85,10 @@ pub fn open(dir: &Path, path: &str) -> io::Result<Option<Stored>> {
         }
         Err(e) => return Err(e),
     };
-    let mut index = BroadcastIndex::replay(&index::parse(&bytes).records);
-    for (track, t) in &mut index.tracks {
-        t.segments
-            .retain(|&n, _| bdir.join(index::segment_file(track, n)).is_file());
-    }
     Ok(Some(Stored {
         path: path.to_owned(),
         dir: bdir,
-        index,
+        index: BroadcastIndex::replay(&index::parse(&bytes).records),
     }))
 }
 

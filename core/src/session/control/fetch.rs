@@ -43,7 +43,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         if state != FetchState::Waiting {
             // moq-lite-05 defines no message after FETCH.
             debug!("session: bytes after FETCH, refusing the stream");
-            self.cancel_fetch(slot, StreamCode::Internal);
+            // Refusing detaches the slot, which cancels its answer.
             self.refuse(slot, StreamCode::Internal);
             return Step::Stop;
         }
