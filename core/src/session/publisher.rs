@@ -1255,19 +1255,6 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         });
         true
     }
-
-    /// Drops the group-stream entry answering the fetch on stream `id`, if
-    /// any, resetting the stream with `code`; true if there was one.
-    pub(super) fn drop_fetch_out(&mut self, id: StreamId, code: StreamCode) -> bool {
-        for o in self.out.iter_mut() {
-            if o.as_ref().is_some_and(|g| g.id == id && g.fetch.is_some()) {
-                let _ = self.conn.reset_stream(id, code.to_code());
-                *o = None;
-                return true;
-            }
-        }
-        false
-    }
 }
 
 /// Hands `len` bytes of `consumer`, starting with `first` (its last chunk), to

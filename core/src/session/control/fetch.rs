@@ -224,7 +224,7 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
         if state == FetchState::Serving
             && let Some(id) = self.control[slot].stream
         {
-            self.drop_fetch_out(id, code);
+            self.group_stopped(id, code.to_code());
         }
         // A miss still held for `poll_event` is not reported.
         let held = self.control[slot].event;
