@@ -155,17 +155,21 @@ pub trait Transport {
         Err(WriteError::Unsupported)
     }
 
-    /// True if the transport passes stream data by reference to a peer in
-    /// the same process ([`write_stream_ref`](Self::write_stream_ref)); false
-    /// (the default) for every transport that leaves the process.
+    /// True if the transport can take stream data by reference
+    /// ([`write_stream_ref`](Self::write_stream_ref)): passing it to a peer
+    /// in the same process, or keeping the pool block itself in a send
+    /// buffer until the peer acknowledges the bytes (QUIC); false (the
+    /// default) for a transport that copies everything it sends.
     fn lends(&self) -> bool {
         false
     }
 
     /// Writes a reference to up to `len` bytes of `id` instead of the bytes:
     /// `lend` is told how many the credit allows and returns the token naming
-    /// them for the peer. `Ok(None)` (the default) if nothing was lent: the
-    /// session sends the bytes instead.
+    /// them (the session's [`Gather`](crate::session::Gather) keeps the
+    /// range); [`Written::data`] says how many of them the stream took.
+    /// `Ok(None)` (the default) if nothing was lent: the session sends the
+    /// bytes instead.
     ///
     /// # Errors
     /// As [`write_stream_header`](Self::write_stream_header).

@@ -23,7 +23,7 @@ pub mod steer;
 pub mod transport;
 pub mod webtransport;
 
-pub use transport::{QuicTransport, WtStatus, pump};
+pub use transport::{Handoff, QuicTransport, WtStatus, pump};
 
 /// The QUIC library, for the endpoint and connection types a backend drives.
 pub use quinn_proto;

@@ -12,6 +12,7 @@
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::rc::Rc;
 use std::string::String;
 use std::time::Instant as StdInstant;
 
@@ -104,6 +105,35 @@ pub struct QuicTransport {
     /// ([`set_send_budget`](Self::set_send_budget)); `None`: the window
     /// stays as configured.
     send_budget: Option<u64>,
+    /// Where the session's gather leaves a pool range for the next write
+    /// ([`lend_handoff`](Self::lend_handoff)); `None`: every write copies.
+    handoff: Option<Handoff>,
+}
+
+/// Passes one pool range, as [`Bytes`] that keep its block, from the
+/// session's [`Gather`](skiff_core::session::Gather) to the write that asked
+/// for it ([`QuicTransport::lend_handoff`]): the library's send buffer then
+/// holds the pool's bytes until the peer acknowledges them, instead of a
+/// copy of them.
+#[derive(Clone, Default)]
+pub struct Handoff(Rc<Cell<Option<Bytes>>>);
+
+impl core::fmt::Debug for Handoff {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Handoff").finish_non_exhaustive()
+    }
+}
+
+impl Handoff {
+    /// Leaves `bytes` for the write under way.
+    pub fn put(&self, bytes: Bytes) {
+        self.0.set(Some(bytes));
+    }
+
+    /// Takes what the gather left, if anything.
+    fn take(&self) -> Option<Bytes> {
+        self.0.take()
+    }
 }
 
 thread_local! {
@@ -219,7 +249,17 @@ impl QuicTransport {
             wt: None,
             on_end: None,
             send_budget: None,
+            handoff: None,
         }
+    }
+
+    /// Takes stream data by reference from now on
+    /// ([`Transport::lends`]): the session's gather (the driver's, given to
+    /// `poll_transmit_gather`) puts each range it lends in the returned
+    /// handoff, as [`Bytes`] that keep the range's pool block, and the write
+    /// hands those to the library instead of copying the bytes.
+    pub fn lend_handoff(&mut self) -> Handoff {
+        self.handoff.get_or_insert_with(Handoff::default).clone()
     }
 
     /// Shares `budget` bytes of unacknowledged or unsent data with the
@@ -1312,25 +1352,7 @@ impl Transport for QuicTransport {
         _out: &mut [u8],
     ) -> Result<Written, WriteError> {
         self.now = now;
-        if self.is_closed() {
-            return Err(WriteError::Closed);
-        }
-        if let Some(w) = self.wt.as_mut()
-            && let Some((header, at, len)) = w.unsent.get_mut(&id.0)
-        {
-            // The stream's header goes before anything the session writes.
-            let n = self
-                .conn
-                .send_stream(quic_id(id))
-                .write(&header[*at..*len])
-                .unwrap_or(0);
-            *at += n;
-            if *at < *len {
-                self.blocked.insert(id.0);
-                return Err(WriteError::Blocked);
-            }
-            w.unsent.remove(&id.0);
-        }
+        self.before_write(id)?;
         let mut stream = self.conn.send_stream(quic_id(id));
         let taken = if data.is_empty() {
             0
@@ -1358,6 +1380,61 @@ impl Transport for QuicTransport {
             data: taken,
             out: 0,
         })
+    }
+
+    fn lends(&self) -> bool {
+        self.handoff.is_some()
+    }
+
+    fn write_stream_ref<F: FnOnce(usize) -> Option<u64>>(
+        &mut self,
+        now: Instant,
+        id: StreamId,
+        len: usize,
+        fin: bool,
+        _out: &mut [u8],
+        lend: F,
+    ) -> Result<Option<Written>, WriteError> {
+        let Some(handoff) = self.handoff.clone() else {
+            return Ok(None);
+        };
+        self.now = now;
+        if len == 0 {
+            return Ok(None);
+        }
+        self.before_write(id)?;
+        // The library takes as much as its windows allow and lets go of the
+        // rest of the range at once.
+        if lend(len).is_none() {
+            return Ok(None);
+        }
+        let Some(bytes) = handoff.take() else {
+            return Ok(None);
+        };
+        let mut chunks = [bytes];
+        let mut stream = self.conn.send_stream(quic_id(id));
+        let taken = match stream.write_chunks(&mut chunks) {
+            Ok(w) => w.bytes,
+            Err(QuicWriteError::Blocked) => {
+                self.blocked.insert(id.0);
+                return Err(WriteError::Blocked);
+            }
+            Err(QuicWriteError::Stopped(_)) => return Err(WriteError::Reset),
+            Err(QuicWriteError::ClosedStream) => return Err(WriteError::UnknownStream),
+        };
+        if fin && taken == len {
+            match stream.finish() {
+                Ok(()) => {}
+                Err(quinn_proto::FinishError::Stopped(_)) => return Err(WriteError::Reset),
+                Err(quinn_proto::FinishError::ClosedStream) => {
+                    return Err(WriteError::Finished);
+                }
+            }
+        }
+        Ok(Some(Written {
+            data: taken,
+            out: 0,
+        }))
     }
 
     fn set_priority(&mut self, id: StreamId, priority: i32) {
@@ -1477,6 +1554,31 @@ impl Transport for QuicTransport {
 }
 
 impl QuicTransport {
+    /// What every write checks first: the connection is open, and on
+    /// WebTransport the stream's header went out before anything the
+    /// session writes.
+    fn before_write(&mut self, id: StreamId) -> Result<(), WriteError> {
+        if self.is_closed() {
+            return Err(WriteError::Closed);
+        }
+        if let Some(w) = self.wt.as_mut()
+            && let Some((header, at, len)) = w.unsent.get_mut(&id.0)
+        {
+            let n = self
+                .conn
+                .send_stream(quic_id(id))
+                .write(&header[*at..*len])
+                .unwrap_or(0);
+            *at += n;
+            if *at < *len {
+                self.blocked.insert(id.0);
+                return Err(WriteError::Blocked);
+            }
+            w.unsent.remove(&id.0);
+        }
+        Ok(())
+    }
+
     /// Which end of the connection this is, in the core's terms.
     pub fn side(&self) -> skiff_core::wire::qmux::Side {
         match self.conn.side() {

@@ -129,6 +129,7 @@ fn steady_state_relaying_allocates_nothing_on_the_worker() {
             let handle = server::start(config(1, kind), move |w: &WorkerInfo| Probed {
                 inner: Rc::new(make(w)),
                 count: c2.clone(),
+                bytes: Default::default(),
                 live: Default::default(),
             })
             .unwrap();

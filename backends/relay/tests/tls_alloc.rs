@@ -18,7 +18,7 @@ static A: Counting = Counting;
 fn tls_relaying_allocates_only_rustls_record_buffers() {
     for kind in drivers() {
         within(60, move || {
-            let per_frame = secure_alloc::allocations_per_frame(kind, "tls");
+            let per_frame = secure_alloc::allocations_per_frame(kind, "tls").allocations;
             // At most one sealed record per frame per viewer plus one opened
             // record per frame from the publisher, with room for records
             // that carry control frames (credit, acknowledgements).

@@ -119,6 +119,7 @@ fn a_viewer_costs_the_relay_at_most_48_kib() {
             let handle = server::start(config(1, kind), move |w: &WorkerInfo| Probed {
                 inner: Rc::new(make(w)),
                 count: Arc::new(AtomicU64::new(0)),
+                bytes: Default::default(),
                 live: l2.clone(),
             })
             .unwrap();

@@ -32,6 +32,11 @@ impl<'p> Slice<'p> {
         &self.block
     }
 
+    /// The pool the bytes live in.
+    pub fn pool(&self) -> &'p super::Pool<'p> {
+        self.block.pool()
+    }
+
     /// Keeps only the first `len` bytes (all of them if `len` is not shorter).
     pub fn truncate(&mut self, len: usize) {
         let len = u32::try_from(len).unwrap_or(u32::MAX);

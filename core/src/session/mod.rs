@@ -161,9 +161,11 @@ pub trait Gather<'p> {
     /// How many more payload ranges fit (a record whose payload spans blocks
     /// takes one per block).
     fn room(&self) -> usize;
-    /// Lends `slice` to the peer of a link in the same process: keeps it
-    /// (its block stays unchanged) until the peer gives the returned token
-    /// back. `None` (the default) sends the bytes instead.
+    /// Lends `slice` to a transport that takes data by reference
+    /// ([`Transport::lends`](crate::transport::Transport::lends)): keeps it
+    /// (its block stays unchanged) until the peer of a link in the same
+    /// process gives the returned token back, or the transport's send
+    /// buffer lets go of it. `None` (the default) sends the bytes instead.
     fn lend(&mut self, slice: Slice<'p>) -> Option<u64> {
         let _ = slice;
         None
@@ -811,8 +813,9 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
             self.dirty = true;
         }
         self.now = now;
-        if !T::GATHER {
-            // The transport cannot send payload where it lies: copy it.
+        if !T::GATHER && !self.conn.lends() {
+            // The transport can neither send payload where it lies nor keep
+            // a reference to it: copy it.
             gather = None;
         }
         // Fast path: after a pass that found nothing to send, only a call on

@@ -1131,7 +1131,9 @@ impl<'s, 'a, 'p, const N: usize, T: Transport> Session<'s, 'a, 'p, N, T> {
                 }
             }
         }
-        let next = match &gather {
+        // Payload left where it lies for a vectored write, if the transport
+        // sends that way; copied otherwise (a transport that only lends).
+        let next = match gather.as_ref().filter(|_| T::GATHER) {
             Some(g) => {
                 let room = g.room();
                 match o.consumer.chunk_slice() {

@@ -6,7 +6,8 @@
 //! timers, [`pump`]s what it received into the session (no more per stream
 //! than the session has room for), runs the core's pass (events to the
 //! [`App`], its turn), lets the session write into the library's stream
-//! buffers, and sends the datagrams the library has ready. Between passes
+//! buffers (group payload by reference to its pool block, [`PoolGather`];
+//! everything else copied), and sends the datagrams the library has ready. Between passes
 //! the task sleeps until a datagram, a timer, a change of the media it
 //! follows, or the drain.
 
@@ -16,9 +17,13 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration as StdDuration;
 
-use skiff_core::session::Session;
+use std::cell::Cell;
+
+use bytes::Bytes;
+use skiff_core::pool::Slice;
+use skiff_core::session::{Gather, Session};
 use skiff_core::time::Instant;
-use skiff_quic::{QuicTransport, WtStatus, pump};
+use skiff_quic::{Handoff, QuicTransport, WtStatus, pump};
 
 use super::{
     App, AppHandler, DriveCtx, Ended, SetupTables, arm, follow, follows_every_change,
@@ -33,6 +38,79 @@ pub type QuicSession<'s, const N: usize> = Session<'s, 'static, 'static, N, Quic
 /// Bytes of the scratch buffer the session's transmit is given: the QUIC
 /// transport writes into the library's buffers, never into it.
 const SCRATCH: usize = 64;
+
+/// The share of a pool's blocks the thread's QUIC connections may hold in
+/// their send buffers at once: one block in this many (a quarter), so the
+/// pool's other blocks always take new media. Past it, writes copy.
+const LEND_SHARE: usize = 4;
+
+thread_local! {
+    /// Pool ranges this thread's QUIC send buffers hold ([`PoolBytes`]).
+    static LENT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A pool range the library's send buffer holds as [`Bytes`]: its block
+/// stays allocated and unchanged until the peer acknowledges the bytes (or
+/// the connection drops), instead of the buffer holding a copy.
+struct PoolBytes(Slice<'static>);
+
+// SAFETY: a `PoolBytes` lives only inside the `Bytes` handed to the quinn
+// connection of a `QuicTransport`, which is not `Send` (it holds `Rc`s): the
+// connection, its send buffers and so these ranges are made, read and
+// dropped on the thread whose pool they borrow, which is all the pool's
+// unsynchronized reference counts need. The pool itself outlives them: its
+// owner frees nothing while a block is out (`tables::Keep`).
+unsafe impl Send for PoolBytes {}
+
+impl PoolBytes {
+    fn new(slice: Slice<'static>) -> Self {
+        LENT.with(|n| n.set(n.get() + 1));
+        PoolBytes(slice)
+    }
+}
+
+impl AsRef<[u8]> for PoolBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl Drop for PoolBytes {
+    fn drop(&mut self) {
+        LENT.with(|n| n.set(n.get().saturating_sub(1)));
+    }
+}
+
+/// The session's [`Gather`] on QUIC: lends each group payload range to the
+/// library by reference ([`QuicTransport::lend_handoff`]), so a frame sent
+/// to many viewers lies once in the pool rather than once per viewer's send
+/// buffer, and no write copies it. Past the thread's [`LEND_SHARE`] of the
+/// pool it lends nothing and the write copies.
+struct PoolGather {
+    handoff: Handoff,
+}
+
+impl Gather<'static> for PoolGather {
+    fn room(&self) -> usize {
+        usize::MAX
+    }
+
+    fn lend(&mut self, slice: Slice<'static>) -> Option<u64> {
+        let cap = slice.pool().capacity() / LEND_SHARE;
+        if LENT.with(Cell::get) >= cap {
+            return None;
+        }
+        self.handoff.put(Bytes::from_owner(PoolBytes::new(slice)));
+        // The transport takes the range from the handoff; the token is unused.
+        Some(0)
+    }
+
+    fn push(&mut self, _at: usize, _slice: Slice<'static>) {
+        // Never called: a QUIC transport does not gather (`Transport::GATHER`
+        // is false), so the session copies what it does not lend.
+        debug_assert!(false, "QUIC transport asked to gather");
+    }
+}
 
 /// Runs `session` over its QUIC connection until it ends (see the module
 /// docs); `link` is the connection's side of the thread's endpoint.
@@ -91,6 +169,9 @@ async fn run<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize>(
     let mut drain_seen = false;
     let mut goaway_sent = false;
     let mut scratch = [0u8; SCRATCH];
+    let mut gather = PoolGather {
+        handoff: session.transport_mut().lend_handoff(),
+    };
     loop {
         let now = ctx.clock.now();
         crate::buffers::trim_if_due(now);
@@ -109,7 +190,7 @@ async fn run<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize>(
         goaway_on_drain(session, ctx, &mut goaway_sent);
         watch_tracks(session, ctx, &waiter, &task, &mut followed);
         // The session writes into the library's stream buffers.
-        let _ = session.poll_transmit(now, &mut scratch);
+        let _ = session.poll_transmit_gather(now, &mut scratch, &mut gather);
         // What the writes and reads changed (credit, stream limits) may let
         // the session do more at once.
         progress |= pump(session, now);

@@ -14,8 +14,9 @@ use skiff_relay::conn::Connection;
 use skiff_relay::handler::ConnectionHandler;
 use skiff_relay::relay::RelayHandler;
 
-use skiff_testkit::counting::live_bytes;
+#[allow(unused_imports)]
 pub use skiff_testkit::counting::{Counting, allocs};
+use skiff_testkit::counting::{live_bytes, snapshot};
 
 thread_local! {
     static SAMPLING: Cell<bool> = const { Cell::new(false) };
@@ -28,6 +29,8 @@ pub struct Probed {
     pub inner: Rc<RelayHandler>,
     /// The worker thread's allocation count, as last sampled.
     pub count: Arc<AtomicU64>,
+    /// The bytes the worker thread's allocations asked for, as last sampled.
+    pub bytes: Arc<AtomicU64>,
     /// The worker thread's live heap bytes, as last sampled, less what its
     /// buffer pools keep free for later connections (bounded by the pools'
     /// limits, not by the load).
@@ -61,7 +64,7 @@ impl ConnectionHandler for Probed {
 impl Probed {
     /// Starts the sampling task with the thread's first connection.
     fn sample(&self) {
-        let (count, live) = (self.count.clone(), self.live.clone());
+        let (count, bytes, live) = (self.count.clone(), self.bytes.clone(), self.live.clone());
         // Every wake of the relay's tasks passes through the worker; sample
         // the counters from one task (started with the first connection)
         // that rides the thread's notify.
@@ -70,7 +73,9 @@ impl Probed {
             monoio::spawn(async move {
                 let changes = skiff_testkit::wait::Changes::new(&notify);
                 loop {
-                    count.store(allocs(), Ordering::Relaxed);
+                    let now = snapshot();
+                    count.store(now.count, Ordering::Relaxed);
+                    bytes.store(now.bytes, Ordering::Relaxed);
                     let pooled = skiff_monoio::buffers::free_bytes() as i64;
                     live.store(live_bytes() - pooled, Ordering::Relaxed);
                     changes.next().await;

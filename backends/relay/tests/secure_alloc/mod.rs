@@ -25,8 +25,31 @@ const WARM_GROUPS: u64 = 4;
 const GROUPS: u64 = 12;
 const FRAMES: u64 = 10;
 
-/// Publishes and watches over `url`; (worker count at warm-up end, at the end, frames read).
-async fn load(url: String, config: Config, count: Arc<AtomicU64>) -> (u64, u64, u64) {
+/// The worker's allocations after warm-up, per frame delivered.
+#[derive(Debug, Clone, Copy)]
+pub struct PerFrame {
+    /// Allocations per frame.
+    pub allocations: f64,
+    /// Bytes those allocations asked for, per frame.
+    pub bytes: f64,
+}
+
+/// The bytes of every frame the load publishes.
+pub const FRAME_BYTES: usize = 900;
+
+/// The worker's counters (allocations, bytes) as last sampled.
+fn sampled(count: &AtomicU64, bytes: &AtomicU64) -> (u64, u64) {
+    (count.load(Ordering::Relaxed), bytes.load(Ordering::Relaxed))
+}
+
+/// Publishes and watches over `url`; (worker counters at warm-up end, at
+/// the end, frames read).
+async fn load(
+    url: String,
+    config: Config,
+    count: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
+) -> ((u64, u64), (u64, u64), u64) {
     let frames = Rc::new(Cell::new(0u64));
     let started = Rc::new(Cell::new(0usize));
     let mut viewers = Vec::new();
@@ -61,18 +84,18 @@ async fn load(url: String, config: Config, count: Arc<AtomicU64>) -> (u64, u64, 
     while started.get() < VIEWERS || track.subscribers() == 0 {
         monoio::time::sleep(Duration::from_millis(5)).await;
     }
-    let mut start = 0;
+    let mut start = (0, 0);
     let mut counted_from = 0;
     for g in 0..GROUPS {
         if g == WARM_GROUPS {
             monoio::time::sleep(Duration::from_millis(50)).await;
-            start = count.load(Ordering::Relaxed);
+            start = sampled(&count, &bytes);
             counted_from = frames.get();
         }
         let mut group = track.append_group().unwrap();
         for i in 0..FRAMES {
             group
-                .write_frame(g * 1000 + i, &[g as u8; 900])
+                .write_frame(g * 1000 + i, &[g as u8; FRAME_BYTES])
                 .await
                 .unwrap();
             monoio::time::sleep(Duration::from_millis(2)).await;
@@ -80,7 +103,7 @@ async fn load(url: String, config: Config, count: Arc<AtomicU64>) -> (u64, u64, 
         group.finish().unwrap();
     }
     monoio::time::sleep(Duration::from_millis(100)).await;
-    let end = count.load(Ordering::Relaxed);
+    let end = sampled(&count, &bytes);
     let delivered = frames.get() - counted_from;
     track.finish();
     publisher.close().await;
@@ -93,7 +116,7 @@ async fn load(url: String, config: Config, count: Arc<AtomicU64>) -> (u64, u64, 
 /// Relays the load over `scheme` (`tls` or `moql`) through a relay worker
 /// with a certificate on `kind`'s driver; returns the worker's allocations
 /// per frame delivered after warm-up (and prints them).
-pub fn allocations_per_frame(kind: DriverKind, scheme: &str) -> f64 {
+pub fn allocations_per_frame(kind: DriverKind, scheme: &str) -> PerFrame {
     let dir = std::env::temp_dir().join(format!(
         "skiff-{scheme}-alloc-{}-{kind:?}",
         std::process::id()
@@ -102,7 +125,8 @@ pub fn allocations_per_frame(kind: DriverKind, scheme: &str) -> f64 {
     std::fs::create_dir_all(&dir).unwrap();
     let pki = skiff_testkit::pki::Pki::write(&dir, "alloc");
     let count = Arc::new(AtomicU64::new(0));
-    let c2 = count.clone();
+    let bytes = Arc::new(AtomicU64::new(0));
+    let (c2, b2) = (count.clone(), bytes.clone());
     let make = RelayHandler::factory(1).unwrap();
     let cfg = skiff_relay::config::RelayConfig {
         tls: Some(skiff_relay::tls::TlsFiles {
@@ -114,6 +138,7 @@ pub fn allocations_per_frame(kind: DriverKind, scheme: &str) -> f64 {
     let handle = server::start(cfg, move |w: &WorkerInfo| Probed {
         inner: Rc::new(make(w)),
         count: c2.clone(),
+        bytes: b2.clone(),
         live: Default::default(),
     })
     .unwrap();
@@ -122,16 +147,22 @@ pub fn allocations_per_frame(kind: DriverKind, scheme: &str) -> f64 {
     client_config.tls_roots = Some(Arc::new(
         skiff_monoio::tls::roots_from_pem_file(&pki.ca).unwrap(),
     ));
-    let c3 = count.clone();
+    let (c3, b3) = (count.clone(), bytes.clone());
     let (start, end, delivered) =
-        driver::block_on(kind, move |_| load(url, client_config, c3)).unwrap();
+        driver::block_on(kind, move |_| load(url, client_config, c3, b3)).unwrap();
     let wanted = VIEWERS as u64 * (GROUPS - WARM_GROUPS) * FRAMES;
     assert!(delivered >= wanted, "{delivered} of {wanted} frames");
-    assert!(start > 0, "probe never sampled");
-    let per_frame = (end - start) as f64 / delivered as f64;
+    assert!(start.0 > 0, "probe never sampled");
+    let per_frame = PerFrame {
+        allocations: (end.0 - start.0) as f64 / delivered as f64,
+        bytes: (end.1 - start.1) as f64 / delivered as f64,
+    };
     eprintln!(
-        "{kind:?}: {} worker allocations for {delivered} frames delivered over {scheme}:// ({per_frame:.2} per frame)",
-        end - start
+        "{kind:?}: {} worker allocations ({} bytes) for {delivered} frames delivered over {scheme}:// ({:.2} allocations, {:.0} bytes per frame)",
+        end.0 - start.0,
+        end.1 - start.1,
+        per_frame.allocations,
+        per_frame.bytes,
     );
     handle.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
