@@ -107,15 +107,36 @@ where
     let send_buffer = config
         .send_buffer
         .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
-    let first = bind_reuseport_with(config.listen, send_buffer).map_err(listen_err)?;
-    let local_addr = first.local_addr().map_err(listen_err)?;
-    let mut listeners = vec![first];
-    for _ in 1..threads {
-        listeners.push(bind_reuseport_with(local_addr, send_buffer).map_err(listen_err)?);
-    }
-
+    let bind_tcp = || -> io::Result<(Vec<std::net::TcpListener>, SocketAddr)> {
+        let first = bind_reuseport_with(config.listen, send_buffer)?;
+        let local_addr = first.local_addr()?;
+        let mut listeners = vec![first];
+        for _ in 1..threads {
+            listeners.push(bind_reuseport_with(local_addr, send_buffer)?);
+        }
+        Ok((listeners, local_addr))
+    };
     let metrics = Arc::new(Metrics::new(threads));
-    let quic_sockets = bind_quic(&config, local_addr, &metrics);
+    let serves_quic = config.quic && config.tls_source().is_some();
+    let ((listeners, local_addr), quic_sockets) = bind_twins(
+        config.listen.port() == 0,
+        bind_tcp,
+        |(_, addr): &(Vec<std::net::TcpListener>, SocketAddr)| {
+            if serves_quic {
+                skiff_monoio::reuseport::bind_group(*addr, threads)
+            } else {
+                Ok(Vec::new())
+            }
+        },
+    )
+    .map_err(listen_err)?;
+    let quic_sockets = match quic_sockets {
+        Ok(group) => steer_quic(group, threads, &metrics),
+        Err(e) => {
+            tracing::error!(addr = %local_addr, error = %e, "QUIC sockets not bound: TCP only");
+            Vec::new()
+        }
+    };
     // The server keeps a descriptor of each socket until every worker has
     // stopped: a worker that ends first would otherwise leave the group
     // (the kernel renumbers it), and the datagrams of a worker still
@@ -215,25 +236,47 @@ where
     })
 }
 
-/// Binds the workers' UDP sockets for QUIC at `addr` (the TCP listeners'
-/// address, port resolved), one per worker in index order, if the
-/// configuration serves QUIC and has a certificate for it, and steers the
-/// group's datagrams by connection ID (docs/protocol.md §11.8). A group
-/// that cannot be bound leaves the relay on TCP alone; a filter the kernel
-/// refuses leaves the kernel's choice by address, logged and shown as
-/// `skiff_relay_quic_steering 0`.
-fn bind_quic(config: &RelayConfig, addr: SocketAddr, metrics: &Metrics) -> Vec<UdpSocket> {
-    if !config.quic || config.tls_source().is_none() {
-        return Vec::new();
-    }
-    let threads = config.threads.get();
-    let group = match skiff_monoio::reuseport::bind_group(addr, threads) {
-        Ok(g) => g,
-        Err(e) => {
-            tracing::error!(%addr, error = %e, "QUIC sockets not bound: TCP only");
-            return Vec::new();
+/// How many port numbers a relay told to listen on port 0 tries for TCP
+/// listeners whose UDP twin (QUIC, the same port number) is free too.
+const PORT_TRIES: usize = 64;
+
+/// Binds the TCP listeners (`bind_tcp`), then the workers' UDP sockets for
+/// QUIC on the same port number (`bind_udp`: an empty group if the relay
+/// serves no QUIC). With `any_port` (the configuration asked for port 0),
+/// a port whose UDP number something else holds is let go and another one
+/// tried, up to [`PORT_TRIES`] times: a relay on an ephemeral port serves
+/// QUIC beside TCP however many UDP sockets the host has open. With a port
+/// given, or once the tries are spent, the UDP error is returned beside the
+/// listeners (the relay then serves TCP alone).
+///
+/// # Errors
+/// What `bind_tcp` returns.
+fn bind_twins<T, U>(
+    any_port: bool,
+    mut bind_tcp: impl FnMut() -> io::Result<T>,
+    mut bind_udp: impl FnMut(&T) -> io::Result<U>,
+) -> io::Result<(T, io::Result<U>)> {
+    let mut tries = 1;
+    loop {
+        let tcp = bind_tcp()?;
+        match bind_udp(&tcp) {
+            Err(e) if any_port && tries < PORT_TRIES => {
+                tracing::debug!(error = %e, "UDP twin of the chosen port taken: another port");
+                tries += 1;
+            }
+            udp => return Ok((tcp, udp)),
         }
-    };
+    }
+}
+
+/// Steers the datagrams of the workers' UDP `group` by connection ID
+/// (docs/protocol.md §11.8); a filter the kernel refuses leaves the
+/// kernel's choice by address, logged and shown as
+/// `skiff_relay_quic_steering 0`.
+fn steer_quic(group: Vec<UdpSocket>, threads: usize, metrics: &Metrics) -> Vec<UdpSocket> {
+    if group.is_empty() {
+        return group;
+    }
     let steered = if threads == 1 {
         // One socket gets every datagram.
         true
@@ -340,5 +383,70 @@ impl Drop for ServerHandle {
         self.trigger.stop();
         join_all(std::mem::take(&mut self.workers));
         drop(std::mem::take(&mut self.quic_group));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taken() -> io::Error {
+        io::ErrorKind::AddrInUse.into()
+    }
+
+    #[test]
+    fn a_relay_on_port_zero_moves_past_ports_whose_udp_twin_is_taken() {
+        let mut ports = 40_000u16..;
+        let mut refusals = 3;
+        let (port, udp) = bind_twins(
+            true,
+            || Ok(ports.next().unwrap()),
+            |_| {
+                if refusals > 0 {
+                    refusals -= 1;
+                    Err(taken())
+                } else {
+                    Ok("group")
+                }
+            },
+        )
+        .unwrap();
+        assert_eq!(port, 40_003);
+        assert_eq!(udp.unwrap(), "group");
+    }
+
+    #[test]
+    fn a_given_port_keeps_its_number_and_reports_the_udp_error() {
+        let mut binds = 0;
+        let (port, udp) = bind_twins(
+            false,
+            || {
+                binds += 1;
+                Ok(4443u16)
+            },
+            |_| Err::<(), _>(taken()),
+        )
+        .unwrap();
+        assert_eq!((port, binds), (4443, 1));
+        assert_eq!(udp.unwrap_err().kind(), io::ErrorKind::AddrInUse);
+    }
+
+    #[test]
+    fn the_tries_are_bounded() {
+        let mut ports = 40_000usize..;
+        let (port, udp) = bind_twins(
+            true,
+            || Ok(ports.next().unwrap()),
+            |_| Err::<(), _>(taken()),
+        )
+        .unwrap();
+        assert_eq!(port, 40_000 + PORT_TRIES - 1);
+        assert!(udp.is_err());
+    }
+
+    #[test]
+    fn a_tcp_error_ends_the_binding() {
+        let res = bind_twins(true, || Err::<(), _>(taken()), |_| Ok(()));
+        assert_eq!(res.unwrap_err().kind(), io::ErrorKind::AddrInUse);
     }
 }
