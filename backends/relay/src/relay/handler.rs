@@ -238,7 +238,7 @@ impl ConnectionHandler for RelayHandler {
             {
                 let served = self.serve_webtransport(
                     &name,
-                    *conn,
+                    conn,
                     link,
                     setup_by,
                     handshake,
@@ -247,7 +247,7 @@ impl ConnectionHandler for RelayHandler {
                 );
                 return Box::pin(served).await;
             }
-            let transport = QuicTransport::new(*conn, ctx.clock.epoch());
+            let transport = Box::new(QuicTransport::new(*conn, ctx.clock.epoch()));
             let ended = Box::pin(self.serve_quic_session(
                 &name,
                 transport,
@@ -468,6 +468,22 @@ impl RelayHandler {
 }
 
 /// Logs why the client's session was refused, if its gate refused it.
+/// The session of a client's QUIC connection, on the heap: built here,
+/// outside the serving future, so that future keeps a pointer to it and
+/// never room for a connection or a session of its own.
+fn boxed_quic_session<'s>(
+    config: Config<'s>,
+    mut transport: Box<QuicTransport>,
+    send_budget: u64,
+    now: Instant,
+    storage: &'s mut ServerStorage,
+    origin: skiff_core::model::origin::Ref<'static, 'static>,
+) -> Result<Box<QuicSession<'s, STREAMS>>, skiff_core::session::ConfigError> {
+    transport.set_send_budget(Some(send_budget));
+    Session::with_transport(Side::Server, config, *transport, now, storage, Some(origin))
+        .map(Box::new)
+}
+
 fn log_refusal(gate: Option<&Gate>, name: &ConnName) {
     if let Some(refusal) = gate.and_then(|g| g.refusal()) {
         tracing::debug!(conn = ?name, reason = %refusal, "session refused");
@@ -516,7 +532,7 @@ impl RelayHandler {
     async fn serve_webtransport(
         self: Rc<Self>,
         name: &ConnName,
-        conn: skiff_quic::quinn_proto::Connection,
+        conn: Box<skiff_quic::quinn_proto::Connection>,
         mut link: Link,
         setup_by: Instant,
         handshake: HandshakeToken,
@@ -524,7 +540,9 @@ impl RelayHandler {
         ctx: DriveCtx,
     ) -> io::Result<()> {
         let _label = self.relay.metrics.clone().map(WebTransportLabel::new);
-        let mut transport = QuicTransport::webtransport_server(conn, ctx.clock.epoch());
+        // Boxed, like the connection: the future keeps a pointer to it for
+        // the connection's life rather than room for it.
+        let mut transport = Box::new(QuicTransport::webtransport_server(*conn, ctx.clock.epoch()));
         if let Some((m, i)) = self.relay.metrics.clone() {
             // The connection's UDP payloads, counted as it ends.
             transport.on_end(move |conn| {
@@ -542,7 +560,7 @@ impl RelayHandler {
             tracing::debug!(conn = ?name, ?status, "WebTransport: no CONNECT");
             if !transport.connection().is_closed() {
                 skiff_core::transport::Transport::close(
-                    &mut transport,
+                    &mut *transport,
                     skiff_quic::webtransport::code::H3_REQUEST_INCOMPLETE,
                     "no CONNECT in time",
                 );
@@ -593,7 +611,7 @@ impl RelayHandler {
     async fn serve_quic_session(
         self: Rc<Self>,
         name: &ConnName,
-        mut transport: QuicTransport,
+        transport: Box<QuicTransport>,
         path: Option<String>,
         link: Link,
         setup_by: Instant,
@@ -611,18 +629,17 @@ impl RelayHandler {
         let (config, origin) = self.relay.session_setup(Remote::Client);
         let mut config: Config<'_> = config;
         config.path = path.as_deref();
-        transport.set_send_budget(Some(send_budget));
-        let session: Result<Box<QuicSession<'_, STREAMS>>, _> = Session::with_transport(
-            Side::Server,
+        let session = boxed_quic_session(
             config,
             transport,
+            send_budget,
             ctx.clock.now(),
             &mut storage,
-            Some(origin),
+            origin,
         )
         .map(|mut s| {
             s.set_scope(gate.as_deref().map(|g| g as &dyn Scope));
-            Box::new(s)
+            s
         });
         let ended = run_quic_session::<STREAMS, CLIENT_UPSTREAM>(
             self.relay.clone(),
