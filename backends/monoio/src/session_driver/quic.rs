@@ -7,17 +7,16 @@
 //! than the session has room for), runs the core's pass (events to the
 //! [`App`], its turn), lets the session write into the library's stream
 //! buffers (group payload by reference to its pool block, [`PoolGather`];
-//! everything else copied), and sends the datagrams the library has ready. Between passes
-//! the task sleeps until a datagram, a timer, a change of the media it
-//! follows, or the drain.
+//! everything else copied), and sends the datagrams the library has ready.
+//! Between passes the task sleeps until a datagram, a timer, a change of
+//! the media it follows, or the drain.
 
+use std::cell::Cell;
 use std::future::{Future, poll_fn};
 use std::io;
 use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration as StdDuration;
-
-use std::cell::Cell;
 
 use bytes::Bytes;
 use skiff_core::pool::Slice;
