@@ -162,10 +162,10 @@ pub trait Gather<'p> {
     /// takes one per block).
     fn room(&self) -> usize;
     /// Lends `slice` to a transport that takes data by reference
-    /// ([`Transport::lends`](crate::transport::Transport::lends)): keeps it
-    /// (its block stays unchanged) until the peer of a link in the same
-    /// process gives the returned token back, or the transport's send
-    /// buffer lets go of it. `None` (the default) sends the bytes instead.
+    /// ([`Transport::lends`]): keeps it (its block stays unchanged) until the
+    /// peer of a link in the same process gives the returned token back, or
+    /// the transport's send buffer lets go of it. `None` (the default) sends
+    /// the bytes instead.
     fn lend(&mut self, slice: Slice<'p>) -> Option<u64> {
         let _ = slice;
         None
