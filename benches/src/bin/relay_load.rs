@@ -220,14 +220,15 @@ fn run(cli: &Cli) -> io::Result<()> {
         );
         let expected = s.published_window * s.live;
         println!(
-            "      relay RSS {:.1} MiB at the end ({:.1} MiB before the subscribers, peak VmHWM {:.1} MiB); frames read in the window {} of {} expected ({:.4}), {} lagged",
+            "      relay RSS {:.1} MiB at the end ({:.1} MiB before the subscribers, peak VmHWM {:.1} MiB); frames read in the window {} of {} expected ({:.4}), {} lagged; {} sessions dialed again before they subscribed",
             s.rss_end_kib as f64 / 1024.0,
             s.rss_start_kib as f64 / 1024.0,
             s.hwm_kib as f64 / 1024.0,
             s.frames_window,
             expected,
             s.frames_window as f64 / expected.max(1) as f64,
-            s.lagged
+            s.lagged,
+            s.redials
         );
         if s.live < n as u64 || s.bad > 0 || s.delivered == 0 {
             println!(
@@ -310,6 +311,8 @@ struct Shared {
     frames: AtomicU64,
     /// Frames published, over all broadcasts.
     published_frames: AtomicU64,
+    /// Subscribers' sessions dialed again after ending before they subscribed.
+    redials: AtomicU64,
 }
 
 impl Shared {
@@ -325,6 +328,7 @@ impl Shared {
             published: AtomicU64::new(0),
             frames: AtomicU64::new(0),
             published_frames: AtomicU64::new(0),
+            redials: AtomicU64::new(0),
         }
     }
 
@@ -353,6 +357,8 @@ struct SkiffResult {
     /// Frames published per broadcast in the window (each live subscriber
     /// should read as many).
     published_window: u64,
+    /// Subscribers' sessions dialed again before they subscribed.
+    redials: u64,
     /// Relay RSS before the subscribers, at the end, and its peak (KiB).
     rss_start_kib: u64,
     rss_end_kib: u64,
@@ -516,6 +522,7 @@ fn skiff_row(cli: &Cli, bin: &PathBuf, n: usize) -> io::Result<SkiffResult> {
         connect,
         bad: shared.bad.load(Ordering::Relaxed),
         lagged: shared.lagged.load(Ordering::Relaxed),
+        redials: shared.redials.load(Ordering::Relaxed),
         frames_window: f1 - f0,
         published_window: p1 - p0,
         rss_start_kib: rss0,
@@ -731,8 +738,12 @@ async fn subscribers(
         // At most CONNECTING handshakes at a time, so the relay's listen
         // backlog never overflows however fast it accepts (a dropped SYN
         // is retried a second later, then 3, 7, 15 s...).
-        while connecting.get() >= placed.2.max(1) {
+        while connecting.get() >= placed.2.max(1) && !shared.stop.load(Ordering::Relaxed) {
             monoio::time::sleep(Duration::from_millis(2)).await;
+        }
+        if shared.stop.load(Ordering::Relaxed) {
+            // The window is over before every subscriber connected.
+            break;
         }
         connecting.set(connecting.get() + 1);
         // Frees this subscriber's place once: when it goes live or its session ends.
@@ -747,15 +758,30 @@ async fn subscribers(
         };
         let local = ctx.track(TRACK);
         local.set_budget(group_bytes * BUDGET_GROUPS + frame_bytes as u64);
-        let app = Subscriber::new(&broadcast_name((placed.0 + k) % placed.1.max(1)), local);
+        let name = broadcast_name((placed.0 + k) % placed.1.max(1));
+        let app = Subscriber::new(&name, local);
         let state = app.state.clone();
         {
-            let (ctx, dial) = (ctx.clone(), dial.clone());
+            let (ctx, dial, shared) = (ctx.clone(), dial.clone(), shared.clone());
             let settle = settle.clone();
             monoio::spawn(async move {
                 let mut app = app;
-                if let Err(e) = dial.run(None, &mut app, &ctx).await {
-                    eprintln!("relay_load: subscriber session: {e}");
+                loop {
+                    if let Err(e) = dial.run(None, &mut app, &ctx).await {
+                        eprintln!("relay_load: subscriber session: {e}");
+                    }
+                    // A session that ended before it subscribed (refused,
+                    // or closed by the relay's handshake timeout on a busy
+                    // host) dials again, as a player would; the local track
+                    // and its reader stay.
+                    if app.state.subscribed.get() || shared.stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    shared.redials.fetch_add(1, Ordering::Relaxed);
+                    let state = app.state.clone();
+                    app = Subscriber::new(&name, local);
+                    app.state = state;
+                    monoio::time::sleep(Duration::from_millis(100)).await;
                 }
                 settle();
             });
