@@ -33,14 +33,17 @@ use skiff_core::wire::qmux::Side;
 pub use skiff_monoio::context::{ClientCtx, ClientLimits};
 use skiff_monoio::notify::Notify;
 use skiff_monoio::session_driver::{
-    App, Ended, HalfReader, HalfWriter, MoqSession, drive, split_halves,
+    App, Ended, HalfReader, HalfWriter, MoqSession, QuicSession, STREAMS, drive, drive_quic,
+    split_halves,
 };
 use skiff_monoio::tables::Keep;
+pub use skiff_monoio::tls::Fingerprint;
+use skiff_monoio::tls::{Trust, client_config_for};
 
-/// Splits `tcp://host:port/path` into `host:port` and the path (`/path`, or
-/// empty); `None` for another scheme.
-fn split_url(url: &str) -> Option<(&str, &str)> {
-    let rest = url.strip_prefix("tcp://")?;
+/// Splits `SCHEME://host:port/path` (`scheme` given with its `://`) into
+/// `host:port` and the path (`/path`, or empty); `None` for another scheme.
+fn split_url<'u>(url: &'u str, scheme: &str) -> Option<(&'u str, &'u str)> {
+    let rest = url.strip_prefix(scheme)?;
     Some(match rest.find('/') {
         Some(i) => rest.split_at(i),
         None => (rest, ""),
@@ -66,8 +69,13 @@ pub fn process_pool(bytes: u64) -> &'static Pool<'static> {
 /// # Errors
 /// `InvalidInput` for another scheme or an unresolvable address.
 pub fn parse_url(url: &str) -> io::Result<(SocketAddr, String)> {
+    parse_url_of(url, "tcp://")
+}
+
+/// [`parse_url`] for `scheme` (with its `://`).
+fn parse_url_of(url: &str, scheme: &str) -> io::Result<(SocketAddr, String)> {
     let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{m}: {url}"));
-    let (host, path) = split_url(url).ok_or_else(|| bad("not a tcp:// URL"))?;
+    let (host, path) = split_url(url, scheme).ok_or_else(|| bad(&format!("not a {scheme} URL")))?;
     use std::net::ToSocketAddrs;
     let addr = host
         .to_socket_addrs()?
@@ -130,6 +138,74 @@ pub async fn run<A: App>(
         .map_err(io::Error::other)?;
         drive(Box::new(session), (), reader, writer, app, &ctx.drive).await
     };
+    ctx.give_storage(storage);
+    res
+}
+
+/// The QUIC client configuration of `moql://` dials (docs/protocol.md §11):
+/// ALPN moq-lite-05, skiff's transport settings, and only the server
+/// certificate whose SHA-256 is `pin` accepted (a relay's `--tls-generate`
+/// certificate, whose fingerprint it answers at `GET /certificate.sha256`).
+/// Made once and cloned for each dial.
+///
+/// # Errors
+/// `Other` if rustls or quinn-proto refuse the configuration.
+pub fn quic_config(pin: Fingerprint) -> io::Result<skiff_quic::quinn_proto::ClientConfig> {
+    let alpn: &[&[u8]] = &[skiff_core::conn::MOQ_LITE_05.as_bytes()];
+    let tls = client_config_for(&Trust::Pinned(pin), alpn).map_err(io::Error::other)?;
+    skiff_quic::config::client_config(std::sync::Arc::new(tls), STREAMS).map_err(io::Error::other)
+}
+
+/// [`run`] over QUIC: dials `url` (`moql://host:port/path`) from a UDP
+/// socket and endpoint of its own with `config` ([`quic_config`]), and runs
+/// a moq-lite session over the connection, the path in SETUP, until it
+/// ends.
+///
+/// # Errors
+/// As [`parse_url`] (for `moql://`), the socket's bind error, a dial the
+/// library refuses, or a session configuration error as `Other`.
+pub async fn run_quic<A: App>(
+    url: &str,
+    config: &skiff_quic::quinn_proto::ClientConfig,
+    origin: Option<origin::Ref<'static, 'static>>,
+    app: &mut A,
+    ctx: &ClientCtx,
+) -> io::Result<Ended> {
+    let (addr, path) = parse_url_of(url, "moql://")?;
+    let clock = ctx.drive.clock;
+    let endpoint = skiff_monoio::quic::Endpoint::client(addr, clock)?;
+    let host = addr.ip().to_string();
+    let (conn, link) = endpoint.connect(config.clone(), addr, &host)?;
+    let receiving = monoio::spawn(endpoint.clone().run());
+    let transport = skiff_quic::QuicTransport::new(conn, clock.epoch());
+    let mut storage = ctx.take_storage();
+    let res = {
+        let config = Config {
+            conn: ctx.transport(),
+            path: Some(&path),
+            // As over TCP: a client that publishes nothing says so.
+            role: if origin.is_some() {
+                Role::Both
+            } else {
+                Role::Subscriber
+            },
+            ..Config::new()
+        };
+        let session: Result<QuicSession<'_, STREAMS>, _> = Session::with_transport(
+            Side::Client,
+            config,
+            transport,
+            clock.now(),
+            &mut *storage,
+            origin,
+        );
+        match session {
+            Ok(session) => drive_quic(Box::new(session), (), link, app, &ctx.drive).await,
+            Err(e) => Err(io::Error::other(e)),
+        }
+    };
+    endpoint.stop();
+    drop(receiving);
     ctx.give_storage(storage);
     res
 }

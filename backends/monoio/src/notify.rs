@@ -34,7 +34,9 @@
 //!   when lent blocks come back);
 //! - demand: a subscription served from a track started, changed or ended,
 //!   which its filler follows upstream (the session's listed `Demand`
-//!   changes, bumped as the track's media change, which the filler follows);
+//!   changes, bumped as the track's consumption, which the filler follows
+//!   and the other sessions serving the track do not: a viewer joining a
+//!   track with n viewers wakes one task, not n);
 //! - tables and routes: a broadcast announced or withdrawn, a track added,
 //!   a request queued for a session, a timer of the relay's policy, a
 //!   session's end ([`Notify::bump`]: every task looks again).
@@ -466,7 +468,7 @@ pub struct Waiter<'n> {
 
 impl Notify {
     /// A signal nobody waits on yet, without a flusher: a bump wakes at once.
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Notify {
             pending_media: RefCell::new(Scope::Nothing),
             pending_consumed: RefCell::new(Scope::Nothing),

@@ -20,8 +20,16 @@
 //! with the ratio of CPU per delivered GB. Only the relays' CPU is counted;
 //! the load generator runs in other threads of this process.
 //!
+//! With `--transport quic` every client (the publisher and each subscriber)
+//! dials `moql://` instead, from a UDP socket and QUIC endpoint of its own,
+//! pinning the certificate the relay (started with `--tls-generate
+//! localhost`) answers at `GET /certificate.sha256`; the copy_relay
+//! baseline, TCP only, is skipped. `--progress` prints, while the
+//! subscribers connect, how many are live with the relay's RSS and CPU.
+//!
 //! ```text
 //! relay_load --subscribers 1,10,100 --frame-bytes 65536 --fps 100 --seconds 4
+//! relay_load --transport quic --subscribers 10000 --frame-bytes 2048 --fps 5 --no-baseline
 //! ```
 
 use std::future::poll_fn;
@@ -50,8 +58,21 @@ const BROADCAST: &str = "bench";
 const TRACK: &str = "video";
 /// Groups a subscriber's local track keeps besides the one being written.
 const BUDGET_GROUPS: u64 = 2;
-/// Handshakes one client thread keeps in flight while its subscribers connect.
+/// Handshakes one client thread keeps in flight while its subscribers
+/// connect over TCP (`--connect-parallel` unset).
 const CONNECTING: usize = 256;
+/// The same over QUIC: the relay's per-address handshake quota (256 per
+/// worker by default) stays above the handshakes of two client threads.
+const CONNECTING_QUIC: usize = 32;
+
+/// The clients' transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Link {
+    /// moq-lite over QMux over TCP (`tcp://`).
+    Tcp,
+    /// moq-lite-05 over QUIC (`moql://`), the relay's certificate pinned.
+    Quic,
+}
 
 #[derive(Debug, Parser)]
 #[command(about = "Fan-out load on skiff-relay, side by side with the copy_relay baseline.")]
@@ -92,6 +113,25 @@ struct Cli {
     /// its subscription); the window is measured over those live by then.
     #[arg(long, default_value_t = 60.0)]
     live_timeout: f64,
+    /// The clients' transport: `tcp` (QMux) or `quic` (`moql://`, each
+    /// client on a UDP socket of its own, the relay's certificate pinned;
+    /// no copy_relay baseline).
+    #[arg(long, value_enum, default_value = "tcp")]
+    transport: Link,
+    /// Handshakes each client thread keeps in flight while its subscribers
+    /// connect [default: 256 over TCP; over QUIC 32, below the relay's
+    /// per-address handshake quota, since every client comes from 127.0.0.1].
+    #[arg(long)]
+    connect_parallel: Option<usize>,
+    /// Further flags for `skiff-relay serve`, space-separated (write
+    /// `--relay-args=...`), e.g. `--metrics 127.0.0.1:9464`.
+    #[arg(long, allow_hyphen_values = true, default_value = "")]
+    relay_args: String,
+    /// While the subscribers connect, print every this many seconds how
+    /// many are live, with the relay's RSS and the CPU seconds it and this
+    /// process have used; 0: no such lines.
+    #[arg(long, default_value_t = 0.0)]
+    progress: f64,
 }
 
 fn main() {
@@ -147,7 +187,7 @@ fn run(cli: &Cli) -> io::Result<()> {
     );
     for &n in &cli.subscribers {
         let s = skiff_row(cli, &relay_bin, n)?;
-        let c = if cli.no_baseline || cli.broadcasts > 1 {
+        let c = if cli.no_baseline || cli.broadcasts > 1 || cli.transport == Link::Quic {
             None
         } else {
             Some(copy_row(cli, &copy_bin, n)?)
@@ -177,6 +217,18 @@ fn run(cli: &Cli) -> io::Result<()> {
             n,
             s.connect.as_secs_f64(),
             s.rss_delta_kib as f64 / s.live.max(1) as f64
+        );
+        let expected = s.published_window * s.live;
+        println!(
+            "      relay RSS {:.1} MiB at the end ({:.1} MiB before the subscribers, peak VmHWM {:.1} MiB); frames read in the window {} of {} expected ({:.4}), {} lagged; {} sessions dialed again before they subscribed",
+            s.rss_end_kib as f64 / 1024.0,
+            s.rss_start_kib as f64 / 1024.0,
+            s.hwm_kib as f64 / 1024.0,
+            s.frames_window,
+            expected,
+            s.frames_window as f64 / expected.max(1) as f64,
+            s.lagged,
+            s.redials
         );
         if s.live < n as u64 || s.bad > 0 || s.delivered == 0 {
             println!(
@@ -225,13 +277,18 @@ fn cpu_seconds(pid: u32) -> io::Result<f64> {
 
 /// Resident set of `pid` in KiB (`VmRSS`).
 fn rss_kib(pid: u32) -> io::Result<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+/// The KiB figure of the `field` line (`VmRSS:`, `VmHWM:`) of `pid`'s status.
+fn status_kib(pid: u32, field: &str) -> io::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .ok_or_else(|| bad_data("no VmRSS".into()))
+        .ok_or_else(|| bad_data(format!("no {field}")))
 }
 
 // ---------------------------------------------------------------------------
@@ -250,6 +307,12 @@ struct Shared {
     bad: AtomicU64,
     lagged: AtomicU64,
     published: AtomicU64,
+    /// Frames read by all subscribers (checked ones).
+    frames: AtomicU64,
+    /// Frames published, over all broadcasts.
+    published_frames: AtomicU64,
+    /// Subscribers' sessions dialed again after ending before they subscribed.
+    redials: AtomicU64,
 }
 
 impl Shared {
@@ -263,6 +326,9 @@ impl Shared {
             bad: AtomicU64::new(0),
             lagged: AtomicU64::new(0),
             published: AtomicU64::new(0),
+            frames: AtomicU64::new(0),
+            published_frames: AtomicU64::new(0),
+            redials: AtomicU64::new(0),
         }
     }
 
@@ -286,25 +352,42 @@ struct SkiffResult {
     lagged: u64,
     /// From starting the subscribers until all were live (or the timeout).
     connect: Duration,
+    /// Frames read by all subscribers in the window.
+    frames_window: u64,
+    /// Frames published per broadcast in the window (each live subscriber
+    /// should read as many).
+    published_window: u64,
+    /// Subscribers' sessions dialed again before they subscribed.
+    redials: u64,
+    /// Relay RSS before the subscribers, at the end, and its peak (KiB).
+    rss_start_kib: u64,
+    rss_end_kib: u64,
+    hwm_kib: u64,
 }
 
-fn spawn_skiff(bin: &PathBuf, threads: usize) -> io::Result<(ChildGuard, SocketAddr)> {
-    let mut child = Command::new(bin)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--threads",
-            &threads.to_string(),
-            "--log",
-            "error",
-            // Every subscriber comes from 127.0.0.1: lift the per-address
-            // and total limits above the largest row.
-            "--max-connections-per-ip",
-            "100000",
-            "--max-connections",
-            "100000",
-        ])
+fn spawn_skiff(cli: &Cli, bin: &PathBuf) -> io::Result<(ChildGuard, SocketAddr)> {
+    let threads = cli.threads;
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--threads",
+        &threads.to_string(),
+        "--log",
+        "error",
+        // Every subscriber comes from 127.0.0.1: lift the per-address
+        // and total limits above the largest row.
+        "--max-connections-per-ip",
+        "100000",
+        "--max-connections",
+        "100000",
+    ])
+    .args(cli.relay_args.split_whitespace());
+    if cli.transport == Link::Quic {
+        cmd.args(["--tls-generate", "localhost"]);
+    }
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -326,20 +409,33 @@ fn spawn_skiff(bin: &PathBuf, threads: usize) -> io::Result<(ChildGuard, SocketA
 }
 
 fn skiff_row(cli: &Cli, bin: &PathBuf, n: usize) -> io::Result<SkiffResult> {
-    let (child, addr) = spawn_skiff(bin, cli.threads)?;
+    let (child, addr) = spawn_skiff(cli, bin)?;
     let pid = child.0.id();
+    let dial = match cli.transport {
+        Link::Tcp => Dial::Tcp(format!("tcp://{addr}/anon")),
+        Link::Quic => {
+            let pin = fingerprint(addr)?;
+            Dial::Quic(
+                format!("moql://{addr}/anon"),
+                Arc::new(client::quic_config(pin)?),
+            )
+        }
+    };
+    let parallel = cli.connect_parallel.unwrap_or(match cli.transport {
+        Link::Tcp => CONNECTING,
+        Link::Quic => CONNECTING_QUIC,
+    });
     let rss0 = rss_kib(pid)?;
-    let url = format!("tcp://{addr}/anon");
     let shared = Arc::new(Shared::new());
     let frame_bytes = cli.frame_bytes.max(HEADER + 8);
 
     let mut threads = Vec::new();
     let broadcasts = cli.broadcasts.max(1);
     {
-        let (url, shared, fps) = (url.clone(), shared.clone(), cli.fps);
+        let (dial, shared, fps) = (dial.clone(), shared.clone(), cli.fps);
         threads.push(std::thread::spawn(move || {
             driver::block_on(DriverKind::Auto, move |_| {
-                publisher(url, broadcasts, frame_bytes, fps, shared)
+                publisher(dial, broadcasts, frame_bytes, fps, shared)
             })
         }));
     }
@@ -347,30 +443,45 @@ fn skiff_row(cli: &Cli, bin: &PathBuf, n: usize) -> io::Result<SkiffResult> {
     let mut first = 0;
     for t in 0..k {
         let m = n / k + usize::from(t < n % k);
-        let (url, shared) = (url.clone(), shared.clone());
-        let placed = (first, broadcasts);
+        let (dial, shared) = (dial.clone(), shared.clone());
+        let placed = (first, broadcasts, parallel);
         threads.push(std::thread::spawn(move || {
             driver::block_on(DriverKind::Auto, move |_| {
-                subscribers(url, placed, m, frame_bytes, shared)
+                subscribers(dial, placed, m, frame_bytes, shared)
             })
         }));
         first += m;
     }
 
     let started = Instant::now();
+    let me = std::process::id();
     let live_timeout = Duration::from_secs_f64(cli.live_timeout.max(0.1));
+    let every = (cli.progress > 0.0).then(|| Duration::from_secs_f64(cli.progress));
+    let mut next_line = every.map(|e| started + e);
     while shared.live.load(Ordering::Relaxed) < n as u64 && started.elapsed() < live_timeout {
         std::thread::sleep(Duration::from_millis(20));
+        if let (Some(at), Some(e)) = (next_line, every)
+            && Instant::now() >= at
+        {
+            next_line = Some(at + e);
+            progress_line(&shared, started, n, pid, me);
+        }
     }
     let connect = started.elapsed();
+    if every.is_some() {
+        progress_line(&shared, started, n, pid, me);
+    }
     std::thread::sleep(Duration::from_secs(1));
-    let me = std::process::id();
     let gen0 = cpu_seconds(me)?;
     let (mut hist0, mut hist1) = (
         Box::new([0u64; LATENCY_BUCKETS]),
         Box::new([0u64; LATENCY_BUCKETS]),
     );
     shared.latency.load(&mut hist0);
+    let (f0, p0) = (
+        shared.frames.load(Ordering::Relaxed),
+        shared.published_frames.load(Ordering::Relaxed),
+    );
     let (cpu0, d0, t0) = (
         cpu_seconds(pid)?,
         shared.delivered.load(Ordering::Relaxed),
@@ -382,8 +493,13 @@ fn skiff_row(cli: &Cli, bin: &PathBuf, n: usize) -> io::Result<SkiffResult> {
         shared.delivered.load(Ordering::Relaxed),
         t0.elapsed(),
     );
+    let (f1, p1) = (
+        shared.frames.load(Ordering::Relaxed),
+        shared.published_frames.load(Ordering::Relaxed),
+    );
     shared.latency.load(&mut hist1);
     let rss1 = rss_kib(pid)?;
+    let hwm = status_kib(pid, "VmHWM:")?;
     let load_cpu = cpu_seconds(me)? - gen0;
     shared.stop.store(true, Ordering::Relaxed);
     for t in threads {
@@ -406,7 +522,72 @@ fn skiff_row(cli: &Cli, bin: &PathBuf, n: usize) -> io::Result<SkiffResult> {
         connect,
         bad: shared.bad.load(Ordering::Relaxed),
         lagged: shared.lagged.load(Ordering::Relaxed),
+        redials: shared.redials.load(Ordering::Relaxed),
+        frames_window: f1 - f0,
+        published_window: p1 - p0,
+        rss_start_kib: rss0,
+        rss_end_kib: rss1,
+        hwm_kib: hwm,
     })
+}
+
+/// One `--progress` line: seconds since the subscribers started, how many
+/// are live, the relay's RSS, and the CPU seconds the relay and this
+/// process have used so far.
+fn progress_line(shared: &Shared, since: Instant, n: usize, relay: u32, me: u32) {
+    println!(
+        "      {:7.1} s: {} of {n} live; relay RSS {:.1} MiB; CPU s so far: relay {:.1}, clients {:.1}",
+        since.elapsed().as_secs_f64(),
+        shared.live.load(Ordering::Relaxed),
+        rss_kib(relay).unwrap_or(0) as f64 / 1024.0,
+        cpu_seconds(relay).unwrap_or(0.0),
+        cpu_seconds(me).unwrap_or(0.0),
+    );
+}
+
+/// How a client reaches the relay.
+#[derive(Clone)]
+enum Dial {
+    /// `tcp://` URL.
+    Tcp(String),
+    /// `moql://` URL and the QUIC configuration pinning the relay's certificate.
+    Quic(String, Arc<quinn_proto::ClientConfig>),
+}
+
+impl Dial {
+    /// Dials and runs a client session with `app` until it ends.
+    async fn run<A: skiff_monoio::session_driver::App>(
+        &self,
+        origin: Option<skiff_core::model::origin::Ref<'static, 'static>>,
+        app: &mut A,
+        ctx: &ClientCtx,
+    ) -> io::Result<skiff_monoio::session_driver::Ended> {
+        match self {
+            Dial::Tcp(url) => client::run(url, origin, app, ctx).await,
+            Dial::Quic(url, config) => client::run_quic(url, config, origin, app, ctx).await,
+        }
+    }
+}
+
+/// The SHA-256 of the certificate the relay at `addr` serves, from its
+/// `GET /certificate.sha256`.
+fn fingerprint(addr: SocketAddr) -> io::Result<client::Fingerprint> {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(addr)?;
+    tcp.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        tcp,
+        "GET /certificate.sha256 HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer)?;
+    let body = answer
+        .split_once("\r\n\r\n")
+        .filter(|(head, _)| head.starts_with("HTTP/1.1 200"))
+        .map(|(_, body)| body.trim())
+        .ok_or_else(|| bad_data(format!("no certificate fingerprint from {addr}")))?;
+    body.parse()
+        .map_err(|e| bad_data(format!("certificate fingerprint `{body}`: {e:?}")))
 }
 
 /// Byte `k` of frame `index` of group `group`.
@@ -450,7 +631,7 @@ fn broadcast_name(b: usize) -> String {
 }
 
 async fn publisher(
-    url: String,
+    dial: Dial,
     broadcasts: usize,
     frame_bytes: usize,
     fps: u32,
@@ -467,10 +648,10 @@ async fn publisher(
         let (origin, producer) = ctx.publication(&broadcast_name(b), TRACK);
         let group: Option<skiff_core::model::track::GroupProducer<'static, 'static>> = None;
         producers.push((producer, group));
-        let (ctx, url) = (ctx.clone(), url.clone());
+        let (ctx, dial) = (ctx.clone(), dial.clone());
         monoio::spawn(async move {
             let mut app = Publisher::default();
-            if let Err(e) = client::run(&url, Some(origin), &mut app, &ctx).await {
+            if let Err(e) = dial.run(Some(origin), &mut app, &ctx).await {
                 eprintln!("relay_load: publisher session: {e}");
             }
         });
@@ -516,6 +697,7 @@ async fn publisher(
         if slot == slots {
             slot = 0;
             n += 1;
+            shared.published_frames.store(n, Ordering::Relaxed);
         }
         let due = n as u32 * slots + slot;
         match tick {
@@ -531,10 +713,10 @@ async fn publisher(
 }
 
 /// `m` subscribers, numbered from `placed.0`; subscriber k takes broadcast
-/// k mod `placed.1`.
+/// k mod `placed.1`; at most `placed.2` of them connecting at once.
 async fn subscribers(
-    url: String,
-    placed: (usize, usize),
+    dial: Dial,
+    placed: (usize, usize, usize),
     m: usize,
     frame_bytes: usize,
     shared: Arc<Shared>,
@@ -556,8 +738,12 @@ async fn subscribers(
         // At most CONNECTING handshakes at a time, so the relay's listen
         // backlog never overflows however fast it accepts (a dropped SYN
         // is retried a second later, then 3, 7, 15 s...).
-        while connecting.get() >= CONNECTING {
+        while connecting.get() >= placed.2.max(1) && !shared.stop.load(Ordering::Relaxed) {
             monoio::time::sleep(Duration::from_millis(2)).await;
+        }
+        if shared.stop.load(Ordering::Relaxed) {
+            // The window is over before every subscriber connected.
+            break;
         }
         connecting.set(connecting.get() + 1);
         // Frees this subscriber's place once: when it goes live or its session ends.
@@ -572,15 +758,30 @@ async fn subscribers(
         };
         let local = ctx.track(TRACK);
         local.set_budget(group_bytes * BUDGET_GROUPS + frame_bytes as u64);
-        let app = Subscriber::new(&broadcast_name((placed.0 + k) % placed.1.max(1)), local);
+        let name = broadcast_name((placed.0 + k) % placed.1.max(1));
+        let app = Subscriber::new(&name, local);
         let state = app.state.clone();
         {
-            let (ctx, url) = (ctx.clone(), url.clone());
+            let (ctx, dial, shared) = (ctx.clone(), dial.clone(), shared.clone());
             let settle = settle.clone();
             monoio::spawn(async move {
                 let mut app = app;
-                if let Err(e) = client::run(&url, None, &mut app, &ctx).await {
-                    eprintln!("relay_load: subscriber session: {e}");
+                loop {
+                    if let Err(e) = dial.run(None, &mut app, &ctx).await {
+                        eprintln!("relay_load: subscriber session: {e}");
+                    }
+                    // A session that ended before it subscribed (refused,
+                    // or closed by the relay's handshake timeout on a busy
+                    // host) dials again, as a player would; the local track
+                    // and its reader stay.
+                    if app.state.subscribed.get() || shared.stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    shared.redials.fetch_add(1, Ordering::Relaxed);
+                    let state = app.state.clone();
+                    app = Subscriber::new(&name, local);
+                    app.state = state;
+                    monoio::time::sleep(Duration::from_millis(100)).await;
                 }
                 settle();
             });
@@ -614,6 +815,7 @@ async fn subscribers(
                         shared
                             .delivered
                             .fetch_add(f.payload.len() as u64, Ordering::Relaxed);
+                        shared.frames.fetch_add(1, Ordering::Relaxed);
                         shared.latency.record(shared.now_us().saturating_sub(sent));
                     } else {
                         shared.bad.fetch_add(1, Ordering::Relaxed);

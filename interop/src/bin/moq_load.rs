@@ -258,6 +258,12 @@ struct Cli {
     /// Subscribers connecting at once.
     #[arg(long, default_value_t = 32)]
     connect_parallel: usize,
+    /// While the subscribers connect, print every this many seconds (to
+    /// stderr) how many are live and how many failed, with the relay's
+    /// open descriptors and RSS, so a reader sees the connection rate over
+    /// time; 0: no such lines.
+    #[arg(long, default_value_t = 0.0)]
+    progress: f64,
     /// After each row, print every subscriber's median latency (ms) in the
     /// order they connected: a relay that serves them in a fixed order shows
     /// as a rising line.
@@ -2011,7 +2017,10 @@ fn run_row(
         // Let the announcement settle before taking the baseline RSS.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let rss_before = relay_rss();
+        let connecting = Instant::now();
         let gate = Arc::new(tokio::sync::Semaphore::new(cli.connect_parallel.max(1)));
+        let every = (cli.progress > 0.0).then(|| Duration::from_secs_f64(cli.progress));
+        let mut next_line = every.map(|e| connecting + e);
         for i in 0..n {
             let permit = gate
                 .clone()
@@ -2026,6 +2035,12 @@ fn run_row(
                 cli.frame_bytes,
                 permit,
             ));
+            if let (Some(at), Some(e)) = (next_line, every)
+                && Instant::now() >= at
+            {
+                next_line = Some(at + e);
+                progress_line(&shared, connecting, pid);
+            }
         }
         let deadline = Instant::now() + Duration::from_secs_f64(cli.live_timeout);
         loop {
@@ -2036,7 +2051,16 @@ fn run_row(
             if settled || Instant::now() > deadline {
                 break;
             }
+            if let (Some(at), Some(e)) = (next_line, every)
+                && Instant::now() >= at
+            {
+                next_line = Some(at + e);
+                progress_line(&shared, connecting, pid);
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if every.is_some() {
+            progress_line(&shared, connecting, pid);
         }
         tokio::time::sleep(Duration::from_secs_f64(cli.warmup)).await;
 
@@ -2202,6 +2226,26 @@ fn run_row(
 // ---------------------------------------------------------------------------
 // Output
 // ---------------------------------------------------------------------------
+
+/// One `--progress` line: seconds since the subscribers started, how many
+/// are live and failed, this process's open descriptors (one UDP socket per
+/// QUIC client), the relay's RSS, and the CPU seconds this process and the
+/// relay have used so far.
+fn progress_line(shared: &Shared, since: Instant, relay: Option<u32>) {
+    let count = |f: fn(&SubStat) -> bool| shared.subs.iter().filter(|s| f(s)).count();
+    let live = count(|s| s.live.load(Ordering::Relaxed));
+    let failed = count(|s| s.failed.load(Ordering::Relaxed));
+    let me = std::process::id();
+    let fds = std::fs::read_dir(format!("/proc/{me}/fd")).map_or(0, |d| d.count());
+    let (relay_rss, relay_cpu) = relay.map_or((0, 0.0), |p| (rss_kib(p), cpu_seconds(p).total()));
+    eprintln!(
+        "moq_load: {:7.1} s: {live} of {} live, {failed} failed; client descriptors {fds}; relay RSS {:.1} MB; CPU s so far: clients {:.1}, relay {relay_cpu:.1}",
+        since.elapsed().as_secs_f64(),
+        shared.subs.len(),
+        relay_rss as f64 / 1024.0,
+        cpu_seconds(me).total(),
+    );
+}
 
 fn command_line(args: &[&str]) -> Option<String> {
     let (cmd, rest) = args.split_first()?;

@@ -731,31 +731,33 @@ fn follow<const N: usize, X: Transport>(
 }
 
 /// Wakes the tasks waiting on what the pass changed that no track waker
-/// carries, as the session lists it ([`Session::poll_changed`]): the demand
-/// of a track wakes the tasks following it, its consumption those following
-/// it for that; `all` (or more changes than listed) wakes every task. A
-/// media change is left out: the track's own wakers reported it to the
-/// [`Notify`] when it was made (see [`drive`] and the `notify` module docs).
+/// carries, as the session lists it ([`Session::poll_changed`]; see
+/// [`forward`]).
 fn forward_changes<const N: usize, X: Transport>(
     session: &mut Session<'_, 'static, 'static, N, X>,
     notify: &Notify,
-    mut all: bool,
+    all: bool,
 ) {
-    let mut demand = [TrackKey::NONE; LISTED_CHANGES];
-    let mut consumed = [TrackKey::NONE; LISTED_CHANGES];
-    let (mut d, mut c) = (0, 0);
-    while let Some(change) = session.poll_changed() {
+    forward(std::iter::from_fn(|| session.poll_changed()), notify, all);
+}
+
+/// Wakes the tasks concerned by `changes`: the consumption or the demand
+/// of a track wakes the tasks following its consumption (its filler, which
+/// owes credit for what was read and follows upstream what is wanted), not
+/// the other sessions serving it, so a viewer joining or leaving a track
+/// with n viewers wakes its filler, not the n; `all` (or more changes than
+/// listed) wakes every task. A media change is left out: the track's own
+/// wakers reported it to the [`Notify`] when it was made (see [`drive`] and
+/// the `notify` module docs).
+fn forward(changes: impl Iterator<Item = Change>, notify: &Notify, mut all: bool) {
+    let mut keys = [TrackKey::NONE; LISTED_CHANGES];
+    let mut n = 0;
+    for change in changes {
         match change {
             Change::Media(_) => {}
-            Change::Consumed(k) if c < LISTED_CHANGES => {
-                consumed[c] = k;
-                c += 1;
-            }
-            // A change of demand concerns the session filling the track,
-            // which follows the track's media.
-            Change::Demand(k) if d < LISTED_CHANGES => {
-                demand[d] = k;
-                d += 1;
+            Change::Consumed(k) | Change::Demand(k) if n < LISTED_CHANGES => {
+                keys[n] = k;
+                n += 1;
             }
             _ => all = true,
         }
@@ -764,17 +766,68 @@ fn forward_changes<const N: usize, X: Transport>(
         notify.bump();
         return;
     }
-    if d > 0 {
-        notify.bump_tracks(demand.into_iter().take(d));
-    }
-    if c > 0 {
-        notify.bump_consumed_tracks(consumed.into_iter().take(c));
+    if n > 0 {
+        notify.bump_consumed_tracks(keys.into_iter().take(n));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A waker counting its wake-ups.
+    struct Count(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn demand_and_consumption_wake_the_filler_not_the_other_viewers() {
+        let notify = Notify::new();
+        let track = TrackKey::from_parts(1, 0);
+        let counts: Vec<_> = (0..4)
+            .map(|_| std::sync::Arc::new(Count(std::sync::atomic::AtomicUsize::new(0))))
+            .collect();
+        let woken = || {
+            counts
+                .iter()
+                .map(|c| c.0.load(std::sync::atomic::Ordering::Relaxed))
+                .collect::<Vec<_>>()
+        };
+        let wakers: Vec<_> = counts
+            .iter()
+            .map(|c| std::task::Waker::from(c.clone()))
+            .collect();
+        let places: Vec<_> = (0..4).map(|_| notify.waiter()).collect();
+        let register = || {
+            // Place 0 fills the track (the publisher's session); 1 to 3
+            // serve it (viewers' sessions).
+            places[0].register_session(&wakers[0], std::iter::empty(), [track]);
+            for (place, waker) in places.iter().zip(&wakers).skip(1) {
+                place.register_session(waker, [track], std::iter::empty());
+            }
+        };
+        register();
+        // A viewer subscribed: its session lists the track's demand.
+        forward([Change::Demand(track)].into_iter(), &notify, false);
+        assert_eq!(woken(), [1, 0, 0, 0]);
+        register();
+        forward([Change::Consumed(track)].into_iter(), &notify, false);
+        assert_eq!(woken(), [2, 0, 0, 0]);
+        register();
+        // Media is the track wakers' to report; events the app says wake
+        // every task do.
+        forward([Change::Media(track)].into_iter(), &notify, false);
+        assert_eq!(woken(), [2, 0, 0, 0]);
+        forward(std::iter::empty(), &notify, true);
+        assert_eq!(woken(), [3, 1, 1, 1]);
+        register();
+        forward([Change::Many].into_iter(), &notify, false);
+        assert_eq!(woken(), [4, 2, 2, 2]);
+    }
 
     #[test]
     fn a_handshake_token_counts_in_both_counts_until_done() {
