@@ -150,11 +150,6 @@ impl<const K: usize> Keys<K> {
     fn iter(&self) -> impl Iterator<Item = TrackKey> + '_ {
         self.keys.iter().flatten().copied()
     }
-
-    /// The same keys, in any order.
-    fn same<const L: usize>(&self, other: &Keys<L>) -> bool {
-        self.len == other.len && self.iter().all(|k| other.contains(k))
-    }
 }
 
 /// One task's place: its waker, which tracks it follows (`None`: all), and
@@ -228,18 +223,26 @@ fn unlink(links: &mut [Link], head: &mut usize, link: usize) {
 
 /// The registered tasks, indexed by the tracks they follow: a flush naming
 /// tracks visits their followers and the tasks following every track, not
-/// every task of the thread.
+/// every task of the thread. A track's consumption has an index of its own,
+/// of the few tasks it concerns (the track's filler): a viewer reading a
+/// track with thousands of viewers visits its filler, not them.
 ///
-/// The lists are intrusive: place `slot` owns links `slot * TRACK_KEYS ..`,
-/// the `i`-th for its `i`-th followed track (the first also for the
-/// follow-everything list), so following and unfollowing take no allocation
-/// once the places and the table have grown to the thread's needs.
+/// The lists are intrusive: place `slot` owns links `slot * TRACK_KEYS ..`
+/// in each index, the `i`-th for its `i`-th followed track (the first also
+/// for the follow-everything list), so following and unfollowing take no
+/// allocation once the places and the tables have grown to the thread's
+/// needs.
 #[derive(Debug)]
 struct Places {
     places: Vec<Place>,
     links: Vec<Link>,
     /// The first link of each followed track's list.
     followers: HashMap<TrackKey, usize, KeyHash>,
+    /// The links of the consumption lists, as `links`.
+    consumer_links: Vec<Link>,
+    /// The first link of each track's list of the places its consumption
+    /// concerns.
+    consumers: HashMap<TrackKey, usize, KeyHash>,
     /// The first link of the list of places following every track.
     everything: usize,
     /// Places visited by flushes so far.
@@ -253,6 +256,8 @@ impl Default for Places {
             places: Vec::new(),
             links: Vec::new(),
             followers: HashMap::default(),
+            consumer_links: Vec::new(),
+            consumers: HashMap::default(),
             everything: NIL,
             #[cfg(test)]
             visits: 0,
@@ -266,17 +271,22 @@ impl Places {
         self.places.push(Place::FREE);
         self.links
             .extend(std::iter::repeat_n(Link::NONE, TRACK_KEYS));
+        self.consumer_links
+            .extend(std::iter::repeat_n(Link::NONE, TRACK_KEYS));
         self.places.len() - 1
     }
 
-    /// Makes place `slot` follow `follows` (`None`: every track).
-    fn follow(&mut self, slot: usize, follows: Option<Keys<TRACK_KEYS>>) {
+    /// Makes place `slot` follow `follows` (`None`: every track), the
+    /// consumption of those whose bit is set in `consumed` too.
+    fn follow(&mut self, slot: usize, follows: Option<Keys<TRACK_KEYS>>, consumed: u8) {
         let Some(place) = self.places.get(slot) else {
             return;
         };
         let same = match (&place.follows, &follows) {
             (None, None) => true,
-            (Some(a), Some(b)) => a.same(b),
+            // The same keys in the same order: the consumption bits name
+            // the same tracks.
+            (Some(a), Some(b)) => a.iter().eq(b.iter()) && place.consumed == consumed,
             _ => false,
         };
         if place.listed && same {
@@ -284,6 +294,7 @@ impl Places {
         }
         self.unlist(slot);
         self.places[slot].follows = follows;
+        self.places[slot].consumed = consumed;
         let first = slot * TRACK_KEYS;
         match follows {
             None => push_front(&mut self.links, &mut self.everything, first),
@@ -291,6 +302,10 @@ impl Places {
                 for (i, key) in keys.iter().enumerate() {
                     let head = self.followers.entry(key).or_insert(NIL);
                     push_front(&mut self.links, head, first + i);
+                    if consumed & (1 << i) != 0 {
+                        let head = self.consumers.entry(key).or_insert(NIL);
+                        push_front(&mut self.consumer_links, head, first + i);
+                    }
                 }
             }
         }
@@ -306,6 +321,7 @@ impl Places {
             return;
         }
         let first = slot * TRACK_KEYS;
+        let consumed = place.consumed;
         match place.follows {
             None => unlink(&mut self.links, &mut self.everything, first),
             Some(keys) => {
@@ -314,6 +330,14 @@ impl Places {
                         unlink(&mut self.links, head, first + i);
                         if *head == NIL {
                             self.followers.remove(&key);
+                        }
+                    }
+                    if consumed & (1 << i) != 0
+                        && let Some(head) = self.consumers.get_mut(&key)
+                    {
+                        unlink(&mut self.consumer_links, head, first + i);
+                        if *head == NIL {
+                            self.consumers.remove(&key);
                         }
                     }
                 }
@@ -330,22 +354,36 @@ impl Places {
             }
             return;
         }
-        self.visit_list(self.everything, media, consumed);
-        for scope in [media, consumed] {
-            if let Scope::Tracks(keys) = scope {
-                for key in keys.iter() {
-                    if let Some(&head) = self.followers.get(&key) {
-                        self.visit_list(head, media, consumed);
-                    }
+        self.visit_list(self.everything, false, media, consumed);
+        if let Scope::Tracks(keys) = media {
+            for key in keys.iter() {
+                if let Some(&head) = self.followers.get(&key) {
+                    self.visit_list(head, false, media, consumed);
+                }
+            }
+        }
+        if let Scope::Tracks(keys) = consumed {
+            for key in keys.iter() {
+                if let Some(&head) = self.consumers.get(&key) {
+                    self.visit_list(head, true, media, consumed);
                 }
             }
         }
     }
 
-    /// Visits the places of the list starting at `head`.
-    fn visit_list(&mut self, head: usize, media: &Scope, consumed: &Scope) {
+    /// Visits the places of the list starting at `head`, in the
+    /// consumption index if `consumers`.
+    fn visit_list(&mut self, head: usize, consumers: bool, media: &Scope, consumed: &Scope) {
         let mut link = head;
-        while let Some(l) = self.links.get(link) {
+        loop {
+            let links = if consumers {
+                &self.consumer_links
+            } else {
+                &self.links
+            };
+            let Some(l) = links.get(link) else {
+                break;
+            };
             let next = l.next;
             self.visit(link / TRACK_KEYS, media, consumed);
             link = next;
@@ -646,10 +684,9 @@ impl Waiter<'_> {
         consumed: u8,
     ) {
         let mut places = self.notify.places.borrow_mut();
-        places.follow(self.slot, follows);
+        places.follow(self.slot, follows, consumed);
         if let Some(place) = places.places.get_mut(self.slot) {
             place.media_only = media_only;
-            place.consumed = consumed;
             match &place.waker {
                 Some(old) if old.will_wake(waker) => {}
                 _ => place.waker = Some(waker.clone()),
@@ -967,6 +1004,39 @@ mod tests {
         n.bump();
         assert!(visits(&n) - before > N);
         assert_eq!(woken().len(), N + 1);
+    }
+
+    #[test]
+    fn a_tracks_consumption_visits_its_filler_not_its_viewers() {
+        const VIEWERS: usize = 200;
+        let (counters, wakers) = Counters::new(VIEWERS + 1);
+        let n = Notify::new();
+        let places: Vec<_> = (0..=VIEWERS).map(|_| n.waiter()).collect();
+        let track = k(9);
+        // Place 0 fills the track; the others serve it to their viewers.
+        let register = || {
+            follow(&places[0], &wakers[0], [track]);
+            for (place, waker) in places.iter().zip(&wakers).skip(1) {
+                follow_media(place, waker, [track]);
+            }
+        };
+        register();
+        let before = visits(&n);
+        n.bump_consumed_tracks([track]);
+        assert_eq!(visits(&n) - before, 1, "the filler alone");
+        assert_eq!(counters.woken()[0], 1);
+        assert_eq!(counters.woken().iter().sum::<usize>(), 1);
+        // Media still reaches every task serving the track.
+        register();
+        let before = visits(&n);
+        n.bump_tracks([track]);
+        assert_eq!(visits(&n) - before, VIEWERS + 1);
+        assert_eq!(counters.woken().iter().sum::<usize>(), VIEWERS + 2);
+        // A filler that stops filling leaves the consumption list.
+        places[0].register_session(&wakers[0], [track], std::iter::empty());
+        let before = visits(&n);
+        n.bump_consumed_tracks([track]);
+        assert_eq!(visits(&n) - before, 0);
     }
 
     #[test]
