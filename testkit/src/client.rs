@@ -102,6 +102,22 @@ pub async fn connect(url: &str) -> io::Result<(TcpReader, TcpWriter, String)> {
     Ok((reader, writer, path))
 }
 
+/// The session settings of a client that asks for `path`: one that
+/// `publishes` nothing says so (docs/protocol.md §4.1), as moq-net's does,
+/// and the relay keeps no tables for its media.
+fn session_config<'c>(ctx: &ClientCtx, path: &'c str, publishes: bool) -> Config<'c> {
+    Config {
+        conn: ctx.transport(),
+        path: Some(path),
+        role: if publishes {
+            Role::Both
+        } else {
+            Role::Subscriber
+        },
+        ..Config::new()
+    }
+}
+
 /// Dials `url` and runs a client session with `app` until it ends; `origin`
 /// holds what the client publishes (`None`: subscribe only).
 ///
@@ -116,18 +132,7 @@ pub async fn run<A: App>(
     let (reader, writer, path) = connect(url).await?;
     let mut storage = ctx.take_storage();
     let res = {
-        let config = Config {
-            conn: ctx.transport(),
-            path: Some(&path),
-            // docs/protocol.md §4.1: a client that publishes nothing says so,
-            // as moq-net's does, and the relay keeps no tables for its media.
-            role: if origin.is_some() {
-                Role::Both
-            } else {
-                Role::Subscriber
-            },
-            ..Config::new()
-        };
+        let config = session_config(ctx, &path, origin.is_some());
         let session: MoqSession<'_> = Session::new(
             Side::Client,
             config,
@@ -180,17 +185,7 @@ pub async fn run_quic<A: App>(
     let transport = skiff_quic::QuicTransport::new(conn, clock.epoch());
     let mut storage = ctx.take_storage();
     let res = {
-        let config = Config {
-            conn: ctx.transport(),
-            path: Some(&path),
-            // As over TCP: a client that publishes nothing says so.
-            role: if origin.is_some() {
-                Role::Both
-            } else {
-                Role::Subscriber
-            },
-            ..Config::new()
-        };
+        let config = session_config(ctx, &path, origin.is_some());
         let session: Result<QuicSession<'_, STREAMS>, _> = Session::with_transport(
             Side::Client,
             config,
