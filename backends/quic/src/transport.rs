@@ -1190,6 +1190,15 @@ fn wire_code(code: u64) -> VarInt {
     VarInt::from_u64(code_to_wire(code)).unwrap_or(VarInt::MAX)
 }
 
+/// Ends `stream` after what was written (a FIN once the data is sent).
+fn finish(stream: &mut quinn_proto::SendStream<'_>) -> Result<(), WriteError> {
+    match stream.finish() {
+        Ok(()) => Ok(()),
+        Err(quinn_proto::FinishError::Stopped(_)) => Err(WriteError::Reset),
+        Err(quinn_proto::FinishError::ClosedStream) => Err(WriteError::Finished),
+    }
+}
+
 fn quic_id(id: StreamId) -> quinn_proto::StreamId {
     quinn_proto::StreamId::from(VarInt::from_u64(id.0).unwrap_or(VarInt::MAX))
 }
@@ -1368,13 +1377,7 @@ impl Transport for QuicTransport {
             }
         };
         if fin && taken == data.len() {
-            match stream.finish() {
-                Ok(()) => {}
-                Err(quinn_proto::FinishError::Stopped(_)) => return Err(WriteError::Reset),
-                Err(quinn_proto::FinishError::ClosedStream) => {
-                    return Err(WriteError::Finished);
-                }
-            }
+            finish(&mut stream)?;
         }
         Ok(Written {
             data: taken,
@@ -1395,20 +1398,17 @@ impl Transport for QuicTransport {
         _out: &mut [u8],
         lend: F,
     ) -> Result<Option<Written>, WriteError> {
-        let Some(handoff) = self.handoff.clone() else {
-            return Ok(None);
-        };
-        self.now = now;
-        if len == 0 {
+        if self.handoff.is_none() || len == 0 {
             return Ok(None);
         }
+        self.now = now;
         self.before_write(id)?;
         // The library takes as much as its windows allow and lets go of the
         // rest of the range at once.
         if lend(len).is_none() {
             return Ok(None);
         }
-        let Some(bytes) = handoff.take() else {
+        let Some(bytes) = self.handoff.as_ref().and_then(Handoff::take) else {
             return Ok(None);
         };
         let mut chunks = [bytes];
@@ -1423,13 +1423,7 @@ impl Transport for QuicTransport {
             Err(QuicWriteError::ClosedStream) => return Err(WriteError::UnknownStream),
         };
         if fin && taken == len {
-            match stream.finish() {
-                Ok(()) => {}
-                Err(quinn_proto::FinishError::Stopped(_)) => return Err(WriteError::Reset),
-                Err(quinn_proto::FinishError::ClosedStream) => {
-                    return Err(WriteError::Finished);
-                }
-            }
+            finish(&mut stream)?;
         }
         Ok(Some(Written {
             data: taken,
