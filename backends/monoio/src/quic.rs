@@ -458,6 +458,7 @@ impl Endpoint {
                     continue;
                 }
             };
+            let mut woke = false;
             for i in 0..got {
                 let Some(msg) = batch.take(i) else {
                     // Truncated (larger than any datagram the endpoint
@@ -479,24 +480,34 @@ impl Endpoint {
                 while !data.is_empty() {
                     let datagram = data.split_to(segment.min(data.len()));
                     shared.count(|io| io.recv_datagrams += 1);
-                    // The task this datagram woke (a connection taking its
-                    // events, the server taking a new connection) runs
-                    // before the next datagram, as if each had its own
-                    // receive: a reader keeps up with its data, a new
-                    // connection is counted before the next one's admission
-                    // check, and the buffers come back to the pool.
-                    if self.route(datagram, from, &mut response).await {
-                        turn.wait().await;
+                    match self.route(datagram, from, &mut response).await {
+                        Routed::Nothing => {}
+                        Routed::Event => woke = true,
+                        // A new connection is counted before the next
+                        // datagram's admission check.
+                        Routed::Connection => {
+                            turn.wait().await;
+                            woke = false;
+                        }
                     }
                 }
+            }
+            // The connections this batch woke run before the next receive:
+            // a reader keeps up with its data, and the buffers come back to
+            // the batch before it is filled again. A connection takes all
+            // the datagrams the batch held for it in one pass, and
+            // acknowledges them in one packet (a GRO train is one address's,
+            // so usually one connection's).
+            if woke {
+                turn.wait().await;
             }
         }
     }
 
     /// Hands one datagram to the library and acts on what it says: an event
-    /// for a connection's task, a new connection, or an answer to send; true
-    /// if a task has something to take (an event, a connection).
-    async fn route(&self, data: BytesMut, from: SocketAddr, response: &mut Vec<u8>) -> bool {
+    /// for a connection's task, a new connection, or an answer to send; says
+    /// which task, if any, has something to take.
+    async fn route(&self, data: BytesMut, from: SocketAddr, response: &mut Vec<u8>) -> Routed {
         let shared = &self.shared;
         let now = std::time::Instant::now();
         response.clear();
@@ -508,25 +519,29 @@ impl Endpoint {
             Some(DatagramEvent::ConnectionEvent(ch, event)) => {
                 let mut routes = shared.routes.borrow_mut();
                 let Some(route) = routes.get_mut(&ch.0) else {
-                    return false;
+                    return Routed::Nothing;
                 };
                 route.events.push_back(event);
                 if let Some(w) = route.waker.take() {
                     w.wake();
                 }
-                true
+                Routed::Event
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
                 self.admit(incoming, now, response).await;
-                !shared.waiting.borrow().is_empty()
+                if shared.waiting.borrow().is_empty() {
+                    Routed::Nothing
+                } else {
+                    Routed::Connection
+                }
             }
             Some(DatagramEvent::Response(t)) => {
                 send(shared, response, t).await;
-                false
+                Routed::Nothing
             }
             None => {
                 shared.dropped.set(shared.dropped.get() + 1);
-                false
+                Routed::Nothing
             }
         }
     }
@@ -598,6 +613,17 @@ impl Endpoint {
             }
         }
     }
+}
+
+/// What routing one datagram left for another task to take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Routed {
+    /// Nothing: an answer went out, or the datagram was dropped.
+    Nothing,
+    /// An event for a connection's task.
+    Event,
+    /// A new connection for the server's accept.
+    Connection,
 }
 
 /// How the receive task lets the tasks already woken run before it goes on.
