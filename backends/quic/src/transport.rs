@@ -108,6 +108,13 @@ pub struct QuicTransport {
     /// Where the session's gather leaves a pool range for the next write
     /// ([`lend_handoff`](Self::lend_handoff)); `None`: every write copies.
     handoff: Option<Handoff>,
+    /// Streams we finished whose bytes the peer has not all acknowledged:
+    /// a close waits for them (at most [`CLOSE_LINGER`]), since closing the
+    /// connection drops what the library has not delivered.
+    finishing: HashSet<u64>,
+    /// A close asked for while [`finishing`](Self::finishing) streams were
+    /// in flight: when it happens at the latest, with the code and reason.
+    closing: Option<(Instant, u64, Bytes)>,
 }
 
 /// Passes one pool range, as [`Bytes`] that keep its block, from the
@@ -186,6 +193,11 @@ pub enum WtStatus {
 /// take to be acknowledged before the connection closes anyway.
 const LINGER: Duration = Duration::from_millis(300);
 
+/// How long a close waits for the peer to acknowledge the streams we
+/// finished (a publisher's last group) before the connection closes anyway:
+/// a few round trips of a distant peer, retransmissions included.
+pub const CLOSE_LINGER: Duration = Duration::from_secs(1);
+
 /// A WebTransport connection's HTTP/3 state.
 struct Wt {
     server: bool,
@@ -250,6 +262,8 @@ impl QuicTransport {
             on_end: None,
             send_budget: None,
             handoff: None,
+            finishing: HashSet::new(),
+            closing: None,
         }
     }
 
@@ -405,10 +419,13 @@ impl QuicTransport {
         Instant::from_micros(u64::try_from(micros).unwrap_or(u64::MAX))
     }
 
-    /// When the library's timers (or a WebTransport close's linger) are
-    /// next due.
+    /// When the library's timers (or a WebTransport close's linger, or a
+    /// close waiting for the streams we finished) are next due.
     pub fn quic_timeout(&mut self) -> Option<Instant> {
-        let linger = self.wt_linger_until();
+        let linger = match (self.wt_linger_until(), self.closing.as_ref().map(|c| c.0)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let at = self.conn.poll_timeout().map(|at| self.core_at(at));
         match (at, linger) {
             (Some(a), Some(l)) => Some(a.min(l)),
@@ -421,6 +438,9 @@ impl QuicTransport {
         self.now = now;
         if self.wt_linger_until().is_some_and(|at| at <= now) {
             self.wt_close_now();
+        }
+        if self.closing.as_ref().is_some_and(|c| c.0 <= now) {
+            self.close_lingered();
         }
         let at = self.std_at(now);
         self.conn.handle_timeout(at);
@@ -484,6 +504,11 @@ impl QuicTransport {
         if self.wt.is_some() {
             self.wt_process();
         }
+        // Every stream we finished is acknowledged: a close that waited for
+        // them happens now.
+        if self.closing.is_some() && self.finishing.is_empty() {
+            self.close_lingered();
+        }
     }
 
     fn on_stream_event(&mut self, event: StreamEvent) {
@@ -510,6 +535,7 @@ impl QuicTransport {
             }
             StreamEvent::Finished { id } => {
                 let id = u64::from(id);
+                self.finishing.remove(&id);
                 if let Some(w) = self.wt.as_ref()
                     && w.session == Some(id)
                     && w.linger.is_some()
@@ -533,6 +559,7 @@ impl QuicTransport {
             StreamEvent::Stopped { id, error_code } => {
                 let id = u64::from(id);
                 self.blocked.remove(&id);
+                self.finishing.remove(&id);
                 self.events.push_back(Owned::Stop {
                     id,
                     code: code_from_wire(error_code.into_inner()).unwrap_or(0),
@@ -660,6 +687,13 @@ impl QuicTransport {
             let at = self.std_at(self.now);
             self.conn
                 .close(at, VarInt::from_u64(code).unwrap_or(VarInt::MAX), reason);
+        }
+    }
+
+    /// Closes the connection whose close waited for its finished streams.
+    fn close_lingered(&mut self) {
+        if let Some((_, code, reason)) = self.closing.take() {
+            self.close_conn(code, reason);
         }
     }
 
@@ -1214,21 +1248,23 @@ pub fn pump<const N: usize>(
     let mut moved = false;
     session.transport_mut().now = now;
     session.transport_mut().poll_library();
+    // The close waits until the stream data received before it is handed
+    // over: a peer that wrote its last group and closed has both arrive in
+    // one receive, and the group is whole.
+    let mut closed = None;
     while let Some(e) = session.transport_mut().events.pop_front() {
         moved = true;
-        let event = match &e {
+        let event = match e {
             Owned::Established(p) => Event::Established { protocol: p },
             Owned::Stop { id, code } => Event::StopSending {
-                id: StreamId(*id),
-                code: *code,
+                id: StreamId(id),
+                code,
             },
-            Owned::Writable { id } => Event::StreamWritable { id: StreamId(*id) },
-            Owned::Closed(c) => Event::Closed(Closed {
-                code: c.code,
-                reason: &c.reason,
-                application: c.application,
-                cause: c.cause,
-            }),
+            Owned::Writable { id } => Event::StreamWritable { id: StreamId(id) },
+            Owned::Closed(c) => {
+                closed = Some(c);
+                continue;
+            }
         };
         if session.handle_event(now, event).is_err() {
             return moved;
@@ -1297,6 +1333,17 @@ pub fn pump<const N: usize>(
             None => {}
         }
     }
+    if let Some(c) = closed {
+        let _ = session.handle_event(
+            now,
+            Event::Closed(Closed {
+                code: c.code,
+                reason: &c.reason,
+                application: c.application,
+                cause: c.cause,
+            }),
+        );
+    }
     moved
 }
 
@@ -1318,7 +1365,7 @@ impl Transport for QuicTransport {
     }
 
     fn open_stream(&mut self, dir: Dir) -> Result<StreamId, OpenError> {
-        if self.is_closed() {
+        if self.is_closed() || self.closing.is_some() {
             return Err(OpenError::Closed);
         }
         let d = match dir {
@@ -1378,6 +1425,7 @@ impl Transport for QuicTransport {
         };
         if fin && taken == data.len() {
             finish(&mut stream)?;
+            self.finishing.insert(id.0);
         }
         Ok(Written {
             data: taken,
@@ -1424,6 +1472,7 @@ impl Transport for QuicTransport {
         };
         if fin && taken == len {
             finish(&mut stream)?;
+            self.finishing.insert(id.0);
         }
         Ok(Some(Written {
             data: taken,
@@ -1474,6 +1523,7 @@ impl Transport for QuicTransport {
             return Err(StreamError::WrongDirection);
         }
         self.blocked.remove(&id.0);
+        self.finishing.remove(&id.0);
         let code = wire_code(code);
         self.conn
             .send_stream(quic_id(id))
@@ -1525,10 +1575,16 @@ impl Transport for QuicTransport {
             self.wt_write(id, wt::close_capsule(code32, reason), true);
             return;
         }
-        let at = self.std_at(self.now);
-        let code = VarInt::from_u64(code).unwrap_or(VarInt::MAX);
-        self.conn
-            .close(at, code, Bytes::copy_from_slice(reason.as_bytes()));
+        let reason = Bytes::copy_from_slice(reason.as_bytes());
+        if !self.finishing.is_empty() {
+            // The streams we finished go out first: the connection closes
+            // once the peer acknowledged them, or at the linger's end.
+            if self.closing.is_none() {
+                self.closing = Some((self.now.saturating_add(CLOSE_LINGER), code, reason));
+            }
+            return;
+        }
+        self.close_conn(code, reason);
     }
 
     fn poll_transmit(&mut self, now: Instant, _out: &mut [u8]) -> usize {
@@ -1552,7 +1608,7 @@ impl QuicTransport {
     /// WebTransport the stream's header went out before anything the
     /// session writes.
     fn before_write(&mut self, id: StreamId) -> Result<(), WriteError> {
-        if self.is_closed() {
+        if self.is_closed() || self.closing.is_some() {
             return Err(WriteError::Closed);
         }
         if let Some(w) = self.wt.as_mut()

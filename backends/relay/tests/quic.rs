@@ -54,6 +54,31 @@ fn relay_with_certificate(
     (relay, client)
 }
 
+/// A one-worker relay with a metrics port and a certificate it generates for
+/// `hosts`; the relay, its metrics address, and the certificate's pin as a
+/// client reads it from the TCP port.
+fn relay_with_generated_certificate(
+    hosts: &[&str],
+) -> (
+    server::ServerHandle,
+    std::net::SocketAddr,
+    skiff_monoio::tls::Fingerprint,
+) {
+    let config = RelayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        metrics: Some("127.0.0.1:0".parse().unwrap()),
+        threads: NonZeroUsize::MIN,
+        drain_timeout: Duration::from_secs(2),
+        tls_generate: hosts.iter().map(|h| (*h).to_owned()).collect(),
+        ..RelayConfig::default()
+    };
+    let relay = server::start(config, RelayHandler::factory(1).unwrap()).expect("start relay");
+    let metrics = relay.metrics_addr().expect("a metrics port");
+    let (_, hex) = common::http_get(relay.local_addr(), "/certificate.sha256");
+    let pin = hex.trim().parse().expect("a fingerprint");
+    (relay, metrics, pin)
+}
+
 fn publish_and_view(driver: DriverKind) {
     if std::env::var_os("QUIC_TEST_LOG").is_some() {
         let _ = tracing_subscriber::fmt()
@@ -98,21 +123,8 @@ fn sdk_publisher_reaches_sdk_viewer_over_quic_io_uring() {
 fn metrics_count_connections_and_bytes_per_transport() {
     const FRAMES: u64 = 20;
     const FRAME_BYTES: usize = 10_000;
-    let hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
-    let config = RelayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        metrics: Some("127.0.0.1:0".parse().unwrap()),
-        threads: NonZeroUsize::MIN,
-        drain_timeout: Duration::from_secs(2),
-        tls_generate: hosts,
-        ..RelayConfig::default()
-    };
-    let relay = server::start(config, RelayHandler::factory(1).unwrap()).expect("start relay");
+    let (relay, metrics, pin) = relay_with_generated_certificate(&["localhost", "127.0.0.1"]);
     let addr = relay.local_addr();
-    let metrics = relay.metrics_addr().expect("a metrics port");
-    // The pin, from the TCP port as a client would read it.
-    let (_, hex) = common::http_get(addr, "/certificate.sha256");
-    let pin: skiff_monoio::tls::Fingerprint = hex.trim().parse().expect("a fingerprint");
 
     let (ready_tx, ready) = std::sync::mpsc::channel::<u64>();
     let (done, done_rx) = std::sync::mpsc::channel::<()>();
@@ -224,19 +236,8 @@ fn a_frames_datagrams_cost_the_relay_one_pass() {
     /// credit update or a frame that reached the socket in two receives.
     /// A pass per datagram acknowledges every second one: 7.1.
     const SENDS_PER_FRAME: f64 = 3.0;
-    let config = RelayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        metrics: Some("127.0.0.1:0".parse().unwrap()),
-        threads: NonZeroUsize::MIN,
-        drain_timeout: Duration::from_secs(2),
-        tls_generate: vec!["localhost".to_owned()],
-        ..RelayConfig::default()
-    };
-    let relay = server::start(config, RelayHandler::factory(1).unwrap()).expect("start relay");
+    let (relay, metrics, pin) = relay_with_generated_certificate(&["localhost"]);
     let addr = relay.local_addr();
-    let metrics = relay.metrics_addr().expect("a metrics port");
-    let (_, hex) = common::http_get(addr, "/certificate.sha256");
-    let pin: skiff_monoio::tls::Fingerprint = hex.trim().parse().expect("a fingerprint");
     let sends = move || {
         let text = common::http_get(metrics, "/metrics").1;
         common::sample(&text, "skiff_relay_quic_send_calls_total").unwrap_or(0)
@@ -335,4 +336,62 @@ fn a_frames_datagrams_cost_the_relay_one_pass() {
         per_frame <= SENDS_PER_FRAME,
         "{per_frame:.2} relay sends per frame"
     );
+}
+
+/// A publisher that finishes its group and closes at once loses none of it
+/// over QUIC (docs/protocol.md §11.4): the close waits until the relay
+/// acknowledged the finished stream, where closing the connection at once
+/// would drop what the library had not delivered yet, and the relay hands
+/// its session the data that came before the close. The group fits the
+/// relay's stream window (so the relay reads it all as it comes).
+#[test]
+fn a_group_finished_just_before_the_close_arrives_whole() {
+    const FRAMES: u64 = 12;
+    const FRAME_BYTES: usize = 16 * 1024;
+    let (relay, _, pin) = relay_with_generated_certificate(&["localhost"]);
+    let addr = relay.local_addr();
+    let read = driver::block_on(DriverKind::Legacy, move |_| async move {
+        let mut quic = Config::default();
+        quic.tls_fingerprint = Some(pin);
+        let (viewer, runner) = connect(&format!("moql://{addr}/"), quic.clone()).unwrap();
+        monoio::spawn(runner.run());
+        let (publisher, runner) = connect(&format!("moql://{addr}/"), quic).unwrap();
+        monoio::spawn(runner.run());
+        let broadcast = publisher.publish("camera").unwrap();
+        let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
+        let every_group = Request {
+            max_latency: skiff_core::time::Duration::from_secs(30),
+            ..Request::LIVE
+        };
+        let mut sub = viewer
+            .subscribe("camera", "video", every_group)
+            .await
+            .unwrap();
+        while track.subscribers() == 0 {
+            monoio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut group = track.create_group(0).unwrap();
+        for i in 0..FRAMES {
+            group
+                .write_frame(i, &vec![i as u8; FRAME_BYTES])
+                .await
+                .unwrap();
+        }
+        group.finish().unwrap();
+        track.finish();
+        publisher.flushed().await;
+        publisher.close().await;
+        let mut g = sub.next_group().await.unwrap().expect("the group");
+        let mut read = 0u64;
+        while let Some(frame) = g.read_frame().await.expect("the whole group") {
+            let bytes = frame.payload.to_vec();
+            assert_eq!(bytes, vec![read as u8; FRAME_BYTES], "frame {read}");
+            read += 1;
+        }
+        viewer.close().await;
+        read
+    })
+    .expect("runtime");
+    relay.shutdown().expect("relay stops");
+    assert_eq!(read, FRAMES);
 }

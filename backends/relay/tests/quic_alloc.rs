@@ -7,7 +7,8 @@
 //! endpoint's receive buffer is split off per datagram that the library
 //! keeps. The test measures allocations and their bytes per frame delivered
 //! and holds them to bounds; the QMux path stays at zero (the `relay_alloc`
-//! tests).
+//! tests). Past the share of the pool the library may hold, writes copy:
+//! the last test makes the cache small enough to reach it.
 
 mod common;
 mod counting;
@@ -43,6 +44,44 @@ fn quic_relaying_allocates_a_bounded_number_per_frame() {
                 "{kind:?}: {:.0} bytes allocated per {}-byte frame delivered",
                 per_frame.bytes,
                 secure_alloc::FRAME_BYTES
+            );
+        });
+    }
+}
+
+/// A worker cache of this many bytes: the least a worker takes (64 blocks),
+/// so the quarter of them the QUIC send buffers may hold (16 ranges) is
+/// reached while a burst of frames is in flight to forty viewers, and later
+/// writes copy.
+const SMALL_CACHE: u64 = 64 * 1024;
+
+/// Past the share of the pool the QUIC send buffers may hold by reference
+/// (docs/protocol.md §11.2), the session copies the payload into the
+/// library's buffer instead: every frame still arrives whole and in order,
+/// and the copies show in the bytes the worker allocates per frame, against
+/// the same load on the default cache, which lends every write.
+#[test]
+fn writes_past_the_lending_share_are_copied_and_every_frame_arrives() {
+    for kind in drivers() {
+        within(60, move || {
+            // The load checks every byte of every frame, and that every
+            // frame of the window arrived.
+            let shape = secure_alloc::Shape {
+                cache_bytes: None,
+                burst: true,
+                viewers: Some(40),
+            };
+            let lent = secure_alloc::allocations_per_frame_with(kind, "moql", shape);
+            let small = secure_alloc::Shape {
+                cache_bytes: Some(SMALL_CACHE),
+                ..shape
+            };
+            let copied = secure_alloc::allocations_per_frame_with(kind, "moql", small);
+            assert!(
+                copied.bytes > 2.0 * lent.bytes,
+                "{kind:?}: {:.0} bytes allocated per frame on a small cache, {:.0} lending all: nothing was copied",
+                copied.bytes,
+                lent.bytes
             );
         });
     }

@@ -20,6 +20,7 @@ use skiff_relay::handler::WorkerInfo;
 use skiff_relay::relay::RelayHandler;
 use skiff_relay::server;
 
+/// Viewers of the default load.
 const VIEWERS: usize = 5;
 const WARM_GROUPS: u64 = 4;
 const GROUPS: u64 = 12;
@@ -47,17 +48,18 @@ fn sampled(count: &AtomicU64, bytes: &AtomicU64) -> (u64, u64) {
 async fn load(
     url: String,
     config: Config,
-    count: Arc<AtomicU64>,
-    bytes: Arc<AtomicU64>,
+    (count, bytes): (Arc<AtomicU64>, Arc<AtomicU64>),
+    viewers: usize,
+    burst: bool,
 ) -> ((u64, u64), (u64, u64), u64) {
     let frames = Rc::new(Cell::new(0u64));
     let started = Rc::new(Cell::new(0usize));
-    let mut viewers = Vec::new();
-    for _ in 0..VIEWERS {
+    let mut clients = Vec::new();
+    for _ in 0..viewers {
         let (client, runner) = connect(&url, config.clone()).unwrap();
         monoio::spawn(runner.run());
         let (frames, started) = (frames.clone(), started.clone());
-        viewers.push(client.clone());
+        clients.push(client.clone());
         monoio::spawn(async move {
             // Every group however far a viewer lags on a busy host (a live-edge
             // request skips groups that fell behind): the test counts
@@ -71,7 +73,20 @@ async fn load(
             };
             started.set(started.get() + 1);
             while let Ok(Some(mut group)) = track.next_group().await {
-                while let Ok(Some(_)) = group.read_frame().await {
+                while let Ok(Some(frame)) = group.read_frame().await {
+                    // Every byte of frame `i` of group `g` is `g`.
+                    let g = (frame.timestamp / 1000) as u8;
+                    assert_eq!(
+                        frame.payload.len(),
+                        FRAME_BYTES,
+                        "frame {}",
+                        frame.timestamp
+                    );
+                    assert!(
+                        frame.payload.chunks().flatten().all(|&b| b == g),
+                        "frame {} corrupted",
+                        frame.timestamp
+                    );
                     frames.set(frames.get() + 1);
                 }
             }
@@ -81,7 +96,7 @@ async fn load(
     monoio::spawn(runner.run());
     let broadcast = publisher.publish("cam").unwrap();
     let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
-    while started.get() < VIEWERS || track.subscribers() == 0 {
+    while started.get() < viewers || track.subscribers() == 0 {
         monoio::time::sleep(Duration::from_millis(5)).await;
     }
     let mut start = (0, 0);
@@ -98,16 +113,21 @@ async fn load(
                 .write_frame(g * 1000 + i, &[g as u8; FRAME_BYTES])
                 .await
                 .unwrap();
-            monoio::time::sleep(Duration::from_millis(2)).await;
+            if !burst {
+                monoio::time::sleep(Duration::from_millis(2)).await;
+            }
         }
         group.finish().unwrap();
+        if burst {
+            monoio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
     monoio::time::sleep(Duration::from_millis(100)).await;
     let end = sampled(&count, &bytes);
     let delivered = frames.get() - counted_from;
     track.finish();
     publisher.close().await;
-    for v in viewers {
+    for v in clients {
         v.close().await;
     }
     (start, end, delivered)
@@ -117,6 +137,25 @@ async fn load(
 /// with a certificate on `kind`'s driver; returns the worker's allocations
 /// per frame delivered after warm-up (and prints them).
 pub fn allocations_per_frame(kind: DriverKind, scheme: &str) -> PerFrame {
+    allocations_per_frame_with(kind, scheme, Shape::default())
+}
+
+/// How the load is run: the default, or a small cache with each group
+/// written at once.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Shape {
+    /// The worker's cache (its block pool) in bytes; `None`: the default.
+    pub cache_bytes: Option<u64>,
+    /// Each group's frames written back to back rather than 2 ms apart, so
+    /// many are in flight to every viewer at once.
+    pub burst: bool,
+    /// Viewers; `None`: the default five.
+    pub viewers: Option<usize>,
+}
+
+/// As [`allocations_per_frame`], with the load shaped by `shape`.
+pub fn allocations_per_frame_with(kind: DriverKind, scheme: &str, shape: Shape) -> PerFrame {
+    let cache_bytes = shape.cache_bytes;
     let dir = std::env::temp_dir().join(format!(
         "skiff-{scheme}-alloc-{}-{kind:?}",
         std::process::id()
@@ -128,12 +167,14 @@ pub fn allocations_per_frame(kind: DriverKind, scheme: &str) -> PerFrame {
     let bytes = Arc::new(AtomicU64::new(0));
     let (c2, b2) = (count.clone(), bytes.clone());
     let make = RelayHandler::factory(1).unwrap();
+    let base = config(1, kind);
     let cfg = skiff_relay::config::RelayConfig {
         tls: Some(skiff_relay::tls::TlsFiles {
             cert: pki.cert,
             key: pki.key,
         }),
-        ..config(1, kind)
+        cache_bytes: cache_bytes.unwrap_or(base.cache_bytes),
+        ..base
     };
     let handle = server::start(cfg, move |w: &WorkerInfo| Probed {
         inner: Rc::new(make(w)),
@@ -148,9 +189,12 @@ pub fn allocations_per_frame(kind: DriverKind, scheme: &str) -> PerFrame {
         skiff_monoio::tls::roots_from_pem_file(&pki.ca).unwrap(),
     ));
     let (c3, b3) = (count.clone(), bytes.clone());
-    let (start, end, delivered) =
-        driver::block_on(kind, move |_| load(url, client_config, c3, b3)).unwrap();
-    let wanted = VIEWERS as u64 * (GROUPS - WARM_GROUPS) * FRAMES;
+    let viewers = shape.viewers.unwrap_or(VIEWERS);
+    let (start, end, delivered) = driver::block_on(kind, move |_| {
+        load(url, client_config, (c3, b3), viewers, shape.burst)
+    })
+    .unwrap();
+    let wanted = viewers as u64 * (GROUPS - WARM_GROUPS) * FRAMES;
     assert!(delivered >= wanted, "{delivered} of {wanted} frames");
     assert!(start.0 > 0, "probe never sampled");
     let per_frame = PerFrame {
