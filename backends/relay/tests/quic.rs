@@ -14,7 +14,7 @@ use std::time::Duration;
 use sdk_stream::Stream;
 use skiff_core::model::track::Info;
 use skiff_monoio::driver::{self, DriverKind};
-use skiff_monoio::sdk::Request;
+use skiff_monoio::sdk::{Request, TrackProducer};
 use skiff_monoio::{Config, connect};
 use skiff_relay::config::RelayConfig;
 use skiff_relay::relay::RelayHandler;
@@ -77,6 +77,35 @@ fn relay_with_generated_certificate(
     let (_, hex) = common::http_get(relay.local_addr(), "/certificate.sha256");
     let pin = hex.trim().parse().expect("a fingerprint");
     (relay, metrics, pin)
+}
+
+/// Two SDK clients dialing `moql://` at `addr` with `pin` pinned, their
+/// runners spawned on the current runtime: (publisher, viewer).
+fn pinned_publisher_and_viewer(
+    addr: std::net::SocketAddr,
+    pin: skiff_monoio::tls::Fingerprint,
+) -> (skiff_monoio::Client, skiff_monoio::Client) {
+    let mut quic = Config::default();
+    quic.tls_fingerprint = Some(pin);
+    let dial = || {
+        let (client, runner) = connect(&format!("moql://{addr}/"), quic.clone()).unwrap();
+        monoio::spawn(runner.run());
+        client
+    };
+    (dial(), dial())
+}
+
+/// Waits for a subscriber of `track`, then writes group 0 of `frames`
+/// frames of `bytes` bytes, frame `i` all `i as u8`, and finishes it.
+async fn write_group_once_watched(track: &mut TrackProducer, frames: u64, bytes: usize) {
+    while track.subscribers() == 0 {
+        monoio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut group = track.create_group(0).unwrap();
+    for i in 0..frames {
+        group.write_frame(i, &vec![i as u8; bytes]).await.unwrap();
+    }
+    group.finish().unwrap();
 }
 
 fn publish_and_view(driver: DriverKind) {
@@ -145,17 +174,7 @@ fn metrics_count_connections_and_bytes_per_transport() {
             for v in [&viewer, &web] {
                 subs.push(v.subscribe("camera", "video", Request::LIVE).await.unwrap());
             }
-            while track.subscribers() == 0 {
-                monoio::time::sleep(Duration::from_millis(5)).await;
-            }
-            let mut group = track.create_group(0).unwrap();
-            for i in 0..FRAMES {
-                group
-                    .write_frame(i, &vec![i as u8; FRAME_BYTES])
-                    .await
-                    .unwrap();
-            }
-            group.finish().unwrap();
+            write_group_once_watched(&mut track, FRAMES, FRAME_BYTES).await;
             for mut sub in subs {
                 let mut read = 0u64;
                 let mut g = sub.next_group().await.unwrap().expect("a group");
@@ -259,12 +278,7 @@ fn a_frames_datagrams_cost_the_relay_one_pass() {
     let (go, go_rx) = std::sync::mpsc::channel::<()>();
     let clients = std::thread::spawn(move || {
         driver::block_on(DriverKind::Legacy, move |_| async move {
-            let mut quic = Config::default();
-            quic.tls_fingerprint = Some(pin);
-            let (publisher, runner) = connect(&format!("moql://{addr}/"), quic.clone()).unwrap();
-            monoio::spawn(runner.run());
-            let (viewer, runner) = connect(&format!("moql://{addr}/"), quic).unwrap();
-            monoio::spawn(runner.run());
+            let (publisher, viewer) = pinned_publisher_and_viewer(addr, pin);
             let broadcast = publisher.publish("camera").unwrap();
             let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
             let mut sub = viewer
@@ -351,12 +365,7 @@ fn a_group_finished_just_before_the_close_arrives_whole() {
     let (relay, _, pin) = relay_with_generated_certificate(&["localhost"]);
     let addr = relay.local_addr();
     let read = driver::block_on(DriverKind::Legacy, move |_| async move {
-        let mut quic = Config::default();
-        quic.tls_fingerprint = Some(pin);
-        let (viewer, runner) = connect(&format!("moql://{addr}/"), quic.clone()).unwrap();
-        monoio::spawn(runner.run());
-        let (publisher, runner) = connect(&format!("moql://{addr}/"), quic).unwrap();
-        monoio::spawn(runner.run());
+        let (publisher, viewer) = pinned_publisher_and_viewer(addr, pin);
         let broadcast = publisher.publish("camera").unwrap();
         let mut track = broadcast.create_track(Info::new("video").unwrap()).unwrap();
         let every_group = Request {
@@ -367,17 +376,7 @@ fn a_group_finished_just_before_the_close_arrives_whole() {
             .subscribe("camera", "video", every_group)
             .await
             .unwrap();
-        while track.subscribers() == 0 {
-            monoio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let mut group = track.create_group(0).unwrap();
-        for i in 0..FRAMES {
-            group
-                .write_frame(i, &vec![i as u8; FRAME_BYTES])
-                .await
-                .unwrap();
-        }
-        group.finish().unwrap();
+        write_group_once_watched(&mut track, FRAMES, FRAME_BYTES).await;
         track.finish();
         publisher.flushed().await;
         publisher.close().await;
