@@ -1,9 +1,11 @@
 //! skiff-testkit: what the tests and benches of skiff's crates share, so
 //! each exists once. Only ever a `[dev-dependencies]` entry (and a
-//! dependency of the unpublished benches); never published.
+//! dependency of the unpublished benches and interop tools); never
+//! published.
 //!
 //! - [`counting`]: the counting global allocator (allocations and bytes per
 //!   thread, live heap bytes);
+//! - [`every`]: when a load generator prints its next progress line;
 //! - `pki` (feature `pki`): a test CA and a server certificate it signed,
 //!   as PEM files;
 //! - [`relay_process`]: a `skiff-relay serve` child process on loopback
@@ -19,6 +21,7 @@
 #[cfg(feature = "client")]
 pub mod client;
 pub mod counting;
+pub mod every;
 #[cfg(feature = "pki")]
 pub mod pki;
 pub mod relay_process;

@@ -422,15 +422,12 @@ impl QuicTransport {
     /// When the library's timers (or a WebTransport close's linger, or a
     /// close waiting for the streams we finished) are next due.
     pub fn quic_timeout(&mut self) -> Option<Instant> {
-        let linger = match (self.wt_linger_until(), self.closing.as_ref().map(|c| c.0)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let at = self.conn.poll_timeout().map(|at| self.core_at(at));
-        match (at, linger) {
-            (Some(a), Some(l)) => Some(a.min(l)),
-            (a, l) => a.or(l),
-        }
+        let library = self.conn.poll_timeout().map(|at| self.core_at(at));
+        let closing = self.closing.as_ref().map(|c| c.0);
+        [library, self.wt_linger_until(), closing]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Runs the library's timers due at `now`.
@@ -1245,13 +1242,36 @@ pub fn pump<const N: usize>(
     session: &mut Session<'_, '_, '_, N, QuicTransport>,
     now: Instant,
 ) -> bool {
-    let mut moved = false;
     session.transport_mut().now = now;
     session.transport_mut().poll_library();
     // The close waits until the stream data received before it is handed
     // over: a peer that wrote its last group and closed has both arrive in
     // one receive, and the group is whole.
     let mut closed = None;
+    let moved = hand_over(session, now, &mut closed);
+    if let Some(c) = closed {
+        let _ = session.handle_event(
+            now,
+            Event::Closed(Closed {
+                code: c.code,
+                reason: &c.reason,
+                application: c.application,
+                cause: c.cause,
+            }),
+        );
+    }
+    moved
+}
+
+/// [`pump`]'s events and stream data, all but the close, which it leaves
+/// in `closed`; stops at the first the session refuses. True if anything
+/// was handed over.
+fn hand_over<const N: usize>(
+    session: &mut Session<'_, '_, '_, N, QuicTransport>,
+    now: Instant,
+    closed: &mut Option<OwnedClose>,
+) -> bool {
+    let mut moved = false;
     while let Some(e) = session.transport_mut().events.pop_front() {
         moved = true;
         let event = match e {
@@ -1262,7 +1282,7 @@ pub fn pump<const N: usize>(
             },
             Owned::Writable { id } => Event::StreamWritable { id: StreamId(id) },
             Owned::Closed(c) => {
-                closed = Some(c);
+                *closed = Some(c);
                 continue;
             }
         };
@@ -1332,17 +1352,6 @@ pub fn pump<const N: usize>(
             }
             None => {}
         }
-    }
-    if let Some(c) = closed {
-        let _ = session.handle_event(
-            now,
-            Event::Closed(Closed {
-                code: c.code,
-                reason: &c.reason,
-                application: c.application,
-                cause: c.cause,
-            }),
-        );
     }
     moved
 }

@@ -49,6 +49,7 @@ use skiff_relay::relay_demo::{LATENCY_BUCKETS, LatencyHistogram};
 use skiff_testkit::client::{
     self, ClientCtx, ClientLimits, FrameReader, Publisher, ReadState, Subscriber,
 };
+use skiff_testkit::every::Every;
 
 /// Frames per group, like a 30-frame GOP.
 const FRAMES_PER_GROUP: u64 = 30;
@@ -456,19 +457,15 @@ fn skiff_row(cli: &Cli, bin: &PathBuf, n: usize) -> io::Result<SkiffResult> {
     let started = Instant::now();
     let me = std::process::id();
     let live_timeout = Duration::from_secs_f64(cli.live_timeout.max(0.1));
-    let every = (cli.progress > 0.0).then(|| Duration::from_secs_f64(cli.progress));
-    let mut next_line = every.map(|e| started + e);
+    let mut every = Every::new(cli.progress, started);
     while shared.live.load(Ordering::Relaxed) < n as u64 && started.elapsed() < live_timeout {
         std::thread::sleep(Duration::from_millis(20));
-        if let (Some(at), Some(e)) = (next_line, every)
-            && Instant::now() >= at
-        {
-            next_line = Some(at + e);
+        if every.due() {
             progress_line(&shared, started, n, pid, me);
         }
     }
     let connect = started.elapsed();
-    if every.is_some() {
+    if every.is_on() {
         progress_line(&shared, started, n, pid, me);
     }
     std::thread::sleep(Duration::from_secs(1));

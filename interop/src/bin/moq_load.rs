@@ -95,6 +95,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use skiff_interop::ALPN_LITE_05;
 use skiff_interop::reference::qmux_tcp;
+use skiff_testkit::every::Every;
 
 /// Broadcast path the publisher announces.
 const BROADCAST: &str = "load";
@@ -2019,8 +2020,7 @@ fn run_row(
         let rss_before = relay_rss();
         let connecting = Instant::now();
         let gate = Arc::new(tokio::sync::Semaphore::new(cli.connect_parallel.max(1)));
-        let every = (cli.progress > 0.0).then(|| Duration::from_secs_f64(cli.progress));
-        let mut next_line = every.map(|e| connecting + e);
+        let mut every = Every::new(cli.progress, connecting);
         for i in 0..n {
             let permit = gate
                 .clone()
@@ -2035,10 +2035,7 @@ fn run_row(
                 cli.frame_bytes,
                 permit,
             ));
-            if let (Some(at), Some(e)) = (next_line, every)
-                && Instant::now() >= at
-            {
-                next_line = Some(at + e);
+            if every.due() {
                 progress_line(&shared, connecting, pid);
             }
         }
@@ -2051,15 +2048,12 @@ fn run_row(
             if settled || Instant::now() > deadline {
                 break;
             }
-            if let (Some(at), Some(e)) = (next_line, every)
-                && Instant::now() >= at
-            {
-                next_line = Some(at + e);
+            if every.due() {
                 progress_line(&shared, connecting, pid);
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        if every.is_some() {
+        if every.is_on() {
             progress_line(&shared, connecting, pid);
         }
         tokio::time::sleep(Duration::from_secs_f64(cli.warmup)).await;

@@ -155,7 +155,6 @@ pub struct Shape {
 
 /// As [`allocations_per_frame`], with the load shaped by `shape`.
 pub fn allocations_per_frame_with(kind: DriverKind, scheme: &str, shape: Shape) -> PerFrame {
-    let cache_bytes = shape.cache_bytes;
     let dir = std::env::temp_dir().join(format!(
         "skiff-{scheme}-alloc-{}-{kind:?}",
         std::process::id()
@@ -173,7 +172,7 @@ pub fn allocations_per_frame_with(kind: DriverKind, scheme: &str, shape: Shape) 
             cert: pki.cert,
             key: pki.key,
         }),
-        cache_bytes: cache_bytes.unwrap_or(base.cache_bytes),
+        cache_bytes: shape.cache_bytes.unwrap_or(base.cache_bytes),
         ..base
     };
     let handle = server::start(cfg, move |w: &WorkerInfo| Probed {
