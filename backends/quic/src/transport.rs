@@ -115,6 +115,11 @@ pub struct QuicTransport {
     /// A close asked for while [`finishing`](Self::finishing) streams were
     /// in flight: when it happens at the latest, with the code and reason.
     closing: Option<(Instant, u64, Bytes)>,
+    /// The connection's end, held back from the session while data the
+    /// peer sent before it still waits in the library for the session's
+    /// room; handed over once none waits, or at the instant it holds at the
+    /// latest ([`CLOSE_LINGER`] after the end).
+    ended: Option<(Instant, OwnedClose)>,
 }
 
 /// Passes one pool range, as [`Bytes`] that keep its block, from the
@@ -195,7 +200,8 @@ const LINGER: Duration = Duration::from_millis(300);
 
 /// How long a close waits for the peer to acknowledge the streams we
 /// finished (a publisher's last group) before the connection closes anyway:
-/// a few round trips of a distant peer, retransmissions included.
+/// a few round trips of a distant peer, retransmissions included. Also how
+/// long the session goes on taking what a peer sent before its close.
 pub const CLOSE_LINGER: Duration = Duration::from_secs(1);
 
 /// A WebTransport connection's HTTP/3 state.
@@ -264,6 +270,7 @@ impl QuicTransport {
             handoff: None,
             finishing: HashSet::new(),
             closing: None,
+            ended: None,
         }
     }
 
@@ -419,12 +426,14 @@ impl QuicTransport {
         Instant::from_micros(u64::try_from(micros).unwrap_or(u64::MAX))
     }
 
-    /// When the library's timers (or a WebTransport close's linger, or a
-    /// close waiting for the streams we finished) are next due.
+    /// When the library's timers (or a WebTransport close's linger, a close
+    /// waiting for the streams we finished, or the latest hand-over of the
+    /// peer's close) are next due.
     pub fn quic_timeout(&mut self) -> Option<Instant> {
         let library = self.conn.poll_timeout().map(|at| self.core_at(at));
         let closing = self.closing.as_ref().map(|c| c.0);
-        [library, self.wt_linger_until(), closing]
+        let ended = self.ended.as_ref().map(|e| e.0);
+        [library, self.wt_linger_until(), closing, ended]
             .into_iter()
             .flatten()
             .min()
@@ -1245,11 +1254,21 @@ pub fn pump<const N: usize>(
     session.transport_mut().now = now;
     session.transport_mut().poll_library();
     // The close waits until the stream data received before it is handed
-    // over: a peer that wrote its last group and closed has both arrive in
-    // one receive, and the group is whole.
+    // over: a peer that wrote its last group and closed may have the close
+    // arrive while the library still holds more of the group than the
+    // session has room for, and the group is whole only if the session
+    // goes on taking it as room comes back.
     let mut closed = None;
     let moved = hand_over(session, now, &mut closed);
+    let t = session.transport_mut();
     if let Some(c) = closed {
+        t.ended = Some((now.saturating_add(CLOSE_LINGER), c));
+    }
+    let due = t
+        .ended
+        .as_ref()
+        .is_some_and(|(by, _)| *by <= now || t.revisit.is_empty());
+    if due && let Some((_, c)) = t.ended.take() {
         let _ = session.handle_event(
             now,
             Event::Closed(Closed {
@@ -1361,20 +1380,23 @@ impl Transport for QuicTransport {
     // peer wrote them.
     const ORDERED: bool = false;
 
+    // While the peer's close is held back ([`QuicTransport::ended`]) the
+    // session still reads: the connection counts as open to it, and every
+    // write or new stream is refused as closed.
     fn is_established(&self) -> bool {
-        self.protocol.is_some() && !self.conn.is_closed()
+        self.protocol.is_some() && (!self.conn.is_closed() || self.ended.is_some())
     }
 
     fn is_closed(&self) -> bool {
-        self.conn.is_closed()
+        self.conn.is_closed() && self.ended.is_none()
     }
 
     fn is_drained(&self) -> bool {
-        self.conn.is_drained()
+        self.conn.is_drained() && self.ended.is_none()
     }
 
     fn open_stream(&mut self, dir: Dir) -> Result<StreamId, OpenError> {
-        if self.is_closed() || self.closing.is_some() {
+        if self.conn.is_closed() || self.closing.is_some() {
             return Err(OpenError::Closed);
         }
         let d = match dir {
@@ -1525,7 +1547,7 @@ impl Transport for QuicTransport {
     }
 
     fn reset_stream(&mut self, id: StreamId, code: u64) -> Result<(), StreamError> {
-        if self.is_closed() {
+        if self.conn.is_closed() {
             return Err(StreamError::Closed);
         }
         if id.dir() == Dir::Uni && !id.is_local(self.side()) {
@@ -1541,7 +1563,7 @@ impl Transport for QuicTransport {
     }
 
     fn stop_sending(&mut self, id: StreamId, code: u64) -> Result<(), StreamError> {
-        if self.is_closed() {
+        if self.conn.is_closed() {
             return Err(StreamError::Closed);
         }
         if id.dir() == Dir::Uni && id.is_local(self.side()) {
@@ -1617,7 +1639,7 @@ impl QuicTransport {
     /// WebTransport the stream's header went out before anything the
     /// session writes.
     fn before_write(&mut self, id: StreamId) -> Result<(), WriteError> {
-        if self.is_closed() || self.closing.is_some() {
+        if self.conn.is_closed() || self.closing.is_some() {
             return Err(WriteError::Closed);
         }
         if let Some(w) = self.wt.as_mut()

@@ -353,15 +353,16 @@ fn a_frames_datagrams_cost_the_relay_one_pass() {
     );
 }
 
-/// A publisher that finishes its group and closes at once loses none of it
-/// over QUIC (docs/protocol.md §11.4): the close waits until the relay
-/// acknowledged the finished stream, where closing the connection at once
-/// would drop what the library had not delivered yet, and the relay hands
-/// its session the data that came before the close. The group fits the
-/// relay's stream window (so the relay reads it all as it comes).
+/// A publisher that writes a group of 2 MiB (eight times the relay's
+/// stream window), finishes its track and closes as soon as
+/// `Client::flushed` returns, to a viewer that reads slower than it writes:
+/// the viewer still reads every byte. `flushed` waits for the finished
+/// track's last group to be taken, the close waits until the relay
+/// acknowledged it, and the relay's session goes on taking, after the
+/// close, what its QUIC library received before it.
 #[test]
 fn a_group_finished_just_before_the_close_arrives_whole() {
-    const FRAMES: u64 = 12;
+    const FRAMES: u64 = 128;
     const FRAME_BYTES: usize = 16 * 1024;
     let (relay, _, pin) = relay_with_generated_certificate(&["localhost"]);
     let addr = relay.local_addr();
@@ -377,19 +378,23 @@ fn a_group_finished_just_before_the_close_arrives_whole() {
             .subscribe("camera", "video", every_group)
             .await
             .unwrap();
+        let reader = monoio::spawn(async move {
+            let mut g = sub.next_group().await.unwrap().expect("the group");
+            let mut read = 0u64;
+            while let Some(frame) = g.read_frame().await.expect("the whole group") {
+                let bytes = frame.payload.to_vec();
+                assert_eq!(bytes, vec![read as u8; FRAME_BYTES], "frame {read}");
+                read += 1;
+                monoio::time::sleep(Duration::from_millis(2)).await;
+            }
+            viewer.close().await;
+            read
+        });
         write_group_once_watched(&mut track, FRAMES, FRAME_BYTES).await;
         track.finish();
         publisher.flushed().await;
         publisher.close().await;
-        let mut g = sub.next_group().await.unwrap().expect("the group");
-        let mut read = 0u64;
-        while let Some(frame) = g.read_frame().await.expect("the whole group") {
-            let bytes = frame.payload.to_vec();
-            assert_eq!(bytes, vec![read as u8; FRAME_BYTES], "frame {read}");
-            read += 1;
-        }
-        viewer.close().await;
-        read
+        reader.await
     })
     .expect("runtime");
     relay.shutdown().expect("relay stops");

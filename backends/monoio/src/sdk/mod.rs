@@ -289,6 +289,13 @@ impl Shared {
         }
     }
 
+    /// Drops the entries of finished or dropped tracks whose last group was
+    /// read: the list holds the live tracks and the few whose end is on its
+    /// way.
+    fn forget_flushed(&self) {
+        self.published.borrow_mut().retain(|p| !p.is_forgettable());
+    }
+
     /// Records a runner pass and wakes whoever waits for one.
     fn passed(&self) {
         self.passes.set(self.passes.get().wrapping_add(1));
@@ -491,8 +498,9 @@ impl Client {
     }
 
     /// Waits until every group written so far was read by each session that
-    /// serves its track (handed to the socket), so finishing and closing
-    /// loses nothing; returns at once for a track nobody subscribes to.
+    /// serves its track (handed to the socket), tracks finished or dropped
+    /// since included, so finishing and closing loses nothing; returns at
+    /// once for a track nobody subscribes to.
     pub async fn flushed(&self) {
         loop {
             let done = self
@@ -502,6 +510,7 @@ impl Client {
                 .iter()
                 .all(|p| p.is_flushed());
             if done || self.shared.closed.get() {
+                self.shared.forget_flushed();
                 // One more pass, asked for: the pass that read the last
                 // bytes has then written them out.
                 self.shared.kick();

@@ -27,9 +27,17 @@ pub(crate) struct Published {
     newest: Cell<Option<(&'static group::State<'static>, u64)>>,
     /// A writer waiting for its group's pacing, woken also when the client closes.
     waker: RefCell<Option<Waker>>,
+    /// Its producer is gone: the entry stays only until its last group was
+    /// read ([`Shared::forget_flushed`]).
+    dropped: Cell<bool>,
 }
 
 impl Published {
+    /// True for the entry of a dropped producer whose last group was read.
+    pub(crate) fn is_forgettable(&self) -> bool {
+        self.dropped.get() && self.is_flushed()
+    }
+
     /// Wakes a writer waiting for its group's pacing.
     pub(crate) fn wake(&self) {
         if let Some(w) = self.waker.borrow_mut().take() {
@@ -121,7 +129,9 @@ impl BroadcastProducer {
             track: t,
             newest: Cell::new(None),
             waker: RefCell::new(None),
+            dropped: Cell::new(false),
         });
+        self.shared.forget_flushed();
         self.shared.published.borrow_mut().push(published.clone());
         self.shared.kick();
         Ok(TrackProducer {
@@ -233,12 +243,11 @@ impl Drop for TrackProducer {
     fn drop(&mut self) {
         // An unfinished producer aborts its track as it drops.
         drop(self.producer.take());
-        let track = self.published.track;
-        self.shared
-            .published
-            .borrow_mut()
-            .retain(|p| !Rc::ptr_eq(p, &self.published));
-        self.shared.ctx.release(track);
+        // A finished track's last group may still be on its way:
+        // `Client::flushed` waits for it until it was read.
+        self.published.dropped.set(true);
+        self.shared.forget_flushed();
+        self.shared.ctx.release(self.published.track);
     }
 }
 

@@ -200,7 +200,9 @@ async fn run<'s, A: App<N>, T: SetupTables<'s, N>, const N: usize>(
             forward_changes(session, notify, events && A::EVENTS_WAKE_ALL);
         }
         let t = session.transport();
-        if t.connection().is_drained() {
+        // Drained, and nothing the peer sent before its close is left for
+        // the session to take.
+        if skiff_core::transport::Transport::is_drained(t) {
             return Ok(Ended::Closed);
         }
         if session.is_closed() && t.connection().is_closed() {
