@@ -155,9 +155,13 @@ pub struct Shape {
 
 /// As [`allocations_per_frame`], with the load shaped by `shape`.
 pub fn allocations_per_frame_with(kind: DriverKind, scheme: &str, shape: Shape) -> PerFrame {
+    // A directory of this call's own: the tests of one binary run at once,
+    // and one's certificate files must not replace another's.
+    static CALLS: AtomicU64 = AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!(
-        "skiff-{scheme}-alloc-{}-{kind:?}",
-        std::process::id()
+        "skiff-{scheme}-alloc-{}-{kind:?}-{}",
+        std::process::id(),
+        CALLS.fetch_add(1, Ordering::Relaxed)
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
