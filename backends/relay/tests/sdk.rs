@@ -2,8 +2,9 @@
 //! and subscriber (the subscriber waits for the broadcast, reads every frame
 //! written after it joined, in order, and sees the track's end), a
 //! subscription that follows its broadcast to a new source, a subscribed
-//! track that keeps its groups by the publisher's TRACK_INFO, and clients
-//! that leave a draining relay at its GOAWAY.
+//! track that keeps its groups by the publisher's TRACK_INFO, clients that
+//! leave a draining relay at its GOAWAY, and a group past the publisher's
+//! track budget, written at once, that arrives whole.
 
 mod common;
 mod peers;
@@ -194,6 +195,53 @@ fn a_subscribed_group_is_kept_by_the_publishers_timescale() {
     assert_eq!(first, 0);
     assert_eq!(rest, [33_333, 66_666]);
     assert_eq!(next, [100_000, 133_333]);
+}
+
+/// A group larger than the publisher's track budget (a quarter of its
+/// pool: 4 MiB by default), written at once before any session began to
+/// send it, arrives whole: the writer waits for the group's first reader
+/// instead of letting the group's head be trimmed unsent.
+#[test]
+fn a_group_past_the_track_budget_written_at_once_arrives_whole() {
+    const FRAMES: u64 = 320;
+    const FRAME_BYTES: usize = 16 * 1024;
+    let relay = start_relay(&[]);
+    let url = format!("tcp://{}/", relay.addr);
+    let read = within(60, move || {
+        driver::block_on(DriverKind::Legacy, move |_| async move {
+            let watched = Watched::video(&url, "camera", "video").await;
+            let (mut track, mut sub) = (watched.track, watched.sub);
+            let reader = monoio::spawn(async move {
+                let mut g = sub.next_group().await.unwrap().expect("group 0");
+                let mut read = 0u64;
+                while let Some(frame) = g.read_frame().await.expect("the whole group") {
+                    assert_eq!(frame.payload.len(), FRAME_BYTES, "frame {read}");
+                    assert!(
+                        frame.payload.chunks().flatten().all(|&b| b == read as u8),
+                        "frame {read} corrupted"
+                    );
+                    read += 1;
+                }
+                read
+            });
+            let mut group = track.create_group(0).unwrap();
+            for i in 0..FRAMES {
+                group
+                    .write_frame(i * 33_333, &[i as u8; FRAME_BYTES])
+                    .await
+                    .unwrap();
+            }
+            group.finish().unwrap();
+            let read = reader.await;
+            watched.viewer.close().await;
+            drop(track);
+            drop(watched.broadcast);
+            watched.publisher.close().await;
+            read
+        })
+        .expect("runtime")
+    });
+    assert_eq!(read, FRAMES);
 }
 
 /// A draining relay sends GOAWAY and waits (up to its drain timeout) for its

@@ -20,6 +20,11 @@ pub struct BroadcastProducer {
     shared: Rc<Shared>,
 }
 
+/// The longest a write waits for a group's first reader before it goes on
+/// and lets the group be trimmed ([`GroupProducer::write_frame`]): a few
+/// passes of a session, with room for a busy host.
+const FIRST_READER_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A published track as the runner and [`super::Client::flushed`] see it.
 pub(crate) struct Published {
     track: track::Ref<'static, 'static>,
@@ -215,9 +220,10 @@ impl TrackProducer {
         let state = group.state();
         self.published.newest.set(Some((state, state.generation())));
         GroupProducer {
-            shared: self.shared.clone(),
             published: self.published.clone(),
             group: Some(group),
+            first_reader_by: None,
+            shared: self.shared.clone(),
         }
     }
 
@@ -257,6 +263,9 @@ impl Drop for TrackProducer {
 pub struct GroupProducer {
     published: Rc<Published>,
     group: Option<track::GroupProducer<'static, 'static>>,
+    /// When the wait for the group's first reader ends, once a write began
+    /// it ([`GroupProducer::write_frame`]): once per group, not per write.
+    first_reader_by: Option<std::time::Instant>,
     /// What the handle borrows from (the client's tables and pool): the
     /// last field, so it drops after the core handles above.
     shared: Rc<Shared>,
@@ -270,7 +279,9 @@ impl GroupProducer {
 
     /// Appends a frame with `timestamp` (in the track's timescale) and
     /// `payload`. Waits while the group is a credit window ahead of its
-    /// fastest reader, and while the block pool has no room.
+    /// fastest reader, while the block pool has no room, and (at most a
+    /// second) for the first reader of a group about to outgrow the track's
+    /// budget while the track has subscribers.
     ///
     /// # Errors
     /// [`Error::GroupTooLarge`] past the group size limit, [`Error::Write`]
@@ -278,6 +289,10 @@ impl GroupProducer {
     /// one, [`Error::Closed`] if the client closed.
     pub async fn write_frame(&mut self, timestamp: u64, payload: &[u8]) -> Result<(), Error> {
         loop {
+            if self.waits_for_first_reader(payload.len()) {
+                self.shared.wait_room().await;
+                continue;
+            }
             let paced = self
                 .group
                 .as_ref()
@@ -311,6 +326,33 @@ impl GroupProducer {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// True while a write of `len` bytes should wait for the group's first
+    /// reader: the track has subscribers, no session paces the group yet
+    /// (one opens its stream on its next pass), and the write would take
+    /// the group past the track's budget, past which a group's head is
+    /// trimmed (`skiff_core::model::track`): written now, the group would
+    /// lose its start before any session sent it. The wait ends when a
+    /// reader paces the group, the subscribers go, or [`FIRST_READER_WAIT`]
+    /// after the group's first wait began.
+    fn waits_for_first_reader(&mut self, len: usize) -> bool {
+        let Some(group) = self.group.as_ref() else {
+            return false;
+        };
+        let state = group.state();
+        let past_budget = state.bytes_written().saturating_add(len as u64) > state.retain();
+        if !past_budget
+            || state.is_trimmed()
+            || group.allowance() != u64::MAX
+            || self.published.track.subscribers() == 0
+            || self.shared.closed.get()
+        {
+            return false;
+        }
+        let now = std::time::Instant::now();
+        let until = *self.first_reader_by.get_or_insert(now + FIRST_READER_WAIT);
+        now < until
     }
 
     /// Ends the group after its last frame.
