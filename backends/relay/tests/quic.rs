@@ -14,7 +14,7 @@ use std::time::Duration;
 use sdk_stream::Stream;
 use skiff_core::model::track::Info;
 use skiff_monoio::driver::{self, DriverKind};
-use skiff_monoio::sdk::{Request, TrackProducer};
+use skiff_monoio::sdk::Request;
 use skiff_monoio::{Config, connect};
 use skiff_relay::config::RelayConfig;
 use skiff_relay::relay::RelayHandler;
@@ -95,19 +95,6 @@ fn pinned_publisher_and_viewer(
     (dial(), dial())
 }
 
-/// Waits for a subscriber of `track`, then writes group 0 of `frames`
-/// frames of `bytes` bytes, frame `i` all `i as u8`, and finishes it.
-async fn write_group_once_watched(track: &mut TrackProducer, frames: u64, bytes: usize) {
-    while track.subscribers() == 0 {
-        monoio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let mut group = track.create_group(0).unwrap();
-    for i in 0..frames {
-        group.write_frame(i, &vec![i as u8; bytes]).await.unwrap();
-    }
-    group.finish().unwrap();
-}
-
 fn publish_and_view(driver: DriverKind) {
     if std::env::var_os("QUIC_TEST_LOG").is_some() {
         let _ = tracing_subscriber::fmt()
@@ -174,7 +161,7 @@ fn metrics_count_connections_and_bytes_per_transport() {
             for v in [&viewer, &web] {
                 subs.push(v.subscribe("camera", "video", Request::LIVE).await.unwrap());
             }
-            write_group_once_watched(&mut track, FRAMES, FRAME_BYTES).await;
+            common::write_numbered_group(&mut track, FRAMES, FRAME_BYTES).await;
             for mut sub in subs {
                 let mut read = 0u64;
                 let mut g = sub.next_group().await.unwrap().expect("a group");
@@ -379,18 +366,12 @@ fn a_group_finished_just_before_the_close_arrives_whole() {
             .await
             .unwrap();
         let reader = monoio::spawn(async move {
-            let mut g = sub.next_group().await.unwrap().expect("the group");
-            let mut read = 0u64;
-            while let Some(frame) = g.read_frame().await.expect("the whole group") {
-                let bytes = frame.payload.to_vec();
-                assert_eq!(bytes, vec![read as u8; FRAME_BYTES], "frame {read}");
-                read += 1;
-                monoio::time::sleep(Duration::from_millis(2)).await;
-            }
+            let read =
+                common::read_numbered_group(&mut sub, FRAME_BYTES, Duration::from_millis(2)).await;
             viewer.close().await;
             read
         });
-        write_group_once_watched(&mut track, FRAMES, FRAME_BYTES).await;
+        common::write_numbered_group(&mut track, FRAMES, FRAME_BYTES).await;
         track.finish();
         publisher.flushed().await;
         publisher.close().await;

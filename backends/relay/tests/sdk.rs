@@ -17,7 +17,7 @@ mod subscribe;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{config, within};
+use common::{config, read_numbered_group, within, write_numbered_group};
 use peers::start_relay;
 use skiff_monoio::driver::{self, DriverKind};
 use skiff_relay::relay::RelayHandler;
@@ -212,26 +212,9 @@ fn a_group_past_the_track_budget_written_at_once_arrives_whole() {
             let watched = Watched::video(&url, "camera", "video").await;
             let (mut track, mut sub) = (watched.track, watched.sub);
             let reader = monoio::spawn(async move {
-                let mut g = sub.next_group().await.unwrap().expect("group 0");
-                let mut read = 0u64;
-                while let Some(frame) = g.read_frame().await.expect("the whole group") {
-                    assert_eq!(frame.payload.len(), FRAME_BYTES, "frame {read}");
-                    assert!(
-                        frame.payload.chunks().flatten().all(|&b| b == read as u8),
-                        "frame {read} corrupted"
-                    );
-                    read += 1;
-                }
-                read
+                read_numbered_group(&mut sub, FRAME_BYTES, Duration::ZERO).await
             });
-            let mut group = track.create_group(0).unwrap();
-            for i in 0..FRAMES {
-                group
-                    .write_frame(i * 33_333, &[i as u8; FRAME_BYTES])
-                    .await
-                    .unwrap();
-            }
-            group.finish().unwrap();
+            write_numbered_group(&mut track, FRAMES, FRAME_BYTES).await;
             let read = reader.await;
             watched.viewer.close().await;
             drop(track);

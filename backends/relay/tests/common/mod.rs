@@ -195,3 +195,48 @@ pub fn spawn_subscriber(
     });
     state
 }
+
+/// Waits for a subscriber of `track`, then writes group 0 of `frames`
+/// frames of `bytes` bytes, frame `i` all `i as u8` at timestamp `i`, and
+/// finishes it.
+pub async fn write_numbered_group(
+    track: &mut skiff_monoio::sdk::TrackProducer,
+    frames: u64,
+    bytes: usize,
+) {
+    while track.subscribers() == 0 {
+        monoio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut group = track.create_group(0).unwrap();
+    for i in 0..frames {
+        group.write_frame(i, &vec![i as u8; bytes]).await.unwrap();
+    }
+    group.finish().unwrap();
+}
+
+/// Reads the next group of `sub` to its end, each frame `bytes` long and
+/// all `i as u8` for frame `i` ([`write_numbered_group`]), pausing `pause`
+/// after each; returns the frames read.
+///
+/// # Panics
+/// On a missing group, a failed read, or a frame of other bytes.
+pub async fn read_numbered_group(
+    sub: &mut skiff_monoio::sdk::TrackConsumer,
+    bytes: usize,
+    pause: Duration,
+) -> u64 {
+    let mut g = sub.next_group().await.unwrap().expect("a group");
+    let mut read = 0u64;
+    while let Some(frame) = g.read_frame().await.expect("the whole group") {
+        assert_eq!(frame.payload.len(), bytes, "frame {read}");
+        assert!(
+            frame.payload.chunks().flatten().all(|&b| b == read as u8),
+            "frame {read} corrupted"
+        );
+        read += 1;
+        if !pause.is_zero() {
+            monoio::time::sleep(pause).await;
+        }
+    }
+    read
+}
